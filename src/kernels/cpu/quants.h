@@ -1,0 +1,46 @@
+// Block-quantized formats (bit-exact with GGML's layouts): conversion to f32,
+// quantization of activations, and dot products between a quantized weight row
+// and a quantized activation row.
+//
+// Each weight type W is paired with an activation type (vec_dot_type(W)):
+// Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F16 -> F16,
+// BF16 -> BF16, F32 -> F32. Activations are quantized once per row and reused
+// for every weight row, which is what turns the dot products into integer
+// arithmetic.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace inferd::kernels {
+
+// f16 / bf16 scalar conversions (round-to-nearest-even).
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+float bf16_to_f32(uint16_t h);
+uint16_t f32_to_bf16(float f);
+
+bool is_supported_weight_type(DType t);
+DType vec_dot_type(DType weight_type);
+
+// dst[0..n) = src row of `n` elements of type t (n multiple of block size).
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+// Quantizes n f32 values into type t (activation types: Q8_0, Q8_1, Q8_K, F16,
+// BF16, F32; also the weight types, for tests).
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+// Dot product of n elements: a row of type t, b row of type vec_dot_type(t).
+float vec_dot(DType t, int64_t n, const void* a, const void* b);
+
+// Scalar reference implementations, always compiled, used by tests to check
+// the SIMD paths.
+namespace ref {
+void dequantize_row(DType t, const void* src, float* dst, int64_t n);
+void quantize_row(DType t, const float* src, void* dst, int64_t n);
+float vec_dot(DType t, int64_t n, const void* a, const void* b);
+}  // namespace ref
+
+// Which SIMD level the dispatcher picked ("avx512vnni", "avx2", "scalar").
+const char* simd_level();
+
+}  // namespace inferd::kernels

@@ -1,0 +1,61 @@
+// Tokenizer built from a GGUF file's tokenizer.ggml.* metadata: byte-level BPE
+// ("gpt2" model, pre-tokenizer from tokenizer.ggml.pre) and SentencePiece-style
+// ("llama" model: llama, gemma). Token ids match llama.cpp's exactly.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+#include "gguf/gguf.h"
+
+namespace inferd {
+
+class Tokenizer {
+ public:
+  static Result<std::unique_ptr<Tokenizer>> from_gguf(const gguf::File& file);
+  virtual ~Tokenizer() = default;
+
+  // add_special: add BOS/EOS as the model's add_bos/add_eos flags say.
+  // parse_special: text like "<|im_start|>" becomes the special token instead
+  // of being tokenized as plain text.
+  virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
+                                      bool parse_special) const = 0;
+
+  // Raw bytes of one token as it appears in decoded text (byte tokens give one
+  // byte, which may be part of a UTF-8 character). Control tokens give "" unless
+  // render_special.
+  virtual std::string token_to_piece(int32_t id, bool render_special) const = 0;
+  std::string decode(const std::vector<int32_t>& ids, bool render_special) const;
+
+  virtual int32_t n_vocab() const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 if none
+  virtual int32_t eos_id() const = 0;
+  virtual bool add_bos() const = 0;
+  // End-of-generation: EOS, EOT and similar (e.g. <|im_end|>, <end_of_turn>).
+  virtual bool is_eog(int32_t id) const = 0;
+  virtual bool is_control(int32_t id) const = 0;
+  virtual const std::string& token_text(int32_t id) const = 0;  // vocabulary entry
+  virtual std::string model_name() const = 0;  // "gpt2 (smollm)", "llama", ...
+};
+
+// Turns a stream of token ids into text without ever emitting half a UTF-8
+// character: bytes of an incomplete character are held until it completes.
+class IncrementalDecoder {
+ public:
+  explicit IncrementalDecoder(const Tokenizer& tok, bool render_special = false)
+      : tok_(tok), render_special_(render_special) {}
+  // Returns the newly completed text (possibly empty).
+  std::string push(int32_t id);
+  // Returns whatever is still held (invalid bytes become U+FFFD).
+  std::string flush();
+
+ private:
+  const Tokenizer& tok_;
+  bool render_special_;
+  std::string pending_;
+};
+
+}  // namespace inferd
