@@ -1,6 +1,15 @@
+// inferd: one binary, many subcommands.
 #include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
 int main(int argc, char** argv) {
   CLI::App app{"inferd: LLM inference and serving engine"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  inferd::cli::register_generate(app, exit_code);
+  inferd::cli::register_chat(app, exit_code);
+  inferd::cli::register_info(app, exit_code);
   CLI11_PARSE(app, argc, argv);
-  return 0;
+  return exit_code;
 }

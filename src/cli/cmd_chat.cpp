@@ -1,0 +1,147 @@
+// `inferd chat`: an interactive conversation on the terminal. Each turn is
+// rendered through the model's chat template; the KV cache of the earlier turns
+// is reused, and the reply streams as it is generated.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "chat/chat_template.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/sequence_generator.h"
+
+namespace inferd::cli {
+
+namespace {
+struct ChatFlags {
+  std::string model;
+  std::string system;
+  std::string chat_template_file;
+  int64_t n_predict = 512;
+  int64_t ctx_size = 4096;
+  int threads = default_threads();
+  SamplingFlags sampling;
+};
+
+// The chat template: --chat-template FILE, else the model's own.
+Result<std::string> template_source(const Model& model, const std::string& file) {
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (!in) return make_error("cannot read chat template file '" + file + "'");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  if (!model.file().find("tokenizer.chat_template"))
+    return make_error("the model has no chat template; pass one with --chat-template FILE");
+  return model.file().get_string("tokenizer.chat_template");
+}
+
+int run_chat(const ChatFlags& f) {
+  auto model = load_model_or_report(f.model, false);
+  if (!model) return 1;
+  if (!model->can_generate()) {
+    std::fprintf(stderr, "error: generation is not implemented for architecture '%s' yet\n",
+                 model->config().architecture.c_str());
+    return 1;
+  }
+  auto source = template_source(*model, f.chat_template_file);
+  if (!source) {
+    std::fprintf(stderr, "error: %s\n", source.error().message.c_str());
+    return 1;
+  }
+  ChatTemplate tmpl(*source);
+  const Tokenizer& tok = model->tokenizer();
+  ChatTemplateOptions topts;
+  if (tok.bos_id() >= 0) topts.bos_token = tok.token_text(tok.bos_id());
+  if (tok.eos_id() >= 0) topts.eos_token = tok.token_text(tok.eos_id());
+
+  const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
+  ThreadPool pool(f.threads);
+  SequenceGenerator gen(*model, pool, ctx);
+  GenerationOptions options;
+  options.sampling = f.sampling.params();
+
+  std::vector<ChatMessage> messages;
+  if (!f.system.empty()) messages.push_back({"system", f.system});
+  const bool interactive = isatty(STDIN_FILENO);
+  if (interactive)
+    std::fprintf(stderr, "Chatting with %s. Type /reset to start over, /exit or Ctrl-D to quit.\n",
+                 model->config().name.empty() ? "the model" : model->config().name.c_str());
+  std::string line;
+  for (;;) {
+    if (interactive) {
+      std::fprintf(stdout, "\n> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      messages.resize(f.system.empty() ? 0 : 1);
+      continue;
+    }
+    if (line.empty()) continue;
+    messages.push_back({"user", line});
+    auto prompt_text = tmpl.render(messages, topts);
+    if (!prompt_text) {
+      std::fprintf(stderr, "error: chat template: %s\n", prompt_text.error().message.c_str());
+      return 1;
+    }
+    // A template that writes the BOS token itself must not get a second one.
+    const bool has_bos = !topts.bos_token.empty() && prompt_text->rfind(topts.bos_token, 0) == 0;
+    std::vector<int32_t> prompt = tok.encode(*prompt_text, /*add_special=*/!has_bos, true);
+    options.max_tokens = std::min<int64_t>(f.n_predict, ctx - static_cast<int64_t>(prompt.size()));
+    if (options.max_tokens <= 0) {
+      std::fprintf(stderr, "error: the conversation no longer fits the context of %lld tokens; /reset to start over\n",
+                   static_cast<long long>(ctx));
+      messages.pop_back();
+      continue;
+    }
+    IncrementalDecoder decoder(tok);
+    std::string reply;
+    auto out = gen.generate(prompt, options, [&](int32_t id) {
+      if (tok.is_eog(id)) return true;
+      std::string piece = decoder.push(id);
+      reply += piece;
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    });
+    if (!out) {
+      std::fprintf(stderr, "\nerror: %s\n", out.error().message.c_str());
+      messages.pop_back();
+      continue;
+    }
+    std::string rest = decoder.flush();
+    reply += rest;
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fprintf(stdout, "\n");
+    std::fflush(stdout);
+    messages.push_back({"assistant", reply});
+  }
+  return 0;
+}
+}  // namespace
+
+void register_chat(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<ChatFlags>();
+  flags->model = default_model_path();
+  CLI::App* sub = app.add_subcommand("chat", "Chat with a model on the terminal");
+  sub->add_option("-m,--model", flags->model, "GGUF model file")->capture_default_str();
+  sub->add_option("--system", flags->system, "System prompt");
+  sub->add_option("--chat-template", flags->chat_template_file, "Jinja chat template file");
+  sub->add_option("-n,--n-predict,--max-tokens", flags->n_predict, "Max tokens per reply")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("-c,--ctx-size,--max-model-len", flags->ctx_size, "Context length")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  flags->sampling.add_to(*sub);
+  sub->callback([flags, &exit_code] { exit_code = run_chat(*flags); });
+}
+
+}  // namespace inferd::cli

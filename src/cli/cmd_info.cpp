@@ -1,0 +1,116 @@
+// `inferd info`: what a model file holds, without running it.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+
+namespace inferd::cli {
+
+namespace {
+struct InfoFlags {
+  std::string model;
+  bool json = false;
+  bool show_template = false;
+};
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (b >= 1024 && u < 3) {
+    b /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+int run_info(const InfoFlags& f) {
+  auto model = load_model_or_report(f.model, true);
+  if (!model) return 1;
+  const ModelConfig& c = model->config();
+  const gguf::File& file = model->file();
+  const Tokenizer& tok = model->tokenizer();
+  int64_t params = 0;
+  std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // count, bytes
+  for (const auto& t : file.tensors()) {
+    params += t.n_elements();
+    auto& e = by_type[dtype_name(t.dtype)];
+    e.first++;
+    e.second += t.n_bytes;
+  }
+  std::string tmpl;
+  if (file.find("tokenizer.chat_template"))
+    if (auto s = file.get_string("tokenizer.chat_template")) tmpl = *s;
+
+  nlohmann::json j;
+  j["path"] = f.model;
+  j["gguf_version"] = file.version();
+  j["file_bytes"] = file.file_size();
+  j["architecture"] = c.architecture;
+  j["name"] = c.name;
+  j["can_generate"] = model->can_generate();
+  j["parameters"] = params;
+  j["layers"] = c.n_layer;
+  j["embedding_length"] = c.n_embd;
+  j["feed_forward_length"] = c.n_ff;
+  j["attention_heads"] = c.n_head;
+  j["kv_heads"] = c.n_head_kv;
+  j["head_dim"] = c.head_dim;
+  j["context_length"] = c.context_length;
+  j["rope_freq_base"] = c.rope_freq_base;
+  j["sliding_window"] = c.sliding_window;
+  j["vocab_size"] = c.n_vocab;
+  j["tokenizer"] = tok.model_name();
+  j["bos_token_id"] = tok.bos_id();
+  j["eos_token_id"] = tok.eos_id();
+  j["tensor_count"] = file.tensors().size();
+  for (const auto& [name, e] : by_type) j["tensor_types"][name] = {{"count", e.first}, {"bytes", e.second}};
+  j["chat_template"] = tmpl.empty() ? nlohmann::json(nullptr) : nlohmann::json(tmpl);
+  if (f.json) {
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  std::printf("model          %s\n", f.model.c_str());
+  std::printf("name           %s\n", c.name.c_str());
+  std::printf("format         GGUF v%u, %s\n", file.version(), human_bytes(file.file_size()).c_str());
+  std::printf("architecture   %s%s\n", c.architecture.c_str(),
+              model->can_generate() ? "" : " (generation not implemented yet)");
+  std::printf("parameters     %.1f M\n", params / 1e6);
+  std::printf("layers         %lld, embedding %lld, feed-forward %lld\n", (long long)c.n_layer,
+              (long long)c.n_embd, (long long)c.n_ff);
+  std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
+              (long long)c.n_head_kv, (long long)c.head_dim,
+              c.sliding_window ? (", sliding window " + std::to_string(c.sliding_window)).c_str() : "");
+  std::printf("context        %lld tokens (RoPE base %g)\n", (long long)c.context_length, c.rope_freq_base);
+  std::printf("vocabulary     %lld tokens, %s, BOS %d, EOS %d\n", (long long)c.n_vocab,
+              tok.model_name().c_str(), tok.bos_id(), tok.eos_id());
+  std::printf("tensors        %zu\n", file.tensors().size());
+  for (const auto& [name, e] : by_type)
+    std::printf("  %-6s       %4lld tensors, %s\n", name.c_str(), (long long)e.first,
+                human_bytes(e.second).c_str());
+  if (tmpl.empty()) {
+    std::printf("chat template  (none)\n");
+  } else if (f.show_template) {
+    std::printf("chat template\n%s\n", tmpl.c_str());
+  } else {
+    std::printf("chat template  %zu characters (--template to print it)\n", tmpl.size());
+  }
+  return 0;
+}
+}  // namespace
+
+void register_info(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<InfoFlags>();
+  CLI::App* sub = app.add_subcommand("info", "Describe a model file");
+  sub->add_option("model", flags->model, "GGUF model file")->required();
+  sub->add_flag("--json", flags->json, "Print as JSON");
+  sub->add_flag("--template", flags->show_template, "Print the chat template");
+  sub->callback([flags, &exit_code] { exit_code = run_info(*flags); });
+}
+
+}  // namespace inferd::cli

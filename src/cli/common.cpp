@@ -1,0 +1,76 @@
+#include "cli/common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace inferd::cli {
+
+std::string model_dir() {
+  if (const char* d = std::getenv("INFERD_MODEL_DIR"); d && *d) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/inferd/models";
+}
+
+std::string default_model_path() { return model_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+int default_threads() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet) {
+  const bool tty = isatty(STDERR_FILENO) && !quiet;
+  LoadOptions options;
+  int last_percent = -1;
+  options.progress = [&](double fraction) {
+    if (!tty) return;
+    const int percent = static_cast<int>(fraction * 100.0);
+    if (percent == last_percent) return;
+    last_percent = percent;
+    const int width = 40, filled = percent * width / 100;
+    std::fprintf(stderr, "\rloading %-40.*s [%.*s%*s] %3d%%", 40, path.c_str(), filled,
+                 "########################################", width - filled, "", percent);
+    if (percent >= 100) std::fprintf(stderr, "\n");
+    std::fflush(stderr);
+  };
+  auto model = Model::load(path, options);
+  if (!model) {
+    if (tty && last_percent >= 0 && last_percent < 100) std::fprintf(stderr, "\n");
+    std::fprintf(stderr, "error: cannot load model: %s\n", model.error().message.c_str());
+    return nullptr;
+  }
+  return std::move(*model);
+}
+
+void SamplingFlags::add_to(CLI::App& app) {
+  app.add_option("--temp,--temperature", temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str();
+  app.add_option("--top-k", top_k, "Keep the k most likely tokens; 0 = off")->capture_default_str();
+  app.add_option("--top-p", top_p, "Nucleus sampling mass in (0, 1]")->capture_default_str();
+  app.add_option("--min-p", min_p, "Drop tokens below min_p x top probability")
+      ->capture_default_str();
+  app.add_option("--repeat-penalty,--repetition-penalty", repeat_penalty,
+                 "Penalty for tokens already seen; 1 = off")
+      ->capture_default_str();
+  app.add_option("--frequency-penalty", frequency_penalty)->capture_default_str();
+  app.add_option("--presence-penalty", presence_penalty)->capture_default_str();
+  app.add_option("--seed", seed, "Random seed; -1 = random")->capture_default_str();
+}
+
+SamplingParams SamplingFlags::params() const {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = top_k;
+  p.top_p = top_p;
+  p.min_p = min_p;
+  p.repetition_penalty = repeat_penalty;
+  p.frequency_penalty = frequency_penalty;
+  p.presence_penalty = presence_penalty;
+  if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
+  return p;
+}
+
+}  // namespace inferd::cli
