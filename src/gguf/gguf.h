@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -63,6 +64,8 @@ class File {
   // outlive the File; nothing is copied.
   static Result<std::unique_ptr<File>> from_memory(const uint8_t* data, size_t size);
   ~File();
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
 
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
@@ -73,6 +76,7 @@ class File {
   // Integer getters accept any integer type whose value fits.
   Result<std::string> get_string(std::string_view key) const;
   Result<uint32_t> get_u32(std::string_view key) const;
+  Result<uint64_t> get_u64(std::string_view key) const;
   Result<int64_t> get_i64(std::string_view key) const;
   Result<float> get_f32(std::string_view key) const;
   Result<bool> get_bool(std::string_view key) const;
@@ -103,6 +107,9 @@ class File {
   uint64_t alignment_ = 32;
   std::vector<KeyValue> kv_;
   std::vector<TensorInfo> tensors_;
+  // name -> index into kv_ / tensors_ (std::less<> allows string_view lookups).
+  std::map<std::string, size_t, std::less<>> kv_index_;
+  std::map<std::string, size_t, std::less<>> tensor_index_;
 };
 
 }  // namespace inferd::gguf
