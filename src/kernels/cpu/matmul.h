@@ -22,4 +22,11 @@ struct Workspace {
 void matmul(DType wtype, const void* W, int64_t rows, int64_t cols, const float* x,
             int64_t n_tokens, float* y, ThreadPool& pool, Workspace& ws);
 
+// matmul() with an explicit kernel table (kernel_table.h) instead of the one
+// chosen at startup: lets tests run every SIMD level in one process.
+struct KernelTable;
+void matmul_with(const KernelTable& kernels, DType wtype, const void* W, int64_t rows,
+                 int64_t cols, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+                 Workspace& ws);
+
 }  // namespace inferd::kernels

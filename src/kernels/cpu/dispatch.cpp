@@ -1,0 +1,94 @@
+// Runtime choice of the SIMD level: the best one this CPU supports, or the one
+// forced by INFERD_SIMD=scalar|avx2|avx512 (never above what the CPU has).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants.h"
+
+namespace inferd::kernels {
+
+namespace {
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  // The *_avx2.cpp files are compiled with -mavx2 -mfma -mf16c -mbmi2.
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2");
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__)
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
+SimdLevel choose_level() {
+  const SimdLevel best = best_simd_level();
+  const char* env = std::getenv("INFERD_SIMD");
+  if (env == nullptr || *env == '\0') return best;
+  SimdLevel want;
+  if (std::strcmp(env, "scalar") == 0) {
+    want = SimdLevel::kScalar;
+  } else if (std::strcmp(env, "avx2") == 0) {
+    want = SimdLevel::kAvx2;
+  } else if (std::strcmp(env, "avx512") == 0) {
+    want = SimdLevel::kAvx512;
+  } else {
+    std::fprintf(stderr, "inferd: ignoring INFERD_SIMD (expected scalar, avx2 or avx512)\n");
+    return best;
+  }
+  if (static_cast<int>(want) > static_cast<int>(best)) {
+    std::fprintf(stderr, "inferd: INFERD_SIMD asks for a level this CPU lacks; using the best it has\n");
+    return best;
+  }
+  return want;
+}
+
+const TypeKernels& kernels_for(DType t) {
+  return kernel_table().type[static_cast<uint32_t>(t) % kNumTypeSlots];
+}
+
+}  // namespace
+
+SimdLevel best_simd_level() {
+  return cpu_has_avx512() ? SimdLevel::kAvx512 : cpu_has_avx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar;
+}
+
+KernelTable build_kernel_table(SimdLevel level) {
+  KernelTable t;
+  fill_scalar_kernels(t);
+  if (level >= SimdLevel::kAvx2) fill_avx2_kernels(t);
+  if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
+  return t;
+}
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = build_kernel_table(choose_level());
+  return table;
+}
+
+const char* simd_level() { return kernel_table().level; }
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  kernels_for(t).dequantize_row(src, dst, n);
+}
+
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  kernels_for(t).quantize_row(src, dst, n);
+}
+
+float vec_dot(DType t, int64_t n, const void* a, const void* b) {
+  return kernels_for(t).vec_dot(n, a, b);
+}
+
+}  // namespace inferd::kernels

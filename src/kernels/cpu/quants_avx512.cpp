@@ -1,0 +1,28 @@
+// AVX-512 kernels: the shared x86 kernels with VNNI dot products (dpbusd on
+// 256-bit vectors via AVX-512VL), mask-register bit unpacking and 512-bit float
+// dots. Only called after dispatch.cpp has checked avx512f/bw/vl/dq/vnni.
+// GCC 12 reports its own _mm512_undefined_* placeholders as maybe-uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants_blocks.h"
+
+namespace inferd::kernels {
+namespace {
+#define INFERD_X86_AVX512 1
+#include "kernels/cpu/quants_x86_impl.h"
+#undef INFERD_X86_AVX512
+}  // namespace
+
+void fill_avx512_kernels(KernelTable& table) {
+  fill_x86(table);
+  table.level = "avx512vnni";
+}
+
+}  // namespace inferd::kernels

@@ -1,0 +1,770 @@
+// Scalar reference for every block format: conversions, quantizers and dot
+// products. This is the specification the SIMD paths are tested against, so it
+// favours clarity over speed. The arithmetic follows GGML's reference code
+// (integer dot product per block, then one float scale per block) so results
+// track llama.cpp's closely.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cpu/quants_blocks.h"
+
+namespace inferd::kernels {
+
+// ---- f16 / bf16 ------------------------------------------------------------
+
+namespace {
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+}  // namespace
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  if (exp == 0) {
+    // Zero or subnormal: mant * 2^-24 is exact in f32.
+    const float mag = static_cast<float>(mant) * 5.9604644775390625e-8f;
+    return bits_float(sign | float_bits(mag));
+  }
+  if (exp == 31) return bits_float(sign | 0x7f800000u | (mant << 13));  // inf / nan
+  return bits_float(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t f32_to_f16(float f) {
+  const uint32_t x = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return sign | 0x7e00 | ((ax >> 13) & 0x3ff);  // quiet nan
+  if (ax >= 0x477ff000u) return sign | 0x7c00;  // rounds past 65504: inf
+  if (ax < 0x38800000u) {
+    // Below the smallest normal f16 (2^-14): result is round(|f| * 2^24).
+    const uint32_t e = ax >> 23;
+    if (e < 102) return sign;  // below 2^-25 (at most half the smallest subnormal)
+    const uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14..24
+    uint32_t q = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (q & 1))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  uint32_t h = (ax >> 13) - (112u << 10);  // rebias exponent, keep 10 mantissa bits
+  const uint32_t rem = ax & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // a carry bumps the exponent: fine
+  return static_cast<uint16_t>(sign | h);
+}
+
+float bf16_to_f32(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+uint16_t f32_to_bf16(float f) {
+  const uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet nan
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
+}
+
+bool is_supported_weight_type(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16:
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+DType vec_dot_type(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_1: case DType::Q5_1: return DType::Q8_1;
+    case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::Q8_K:
+      return DType::Q8_K;
+    case DType::F16: return DType::F16;
+    case DType::BF16: return DType::BF16;
+    default: return DType::F32;
+  }
+}
+
+namespace ref {
+namespace {
+
+float fp16(uint16_t h) { return f16_to_f32(h); }
+
+// Round half to even, like GGML's nearest_int (valid for |v| < 2^22).
+int nearest_int(float v) {
+  float t = v + 12582912.f;  // 1.5 * 2^23: the fraction bits fall off with RNE
+  int32_t i;
+  std::memcpy(&i, &t, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// ---- legacy 32-element formats -------------------------------------------
+
+// Value of the signed extreme (the element with the largest magnitude, first
+// one on ties), as GGML's symmetric quantizers pick it.
+float signed_absmax(const float* x, int n) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    const float d = signed_absmax(x, kQK) / -8;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+      const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+void quantize_q4_1(const float* x, BlockQ4_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < kQK; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    const float d = (hi - lo) / 15;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    y[i].m = f32_to_f16(lo);
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::min(15, static_cast<int>(static_cast<int8_t>((x[j] - lo) * id + 0.5f)));
+      const int q1 =
+          std::min(15, static_cast<int>(static_cast<int8_t>((x[j + 16] - lo) * id + 0.5f)));
+      y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+    }
+  }
+}
+
+void quantize_q5_0(const float* x, BlockQ5_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    const float d = signed_absmax(x, kQK) / -16;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::min(31, static_cast<int>(static_cast<int8_t>(x[j] * id + 16.5f)));
+      const int q1 = std::min(31, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 16.5f)));
+      y[i].qs[j] = static_cast<uint8_t>((q0 & 0xf) | ((q1 & 0xf) << 4));
+      qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + 16);
+    }
+    std::memcpy(y[i].qh, &qh, 4);
+  }
+}
+
+void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float lo = x[0], hi = x[0];
+    for (int j = 1; j < kQK; ++j) lo = std::min(lo, x[j]), hi = std::max(hi, x[j]);
+    const float d = (hi - lo) / 31;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    y[i].m = f32_to_f16(lo);
+    uint32_t qh = 0;
+    for (int j = 0; j < kQK / 2; ++j) {
+      const int q0 = std::min(31, static_cast<int>((x[j] - lo) * id + 0.5f));
+      const int q1 = std::min(31, static_cast<int>((x[j + 16] - lo) * id + 0.5f));
+      y[i].qs[j] = static_cast<uint8_t>((q0 & 0xf) | ((q1 & 0xf) << 4));
+      qh |= static_cast<uint32_t>((q0 >> 4) & 1) << j;
+      qh |= static_cast<uint32_t>((q1 >> 4) & 1) << (j + 16);
+    }
+    std::memcpy(y[i].qh, &qh, 4);
+  }
+}
+
+// Activation quantizers: scale = amax/127, round half away from zero (roundf).
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    y[i].d = f32_to_f16(d);
+    int sum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+      sum += y[i].qs[j];
+    }
+    y[i].s = f32_to_f16(static_cast<float>(sum) * d);
+  }
+}
+
+void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    const float max = signed_absmax(x, kQK_K);
+    std::memset(&y[i], 0, sizeof(BlockQ8_K));
+    if (max == 0.0f) continue;
+    const float iscale = -127.f / max;
+    for (int j = 0; j < kQK_K; ++j) {
+      y[i].qs[j] = static_cast<int8_t>(std::min(127, nearest_int(iscale * x[j])));
+    }
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += y[i].qs[16 * g + j];
+      y[i].bsums[g] = static_cast<int16_t>(sum);
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+// Element i of a legacy block as a small integer (before scale/offset).
+int q4_value(const uint8_t* qs, int i) { return i < 16 ? (qs[i] & 0xf) : (qs[i - 16] >> 4); }
+int q5_value(const uint8_t* qs, const uint8_t* qh, int i) {
+  uint32_t h;
+  std::memcpy(&h, qh, 4);
+  return q4_value(qs, i) | static_cast<int>(((h >> i) & 1) << 4);
+}
+
+// ---- K-quants --------------------------------------------------------------
+// Every K-quant block is unpacked into the same shape: integer quants, one
+// integer scale (and min) per group of 16 or 32, and the two f16 super-scales.
+// dequant: x = (d*scale[g]) * q - (dmin*min[g]);  dot: d*Σ scale*Σq*q8 - dmin*Σ min*Σq8.
+struct KUnpacked {
+  int8_t q[kQK_K];
+  int scale[16];
+  int min[16];
+  int groups;  // 16 (groups of 16) or 8 (groups of 32)
+  float d, dmin;
+};
+
+// Scale j and min j (6 bits each) of Q4_K/Q5_K's 12-byte packed scales.
+void k4_scale_min(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+  }
+}
+
+void unpack(const BlockQ2_K& b, KUnpacked& u) {
+  u.groups = 16;
+  u.d = fp16(b.d);
+  u.dmin = fp16(b.dmin);
+  for (int g = 0; g < 16; ++g) u.scale[g] = b.scales[g] & 0xf, u.min[g] = b.scales[g] >> 4;
+  for (int e = 0; e < kQK_K; ++e) {
+    u.q[e] = static_cast<int8_t>((b.qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3);
+  }
+}
+
+void unpack(const BlockQ3_K& b, KUnpacked& u) {
+  u.groups = 16;
+  u.d = fp16(b.d);
+  u.dmin = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    const int lo = (g < 8 ? b.scales[g] : b.scales[g - 8] >> 4) & 0xf;
+    const int hi = (b.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+    u.scale[g] = (lo | (hi << 4)) - 32;
+    u.min[g] = 0;
+  }
+  for (int e = 0; e < kQK_K; ++e) {
+    const int low = (b.qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    const bool high = (b.hmask[e % 32] >> (e / 32)) & 1;
+    u.q[e] = static_cast<int8_t>(low - (high ? 0 : 4));
+  }
+}
+
+void unpack(const BlockQ4_K& b, KUnpacked& u) {
+  u.groups = 8;
+  u.d = fp16(b.d);
+  u.dmin = fp16(b.dmin);
+  for (int g = 0; g < 8; ++g) k4_scale_min(b.scales, g, &u.scale[g], &u.min[g]);
+  for (int e = 0; e < kQK_K; ++e) {
+    const uint8_t byte = b.qs[(e / 64) * 32 + e % 32];
+    u.q[e] = static_cast<int8_t>((e % 64) < 32 ? (byte & 0xf) : (byte >> 4));
+  }
+}
+
+void unpack(const BlockQ5_K& b, KUnpacked& u) {
+  u.groups = 8;
+  u.d = fp16(b.d);
+  u.dmin = fp16(b.dmin);
+  for (int g = 0; g < 8; ++g) k4_scale_min(b.scales, g, &u.scale[g], &u.min[g]);
+  for (int e = 0; e < kQK_K; ++e) {
+    const uint8_t byte = b.qs[(e / 64) * 32 + e % 32];
+    const int low = (e % 64) < 32 ? (byte & 0xf) : (byte >> 4);
+    const int high = (b.qh[e % 32] >> (e / 32)) & 1;
+    u.q[e] = static_cast<int8_t>(low | (high << 4));
+  }
+}
+
+void unpack(const BlockQ6_K& b, KUnpacked& u) {
+  u.groups = 16;
+  u.d = fp16(b.d);
+  u.dmin = 0.0f;
+  for (int g = 0; g < 16; ++g) u.scale[g] = b.scales[g], u.min[g] = 0;
+  for (int e = 0; e < kQK_K; ++e) {
+    const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+    const uint8_t lbyte = b.ql[half * 64 + l + (quarter & 1) * 32];
+    const int low = quarter < 2 ? (lbyte & 0xf) : (lbyte >> 4);
+    const int high = (b.qh[half * 32 + l] >> (2 * quarter)) & 3;
+    u.q[e] = static_cast<int8_t>((low | (high << 4)) - 32);
+  }
+}
+
+template <class Block>
+void dequantize_k(const void* src, float* y, int64_t nb) {
+  const Block* x = static_cast<const Block*>(src);
+  KUnpacked u;
+  for (int64_t i = 0; i < nb; ++i, y += kQK_K) {
+    unpack(x[i], u);
+    const int gsize = kQK_K / u.groups;
+    for (int e = 0; e < kQK_K; ++e) {
+      const int g = e / gsize;
+      const float dl = u.d * static_cast<float>(u.scale[g]);
+      const float ml = u.dmin * static_cast<float>(u.min[g]);
+      y[e] = dl * u.q[e] - ml;
+    }
+  }
+}
+
+template <class Block>
+float vec_dot_k(int64_t n, const void* va, const void* vb) {
+  const Block* x = static_cast<const Block*>(va);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
+  KUnpacked u;
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack(x[i], u);
+    const int gsize = kQK_K / u.groups;
+    int32_t isum = 0, msum = 0;
+    for (int g = 0; g < u.groups; ++g) {
+      int32_t dot = 0, q8sum = 0;
+      for (int e = g * gsize; e < (g + 1) * gsize; ++e) dot += u.q[e] * y[i].qs[e];
+      for (int s = g * gsize / 16; s < (g + 1) * gsize / 16; ++s) q8sum += y[i].bsums[s];
+      isum += u.scale[g] * dot;
+      msum += u.min[g] * q8sum;
+    }
+    sumf += (u.d * y[i].d) * static_cast<float>(isum) -
+            (u.dmin * y[i].d) * static_cast<float>(msum);
+  }
+  return sumf;
+}
+
+// Simple round-to-nearest K-quant quantizers (for tests: valid blocks, not
+// GGML's error-minimizing search).
+
+// Quantizes positive sub-block scales to `bits` bits under one f16 super-scale.
+// Returns the super-scale; q[g] receives the small integers.
+float quantize_scales(const float* s, int count, int maxq, int* q) {
+  float smax = 0.0f;
+  for (int g = 0; g < count; ++g) smax = std::max(smax, s[g]);
+  const float d = fp16(f32_to_f16(smax / maxq));
+  for (int g = 0; g < count; ++g) q[g] = d > 0.0f ? clampi(nearest_int(s[g] / d), 0, maxq) : 0;
+  return d;
+}
+
+void pack_k4_scales(const int* sc, const int* m, uint8_t* s) {
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+    s[j + 4] = static_cast<uint8_t>((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xf) | ((m[j + 4] & 0xf) << 4));
+  }
+}
+
+// Asymmetric (scale + min) quantization in groups; fills ints q in [0, maxq].
+void quantize_groups_asym(const float* x, int groups, int gsize, int maxq, int maxs,
+                          float* d_out, float* dmin_out, int* sc, int* mn, uint8_t* q) {
+  float scale[16], minv[16];
+  for (int g = 0; g < groups; ++g) {
+    float lo = 0.0f, hi = 0.0f;  // the min is clamped to <= 0, as in GGML
+    for (int e = 0; e < gsize; ++e) lo = std::min(lo, x[g * gsize + e]), hi = std::max(hi, x[g * gsize + e]);
+    scale[g] = (hi - lo) / maxq;
+    minv[g] = -lo;
+  }
+  const float d = quantize_scales(scale, groups, maxs, sc);
+  const float dmin = quantize_scales(minv, groups, maxs, mn);
+  for (int g = 0; g < groups; ++g) {
+    const float dl = d * sc[g], ml = dmin * mn[g];
+    for (int e = 0; e < gsize; ++e) {
+      const int v = dl > 0.0f ? nearest_int((x[g * gsize + e] + ml) / dl) : 0;
+      q[g * gsize + e] = static_cast<uint8_t>(clampi(v, 0, maxq));
+    }
+  }
+  *d_out = d;
+  *dmin_out = dmin;
+}
+
+// Symmetric quantization in groups of 16 with signed per-group scales in
+// [-maxs, maxs]; fills ints q in [-qneg, qneg-1].
+float quantize_groups_sym(const float* x, int qneg, int maxs, int* sc, int* q) {
+  float scale[16];
+  float smax = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    float amax = 0.0f;
+    for (int e = 0; e < 16; ++e) amax = std::max(amax, std::fabs(x[g * 16 + e]));
+    scale[g] = amax / (qneg - 1);
+    smax = std::max(smax, scale[g]);
+  }
+  const float d = fp16(f32_to_f16(smax / maxs));
+  for (int g = 0; g < 16; ++g) {
+    sc[g] = d > 0.0f ? clampi(nearest_int(scale[g] / d), 0, maxs) : 0;
+    const float dl = d * sc[g];
+    for (int e = 0; e < 16; ++e) {
+      const int v = dl > 0.0f ? nearest_int(x[g * 16 + e] / dl) : 0;
+      q[g * 16 + e] = clampi(v, -qneg, qneg - 1);
+    }
+  }
+  return d;
+}
+
+void quantize_q2_k(const float* x, BlockQ2_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float d, dmin;
+    int sc[16], mn[16];
+    uint8_t q[kQK_K];
+    quantize_groups_asym(x, 16, 16, 3, 15, &d, &dmin, sc, mn, q);
+    BlockQ2_K& b = y[i];
+    std::memset(&b, 0, sizeof b);
+    b.d = f32_to_f16(d);
+    b.dmin = f32_to_f16(dmin);
+    for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<uint8_t>(sc[g] | (mn[g] << 4));
+    for (int e = 0; e < kQK_K; ++e) b.qs[(e / 128) * 32 + e % 32] |= q[e] << (2 * ((e % 128) / 32));
+  }
+}
+
+void quantize_q3_k(const float* x, BlockQ3_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    int sc[16], q[kQK_K];
+    // Scales are stored biased by 32 in 6 bits; we only use the positive half.
+    const float d = quantize_groups_sym(x, 4, 31, sc, q);
+    BlockQ3_K& b = y[i];
+    std::memset(&b, 0, sizeof b);
+    b.d = f32_to_f16(d);
+    for (int g = 0; g < 16; ++g) {
+      const int v = sc[g] + 32;
+      if (g < 8) b.scales[g] |= v & 0xf;
+      else b.scales[g - 8] |= (v & 0xf) << 4;
+      b.scales[8 + g % 4] |= ((v >> 4) & 3) << (2 * (g / 4));
+    }
+    for (int e = 0; e < kQK_K; ++e) {
+      const int v = q[e] + 4;  // 0..7: low 2 bits + "no offset" bit
+      b.qs[(e / 128) * 32 + e % 32] |= (v & 3) << (2 * ((e % 128) / 32));
+      if (v & 4) b.hmask[e % 32] |= 1 << (e / 32);
+    }
+  }
+}
+
+void quantize_q4_k(const float* x, BlockQ4_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float d, dmin;
+    int sc[8], mn[8];
+    uint8_t q[kQK_K];
+    quantize_groups_asym(x, 8, 32, 15, 63, &d, &dmin, sc, mn, q);
+    BlockQ4_K& b = y[i];
+    b.d = f32_to_f16(d);
+    b.dmin = f32_to_f16(dmin);
+    pack_k4_scales(sc, mn, b.scales);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) b.qs[c * 32 + l] = q[c * 64 + l] | (q[c * 64 + 32 + l] << 4);
+    }
+  }
+}
+
+void quantize_q5_k(const float* x, BlockQ5_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    float d, dmin;
+    int sc[8], mn[8];
+    uint8_t q[kQK_K];
+    quantize_groups_asym(x, 8, 32, 31, 63, &d, &dmin, sc, mn, q);
+    BlockQ5_K& b = y[i];
+    std::memset(&b, 0, sizeof b);
+    b.d = f32_to_f16(d);
+    b.dmin = f32_to_f16(dmin);
+    pack_k4_scales(sc, mn, b.scales);
+    for (int c = 0; c < 4; ++c) {
+      for (int l = 0; l < 32; ++l) {
+        b.qs[c * 32 + l] = (q[c * 64 + l] & 0xf) | ((q[c * 64 + 32 + l] & 0xf) << 4);
+      }
+    }
+    for (int e = 0; e < kQK_K; ++e) b.qh[e % 32] |= ((q[e] >> 4) & 1) << (e / 32);
+  }
+}
+
+void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
+    int sc[16], q[kQK_K];
+    const float d = quantize_groups_sym(x, 32, 127, sc, q);
+    BlockQ6_K& b = y[i];
+    std::memset(&b, 0, sizeof b);
+    b.d = f32_to_f16(d);
+    for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(sc[g]);
+    for (int e = 0; e < kQK_K; ++e) {
+      const int v = q[e] + 32;
+      const int half = e / 128, quarter = (e % 128) / 32, l = e % 32;
+      b.ql[half * 64 + l + (quarter & 1) * 32] |= (v & 0xf) << (quarter < 2 ? 0 : 4);
+      b.qh[half * 32 + l] |= (v >> 4) << (2 * quarter);
+    }
+  }
+}
+
+// ---- dot products of the legacy formats -------------------------------------
+
+float vec_dot_q4_0(int64_t n, const void* va, const void* vb) {
+  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(va);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += (q4_value(x[i].qs, j) - 8) * y[i].qs[j];
+    sumf += static_cast<float>(sumi) * fp16(x[i].d) * fp16(y[i].d);
+  }
+  return sumf;
+}
+
+float vec_dot_q4_1(int64_t n, const void* va, const void* vb) {
+  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(va);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vb);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += q4_value(x[i].qs, j) * y[i].qs[j];
+    sumf += (fp16(x[i].d) * fp16(y[i].d)) * static_cast<float>(sumi) + fp16(x[i].m) * fp16(y[i].s);
+  }
+  return sumf;
+}
+
+float vec_dot_q5_0(int64_t n, const void* va, const void* vb) {
+  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(va);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += (q5_value(x[i].qs, x[i].qh, j) - 16) * y[i].qs[j];
+    sumf += static_cast<float>(sumi) * fp16(x[i].d) * fp16(y[i].d);
+  }
+  return sumf;
+}
+
+float vec_dot_q5_1(int64_t n, const void* va, const void* vb) {
+  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(va);
+  const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vb);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += q5_value(x[i].qs, x[i].qh, j) * y[i].qs[j];
+    sumf += (fp16(x[i].d) * fp16(y[i].d)) * static_cast<float>(sumi) + fp16(x[i].m) * fp16(y[i].s);
+  }
+  return sumf;
+}
+
+float vec_dot_q8_0(int64_t n, const void* va, const void* vb) {
+  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(va);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
+  float sumf = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sumi = 0;
+    for (int j = 0; j < kQK; ++j) sumi += x[i].qs[j] * y[i].qs[j];
+    sumf += static_cast<float>(sumi) * (fp16(x[i].d) * fp16(y[i].d));
+  }
+  return sumf;
+}
+
+// Float dot products accumulate in double, as GGML's scalar path does.
+float vec_dot_f32(int64_t n, const void* va, const void* vb) {
+  const float* a = static_cast<const float*>(va);
+  const float* b = static_cast<const float*>(vb);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i] * b[i]);
+  return static_cast<float>(sum);
+}
+
+float vec_dot_f16(int64_t n, const void* va, const void* vb) {
+  const uint16_t* a = static_cast<const uint16_t*>(va);
+  const uint16_t* b = static_cast<const uint16_t*>(vb);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(f16_to_f32(a[i]) * f16_to_f32(b[i]));
+  return static_cast<float>(sum);
+}
+
+float vec_dot_bf16(int64_t n, const void* va, const void* vb) {
+  const uint16_t* a = static_cast<const uint16_t*>(va);
+  const uint16_t* b = static_cast<const uint16_t*>(vb);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(bf16_to_f32(a[i]) * bf16_to_f32(b[i]));
+  return static_cast<float>(sum);
+}
+
+// ---- dequantizers of the legacy formats ---------------------------------------
+
+void dequantize_q4_0(const void* src, float* y, int64_t n) {
+  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = fp16(x[i].d);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q4_value(x[i].qs, j) - 8) * d;
+  }
+}
+void dequantize_q4_1(const void* src, float* y, int64_t n) {
+  const BlockQ4_1* x = static_cast<const BlockQ4_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = fp16(x[i].d), m = fp16(x[i].m);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q4_value(x[i].qs, j)) * d + m;
+  }
+}
+void dequantize_q5_0(const void* src, float* y, int64_t n) {
+  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = fp16(x[i].d);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q5_value(x[i].qs, x[i].qh, j) - 16) * d;
+  }
+}
+void dequantize_q5_1(const void* src, float* y, int64_t n) {
+  const BlockQ5_1* x = static_cast<const BlockQ5_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = fp16(x[i].d), m = fp16(x[i].m);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q5_value(x[i].qs, x[i].qh, j)) * d + m;
+  }
+}
+void dequantize_q8_0(const void* src, float* y, int64_t n) {
+  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = fp16(x[i].d);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
+  }
+}
+void dequantize_q8_1(const void* src, float* y, int64_t n) {
+  const BlockQ8_1* x = static_cast<const BlockQ8_1*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = fp16(x[i].d);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(x[i].qs[j]) * d;
+  }
+}
+void dequantize_q8_k(const void* src, float* y, int64_t n) {
+  const BlockQ8_K* x = static_cast<const BlockQ8_K*>(src);
+  for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
+    for (int j = 0; j < kQK_K; ++j) y[j] = x[i].d * static_cast<float>(x[i].qs[j]);
+  }
+}
+void dequantize_f32(const void* src, float* y, int64_t n) { std::memcpy(y, src, n * sizeof(float)); }
+void dequantize_f16(const void* src, float* y, int64_t n) {
+  const uint16_t* x = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(x[i]);
+}
+void dequantize_bf16(const void* src, float* y, int64_t n) {
+  const uint16_t* x = static_cast<const uint16_t*>(src);
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+
+template <class Block, void (*Quantize)(const float*, Block*, int64_t), int QK>
+void quantize_as(const float* src, void* dst, int64_t n) {
+  Quantize(src, static_cast<Block*>(dst), n / QK);
+}
+void quantize_f32(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, n * sizeof(float)); }
+void quantize_f16(const float* src, void* dst, int64_t n) {
+  uint16_t* y = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_f16(src[i]);
+}
+void quantize_bf16(const float* src, void* dst, int64_t n) {
+  uint16_t* y = static_cast<uint16_t*>(dst);
+  for (int64_t i = 0; i < n; ++i) y[i] = f32_to_bf16(src[i]);
+}
+
+// The scalar kernels of every type, indexed like the dispatch table.
+TypeKernels scalar_kernels(DType t) {
+  TypeKernels k;
+  switch (t) {
+    case DType::F32: k = {vec_dot_f32, nullptr, quantize_f32, dequantize_f32}; break;
+    case DType::F16: k = {vec_dot_f16, nullptr, quantize_f16, dequantize_f16}; break;
+    case DType::BF16: k = {vec_dot_bf16, nullptr, quantize_bf16, dequantize_bf16}; break;
+    case DType::Q4_0:
+      k = {vec_dot_q4_0, nullptr, quantize_as<BlockQ4_0, quantize_q4_0, kQK>, dequantize_q4_0};
+      break;
+    case DType::Q4_1:
+      k = {vec_dot_q4_1, nullptr, quantize_as<BlockQ4_1, quantize_q4_1, kQK>, dequantize_q4_1};
+      break;
+    case DType::Q5_0:
+      k = {vec_dot_q5_0, nullptr, quantize_as<BlockQ5_0, quantize_q5_0, kQK>, dequantize_q5_0};
+      break;
+    case DType::Q5_1:
+      k = {vec_dot_q5_1, nullptr, quantize_as<BlockQ5_1, quantize_q5_1, kQK>, dequantize_q5_1};
+      break;
+    case DType::Q8_0:
+      k = {vec_dot_q8_0, nullptr, quantize_as<BlockQ8_0, quantize_q8_0, kQK>, dequantize_q8_0};
+      break;
+    case DType::Q8_1:
+      k = {nullptr, nullptr, quantize_as<BlockQ8_1, quantize_q8_1, kQK>, dequantize_q8_1};
+      break;
+    case DType::Q2_K:
+      k = {vec_dot_k<BlockQ2_K>, nullptr, quantize_as<BlockQ2_K, quantize_q2_k, kQK_K>,
+           dequantize_k<BlockQ2_K>};
+      break;
+    case DType::Q3_K:
+      k = {vec_dot_k<BlockQ3_K>, nullptr, quantize_as<BlockQ3_K, quantize_q3_k, kQK_K>,
+           dequantize_k<BlockQ3_K>};
+      break;
+    case DType::Q4_K:
+      k = {vec_dot_k<BlockQ4_K>, nullptr, quantize_as<BlockQ4_K, quantize_q4_k, kQK_K>,
+           dequantize_k<BlockQ4_K>};
+      break;
+    case DType::Q5_K:
+      k = {vec_dot_k<BlockQ5_K>, nullptr, quantize_as<BlockQ5_K, quantize_q5_k, kQK_K>,
+           dequantize_k<BlockQ5_K>};
+      break;
+    case DType::Q6_K:
+      k = {vec_dot_k<BlockQ6_K>, nullptr, quantize_as<BlockQ6_K, quantize_q6_k, kQK_K>,
+           dequantize_k<BlockQ6_K>};
+      break;
+    case DType::Q8_K:
+      k = {nullptr, nullptr, quantize_as<BlockQ8_K, quantize_q8_k, kQK_K>, dequantize_q8_k};
+      break;
+  }
+  return k;
+}
+
+}  // namespace
+
+void dequantize_row(DType t, const void* src, float* dst, int64_t n) {
+  scalar_kernels(t).dequantize_row(src, dst, n);
+}
+void quantize_row(DType t, const float* src, void* dst, int64_t n) {
+  scalar_kernels(t).quantize_row(src, dst, n);
+}
+float vec_dot(DType t, int64_t n, const void* a, const void* b) {
+  return scalar_kernels(t).vec_dot(n, a, b);
+}
+
+}  // namespace ref
+
+void fill_scalar_kernels(KernelTable& table) {
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                  DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                  DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+    table.type[static_cast<uint32_t>(t)] = ref::scalar_kernels(t);
+  }
+  table.level = "scalar";
+}
+
+}  // namespace inferd::kernels

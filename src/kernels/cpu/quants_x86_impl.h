@@ -1,0 +1,624 @@
+// x86 SIMD kernels shared by quants_avx2.cpp and quants_avx512.cpp.
+//
+// This file is textually included by those two translation units only (inside
+// an anonymous namespace, so each gets private copies compiled for its own
+// instruction set). INFERD_X86_AVX512 selects the AVX-512/VNNI variants of the
+// few primitives where they pay; everything else is plain AVX2+FMA+F16C.
+//
+// Integer dot products: every helper returns eight int32 lanes, each holding
+// the sum of four adjacent byte products, whichever instruction computes it
+// (VNNI dpbusd or maddubs+madd) — so both levels produce identical integers.
+//
+// Each dot-product kernel is a template over NT, the number of activation rows
+// it handles at once: the weight block is unpacked once and reused NT times,
+// and each row's arithmetic is exactly the NT=1 sequence, so results never
+// depend on how the caller batches tokens.
+//
+// Requires before inclusion: <immintrin.h>, <cstring>, quants_blocks.h, kernel_table.h.
+
+#ifndef INFERD_X86_AVX512
+#error "define INFERD_X86_AVX512 to 0 or 1 before including quants_x86_impl.h"
+#endif
+
+inline float fp16(uint16_t h) { return _cvtsh_ss(h); }
+inline uint16_t to_fp16(float f) { return _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT); }
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm_cvtsi128_si32(s);
+}
+
+// u (unsigned bytes) . s (signed bytes), four products per int32 lane.
+inline __m256i dot_u8s8(__m256i u, __m256i s) {
+#if INFERD_X86_AVX512
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+// Signed . signed: move a's sign onto b so a can be treated as unsigned.
+// (Exact unless both bytes are -128, which our quantizers never produce.)
+inline __m256i dot_s8s8(__m256i a, __m256i b) {
+  return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+// u . s with lanes 0-3 (bytes 0-15) scaled by one int16 and lanes 4-7 by
+// another, given as `scales` = 8 copies of each. Used by the K-quants, whose
+// products stay far from int16 saturation (at most 2*63*127).
+inline __m256i dot_u8s8_scaled(__m256i u, __m256i s, __m256i scales) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), scales);
+}
+inline __m256i scale_pair(int lo, int hi) {
+  return _mm256_setr_m128i(_mm_set1_epi16(static_cast<int16_t>(lo)),
+                           _mm_set1_epi16(static_cast<int16_t>(hi)));
+}
+
+inline __m256i load256(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high nibbles.
+inline __m256i unpack_nibbles(const uint8_t* qs) {
+  const __m128i t = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i v = _mm256_setr_m128i(t, _mm_srli_epi16(t, 4));
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
+}
+
+// 32 bits -> 32 bytes, byte i = 0xff if bit i is set, else 0.
+inline __m256i bits_to_bytes(const uint8_t* p) {
+  uint32_t bits;
+  std::memcpy(&bits, p, 4);
+#if INFERD_X86_AVX512
+  return _mm256_movm_epi8(bits);
+#else
+  const __m256i shuf = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,  //
+                                        2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+  const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(bits)), shuf);
+  const __m256i bit = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ULL));
+  return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+#endif
+}
+
+// ---- legacy formats (32-element blocks) --------------------------------------
+// Two accumulators per row (even/odd blocks) hide the FMA latency.
+
+template <class YBlock>
+inline const YBlock* yrow(const void* b, size_t stride, int t) {
+  return reinterpret_cast<const YBlock*>(static_cast<const uint8_t*>(b) + stride * t);
+}
+
+// Signed weights x in [-16, 15] (Q4_0/Q5_0/Q8_0) against Q8_0.
+struct LegacySymmetric {
+  template <int NT, class Block, class Unpack>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
+    const Block* x = static_cast<const Block*>(a);
+    const int64_t nb = n / kQK;
+    __m256 acc[NT][2];
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; ++i) {
+      const __m256i q = unpack(x[i]);
+      const __m256i uq = _mm256_sign_epi8(q, q);
+      const float dx = fp16(x[i].d);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_0& y = yrow<BlockQ8_0>(b, bs, t)[i];
+        const __m256i s = dot_u8s8(uq, _mm256_sign_epi8(load256(y.qs), q));
+        acc[t][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dx * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[t][i & 1]);
+      }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+  }
+};
+
+// Unsigned weights x in [0, 31] with an offset m (Q4_1/Q5_1) against Q8_1:
+// x.y = d*dy*sum(q*qy) + m*s, with s = dy*sum(qy) precomputed in the Q8_1 block.
+struct LegacyAsymmetric {
+  template <int NT, class Block, class Unpack>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
+    const Block* x = static_cast<const Block*>(a);
+    const int64_t nb = n / kQK;
+    __m256 acc[NT][2];
+    float summs[NT];
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), summs[t] = 0.0f;
+    for (int64_t i = 0; i < nb; ++i) {
+      const __m256i q = unpack(x[i]);
+      const float dx = fp16(x[i].d), mx = fp16(x[i].m);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_1& y = yrow<BlockQ8_1>(b, bs, t)[i];
+        const __m256i s = dot_u8s8(q, load256(y.qs));
+        acc[t][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dx * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[t][i & 1]);
+        summs[t] += mx * fp16(y.s);
+      }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + summs[t];
+  }
+};
+
+struct KQ4_0 {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    LegacySymmetric::run<NT, BlockQ4_0>(n, a, b, bs, out, [](const BlockQ4_0& x) {
+      return _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8));
+    });
+  }
+};
+
+struct KQ5_0 {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    LegacySymmetric::run<NT, BlockQ5_0>(n, a, b, bs, out, [](const BlockQ5_0& x) {
+      // q - 16 = nibble when the 5th bit is set, nibble - 16 (= nibble | 0xf0) when not.
+      const __m256i high = _mm256_andnot_si256(bits_to_bytes(x.qh), _mm256_set1_epi8(static_cast<char>(0xf0)));
+      return _mm256_or_si256(unpack_nibbles(x.qs), high);
+    });
+  }
+};
+
+struct KQ8_0 {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    LegacySymmetric::run<NT, BlockQ8_0>(n, a, b, bs, out,
+                                        [](const BlockQ8_0& x) { return load256(x.qs); });
+  }
+};
+
+struct KQ4_1 {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    LegacyAsymmetric::run<NT, BlockQ4_1>(n, a, b, bs, out,
+                                         [](const BlockQ4_1& x) { return unpack_nibbles(x.qs); });
+  }
+};
+
+struct KQ5_1 {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    LegacyAsymmetric::run<NT, BlockQ5_1>(n, a, b, bs, out, [](const BlockQ5_1& x) {
+      const __m256i high = _mm256_and_si256(bits_to_bytes(x.qh), _mm256_set1_epi8(0x10));
+      return _mm256_or_si256(unpack_nibbles(x.qs), high);
+    });
+  }
+};
+
+// ---- K-quants (256-element super-blocks) against Q8_K ---------------------------
+// Per super-block: an int32x8 of scale-weighted integer sums -> one FMA with
+// d*dy, and (for formats with mins) a scalar dmin*dy * sum(min * bsums).
+
+inline void k4_scales_mins(const uint8_t* s, int* sc, int* m) {
+  for (int j = 0; j < 4; ++j) {
+    sc[j] = s[j] & 63;
+    m[j] = s[j + 4] & 63;
+    sc[j + 4] = (s[j + 8] & 0xf) | ((s[j] >> 6) << 4);
+    m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
+  }
+}
+
+// What a K-quant block contributes besides its quants: per group of 16, an
+// integer offset (quants are stored biased, so sum(offset_g * sum(qy in g)) is
+// subtracted) and a min (weighted by dmin instead of d).
+struct KBlockInfo {
+  int offset[16];
+  int min[16];
+  float d, dmin;
+  bool has_min;
+};
+
+// Q4_K/Q5_K/Q2_K/Q3_K/Q6_K share this driver: `unpack` fills 8 vectors of 32
+// unsigned quants (elements 32k..32k+31) and their scale pairs, and returns the
+// integer correction to subtract (offsets folded through bsums) per row.
+struct KQuantDriver {
+  template <int NT, class Block, class Unpack>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
+    const Block* x = static_cast<const Block*>(a);
+    const int64_t nb = n / kQK_K;
+    __m256 acc[NT][2];
+    float summs[NT];
+    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), summs[t] = 0.0f;
+    __m256i q[8], sc[8];
+    for (int64_t i = 0; i < nb; ++i) {
+      KBlockInfo info;
+      unpack(x[i], q, sc, info);
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_K& y = yrow<BlockQ8_K>(b, bs, t)[i];
+        __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
+        __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
+        for (int k = 2; k < 8; k += 2) {
+          p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]));
+          p1 = _mm256_add_epi32(p1, dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
+        }
+        // Offsets: sum over groups of 16 of offset_g * sum(qy in g).
+        int offset_sum = 0, min_sum = 0;
+        for (int g = 0; g < 16; ++g) {
+          offset_sum += info.offset[g] * y.bsums[g];
+          min_sum += info.min[g] * y.bsums[g];
+        }
+        __m256i p = _mm256_add_epi32(p0, p1);
+        p = _mm256_sub_epi32(p, _mm256_setr_epi32(offset_sum, 0, 0, 0, 0, 0, 0, 0));
+        acc[t][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t][i & 1]);
+        if (info.has_min) summs[t] -= (info.dmin * y.d) * static_cast<float>(min_sum);
+      }
+    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + summs[t];
+  }
+};
+
+struct KQ4_K {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    KQuantDriver::run<NT, BlockQ4_K>(n, a, b, bs, out, [](const BlockQ4_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      int s[8], m[8];
+      k4_scales_mins(x.scales, s, m);
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = load256(x.qs + 32 * c);
+        q[2 * c] = _mm256_and_si256(v, m4);
+        q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        sc[2 * c] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c]));
+        sc[2 * c + 1] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c + 1]));
+      }
+      for (int g = 0; g < 16; ++g) info.min[g] = m[g / 2], info.offset[g] = 0;
+      info.d = fp16(x.d);
+      info.dmin = fp16(x.dmin);
+      info.has_min = true;
+    });
+  }
+};
+
+struct KQ5_K {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    KQuantDriver::run<NT, BlockQ5_K>(n, a, b, bs, out, [](const BlockQ5_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      int s[8], m[8];
+      k4_scales_mins(x.scales, s, m);
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      const __m256i bit4 = _mm256_set1_epi8(0x10);
+      const __m256i qh = load256(x.qh);
+      for (int c = 0; c < 4; ++c) {
+        const __m256i v = load256(x.qs + 32 * c);
+        // 5th bit of element 32k+l is bit k of qh[l]; move it to bit 4.
+        const __m256i h0 = _mm256_and_si256(c * 2 <= 4 ? _mm256_slli_epi16(qh, 4 - 2 * c) : _mm256_srli_epi16(qh, 2 * c - 4), bit4);
+        const __m256i h1 = _mm256_and_si256(c * 2 + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - 2 * c) : _mm256_srli_epi16(qh, 2 * c - 3), bit4);
+        q[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4), h0);
+        q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h1);
+        sc[2 * c] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c]));
+        sc[2 * c + 1] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c + 1]));
+      }
+      for (int g = 0; g < 16; ++g) info.min[g] = m[g / 2], info.offset[g] = 0;
+      info.d = fp16(x.d);
+      info.dmin = fp16(x.dmin);
+      info.has_min = true;
+    });
+  }
+};
+
+struct KQ6_K {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    KQuantDriver::run<NT, BlockQ6_K>(n, a, b, bs, out, [](const BlockQ6_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      const __m256i m4 = _mm256_set1_epi8(0x0f);
+      const __m256i m3 = _mm256_set1_epi8(0x30);
+      for (int h = 0; h < 2; ++h) {
+        const __m256i l0 = load256(x.ql + 64 * h);
+        const __m256i l1 = load256(x.ql + 64 * h + 32);
+        const __m256i qh = load256(x.qh + 32 * h);
+        __m256i* qq = q + 4 * h;
+        qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m3));
+        qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3));
+        qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m3));
+        qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
+      }
+      for (int k = 0; k < 8; ++k) sc[k] = scale_pair(x.scales[2 * k], x.scales[2 * k + 1]);
+      // Quants are stored +32: subtract 32 * scale_g * sum(qy in g).
+      for (int g = 0; g < 16; ++g) info.offset[g] = 32 * x.scales[g], info.min[g] = 0;
+      info.d = fp16(x.d);
+      info.dmin = 0.0f;
+      info.has_min = false;
+    });
+  }
+};
+
+struct KQ3_K {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    KQuantDriver::run<NT, BlockQ3_K>(n, a, b, bs, out, [](const BlockQ3_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      const __m256i m2 = _mm256_set1_epi8(3);
+      const __m256i hm = load256(x.hmask);
+      for (int k = 0; k < 8; ++k) {
+        // Element 32k+l: bits 2*(k%4) of qs[32*(k/4)+l], high bit = bit k of hmask[l].
+        const __m256i v = load256(x.qs + 32 * (k / 4));
+        const __m256i low = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (k % 4)), m2);
+        const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
+        const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
+        q[k] = _mm256_or_si256(low, high);  // stored value q+4 in [0, 7]
+      }
+      int s[16];
+      for (int g = 0; g < 16; ++g) {
+        const int lo = (g < 8 ? x.scales[g] : x.scales[g - 8] >> 4) & 0xf;
+        const int hi = (x.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+        s[g] = (lo | (hi << 4)) - 32;
+        info.offset[g] = 4 * s[g];
+        info.min[g] = 0;
+      }
+      for (int k = 0; k < 8; ++k) sc[k] = scale_pair(s[2 * k], s[2 * k + 1]);
+      info.d = fp16(x.d);
+      info.dmin = 0.0f;
+      info.has_min = false;
+    });
+  }
+};
+
+struct KQ2_K {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    KQuantDriver::run<NT, BlockQ2_K>(n, a, b, bs, out, [](const BlockQ2_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      const __m256i m2 = _mm256_set1_epi8(3);
+      for (int k = 0; k < 8; ++k) {
+        const __m256i v = load256(x.qs + 32 * (k / 4));
+        q[k] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (k % 4)), m2);
+        sc[k] = scale_pair(x.scales[2 * k] & 0xf, x.scales[2 * k + 1] & 0xf);
+      }
+      for (int g = 0; g < 16; ++g) info.min[g] = x.scales[g] >> 4, info.offset[g] = 0;
+      info.d = fp16(x.d);
+      info.dmin = fp16(x.dmin);
+      info.has_min = true;
+    });
+  }
+};
+
+// ---- float dot products ------------------------------------------------------
+
+#if INFERD_X86_AVX512
+inline float hsum512(__m512 v) {
+  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+}
+#endif
+
+struct KF16 {
+  template <int NT>
+  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
+    const uint16_t* a = static_cast<const uint16_t*>(va);
+    for (int t = 0; t < NT; ++t) {
+      const uint16_t* b = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(vb) + bs * t);
+      int64_t i = 0;
+      float sum = 0.0f;
+#if INFERD_X86_AVX512
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+      for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(load256(a + i)), _mm512_cvtph_ps(load256(b + i)), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(load256(a + i + 16)), _mm512_cvtph_ps(load256(b + i + 16)), acc1);
+      }
+      sum = hsum512(_mm512_add_ps(acc0, acc1));
+#else
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      for (; i + 16 <= n; i += 16) {
+        const __m128i* pa = reinterpret_cast<const __m128i*>(a + i);
+        const __m128i* pb = reinterpret_cast<const __m128i*>(b + i);
+        acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(pa)), _mm256_cvtph_ps(_mm_loadu_si128(pb)), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(pa + 1)), _mm256_cvtph_ps(_mm_loadu_si128(pb + 1)), acc1);
+      }
+      sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+      for (; i < n; ++i) sum += fp16(a[i]) * fp16(b[i]);
+      out[t] = sum;
+    }
+  }
+};
+
+struct KF32 {
+  template <int NT>
+  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
+    const float* a = static_cast<const float*>(va);
+    for (int t = 0; t < NT; ++t) {
+      const float* b = reinterpret_cast<const float*>(static_cast<const uint8_t*>(vb) + bs * t);
+      int64_t i = 0;
+      float sum = 0.0f;
+#if INFERD_X86_AVX512
+      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+      for (; i + 32 <= n; i += 32) {
+        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
+        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
+      }
+      sum = hsum512(_mm512_add_ps(acc0, acc1));
+#else
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
+      }
+      sum = hsum(_mm256_add_ps(acc0, acc1));
+#endif
+      for (; i < n; ++i) sum += a[i] * b[i];
+      out[t] = sum;
+    }
+  }
+};
+
+struct KBF16 {
+  template <int NT>
+  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
+    const uint16_t* a = static_cast<const uint16_t*>(va);
+    auto widen = [](const uint16_t* p) {
+      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    };
+    for (int t = 0; t < NT; ++t) {
+      const uint16_t* b = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(vb) + bs * t);
+      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+      int64_t i = 0;
+      for (; i + 16 <= n; i += 16) {
+        acc0 = _mm256_fmadd_ps(widen(a + i), widen(b + i), acc0);
+        acc1 = _mm256_fmadd_ps(widen(a + i + 8), widen(b + i + 8), acc1);
+      }
+      float sum = hsum(_mm256_add_ps(acc0, acc1));
+      for (; i < n; ++i) {
+        uint32_t ua = static_cast<uint32_t>(a[i]) << 16, ub = static_cast<uint32_t>(b[i]) << 16;
+        float fa, fb;
+        std::memcpy(&fa, &ua, 4);
+        std::memcpy(&fb, &ub, 4);
+        sum += fa * fb;
+      }
+      out[t] = sum;
+    }
+  }
+};
+
+template <class K>
+float vec_dot_one(int64_t n, const void* a, const void* b) {
+  float out;
+  K::template run<1>(n, a, b, 0, &out);
+  return out;
+}
+
+template <class K>
+void vec_dot_multi(int64_t n, const void* a, const void* b, size_t bs, int nb, float* out) {
+  switch (nb) {
+    case 4: K::template run<4>(n, a, b, bs, out); break;
+    case 3: K::template run<3>(n, a, b, bs, out); break;
+    case 2: K::template run<2>(n, a, b, bs, out); break;
+    default: K::template run<1>(n, a, b, bs, out); break;
+  }
+}
+
+// ---- activation quantizers (bit-exact with the scalar reference) ---------------
+
+inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+// roundf (half away from zero) of values well inside int range.
+inline __m256i round_away(__m256 v) {
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 frac = abs_ps(_mm256_sub_ps(v, t));  // exact
+  const __m256 up = _mm256_and_ps(_mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ),
+                                  _mm256_or_ps(_mm256_and_ps(v, _mm256_set1_ps(-0.0f)), _mm256_set1_ps(1.0f)));
+  return _mm256_cvttps_epi32(_mm256_add_ps(t, up));
+}
+
+// Four int32x8 (values within int8 range) -> 32 int8 in order.
+inline __m256i pack_4x8(__m256i a, __m256i b, __m256i c, __m256i d) {
+  const __m256i ab = _mm256_packs_epi32(a, b), cd = _mm256_packs_epi32(c, d);
+  return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+// Quantizes one block of 32 to int8 with scale amax/127; returns the f32 scale
+// and writes the int32 sum of the quants to *sum.
+inline float quantize_block32(const float* x, int8_t* qs, int* sum) {
+  __m256 v[4];
+  __m256 amax = _mm256_setzero_ps();
+  for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), amax = _mm256_max_ps(amax, abs_ps(v[k]));
+  const float d = hmax(amax) / 127;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int k = 0; k < 4; ++k) q[k] = round_away(_mm256_mul_ps(v[k], vid));
+  *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), pack_4x8(q[0], q[1], q[2], q[3]));
+  return d;
+}
+
+void quantize_row_q8_0(const float* x, void* dst, int64_t n) {
+  BlockQ8_0* y = static_cast<BlockQ8_0*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sum;
+    y[i].d = to_fp16(quantize_block32(x + i * kQK, y[i].qs, &sum));
+  }
+}
+
+void quantize_row_q8_1(const float* x, void* dst, int64_t n) {
+  BlockQ8_1* y = static_cast<BlockQ8_1*>(dst);
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sum;
+    const float d = quantize_block32(x + i * kQK, y[i].qs, &sum);
+    y[i].d = to_fp16(d);
+    y[i].s = to_fp16(static_cast<float>(sum) * d);
+  }
+}
+
+void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
+  BlockQ8_K* y = static_cast<BlockQ8_K*>(dst);
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    const float* x = src + i * kQK_K;
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < kQK_K; k += 8) amax = _mm256_max_ps(amax, abs_ps(_mm256_loadu_ps(x + k)));
+    const float am = hmax(amax);
+    if (!(am > 0.0f)) {
+      std::memset(&y[i], 0, sizeof(BlockQ8_K));
+      continue;
+    }
+    // The reference scales by the first element of largest magnitude (its sign matters).
+    float max = 0.0f;
+    const __m256 vam = _mm256_set1_ps(am);
+    for (int k = 0; k < kQK_K; k += 8) {
+      const int mask = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + k)), vam, _CMP_EQ_OQ));
+      if (mask != 0) {
+        max = x[k + __builtin_ctz(static_cast<unsigned>(mask))];
+        break;
+      }
+    }
+    const float iscale = -127.f / max;
+    const __m256 vs = _mm256_set1_ps(iscale);
+    for (int k = 0; k < kQK_K; k += 32) {
+      __m256i q[4];
+      for (int j = 0; j < 4; ++j) q[j] = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(x + k + 8 * j)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs + k), pack_4x8(q[0], q[1], q[2], q[3]));
+    }
+    for (int g = 0; g < kQK_K / 16; ++g) {
+      // Sum of 16 int8: widen to int16 pairs, then to int32.
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(y[i].qs + 16 * g));
+      const __m256i w = _mm256_cvtepi8_epi16(v);
+      const __m256i s32 = _mm256_madd_epi16(w, _mm256_set1_epi16(1));
+      y[i].bsums[g] = static_cast<int16_t>(hsum_epi32(s32));
+    }
+    y[i].d = 1 / iscale;
+  }
+}
+
+void quantize_row_f16(const float* x, void* dst, int64_t n) {
+  uint16_t* y = static_cast<uint16_t*>(dst);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(y + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) y[i] = to_fp16(x[i]);
+}
+
+template <class K>
+void set_dot(KernelTable& table, DType t) {
+  TypeKernels& k = table.type[static_cast<uint32_t>(t)];
+  k.vec_dot = vec_dot_one<K>;
+  k.vec_dot_multi = vec_dot_multi<K>;
+}
+
+void fill_x86(KernelTable& table) {
+  set_dot<KQ4_0>(table, DType::Q4_0);
+  set_dot<KQ4_1>(table, DType::Q4_1);
+  set_dot<KQ5_0>(table, DType::Q5_0);
+  set_dot<KQ5_1>(table, DType::Q5_1);
+  set_dot<KQ8_0>(table, DType::Q8_0);
+  set_dot<KQ2_K>(table, DType::Q2_K);
+  set_dot<KQ3_K>(table, DType::Q3_K);
+  set_dot<KQ4_K>(table, DType::Q4_K);
+  set_dot<KQ5_K>(table, DType::Q5_K);
+  set_dot<KQ6_K>(table, DType::Q6_K);
+  set_dot<KF16>(table, DType::F16);
+  set_dot<KF32>(table, DType::F32);
+  set_dot<KBF16>(table, DType::BF16);
+  table.type[static_cast<uint32_t>(DType::Q8_0)].quantize_row = quantize_row_q8_0;
+  table.type[static_cast<uint32_t>(DType::Q8_1)].quantize_row = quantize_row_q8_1;
+  table.type[static_cast<uint32_t>(DType::Q8_K)].quantize_row = quantize_row_q8_k;
+  table.type[static_cast<uint32_t>(DType::F16)].quantize_row = quantize_row_f16;
+}
