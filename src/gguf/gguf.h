@@ -3,6 +3,13 @@
 // The file is memory-mapped; metadata and tensor infos are parsed and fully
 // validated up front, so every accessor afterwards can trust what it returns.
 // A bad file is refused with an Error that names the problem.
+//
+// Beyond the format itself, validation enforces: tensor types known to DType,
+// rows a whole number of blocks, offsets aligned, tensors tiling the data
+// section in offset order (each padded to the alignment; no gaps, overlaps or
+// bytes past the end), and the expected types of well-known keys (e.g.
+// tokenizer.ggml.tokens is an array of STRING, <arch>.block_count an integer,
+// general.alignment a power-of-two UINT32). Nested arrays are refused.
 #pragma once
 #include <cstdint>
 #include <functional>
