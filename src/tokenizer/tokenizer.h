@@ -39,10 +39,20 @@ class Tokenizer {
   virtual bool is_control(int32_t id) const = 0;
   virtual const std::string& token_text(int32_t id) const = 0;  // vocabulary entry
   virtual std::string model_name() const = 0;  // "gpt2 (smollm)", "llama", ...
+
+ protected:
+  // What decode() returns: llama_detokenize(remove_special = false,
+  // unparse_special = render_special), i.e. the pieces joined, the encoder's
+  // space prefix taken off the first one, and llama.cpp's space clean-up for
+  // the models that use it. The default joins pieces.
+  virtual std::string detokenize(const std::vector<int32_t>& ids, bool render_special) const;
 };
 
 // Turns a stream of token ids into text without ever emitting half a UTF-8
 // character: bytes of an incomplete character are held until it completes.
+// The text is the pieces joined as they come (no space-prefix stripping or
+// clean-up, which need the whole text); every returned chunk is valid UTF-8,
+// with bytes that can never form a character replaced by U+FFFD.
 class IncrementalDecoder {
  public:
   explicit IncrementalDecoder(const Tokenizer& tok, bool render_special = false)

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Tokenizes every string of tests/data/tokenizer/corpus.jsonl with llama.cpp
+(through llama-cpp-python, vocabulary only) and writes the reference ids that
+tests/unit/tokenizer_test.cpp compares against.
+
+For each model it writes tests/data/tokenizer/<name>.expected.jsonl, one line
+per corpus entry:
+    {"id": N, "s": [...], "p": [...], "ds": "...", "dp": "..."}
+  s  = llama_tokenize(text, add_special=True,  parse_special=True)
+  p  = llama_tokenize(text, add_special=False, parse_special=False)
+  ds = llama_detokenize(s, remove_special=False, unparse_special=True)
+  dp = llama_detokenize(p, remove_special=False, unparse_special=False)
+  ("dp" is left out when equal to the text, "ds" when equal to the text after
+   the BOS piece if s starts with BOS, else to the text, to keep it small;
+   output that is not valid UTF-8 goes to "dsx"/"dpx" as hex instead.)
+and <name>.meta.json with vocabulary-wide facts: size, BOS/EOS, add-BOS flag,
+every end-of-generation id, and FNV-1a hashes over all token pieces.
+
+    python3 tools/reference/tokenizer_reference.py [--models-dir DIR]
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import llama_cpp
+
+MODELS = {
+    # expected-file name -> GGUF file name under the models directory
+    "smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf",
+    "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+}
+
+
+def _silence_logs():
+    @ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+    def _log(level, text, user_data):
+        pass
+
+    _silence_logs.keep = _log  # keep the callback alive
+    llama_cpp.llama_log_set(_log, ctypes.c_void_p())
+
+
+class Vocab:
+    def __init__(self, path):
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model = llama_cpp.llama_model_load_from_file(path.encode(), params)
+        if not self.model:
+            raise RuntimeError(f"cannot load {path}")
+        self.vocab = llama_cpp.llama_model_get_vocab(self.model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+
+    def tokenize(self, text: bytes, add_special: bool, parse_special: bool):
+        n_max = len(text) + 16
+        while True:
+            buf = (llama_cpp.llama_token * n_max)()
+            n = llama_cpp.llama_tokenize(self.vocab, text, len(text), buf, n_max, add_special, parse_special)
+            if n >= 0:
+                return list(buf[:n])
+            n_max = -n
+
+    def detokenize(self, ids, remove_special: bool, unparse_special: bool) -> bytes:
+        arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
+        size = 64 + 16 * len(ids)
+        while True:
+            out = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_detokenize(self.vocab, arr, len(ids), out, size, remove_special, unparse_special)
+            if n >= 0:
+                return out.raw[:n]
+            size = -n + 1
+
+    def piece(self, tok: int, special: bool) -> bytes:
+        size = 64
+        while True:
+            out = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self.vocab, tok, out, size, 0, special)
+            if n >= 0:
+                return out.raw[:n]
+            size = -n
+
+
+def ranges(ids):
+    """[1, 2, 3, 7] -> [[1, 3], [7, 7]]"""
+    out = []
+    for t in ids:
+        if out and out[-1][1] == t - 1:
+            out[-1][1] = t
+        else:
+            out.append([t, t])
+    return out
+
+
+def fnv1a64(chunks):
+    h = 0xCBF29CE484222325
+    for b in chunks:
+        for byte in len(b).to_bytes(4, "little") + b:
+            h ^= byte
+            h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def write_model(name, path, corpus, out_dir):
+    v = Vocab(path)
+    bos = llama_cpp.llama_vocab_bos(v.vocab)
+    bos_piece = v.piece(bos, True) if bos >= 0 else b""
+    lines = []
+    for e in corpus:
+        text = e["text"].encode("utf-8")
+        s = v.tokenize(text, True, True)
+        p = v.tokenize(text, False, False)
+        rec = {"id": e["id"], "s": s, "p": p}
+        ds = v.detokenize(s, False, True)
+        dp = v.detokenize(p, False, False)
+        # The usual case, text or BOS + text, is implied and not written.
+        usual_ds = bos_piece + text if s[:1] == [bos] else text
+        for key, val, usual in (("ds", ds, usual_ds), ("dp", dp, text)):
+            if val == usual:
+                continue
+            try:
+                rec[key] = val.decode("utf-8")
+            except UnicodeDecodeError:
+                rec[key + "x"] = val.hex()
+        lines.append(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
+    with open(os.path.join(out_dir, f"{name}.expected.jsonl"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+
+    vocab = v.vocab
+    meta = {
+        "gguf": os.path.basename(path),
+        "n_vocab": v.n_vocab,
+        "bos": llama_cpp.llama_vocab_bos(vocab),
+        "eos": llama_cpp.llama_vocab_eos(vocab),
+        "eot": llama_cpp.llama_vocab_eot(vocab),
+        "add_bos": bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+        "add_eos": bool(llama_cpp.llama_vocab_get_add_eos(vocab)),
+        "eog": [t for t in range(v.n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, t)],
+        "control_ranges": ranges(t for t in range(v.n_vocab) if llama_cpp.llama_vocab_is_control(vocab, t)),
+        # FNV-1a 64 over (u32 little-endian length, bytes) of every token's piece, in id order.
+        "piece_hash_special": "%016x" % fnv1a64(v.piece(t, True) for t in range(v.n_vocab)),
+        "piece_hash_plain": "%016x" % fnv1a64(v.piece(t, False) for t in range(v.n_vocab)),
+    }
+    with open(os.path.join(out_dir, f"{name}.meta.json"), "w") as f:
+        json.dump(meta, f, separators=(",", ":"))
+        f.write("\n")
+    print(f"{name}: {len(lines)} entries, {len(meta['eog'])} EOG ids")
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    data_dir = os.path.normpath(os.path.join(here, "..", "..", "tests", "data", "tokenizer"))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--models-dir", default=os.environ.get(
+        "INFERD_MODEL_DIR", os.path.expanduser("~/.cache/inferd/models")))
+    ap.add_argument("--only", help="only this model name")
+    args = ap.parse_args()
+    _silence_logs()
+    llama_cpp.llama_backend_init()
+    with open(os.path.join(data_dir, "corpus.jsonl"), encoding="utf-8") as f:
+        corpus = [json.loads(line) for line in f]
+    for name, file in MODELS.items():
+        if args.only and name != args.only:
+            continue
+        path = os.path.join(args.models_dir, file)
+        if not os.path.exists(path):
+            print(f"{name}: {path} not found, skipped", file=sys.stderr)
+            continue
+        write_model(name, path, corpus, data_dir)
+
+
+if __name__ == "__main__":
+    main()
