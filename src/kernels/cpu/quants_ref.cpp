@@ -336,10 +336,10 @@ void unpack(const BlockQ6_K& b, KUnpacked& u) {
 }
 
 template <class Block>
-void dequantize_k(const void* src, float* y, int64_t nb) {
+void dequantize_k(const void* src, float* y, int64_t n) {
   const Block* x = static_cast<const Block*>(src);
   KUnpacked u;
-  for (int64_t i = 0; i < nb; ++i, y += kQK_K) {
+  for (int64_t i = 0; i < n / kQK_K; ++i, y += kQK_K) {
     unpack(x[i], u);
     const int gsize = kQK_K / u.groups;
     for (int e = 0; e < kQK_K; ++e) {

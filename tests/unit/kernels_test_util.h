@@ -1,0 +1,68 @@
+// Helpers shared by the kernels_* unit tests.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants.h"
+
+namespace inferd::kernels::testing {
+
+inline const std::vector<DType>& weight_types() {
+  static const std::vector<DType> types = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
+                                           DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
+                                           DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
+                                           DType::Q6_K};
+  return types;
+}
+
+inline const std::vector<DType>& all_types() {
+  static const std::vector<DType> types = {
+      DType::F32,  DType::F16,  DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1,
+      DType::Q8_0, DType::Q8_1, DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+      DType::Q8_K};
+  return types;
+}
+
+// Every SIMD level this machine can run, scalar first.
+inline std::vector<SimdLevel> runnable_levels() {
+  std::vector<SimdLevel> levels;
+  for (int l = 0; l <= static_cast<int>(best_simd_level()); ++l) levels.push_back(static_cast<SimdLevel>(l));
+  return levels;
+}
+
+inline const char* level_name(SimdLevel l) {
+  return l == SimdLevel::kScalar ? "scalar" : l == SimdLevel::kAvx2 ? "avx2" : "avx512";
+}
+
+inline std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = dist(rng);
+  return v;
+}
+
+inline std::vector<uint8_t> quantize_ref(DType t, const std::vector<float>& x) {
+  std::vector<uint8_t> q(row_bytes(t, static_cast<int64_t>(x.size())));
+  ref::quantize_row(t, x.data(), q.data(), static_cast<int64_t>(x.size()));
+  return q;
+}
+
+inline std::vector<float> dequantize_ref(DType t, const void* q, int64_t n) {
+  std::vector<float> x(static_cast<size_t>(n));
+  ref::dequantize_row(t, q, x.data(), n);
+  return x;
+}
+
+inline uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+}  // namespace inferd::kernels::testing
