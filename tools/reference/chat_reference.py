@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Reference renderings of chat templates, made with llama.cpp (through
+llama-cpp-python), for tests/unit/chat_template_test.cpp.
+
+Each conversation is rendered twice, independently:
+  * by llama-cpp-python's Jinja2 formatter (llama_cpp.llama_chat_format.
+    Jinja2ChatFormatter), which runs the model's Jinja template the way Hugging
+    Face transformers does (trim_blocks, lstrip_blocks, raise_exception, ...);
+  * by llama.cpp's C API llama_chat_apply_template, which does not run Jinja at
+    all: it recognises the template family (chatml, gemma) and formats the
+    conversation with built-in C++ code.
+The two must agree (up to the documented differences of the built-in formats,
+spelled out below) before the Jinja2 rendering is written out as the expected
+prompt.
+
+Outputs (committed):
+  tests/data/chat/smollm2_three_turn.json  SmolLM2's template (read from the GGUF
+                                           key tokenizer.chat_template) + cases
+  tests/data/chat/gemma3_cases.json        cases for tests/data/chat/gemma3.jinja
+
+tests/data/chat/gemma3.jinja is the official Gemma 3 chat template from the
+google/gemma-3-*-it tokenizer_config.json ("chat_template"); the Gemma 3 GGUF
+on this machine embeds no template. It is input to this script, not output.
+
+Usage: python3 tools/reference/chat_reference.py [--model-dir DIR] [--out DIR]
+"""
+import argparse
+import ctypes
+import json
+import os
+import sys
+
+import llama_cpp
+from llama_cpp import Llama
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SYSTEM = "You are a concise assistant. Answer in one sentence."
+THREE_TURNS = [
+    {"role": "user", "content": "What is the capital of France?"},
+    {"role": "assistant", "content": "The capital of France is Paris."},
+    {"role": "user", "content": "And how many people live there?  "},
+]
+
+
+def with_system(messages):
+    return [{"role": "system", "content": SYSTEM}] + messages
+
+
+def jinja_render(template, messages, bos, eos, add_generation_prompt):
+    formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos,
+                                    add_generation_prompt=add_generation_prompt)
+    return formatter(messages=messages).prompt
+
+
+def llama_cpp_builtin_render(template, messages, add_generation_prompt):
+    """llama.cpp's C++ formatter for the template family it detects."""
+    # Keep the encoded strings alive while the C call reads them.
+    roles = [m["role"].encode() for m in messages]
+    contents = [m["content"].encode() for m in messages]
+    chat = (llama_cpp.llama_chat_message * len(messages))()
+    for i in range(len(messages)):
+        chat[i].role = roles[i]
+        chat[i].content = contents[i]
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        n = llama_cpp.llama_chat_apply_template(template.encode(), chat, len(messages),
+                                                add_generation_prompt, buf, size)
+        if n < 0:
+            raise RuntimeError("llama_chat_apply_template did not recognise the template")
+        if n <= size:
+            return buf.raw[:n].decode()
+        size = n
+
+
+def check_equal(what, got, want):
+    if got != want:
+        sys.exit(f"MISMATCH in {what}:\n--- llama.cpp C API ---\n{got!r}\n--- Jinja2 ---\n{want!r}")
+    print(f"agree: {what}")
+
+
+def load_vocab(path):
+    model = Llama(model_path=path, vocab_only=True, verbose=False)
+    bos = model._model.token_get_text(model.token_bos())
+    eos = model._model.token_get_text(model.token_eos())
+    return model, bos, eos
+
+
+def smollm2_cases(model_dir):
+    path = os.path.join(model_dir, "SmolLM2-135M-Instruct.Q4_1.gguf")
+    model, bos, eos = load_vocab(path)
+    template = model.metadata["tokenizer.chat_template"]
+    # SmolLM2's template inserts this system prompt when the conversation has none.
+    default_system = template.split("<|im_start|>system\n", 1)[1].split("<|im_end|>", 1)[0]
+
+    cases = []
+    for name, messages, add_gen in [
+        ("system_three_turn", with_system(THREE_TURNS), True),
+        ("system_three_turn_no_generation_prompt", with_system(THREE_TURNS), False),
+        ("no_system_three_turn", THREE_TURNS, True),
+    ]:
+        expected = jinja_render(template, messages, bos, eos, add_gen)
+        # llama.cpp's built-in chatml does not add SmolLM2's default system
+        # prompt, so give it explicitly when the conversation has none.
+        builtin_messages = messages
+        if messages[0]["role"] != "system":
+            builtin_messages = [{"role": "system", "content": default_system}] + messages
+        check_equal(f"smollm2/{name}",
+                    llama_cpp_builtin_render(template, builtin_messages, add_gen), expected)
+        cases.append({"name": name, "messages": messages,
+                      "add_generation_prompt": add_gen, "expected": expected})
+    return {
+        "source": "tokenizer.chat_template of SmolLM2-135M-Instruct.Q4_1.gguf; expected "
+                  "renderings by llama-cpp-python Jinja2ChatFormatter, cross-checked "
+                  "against llama_chat_apply_template (tools/reference/chat_reference.py)",
+        "template": template,
+        "bos_token": bos,
+        "eos_token": eos,
+        "cases": cases,
+    }
+
+
+def gemma3_cases(model_dir, data_dir):
+    with open(os.path.join(data_dir, "gemma3.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    _, bos, eos = load_vocab(os.path.join(model_dir, "gemma-3-270m-q4_k_m.gguf"))
+
+    cases = []
+    for name, messages, add_gen in [
+        ("system_three_turn", with_system(THREE_TURNS), True),
+        ("no_system_three_turn", THREE_TURNS, True),
+        ("no_system_three_turn_no_generation_prompt", THREE_TURNS, False),
+    ]:
+        expected = jinja_render(template, messages, bos, eos, add_gen)
+        # llama.cpp's built-in gemma format: same turns, but it writes no BOS
+        # (llama.cpp adds that when tokenizing).
+        check_equal(f"gemma3/{name}",
+                    bos + llama_cpp_builtin_render(template, messages, add_gen), expected)
+        cases.append({"name": name, "messages": messages,
+                      "add_generation_prompt": add_gen, "expected": expected})
+
+    # The template refuses conversations whose roles do not alternate.
+    bad = [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+    try:
+        jinja_render(template, bad, bos, eos, True)
+        sys.exit("gemma3 template accepted two user turns in a row")
+    except Exception as e:  # jinja2 raises what raise_exception() was given
+        error = str(e)
+    return {
+        "source": "tests/data/chat/gemma3.jinja (official Gemma 3 template); expected "
+                  "renderings by llama-cpp-python Jinja2ChatFormatter, cross-checked "
+                  "against llama_chat_apply_template (tools/reference/chat_reference.py)",
+        "bos_token": bos,
+        "eos_token": eos,
+        "cases": cases,
+        "error_cases": [{"name": "roles_do_not_alternate", "messages": bad,
+                         "add_generation_prompt": True, "error": error}],
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model-dir", default=os.environ.get(
+        "INFERD_MODEL_DIR", os.path.expanduser("~/.cache/inferd/models")))
+    parser.add_argument("--out", default=os.path.join(REPO, "tests", "data", "chat"))
+    args = parser.parse_args()
+
+    outputs = {
+        "smollm2_three_turn.json": smollm2_cases(args.model_dir),
+        "gemma3_cases.json": gemma3_cases(args.model_dir, args.out),
+    }
+    for name, data in outputs.items():
+        with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        print(f"wrote {os.path.join(args.out, name)}")
+
+
+if __name__ == "__main__":
+    main()
