@@ -12,7 +12,11 @@
 namespace inferd {
 
 namespace {
-constexpr int kSpinIterations = 200000;
+// Busy-wait first (a parallel region is often only microseconds away), then
+// yield the core (another process may need it: spinning on an oversubscribed
+// machine starves the very thread we wait for), then sleep.
+constexpr int kSpinIterations = 4000;
+constexpr int kYieldIterations = 20000;
 }
 
 ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
@@ -42,15 +46,17 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
   cv_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) INFERD_PAUSE();
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kSpinIterations) INFERD_PAUSE(); else std::this_thread::yield();
+  }
 }
 
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t gen = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
-      INFERD_PAUSE();
+    for (int spin = 0; gen == seen && spin < kSpinIterations + kYieldIterations; ++spin) {
+      if (spin < kSpinIterations) INFERD_PAUSE(); else std::this_thread::yield();
       gen = generation_.load(std::memory_order_acquire);
     }
     if (gen == seen) {
