@@ -88,11 +88,19 @@ inline __m256i bits_to_bytes(const uint8_t* p) {
 }
 
 // ---- legacy formats (32-element blocks) --------------------------------------
-// Two accumulators per row (even/odd blocks) hide the FMA latency.
+// Blocks are taken in pairs with one accumulator each (even/odd), written out
+// so the accumulators stay in registers and two FMA chains overlap.
 
 template <class YBlock>
 inline const YBlock* yrow(const void* b, size_t stride, int t) {
   return reinterpret_cast<const YBlock*>(static_cast<const uint8_t*>(b) + stride * t);
+}
+
+// Two consecutive f16 fields (d and m, or d and s) -> f32 lanes 0 and 1.
+inline __m128 load_f16_pair(const uint16_t* p) {
+  uint32_t u;
+  std::memcpy(&u, p, 4);
+  return _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(u)));
 }
 
 // Signed weights x in [-16, 15] (Q4_0/Q5_0/Q8_0) against Q8_0.
@@ -101,43 +109,61 @@ struct LegacySymmetric {
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK;
-    __m256 acc[NT][2];
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < nb; ++i) {
+    const BlockQ8_0* y[NT];
+    __m256 acc0[NT], acc1[NT];
+    for (int t = 0; t < NT; ++t) {
+      y[t] = yrow<BlockQ8_0>(b, bs, t);
+      acc0[t] = acc1[t] = _mm256_setzero_ps();
+    }
+    auto step = [&](int64_t i, __m256* acc) {
       const __m256i q = unpack(x[i]);
       const __m256i uq = _mm256_sign_epi8(q, q);
       const float dx = fp16(x[i].d);
       for (int t = 0; t < NT; ++t) {
-        const BlockQ8_0& y = yrow<BlockQ8_0>(b, bs, t)[i];
-        const __m256i s = dot_u8s8(uq, _mm256_sign_epi8(load256(y.qs), q));
-        acc[t][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dx * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[t][i & 1]);
+        const __m256i s = dot_u8s8(uq, _mm256_sign_epi8(load256(y[t][i].qs), q));
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * fp16(y[t][i].d)), _mm256_cvtepi32_ps(s), acc[t]);
       }
-    }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1]));
+    };
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) step(i, acc0), step(i + 1, acc1);
+    if (i < nb) step(i, acc0);
+    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t]));
   }
 };
 
 // Unsigned weights x in [0, 31] with an offset m (Q4_1/Q5_1) against Q8_1:
 // x.y = d*dy*sum(q*qy) + m*s, with s = dy*sum(qy) precomputed in the Q8_1 block.
+// (d, m) * (dy, s) is one vector multiply; lane 1 accumulates the m*s terms.
 struct LegacyAsymmetric {
   template <int NT, class Block, class Unpack>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK;
-    __m256 acc[NT][2];
-    float summs[NT];
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), summs[t] = 0.0f;
-    for (int64_t i = 0; i < nb; ++i) {
-      const __m256i q = unpack(x[i]);
-      const float dx = fp16(x[i].d), mx = fp16(x[i].m);
-      for (int t = 0; t < NT; ++t) {
-        const BlockQ8_1& y = yrow<BlockQ8_1>(b, bs, t)[i];
-        const __m256i s = dot_u8s8(q, load256(y.qs));
-        acc[t][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(dx * fp16(y.d)), _mm256_cvtepi32_ps(s), acc[t][i & 1]);
-        summs[t] += mx * fp16(y.s);
-      }
+    const BlockQ8_1* y[NT];
+    __m256 acc0[NT], acc1[NT];
+    __m128 accm0[NT], accm1[NT];
+    for (int t = 0; t < NT; ++t) {
+      y[t] = yrow<BlockQ8_1>(b, bs, t);
+      acc0[t] = acc1[t] = _mm256_setzero_ps();
+      accm0[t] = accm1[t] = _mm_setzero_ps();
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + summs[t];
+    auto step = [&](int64_t i, __m256* acc, __m128* accm) {
+      const __m256i q = unpack(x[i]);
+      const __m128 dm = load_f16_pair(&x[i].d);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i s = dot_u8s8(q, load256(y[t][i].qs));
+        const __m128 prod = _mm_mul_ps(dm, load_f16_pair(&y[t][i].d));  // (d*dy, m*s)
+        acc[t] = _mm256_fmadd_ps(_mm256_broadcastss_ps(prod), _mm256_cvtepi32_ps(s), acc[t]);
+        accm[t] = _mm_add_ps(accm[t], prod);
+      }
+    };
+    int64_t i = 0;
+    for (; i + 1 < nb; i += 2) step(i, acc0, accm0), step(i + 1, acc1, accm1);
+    if (i < nb) step(i, acc0, accm0);
+    for (int t = 0; t < NT; ++t) {
+      const __m128 m = _mm_add_ps(accm0[t], accm1[t]);
+      out[t] = hsum(_mm256_add_ps(acc0[t], acc1[t])) + _mm_cvtss_f32(_mm_movehdup_ps(m));
+    }
   }
 };
 
@@ -218,9 +244,9 @@ struct KQuantDriver {
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK_K;
-    __m256 acc[NT][2];
+    __m256 acc[NT];
     float summs[NT];
-    for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps(), summs[t] = 0.0f;
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), summs[t] = 0.0f;
     __m256i q[8], sc[8];
     for (int64_t i = 0; i < nb; ++i) {
       KBlockInfo info;
@@ -241,11 +267,11 @@ struct KQuantDriver {
         }
         __m256i p = _mm256_add_epi32(p0, p1);
         p = _mm256_sub_epi32(p, _mm256_setr_epi32(offset_sum, 0, 0, 0, 0, 0, 0, 0));
-        acc[t][i & 1] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t][i & 1]);
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t]);
         if (info.has_min) summs[t] -= (info.dmin * y.d) * static_cast<float>(min_sum);
       }
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(_mm256_add_ps(acc[t][0], acc[t][1])) + summs[t];
+    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) + summs[t];
   }
 };
 

@@ -1,0 +1,124 @@
+// Micro-benchmark of the CPU matmul kernels: decode-shaped GEMV (one token,
+// reported as GB/s of weights streamed) and prefill-shaped GEMM (many tokens,
+// reported as GFLOP/s), at every SIMD level this CPU runs.
+//
+//   kernels_bench [threads] [seconds_per_case]
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quants.h"
+
+using namespace inferd;
+using namespace inferd::kernels;
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// With one thread, CPU time of the process: steadier than wall time on a
+// shared machine (INFERD_BENCH_WALL=1 to use wall time anyway).
+bool g_cpu_clock = false;
+double clock_s() {
+  if (!g_cpu_clock) return now_s();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
+}
+
+// Read bandwidth of one big buffer with every thread summing its slice.
+double read_bandwidth_gbs(ThreadPool& pool) {
+  const size_t n = size_t{256} << 20 >> 3;  // 256 MiB of uint64
+  std::vector<uint64_t> buf(n, 1);
+  std::vector<uint64_t> sums(static_cast<size_t>(pool.size()) * 8);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = now_s();
+    pool.run([&](int ti, int nt) {
+      const auto [b, e] = ThreadPool::split(static_cast<int64_t>(n), ti, nt);
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      for (int64_t i = b; i + 4 <= e; i += 4) s0 += buf[i], s1 += buf[i + 1], s2 += buf[i + 2], s3 += buf[i + 3];
+      sums[static_cast<size_t>(ti) * 8] = s0 + s1 + s2 + s3;
+    });
+    best = std::max(best, n * 8.0 / (now_s() - t0) / 1e9);
+  }
+  return best;
+}
+
+struct Case {
+  const char* name;
+  DType type;
+  int64_t rows, cols, n_tokens;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
+  const double seconds = argc > 2 ? std::atof(argv[2]) : 0.5;
+  ThreadPool pool(threads);
+  g_cpu_clock = threads == 1 && std::getenv("INFERD_BENCH_WALL") == nullptr;
+  std::printf("threads=%d dispatched level=%s read bandwidth=%.1f GB/s clock=%s\n", threads, simd_level(),
+              read_bandwidth_gbs(pool), g_cpu_clock ? "process cpu time" : "wall");
+
+  const Case cases[] = {
+      {"smollm2 ffn_up    Q4_1", DType::Q4_1, 1536, 576, 1},
+      {"smollm2 output    Q8_0", DType::Q8_0, 49152, 576, 1},
+      {"gemma3  ffn_gate  Q5_0", DType::Q5_0, 2048, 640, 1},
+      {"gemma3  attn_out  Q4_K", DType::Q4_K, 640, 1024, 1},
+      {"gemma3  ffn_down  Q6_K", DType::Q6_K, 640, 2048, 1},
+      {"big     GEMV      Q4_1", DType::Q4_1, 32768, 2048, 1},
+      {"big     GEMV      Q4_K", DType::Q4_K, 32768, 2048, 1},
+      {"big     GEMV      F16 ", DType::F16, 8192, 2048, 1},
+      {"prefill ffn_up    Q4_1", DType::Q4_1, 1536, 576, 64},
+      {"prefill ffn_gate  Q5_0", DType::Q5_0, 2048, 640, 64},
+      {"prefill attn_out  Q4_K", DType::Q4_K, 640, 1024, 64},
+      {"prefill ffn_down  Q6_K", DType::Q6_K, 640, 2048, 64},
+      {"prefill output    Q8_0", DType::Q8_0, 8192, 576, 64},
+  };
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const Case& c : cases) {
+    std::vector<float> wf(static_cast<size_t>(c.cols));
+    std::vector<uint8_t> w(row_bytes(c.type, c.cols) * static_cast<size_t>(c.rows));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (float& f : wf) f = dist(rng);
+      ref::quantize_row(c.type, wf.data(), w.data() + r * row_bytes(c.type, c.cols), c.cols);
+    }
+    std::vector<float> x(static_cast<size_t>(c.cols * c.n_tokens));
+    for (float& f : x) f = dist(rng);
+    std::vector<float> y(static_cast<size_t>(c.rows * c.n_tokens));
+    std::printf("%s %6lldx%-5lld tokens=%-3lld", c.name, static_cast<long long>(c.rows),
+                static_cast<long long>(c.cols), static_cast<long long>(c.n_tokens));
+    for (int l = 0; l <= static_cast<int>(best_simd_level()); ++l) {
+      const KernelTable table = build_kernel_table(static_cast<SimdLevel>(l));
+      Workspace ws;
+      int iters = 0;
+      const double t0 = clock_s();
+      double t = t0;
+      while (t - t0 < seconds || iters < 3) {
+        matmul_with(table, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data(), pool, ws);
+        ++iters;
+        t = clock_s();
+      }
+      const double per = (t - t0) / iters;
+      if (c.n_tokens == 1) {
+        std::printf("  %s %7.1f us %6.1f GB/s", table.level, per * 1e6, w.size() / per / 1e9);
+      } else {
+        std::printf("  %s %7.1f us %6.1f GFLOP/s", table.level, per * 1e6,
+                    2.0 * c.rows * c.cols * c.n_tokens / per / 1e9);
+      }
+    }
+    std::printf("\n");
+  }
+  return 0;
+}
