@@ -217,82 +217,109 @@ struct KQ5_1 {
 // Per super-block: an int32x8 of scale-weighted integer sums -> one FMA with
 // d*dy, and (for formats with mins) a scalar dmin*dy * sum(min * bsums).
 
-inline void k4_scales_mins(const uint8_t* s, int* sc, int* m) {
-  for (int j = 0; j < 4; ++j) {
-    sc[j] = s[j] & 63;
-    m[j] = s[j + 4] & 63;
-    sc[j + 4] = (s[j + 8] & 0xf) | ((s[j] >> 6) << 4);
-    m[j + 4] = (s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4);
-  }
-}
 
-// What a K-quant block contributes besides its quants: per group of 16, an
-// integer offset (quants are stored biased, so sum(offset_g * sum(qy in g)) is
-// subtracted) and a min (weighted by dmin instead of d).
+// What a K-quant block contributes besides its quants, per group of 16 as
+// int16 lanes (matching Q8_K's 16 bsums): an integer offset (quants are stored
+// biased, so sum(offset_g * bsum_g) is subtracted from the integer dot) and a
+// min (weighted by dmin instead of d).
 struct KBlockInfo {
-  int offset[16];
-  int min[16];
+  __m256i offset;  // only read when the format has offsets
+  __m256i min;     // only read when the format has mins
   float d, dmin;
-  bool has_min;
 };
 
 // Q4_K/Q5_K/Q2_K/Q3_K/Q6_K share this driver: `unpack` fills 8 vectors of 32
-// unsigned quants (elements 32k..32k+31) and their scale pairs, and returns the
-// integer correction to subtract (offsets folded through bsums) per row.
+// unsigned quants (elements 32k..32k+31), their scale pairs and the info.
+template <bool kHasOffset, bool kHasMin>
 struct KQuantDriver {
   template <int NT, class Block, class Unpack>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK_K;
+    const BlockQ8_K* yr[NT];
     __m256 acc[NT];
-    float summs[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), summs[t] = 0.0f;
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), yr[t] = yrow<BlockQ8_K>(b, bs, t);
     __m256i q[8], sc[8];
     for (int64_t i = 0; i < nb; ++i) {
       KBlockInfo info;
       unpack(x[i], q, sc, info);
       for (int t = 0; t < NT; ++t) {
-        const BlockQ8_K& y = yrow<BlockQ8_K>(b, bs, t)[i];
+        const BlockQ8_K& y = yr[t][i];
         __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
         __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
         for (int k = 2; k < 8; k += 2) {
           p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]));
           p1 = _mm256_add_epi32(p1, dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
         }
-        // Offsets: sum over groups of 16 of offset_g * sum(qy in g).
-        int offset_sum = 0, min_sum = 0;
-        for (int g = 0; g < 16; ++g) {
-          offset_sum += info.offset[g] * y.bsums[g];
-          min_sum += info.min[g] * y.bsums[g];
-        }
         __m256i p = _mm256_add_epi32(p0, p1);
-        p = _mm256_sub_epi32(p, _mm256_setr_epi32(offset_sum, 0, 0, 0, 0, 0, 0, 0));
+        const __m256i bsums = load256(y.bsums);
+        if (kHasOffset) p = _mm256_sub_epi32(p, _mm256_madd_epi16(bsums, info.offset));
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t]);
-        if (info.has_min) summs[t] -= (info.dmin * y.d) * static_cast<float>(min_sum);
+        if (kHasMin) {
+          const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, info.min));
+          acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(info.dmin * y.d), mins, acc[t]);
+        }
       }
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]) + summs[t];
+    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   }
 };
+
+// 16 int16 lanes from ints.
+inline __m256i int16x16(const int* v) {
+  return _mm256_setr_epi16(
+      static_cast<int16_t>(v[0]), static_cast<int16_t>(v[1]), static_cast<int16_t>(v[2]), static_cast<int16_t>(v[3]),
+      static_cast<int16_t>(v[4]), static_cast<int16_t>(v[5]), static_cast<int16_t>(v[6]), static_cast<int16_t>(v[7]),
+      static_cast<int16_t>(v[8]), static_cast<int16_t>(v[9]), static_cast<int16_t>(v[10]), static_cast<int16_t>(v[11]),
+      static_cast<int16_t>(v[12]), static_cast<int16_t>(v[13]), static_cast<int16_t>(v[14]), static_cast<int16_t>(v[15]));
+}
+
+
+// Q4_K/Q5_K's 12 packed bytes -> 8 6-bit scales (bytes of *sc) and 8 mins
+// (bytes of *mn). Scales/mins 0-3 are the low 6 bits of bytes 0-3 / 4-7;
+// 4-7 take their low 4 bits from bytes 8-11 and their top 2 bits from the top
+// of bytes 0-3 / 4-7.
+inline void k4_unpack_scales(const uint8_t* p, uint64_t* sc, uint64_t* mn) {
+  uint32_t u[3];
+  std::memcpy(u, p, 12);
+  const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+  *sc = s_lo | (static_cast<uint64_t>(s_hi) << 32);
+  *mn = m_lo | (static_cast<uint64_t>(m_hi) << 32);
+}
+
+// 8 unsigned byte scales -> sc[k] = 16 int16 lanes of scale k.
+inline void broadcast_scales8(uint64_t scales, __m256i* sc) {
+  const __m256i v = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(scales)));
+  for (int k = 0; k < 8; ++k) {
+    // Every byte takes byte k; the int16 lane (s << 8 | s) >> 8 is s.
+    sc[k] = _mm256_srli_epi16(_mm256_shuffle_epi8(v, _mm256_set1_epi8(static_cast<char>(k))), 8);
+  }
+}
+
+// 8 unsigned byte mins (one per 32 elements) -> 16 int16 lanes, one per group of 16.
+inline __m256i mins_per_16(uint64_t mins) {
+  const __m128i m16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(mins)));
+  return _mm256_setr_m128i(_mm_unpacklo_epi16(m16, m16), _mm_unpackhi_epi16(m16, m16));
+}
 
 struct KQ4_K {
   template <int NT>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver::run<NT, BlockQ4_K>(n, a, b, bs, out, [](const BlockQ4_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
-      int s[8], m[8];
-      k4_scales_mins(x.scales, s, m);
+    KQuantDriver<false, true>::run<NT, BlockQ4_K>(n, a, b, bs, out, [](const BlockQ4_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      uint64_t scales, mins;
+      k4_unpack_scales(x.scales, &scales, &mins);
+      broadcast_scales8(scales, sc);
       const __m256i m4 = _mm256_set1_epi8(0x0f);
       for (int c = 0; c < 4; ++c) {
         const __m256i v = load256(x.qs + 32 * c);
         q[2 * c] = _mm256_and_si256(v, m4);
         q[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-        sc[2 * c] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c]));
-        sc[2 * c + 1] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c + 1]));
       }
-      for (int g = 0; g < 16; ++g) info.min[g] = m[g / 2], info.offset[g] = 0;
+      info.min = mins_per_16(mins);
       info.d = fp16(x.d);
       info.dmin = fp16(x.dmin);
-      info.has_min = true;
     });
   }
 };
@@ -300,9 +327,10 @@ struct KQ4_K {
 struct KQ5_K {
   template <int NT>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver::run<NT, BlockQ5_K>(n, a, b, bs, out, [](const BlockQ5_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
-      int s[8], m[8];
-      k4_scales_mins(x.scales, s, m);
+    KQuantDriver<false, true>::run<NT, BlockQ5_K>(n, a, b, bs, out, [](const BlockQ5_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+      uint64_t scales, mins;
+      k4_unpack_scales(x.scales, &scales, &mins);
+      broadcast_scales8(scales, sc);
       const __m256i m4 = _mm256_set1_epi8(0x0f);
       const __m256i bit4 = _mm256_set1_epi8(0x10);
       const __m256i qh = load256(x.qh);
@@ -313,13 +341,10 @@ struct KQ5_K {
         const __m256i h1 = _mm256_and_si256(c * 2 + 1 <= 4 ? _mm256_slli_epi16(qh, 3 - 2 * c) : _mm256_srli_epi16(qh, 2 * c - 3), bit4);
         q[2 * c] = _mm256_or_si256(_mm256_and_si256(v, m4), h0);
         q[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), h1);
-        sc[2 * c] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c]));
-        sc[2 * c + 1] = _mm256_set1_epi16(static_cast<int16_t>(s[2 * c + 1]));
       }
-      for (int g = 0; g < 16; ++g) info.min[g] = m[g / 2], info.offset[g] = 0;
+      info.min = mins_per_16(mins);
       info.d = fp16(x.d);
       info.dmin = fp16(x.dmin);
-      info.has_min = true;
     });
   }
 };
@@ -327,7 +352,7 @@ struct KQ5_K {
 struct KQ6_K {
   template <int NT>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver::run<NT, BlockQ6_K>(n, a, b, bs, out, [](const BlockQ6_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<true, false>::run<NT, BlockQ6_K>(n, a, b, bs, out, [](const BlockQ6_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       const __m256i m4 = _mm256_set1_epi8(0x0f);
       const __m256i m3 = _mm256_set1_epi8(0x30);
       for (int h = 0; h < 2; ++h) {
@@ -341,12 +366,18 @@ struct KQ6_K {
         qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
                                 _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
       }
-      for (int k = 0; k < 8; ++k) sc[k] = scale_pair(x.scales[2 * k], x.scales[2 * k + 1]);
+      // Signed scale per 16: vector k needs scale 2k in lanes 0-7 and 2k+1 in 8-15.
+      const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+      const __m256i sb = _mm256_broadcastsi128_si256(s8);
+      for (int k = 0; k < 8; ++k) {
+        const __m256i pick = _mm256_setr_m128i(_mm_set1_epi8(static_cast<char>(2 * k)),
+                                               _mm_set1_epi8(static_cast<char>(2 * k + 1)));
+        sc[k] = _mm256_srai_epi16(_mm256_shuffle_epi8(sb, pick), 8);  // sign-extends
+      }
       // Quants are stored +32: subtract 32 * scale_g * sum(qy in g).
-      for (int g = 0; g < 16; ++g) info.offset[g] = 32 * x.scales[g], info.min[g] = 0;
+      info.offset = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5);
       info.d = fp16(x.d);
       info.dmin = 0.0f;
-      info.has_min = false;
     });
   }
 };
@@ -354,7 +385,7 @@ struct KQ6_K {
 struct KQ3_K {
   template <int NT>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver::run<NT, BlockQ3_K>(n, a, b, bs, out, [](const BlockQ3_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<true, false>::run<NT, BlockQ3_K>(n, a, b, bs, out, [](const BlockQ3_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       const __m256i m2 = _mm256_set1_epi8(3);
       const __m256i hm = load256(x.hmask);
       for (int k = 0; k < 8; ++k) {
@@ -365,18 +396,17 @@ struct KQ3_K {
         const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
         q[k] = _mm256_or_si256(low, high);  // stored value q+4 in [0, 7]
       }
-      int s[16];
+      int s[16], off[16];
       for (int g = 0; g < 16; ++g) {
         const int lo = (g < 8 ? x.scales[g] : x.scales[g - 8] >> 4) & 0xf;
         const int hi = (x.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
         s[g] = (lo | (hi << 4)) - 32;
-        info.offset[g] = 4 * s[g];
-        info.min[g] = 0;
+        off[g] = 4 * s[g];  // stored quants are q+4
       }
+      info.offset = int16x16(off);
       for (int k = 0; k < 8; ++k) sc[k] = scale_pair(s[2 * k], s[2 * k + 1]);
       info.d = fp16(x.d);
       info.dmin = 0.0f;
-      info.has_min = false;
     });
   }
 };
@@ -384,17 +414,17 @@ struct KQ3_K {
 struct KQ2_K {
   template <int NT>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver::run<NT, BlockQ2_K>(n, a, b, bs, out, [](const BlockQ2_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<false, true>::run<NT, BlockQ2_K>(n, a, b, bs, out, [](const BlockQ2_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       const __m256i m2 = _mm256_set1_epi8(3);
       for (int k = 0; k < 8; ++k) {
         const __m256i v = load256(x.qs + 32 * (k / 4));
         q[k] = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (k % 4)), m2);
         sc[k] = scale_pair(x.scales[2 * k] & 0xf, x.scales[2 * k + 1] & 0xf);
       }
-      for (int g = 0; g < 16; ++g) info.min[g] = x.scales[g] >> 4, info.offset[g] = 0;
+      const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales)));
+      info.min = _mm256_srli_epi16(sc16, 4);
       info.d = fp16(x.d);
       info.dmin = fp16(x.dmin);
-      info.has_min = true;
     });
   }
 };
