@@ -106,7 +106,6 @@ fn make_environment(fuel: u64) -> Result<Environment<'static>, Failure> {
     env.set_auto_escape_callback(|_| AutoEscape::None);
     // No loader: {% include %}/{% import %} of anything fail.
     env.set_fuel(Some(fuel));
-    env.set_debug(false);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_filter("tojson", pyjson::tojson_filter);
     env.add_function("raise_exception", raise_exception);
