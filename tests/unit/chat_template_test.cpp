@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -134,28 +133,13 @@ TEST(ChatTemplate, RuntimeErrorsAreErrors) {
   EXPECT_FALSE(render_source("{% import 'macros.jinja' as m %}").ok());
 }
 
-// Sanitizer builds route minijinja's many small allocations through ASan's
-// malloc, which makes the engine about ten times slower.
-#if defined(__SANITIZE_ADDRESS__)
-constexpr double kFailFastSeconds = 10.0;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr double kFailFastSeconds = 10.0;
-#else
-constexpr double kFailFastSeconds = 1.0;
-#endif
-#else
-constexpr double kFailFastSeconds = 1.0;
-#endif
-
-// Runs `source` with the default limits and checks it fails, quickly.
+// Runs `source` with the default limits and checks it fails for `reason`.
+// (No timing assertion: these loops would run for hours without the limit, so
+// finishing at all shows the limit worked; ctest's timeout catches a hang.)
 void expect_fails_fast(const std::string& source, const std::string& reason) {
-  const auto start = std::chrono::steady_clock::now();
   Result<std::string> r = render_source(source);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_FALSE(r.ok()) << source;
   EXPECT_NE(r.error().message.find(reason), std::string::npos) << r.error().message;
-  EXPECT_LT(seconds, kFailFastSeconds) << source;
 }
 
 TEST(ChatTemplate, FuelStopsEndlessLoops) {
