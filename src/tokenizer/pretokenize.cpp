@@ -31,6 +31,27 @@ constexpr const char* kWhiteSpace =
     "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
     "\\x{205F}\\x{3000}";
 
+// Code points assigned in Unicode 15.0/15.1 that llama.cpp's tables put in a
+// category but PCRE2 10.42 (Unicode 14) sees as unassigned. Found by
+// tokenizing every code point in several contexts with llama.cpp and with this
+// tokenizer, for each supported pre-tokenizer; no other code point differs.
+struct ExtraCategory {
+  const char* property;  // as written in the regexes
+  const char* ranges;    // PCRE2 class items to add
+};
+constexpr ExtraCategory kExtraCategories[] = {
+    // Khojki, Kawi, Egyptian hieroglyphs, small kana, Latin, Cyrillic
+    // modifiers, Nag Mundari, CJK (Ext. B addition, Ext. H, Ext. I).
+    {"\\p{L}",
+     "\\x{1123F}-\\x{11240}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}"
+     "\\x{13441}-\\x{13446}\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}"
+     "\\x{1E4D0}-\\x{1E4EB}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}"},
+    // Kawi, Kaktovik and Nag Mundari digits.
+    {"\\p{N}", "\\x{11F50}-\\x{11F59}\\x{1D2C0}-\\x{1D2D3}\\x{1E4F0}-\\x{1E4F9}"},
+    // Devanagari Extended-A and Kawi punctuation.
+    {"\\p{P}", "\\x{11B00}-\\x{11B09}\\x{11F43}-\\x{11F4F}"},
+};
+
 }  // namespace
 
 Result<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
@@ -88,6 +109,19 @@ std::string expand_regex(std::string_view p) {
     const char c = p[i];
     if (c == '\\' && i + 1 < p.size()) {
       const char n = p[i + 1];
+      bool expanded = false;
+      for (const ExtraCategory& cat : kExtraCategories) {
+        const std::string_view prop = cat.property;
+        if (p.substr(i, prop.size()) != prop) continue;
+        out += in_class ? "" : "[";
+        out += prop;
+        out += cat.ranges;
+        out += in_class ? "" : "]";
+        i += prop.size() - 1;
+        expanded = true;
+        break;
+      }
+      if (expanded) continue;
       if (n == 's' || n == 'S') {
         if (in_class) {
           // Only \s occurs inside classes in these regexes; \S there would

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <queue>
+#include <unordered_map>
 
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/utf8.h"
@@ -188,8 +189,19 @@ class GgufTokenizer final : public Tokenizer {
       // key is the same "left right" text; the first of duplicate rules wins.
       const size_t sp = line.find(' ', 1);
       if (sp == std::string::npos) continue;
-      ranks_.emplace(line, static_cast<int32_t>(i));
+      const int32_t rank = static_cast<int32_t>(i);
+      if (!ranks_.emplace(line, rank).second) continue;
+      const std::string_view first = std::string_view(line).substr(0, sp);
+      const std::string_view second = std::string_view(line).substr(sp + 1);
+      const int32_t a = vocab_.find(first), b = vocab_.find(second);
+      if (a >= 0 && b >= 0) {
+        std::string merged(first);
+        merged += second;
+        pair_merges_.emplace(pair_key(a, b), Merge{rank, vocab_.find(merged)});
+      }
     }
+    const auto& map = tok::byte_level_map();
+    for (int b = 0; b < 256; ++b) byte_symbol_id_[b] = vocab_.find(map.byte_to_utf8[b]);
     return {};
   }
 
@@ -249,26 +261,25 @@ class GgufTokenizer final : public Tokenizer {
   }
 
   // ---- byte-level BPE -----------------------------------------------------
+  //
+  // A word's symbols are its bytes; symbol text is the byte-level encoding of
+  // those bytes, and the symbol also carries the id of that text (-1 if it is
+  // not a token). Merge ranks are looked up by id pair; the text-keyed table
+  // is only needed for symbols that are not tokens (never, in sane vocabularies).
 
   void encode_bpe(std::string_view raw, std::vector<int32_t>& out) const {
     // llama.cpp decodes the text to code points first (bad bytes -> U+FFFD).
     const std::string text = tok::sanitize_for_split(raw);
     const std::vector<std::string_view> words = splitter_->split(text);
-    const auto& map = tok::byte_level_map();
-    std::string encoded;
-    std::vector<Symbol> syms;
-    std::string key;
-    for (std::string_view w : words) {
-      encoded.clear();
-      for (char c : w) encoded += map.byte_to_utf8[static_cast<uint8_t>(c)];
-      bpe_word(encoded, out, syms, key);
-    }
+    BpeScratch scratch;
+    for (std::string_view w : words) bpe_word(w, out, scratch);
   }
 
   struct BpeBigram {
     int left;
     int right;
     int32_t rank;
+    int32_t merged_id;  // id of the merged text, -1 if not a token
     size_t size;
   };
   struct BpeOrder {  // priority_queue is a max-heap: "less" = later
@@ -276,58 +287,97 @@ class GgufTokenizer final : public Tokenizer {
       return l.rank > r.rank || (l.rank == r.rank && l.left > r.left);
     }
   };
+  struct BpeScratch {
+    std::vector<Symbol> syms;
+    std::vector<int32_t> ids;
+    std::vector<BpeBigram> heap;
+    std::string a, b;
+  };
 
-  void bpe_word(const std::string& w, std::vector<int32_t>& out, std::vector<Symbol>& syms,
-                std::string& key) const {
+  // Byte-level text of word bytes [start, start + n).
+  static void byte_level(std::string_view w, size_t start, size_t n, std::string& out) {
+    const auto& map = tok::byte_level_map();
+    out.clear();
+    for (size_t k = start; k < start + n; ++k) out += map.byte_to_utf8[static_cast<uint8_t>(w[k])];
+  }
+
+  void bpe_word(std::string_view w, std::vector<int32_t>& out, BpeScratch& sc) const {
+    if (w.empty()) return;
     if (pre_.ignore_merges) {
-      const int32_t id = vocab_.find(w);
+      byte_level(w, 0, w.size(), sc.a);
+      const int32_t id = vocab_.find(sc.a);
       if (id >= 0) {
         out.push_back(id);
         return;
       }
     }
-    split_chars(w, syms);
-    std::priority_queue<BpeBigram, std::vector<BpeBigram>, BpeOrder> queue;
+    std::vector<Symbol>& syms = sc.syms;
+    std::vector<int32_t>& ids = sc.ids;
+    syms.clear();
+    ids.clear();
+    const int n = static_cast<int>(w.size());
+    for (int i = 0; i < n; ++i) {
+      syms.push_back(Symbol{i - 1, i + 1 == n ? -1 : i + 1, static_cast<size_t>(i), 1});
+      ids.push_back(byte_symbol_id_[static_cast<uint8_t>(w[static_cast<size_t>(i)])]);
+    }
+    sc.heap.clear();
+    std::priority_queue<BpeBigram, std::vector<BpeBigram>, BpeOrder> queue(BpeOrder{}, std::move(sc.heap));
     auto try_add = [&](int left, int right) {
       if (left < 0 || right < 0) return;
       const Symbol& l = syms[static_cast<size_t>(left)];
       const Symbol& r = syms[static_cast<size_t>(right)];
-      key.assign(w, l.start, l.n);
-      key += ' ';
-      key.append(w, r.start, r.n);
-      auto it = ranks_.find(key);
+      const int32_t il = ids[static_cast<size_t>(left)], ir = ids[static_cast<size_t>(right)];
+      if (il >= 0 && ir >= 0) {
+        auto it = pair_merges_.find(pair_key(il, ir));
+        if (it == pair_merges_.end()) return;
+        queue.push(BpeBigram{left, right, it->second.rank, it->second.merged_id, l.n + r.n});
+        return;
+      }
+      byte_level(w, l.start, l.n, sc.a);
+      byte_level(w, r.start, r.n, sc.b);
+      const size_t left_len = sc.a.size();
+      sc.a += ' ';
+      sc.a += sc.b;
+      auto it = ranks_.find(sc.a);
       if (it == ranks_.end()) return;
-      queue.push(BpeBigram{left, right, it->second, l.n + r.n});
+      sc.a.erase(left_len, 1);
+      queue.push(BpeBigram{left, right, it->second, vocab_.find(sc.a), l.n + r.n});
     };
-    for (int i = 1; i < static_cast<int>(syms.size()); ++i) try_add(i - 1, i);
+    for (int i = 1; i < n; ++i) try_add(i - 1, i);
     while (!queue.empty()) {
-      const BpeBigram b = queue.top();
+      const BpeBigram bg = queue.top();
       queue.pop();
-      Symbol& l = syms[static_cast<size_t>(b.left)];
-      Symbol& r = syms[static_cast<size_t>(b.right)];
+      Symbol& l = syms[static_cast<size_t>(bg.left)];
+      Symbol& r = syms[static_cast<size_t>(bg.right)];
       // Stale: one side has changed since this pair was queued.
-      if (l.n == 0 || r.n == 0 || l.n + r.n != b.size) continue;
+      if (l.n == 0 || r.n == 0 || l.n + r.n != bg.size) continue;
       l.n += r.n;
       r.n = 0;
+      ids[static_cast<size_t>(bg.left)] = bg.merged_id;
       l.next = r.next;
-      if (r.next >= 0) syms[static_cast<size_t>(r.next)].prev = b.left;
-      try_add(l.prev, b.left);
-      try_add(b.left, l.next);
+      if (r.next >= 0) syms[static_cast<size_t>(r.next)].prev = bg.left;
+      try_add(l.prev, bg.left);
+      try_add(bg.left, l.next);
     }
-    for (const Symbol& s : syms) {
-      if (s.n == 0) continue;
-      const std::string_view piece(w.data() + s.start, s.n);
-      const int32_t id = vocab_.find(piece);
-      if (id >= 0) {
-        out.push_back(id);
+    for (int i = 0; i < n; ++i) {
+      const Symbol& sym = syms[static_cast<size_t>(i)];
+      if (sym.n == 0) continue;
+      if (ids[static_cast<size_t>(i)] >= 0) {
+        out.push_back(ids[static_cast<size_t>(i)]);
         continue;
       }
-      // Not a token: llama.cpp looks up each byte on its own and drops misses.
-      for (char c : piece) {
+      // Not a token: llama.cpp looks up each byte of the byte-level text on
+      // its own and drops the misses.
+      byte_level(w, sym.start, sym.n, sc.a);
+      for (char c : sc.a) {
         const int32_t bid = vocab_.find(std::string_view(&c, 1));
         if (bid >= 0) out.push_back(bid);
       }
     }
+  }
+
+  static uint64_t pair_key(int32_t left, int32_t right) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
   }
 
   // ---- SentencePiece-style BPE --------------------------------------------
@@ -439,7 +489,13 @@ class GgufTokenizer final : public Tokenizer {
   Vocab vocab_;
   tok::PreTokenizerSpec pre_;
   std::unique_ptr<tok::RegexSplitter> splitter_;
-  tok::TextToId ranks_;  // "left right" -> merge rank
+  struct Merge {
+    int32_t rank;
+    int32_t merged_id;
+  };
+  tok::TextToId ranks_;                               // "left right" -> merge rank
+  std::unordered_map<uint64_t, Merge> pair_merges_;  // (left id, right id) -> merge
+  int32_t byte_symbol_id_[256] = {};                 // token of each byte's byte-level text
   int32_t byte_token_[256] = {};
   std::vector<std::string> pieces_;
   std::string name_;

@@ -25,11 +25,15 @@ void read_bool(const gguf::File& f, const char* key, bool& out) {
   if (v.ok()) out = *v;
 }
 
-bool text_is_any(const std::string& t, std::initializer_list<const char*> list) {
-  for (const char* s : list) {
-    if (t == s) return true;
+// Ids of the tokens whose text is one of `names`, in id order (token texts
+// are unique, so this is one lookup per name).
+std::vector<int32_t> ids_named(const Vocab& v, std::initializer_list<const char*> names) {
+  std::vector<int32_t> ids;
+  for (const char* n : names) {
+    if (const int32_t id = v.find(n); id >= 0) ids.push_back(id);
   }
-  return false;
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 }  // namespace
@@ -143,13 +147,10 @@ Result<Vocab> Vocab::load(const gguf::File& file, VocabType type, bool add_bos_d
   // to CONTROL; the first match (here: lowest id) becomes the EOT/FIM token.
   auto detect = [&](int32_t& id, std::initializer_list<const char*> names) {
     if (id >= 0) return;
-    for (int32_t i = 0; i < nt; ++i) {
-      if (text_is_any(v.text[i], names)) {
-        id = i;
-        v.attr[i] |= kAttrControl;
-        return;
-      }
-    }
+    const std::vector<int32_t> found = ids_named(v, names);
+    if (found.empty()) return;
+    id = found.front();
+    v.attr[static_cast<size_t>(id)] |= kAttrControl;
   };
   detect(v.eot, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
                  "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]",
@@ -185,22 +186,18 @@ void Vocab::finish_special_tokens() {
   for (int32_t id : {fim_pad, fim_rep, fim_sep}) {
     if (id >= 0) eog.insert(id);
   }
-  for (int32_t i = 0; i < nt; ++i) {
-    if (text_is_any(text[i], {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
-                              "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
-                              "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-                              "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-                              "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
-                              "[e~["})) {
-      eog.insert(i);
-      attr[i] |= kAttrControl;
-    }
+  for (int32_t i : ids_named(*this, {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>",
+                                      "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>",
+                                      "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
+                                      "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+                                      "<\xEF\xBD\x9C" "end\xE2\x96\x81" "of\xE2\x96\x81" "sentence\xEF\xBD\x9C>",
+                                      "[e~["})) {
+    eog.insert(i);
+    attr[static_cast<size_t>(i)] |= kAttrControl;
   }
   // gpt-oss: these are always rendered, as user-defined tokens.
-  for (int32_t i = 0; i < nt; ++i) {
-    if (text_is_any(text[i], {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) {
-      attr[i] = kAttrUserDefined;
-    }
+  for (int32_t i : ids_named(*this, {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"})) {
+    attr[static_cast<size_t>(i)] = kAttrUserDefined;
   }
   for (int32_t id : {eos, eot, eom}) {
     if (id >= 0) eog.insert(id);

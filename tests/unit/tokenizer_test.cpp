@@ -296,26 +296,111 @@ INSTANTIATE_TEST_SUITE_P(Models, TokenizerReference, ::testing::ValuesIn(kModels
                          });
 
 // ---------------------------------------------------------------------------
-// Model-free tests: tiny vocabularies as in-memory GGUF images.
+// Other byte-level pre-tokenizers: SmolLM2's vocabulary re-labelled with a
+// different tokenizer.ggml.pre (an in-memory GGUF of its tokenizer keys),
+// against llama.cpp on the same re-labelled vocabulary.
 
-struct MemoryModel {
+// A GGUF image built in memory, opened, and turned into a tokenizer.
+struct MemoryModelHolder {
   std::vector<uint8_t> bytes;
   std::unique_ptr<gguf::File> file;
   std::unique_ptr<Tokenizer> tok;
+  explicit MemoryModelHolder(const gguf::testing::Writer& w) : bytes(w.build()) {
+    auto f = gguf::File::from_memory(bytes.data(), bytes.size());
+    EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
+    if (!f.ok()) return;
+    file = std::move(*f);
+    auto t = Tokenizer::from_gguf(*file);
+    EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message);
+    if (t.ok()) tok = std::move(*t);
+  }
 };
 
-MemoryModel load_memory(const gguf::testing::Writer& w) {
-  MemoryModel m;
-  m.bytes = w.build();
-  auto f = gguf::File::from_memory(m.bytes.data(), m.bytes.size());
-  EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
-  if (!f.ok()) return m;
-  m.file = std::move(*f);
-  auto t = Tokenizer::from_gguf(*m.file);
-  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message);
-  if (t.ok()) m.tok = std::move(*t);
-  return m;
+// Copies one metadata key (scalars and arrays of the kinds tokenizers use).
+void copy_kv(gguf::testing::Writer& w, const gguf::KeyValue& kv) {
+  using gguf::ValueType;
+  const gguf::Value& v = kv.value;
+  const std::string& k = kv.key;
+  if (v.is_array()) {
+    switch (v.elem_type) {
+      case ValueType::STRING: w.string_array(k, v.strings); break;
+      case ValueType::INT32: {
+        std::vector<int32_t> x(v.ints.begin(), v.ints.end());
+        w.array<int32_t>(k, ValueType::INT32, x);
+        break;
+      }
+      case ValueType::FLOAT32: {
+        std::vector<float> x(v.floats.begin(), v.floats.end());
+        w.array<float>(k, ValueType::FLOAT32, x);
+        break;
+      }
+      default: break;
+    }
+    return;
+  }
+  switch (v.type) {
+    case ValueType::STRING: w.str(k, v.strings.at(0)); break;
+    case ValueType::UINT32: w.u32(k, static_cast<uint32_t>(v.uints.at(0))); break;
+    case ValueType::INT32: w.i32(k, static_cast<int32_t>(v.ints.at(0))); break;
+    case ValueType::BOOL: w.boolean(k, v.ints.at(0) != 0); break;
+    default: break;
+  }
 }
+
+class TokenizerPreVariant : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(TokenizerPreVariant, IdsMatchLlamaCpp) {
+  const std::string pre = GetParam();
+  const std::string path = model_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::ifstream(path).good()) GTEST_SKIP() << "model file " << path << " not found";
+  auto base = gguf::File::open(path);
+  ASSERT_TRUE(base.ok()) << base.error().message;
+  gguf::testing::Writer w;
+  for (const gguf::KeyValue& kv : (*base)->metadata()) {
+    if (kv.key.rfind("tokenizer.", 0) != 0 || kv.key == "tokenizer.chat_template") continue;
+    if (kv.key == "tokenizer.ggml.pre") {
+      w.str(kv.key, pre);
+    } else {
+      copy_kv(w, kv);
+    }
+  }
+  MemoryModelHolder m(w);
+  ASSERT_TRUE(m.tok);
+
+  std::map<int, std::string> texts;
+  for (const json& e : read_jsonl(data_dir() + "/corpus.jsonl")) texts[e["id"].get<int>()] = e["text"];
+  const auto expected = read_jsonl(data_dir() + "/smollm2-135m@" + pre + ".variant.jsonl");
+  ASSERT_GT(expected.size(), 500u);
+  size_t n_bad = 0;
+  std::ostringstream msg;
+  for (const json& e : expected) {
+    const std::string& text = texts.at(e["id"].get<int>());
+    for (bool special : {true, false}) {
+      const auto want = e[special ? "s" : "p"].get<std::vector<int32_t>>();
+      const auto got = m.tok->encode(text, special, special);
+      if (got != want && n_bad++ < 5) {
+        msg << "\n  #" << e["id"] << " " << escaped(text) << "\n    llama.cpp: " << ids_str(want)
+            << "\n    ours:      " << ids_str(got);
+      }
+    }
+  }
+  EXPECT_EQ(n_bad, 0u) << msg.str();
+}
+
+INSTANTIATE_TEST_SUITE_P(Pre, TokenizerPreVariant, ::testing::Values("llama-bpe", "qwen2", "default", "gpt-2"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           std::string n = info.param;
+                           for (char& c : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           }
+                           return n;
+                         });
+
+// ---------------------------------------------------------------------------
+// Model-free tests: tiny vocabularies as in-memory GGUF images.
+
+using MemoryModel = std::unique_ptr<MemoryModelHolder>;
+MemoryModel load_memory(const gguf::testing::Writer& w) { return std::make_unique<MemoryModelHolder>(w); }
 
 // Byte-level BPE: the 256 byte symbols, then merged tokens, then specials.
 MemoryModel tiny_bpe(const std::string& pre) {
@@ -343,8 +428,8 @@ MemoryModel tiny_bpe(const std::string& pre) {
 
 TEST(TokenizerTinyBpe, MergesByRankAndByteLevel) {
   MemoryModel m = tiny_bpe("smollm");
-  ASSERT_TRUE(m.tok);
-  const Tokenizer& t = *m.tok;
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
   auto id = [&](const std::string& s) {
     for (int32_t i = 0; i < t.n_vocab(); ++i) {
       if (t.token_text(i) == s) return i;
@@ -365,8 +450,8 @@ TEST(TokenizerTinyBpe, MergesByRankAndByteLevel) {
 
 TEST(TokenizerTinyBpe, SpecialTokensOnlyWithParseSpecial) {
   MemoryModel m = tiny_bpe("gpt2");
-  ASSERT_TRUE(m.tok);
-  const Tokenizer& t = *m.tok;
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
   const int32_t start = t.n_vocab() - 2, end = t.n_vocab() - 1;
   const auto with = t.encode("<|im_start|>the<|im_end|>", true, true);
   EXPECT_EQ(with.front(), start);  // no BOS added: add_bos_token is false
@@ -430,8 +515,8 @@ MemoryModel tiny_spm(bool add_space_prefix) {
 
 TEST(TokenizerTinySpm, ScoreOrderedMergesAndByteFallback) {
   MemoryModel m = tiny_spm(false);
-  ASSERT_TRUE(m.tok);
-  const Tokenizer& t = *m.tok;
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
   auto id = [&](const std::string& s) {
     for (int32_t i = 0; i < t.n_vocab(); ++i) {
       if (t.token_text(i) == s) return i;
@@ -449,8 +534,8 @@ TEST(TokenizerTinySpm, ScoreOrderedMergesAndByteFallback) {
 
 TEST(TokenizerTinySpm, SpacePrefixAfterSpecialTokens) {
   MemoryModel m = tiny_spm(true);
-  ASSERT_TRUE(m.tok);
-  const Tokenizer& t = *m.tok;
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
   const auto ids = t.encode("a", false, false);
   ASSERT_EQ(ids.size(), 1u);
   EXPECT_EQ(t.token_text(ids[0]), "\xE2\x96\x81" "a");

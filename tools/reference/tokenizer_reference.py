@@ -15,6 +15,9 @@ per corpus entry:
    output that is not valid UTF-8 goes to "dsx"/"dpx" as hex instead.)
 and <name>.meta.json with vocabulary-wide facts: size, BOS/EOS, add-BOS flag,
 every end-of-generation id, and FNV-1a hashes over all token pieces.
+For other pre-tokenizers (llama-bpe, qwen2, default, gpt-2) it re-labels
+SmolLM2's vocabulary (a temporary GGUF with only tokenizer.ggml.pre changed)
+and writes smollm2-135m@<pre>.variant.jsonl over a subset of the corpus.
 
     python3 tools/reference/tokenizer_reference.py [--models-dir DIR]
 """
@@ -31,6 +34,63 @@ MODELS = {
     "smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf",
     "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
 }
+
+# Other byte-level pre-tokenizers, checked on SmolLM2's vocabulary and merges
+# with only tokenizer.ggml.pre changed, over every VARIANT_STRIDE-th corpus
+# entry (plus all special-token and odd-character entries): <pre>.variant.jsonl.
+VARIANT_BASE = "smollm2-135m"
+VARIANT_PRES = ["llama-bpe", "qwen2", "default", "gpt-2"]
+VARIANT_STRIDE = 4
+
+
+def variant_entries(corpus):
+    return [e for e in corpus if e["id"] % VARIANT_STRIDE == 0 or e["kind"] in ("special", "odd")]
+
+
+def write_variant_gguf(src, pre, out):
+    """Copies every metadata key of `src` (no tensors) with tokenizer.ggml.pre = pre."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    r = GGUFReader(src)
+    arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+    w = GGUFWriter(out, arch)
+    for key, f in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        if key == "tokenizer.ggml.pre":
+            w.add_string(key, pre)
+        elif f.types[0] == GGUFValueType.ARRAY:
+            if f.types[-1] == GGUFValueType.STRING:
+                w.add_array(key, [bytes(f.parts[i]) for i in f.data])
+            else:
+                w.add_array(key, [f.parts[i].tolist()[0] for i in f.data])
+        elif f.types[0] == GGUFValueType.STRING:
+            w.add_string(key, bytes(f.parts[-1]).decode())
+        else:
+            w.add_key_value(key, f.parts[-1].tolist()[0], f.types[0])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def write_variants(base_path, corpus, out_dir):
+    import tempfile
+
+    entries = variant_entries(corpus)
+    with tempfile.TemporaryDirectory() as tmp:
+        for pre in VARIANT_PRES:
+            path = os.path.join(tmp, f"{pre}.gguf")
+            write_variant_gguf(base_path, pre, path)
+            v = Vocab(path)
+            lines = []
+            for e in entries:
+                text = e["text"].encode("utf-8")
+                rec = {"id": e["id"], "s": v.tokenize(text, True, True), "p": v.tokenize(text, False, False)}
+                lines.append(json.dumps(rec, separators=(",", ":")))
+            with open(os.path.join(out_dir, f"{VARIANT_BASE}@{pre}.variant.jsonl"), "w") as f:
+                f.write("\n".join(lines) + "\n")
+            print(f"{VARIANT_BASE} with pre={pre}: {len(lines)} entries")
 
 
 def _silence_logs():
@@ -154,6 +214,7 @@ def main():
     ap.add_argument("--models-dir", default=os.environ.get(
         "INFERD_MODEL_DIR", os.path.expanduser("~/.cache/inferd/models")))
     ap.add_argument("--only", help="only this model name")
+    ap.add_argument("--no-variants", action="store_true", help="skip the pre-tokenizer variants")
     args = ap.parse_args()
     _silence_logs()
     llama_cpp.llama_backend_init()
@@ -167,6 +228,8 @@ def main():
             print(f"{name}: {path} not found, skipped", file=sys.stderr)
             continue
         write_model(name, path, corpus, data_dir)
+        if name == VARIANT_BASE and not args.no_variants:
+            write_variants(path, corpus, data_dir)
 
 
 if __name__ == "__main__":
