@@ -2,13 +2,14 @@
 // reported as GB/s of weights streamed) and prefill-shaped GEMM (many tokens,
 // reported as GFLOP/s), at every SIMD level this CPU runs.
 //
-//   kernels_bench [threads] [seconds_per_case]
+//   kernels_bench [threads] [seconds_per_case] [name filter]
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -87,7 +88,9 @@ int main(int argc, char** argv) {
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
+  const char* filter = argc > 3 ? argv[3] : "";
   for (const Case& c : cases) {
+    if (std::strstr(c.name, filter) == nullptr) continue;
     std::vector<float> wf(static_cast<size_t>(c.cols));
     std::vector<uint8_t> w(row_bytes(c.type, c.cols) * static_cast<size_t>(c.rows));
     for (int64_t r = 0; r < c.rows; ++r) {

@@ -408,28 +408,39 @@ TEST(SimdVecDot, ReferenceMatchesDequantizedDot) {
   }
 }
 
-TEST(SimdVecDot, MultiRowKernelIsBitIdenticalToSingleRow) {
+TEST(SimdVecDot, TileKernelsAreBitIdenticalToVecDot) {
   std::mt19937 rng(9);
   for (SimdLevel level : runnable_levels()) {
     const KernelTable table = build_kernel_table(level);
     for (DType t : weight_types()) {
       const TypeKernels& k = table.type[static_cast<uint32_t>(t)];
-      if (k.vec_dot_multi == nullptr) continue;
+      if (k.gemm_tile == nullptr) continue;
       const DType at = vec_dot_type(t);
       const int64_t n = info(t).block_size == 256 ? 1024 : 608;
-      const std::vector<uint8_t> a = random_weights(rng, t, n, false);
-      const size_t stride = row_bytes(at, n);
-      std::vector<uint8_t> b;
-      for (int r = 0; r < kMaxMultiRows; ++r) {
+      const int max_rows = 5, max_tokens = 6;  // beyond the largest tile: the kernel cuts them
+      const size_t a_stride = row_bytes(t, n), b_stride = row_bytes(at, n);
+      std::vector<uint8_t> a, b;
+      for (int r = 0; r < max_rows; ++r) {
+        const std::vector<uint8_t> row = random_weights(rng, t, n, r % 2 == 1);
+        a.insert(a.end(), row.begin(), row.end());
+      }
+      for (int r = 0; r < max_tokens; ++r) {
         const std::vector<uint8_t> row = quantize_ref(at, random_floats(rng, n));
         b.insert(b.end(), row.begin(), row.end());
       }
-      for (int nb = 1; nb <= kMaxMultiRows; ++nb) {
-        float out[kMaxMultiRows];
-        k.vec_dot_multi(n, a.data(), b.data(), stride, nb, out);
-        for (int r = 0; r < nb; ++r) {
-          EXPECT_EQ(bits_of(out[r]), bits_of(k.vec_dot(n, a.data(), b.data() + r * stride)))
-              << dtype_name(t) << " nb=" << nb << " row " << r << " at " << level_name(level);
+      for (int nr = 1; nr <= max_rows; ++nr) {
+        for (int nt = 1; nt <= max_tokens; ++nt) {
+          // Output as y[token][row] with a row stride of 7, like matmul's layout.
+          std::vector<float> out(7 * max_tokens, NAN);
+          k.gemm_tile(n, a.data(), a_stride, nr, b.data(), b_stride, nt, out.data(), 1, 7);
+          for (int r = 0; r < nr; ++r) {
+            for (int tok = 0; tok < nt; ++tok) {
+              const float want = k.vec_dot(n, a.data() + r * a_stride, b.data() + tok * b_stride);
+              ASSERT_EQ(bits_of(out[tok * 7 + r]), bits_of(want))
+                  << dtype_name(t) << " tile " << nr << "x" << nt << " row " << r << " token " << tok
+                  << " at " << level_name(level);
+            }
+          }
         }
       }
     }

@@ -10,22 +10,32 @@ namespace inferd::kernels {
 
 // Dot product of one weight row `a` with one activation row `b` (n elements).
 using VecDotFn = float (*)(int64_t n, const void* a, const void* b);
-// Dot products of one weight row with `nb` (1..4) activation rows spaced
-// `b_stride` bytes apart. out[i] must be bit-identical to VecDotFn on row i:
-// it only exists so the weight row is unpacked once for several tokens.
-using VecDotMultiFn = void (*)(int64_t n, const void* a, const void* b, size_t b_stride,
-                               int nb, float* out);
+// Dot products of a tile: `nr` weight rows (a, a + a_stride, ...) against `nt`
+// activation rows (b, b + b_stride, ...), written to
+// out[r * out_row_stride + t * out_tok_stride]. Every (row, token) result is
+// bit-identical to VecDotFn on that pair, whatever the tile shape: tiles only
+// exist so a weight block is unpacked once for several tokens and an
+// activation block loaded once for several rows.
+using GemmTileFn = void (*)(int64_t n, const void* a, size_t a_stride, int nr, const void* b,
+                            size_t b_stride, int nt, float* out, size_t out_row_stride,
+                            size_t out_tok_stride);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 
-constexpr int kMaxMultiRows = 4;
+// Largest tile any kernel is asked for.
+constexpr int kMaxTileRows = 4;
+constexpr int kMaxTileTokens = 4;
 constexpr int kNumTypeSlots = 32;  // GGML type numbers we know are all below this
 
 struct TypeKernels {
   VecDotFn vec_dot = nullptr;
-  VecDotMultiFn vec_dot_multi = nullptr;
+  GemmTileFn gemm_tile = nullptr;  // null: matmul calls vec_dot per pair
   QuantizeRowFn quantize_row = nullptr;
   DequantizeRowFn dequantize_row = nullptr;
+  // Preferred tile shapes (what fits the registers of this level).
+  int gemv_rows = 1;    // rows per call for a single token
+  int tile_rows = 1;    // rows x tokens per call for several tokens
+  int tile_tokens = 1;
 };
 
 struct KernelTable {

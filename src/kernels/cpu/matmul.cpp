@@ -3,10 +3,11 @@
 // 1. Activations are quantized once into ws (to vec_dot_type(wtype)), in
 //    parallel over tokens when there are several.
 // 2. Each thread owns a contiguous range of weight rows. Decode (one token) is
-//    a plain streaming GEMV over those rows. With several tokens, tokens are
-//    tiled so a tile's activations stay in L2, and each weight row is dotted
-//    with up to kMaxMultiRows tokens at once (the multi-row kernel unpacks the
-//    weight block once for all of them).
+//    a streaming GEMV over those rows, a few rows per kernel call so their
+//    accumulation chains overlap. With several tokens, tokens are tiled so a
+//    tile's activations stay in L2, and the kernels work on register tiles of
+//    rows x tokens (a weight block unpacked once for several tokens, an
+//    activation block loaded once for several rows).
 // Every (row, token) result comes from the same kernel arithmetic whatever the
 // tiling or thread split, so outputs are bit-identical across batch sizes.
 #include "kernels/cpu/matmul.h"
@@ -29,8 +30,7 @@ constexpr int64_t kRowAlign = 16;
 constexpr size_t kTokenTileBytes = 256 * 1024;
 
 struct Job {
-  VecDotFn dot;
-  VecDotMultiFn dot_multi;  // may be null: fall back to dot per token
+  const TypeKernels* k;
   const uint8_t* w;
   size_t w_row;
   const uint8_t* act;
@@ -39,28 +39,37 @@ struct Job {
   float* y;
 };
 
-void compute_rows(const Job& j, int64_t r0, int64_t r1) {
-  if (j.n_tokens == 1) {
-    for (int64_t r = r0; r < r1; ++r) j.y[r] = j.dot(j.cols, j.w + r * j.w_row, j.act);
+// y[t * rows + r] for r in [r0, r0+nr), t in [t0, t0+nt).
+void tile(const Job& j, int64_t r0, int nr, int64_t t0, int nt) {
+  const uint8_t* w = j.w + r0 * j.w_row;
+  const uint8_t* act = j.act + t0 * j.act_row;
+  float* out = j.y + t0 * j.rows + r0;
+  if (j.k->gemm_tile != nullptr) {
+    j.k->gemm_tile(j.cols, w, j.w_row, nr, act, j.act_row, nt, out, 1, static_cast<size_t>(j.rows));
     return;
   }
-  int64_t tile = static_cast<int64_t>(kTokenTileBytes / std::max<size_t>(j.act_row, 1));
-  tile = std::max<int64_t>(kMaxMultiRows, tile / kMaxMultiRows * kMaxMultiRows);
-  float out[kMaxMultiRows];
-  for (int64_t t0 = 0; t0 < j.n_tokens; t0 += tile) {
-    const int64_t t1 = std::min(j.n_tokens, t0 + tile);
-    for (int64_t r = r0; r < r1; ++r) {
-      const uint8_t* wrow = j.w + r * j.w_row;
-      for (int64_t t = t0; t < t1; t += kMaxMultiRows) {
-        const int nb = static_cast<int>(std::min<int64_t>(kMaxMultiRows, t1 - t));
-        const uint8_t* arow = j.act + t * j.act_row;
-        if (j.dot_multi != nullptr) {
-          j.dot_multi(j.cols, wrow, arow, j.act_row, nb, out);
-        } else {
-          for (int k = 0; k < nb; ++k) out[k] = j.dot(j.cols, wrow, arow + k * j.act_row);
-        }
-        for (int k = 0; k < nb; ++k) j.y[(t + k) * j.rows + r] = out[k];
-      }
+  for (int r = 0; r < nr; ++r) {
+    for (int t = 0; t < nt; ++t) out[t * j.rows + r] = j.k->vec_dot(j.cols, w + r * j.w_row, act + t * j.act_row);
+  }
+}
+
+void compute_rows(const Job& j, int64_t r0, int64_t r1) {
+  if (j.n_tokens == 1) {
+    // Decode: stream the weight rows once, a few rows per call.
+    const int64_t step = j.k->gemv_rows;
+    for (int64_t r = r0; r < r1; r += step) tile(j, r, static_cast<int>(std::min(step, r1 - r)), 0, 1);
+    return;
+  }
+  // Tokens in tiles whose activations stay in L2 while every row of this
+  // thread's range passes over them; inside, register tiles of rows x tokens.
+  const int64_t rstep = j.k->tile_rows, tstep = j.k->tile_tokens;
+  int64_t ttile = static_cast<int64_t>(kTokenTileBytes / std::max<size_t>(j.act_row, 1));
+  ttile = std::max(tstep, ttile / tstep * tstep);
+  for (int64_t t0 = 0; t0 < j.n_tokens; t0 += ttile) {
+    const int64_t t1 = std::min(j.n_tokens, t0 + ttile);
+    for (int64_t r = r0; r < r1; r += rstep) {
+      const int nr = static_cast<int>(std::min(rstep, r1 - r));
+      for (int64_t t = t0; t < t1; t += tstep) tile(j, r, nr, t, static_cast<int>(std::min(tstep, t1 - t)));
     }
   }
 }
@@ -83,8 +92,7 @@ void matmul_with(const KernelTable& table, DType wtype, const void* W, int64_t r
   }
   const DType atype = vec_dot_type(wtype);
 
-  Job job{wk.vec_dot, wk.vec_dot_multi, static_cast<const uint8_t*>(W), row_bytes(wtype, cols),
-          nullptr, 0, rows, cols, n_tokens, y};
+  Job job{&wk, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), nullptr, 0, rows, cols, n_tokens, y};
 
   if (atype == DType::F32) {
     job.act = reinterpret_cast<const uint8_t*>(x);  // used as is
