@@ -24,12 +24,18 @@ uint16_t f32_to_bf16(float f);
 bool is_supported_weight_type(DType t);
 DType vec_dot_type(DType weight_type);
 
-// dst[0..n) = src row of `n` elements of type t (n multiple of block size).
+// Functions below take n as a multiple of the type's block size (32 or 256).
+
+// dst[0..n) = src row of `n` elements of type t (any type listed in dtype.h).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
-// Quantizes n f32 values into type t (activation types: Q8_0, Q8_1, Q8_K, F16,
-// BF16, F32; also the weight types, for tests).
+// Quantizes n f32 values into type t. Activation types (Q8_0, Q8_1, Q8_K, F16,
+// BF16, F32) follow GGML's reference quantizers bit for bit, SIMD or not (Q8_0/
+// Q8_1: d = amax/127, roundf; Q8_K: d = max/-127 of the signed extreme,
+// round-half-even). The weight types get simple round-to-nearest quantizers
+// that make valid blocks (for tests; not GGML's error-minimizing search).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
-// Dot product of n elements: a row of type t, b row of type vec_dot_type(t).
+// Dot product of n elements: a row of weight type t (is_supported_weight_type),
+// b a row of type vec_dot_type(t). Integer dot product per block, then scaled.
 float vec_dot(DType t, int64_t n, const void* a, const void* b);
 
 // Scalar reference implementations, always compiled, used by tests to check
@@ -40,7 +46,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n);
 float vec_dot(DType t, int64_t n, const void* a, const void* b);
 }  // namespace ref
 
-// Which SIMD level the dispatcher picked ("avx512vnni", "avx2", "scalar").
+// Which SIMD level the dispatcher picked ("avx512vnni", "avx2", "scalar"):
+// the best the CPU supports, or INFERD_SIMD=scalar|avx2|avx512 if set (never
+// above what the CPU supports). Chosen once, on first use of any kernel.
 const char* simd_level();
 
 }  // namespace inferd::kernels
