@@ -269,10 +269,16 @@ class GgufTokenizer final : public Tokenizer {
 
   void encode_bpe(std::string_view raw, std::vector<int32_t>& out) const {
     // llama.cpp decodes the text to code points first (bad bytes -> U+FFFD).
-    const std::string text = tok::sanitize_for_split(raw);
-    const std::vector<std::string_view> words = splitter_->split(text);
+    // The regexes run on `subject`; the words are cut from `text` at the same
+    // offsets (the two differ only where a surrogate slipped through).
+    std::string subject;
+    const std::string text = tok::lenient_recode(raw, &subject);
+    const std::vector<std::string_view> words = splitter_->split(subject);
     BpeScratch scratch;
-    for (std::string_view w : words) bpe_word(w, out, scratch);
+    for (std::string_view w : words) {
+      bpe_word(std::string_view(text).substr(static_cast<size_t>(w.data() - subject.data()), w.size()), out,
+               scratch);
+    }
   }
 
   struct BpeBigram {

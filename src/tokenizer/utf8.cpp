@@ -48,83 +48,102 @@ uint32_t lenient_decode(std::string_view s, size_t& pos) {
   return 0xFFFD;
 }
 
-std::string sanitize_for_split(std::string_view text) {
-  if (is_valid_utf8(text)) return std::string(text);
+std::string lenient_recode(std::string_view text, std::string* subject) {
   std::string out;
   out.reserve(text.size() + 8);
+  bool has_surrogate = false;
   size_t pos = 0;
   while (pos < text.size()) {
     uint32_t cp = lenient_decode(text, pos);
-    if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) cp = 0xFFFD;
+    if (cp > 0x10FFFF) cp = 0xFFFD;
+    has_surrogate |= cp >= 0xD800 && cp <= 0xDFFF;
     append_utf8(out, cp);
+  }
+  if (subject) {
+    *subject = out;
+    if (has_surrogate) {
+      // ED A0..BF xx -> EF BF BD: same length, so offsets carry over.
+      for (size_t i = 0; i + 2 < subject->size(); ++i) {
+        if (static_cast<uint8_t>((*subject)[i]) == 0xED && (static_cast<uint8_t>((*subject)[i + 1]) & 0xE0) == 0xA0) {
+          subject->replace(i, 3, "\xEF\xBF\xBD");
+          i += 2;
+        }
+      }
+    }
   }
   return out;
 }
 
 namespace {
 
-// Length of the well-formed sequence starting at s[i], 0 if ill-formed there,
-// or -k if the bytes from i to the end are a valid but incomplete prefix.
-int sequence_at(std::string_view s, size_t i) {
+enum class Seq { kValid, kTruncated, kInvalid };
+
+// Classifies the bytes at s[i]: a well-formed sequence of `len` bytes, a valid
+// but incomplete one running to the end of `s` (`len` bytes so far), or an
+// ill-formed one whose maximal subpart (the bytes that still looked valid) is
+// `len` >= 1 bytes long and becomes one U+FFFD.
+Seq sequence_at(std::string_view s, size_t i, size_t& len) {
   const uint8_t b0 = static_cast<uint8_t>(s[i]);
-  if (b0 < 0x80) return 1;
-  int need;
+  len = 1;
+  if (b0 < 0x80) return Seq::kValid;
+  size_t need;
   uint8_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
   if (b0 >= 0xC2 && b0 <= 0xDF) {
     need = 2;
   } else if (b0 >= 0xE0 && b0 <= 0xEF) {
     need = 3;
-    if (b0 == 0xE0) lo = 0xA0;
-    if (b0 == 0xED) hi = 0x9F;
+    if (b0 == 0xE0) lo = 0xA0;  // no overlong forms
+    if (b0 == 0xED) hi = 0x9F;  // no surrogates
   } else if (b0 >= 0xF0 && b0 <= 0xF4) {
     need = 4;
-    if (b0 == 0xF0) lo = 0x90;
-    if (b0 == 0xF4) hi = 0x8F;
+    if (b0 == 0xF0) lo = 0x90;  // no overlong forms
+    if (b0 == 0xF4) hi = 0x8F;  // nothing past U+10FFFF
   } else {
-    return 0;
+    return Seq::kInvalid;
   }
-  for (int k = 1; k < need; ++k) {
-    if (i + k >= s.size()) return -k;
+  for (size_t k = 1; k < need; ++k) {
+    if (i + k >= s.size()) {
+      len = k;
+      return Seq::kTruncated;
+    }
     const uint8_t b = static_cast<uint8_t>(s[i + k]);
-    if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80) return 0;
+    if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80) {
+      len = k;
+      return Seq::kInvalid;
+    }
   }
-  return need;
+  len = need;
+  return Seq::kValid;
 }
 
 }  // namespace
 
 size_t utf8_complete_prefix(std::string_view s) {
-  size_t i = 0;
+  size_t i = 0, len = 0;
   while (i < s.size()) {
-    const int n = sequence_at(s, i);
-    if (n < 0) return i;  // incomplete tail
-    i += n > 0 ? static_cast<size_t>(n) : 1;
+    if (sequence_at(s, i, len) == Seq::kTruncated) return i;
+    i += len;
   }
   return i;
 }
 
 void append_valid_utf8(std::string& out, std::string_view s) {
-  size_t i = 0;
+  size_t i = 0, len = 0;
   while (i < s.size()) {
-    const int n = sequence_at(s, i);
-    if (n > 0) {
-      out.append(s.substr(i, static_cast<size_t>(n)));
-      i += static_cast<size_t>(n);
+    if (sequence_at(s, i, len) == Seq::kValid) {
+      out.append(s.substr(i, len));
     } else {
-      // Maximal ill-formed subpart: the lead byte plus any continuation bytes
-      // that were still acceptable (-n of them for an incomplete tail).
       out.append("\xEF\xBF\xBD");
-      i += n < 0 ? static_cast<size_t>(-n) : 1;
     }
+    i += len;
   }
 }
 
 bool is_valid_utf8(std::string_view s) {
-  size_t i = 0;
+  size_t i = 0, len = 0;
   while (i < s.size()) {
-    const int n = sequence_at(s, i);
-    if (n <= 0) return false;
-    i += static_cast<size_t>(n);
+    if (sequence_at(s, i, len) != Seq::kValid) return false;
+    i += len;
   }
   return true;
 }

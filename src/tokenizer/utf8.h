@@ -27,18 +27,22 @@ void append_utf8(std::string& out, uint32_t cp);
 // yields U+FFFD and consumes one byte.
 uint32_t lenient_decode(std::string_view s, size_t& pos);
 
-// Rewrites `text` so it is well-formed UTF-8 with the same code points llama.cpp
-// would see: invalid bytes become U+FFFD, overlong forms are re-encoded
-// canonically; surrogates and values past U+10FFFF (which a lenient decoder can
-// produce) also become U+FFFD. Returns `text` unchanged when already valid.
-std::string sanitize_for_split(std::string_view text);
+// The text as llama.cpp's BPE pre-tokenizer sees it: decoded leniently and
+// encoded again, so an invalid byte becomes U+FFFD and an overlong form its
+// shortest encoding. A lenient decode can also yield a surrogate, which is kept
+// as its 3 bytes (llama.cpp tokenizes those bytes); if `subject` is given it
+// receives the same text with surrogates shown as U+FFFD (also 3 bytes, so
+// offsets agree), which a UTF-8 regex engine accepts. Code points past
+// U+10FFFF, which llama.cpp cannot encode back, become U+FFFD.
+std::string lenient_recode(std::string_view text, std::string* subject);
 
-// Length of the longest prefix of `s` made only of complete, well-formed
-// sequences and of bytes that can never start one (those are "invalid"); the
-// remaining tail is an incomplete sequence that more bytes could complete.
+// Length of the longest prefix of `s` that is settled: complete sequences and
+// ill-formed bytes; the rest is the start of a sequence more bytes could
+// complete (at most 3 bytes).
 size_t utf8_complete_prefix(std::string_view s);
 
-// Appends `s` with every ill-formed subsequence replaced by U+FFFD.
+// Appends `s` with each maximal ill-formed subpart replaced by one U+FFFD
+// (the Unicode "best practice" also used by WHATWG decoders).
 void append_valid_utf8(std::string& out, std::string_view s);
 
 bool is_valid_utf8(std::string_view s);

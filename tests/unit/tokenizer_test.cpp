@@ -93,6 +93,11 @@ std::string from_hex(const std::string& h) {
   return out;
 }
 
+// A corpus entry's bytes: "text", or "hex" for the few that are not UTF-8.
+std::string entry_text(const json& e) {
+  return e.contains("hex") ? from_hex(e["hex"].get<std::string>()) : e["text"].get<std::string>();
+}
+
 // Reference decode text: "ds"/"dp" (or hex "dsx"/"dpx") where written, else
 // the usual result, which is the input (after the BOS text if any).
 std::string ref_decode(const json& e, const std::string& usual, const char* key) {
@@ -168,7 +173,7 @@ TEST_P(TokenizerReference, IdsMatchLlamaCppInBothModes) {
   };
   std::vector<Mismatch> bad;
   for (size_t i = 0; i < corpus_.size(); ++i) {
-    const std::string text = corpus_[i]["text"].get<std::string>();
+    const std::string text = entry_text(corpus_[i]);
     const auto want_s = expected_[i]["s"].get<std::vector<int32_t>>();
     const auto want_p = expected_[i]["p"].get<std::vector<int32_t>>();
     const auto got_s = tok_->encode(text, true, true);
@@ -180,7 +185,7 @@ TEST_P(TokenizerReference, IdsMatchLlamaCppInBothModes) {
   for (size_t k = 0; k < bad.size() && k < 8; ++k) {
     const Mismatch& m = bad[k];
     msg << "\n  #" << m.index << " (" << m.mode << ") "
-        << escaped(corpus_[m.index]["text"].get<std::string>()) << "\n    llama.cpp: " << ids_str(m.want)
+        << escaped(entry_text(corpus_[m.index])) << "\n    llama.cpp: " << ids_str(m.want)
         << "\n    ours:      " << ids_str(m.got);
   }
   EXPECT_TRUE(bad.empty()) << bad.size() << " mismatches out of " << 2 * corpus_.size() << ":" << msg.str();
@@ -190,7 +195,7 @@ TEST_P(TokenizerReference, DecodeMatchesLlamaDetokenize) {
   size_t n_bad = 0;
   std::ostringstream msg;
   for (size_t i = 0; i < corpus_.size(); ++i) {
-    const std::string text = corpus_[i]["text"].get<std::string>();
+    const std::string text = entry_text(corpus_[i]);
     const auto ids_s = expected_[i]["s"].get<std::vector<int32_t>>();
     const auto ids_p = expected_[i]["p"].get<std::vector<int32_t>>();
     const std::string got_s = tok_->decode(ids_s, true);
@@ -216,7 +221,7 @@ TEST_P(TokenizerReference, PlainTextRoundTrips) {
   std::ostringstream msg;
   for (size_t i = 0; i < corpus_.size(); ++i) {
     if (expected_[i].contains("dp") || expected_[i].contains("dpx")) continue;
-    const std::string text = corpus_[i]["text"].get<std::string>();
+    const std::string text = entry_text(corpus_[i]);
     ++n_checked;
     const std::string back = tok_->decode(tok_->encode(text, false, false), false);
     if (back != text && n_bad++ < 5) msg << "\n  #" << i << " " << escaped(text) << " -> " << escaped(back);
@@ -229,8 +234,11 @@ TEST_P(TokenizerReference, IncrementalDecoderStreamsValidUtf8) {
   for (bool render : {false, true}) {
     for (size_t i = 0; i < corpus_.size(); ++i) {
       const auto ids = expected_[i][render ? "s" : "p"].get<std::vector<int32_t>>();
-      std::string joined;
-      for (int32_t id : ids) joined += tok_->token_to_piece(id, render);
+      // The pieces joined, with ill-formed bytes (from invalid input) shown as
+      // U+FFFD the way the decoder shows them.
+      std::string raw, joined;
+      for (int32_t id : ids) raw += tok_->token_to_piece(id, render);
+      tok::append_valid_utf8(joined, raw);
       IncrementalDecoder dec(*tok_, render);
       std::string streamed;
       for (int32_t id : ids) {
@@ -243,7 +251,7 @@ TEST_P(TokenizerReference, IncrementalDecoderStreamsValidUtf8) {
       streamed += rest;
       ASSERT_EQ(streamed, joined) << "entry #" << i << " render_special=" << render;
       // For these models decode() is the joined pieces too.
-      ASSERT_EQ(streamed, tok_->decode(ids, render)) << "entry #" << i;
+      ASSERT_EQ(raw, tok_->decode(ids, render)) << "entry #" << i;
     }
   }
 }
@@ -368,7 +376,7 @@ TEST_P(TokenizerPreVariant, IdsMatchLlamaCpp) {
   ASSERT_TRUE(m.tok);
 
   std::map<int, std::string> texts;
-  for (const json& e : read_jsonl(data_dir() + "/corpus.jsonl")) texts[e["id"].get<int>()] = e["text"];
+  for (const json& e : read_jsonl(data_dir() + "/corpus.jsonl")) texts[e["id"].get<int>()] = entry_text(e);
   const auto expected = read_jsonl(data_dir() + "/smollm2-135m@" + pre + ".variant.jsonl");
   ASSERT_GT(expected.size(), 500u);
   size_t n_bad = 0;
@@ -592,12 +600,19 @@ TEST(Utf8, CompletePrefixAndValidation) {
   EXPECT_EQ(tok::utf8_complete_prefix("ab\xE2\x82"), 2u);
   EXPECT_EQ(tok::utf8_complete_prefix("ab\xE2\x82\xAC"), 5u);
   EXPECT_EQ(tok::utf8_complete_prefix("\xED\xA0"), 2u);  // surrogate lead pair: invalid, not pending
+  // One U+FFFD per maximal ill-formed subpart.
+  std::string r;
+  tok::append_valid_utf8(r, "\xE4\xBD" "A\x80\x80\xF0\x9F");
+  EXPECT_EQ(r, "\xEF\xBF\xBD" "A\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
   EXPECT_TRUE(tok::is_valid_utf8("\xF4\x8F\xBF\xBF"));
   EXPECT_FALSE(tok::is_valid_utf8("\xF4\x90\x80\x80"));
   EXPECT_FALSE(tok::is_valid_utf8("\xC0\x80"));
   // llama.cpp's lenient view: bad bytes become U+FFFD, overlongs are re-encoded.
-  EXPECT_EQ(tok::sanitize_for_split("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(tok::sanitize_for_split("\xC1\x81"), "A");
+  std::string subject;
+  EXPECT_EQ(tok::lenient_recode("a\xFF" "b", nullptr), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(tok::lenient_recode("\xC1\x81", nullptr), "A");
+  EXPECT_EQ(tok::lenient_recode("x\xED\xA0\x80", &subject), "x\xED\xA0\x80");
+  EXPECT_EQ(subject, "x\xEF\xBF\xBD");
 }
 
 TEST(RegexSplitter, Gpt2AndLlama3Words) {

@@ -4,7 +4,8 @@ which our tokenizer must give exactly llama.cpp's token ids.
 
 The corpus is generated deterministically (fixed seed, no external data), so
 re-running this script reproduces the committed file byte for byte. Each line
-is {"id": N, "kind": "<category>", "text": "..."}.
+is {"id": N, "kind": "<category>", "text": "..."}, or, for the few byte
+strings that are not valid UTF-8, {"id": N, "kind": "bytes", "hex": "..."}.
 
     python3 tools/reference/make_tokenizer_corpus.py [--out PATH]
 """
@@ -118,6 +119,19 @@ NUMBERS = ["0", "7", "42", "123", "1234", "12345", "123456", "1234567", "3.14159
            "ⅫⅣ", "①②", "𝟙𝟚𝟛", "99.99%", "$1,234.56", "€20", "¥500", "3/4"]
 
 
+# Byte strings that are not valid UTF-8 (stored as "hex", since JSON strings
+# cannot hold them): stray bytes, overlong forms, truncated sequences,
+# surrogates, and such bytes next to special-token text. Four-byte forms past
+# U+10FFFF (e.g. F4 90 80 80) are left out: llama.cpp aborts on them ("invalid
+# codepoint" escapes llama_tokenize), so there is no reference to compare with.
+INVALID_UTF8_HEX = [
+    "ff", "80", "bf", "c3", "fe", "61ff62", "c0af", "c1bf", "e282", "e228a1", "eda080",
+    "edbfbf41", "f8888080", "f09f98", "68656c6c6f20f09f", "31ff32ff33",
+    "20ff20", "e4bd41", "c3a9c3", "3c7c696d5f656e647cff3e", "3c7c696d5f656e647c3eff",
+    "ff3c73746172745f6f665f7475726e3e", "0aff0a", "2020ff2020", "c0800a",
+]
+
+
 def rand_sentence(rng):
     n = rng.randint(3, 18)
     words = [rng.choice(WORDS) for _ in range(n)]
@@ -209,6 +223,8 @@ def generate():
         add("special", t)
         add("special", "Hello " + t + " world")
         add("special", t + t)
+    for h in INVALID_UTF8_HEX:
+        out.append({"kind": "bytes", "hex": h})
     for t in ODD_VALID:
         add("odd", t)
         add("odd", "ab" + t + "cd")
@@ -275,7 +291,8 @@ def main():
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as f:
         for i, e in enumerate(entries):
-            f.write(json.dumps({"id": i, "kind": e["kind"], "text": e["text"]}, ensure_ascii=False) + "\n")
+            rec = {"id": i, **e}
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
     print(f"wrote {len(entries)} strings to {os.path.normpath(args.out)}")
 
 

@@ -37,14 +37,14 @@ MODELS = {
 
 # Other byte-level pre-tokenizers, checked on SmolLM2's vocabulary and merges
 # with only tokenizer.ggml.pre changed, over every VARIANT_STRIDE-th corpus
-# entry (plus all special-token and odd-character entries): <pre>.variant.jsonl.
+# entry (plus all special-token, odd-character and invalid-UTF-8 entries): <pre>.variant.jsonl.
 VARIANT_BASE = "smollm2-135m"
 VARIANT_PRES = ["llama-bpe", "qwen2", "default", "gpt-2"]
 VARIANT_STRIDE = 4
 
 
 def variant_entries(corpus):
-    return [e for e in corpus if e["id"] % VARIANT_STRIDE == 0 or e["kind"] in ("special", "odd")]
+    return [e for e in corpus if e["id"] % VARIANT_STRIDE == 0 or e["kind"] in ("special", "odd", "bytes")]
 
 
 def write_variant_gguf(src, pre, out):
@@ -85,7 +85,7 @@ def write_variants(base_path, corpus, out_dir):
             v = Vocab(path)
             lines = []
             for e in entries:
-                text = e["text"].encode("utf-8")
+                text = entry_bytes(e)
                 rec = {"id": e["id"], "s": v.tokenize(text, True, True), "p": v.tokenize(text, False, False)}
                 lines.append(json.dumps(rec, separators=(",", ":")))
             with open(os.path.join(out_dir, f"{VARIANT_BASE}@{pre}.variant.jsonl"), "w") as f:
@@ -161,13 +161,17 @@ def fnv1a64(chunks):
     return h
 
 
+def entry_bytes(e):
+    return bytes.fromhex(e["hex"]) if "hex" in e else e["text"].encode("utf-8")
+
+
 def write_model(name, path, corpus, out_dir):
     v = Vocab(path)
     bos = llama_cpp.llama_vocab_bos(v.vocab)
     bos_piece = v.piece(bos, True) if bos >= 0 else b""
     lines = []
     for e in corpus:
-        text = e["text"].encode("utf-8")
+        text = entry_bytes(e)
         s = v.tokenize(text, True, True)
         p = v.tokenize(text, False, False)
         rec = {"id": e["id"], "s": s, "p": p}
