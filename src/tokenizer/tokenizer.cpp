@@ -62,19 +62,11 @@ void replace_all(std::string& s, std::string_view from, std::string_view to) {
   s.swap(out);
 }
 
-int hex_value(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// "<0xAB>" -> 0xAB (llama.cpp reads the two characters after "<0x").
-int byte_token_value(const std::string& t) {
-  if (t.size() < 5) return -1;
-  const int hi = hex_value(t[3]), lo = hex_value(t[4]);
-  if (hi < 0) return -1;
-  return lo < 0 ? hi : hi * 16 + lo;
+// Byte of a byte token such as "<0xAB>": llama.cpp parses the two characters
+// after "<0x" with strtol, so we do too (odd texts then agree as well).
+uint8_t byte_token_value(const std::string& t) {
+  const std::string digits = t.size() > 3 ? t.substr(3, 2) : std::string();
+  return static_cast<uint8_t>(std::strtol(digits.c_str(), nullptr, 16));
 }
 
 class GgufTokenizer final : public Tokenizer {
@@ -253,8 +245,7 @@ class GgufTokenizer final : public Tokenizer {
           }
         }
       } else if (vocab_.has(id, tok::kAttrByte)) {
-        const int b = byte_token_value(t);
-        if (b >= 0) p.assign(1, static_cast<char>(b));
+        p.assign(1, static_cast<char>(byte_token_value(t)));
       }
       // UNUSED / UNDEFINED tokens render as nothing.
     }
