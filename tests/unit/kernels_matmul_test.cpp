@@ -47,7 +47,7 @@ std::vector<float> run(const KernelTable& table, const Problem& p, int64_t tok0,
 
 int64_t cols_for(DType t) { return info(t).block_size == 256 ? 768 : 160; }
 
-TEST(Matmul, MatchesNaiveDequantizedLoop) {
+TEST(KernelsMatmul, MatchesNaiveDequantizedLoop) {
   std::mt19937 rng(1);
   ThreadPool pool(2);
   Workspace ws;
@@ -101,7 +101,7 @@ TEST(Matmul, MatchesNaiveDequantizedLoop) {
   }
 }
 
-TEST(Matmul, BitIdenticalAcrossBatchSizesAndThreadCounts) {
+TEST(KernelsMatmul, BitIdenticalAcrossBatchSizesAndThreadCounts) {
   std::mt19937 rng(2);
   ThreadPool pool1(1), pool2(2), pool3(3);
   ThreadPool* pools[] = {&pool1, &pool2, &pool3};
@@ -134,7 +134,7 @@ TEST(Matmul, BitIdenticalAcrossBatchSizesAndThreadCounts) {
   }
 }
 
-TEST(Matmul, WorkspaceGrowsOnceAndIsReused) {
+TEST(KernelsMatmul, WorkspaceGrowsOnceAndIsReused) {
   std::mt19937 rng(3);
   ThreadPool pool(2);
   Workspace ws;
@@ -151,7 +151,7 @@ TEST(Matmul, WorkspaceGrowsOnceAndIsReused) {
   }
 }
 
-TEST(Matmul, LargerShapesWithManyRowsPerThread) {
+TEST(KernelsMatmul, LargerShapesWithManyRowsPerThread) {
   // Shapes like the real models' projections, through the dispatched matmul().
   std::mt19937 rng(4);
   ThreadPool pool(2);

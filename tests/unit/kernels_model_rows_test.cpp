@@ -59,7 +59,7 @@ std::vector<Row> load_rows() {
   return rows;
 }
 
-TEST(ModelRows, DecodeLikeGgufPython) {
+TEST(KernelsModelRows, DecodeLikeGgufPython) {
   const std::vector<Row> rows = load_rows();
   ASSERT_GE(rows.size(), 10u);
   int checked = 0;

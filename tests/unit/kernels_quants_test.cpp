@@ -38,7 +38,7 @@ float from_bits(uint32_t u) {
 
 // ---- f16 / bf16 ----------------------------------------------------------------
 
-TEST(F16, EveryHalfConvertsExactlyAndBack) {
+TEST(KernelsF16, EveryHalfConvertsExactlyAndBack) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const float f = f16_to_f32(static_cast<uint16_t>(h));
     _Float16 ch;
@@ -57,7 +57,7 @@ TEST(F16, EveryHalfConvertsExactlyAndBack) {
   }
 }
 
-TEST(F16, RoundsToNearestEvenLikeTheCompiler) {
+TEST(KernelsF16, RoundsToNearestEvenLikeTheCompiler) {
   const float edge[] = {65504.0f, 65519.996f, 65520.0f, 65536.0f, 1e10f, -65520.0f,
                         std::ldexp(1.0f, -24), std::ldexp(1.0f, -25), std::ldexp(1.0000001f, -25),
                         std::ldexp(1.5f, -24), std::ldexp(2.5f, -24), std::ldexp(1.0f, -14),
@@ -78,7 +78,7 @@ TEST(F16, RoundsToNearestEvenLikeTheCompiler) {
   }
 }
 
-TEST(BF16, RoundsToNearestEvenAndQuietsNans) {
+TEST(KernelsBF16, RoundsToNearestEvenAndQuietsNans) {
   EXPECT_EQ(f32_to_bf16(1.0f), 0x3f80);
   EXPECT_EQ(f32_to_bf16(from_bits(0x3f808000u)), 0x3f80);  // tie, keep even
   EXPECT_EQ(f32_to_bf16(from_bits(0x3f818000u)), 0x3f82);  // tie, round up to even
@@ -161,7 +161,7 @@ void expect_same_floats(const std::vector<float>& got, const std::vector<float>&
   }
 }
 
-TEST(GgufPyReference, DequantizeMatchesBitForBit) {
+TEST(KernelsGgufPyReference, DequantizeMatchesBitForBit) {
   int checked = 0;
   for (const PyRecord& r : load_py_reference()) {
     if (r.kind != "dequant") continue;
@@ -177,7 +177,7 @@ TEST(GgufPyReference, DequantizeMatchesBitForBit) {
   EXPECT_EQ(checked, 12);
 }
 
-TEST(GgufPyReference, QuantizeMatchesByteForByte) {
+TEST(KernelsGgufPyReference, QuantizeMatchesByteForByte) {
   int checked = 0;
   for (const PyRecord& r : load_py_reference()) {
     if (r.kind != "quant") continue;
@@ -195,7 +195,7 @@ TEST(GgufPyReference, QuantizeMatchesByteForByte) {
   EXPECT_EQ(checked, 7);
 }
 
-TEST(Layout, HandMadeBlocksDecodeAsDocumented) {
+TEST(KernelsLayout, HandMadeBlocksDecodeAsDocumented) {
   // Q4_0: element j is the low nibble of qs[j], element j+16 the high one, minus 8.
   BlockQ4_0 q4{};
   q4.d = f32_to_f16(0.5f);
@@ -236,7 +236,7 @@ double rms_bound(DType t) {
   }
 }
 
-TEST(RoundTrip, ErrorWithinBoundsForEveryType) {
+TEST(KernelsRoundTrip, ErrorWithinBoundsForEveryType) {
   std::mt19937 rng(42);
   for (DType t : all_types()) {
     for (float scale : {1e-3f, 1.0f, 300.0f}) {
@@ -253,7 +253,7 @@ TEST(RoundTrip, ErrorWithinBoundsForEveryType) {
   }
 }
 
-TEST(RoundTrip, ActivationQuantizersKeepEveryElementWithinHalfAStep) {
+TEST(KernelsRoundTrip, ActivationQuantizersKeepEveryElementWithinHalfAStep) {
   std::mt19937 rng(3);
   const std::vector<float> x = random_floats(rng, 1024, 2.0f);
   {
@@ -319,7 +319,7 @@ std::vector<float> tricky_activations(std::mt19937& rng, int64_t n) {
   return x;
 }
 
-TEST(SimdQuantize, ActivationQuantizersAreBitExactWithReference) {
+TEST(KernelsSimdQuantize, ActivationQuantizersAreBitExactWithReference) {
   std::mt19937 rng(11);
   for (SimdLevel level : runnable_levels()) {
     const KernelTable table = build_kernel_table(level);
@@ -365,7 +365,7 @@ std::vector<int64_t> row_lengths(DType t) {
   return {32, 64, 96, 576, 1536};
 }
 
-TEST(SimdVecDot, EveryKernelMatchesReference) {
+TEST(KernelsSimdVecDot, EveryKernelMatchesReference) {
   std::mt19937 rng(5);
   for (SimdLevel level : runnable_levels()) {
     const KernelTable table = build_kernel_table(level);
@@ -391,7 +391,7 @@ TEST(SimdVecDot, EveryKernelMatchesReference) {
   }
 }
 
-TEST(SimdVecDot, ReferenceMatchesDequantizedDot) {
+TEST(KernelsSimdVecDot, ReferenceMatchesDequantizedDot) {
   // The integer block arithmetic of the reference equals the plain dot product
   // of the dequantized rows up to float rounding (and Q8_1's f16-rounded sum).
   std::mt19937 rng(8);
@@ -408,7 +408,7 @@ TEST(SimdVecDot, ReferenceMatchesDequantizedDot) {
   }
 }
 
-TEST(SimdVecDot, TileKernelsAreBitIdenticalToVecDot) {
+TEST(KernelsSimdVecDot, TileKernelsAreBitIdenticalToVecDot) {
   std::mt19937 rng(9);
   for (SimdLevel level : runnable_levels()) {
     const KernelTable table = build_kernel_table(level);
@@ -447,7 +447,7 @@ TEST(SimdVecDot, TileKernelsAreBitIdenticalToVecDot) {
   }
 }
 
-TEST(Dispatch, ReportsTheChosenLevel) {
+TEST(KernelsDispatch, ReportsTheChosenLevel) {
   const std::string level = simd_level();
   EXPECT_TRUE(level == "scalar" || level == "avx2" || level == "avx512vnni") << level;
   const char* env = std::getenv("INFERD_SIMD");
