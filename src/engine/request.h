@@ -1,0 +1,71 @@
+// One generation request as the scheduler tracks it. The caller fills in the
+// inputs; the scheduler owns the state below them and is the only one that
+// changes it (update() appends tokens and checks stop conditions).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sampling/sampler.h"
+
+namespace inferd {
+
+enum class RequestStatus {
+  kWaiting,
+  kRunning,
+  kPreempted,        // waiting again after its blocks were taken; will recompute
+  kFinishedStopped,  // EOS, a stop token, or a stop string (finished by the engine)
+  kFinishedLength,   // max_tokens reached (or the model's context)
+  kFinishedAborted,  // the client went away, or the engine gave up on it
+};
+
+inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
+
+// The OpenAI `finish_reason` of a finished request ("" while unfinished).
+inline const char* finish_reason(RequestStatus s) {
+  switch (s) {
+    case RequestStatus::kFinishedStopped: return "stop";
+    case RequestStatus::kFinishedLength: return "length";
+    case RequestStatus::kFinishedAborted: return "abort";
+    default: return "";
+  }
+}
+
+struct Request {
+  // ---- inputs, set by the caller of Scheduler::add_request ----
+  std::string id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling;  // used by the engine's sampler, not by the scheduler
+  int64_t max_tokens = 16;  // output tokens at most
+  std::optional<int32_t> eos_token_id;
+  std::vector<int32_t> stop_token_ids;  // finish on any of these, even with ignore_eos
+  bool ignore_eos = false;
+  std::string cache_salt;     // requests share cached prefixes only with equal salts
+  double arrival_time = 0.0;  // seconds (steady clock); 0: set by add_request
+
+  // ---- state, kept by the scheduler ----
+  std::vector<int32_t> output_token_ids;
+  std::vector<int32_t> all_token_ids;  // prompt then output: what is fed and hashed
+  // Tokens whose keys/values are in the cache. The next step feeds
+  // all_token_ids[num_computed_tokens ..]; while running, at least the last
+  // token (just sampled, or the last of the prompt) is still to compute.
+  int64_t num_computed_tokens = 0;
+  RequestStatus status = RequestStatus::kWaiting;
+  int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
+  int32_t num_preemptions = 0;
+  uint64_t cache_key = 0;  // hash of cache_salt, the extra key of block hashes
+
+  int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
+  int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }
+  int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
+  bool finished() const { return is_finished(status); }
+
+  void append_output_token(int32_t token) {
+    output_token_ids.push_back(token);
+    all_token_ids.push_back(token);
+  }
+};
+
+}  // namespace inferd

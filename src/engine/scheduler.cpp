@@ -1,0 +1,315 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_set>
+
+namespace inferd {
+
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool contains(const std::vector<int32_t>& v, int32_t x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+}  // namespace
+
+Status SchedulerConfig::validate() const {
+  if (max_num_batched_tokens < 1) return make_error("max_num_batched_tokens must be at least 1");
+  if (max_num_seqs < 1) return make_error("max_num_seqs must be at least 1");
+  if (long_prefill_token_threshold < 0) return make_error("long_prefill_token_threshold must be >= 0");
+  if (max_model_len < 0) return make_error("max_model_len must be >= 0");
+  if (kv.n_blocks < 2) return make_error("the KV cache needs at least 2 blocks (one is reserved)");
+  if (kv.block_size < 1) return make_error("the KV block size must be at least 1");
+  return {};
+}
+
+Scheduler::Scheduler(const SchedulerConfig& config) : config_(config), kv_([&] {
+  if (Status s = config.validate(); !s) {
+    std::fprintf(stderr, "Scheduler: invalid config: %s\n", s.error().message.c_str());
+    std::abort();
+  }
+  return config.kv;
+}()) {}
+
+Status Scheduler::add_request(Request r) {
+  if (r.id.empty()) return make_error("the request id is empty");
+  if (requests_.count(r.id)) return make_error("a request with this id is already queued or running");
+  if (r.prompt_token_ids.empty()) return make_error("the prompt is empty");
+  if (r.max_tokens < 1) return make_error("max_tokens must be at least 1");
+  if (Status s = r.sampling.validate(); !s) return s;
+  const int64_t n_prompt = r.num_prompt_tokens();
+  if (config_.max_model_len > 0 && n_prompt + r.max_tokens > config_.max_model_len)
+    return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
+                      str(r.max_tokens) + ") exceeds the model length of " +
+                      str(config_.max_model_len) + " tokens");
+  // The last sampled token is never fed back, so a request needs slots for at
+  // most prompt + max_tokens - 1 tokens; with that many it can always run
+  // alone, which is what makes preemption terminate.
+  const int64_t blocks_needed = kv_.blocks_for_tokens(n_prompt + r.max_tokens - 1);
+  if (blocks_needed > kv_.num_usable_blocks())
+    return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
+                      str(r.max_tokens) + ") needs " + str(blocks_needed) + " KV blocks of " +
+                      str(kv_.block_size()) + " tokens, but the cache has only " +
+                      str(kv_.num_usable_blocks()));
+
+  auto req = std::make_unique<Request>(std::move(r));
+  req->output_token_ids.clear();
+  req->all_token_ids = req->prompt_token_ids;
+  req->num_computed_tokens = 0;
+  req->status = RequestStatus::kWaiting;
+  req->num_cached_prompt_tokens = 0;
+  req->num_preemptions = 0;
+  req->cache_key = kv::hash_bytes(req->cache_salt);
+  if (req->arrival_time == 0.0) req->arrival_time = now_seconds();
+  waiting_.push_back(req.get());
+  requests_.emplace(req->id, std::move(req));
+  return {};
+}
+
+int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const {
+  int64_t n = r.num_tokens() - num_computed;
+  if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  return std::min(n, budget);
+}
+
+void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
+                              std::vector<int32_t> new_blocks, bool is_new, bool resumed,
+                              int64_t num_cached) {
+  ScheduledRequest s;
+  s.request_id = r.id;
+  s.num_computed_tokens = r.num_computed_tokens;
+  s.num_new_tokens = n;
+  s.token_ids.assign(r.all_token_ids.begin() + r.num_computed_tokens,
+                     r.all_token_ids.begin() + r.num_computed_tokens + n);
+  const std::span<const int32_t> table = kv_.block_table(r.id);
+  s.block_table.assign(table.begin(), table.end());
+  s.new_block_ids = std::move(new_blocks);
+  s.is_new = is_new;
+  s.resumed = resumed;
+  s.sample = r.num_computed_tokens + n == r.num_tokens();
+  s.num_cached_tokens = num_cached;
+  out.total_num_scheduled_tokens += n;
+  out.scheduled.push_back(std::move(s));
+}
+
+void Scheduler::preempt(Request& r) {
+  kv_.free(r.id);
+  r.num_computed_tokens = 0;
+  r.status = RequestStatus::kPreempted;
+  ++r.num_preemptions;
+  ++stats_.preemptions;
+  waiting_.push_front(&r);
+}
+
+SchedulerOutput Scheduler::schedule() {
+  SchedulerOutput out;
+  out.step = stats_.steps;
+  out.finished_request_ids = std::move(finished_since_schedule_);
+  finished_since_schedule_.clear();
+  int64_t budget = config_.max_num_batched_tokens;
+
+  // Running requests, oldest first. Victims come from the back, which holds
+  // requests not yet scheduled this step (or the current one itself).
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request& r = *running_[i];
+    const int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget);
+    std::optional<std::vector<int32_t>> blocks;
+    while (!(blocks = kv_.allocate_slots(r.id, r.num_computed_tokens, n))) {
+      Request& victim = *running_.back();
+      running_.pop_back();
+      preempt(victim);
+      out.preempted_request_ids.push_back(victim.id);
+      if (&victim == &r) break;
+    }
+    if (!blocks) break;  // the request needing space was the newest: stop here
+    add_scheduled(out, r, n, std::move(*blocks), false, false, 0);
+    budget -= n;
+    ++i;
+  }
+
+  // Waiting requests in FIFO order, unless this step had to preempt (there is
+  // no room to admit anyone then). The first that does not fit stops admission.
+  while (out.preempted_request_ids.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+    Request& r = *waiting_.front();
+    const kv::PrefixHit hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key);
+    const int64_t n = tokens_to_schedule(r, hit.num_tokens, budget);
+    std::optional<std::vector<int32_t>> blocks = kv_.allocate_slots(r.id, 0, n, hit);
+    if (!blocks) break;
+    waiting_.pop_front();
+    const bool resumed = r.status == RequestStatus::kPreempted;
+    if (!resumed) r.num_cached_prompt_tokens = hit.num_tokens;
+    r.num_computed_tokens = hit.num_tokens;
+    r.status = RequestStatus::kRunning;
+    running_.push_back(&r);
+    add_scheduled(out, r, n, std::move(*blocks), true, resumed, hit.num_tokens);
+    budget -= n;
+  }
+
+  ++stats_.steps;
+  stats_.scheduled_tokens += out.total_num_scheduled_tokens;
+  stats_.last_step_tokens = out.total_num_scheduled_tokens;
+  stats_.max_step_tokens = std::max(stats_.max_step_tokens, out.total_num_scheduled_tokens);
+  assert(check_output(out).ok());
+  assert(check_invariants().ok());
+  return out;
+}
+
+Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
+                                                     std::span<const int32_t> sampled_token_ids) {
+  if (sampled_token_ids.size() != out.scheduled.size())
+    return make_error("update: " + str(static_cast<int64_t>(sampled_token_ids.size())) +
+                      " sampled tokens for " + str(static_cast<int64_t>(out.scheduled.size())) +
+                      " scheduled requests");
+  // Check first, so a mismatched output changes nothing.
+  for (const ScheduledRequest& s : out.scheduled) {
+    auto it = requests_.find(s.request_id);
+    if (it == requests_.end()) continue;  // finished or aborted since schedule()
+    const Request& r = *it->second;
+    if (r.status != RequestStatus::kRunning || r.num_computed_tokens != s.num_computed_tokens)
+      return make_error("update: the output for request '" + s.request_id +
+                        "' does not match its state (applied twice, or from an older step?)");
+  }
+
+  std::vector<RequestUpdate> updates;
+  std::vector<Request*> finished;
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const ScheduledRequest& s = out.scheduled[i];
+    auto it = requests_.find(s.request_id);
+    if (it == requests_.end()) continue;
+    Request& r = *it->second;
+    r.num_computed_tokens += s.num_new_tokens;
+    kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
+    if (!s.sample) continue;  // mid-prefill: nothing sampled
+
+    const int32_t token = sampled_token_ids[i];
+    r.append_output_token(token);
+    RequestUpdate u{r.id, {token}, RequestStatus::kRunning};
+    if ((!r.ignore_eos && r.eos_token_id && token == *r.eos_token_id) ||
+        contains(r.stop_token_ids, token))
+      u.status = RequestStatus::kFinishedStopped;
+    else if (r.num_output_tokens() >= r.max_tokens ||
+             (config_.max_model_len > 0 && r.num_tokens() >= config_.max_model_len))
+      u.status = RequestStatus::kFinishedLength;
+    if (is_finished(u.status)) {
+      r.status = u.status;
+      finished.push_back(&r);
+    }
+    updates.push_back(std::move(u));
+  }
+  if (!finished.empty()) {
+    std::erase_if(running_, [](const Request* r) { return r->finished(); });
+    for (Request* r : finished) retire(*r, r->status);
+  }
+  return updates;
+}
+
+void Scheduler::retire(Request& r, RequestStatus reason) {
+  kv_.free(r.id);
+  r.status = reason;
+  ++stats_.finished;
+  if (reason == RequestStatus::kFinishedAborted) ++stats_.aborted;
+  finished_since_schedule_.push_back(r.id);
+  requests_.erase(requests_.find(r.id));  // destroys r
+}
+
+Status Scheduler::finish_request(const std::string& request_id, RequestStatus reason) {
+  if (!is_finished(reason)) return make_error("finish_request: the reason must be a finished status");
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return make_error("finish_request: no unfinished request has this id");
+  Request* r = it->second.get();
+  std::erase(running_, r);
+  std::erase(waiting_, r);
+  retire(*r, reason);
+  return {};
+}
+
+bool Scheduler::abort(const std::string& request_id) {
+  return finish_request(request_id, RequestStatus::kFinishedAborted).ok();
+}
+
+const Request* Scheduler::find(const std::string& request_id) const {
+  auto it = requests_.find(request_id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s = stats_;
+  s.num_running = num_running();
+  s.num_waiting = num_waiting();
+  s.kv_used_blocks = kv_.num_used_blocks();
+  s.kv_free_blocks = kv_.num_free_blocks();
+  s.kv_usage = kv_.usage();
+  s.prefix_cache = kv_.prefix_cache_stats();
+  return s;
+}
+
+Status Scheduler::check_invariants() const {
+  if (Status s = kv_.check_invariants(); !s) return s;
+  auto fail = [](const std::string& what) { return Status(make_error("Scheduler: " + what)); };
+  if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs)
+    return fail("more running requests than max_num_seqs");
+  if (running_.size() + waiting_.size() != requests_.size())
+    return fail("the queues do not hold every unfinished request exactly once");
+  std::unordered_set<const Request*> seen;
+  for (const Request* r : running_) {
+    if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
+    if (r->status != RequestStatus::kRunning) return fail("request '" + r->id + "' is in the running queue but not running");
+    if (r->num_computed_tokens >= r->num_tokens())
+      return fail("running request '" + r->id + "' has nothing left to compute");
+    const int64_t slots = static_cast<int64_t>(kv_.block_table(r->id).size()) * kv_.block_size();
+    if (slots < r->num_computed_tokens)
+      return fail("running request '" + r->id + "' has fewer slots than computed tokens");
+  }
+  for (const Request* r : waiting_) {
+    if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
+    if (r->status != RequestStatus::kWaiting && r->status != RequestStatus::kPreempted)
+      return fail("request '" + r->id + "' is in the waiting queue but not waiting");
+    if (r->num_computed_tokens != 0 || kv_.holds_blocks(r->id))
+      return fail("waiting request '" + r->id + "' holds KV state");
+  }
+  for (const auto& [id, r] : requests_)
+    if (!seen.count(r.get())) return fail("request '" + id + "' is in no queue");
+  if (kv_.num_requests() > static_cast<int64_t>(running_.size()))
+    return fail("blocks are held by requests that are not running");
+  return {};
+}
+
+Status Scheduler::check_output(const SchedulerOutput& out) const {
+  auto fail = [&](const std::string& what) {
+    return Status(make_error("step " + str(out.step) + ": " + what));
+  };
+  if (out.total_num_scheduled_tokens > config_.max_num_batched_tokens)
+    return fail("token budget exceeded");
+  if (static_cast<int64_t>(out.scheduled.size()) > config_.max_num_seqs)
+    return fail("more requests than max_num_seqs");
+  int64_t total = 0;
+  std::unordered_set<std::string> ids;
+  for (const ScheduledRequest& s : out.scheduled) {
+    const std::string name = "request '" + s.request_id + "'";
+    if (!ids.insert(s.request_id).second) return fail(name + " is scheduled twice");
+    if (s.num_new_tokens < 1) return fail(name + " is scheduled with no tokens");
+    if (config_.long_prefill_token_threshold > 0 && s.num_new_tokens > config_.long_prefill_token_threshold)
+      return fail(name + " exceeds long_prefill_token_threshold");
+    if (static_cast<int64_t>(s.token_ids.size()) != s.num_new_tokens)
+      return fail(name + " has the wrong number of token ids");
+    if (static_cast<int64_t>(s.block_table.size()) * kv_.block_size() <
+        s.num_computed_tokens + s.num_new_tokens)
+      return fail(name + "'s block table does not cover its tokens");
+    total += s.num_new_tokens;
+  }
+  if (total != out.total_num_scheduled_tokens) return fail("total_num_scheduled_tokens is wrong");
+  return {};
+}
+
+}  // namespace inferd

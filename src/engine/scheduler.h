@@ -1,0 +1,138 @@
+// The token-budget scheduler (GUIDE rule 1). Each step it hands out
+// num_new_tokens per request under one budget (max_num_batched_tokens) and
+// max_num_seqs: running requests first, in admission order, each getting
+// min(tokens left to compute, budget left); then waiting requests in FIFO
+// order. A decode is one token, a prefill chunk many, and both share a step;
+// chunked prefill and prefix-cache hits (taken at admission) fall out of the
+// same rule.
+//
+// When a running request cannot get KV blocks, the most recently admitted
+// running request is preempted (its blocks freed, its progress reset; it
+// keeps its output and goes to the front of the waiting queue to recompute
+// prompt + output) and allocation is retried; if the request needing space is
+// itself the newest, it is preempted and the step stops there.
+//
+// One step is: out = schedule(); the runner computes out and samples a token
+// for each request with `sample` set; update(out, tokens). update() is the
+// only place tokens are appended and stop conditions checked. Blocks become
+// findable by the prefix cache in update(), after their tokens are computed,
+// so a step that fails can be abandoned by aborting its requests without
+// leaving unwritten blocks in the cache.
+//
+// Not thread-safe: the engine loop owns the scheduler and applies abort and
+// add messages between steps.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/result.h"
+#include "engine/request.h"
+#include "engine/scheduler_output.h"
+#include "kv/kv_cache_manager.h"
+
+namespace inferd {
+
+struct SchedulerConfig {
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step
+  int32_t max_num_seqs = 128;             // running requests at most
+  // > 0: no request computes more than this many tokens in one step, so a long
+  // prompt cannot take a whole step from the prompts admitted behind it.
+  int64_t long_prefill_token_threshold = 0;
+  int64_t max_model_len = 0;  // > 0: prompt + max_tokens may not exceed it
+  kv::KVCacheConfig kv;
+
+  Status validate() const;  // error naming the first bad field
+};
+
+// What update() did to one request that sampled this step.
+struct RequestUpdate {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;  // appended this step
+  RequestStatus status = RequestStatus::kRunning;  // a finished status if it stopped
+};
+
+struct SchedulerStats {
+  int64_t steps = 0;
+  int64_t scheduled_tokens = 0;  // over all steps; / steps = mean tokens per step
+  int64_t last_step_tokens = 0;
+  int64_t max_step_tokens = 0;
+  int64_t num_running = 0;
+  int64_t num_waiting = 0;
+  int32_t kv_used_blocks = 0;
+  int32_t kv_free_blocks = 0;  // empty or evictable
+  double kv_usage = 0.0;
+  kv::PrefixCacheStats prefix_cache;  // in tokens
+  int64_t preemptions = 0;
+  int64_t finished = 0;  // finished for any reason, aborts included
+  int64_t aborted = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);  // config.validate() must pass
+
+  // Queues a request (the caller fills Request's inputs; its state fields are
+  // reset). Refused, with a message naming the problem, for a duplicate or
+  // empty id, an empty prompt, max_tokens < 1, bad sampling parameters, or a
+  // request that could not fit in the KV cache even alone.
+  Status add_request(Request request);
+
+  // Decides the next step. Allocates the step's KV slots; changes no tokens.
+  SchedulerOutput schedule();
+
+  // Applies a computed step. sampled_token_ids[i] is the token sampled for
+  // out.scheduled[i] (ignored where that request's `sample` is false).
+  // Advances num_computed_tokens, makes newly full blocks findable, appends the
+  // sampled tokens, checks max_tokens / EOS / stop tokens, and frees finished
+  // requests. Requests aborted since schedule() are skipped. Refuses, changing
+  // nothing, an output that does not match the current state (wrong size,
+  // applied twice).
+  Result<std::vector<RequestUpdate>> update(const SchedulerOutput& out,
+                                            std::span<const int32_t> sampled_token_ids);
+
+  // Ends a request in any state, freeing its blocks now. False if unknown.
+  bool abort(const std::string& request_id);
+  // Ends a request for a reason found outside the scheduler (a stop string):
+  // `reason` must be a finished status.
+  Status finish_request(const std::string& request_id, RequestStatus reason);
+
+  const Request* find(const std::string& request_id) const;
+  bool has_unfinished_requests() const { return !requests_.empty(); }
+  int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
+  int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+  const kv::KVCacheManager& kv_cache() const { return kv_; }
+
+  // The KV manager's invariants, plus: every request is in exactly one queue
+  // with a matching status; only running requests hold blocks, enough for
+  // their computed tokens; waiting ones have computed nothing.
+  Status check_invariants() const;
+  // A step's limits: budget, max_num_seqs, per-request chunk cap, and every
+  // scheduled request's block table covering its new tokens.
+  Status check_output(const SchedulerOutput& out) const;
+
+ private:
+  int64_t tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const;
+  void preempt(Request& r);
+  void add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
+                     std::vector<int32_t> new_blocks, bool is_new, bool resumed,
+                     int64_t num_cached);
+  // Frees and forgets a request; the caller has removed it from its queue.
+  void retire(Request& r, RequestStatus reason);
+
+  SchedulerConfig config_;
+  kv::KVCacheManager kv_;
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // unfinished ones
+  std::deque<Request*> waiting_;  // FIFO; preempted requests re-enter at the front
+  std::vector<Request*> running_;  // in admission order: the back is preempted first
+  std::vector<std::string> finished_since_schedule_;
+  SchedulerStats stats_;
+};
+
+}  // namespace inferd

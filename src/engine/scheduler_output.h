@@ -1,0 +1,48 @@
+// What the scheduler decided for one step, as plain data: everything the model
+// runner needs to build the step's flattened batch, and nothing it could use
+// to make policy. For a scheduled request, token i of `token_ids` goes at
+// position num_computed_tokens + i, in KV slot kv_slot(block_table, block_size,
+// position); the request's attention reads positions [0, that position]
+// through `block_table`. When `sample` is set the runner samples one token
+// from the logits of the request's last scheduled token.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace inferd {
+
+struct ScheduledRequest {
+  std::string request_id;
+  int64_t num_computed_tokens = 0;  // tokens already cached: position of the first new one
+  int64_t num_new_tokens = 0;       // 1 for a decode, more for a prefill chunk
+  std::vector<int32_t> token_ids;   // the num_new_tokens tokens to feed
+  // The request's whole block table; it covers every position up to the last
+  // new token. Tables are append-only while a request runs.
+  std::vector<int32_t> block_table;
+  std::vector<int32_t> new_block_ids;  // appended to the table this step
+  bool is_new = false;   // admitted this step: the runner has no state for it yet
+  bool resumed = false;  // admitted after a preemption: recomputes prompt and earlier output
+  bool sample = false;   // this step reaches the request's last token: sample one
+  int64_t num_cached_tokens = 0;  // if is_new: tokens taken from the prefix cache
+};
+
+struct SchedulerOutput {
+  int64_t step = 0;
+  std::vector<ScheduledRequest> scheduled;  // running requests first, then admitted ones
+  int64_t total_num_scheduled_tokens = 0;
+  std::vector<std::string> preempted_request_ids;  // preempted this step; not scheduled
+  // Finished or aborted since the previous schedule(): the runner may drop
+  // whatever it keeps for them.
+  std::vector<std::string> finished_request_ids;
+
+  bool empty() const { return scheduled.empty(); }
+};
+
+// The cache slot of `position` for a request with this block table.
+inline int64_t kv_slot(const std::vector<int32_t>& block_table, int64_t block_size,
+                       int64_t position) {
+  return int64_t{block_table[position / block_size]} * block_size + position % block_size;
+}
+
+}  // namespace inferd

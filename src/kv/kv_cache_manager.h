@@ -1,0 +1,112 @@
+// The middle layer of the paged KV cache: which blocks each request holds,
+// prefix lookup, and allocation that either succeeds whole or changes nothing.
+// Policy (who runs, who is preempted) is the scheduler's; this class never
+// chooses between requests.
+//
+// A request's block table is append-only while it holds blocks: block i holds
+// its tokens [i * block_size, (i + 1) * block_size). Requests are named by id;
+// the token ids are passed in where a call needs them, so this module does not
+// depend on the engine's Request type.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/result.h"
+#include "kv/block_hash.h"
+#include "kv/block_pool.h"
+
+namespace inferd::kv {
+
+struct KVCacheConfig {
+  int32_t n_blocks = 0;     // including the reserved null block
+  int32_t block_size = 16;  // tokens per block
+  bool enable_prefix_caching = true;
+};
+
+// Cached blocks holding a prefix of a request's tokens, found by lookup.
+struct PrefixHit {
+  std::vector<int32_t> blocks;
+  std::vector<BlockHash> hashes;   // hashes[i] is the chained hash of blocks[i]
+  int64_t num_tokens = 0;          // tokens they hold: blocks.size() * block_size
+  int64_t num_queried_tokens = 0;  // tokens that were looked up (0: caching off)
+};
+
+// Counted in tokens, once per admission (a lookup that is not followed by a
+// successful allocation is not counted).
+struct PrefixCacheStats {
+  int64_t requests = 0;        // admissions that looked up the cache
+  int64_t queried_tokens = 0;  // tokens of those requests
+  int64_t hit_tokens = 0;      // tokens served from the cache
+};
+
+class KVCacheManager {
+ public:
+  explicit KVCacheManager(const KVCacheConfig& config);
+
+  // The longest run of cached full blocks at the start of `tokens` (prompt, or
+  // prompt and output for a request resumed after preemption), capped at
+  // tokens.size() - 1 tokens so the last token is always computed and yields
+  // logits. Pure lookup: nothing changes until allocate_slots takes the hit.
+  PrefixHit get_computed_blocks(std::span<const int32_t> tokens, uint64_t extra_key) const;
+
+  // Gives the request slots for `num_new_tokens` more tokens after the
+  // `num_computed_tokens` it already has slots for (plus, for a request that
+  // holds no blocks yet, the cached prefix `hit`, whose blocks it then
+  // references). Returns the block ids appended to its table (hit blocks
+  // first), or nullopt, changing nothing, if there are not enough free or
+  // evictable blocks.
+  std::optional<std::vector<int32_t>> allocate_slots(const std::string& request_id,
+                                                     int64_t num_computed_tokens,
+                                                     int64_t num_new_tokens,
+                                                     const PrefixHit& hit = {});
+
+  // After the first `num_computed_tokens` of `tokens` are in the cache: hashes
+  // the request's blocks that became full and makes them findable.
+  void cache_full_blocks(const std::string& request_id, std::span<const int32_t> tokens,
+                         int64_t num_computed_tokens, uint64_t extra_key);
+
+  // Drops the request's references, last block first, so that of its cached
+  // blocks the tail of the sequence is evicted before the head. No-op for an
+  // id that holds nothing.
+  void free(const std::string& request_id);
+
+  // The request's blocks in order (empty if it holds none).
+  std::span<const int32_t> block_table(const std::string& request_id) const;
+  bool holds_blocks(const std::string& request_id) const { return requests_.count(request_id) > 0; }
+  int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
+
+  int32_t block_size() const { return config_.block_size; }
+  bool prefix_caching_enabled() const { return config_.enable_prefix_caching; }
+  int64_t blocks_for_tokens(int64_t n_tokens) const {
+    return (n_tokens + config_.block_size - 1) / config_.block_size;
+  }
+  int32_t num_usable_blocks() const { return pool_.num_usable_blocks(); }
+  int32_t num_free_blocks() const { return pool_.num_free_blocks(); }  // empty + evictable
+  int32_t num_used_blocks() const { return num_usable_blocks() - num_free_blocks(); }
+  double usage() const { return pool_.usage(); }
+  const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  const BlockPool& pool() const { return pool_; }
+
+  // The pool's invariants, plus: every block's reference count equals the
+  // number of request tables that hold it; free + used == usable; no table
+  // holds the null block or a block twice; of each table, exactly the blocks
+  // the request has hashed may be findable, and under the request's hash.
+  Status check_invariants() const;
+
+ private:
+  struct RequestBlocks {
+    std::vector<int32_t> blocks;
+    std::vector<BlockHash> hashes;  // of blocks[0 .. hashes.size()): full and computed
+  };
+
+  KVCacheConfig config_;
+  BlockPool pool_;
+  std::unordered_map<std::string, RequestBlocks> requests_;
+  PrefixCacheStats stats_;
+};
+
+}  // namespace inferd::kv
