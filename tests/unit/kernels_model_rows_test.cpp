@@ -50,7 +50,7 @@ std::vector<Row> load_rows() {
       in_row = true;
     } else if (word == "values" && in_row) {
       std::string v;
-      while (ss >> v) rows.back().values.push_back(static_cast<float>(std::strtod(v.c_str(), nullptr)));
+      while (ss >> v) rows.back().values.push_back(std::strtof(v.c_str(), nullptr));
       in_row = false;
     } else {
       in_row = false;

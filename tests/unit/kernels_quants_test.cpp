@@ -139,7 +139,7 @@ std::vector<PyRecord> load_py_reference() {
       records.back().bytes = parse_hex(hex);
     } else if (word == "values") {
       std::string v;
-      while (ss >> v) records.back().values.push_back(static_cast<float>(std::strtod(v.c_str(), nullptr)));
+      while (ss >> v) records.back().values.push_back(std::strtof(v.c_str(), nullptr));
     } else {
       PyRecord r;
       r.kind = word;
@@ -380,7 +380,7 @@ TEST(KernelsSimdVecDot, EveryKernelMatchesReference) {
           const std::vector<float> da = dequantize_ref(t, a.data(), n), db = dequantize_ref(at, b.data(), n);
           double mag = 0;
           for (int64_t i = 0; i < n; ++i) mag += std::fabs(static_cast<double>(da[i]) * db[i]);
-          EXPECT_NEAR(got, want, 1e-5 * mag + 1e-30)
+          EXPECT_NEAR(got, want, 1e-6 * mag + 1e-30)
               << dtype_name(t) << " n=" << n << (raw ? " raw" : "") << " at " << level_name(level);
           if (level == SimdLevel::kScalar) {
             EXPECT_EQ(bits_of(got), bits_of(want));

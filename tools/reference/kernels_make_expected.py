@@ -11,8 +11,8 @@ Writes tests/data/kernels/gguf_py_reference.txt with three kinds of records:
   bytes HEX           like GGML's reference quantizers);
   row MODEL TENSOR TYPE OFFSET N   a few real rows of the two test models
   values F F ...                   (file offset of the row, dequantized).
-Floats are printed with repr() of the exact f32 value, so parsing with strtod
-and narrowing to float gives the value back bit for bit.
+Floats are printed as the shortest decimal that reads back (strtof) as the
+same f32, bit for bit.
 
 Usage: python3 tools/reference/kernels_make_expected.py [model_dir]
 """
@@ -35,8 +35,12 @@ F16_FIELDS = {
 }
 
 
+def f32(x):
+    return np.format_float_scientific(np.float32(x), unique=True, trim="-")
+
+
 def fmt_values(v):
-    return "values " + " ".join(repr(float(x)) for x in np.asarray(v, dtype=np.float32).reshape(-1))
+    return "values " + " ".join(f32(x) for x in np.asarray(v, dtype=np.float32).reshape(-1))
 
 
 def fmt_bytes(b):
