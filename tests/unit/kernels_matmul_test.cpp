@@ -3,12 +3,31 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quants_blocks.h"
 #include "kernels_test_util.h"
+
+// Counts every heap allocation in this test program, so a test can check
+// that matmul's hot path allocates nothing.
+static std::atomic<long> g_allocations{0};
+
+void* operator new(std::size_t size) {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+// GCC cannot see that our operator new is malloc underneath.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#pragma GCC diagnostic pop
 
 namespace inferd::kernels {
 namespace {
@@ -45,7 +64,9 @@ std::vector<float> run(const KernelTable& table, const Problem& p, int64_t tok0,
   return y;
 }
 
-int64_t cols_for(DType t) { return info(t).block_size == 256 ? 768 : 160; }
+// Odd block counts exercise the kernels' lone-last-block path; rows * cols is above
+// matmul's threshold for using the pool even with one token.
+int64_t cols_for(DType t) { return info(t).block_size == 256 ? 768 : 352; }
 
 TEST(KernelsMatmul, MatchesNaiveDequantizedLoop) {
   std::mt19937 rng(1);
@@ -148,6 +169,21 @@ TEST(KernelsMatmul, WorkspaceGrowsOnceAndIsReused) {
     matmul(p.type, p.w.data(), p.rows, p.cols, p.x.data(), n, y.data(), pool, ws);
     EXPECT_EQ(ws.quantized_activations.data(), data);
     EXPECT_EQ(ws.quantized_activations.size(), size);
+  }
+}
+
+TEST(KernelsMatmul, HotPathDoesNotAllocate) {
+  std::mt19937 rng(6);
+  ThreadPool pool(2);
+  Workspace ws;
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::F32}) {
+    const int64_t cols = info(t).block_size == 256 ? 512 : 576;
+    const Problem p = make_problem(rng, t, 200, cols, 8);
+    std::vector<float> y(200 * 8);
+    matmul(t, p.w.data(), 200, cols, p.x.data(), 8, y.data(), pool, ws);  // grows ws once
+    const long before = g_allocations.load();
+    for (int64_t n : {1, 8, 3, 1}) matmul(t, p.w.data(), 200, cols, p.x.data(), n, y.data(), pool, ws);
+    EXPECT_EQ(g_allocations.load(), before) << dtype_name(t);
   }
 }
 

@@ -28,6 +28,9 @@ namespace {
 constexpr int64_t kRowAlign = 16;
 // Activation bytes per token tile: about a quarter of a Zen 4 / recent Intel L2.
 constexpr size_t kTokenTileBytes = 256 * 1024;
+// Below this many multiply-adds a matmul runs on the calling thread alone:
+// handing it to the pool would cost more than the work.
+constexpr int64_t kMinParallelWork = 16 * 1024;
 
 struct Job {
   const TypeKernels* k;
@@ -106,17 +109,31 @@ void matmul_with(const KernelTable& table, DType wtype, const void* W, int64_t r
     if (n_tokens == 1 || pool.size() == 1) {
       for (int64_t t = 0; t < n_tokens; ++t) quantize(x + t * cols, q + t * job.act_row, cols);
     } else {
-      pool.run([&](int ti, int nt) {
-        const auto [t0, t1] = ThreadPool::split(n_tokens, ti, nt);
-        for (int64_t t = t0; t < t1; ++t) quantize(x + t * cols, q + t * job.act_row, cols);
+      struct QuantizeJob {
+        QuantizeRowFn quantize;
+        const float* x;
+        uint8_t* q;
+        int64_t cols, n_tokens;
+        size_t q_row;
+      } qjob{quantize, x, q, cols, n_tokens, job.act_row};
+      // One pointer captured: std::function keeps it inline, no allocation.
+      const QuantizeJob* qj = &qjob;
+      pool.run([qj](int ti, int nt) {
+        const auto [t0, t1] = ThreadPool::split(qj->n_tokens, ti, nt);
+        for (int64_t t = t0; t < t1; ++t) qj->quantize(qj->x + t * qj->cols, qj->q + t * qj->q_row, qj->cols);
       });
     }
     job.act = q;
   }
 
-  pool.run([&](int ti, int nt) {
-    const auto [r0, r1] = ThreadPool::split(rows, ti, nt, kRowAlign);
-    if (r0 < r1) compute_rows(job, r0, r1);
+  if (pool.size() == 1 || rows * cols * n_tokens < kMinParallelWork) {
+    compute_rows(job, 0, rows);
+    return;
+  }
+  const Job* j = &job;  // one pointer captured: std::function keeps it inline, no allocation
+  pool.run([j](int ti, int nt) {
+    const auto [r0, r1] = ThreadPool::split(j->rows, ti, nt, kRowAlign);
+    if (r0 < r1) compute_rows(*j, r0, r1);
   });
 }
 
