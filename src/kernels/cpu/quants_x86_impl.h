@@ -47,12 +47,6 @@ inline __m256i dot_u8s8(__m256i u, __m256i s) {
 #endif
 }
 
-// Signed . signed: move a's sign onto b so a can be treated as unsigned.
-// (Exact unless both bytes are -128, which our quantizers never produce.)
-inline __m256i dot_s8s8(__m256i a, __m256i b) {
-  return dot_u8s8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
-
 // u . s with lanes 0-3 (bytes 0-15) scaled by one int16 and lanes 4-7 by
 // another, given as `scales` = 8 copies of each. Used by the K-quants, whose
 // products stay far from int16 saturation (at most 2*63*127).
@@ -326,8 +320,9 @@ struct RowByRow {
 };
 
 // ---- K-quants (256-element super-blocks) against Q8_K ---------------------------
-// Per super-block: an int32x8 of scale-weighted integer sums -> one FMA with
-// d*dy, and (for formats with mins) a scalar dmin*dy * sum(min * bsums).
+// Per super-block: an int32x8 of scale-weighted integer sums (less the bias
+// correction) -> one FMA with d*dy, and for formats with mins a second FMA
+// subtracting dmin*dy * sum(min_g * bsum_g).
 
 
 // What a K-quant block contributes besides its quants, per group of 16 as
