@@ -1,0 +1,752 @@
+// The scheduler with no model: a fake runner stands in for the forward pass.
+// It keeps a fake KV cache (one token id and position per slot), writes every
+// scheduled token into the slot its block table names, and "samples" the next
+// token from the request's history read back through the block table. So a
+// wrong table, a bad prefix hit or a block reused while still in use changes
+// the outputs, and the outputs can be compared with a reference computed
+// directly from the prompt.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/scheduler.h"
+
+namespace inferd {
+namespace {
+
+constexpr int32_t kVocab = 64;
+
+// The fake model: the next token depends on the whole history, in order.
+int32_t next_token(std::span<const int32_t> history) {
+  uint64_t h = 1469598103934665603ull;
+  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  h ^= h >> 29;
+  return static_cast<int32_t>(h % kVocab);
+}
+
+// What a request must produce, whatever the batching: the reference loop.
+std::vector<int32_t> reference_output(const Request& r) {
+  std::vector<int32_t> all = r.prompt_token_ids, out;
+  while (static_cast<int64_t>(out.size()) < r.max_tokens) {
+    const int32_t t = next_token(all);
+    all.push_back(t);
+    out.push_back(t);
+    if (!r.ignore_eos && r.eos_token_id && t == *r.eos_token_id) break;
+    if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), t) != r.stop_token_ids.end()) break;
+  }
+  return out;
+}
+
+class FakeRunner {
+ public:
+  explicit FakeRunner(const Scheduler& s)
+      : s_(s),
+        bs_(s.config().kv.block_size),
+        token_(int64_t{s.config().kv.n_blocks} * bs_, -1),
+        pos_(token_.size(), -1) {}
+
+  // Runs one step: all writes first (as the real forward pass writes every
+  // token's keys and values before attention), then one sample per request
+  // whose chunk reaches its last token.
+  std::vector<int32_t> execute(const SchedulerOutput& out) {
+    const kv::BlockPool& pool = s_.kv_cache().pool();
+    for (const ScheduledRequest& sr : out.scheduled) {
+      const Request* r = s_.find(sr.request_id);
+      for (int64_t i = 0; i < sr.num_new_tokens; ++i) {
+        const int64_t p = sr.num_computed_tokens + i;
+        const int32_t block = sr.block_table[p / bs_];
+        // Writing into a block another request holds, or one the prefix cache
+        // hands out, would corrupt someone else's keys and values.
+        EXPECT_NE(block, kv::BlockPool::kNullBlock);
+        EXPECT_EQ(pool.ref_count(block), 1) << "step " << out.step << " writes a shared block";
+        EXPECT_FALSE(pool.block_hash(block).has_value()) << "step " << out.step << " writes a cached block";
+        const int64_t slot = kv_slot(sr.block_table, bs_, p);
+        token_[slot] = sr.token_ids[i];
+        pos_[slot] = p;
+        if (p < r->num_prompt_tokens()) ++prefilled_prompt_tokens;
+      }
+      computed_tokens += sr.num_new_tokens;
+    }
+    std::vector<int32_t> sampled(out.scheduled.size(), -1);
+    for (size_t k = 0; k < out.scheduled.size(); ++k) {
+      const ScheduledRequest& sr = out.scheduled[k];
+      if (!sr.sample) continue;
+      const int64_t n = sr.num_computed_tokens + sr.num_new_tokens;
+      std::vector<int32_t> history(n);
+      for (int64_t p = 0; p < n; ++p) {
+        const int64_t slot = kv_slot(sr.block_table, bs_, p);
+        EXPECT_EQ(pos_[slot], p) << "request " << sr.request_id << " reads a slot it never wrote";
+        history[p] = token_[slot];
+      }
+      const Request* r = s_.find(sr.request_id);
+      EXPECT_TRUE(std::equal(history.begin(), history.end(), r->all_token_ids.begin(),
+                             r->all_token_ids.end()))
+          << "request " << sr.request_id << " sees a different history in the KV cache";
+      sampled[k] = next_token(history);
+    }
+    return sampled;
+  }
+
+  int64_t prefilled_prompt_tokens = 0;  // prompt positions computed, recomputes included
+  int64_t computed_tokens = 0;
+
+ private:
+  const Scheduler& s_;
+  int64_t bs_;
+  std::vector<int32_t> token_;
+  std::vector<int64_t> pos_;
+};
+
+// The test's own check of one step's limits, independent of check_output().
+void expect_step_ok(const Scheduler& s, const SchedulerOutput& out) {
+  const SchedulerConfig& c = s.config();
+  EXPECT_LE(out.total_num_scheduled_tokens, c.max_num_batched_tokens) << "step " << out.step;
+  EXPECT_LE(static_cast<int64_t>(out.scheduled.size()), c.max_num_seqs) << "step " << out.step;
+  int64_t total = 0;
+  for (const ScheduledRequest& sr : out.scheduled) {
+    total += sr.num_new_tokens;
+    EXPECT_GE(sr.num_new_tokens, 1);
+    EXPECT_EQ(static_cast<int64_t>(sr.token_ids.size()), sr.num_new_tokens);
+    EXPECT_GE(static_cast<int64_t>(sr.block_table.size()) * c.kv.block_size,
+              sr.num_computed_tokens + sr.num_new_tokens)
+        << "step " << out.step << ": the table of " << sr.request_id << " does not cover its tokens";
+    const Request* r = s.find(sr.request_id);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(sr.sample, sr.num_computed_tokens + sr.num_new_tokens == r->num_tokens());
+  }
+  EXPECT_EQ(total, out.total_num_scheduled_tokens);
+  Status st = s.check_output(out);
+  EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
+void expect_invariants(const Scheduler& s) {
+  Status st = s.check_invariants();
+  EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
+void expect_idle_and_clean(const Scheduler& s) {
+  EXPECT_FALSE(s.has_unfinished_requests());
+  const kv::BlockPool& pool = s.kv_cache().pool();
+  for (int32_t b = 0; b < pool.num_blocks(); ++b) EXPECT_EQ(pool.ref_count(b), 0) << "block " << b;
+  EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
+  EXPECT_EQ(s.kv_cache().num_requests(), 0);
+  expect_invariants(s);
+}
+
+struct Recorder {
+  std::map<std::string, std::vector<int32_t>> outputs;
+  std::map<std::string, RequestStatus> finished;
+  std::vector<SchedulerOutput> steps;
+
+  void record(const std::vector<RequestUpdate>& updates) {
+    for (const RequestUpdate& u : updates) {
+      auto& o = outputs[u.request_id];
+      o.insert(o.end(), u.new_token_ids.begin(), u.new_token_ids.end());
+      if (is_finished(u.status)) finished[u.request_id] = u.status;
+    }
+  }
+};
+
+// One step: schedule, check, run, update, check.
+void step(Scheduler& s, FakeRunner& runner, Recorder& rec) {
+  SchedulerOutput out = s.schedule();
+  expect_step_ok(s, out);
+  expect_invariants(s);
+  const std::vector<int32_t> sampled = runner.execute(out);
+  auto updates = s.update(out, sampled);
+  ASSERT_TRUE(updates.ok()) << updates.error().message;
+  rec.record(*updates);
+  expect_invariants(s);
+  rec.steps.push_back(std::move(out));
+}
+
+void run_until_idle(Scheduler& s, FakeRunner& runner, Recorder& rec, int max_steps = 100000) {
+  for (int i = 0; i < max_steps && s.has_unfinished_requests(); ++i) {
+    step(s, runner, rec);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  ASSERT_FALSE(s.has_unfinished_requests()) << "requests did not finish in " << max_steps << " steps";
+}
+
+std::vector<int32_t> prompt(int32_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> p(n);
+  for (auto& t : p) t = static_cast<int32_t>(rng() % kVocab);
+  return p;
+}
+
+Request make_request(std::string id, std::vector<int32_t> prompt_tokens, int64_t max_tokens) {
+  Request r;
+  r.id = std::move(id);
+  r.prompt_token_ids = std::move(prompt_tokens);
+  r.max_tokens = max_tokens;
+  return r;
+}
+
+SchedulerConfig config(int64_t budget, int32_t max_seqs, int32_t n_blocks, int32_t block_size,
+                       bool caching = true) {
+  SchedulerConfig c;
+  c.max_num_batched_tokens = budget;
+  c.max_num_seqs = max_seqs;
+  c.kv = {.n_blocks = n_blocks, .block_size = block_size, .enable_prefix_caching = caching};
+  return c;
+}
+
+const ScheduledRequest* find_in(const SchedulerOutput& out, const std::string& id) {
+  for (const ScheduledRequest& sr : out.scheduled)
+    if (sr.request_id == id) return &sr;
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+
+TEST(EngineScheduler, BudgetAndMaxNumSeqsHoldOnEveryStepAndOutputsMatchTheReference) {
+  Scheduler s(config(100, 4, 400, 8));
+  FakeRunner runner(s);
+  Recorder rec;
+  std::map<std::string, Request> reqs;
+  for (int i = 0; i < 12; ++i) {
+    Request r = make_request("r" + std::to_string(i), prompt(5 + 37 * i % 150, i), 3 + i % 7);
+    reqs[r.id] = r;
+    ASSERT_TRUE(s.add_request(r).ok());
+  }
+  run_until_idle(s, runner, rec);
+  for (const auto& [id, r] : reqs) EXPECT_EQ(rec.outputs[id], reference_output(r)) << id;
+  // The budget is used: a step with waiting work never leaves more than a
+  // request's worth idle while fewer than max_num_seqs run.
+  int64_t full_steps = 0;
+  for (const auto& out : rec.steps) full_steps += out.total_num_scheduled_tokens == 100;
+  EXPECT_GT(full_steps, 5);
+  for (const auto& out : rec.steps) EXPECT_LE(out.scheduled.size(), 4u);
+  expect_idle_and_clean(s);
+  const SchedulerStats st = s.stats();
+  EXPECT_EQ(st.steps, static_cast<int64_t>(rec.steps.size()));
+  EXPECT_EQ(st.finished, 12);
+  EXPECT_EQ(st.max_step_tokens, 100);
+}
+
+TEST(EngineScheduler, ChunkedPrefillOfALongPromptThenDecodesAlongsideOthers) {
+  Scheduler s(config(64, 8, 200, 16));
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("long", prompt(1000, 1), 6)).ok());
+  ASSERT_TRUE(s.add_request(make_request("b", prompt(10, 2), 6)).ok());
+  ASSERT_TRUE(s.add_request(make_request("c", prompt(10, 3), 6)).ok());
+  run_until_idle(s, runner, rec);
+
+  // "long" is prefilled in 16 chunks: fifteen of 64 tokens and one of 40.
+  std::vector<int64_t> chunks;
+  size_t last_prefill_step = 0;
+  for (size_t i = 0; i < rec.steps.size(); ++i) {
+    const ScheduledRequest* sr = find_in(rec.steps[i], "long");
+    if (sr && sr->num_computed_tokens < 1000) {
+      chunks.push_back(sr->num_new_tokens);
+      EXPECT_EQ(sr->sample, sr->num_computed_tokens + sr->num_new_tokens == 1000);
+      last_prefill_step = i;
+    }
+  }
+  std::vector<int64_t> expected(15, 64);
+  expected.push_back(40);
+  EXPECT_EQ(chunks, expected);
+  // b and c are admitted into the last chunk's step, with the 24 tokens left.
+  EXPECT_EQ(last_prefill_step, 15u);
+  EXPECT_EQ(rec.steps[15].total_num_scheduled_tokens, 60);
+  EXPECT_NE(find_in(rec.steps[15], "b"), nullptr);
+  EXPECT_NE(find_in(rec.steps[15], "c"), nullptr);
+  // Then all three decode together, one token each per step.
+  for (size_t i = 16; i < 21; ++i) {
+    ASSERT_EQ(rec.steps[i].scheduled.size(), 3u) << "step " << i;
+    for (const auto& sr : rec.steps[i].scheduled) EXPECT_EQ(sr.num_new_tokens, 1);
+  }
+  EXPECT_EQ(rec.outputs["long"], reference_output(make_request("long", prompt(1000, 1), 6)));
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, PrefillChunksShareStepsWithRunningDecodes) {
+  Scheduler s(config(64, 8, 200, 16));
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("b", prompt(10, 2), 40)).ok());
+  ASSERT_TRUE(s.add_request(make_request("c", prompt(10, 3), 40)).ok());
+  step(s, runner, rec);  // both prefilled
+  ASSERT_TRUE(s.add_request(make_request("long", prompt(300, 1), 4)).ok());
+  for (int i = 0; i < 4; ++i) {
+    step(s, runner, rec);
+    const SchedulerOutput& out = rec.steps.back();
+    // Running decodes go first; the new prompt gets the rest of the budget.
+    ASSERT_EQ(out.scheduled.size(), 3u);
+    EXPECT_EQ(out.scheduled[0].request_id, "b");
+    EXPECT_EQ(out.scheduled[0].num_new_tokens, 1);
+    EXPECT_EQ(out.scheduled[1].num_new_tokens, 1);
+    EXPECT_EQ(out.scheduled[2].request_id, "long");
+    EXPECT_EQ(out.scheduled[2].num_new_tokens, 62);
+    EXPECT_EQ(out.scheduled[2].is_new, i == 0);
+    EXPECT_FALSE(out.scheduled[2].sample);
+    EXPECT_EQ(out.total_num_scheduled_tokens, 64);
+  }
+  // Mid-prefill steps sample nothing for "long".
+  EXPECT_TRUE(rec.outputs["long"].empty());
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["long"], reference_output(make_request("long", prompt(300, 1), 4)));
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, LongPrefillThresholdCapsChunks) {
+  SchedulerConfig c = config(64, 8, 200, 16);
+  c.long_prefill_token_threshold = 20;
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("a", prompt(100, 1), 3)).ok());
+  ASSERT_TRUE(s.add_request(make_request("b", prompt(100, 2), 3)).ok());
+  step(s, runner, rec);
+  const SchedulerOutput& out = rec.steps.back();
+  ASSERT_EQ(out.scheduled.size(), 2u);  // both prompts progress in the same step
+  EXPECT_EQ(out.scheduled[0].num_new_tokens, 20);
+  EXPECT_EQ(out.scheduled[1].num_new_tokens, 20);
+  run_until_idle(s, runner, rec);
+  expect_idle_and_clean(s);
+}
+
+// Runs the same requests under a config and returns their outputs.
+Recorder run_all(const SchedulerConfig& c, const std::vector<Request>& reqs, SchedulerStats* stats,
+                 int64_t* prefilled = nullptr) {
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  for (const Request& r : reqs) EXPECT_TRUE(s.add_request(r).ok()) << r.id;
+  run_until_idle(s, runner, rec);
+  expect_idle_and_clean(s);
+  *stats = s.stats();
+  if (prefilled) *prefilled = runner.prefilled_prompt_tokens;
+  return rec;
+}
+
+TEST(EngineScheduler, PreemptionWithATinyPoolGivesTheSameOutputs) {
+  std::vector<Request> reqs;
+  for (int i = 0; i < 16; ++i)
+    reqs.push_back(make_request("r" + std::to_string(i), prompt(20 + 7 * i, 50 + i), 60));
+  // The largest needs (125 + 59) / 4 = 46 blocks: a 47-block pool (46 usable)
+  // holds it and nothing else.
+  SchedulerStats big_stats, tiny_stats;
+  const Recorder big = run_all(config(128, 16, 1000, 4), reqs, &big_stats);
+  const Recorder tiny = run_all(config(128, 16, 47, 4), reqs, &tiny_stats);
+  EXPECT_EQ(big_stats.preemptions, 0);
+  EXPECT_GT(tiny_stats.preemptions, 0);
+  std::printf("tiny pool: %lld preemptions\n", static_cast<long long>(tiny_stats.preemptions));
+  for (const Request& r : reqs) {
+    EXPECT_EQ(big.outputs.at(r.id), reference_output(r)) << r.id;
+    EXPECT_EQ(tiny.outputs.at(r.id), big.outputs.at(r.id)) << r.id;
+    EXPECT_EQ(tiny.finished.at(r.id), RequestStatus::kFinishedLength);
+  }
+  // Without the prefix cache, recomputation is full and outputs still match.
+  const Recorder tiny_nocache = run_all(config(128, 16, 47, 4, false), reqs, &tiny_stats);
+  EXPECT_GT(tiny_stats.preemptions, 0);
+  for (const Request& r : reqs) EXPECT_EQ(tiny_nocache.outputs.at(r.id), big.outputs.at(r.id)) << r.id;
+}
+
+TEST(EngineScheduler, PreemptsTheNewestRunningRequestAndRequeuesItFirst) {
+  // 12 usable blocks of 4 tokens. d: a 4-token prompt (1 block); a, b, c:
+  // 12-token prompts (3 blocks each). Step 0 prefills all four: 2 blocks left.
+  Scheduler s(config(64, 8, 13, 4, /*caching=*/false));
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("d", prompt(4, 9), 2)).ok());
+  for (const char* id : {"a", "b", "c"})
+    ASSERT_TRUE(s.add_request(make_request(id, prompt(12, id[0]), 30)).ok());
+  step(s, runner, rec);
+  ASSERT_EQ(rec.steps.back().scheduled.size(), 4u);
+  ASSERT_EQ(s.kv_cache().num_free_blocks(), 2);
+  // Step 1: every decode crosses into a new block. d and a take the last two;
+  // b finds none, so c, the newest, is preempted and b takes one of its blocks.
+  step(s, runner, rec);
+  const SchedulerOutput& out = rec.steps.back();
+  EXPECT_EQ(out.preempted_request_ids, std::vector<std::string>{"c"});
+  EXPECT_EQ(find_in(out, "c"), nullptr);
+  EXPECT_NE(find_in(out, "a"), nullptr);
+  EXPECT_NE(find_in(out, "b"), nullptr);
+  EXPECT_NE(find_in(out, "d"), nullptr);  // scheduled before the victim was chosen
+  EXPECT_EQ(rec.finished["d"], RequestStatus::kFinishedLength);
+  const Request* c = s.find("c");
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, RequestStatus::kPreempted);
+  EXPECT_EQ(c->num_computed_tokens, 0);
+  EXPECT_EQ(c->num_preemptions, 1);
+  EXPECT_EQ(c->num_output_tokens(), 1);  // kept: recompute covers prompt + output
+  EXPECT_FALSE(s.kv_cache().holds_blocks("c"));
+  // New arrivals queue behind the preempted request.
+  ASSERT_TRUE(s.add_request(make_request("e", prompt(4, 10), 1)).ok());
+  run_until_idle(s, runner, rec);
+  // c resumed (is_new and resumed) before e was admitted.
+  int64_t c_resumed = -1, e_admitted = -1;
+  for (const auto& st : rec.steps) {
+    if (const auto* sr = find_in(st, "c"); sr && sr->resumed && c_resumed < 0) {
+      c_resumed = st.step;
+      EXPECT_TRUE(sr->is_new);
+      EXPECT_EQ(sr->num_computed_tokens, 0);
+      EXPECT_EQ(sr->num_new_tokens, 13);  // 12 prompt + 1 output recomputed together
+    }
+    if (const auto* sr = find_in(st, "e"); sr && sr->is_new) e_admitted = st.step;
+  }
+  EXPECT_GE(c_resumed, 0);
+  EXPECT_LE(c_resumed, e_admitted);
+  for (const char* id : {"a", "b", "c"})
+    EXPECT_EQ(rec.outputs[id], reference_output(make_request(id, prompt(12, id[0]), 30))) << id;
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, TheRequestNeedingSpacePreemptsItselfWhenItIsTheNewest) {
+  // Two requests in 6 usable blocks of 2 tokens: a (4-token prompt) and b
+  // (4-token prompt) fill 4 blocks; decoding they grow one block per 2 tokens.
+  Scheduler s(config(64, 8, 7, 2, false));
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("a", prompt(4, 1), 8)).ok());
+  ASSERT_TRUE(s.add_request(make_request("b", prompt(4, 2), 8)).ok());
+  bool saw_self_preemption = false;
+  while (s.has_unfinished_requests()) {
+    step(s, runner, rec);
+    const SchedulerOutput& out = rec.steps.back();
+    if (out.preempted_request_ids == std::vector<std::string>{"b"} && find_in(out, "a")) {
+      // a got its block by taking b's; b was scheduled neither before nor after.
+      EXPECT_EQ(find_in(out, "b"), nullptr);
+      saw_self_preemption = true;
+    }
+    ASSERT_LT(rec.steps.size(), 200u);
+  }
+  EXPECT_TRUE(saw_self_preemption);
+  EXPECT_EQ(rec.outputs["a"], reference_output(make_request("a", prompt(4, 1), 8)));
+  EXPECT_EQ(rec.outputs["b"], reference_output(make_request("b", prompt(4, 2), 8)));
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, SharedPrefixIsComputedOnceWithHitsReported) {
+  const std::vector<int32_t> prefix = prompt(600, 77);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> p = prefix;
+    const std::vector<int32_t> suffix = prompt(20, 1000 + i);
+    p.insert(p.end(), suffix.begin(), suffix.end());
+    reqs.push_back(make_request("q" + std::to_string(i), p, 8));
+  }
+  auto run = [&](bool caching, int64_t* prefilled, SchedulerStats* st) {
+    Scheduler s(config(512, 32, 1000, 16, caching));
+    FakeRunner runner(s);
+    Recorder rec;
+    // The first request arrives alone; the rest once it is decoding.
+    EXPECT_TRUE(s.add_request(reqs[0]).ok());
+    while (rec.outputs["q0"].empty()) step(s, runner, rec);
+    for (int i = 1; i < 16; ++i) EXPECT_TRUE(s.add_request(reqs[i]).ok());
+    run_until_idle(s, runner, rec);
+    expect_idle_and_clean(s);
+    *prefilled = runner.prefilled_prompt_tokens;
+    *st = s.stats();
+    // Freed blocks stay findable: a late request with the prefix hits all
+    // 37 full prefix blocks although every holder has finished.
+    std::vector<int32_t> late_prompt = prefix;
+    late_prompt.push_back(5);
+    EXPECT_TRUE(s.add_request(make_request("late", late_prompt, 1)).ok());
+    SchedulerOutput out = s.schedule();
+    EXPECT_EQ(out.scheduled.at(0).num_cached_tokens, caching ? 37 * 16 : 0);
+    s.abort("late");
+    return rec;
+  };
+  int64_t prefilled_on = 0, prefilled_off = 0;
+  SchedulerStats on, off;
+  const Recorder with = run(true, &prefilled_on, &on);
+  const Recorder without = run(false, &prefilled_off, &off);
+
+  // 600 prefix tokens = 37 full blocks (592 tokens) + 8 tokens that share a
+  // block with each request's own suffix.
+  EXPECT_EQ(prefilled_off, 16 * 620);
+  EXPECT_EQ(prefilled_on, 620 + 15 * (620 - 592));
+  EXPECT_EQ(on.prefix_cache.requests, 16);
+  EXPECT_EQ(on.prefix_cache.queried_tokens, 16 * 620);
+  EXPECT_EQ(on.prefix_cache.hit_tokens, 15 * 592);
+  EXPECT_EQ(off.prefix_cache.hit_tokens, 0);
+  for (const Request& r : reqs) {
+    EXPECT_EQ(with.outputs.at(r.id), without.outputs.at(r.id)) << r.id;
+    EXPECT_EQ(with.outputs.at(r.id), reference_output(r)) << r.id;
+  }
+}
+
+TEST(EngineScheduler, SimultaneousArrivalsWithASharedPrefixGiveTheSameOutputs) {
+  // Arriving together, several requests may compute the prefix in the same
+  // step (blocks become findable only once computed); outputs are unaffected
+  // and later admissions still hit.
+  const std::vector<int32_t> prefix = prompt(100, 5);
+  std::vector<Request> reqs;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> p = prefix;
+    p.push_back(i);
+    reqs.push_back(make_request("s" + std::to_string(i), p, 5));
+  }
+  SchedulerStats on, off;
+  const Recorder with = run_all(config(256, 4, 300, 8), reqs, &on);
+  const Recorder without = run_all(config(256, 4, 300, 8, false), reqs, &off);
+  EXPECT_GT(on.prefix_cache.hit_tokens, 0);
+  for (const Request& r : reqs) EXPECT_EQ(with.outputs.at(r.id), without.outputs.at(r.id)) << r.id;
+}
+
+TEST(EngineScheduler, CacheSaltKeepsTenantsApart) {
+  Scheduler s(config(512, 8, 200, 8));
+  FakeRunner runner(s);
+  Recorder rec;
+  Request a = make_request("a", prompt(64, 1), 2);
+  a.cache_salt = "alice";
+  ASSERT_TRUE(s.add_request(a).ok());
+  run_until_idle(s, runner, rec);
+  Request b = a, c = a;
+  b.id = "b";
+  b.cache_salt = "bob";
+  c.id = "c";
+  ASSERT_TRUE(s.add_request(b).ok());
+  ASSERT_TRUE(s.add_request(c).ok());
+  SchedulerOutput out = s.schedule();
+  EXPECT_EQ(find_in(out, "b")->num_cached_tokens, 0);
+  EXPECT_EQ(find_in(out, "c")->num_cached_tokens, 56);
+  EXPECT_EQ(s.find("c")->num_cached_prompt_tokens, 56);
+}
+
+TEST(EngineScheduler, AbortFreesBlocksWithinTheCallInEveryState) {
+  Scheduler s(config(64, 8, 100, 16));
+  FakeRunner runner(s);
+  Recorder rec;
+  const int32_t usable = s.kv_cache().num_usable_blocks();
+  auto held = [&](const std::string& id) { return s.kv_cache().block_table(id).size(); };
+
+  // Waiting: never scheduled.
+  ASSERT_TRUE(s.add_request(make_request("w", prompt(10, 1), 5)).ok());
+  EXPECT_TRUE(s.abort("w"));
+  EXPECT_EQ(s.find("w"), nullptr);
+  EXPECT_FALSE(s.abort("w"));  // already gone
+  expect_idle_and_clean(s);
+
+  // Mid-prefill: 200-token prompt, one 64-token chunk done.
+  ASSERT_TRUE(s.add_request(make_request("p", prompt(200, 2), 5)).ok());
+  step(s, runner, rec);
+  ASSERT_EQ(held("p"), 4u);
+  EXPECT_EQ(s.kv_cache().num_free_blocks(), usable - 4);
+  EXPECT_TRUE(s.abort("p"));
+  EXPECT_EQ(held("p"), 0u);
+  expect_idle_and_clean(s);
+
+  // Mid-decode.
+  ASSERT_TRUE(s.add_request(make_request("d", prompt(30, 3), 50)).ok());
+  for (int i = 0; i < 5; ++i) step(s, runner, rec);
+  ASSERT_EQ(s.find("d")->num_output_tokens(), 5);
+  EXPECT_TRUE(s.abort("d"));
+  expect_idle_and_clean(s);
+
+  // Between schedule() and update(): the update skips it, and the next
+  // schedule() reports it finished so the runner can drop its state.
+  ASSERT_TRUE(s.add_request(make_request("x", prompt(30, 4), 50)).ok());
+  ASSERT_TRUE(s.add_request(make_request("y", prompt(30, 5), 50)).ok());
+  SchedulerOutput out = s.schedule();
+  const std::vector<int32_t> sampled = runner.execute(out);
+  EXPECT_TRUE(s.abort("x"));
+  auto updates = s.update(out, sampled);
+  ASSERT_TRUE(updates.ok()) << updates.error().message;
+  ASSERT_EQ(updates->size(), 1u);
+  EXPECT_EQ((*updates)[0].request_id, "y");
+  expect_invariants(s);
+  out = s.schedule();
+  EXPECT_EQ(out.finished_request_ids, std::vector<std::string>{"x"});
+  EXPECT_TRUE(s.abort("y"));
+  expect_idle_and_clean(s);
+  EXPECT_EQ(s.stats().aborted, 5);
+}
+
+TEST(EngineScheduler, StopConditions) {
+  Scheduler s(config(512, 8, 200, 8));
+  FakeRunner runner(s);
+  Recorder rec;
+  const std::vector<int32_t> p = prompt(9, 42);
+  const std::vector<int32_t> free_run = reference_output(make_request("ref", p, 20));
+  ASSERT_EQ(free_run.size(), 20u);
+  const int32_t third = free_run[2];
+  // Pick the first position whose token did not occur earlier, so a stop on
+  // it fires exactly there.
+  ASSERT_EQ(std::count(free_run.begin(), free_run.begin() + 3, third), 1)
+      << "pick another prompt seed";
+
+  Request eos = make_request("eos", p, 20);
+  eos.eos_token_id = third;
+  Request ignore = eos;
+  ignore.id = "ignore";
+  ignore.ignore_eos = true;
+  Request stop_tok = make_request("stop_tok", p, 20);
+  stop_tok.stop_token_ids = {third};
+  Request stop_tok_ignore = stop_tok;  // stop tokens apply even with ignore_eos
+  stop_tok_ignore.id = "stop_tok_ignore";
+  stop_tok_ignore.ignore_eos = true;
+  Request length = make_request("length", p, 4);
+  Request hooked = make_request("hooked", p, 20);
+  for (const Request* r : {&eos, &ignore, &stop_tok, &stop_tok_ignore, &length, &hooked})
+    ASSERT_TRUE(s.add_request(*r).ok());
+  for (int i = 0; i < 2; ++i) step(s, runner, rec);
+  // The engine saw a stop string in "hooked" after its second token.
+  ASSERT_TRUE(s.finish_request("hooked", RequestStatus::kFinishedStopped).ok());
+  EXPECT_FALSE(s.finish_request("hooked", RequestStatus::kFinishedStopped).ok());
+  EXPECT_FALSE(s.finish_request("eos", RequestStatus::kRunning).ok());
+  run_until_idle(s, runner, rec);
+
+  const std::vector<int32_t> first3(free_run.begin(), free_run.begin() + 3);
+  EXPECT_EQ(rec.outputs["eos"], first3);  // the stop token is part of the output
+  EXPECT_EQ(rec.finished["eos"], RequestStatus::kFinishedStopped);
+  EXPECT_EQ(rec.outputs["ignore"], free_run);
+  EXPECT_EQ(rec.finished["ignore"], RequestStatus::kFinishedLength);
+  EXPECT_EQ(rec.outputs["stop_tok"], first3);
+  EXPECT_EQ(rec.outputs["stop_tok_ignore"], first3);
+  EXPECT_EQ(rec.outputs["length"], std::vector<int32_t>(free_run.begin(), free_run.begin() + 4));
+  EXPECT_EQ(rec.finished["length"], RequestStatus::kFinishedLength);
+  EXPECT_EQ(rec.outputs["hooked"].size(), 2u);
+  EXPECT_EQ(rec.finished.count("hooked"), 0u);  // finished by the engine, not by update()
+  EXPECT_STREQ(finish_reason(RequestStatus::kFinishedLength), "length");
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, MaxModelLenStopsGeneration) {
+  SchedulerConfig c = config(512, 8, 200, 8);
+  c.max_model_len = 30;
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  EXPECT_FALSE(s.add_request(make_request("too_long", prompt(25, 1), 6)).ok());
+  ASSERT_TRUE(s.add_request(make_request("fits", prompt(25, 1), 5)).ok());
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["fits"].size(), 5u);
+}
+
+TEST(EngineScheduler, AddRequestRefusesWhatCanNeverRun) {
+  // 10 usable blocks of 4 tokens: 40 slots. The last sampled token needs no
+  // slot, so prompt + max_tokens may be 41.
+  Scheduler s(config(64, 8, 11, 4));
+  Status st = s.add_request(make_request("big", prompt(30, 1), 12));
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("needs 11 KV blocks"), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("only 10"), std::string::npos) << st.error().message;
+  EXPECT_TRUE(s.add_request(make_request("exact", prompt(30, 1), 11)).ok());
+  EXPECT_FALSE(s.add_request(make_request("exact", prompt(3, 1), 1)).ok());  // duplicate id
+  EXPECT_FALSE(s.add_request(make_request("", prompt(3, 1), 1)).ok());
+  EXPECT_FALSE(s.add_request(make_request("empty", {}, 1)).ok());
+  EXPECT_FALSE(s.add_request(make_request("zero", prompt(3, 1), 0)).ok());
+  Request bad_sampling = make_request("bad", prompt(3, 1), 1);
+  bad_sampling.sampling.top_p = 2.0f;
+  EXPECT_FALSE(s.add_request(bad_sampling).ok());
+  EXPECT_EQ(s.num_waiting(), 1);
+
+  // The exact fit really runs, alone, in all 10 blocks.
+  FakeRunner runner(s);
+  Recorder rec;
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["exact"].size(), 11u);
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, UpdateRefusesAMismatchedOutputAndChangesNothing) {
+  Scheduler s(config(64, 8, 100, 16));
+  FakeRunner runner(s);
+  ASSERT_TRUE(s.add_request(make_request("a", prompt(10, 1), 5)).ok());
+  SchedulerOutput out = s.schedule();
+  std::vector<int32_t> sampled = runner.execute(out);
+  EXPECT_FALSE(s.update(out, std::vector<int32_t>{}).ok());
+  EXPECT_EQ(s.find("a")->num_computed_tokens, 0);
+  ASSERT_TRUE(s.update(out, sampled).ok());
+  EXPECT_EQ(s.find("a")->num_computed_tokens, 10);
+  EXPECT_FALSE(s.update(out, sampled).ok());  // applied twice
+  EXPECT_EQ(s.find("a")->num_output_tokens(), 1);
+  expect_invariants(s);
+}
+
+// Thousands of random operations on a small pool: invariants after every
+// step, outputs equal to the reference, and a clean pool at the end.
+TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
+  int64_t total_rejected = 0, total_preemptions = 0, total_hits = 0;
+  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    // A pool of 100-160 tokens: the largest requests (147 tokens) sometimes
+    // do not fit at all, and a few running ones fill it.
+    const int32_t bs = uniform(1, 3) * 4;
+    SchedulerConfig c = config(uniform(8, 96), uniform(2, 8), 1 + uniform(100, 160) / bs, bs,
+                               seed != 3);
+    if (seed == 2) c.long_prefill_token_threshold = 24;
+    Scheduler s(c);
+    FakeRunner runner(s);
+    Recorder rec;
+    const std::vector<int32_t> shared = prompt(48, seed);  // common prefixes make cache hits
+    std::map<std::string, Request> added;
+    std::map<std::string, std::string> ended_early;  // aborted or finished by hook
+    int rejected = 0, next_id = 0;
+
+    for (int op = 0; op < 3000; ++op) {
+      const int kind = uniform(0, 99);
+      if (kind < 25) {
+        std::vector<int32_t> p;
+        if (uniform(0, 1)) p.assign(shared.begin(), shared.begin() + uniform(1, 48));
+        const std::vector<int32_t> tail = prompt(uniform(0, 60), rng());
+        p.insert(p.end(), tail.begin(), tail.end());
+        if (p.empty()) p.push_back(1);
+        Request r = make_request("r" + std::to_string(next_id++), p, uniform(1, 40));
+        if (uniform(0, 3) == 0) r.eos_token_id = uniform(0, kVocab - 1);
+        if (uniform(0, 5) == 0) r.cache_salt = "salt" + std::to_string(uniform(0, 1));
+        const int64_t need = (static_cast<int64_t>(p.size()) + r.max_tokens - 1 + c.kv.block_size - 1) /
+                             c.kv.block_size;
+        const bool fits = need <= c.kv.n_blocks - 1;
+        Status st = s.add_request(r);
+        EXPECT_EQ(st.ok(), fits) << (st.ok() ? "" : st.error().message);
+        if (st.ok()) added[r.id] = r; else ++rejected;
+      } else if (kind < 30 && !added.empty()) {
+        auto it = std::next(added.begin(), uniform(0, static_cast<int>(added.size()) - 1));
+        if (s.find(it->first)) {
+          if (uniform(0, 1)) {
+            EXPECT_TRUE(s.abort(it->first));
+          } else {
+            EXPECT_TRUE(s.finish_request(it->first, RequestStatus::kFinishedStopped).ok());
+          }
+          ended_early[it->first] = "";
+          // Freed within the call.
+          EXPECT_FALSE(s.kv_cache().holds_blocks(it->first));
+          expect_invariants(s);
+        }
+      } else {
+        step(s, runner, rec);
+      }
+      if (HasFatalFailure()) return;
+    }
+    run_until_idle(s, runner, rec);
+    expect_idle_and_clean(s);
+    for (const auto& [id, r] : added) {
+      const std::vector<int32_t> ref = reference_output(r);
+      const std::vector<int32_t>& got = rec.outputs[id];
+      if (ended_early.count(id)) {
+        ASSERT_LE(got.size(), ref.size()) << id;
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin())) << id;
+      } else {
+        EXPECT_EQ(got, ref) << id;
+      }
+    }
+    const SchedulerStats st = s.stats();
+    total_rejected += rejected;
+    total_preemptions += st.preemptions;
+    total_hits += st.prefix_cache.hit_tokens;
+    std::printf("seed %u: %lld steps, %lld preemptions, %lld hit tokens, %d refused\n", seed,
+                static_cast<long long>(st.steps), static_cast<long long>(st.preemptions),
+                static_cast<long long>(st.prefix_cache.hit_tokens), rejected);
+  }
+  // The operations reached every path they are meant to exercise.
+  EXPECT_GT(total_rejected, 0);
+  EXPECT_GT(total_preemptions, 0);
+  EXPECT_GT(total_hits, 0);
+}
+
+}  // namespace
+}  // namespace inferd
