@@ -236,7 +236,10 @@ void Vocab::finish_special_tokens() {
   for (int32_t i = 0; i < nt; ++i) {
     if (attr[i] & (kAttrControl | kAttrUserDefined | kAttrUnknown)) special_order.push_back(i);
   }
-  // llama.cpp sorts by length only (std::sort); equal lengths keep id order here.
+  // llama.cpp sorts by length only (std::sort, so the order of equal lengths is
+  // unspecified); we keep id order. The order only matters for two
+  // equal-length tokens that can overlap in a text, which neither SmolLM2's
+  // nor Gemma 3's vocabulary has.
   std::stable_sort(special_order.begin(), special_order.end(), [&](int32_t a, int32_t b) {
     return text[a].size() > text[b].size();
   });

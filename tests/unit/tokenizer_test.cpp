@@ -281,7 +281,9 @@ TEST_P(TokenizerReference, SpecialIdsAndEndOfGeneration) {
   for (int32_t id = 0; id < tok_->n_vocab(); ++id) by_text[tok_->token_text(id)] = id;
   for (const char* t : {"<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>", "<|eot_id|>"}) {
     auto it = by_text.find(t);
-    if (it != by_text.end()) EXPECT_TRUE(tok_->is_eog(it->second)) << t;
+    if (it != by_text.end()) {
+      EXPECT_TRUE(tok_->is_eog(it->second)) << t;
+    }
   }
   EXPECT_FALSE(tok_->is_eog(tok_->encode("hello", false, false).at(0)));
 }
