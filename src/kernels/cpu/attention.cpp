@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <string>
 
 #include "kernels/cpu/quants.h"
 
@@ -58,14 +57,10 @@ namespace {
 using AttendFn = void (*)(const float*, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
                           float*);
 
+// Same level as the quantized kernels (CPU features and INFERD_SIMD).
 AttendFn pick_attention() {
-  const char* force = std::getenv("INFERD_SIMD");
-  const std::string level = force ? force : "";
-#if defined(__x86_64__)
-  if (level != "scalar" && level != "avx2" && __builtin_cpu_supports("avx512f"))
-    return detail::attend_one_head_avx512;
-#endif
-  return detail::attend_one_head_scalar;
+  return std::strcmp(simd_level(), "avx512vnni") == 0 ? detail::attend_one_head_avx512
+                                                  : detail::attend_one_head_scalar;
 }
 
 }  // namespace
