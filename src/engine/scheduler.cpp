@@ -41,26 +41,32 @@ Scheduler::Scheduler(const SchedulerConfig& config) : config_(config), kv_([&] {
   return config.kv;
 }()) {}
 
-Status Scheduler::add_request(Request r) {
+Status Scheduler::validate_request(const Request& r, const SchedulerConfig& config) {
   if (r.id.empty()) return make_error("the request id is empty");
-  if (requests_.count(r.id)) return make_error("a request with this id is already queued or running");
   if (r.prompt_token_ids.empty()) return make_error("the prompt is empty");
   if (r.max_tokens < 1) return make_error("max_tokens must be at least 1");
   if (Status s = r.sampling.validate(); !s) return s;
   const int64_t n_prompt = r.num_prompt_tokens();
-  if (config_.max_model_len > 0 && n_prompt + r.max_tokens > config_.max_model_len)
+  if (config.max_model_len > 0 && n_prompt + r.max_tokens > config.max_model_len)
     return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
                       str(r.max_tokens) + ") exceeds the model length of " +
-                      str(config_.max_model_len) + " tokens");
+                      str(config.max_model_len) + " tokens");
   // The last sampled token is never fed back, so a request needs slots for at
   // most prompt + max_tokens - 1 tokens; with that many it can always run
   // alone, which is what makes preemption terminate.
-  const int64_t blocks_needed = kv_.blocks_for_tokens(n_prompt + r.max_tokens - 1);
-  if (blocks_needed > kv_.num_usable_blocks())
+  const int64_t block_size = config.kv.block_size;
+  const int64_t blocks_needed = (n_prompt + r.max_tokens - 1 + block_size - 1) / block_size;
+  const int64_t usable = int64_t{config.kv.n_blocks} - 1;  // one block is reserved
+  if (blocks_needed > usable)
     return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
                       str(r.max_tokens) + ") needs " + str(blocks_needed) + " KV blocks of " +
-                      str(kv_.block_size()) + " tokens, but the cache has only " +
-                      str(kv_.num_usable_blocks()));
+                      str(block_size) + " tokens, but the cache has only " + str(usable));
+  return {};
+}
+
+Status Scheduler::add_request(Request r) {
+  if (Status s = validate_request(r, config_); !s) return s;
+  if (requests_.count(r.id)) return make_error("a request with this id is already queued or running");
 
   auto req = std::make_unique<Request>(std::move(r));
   req->output_token_ids.clear();

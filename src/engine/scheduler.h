@@ -81,6 +81,9 @@ class Scheduler {
   // empty id, an empty prompt, max_tokens < 1, bad sampling parameters, or a
   // request that could not fit in the KV cache even alone.
   Status add_request(Request request);
+  // The checks of add_request that need no queue state (all but the duplicate
+  // id), so a caller on another thread can refuse a request at once.
+  static Status validate_request(const Request& request, const SchedulerConfig& config);
 
   // Decides the next step. Allocates the step's KV slots; changes no tokens.
   SchedulerOutput schedule();

@@ -1,0 +1,92 @@
+#include "engine/model_runner.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace inferd {
+
+int64_t available_memory_bytes() {
+  // MemAvailable counts reclaimable page cache, which MemFree does not.
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (in >> key >> kib) {
+    std::getline(in, unit);
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? int64_t{pages} * page : 0;
+}
+
+Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunnerConfig& config) {
+  if (config.block_size < 1) return make_error("the KV block size must be at least 1");
+  int64_t bytes = config.kv_cache_bytes;
+  std::string source = std::to_string(bytes) + " bytes";
+  if (bytes <= 0) {
+    if (!(config.kv_cache_memory_fraction > 0.0 && config.kv_cache_memory_fraction <= 1.0))
+      return make_error("set a KV cache size in bytes or a memory fraction in (0, 1]");
+    const int64_t avail = available_memory_bytes();
+    bytes = static_cast<int64_t>(static_cast<double>(avail) * config.kv_cache_memory_fraction);
+    source = std::to_string(config.kv_cache_memory_fraction) + " of " + std::to_string(avail) +
+             " available bytes";
+  }
+  const int64_t block_bytes =
+      static_cast<int64_t>(KVCache::bytes_per_token(model)) * config.block_size;
+  int64_t n = bytes / block_bytes;
+  if (config.max_blocks > 0) n = std::min(n, config.max_blocks);
+  n = std::min<int64_t>(n, INT32_MAX);
+  if (n < 2)
+    return make_error("a KV cache of " + source + " holds " + std::to_string(n) +
+                      " blocks; at least 2 blocks of " + std::to_string(block_bytes) +
+                      " bytes are needed");
+  return static_cast<int32_t>(n);
+}
+
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, ThreadPool& pool,
+                                                         const ModelRunnerConfig& config) {
+  if (!model.can_generate())
+    return make_error("the model's architecture '" + model.config().architecture +
+                      "' cannot generate");
+  auto n_blocks = kv_blocks_for_budget(model.config(), config);
+  if (!n_blocks) return n_blocks.error();
+  return std::unique_ptr<ModelRunner>(new ModelRunner(model, pool, *n_blocks, config.block_size));
+}
+
+ModelRunner::ModelRunner(Model& model, ThreadPool& pool, int32_t n_blocks, int32_t block_size)
+    : model_(model), pool_(pool), cache_(model.config(), n_blocks, block_size) {}
+
+void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
+  batch.clear();
+  for (const ScheduledRequest& s : out.scheduled) {
+    SequenceSlice slice;
+    slice.first_token = static_cast<int32_t>(batch.size());
+    slice.n_tokens = static_cast<int32_t>(s.num_new_tokens);
+    // Attention reads positions [0, last new position]: only that much of the table.
+    const int64_t last = s.num_computed_tokens + s.num_new_tokens - 1;
+    slice.block_table.assign(s.block_table.begin(), s.block_table.begin() + last / block_size + 1);
+    for (int64_t i = 0; i < s.num_new_tokens; ++i) {
+      const int64_t pos = s.num_computed_tokens + i;
+      batch.tokens.push_back(s.token_ids[i]);
+      batch.positions.push_back(static_cast<int32_t>(pos));
+      batch.slots.push_back(kv_slot(s.block_table, block_size, pos));
+    }
+    if (s.sample) batch.logit_rows.push_back(static_cast<int32_t>(batch.size() - 1));
+    batch.sequences.push_back(std::move(slice));
+  }
+}
+
+std::vector<float>& ModelRunner::execute(const SchedulerOutput& out) {
+  build_batch(out, cache_.block_size(), batch_);
+  if (batch_.size() == 0) {
+    logits_.clear();
+    return logits_;
+  }
+  model_.forward(batch_, cache_, logits_, pool_);
+  return logits_;
+}
+
+}  // namespace inferd

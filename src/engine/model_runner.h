@@ -1,0 +1,70 @@
+// The model runner executes what the scheduler decided: it turns a
+// SchedulerOutput into one flattened ForwardBatch (every scheduled token of
+// every request end to end, with its position and KV slot), runs the forward
+// pass, and hands back the logits of the requests that sample this step. It
+// owns the KV cache memory, sized once from a memory budget. It makes no
+// policy (GUIDE rule 2): which tokens run and where they go is in the output.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/result.h"
+#include "core/thread_pool.h"
+#include "engine/scheduler_output.h"
+#include "model/forward_batch.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace inferd {
+
+struct ModelRunnerConfig {
+  int32_t block_size = 16;  // tokens per KV block
+  // The KV cache's size: kv_cache_bytes if > 0, else this fraction of the
+  // memory available now (MemAvailable).
+  int64_t kv_cache_bytes = 0;
+  double kv_cache_memory_fraction = 0.0;
+  // > 0: at most this many blocks (more would never be used).
+  int64_t max_blocks = 0;
+};
+
+// Bytes of host memory the system could give us now (MemAvailable), or 0 if unknown.
+int64_t available_memory_bytes();
+
+// The number of KV blocks (the reserved null block included) that `config`'s
+// budget buys for this model, or an error naming the budget when it buys
+// fewer than 2.
+Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunnerConfig& config);
+
+class ModelRunner {
+ public:
+  static Result<std::unique_ptr<ModelRunner>> create(Model& model, ThreadPool& pool,
+                                                     const ModelRunnerConfig& config);
+
+  // Fills `batch` from a step: per scheduled request, its new tokens at
+  // positions num_computed_tokens.., their slots through the block table, its
+  // slice of the batch, and (when it samples) the row of its last token.
+  static void build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch);
+
+  // Runs the step. Returns one row of n_vocab() logits per scheduled request
+  // with `sample` set, in the order of out.scheduled. The rows stay valid (and
+  // may be modified, e.g. by a sampler) until the next execute().
+  std::vector<float>& execute(const SchedulerOutput& out);
+
+  int32_t n_blocks() const { return static_cast<int32_t>(cache_.n_blocks()); }
+  int32_t block_size() const { return static_cast<int32_t>(cache_.block_size()); }
+  size_t kv_cache_bytes() const { return cache_.bytes(); }
+  int64_t n_vocab() const { return model_.config().n_vocab; }
+  Model& model() { return model_; }
+
+ private:
+  ModelRunner(Model& model, ThreadPool& pool, int32_t n_blocks, int32_t block_size);
+
+  Model& model_;
+  ThreadPool& pool_;
+  KVCache cache_;
+  ForwardBatch batch_;  // reused across steps
+  std::vector<float> logits_;
+};
+
+}  // namespace inferd

@@ -1,0 +1,138 @@
+// The model runner: the batch it builds from a scheduler output (no model
+// needed), the KV budget arithmetic, and logits of several sequences run in
+// one batch through scattered blocks against each sequence run alone.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "engine/model_runner.h"
+#include "engine_test_util.h"
+
+namespace inferd {
+namespace {
+
+ScheduledRequest scheduled(std::string id, int64_t computed, std::vector<int32_t> tokens,
+                           std::vector<int32_t> table, bool sample) {
+  ScheduledRequest s;
+  s.request_id = std::move(id);
+  s.num_computed_tokens = computed;
+  s.num_new_tokens = static_cast<int64_t>(tokens.size());
+  s.token_ids = std::move(tokens);
+  s.block_table = std::move(table);
+  s.sample = sample;
+  return s;
+}
+
+TEST(EngineModelRunner, BuildBatchLaysOutTokensPositionsSlotsAndLogitRows) {
+  SchedulerOutput out;
+  // A decode at position 5 (block size 4: block 7, offset 1).
+  out.scheduled.push_back(scheduled("d", 5, {42}, {3, 7}, true));
+  // A prefill chunk of positions 2..5 that does not reach the prompt's end.
+  out.scheduled.push_back(scheduled("p", 2, {1, 2, 3, 4}, {9, 4, 11}, false));
+  // A prefill chunk that ends the prompt: its last token samples.
+  out.scheduled.push_back(scheduled("q", 0, {5, 6, 7}, {2}, true));
+  ForwardBatch b;
+  ModelRunner::build_batch(out, 4, b);
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{42, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(b.positions, (std::vector<int32_t>{5, 2, 3, 4, 5, 0, 1, 2}));
+  EXPECT_EQ(b.slots, (std::vector<int64_t>{7 * 4 + 1, 9 * 4 + 2, 9 * 4 + 3, 4 * 4 + 0, 4 * 4 + 1,
+                                           2 * 4 + 0, 2 * 4 + 1, 2 * 4 + 2}));
+  ASSERT_EQ(b.sequences.size(), 3u);
+  EXPECT_EQ(b.sequences[0].first_token, 0);
+  EXPECT_EQ(b.sequences[0].n_tokens, 1);
+  EXPECT_EQ(b.sequences[1].first_token, 1);
+  EXPECT_EQ(b.sequences[1].n_tokens, 4);
+  EXPECT_EQ(b.sequences[2].first_token, 5);
+  EXPECT_EQ(b.sequences[2].n_tokens, 3);
+  // Tables are cut to the blocks attention reads (up to the last position).
+  EXPECT_EQ(b.sequences[0].block_table, (std::vector<int32_t>{3, 7}));
+  EXPECT_EQ(b.sequences[1].block_table, (std::vector<int32_t>{9, 4}));
+  EXPECT_EQ(b.sequences[2].block_table, (std::vector<int32_t>{2}));
+  EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0, 7}));
+
+  // Rebuilding reuses the batch and leaves nothing of the previous step.
+  SchedulerOutput one;
+  one.scheduled.push_back(scheduled("x", 0, {9}, {1}, true));
+  ModelRunner::build_batch(one, 4, b);
+  EXPECT_EQ(b.size(), 1);
+  EXPECT_EQ(b.sequences.size(), 1u);
+  EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0}));
+}
+
+TEST(EngineModelRunner, KvBudgetBuysWholeBlocks) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 8;  // kv_dim 16: 2 layers x (k + v) x 16 x 2 bytes = 128 bytes a token
+  ASSERT_EQ(KVCache::bytes_per_token(c), 128u);
+  ModelRunnerConfig rc;
+  rc.block_size = 16;  // 2048 bytes a block
+  rc.kv_cache_bytes = 10 * 2048 + 2047;
+  auto n = kv_blocks_for_budget(c, rc);
+  ASSERT_TRUE(n.ok()) << n.error().message;
+  EXPECT_EQ(*n, 10);
+  rc.max_blocks = 4;
+  EXPECT_EQ(*kv_blocks_for_budget(c, rc), 4);
+  rc.max_blocks = 0;
+  rc.kv_cache_bytes = 2 * 2048 - 1;  // one block and a bit: not enough
+  auto small = kv_blocks_for_budget(c, rc);
+  ASSERT_FALSE(small.ok());
+  EXPECT_NE(small.error().message.find("at least 2 blocks"), std::string::npos) << small.error().message;
+  rc.kv_cache_bytes = 0;
+  rc.kv_cache_memory_fraction = 0.0;
+  EXPECT_FALSE(kv_blocks_for_budget(c, rc).ok());
+  rc.kv_cache_memory_fraction = 0.001;
+  // Available memory moves while other processes run: bracket the call.
+  const int64_t before = available_memory_bytes();
+  auto frac = kv_blocks_for_budget(c, rc);
+  const int64_t after = available_memory_bytes();
+  ASSERT_TRUE(frac.ok()) << frac.error().message;
+  EXPECT_GE(*frac, std::min(before, after) / 1000 / 2048 - 1);
+  EXPECT_LE(*frac, std::max(before, after) / 1000 / 2048 + 1);
+}
+
+class EngineModelRunnerModel : public test::ModelTest {};
+
+TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlone) {
+  ModelRunnerConfig rc;
+  rc.block_size = 16;
+  rc.kv_cache_bytes = kv_bytes_for_blocks(64);
+  auto runner = ModelRunner::create(*model_, *pool_, rc);
+  ASSERT_TRUE(runner.ok()) << runner.error().message;
+  EXPECT_EQ((*runner)->n_blocks(), 64);
+
+  const std::vector<std::vector<int32_t>> prompts = {random_prompt(70, 1), random_prompt(1, 2),
+                                                     random_prompt(33, 3)};
+  // Interleaved, out-of-order blocks for each sequence; one step runs them all.
+  const std::vector<std::vector<int32_t>> tables = {{40, 3, 17, 9, 22}, {5}, {30, 1, 12}};
+  SchedulerOutput out;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    out.scheduled.push_back(scheduled("r" + std::to_string(i), 0, prompts[i], tables[i], true));
+  const std::vector<float> batched = (*runner)->execute(out);
+  const int64_t V = (*runner)->n_vocab();
+  ASSERT_EQ(static_cast<int64_t>(batched.size()), 3 * V);
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SequenceGenerator gen(*model_, *pool_, static_cast<int64_t>(prompts[i].size()) + 1);
+    auto alone = gen.prompt_logits(prompts[i]);
+    ASSERT_TRUE(alone.ok()) << alone.error().message;
+    ASSERT_EQ(static_cast<int64_t>(alone->size()), V);
+    EXPECT_EQ(std::memcmp(alone->data(), batched.data() + i * V, V * sizeof(float)), 0)
+        << "prompt " << i << ": logits differ from the prompt run alone";
+  }
+
+  // A decode step of the first sequence continues from the cache the batch wrote.
+  SchedulerOutput decode;
+  decode.scheduled.push_back(scheduled("r0", 70, {prompts[1][0]}, tables[0], true));
+  const std::vector<float> next = (*runner)->execute(decode);
+  std::vector<int32_t> longer = prompts[0];
+  longer.push_back(prompts[1][0]);
+  SequenceGenerator gen(*model_, *pool_, 72);
+  auto alone = gen.prompt_logits(longer);
+  ASSERT_TRUE(alone.ok());
+  EXPECT_EQ(std::memcmp(alone->data(), next.data(), V * sizeof(float)), 0);
+}
+
+}  // namespace
+}  // namespace inferd

@@ -1,0 +1,179 @@
+// Shared pieces of the engine tests that run the default model: loading it
+// once per test program, random prompts, the run-alone reference, and
+// driving an engine synchronously until it is idle.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sequence_generator.h"
+
+namespace inferd::test {
+
+inline std::string model_path() {
+  const char* d = std::getenv("INFERD_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  const std::string dir =
+      d && *d ? d : std::string(home ? home : ".") + "/.cache/inferd/models";
+  return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+}
+
+class ModelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (model_ || !std::ifstream(model_path())) return;
+    LoadOptions o;
+    o.prefault = false;
+    auto m = Model::load(model_path(), o);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    model_ = std::move(*m).release();
+    pool_ = new ThreadPool(2);
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete pool_;
+    model_ = nullptr;
+    pool_ = nullptr;
+  }
+  void SetUp() override {
+    if (!model_)
+      GTEST_SKIP() << "default model not found at " << model_path()
+                   << " (set INFERD_MODEL_DIR or run scripts/fetch_models.sh)";
+  }
+
+  // Random ordinary (non-control) token ids, like a benchmark's random prompts.
+  static std::vector<int32_t> random_prompt(int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const Tokenizer& tok = model_->tokenizer();
+    std::uniform_int_distribution<int32_t> dist(0, tok.n_vocab() - 1);
+    std::vector<int32_t> p;
+    while (static_cast<int64_t>(p.size()) < n) {
+      const int32_t t = dist(rng);
+      if (!tok.is_control(t) && !tok.is_eog(t)) p.push_back(t);
+    }
+    return p;
+  }
+
+  // The request run alone by the single-sequence generator, never stopping early.
+  static std::vector<int32_t> run_alone(const std::vector<int32_t>& prompt, int64_t max_tokens,
+                                        const SamplingParams& sampling = greedy()) {
+    SequenceGenerator gen(*model_, *pool_, static_cast<int64_t>(prompt.size()) + max_tokens);
+    GenerationOptions o;
+    o.max_tokens = max_tokens;
+    o.sampling = sampling;
+    o.stop_at_end_of_generation = false;
+    auto out = gen.generate(prompt, o, [](int32_t) { return true; });
+    EXPECT_TRUE(out.ok()) << out.error().message;
+    return out.ok() ? *out : std::vector<int32_t>{};
+  }
+
+  static SamplingParams greedy() {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    return p;
+  }
+
+  // A KV budget of exactly n_blocks blocks (the reserved one included).
+  static int64_t kv_bytes_for_blocks(int64_t n_blocks, int64_t block_size = 16) {
+    return n_blocks * block_size * static_cast<int64_t>(KVCache::bytes_per_token(model_->config()));
+  }
+
+  static EngineConfig engine_config(int64_t budget, int32_t max_seqs, int64_t n_blocks,
+                                    bool prefix_caching = true) {
+    EngineConfig c;
+    c.max_num_batched_tokens = budget;
+    c.max_num_seqs = max_seqs;
+    c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks);
+    c.enable_prefix_caching = prefix_caching;
+    return c;
+  }
+
+  static std::unique_ptr<Engine> make_engine(const EngineConfig& c) {
+    auto e = Engine::create(*model_, *pool_, c);
+    EXPECT_TRUE(e.ok()) << e.error().message;
+    return e.ok() ? std::move(*e) : nullptr;
+  }
+
+  static GenerationParams request(std::vector<int32_t> prompt, int64_t max_tokens,
+                                  const SamplingParams& sampling = greedy()) {
+    GenerationParams p;
+    p.prompt_token_ids = std::move(prompt);
+    p.max_tokens = max_tokens;
+    p.sampling = sampling;
+    p.ignore_eos = true;
+    return p;
+  }
+
+  static std::string add(Engine& e, GenerationParams p) {
+    auto h = e.add_request(std::move(p));
+    EXPECT_TRUE(h.ok()) << h.error().message;
+    return h.ok() ? h->request_id : std::string();
+  }
+
+  inline static Model* model_ = nullptr;
+  inline static ThreadPool* pool_ = nullptr;
+};
+
+// Everything a request emitted, joined.
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<RequestOutput> deltas;
+  bool finished = false;
+  RequestOutput final_output;  // valid when finished
+};
+
+struct Run {
+  std::map<std::string, Collected> requests;
+  int64_t steps = 0;
+
+  void record(const std::vector<RequestOutput>& outputs) {
+    for (const RequestOutput& o : outputs) {
+      Collected& c = requests[o.request_id];
+      EXPECT_FALSE(c.finished) << "request " << o.request_id << " emitted after finishing";
+      c.tokens.insert(c.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+      c.text += o.text;
+      c.deltas.push_back(o);
+      if (o.finished) {
+        c.finished = true;
+        c.final_output = o;
+      }
+    }
+  }
+};
+
+// One synchronous step, checking the scheduler's and KV cache's invariants.
+inline void step(Engine& e, Run& run) {
+  run.record(e.step());
+  ++run.steps;
+  Status st = e.check_invariants();
+  EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
+inline void run_until_idle(Engine& e, Run& run, int64_t max_steps = 100000) {
+  for (int64_t i = 0; i < max_steps && e.has_pending_work(); ++i) {
+    step(e, run);
+    if (testing::Test::HasFailure()) return;
+  }
+  EXPECT_FALSE(e.has_pending_work()) << "requests did not finish in " << max_steps << " steps";
+}
+
+// Idle engine: no request holds a block.
+inline void expect_idle_and_clean(const Engine& e) {
+  const EngineStats s = e.stats();
+  EXPECT_EQ(s.scheduler.num_running, 0);
+  EXPECT_EQ(s.scheduler.num_waiting, 0);
+  EXPECT_EQ(s.scheduler.kv_used_blocks, 0);
+  EXPECT_EQ(s.scheduler.kv_free_blocks, s.kv_total_blocks);
+  Status st = e.check_invariants();
+  EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
+}  // namespace inferd::test
