@@ -130,7 +130,7 @@ struct Collected {
   RequestOutput final_output;  // valid when finished
 };
 
-struct Run {
+struct Outputs {
   std::map<std::string, Collected> requests;
   int64_t steps = 0;
 
@@ -150,14 +150,14 @@ struct Run {
 };
 
 // One synchronous step, checking the scheduler's and KV cache's invariants.
-inline void step(Engine& e, Run& run) {
+inline void step(Engine& e, Outputs& run) {
   run.record(e.step());
   ++run.steps;
   Status st = e.check_invariants();
   EXPECT_TRUE(st.ok()) << st.error().message;
 }
 
-inline void run_until_idle(Engine& e, Run& run, int64_t max_steps = 100000) {
+inline void run_until_idle(Engine& e, Outputs& run, int64_t max_steps = 100000) {
   for (int64_t i = 0; i < max_steps && e.has_pending_work(); ++i) {
     step(e, run);
     if (testing::Test::HasFailure()) return;

@@ -1,0 +1,187 @@
+// The serving engine: many requests share each forward pass.
+//
+// One step: apply queued commands (add, abort) -> Scheduler::schedule ->
+// ModelRunner::execute -> sample (one Sampler per request) ->
+// Scheduler::update -> stop strings -> emit RequestOutput deltas to each
+// request's stream. Requests enter and leave between any two steps
+// (continuous batching); a long prompt is prefilled in chunks alongside
+// running decodes.
+//
+// Two ways to drive it:
+//  - start(): the loop runs on its own thread; add_request and abort may be
+//    called from any thread and reach the loop as typed messages;
+//  - step(): no thread, the caller runs one step at a time (tests, offline
+//    benchmarks). Commands queued since the previous step are applied first.
+//
+// Determinism: the forward pass is batch-invariant and each request samples
+// from its own seeded random stream, so a request's tokens do not depend on
+// what else shares its steps (greedy always; sampling when a seed is given).
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "core/result.h"
+#include "core/thread_pool.h"
+#include "engine/model_runner.h"
+#include "engine/request_output.h"
+#include "engine/scheduler.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace inferd {
+
+struct EngineConfig {
+  int64_t max_num_batched_tokens = 2048;  // token budget of one step
+  int32_t max_num_seqs = 128;             // requests running at once
+  int64_t long_prefill_token_threshold = 0;  // > 0: cap on one request's tokens per step
+  int64_t max_model_len = 0;  // prompt + max_tokens at most; 0: the model's context length
+  bool enable_prefix_caching = true;
+  int32_t block_size = 16;
+  // KV cache size: kv_cache_bytes if > 0, else this fraction of available
+  // memory; never more blocks than max_num_seqs requests of max_model_len need.
+  int64_t kv_cache_bytes = 0;
+  double kv_cache_memory_fraction = 0.25;
+  int32_t max_logprobs = 20;  // largest `logprobs` a request may ask for
+};
+
+// What a client asks for.
+struct GenerationParams {
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams sampling;
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // finish on these (the token is kept in the output)
+  std::vector<std::string> stop;        // finish before any of these strings (not emitted)
+  bool ignore_eos = false;              // do not stop at end-of-generation tokens
+  int32_t logprobs = -1;                // >= 0: each token's logprob plus this many alternatives
+  std::string cache_salt;               // prefixes are shared only between equal salts
+};
+
+struct EngineStats {
+  SchedulerStats scheduler;  // steps, tokens per step, KV blocks, prefix cache, preemptions
+  int32_t kv_total_blocks = 0;      // usable blocks (the reserved null block excluded)
+  int64_t requests_added = 0;
+  int64_t prompt_tokens = 0;           // of added requests
+  int64_t computed_prompt_tokens = 0;  // prompt positions run through the model (recomputes included)
+  int64_t generation_tokens = 0;       // tokens sampled
+  int64_t computed_tokens = 0;         // all positions run through the model
+  double forward_seconds = 0.0;        // time in ModelRunner::execute
+
+  double mean_tokens_per_step() const {
+    return scheduler.steps ? static_cast<double>(scheduler.scheduled_tokens) / scheduler.steps : 0.0;
+  }
+};
+
+class Engine {
+ public:
+  // The model and pool must outlive the engine. Fails for a model that cannot
+  // generate, a bad config, or a KV budget too small for one block.
+  static Result<std::unique_ptr<Engine>> create(Model& model, ThreadPool& pool,
+                                                const EngineConfig& config);
+  ~Engine();  // stops the loop; unfinished requests end with finish reason "abort"
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  struct Handle {
+    std::string request_id;
+    std::shared_ptr<RequestStream> stream;
+  };
+  // Any thread. Checks the request now (empty prompt, token ids outside the
+  // vocabulary, bad sampling parameters, prompt + max_tokens beyond
+  // max_model_len or beyond what the KV cache holds even alone, ...) and
+  // queues it for the loop.
+  Result<Handle> add_request(GenerationParams params);
+  // Any thread, any moment: the request ends with "abort" and its KV blocks are
+  // freed before the next step is scheduled. No-op for an unknown or finished id.
+  void abort(const std::string& request_id);
+
+  // Runs the loop on its own thread until stop() (or destruction).
+  void start();
+  // Stops and joins the loop thread; requests stay where they are.
+  void stop();
+  bool running() const { return thread_.joinable(); }
+
+  // Synchronous use (not while the loop thread runs): applies queued commands,
+  // runs one step, and returns the outputs it emitted (also pushed to streams).
+  std::vector<RequestOutput> step();
+  // Unfinished requests or queued commands remain (synchronous use).
+  bool has_pending_work();
+
+  EngineStats stats() const;  // any thread: a snapshot taken after the last step
+  const EngineConfig& config() const { return config_; }
+  const SchedulerConfig& scheduler_config() const { return scheduler_.config(); }
+  // Scheduler and KV invariants (synchronous use).
+  Status check_invariants() const { return scheduler_.check_invariants(); }
+
+ private:
+  struct AddCommand {
+    Request request;
+    std::shared_ptr<RequestStream> stream;
+    std::vector<std::string> stop;
+    int32_t logprobs;
+  };
+  struct AbortCommand {
+    std::string request_id;
+  };
+  using Command = std::variant<AddCommand, AbortCommand>;
+
+  // The engine's side of a request the scheduler tracks.
+  struct Live {
+    std::shared_ptr<RequestStream> stream;
+    Sampler sampler;
+    IncrementalDecoder decoder;
+    std::vector<std::string> stop;
+    size_t max_stop_len = 0;
+    int32_t logprobs = -1;
+    std::string held;  // decoded text not yet emitted (a stop string could start in it)
+    RequestMetrics metrics;
+  };
+
+  Engine(Model& model, ThreadPool& pool, const EngineConfig& config, const SchedulerConfig& sched,
+         std::unique_ptr<ModelRunner> runner);
+  void loop();
+  void apply(Command& cmd, std::vector<RequestOutput>& outputs);
+  // Ends a request the scheduler no longer holds: final output, stream closed.
+  void finish(const std::string& id, RequestStatus status, std::vector<RequestOutput>& outputs,
+              RequestOutput out);
+  // Text of `live.held` that can be emitted now; sets *stop_at to a matched
+  // stop string, if any (the text before it is returned, the rest dropped).
+  std::string release_text(Live& live, bool final, std::string* stop_at);
+  void publish_stats();
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  EngineConfig config_;
+  std::unique_ptr<ModelRunner> runner_;
+  Scheduler scheduler_;
+  std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
+  std::unordered_map<std::string, Live> live_;
+  std::vector<int32_t> sampled_;        // per step, reused
+  std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
+
+  // Counters kept by the loop, published with the stats snapshot.
+  int64_t prompt_tokens_ = 0, computed_prompt_tokens_ = 0, generation_tokens_ = 0;
+  int64_t computed_tokens_ = 0, requests_added_ = 0;
+  double forward_seconds_ = 0.0;
+
+  // Commands from any thread to the loop.
+  std::mutex cmd_mu_;
+  std::condition_variable cmd_cv_;
+  std::vector<Command> commands_;
+  bool stop_requested_ = false;
+  uint64_t next_id_ = 0;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+
+  std::thread thread_;
+};
+
+}  // namespace inferd

@@ -1,0 +1,124 @@
+// What the engine tells a client about its request: a stream of deltas (new
+// tokens, new text, logprobs, timestamps), the last of which says why it
+// finished and carries the request's metrics. The stream is a thread-safe
+// queue: the engine loop pushes, the client pops.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/request.h"
+#include "sampling/sampler.h"
+
+namespace inferd {
+
+// Logprobs of one sampled token, from the model's raw distribution (before
+// temperature and penalties): the token's own and the `n` most likely ones.
+struct SampledLogprobs {
+  int32_t token = 0;
+  float logprob = 0.0f;
+  std::vector<TokenLogprob> top;  // most likely first
+};
+
+// Timestamps are seconds on the steady clock (as Request::arrival_time); 0: not yet.
+struct RequestMetrics {
+  double arrival_time = 0.0;          // add_request was called
+  double first_scheduled_time = 0.0;  // first step that computed any of its tokens
+  double first_token_time = 0.0;
+  double last_token_time = 0.0;
+  double finished_time = 0.0;
+  std::vector<double> token_times;  // when each output token was sampled
+  int64_t num_prompt_tokens = 0;
+  int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache
+  int64_t num_output_tokens = 0;
+  int32_t num_preemptions = 0;
+
+  double queue_time() const { return first_scheduled_time - arrival_time; }
+  double time_to_first_token() const { return first_token_time - arrival_time; }
+  double e2e_latency() const { return finished_time - arrival_time; }
+  std::vector<double> inter_token_latencies() const {
+    std::vector<double> d;
+    for (size_t i = 1; i < token_times.size(); ++i) d.push_back(token_times[i] - token_times[i - 1]);
+    return d;
+  }
+};
+
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> token_ids;  // sampled since the previous output (stop tokens included)
+  // New text since the previous output: whole UTF-8 characters only, never a
+  // stop string, and text that could still become one is held back until it
+  // cannot.
+  std::string text;
+  std::vector<SampledLogprobs> logprobs;  // one per new token, if the request asked
+  std::vector<double> token_times;        // when each new token was sampled
+  bool finished = false;
+  RequestStatus status = RequestStatus::kRunning;  // the finished status when finished
+  std::string stop_string;  // the stop string that ended it, if one did
+  std::string error;        // why the engine refused or gave up on it (status: aborted)
+  RequestMetrics metrics;   // filled in the final output
+
+  const char* finish_reason() const { return inferd::finish_reason(status); }
+};
+
+class RequestStream {
+ public:
+  explicit RequestStream(std::string request_id) : id_(std::move(request_id)) {}
+
+  const std::string& request_id() const { return id_; }
+
+  // Blocks until an output is ready. nullopt once the final output was taken.
+  std::optional<RequestOutput> next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !queue_.empty() || closed_; });
+    return take_locked();
+  }
+  // Like next(), giving up after `timeout` (nullopt then too; see finished()).
+  template <class Rep, class Period>
+  std::optional<RequestOutput> next_for(std::chrono::duration<Rep, Period> timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || closed_; });
+    return take_locked();
+  }
+  std::optional<RequestOutput> try_next() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return take_locked();
+  }
+  // The final output has been pushed (it may not have been taken yet).
+  bool finished() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closed_;
+  }
+
+  // Engine side: queues an output; a finished one closes the stream.
+  void push(RequestOutput out) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return;
+      closed_ = out.finished;
+      queue_.push_back(std::move(out));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::optional<RequestOutput> take_locked() {
+    if (queue_.empty()) return std::nullopt;
+    RequestOutput out = std::move(queue_.front());
+    queue_.pop_front();
+    return out;
+  }
+
+  const std::string id_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<RequestOutput> queue_;
+  bool closed_ = false;
+};
+
+}  // namespace inferd

@@ -1,0 +1,167 @@
+// The engine on the default model: continuous batching, chunked prefill,
+// preemption and prefix caching must not change a single token. Greedy
+// outputs of requests sharing steps are compared with each request run alone
+// by the single-sequence generator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "engine_test_util.h"
+
+namespace inferd {
+namespace {
+
+using test::Outputs;
+
+class EngineBatching : public test::ModelTest {};
+
+TEST_F(EngineBatching, ConcurrentGreedyRequestsMatchEachRunAlone) {
+  // 32 prompts from 1 to 1,500 tokens, spaced geometrically (1, 1, 2, ... 1500).
+  constexpr int kRequests = 32;
+  std::vector<GenerationParams> reqs;
+  int64_t total_prompt = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const int64_t len = std::lround(std::pow(1500.0, i / double(kRequests - 1)));
+    reqs.push_back(request(random_prompt(len, 100 + i), 8 + i % 9));
+    total_prompt += len;
+  }
+  ASSERT_EQ(reqs.front().prompt_token_ids.size(), 1u);
+  ASSERT_EQ(reqs.back().prompt_token_ids.size(), 1500u);
+
+  // A small budget: the long prompts are prefilled in chunks of at most 128
+  // tokens, in steps shared with other prompts' chunks and with decodes.
+  auto engine = make_engine(engine_config(128, 64, 700));
+  ASSERT_TRUE(engine);
+  Outputs run;
+  std::vector<std::string> ids;
+  // Half arrive first (longest first, so short ones queue behind a long
+  // prefill); the rest arrive while those run.
+  for (int i = kRequests - 1; i >= kRequests / 2; --i) ids.push_back(add(*engine, reqs[i]));
+  for (int s = 0; s < 5; ++s) test::step(*engine, run);
+  for (int i = kRequests / 2 - 1; i >= 0; --i) ids.push_back(add(*engine, reqs[i]));
+  test::run_until_idle(*engine, run);
+  test::expect_idle_and_clean(*engine);
+
+  const EngineStats st = engine->stats();
+  EXPECT_EQ(st.scheduler.preemptions, 0);
+  EXPECT_EQ(st.scheduler.max_step_tokens, 128);
+  EXPECT_EQ(st.prompt_tokens, total_prompt);
+  EXPECT_EQ(st.requests_added, kRequests);
+  std::printf("%lld steps, %.1f tokens per step, %lld prompt tokens computed (%lld from cache)\n",
+              static_cast<long long>(st.scheduler.steps), st.mean_tokens_per_step(),
+              static_cast<long long>(st.computed_prompt_tokens),
+              static_cast<long long>(st.scheduler.prefix_cache.hit_tokens));
+
+  // Requests were added from the longest down: ids[k] is reqs[31 - k].
+  for (int k = 0; k < kRequests; ++k) {
+    const int i = kRequests - 1 - k;
+    const GenerationParams& p = reqs[i];
+    const test::Collected& c = run.requests[ids[k]];
+    ASSERT_TRUE(c.finished) << "request " << i;
+    EXPECT_EQ(c.final_output.status, RequestStatus::kFinishedLength) << "request " << i;
+    EXPECT_EQ(c.tokens, run_alone(p.prompt_token_ids, p.max_tokens))
+        << "request " << i << " (" << p.prompt_token_ids.size() << " prompt tokens)";
+  }
+}
+
+TEST_F(EngineBatching, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) {
+  // 10 prompts of 20 to 335 tokens, 12 new tokens each. The largest needs 22
+  // blocks; a pool of 26 usable blocks runs two or three requests at a time,
+  // so decodes that need a new block preempt the newest request.
+  constexpr int64_t kMaxTokens = 12;
+  std::vector<GenerationParams> reqs;
+  for (int i = 0; i < 10; ++i)
+    reqs.push_back(request(random_prompt(20 + 35 * i, 200 + i), kMaxTokens));
+  auto engine = make_engine(engine_config(128, 16, 27));
+  ASSERT_TRUE(engine);
+  std::vector<std::string> ids;
+  for (const GenerationParams& p : reqs) ids.push_back(add(*engine, p));
+  Outputs run;
+  test::run_until_idle(*engine, run);
+  test::expect_idle_and_clean(*engine);
+
+  const EngineStats st = engine->stats();
+  EXPECT_GT(st.scheduler.preemptions, 0);
+  int64_t preempted = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const test::Collected& c = run.requests[ids[i]];
+    ASSERT_TRUE(c.finished) << "request " << i;
+    preempted += c.final_output.metrics.num_preemptions;
+    EXPECT_EQ(c.final_output.status, RequestStatus::kFinishedLength);
+    EXPECT_EQ(c.tokens, run_alone(reqs[i].prompt_token_ids, kMaxTokens)) << "request " << i;
+  }
+  EXPECT_EQ(preempted, st.scheduler.preemptions);
+  // Preempted requests recomputed their tokens: more positions ran than the
+  // requests have (prompt + all but the last output token).
+  int64_t needed = 0;
+  for (const GenerationParams& p : reqs) needed += static_cast<int64_t>(p.prompt_token_ids.size()) + kMaxTokens - 1;
+  std::printf("%lld preemptions; %lld positions computed for %lld needed (%lld from cache)\n",
+              static_cast<long long>(st.scheduler.preemptions),
+              static_cast<long long>(st.computed_tokens), static_cast<long long>(needed),
+              static_cast<long long>(st.scheduler.prefix_cache.hit_tokens));
+  EXPECT_GT(st.computed_tokens + st.scheduler.prefix_cache.hit_tokens, needed);
+}
+
+TEST_F(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput) {
+  // A 600-token system prompt and a different user turn for each of 16 requests.
+  const std::vector<int32_t> system = random_prompt(600, 7);
+  std::vector<GenerationParams> reqs;
+  int64_t total_prompt = 0;
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> p = system;
+    std::vector<int32_t> user = random_prompt(5 + 3 * i, 300 + i);
+    user[0] = 1000 + i;  // user turns differ from their first token
+    p.insert(p.end(), user.begin(), user.end());
+    total_prompt += static_cast<int64_t>(p.size());
+    reqs.push_back(request(std::move(p), 8));
+  }
+
+  // The first request arrives alone; the other 15 arrive once its prompt is
+  // in the cache (before that, requests arriving together would each compute
+  // the part of the prefix not yet cached).
+  auto run_with = [&](bool caching, EngineStats* stats) {
+    auto engine = make_engine(engine_config(128, 32, 800, caching));
+    Outputs run;
+    std::vector<std::string> ids{add(*engine, reqs[0])};
+    while (run.requests[ids[0]].tokens.empty()) test::step(*engine, run);
+    for (size_t i = 1; i < reqs.size(); ++i) ids.push_back(add(*engine, reqs[i]));
+    test::run_until_idle(*engine, run);
+    test::expect_idle_and_clean(*engine);
+    *stats = engine->stats();
+    std::vector<std::vector<int32_t>> outputs;
+    for (const std::string& id : ids) {
+      EXPECT_TRUE(run.requests[id].finished);
+      outputs.push_back(run.requests[id].tokens);
+    }
+    return outputs;
+  };
+  EngineStats on, off;
+  const auto with_cache = run_with(true, &on);
+  const auto without_cache = run_with(false, &off);
+
+  // 600 = 37 full blocks of 16 (592 tokens) and 8 tokens that share a block
+  // with the user turn: each later request takes the 37 blocks from the cache.
+  const int64_t hit_per_request = 37 * 16;
+  EXPECT_EQ(on.scheduler.prefix_cache.requests, 16);
+  EXPECT_EQ(on.scheduler.prefix_cache.queried_tokens, total_prompt);
+  EXPECT_EQ(on.scheduler.prefix_cache.hit_tokens, 15 * hit_per_request);
+  EXPECT_EQ(on.prompt_tokens, total_prompt);
+  EXPECT_EQ(on.computed_prompt_tokens, total_prompt - 15 * hit_per_request);
+  EXPECT_EQ(off.scheduler.prefix_cache.hit_tokens, 0);
+  EXPECT_EQ(off.computed_prompt_tokens, total_prompt);
+  EXPECT_EQ(on.scheduler.preemptions, 0);
+  EXPECT_EQ(off.scheduler.preemptions, 0);
+  std::printf("prompt tokens computed: %lld with the prefix cache, %lld without\n",
+              static_cast<long long>(on.computed_prompt_tokens),
+              static_cast<long long>(off.computed_prompt_tokens));
+
+  ASSERT_EQ(with_cache.size(), without_cache.size());
+  for (size_t i = 0; i < with_cache.size(); ++i) {
+    EXPECT_EQ(with_cache[i].size(), 8u) << "request " << i;
+    EXPECT_EQ(with_cache[i], without_cache[i]) << "request " << i;
+  }
+}
+
+}  // namespace
+}  // namespace inferd
