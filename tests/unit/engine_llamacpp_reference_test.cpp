@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -16,9 +18,14 @@
 namespace inferd {
 namespace {
 
-// Max |our logit - llama.cpp's| allowed at any vocabulary entry (see
-// docs/design.md, "Logit tolerance").
-constexpr float kLogitTolerance = 0.35f;
+// Tolerances, set just above how far llama.cpp's own results move when only
+// its attention kernel changes (flash attention on vs off, same prompts); see
+// docs/design.md "Logit tolerance" and tools/reference/logits_tolerance.py.
+constexpr float kMaxAbsTolerance = 1.5f;    // any vocabulary entry (llama.cpp vs itself: 1.28)
+constexpr float kTop20Tolerance = 1.0f;     // llama.cpp's 20 top-ranked tokens (itself: 0.96)
+constexpr float kMeanAbsTolerance = 0.75f;  // mean over the vocabulary (itself: 0.69)
+// Continuations identical to llama.cpp's: its own flash-attention path reaches 6 of 20.
+constexpr int kMinIdenticalContinuations = 6;
 
 std::string data_dir() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
 
@@ -59,8 +66,12 @@ class LlamaCppReference : public ::testing::Test {
 Model* LlamaCppReference::model_ = nullptr;
 ThreadPool* LlamaCppReference::pool_ = nullptr;
 
-TEST_F(LlamaCppReference, LastPositionLogitsWithinTolerance) {
+// One pass per prompt: prefill (compare the last-position logits), then 64
+// greedy steps on the same cache (compare the continuation).
+TEST_F(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
   const nlohmann::json prompts = read_json(data_dir() + "/prompts.json");
+  const nlohmann::json greedy = read_json(data_dir() + "/greedy.json");
+  ASSERT_EQ(prompts.size(), greedy.size());
   const int64_t n_vocab = model_->config().n_vocab;
   std::ifstream lf(data_dir() + "/last_logits.f32", std::ios::binary);
   ASSERT_TRUE(lf);
@@ -68,59 +79,59 @@ TEST_F(LlamaCppReference, LastPositionLogitsWithinTolerance) {
   lf.read(reinterpret_cast<char*>(ref.data()), static_cast<std::streamsize>(ref.size() * 4));
   ASSERT_EQ(lf.gcount(), static_cast<std::streamsize>(ref.size() * 4));
 
-  float worst = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<int32_t> ids = prompts[i]["ids"].get<std::vector<int32_t>>();
-    SequenceGenerator fresh(*model_, *pool_, 1200);
-    auto logits = fresh.prompt_logits(ids);
-    ASSERT_TRUE(logits.ok()) << logits.error().message;
-    float max_diff = 0, max_abs = 0;
-    int64_t worst_tok = 0;
-    for (int64_t v = 0; v < n_vocab; ++v) {
-      const float d = std::fabs((*logits)[v] - ref[i * n_vocab + v]);
-      if (d > max_diff) max_diff = d, worst_tok = v;
-      max_abs = std::max(max_abs, std::fabs(ref[i * n_vocab + v]));
-    }
-    worst = std::max(worst, max_diff);
-    EXPECT_LE(max_diff, kLogitTolerance)
-        << "prompt " << prompts[i]["name"] << " (" << ids.size() << " tokens): token " << worst_tok
-        << " differs by " << max_diff << " (largest |logit| " << max_abs << ")";
-  }
-  std::cout << "[ info ] largest logit difference over all prompts: " << worst << "\n";
-}
-
-TEST_F(LlamaCppReference, GreedyContinuationsMatch) {
-  const nlohmann::json prompts = read_json(data_dir() + "/prompts.json");
-  const nlohmann::json greedy = read_json(data_dir() + "/greedy.json");
-  ASSERT_EQ(prompts.size(), greedy.size());
   int identical = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string name = prompts[i]["name"];
     const std::vector<int32_t> ids = prompts[i]["ids"].get<std::vector<int32_t>>();
-    const std::vector<int32_t> want = greedy[i]["tokens"].get<std::vector<int32_t>>();
-    const std::vector<float> gaps = greedy[i]["top2_gaps"].get<std::vector<float>>();
     SequenceGenerator gen(*model_, *pool_, 1200);
+    auto logits = gen.prompt_logits(ids);
+    ASSERT_TRUE(logits.ok()) << logits.error().message;
+    const float* want = &ref[i * n_vocab];
+    double sum_abs = 0;
+    float max_abs = 0, max_top = 0;
+    for (int64_t v = 0; v < n_vocab; ++v) {
+      const float d = std::fabs((*logits)[v] - want[v]);
+      sum_abs += d;
+      max_abs = std::max(max_abs, d);
+    }
+    std::vector<int32_t> order(n_vocab);
+    for (int64_t v = 0; v < n_vocab; ++v) order[v] = static_cast<int32_t>(v);
+    std::partial_sort(order.begin(), order.begin() + 20, order.end(),
+                      [&](int32_t a, int32_t b) { return want[a] > want[b]; });
+    for (int k = 0; k < 20; ++k) max_top = std::max(max_top, std::fabs((*logits)[order[k]] - want[order[k]]));
+    const double mean_abs = sum_abs / n_vocab;
+    EXPECT_LE(max_abs, kMaxAbsTolerance) << name << " (" << ids.size() << " tokens)";
+    EXPECT_LE(max_top, kTop20Tolerance) << name << " (" << ids.size() << " tokens)";
+    EXPECT_LE(mean_abs, kMeanAbsTolerance) << name << " (" << ids.size() << " tokens)";
+
+    // Greedy continuation on the same cache (only the last prompt token is recomputed).
+    const std::vector<int32_t> want_tokens = greedy[i]["tokens"].get<std::vector<int32_t>>();
+    const std::vector<float> gaps = greedy[i]["top2_gaps"].get<std::vector<float>>();
     GenerationOptions o;
-    o.max_tokens = static_cast<int64_t>(want.size());
+    o.max_tokens = static_cast<int64_t>(want_tokens.size());
     o.sampling.temperature = 0.0f;
     o.stop_at_end_of_generation = false;
     auto got = gen.generate(ids, o, [](int32_t) { return true; });
     ASSERT_TRUE(got.ok()) << got.error().message;
     size_t first_diff = 0;
-    while (first_diff < want.size() && first_diff < got->size() && (*got)[first_diff] == want[first_diff])
+    while (first_diff < want_tokens.size() && first_diff < got->size() &&
+           (*got)[first_diff] == want_tokens[first_diff])
       ++first_diff;
-    if (first_diff == want.size()) {
+    std::printf("[ info ] %-28s %4zu tokens  max|d| %.3f  top20 %.3f  mean %.3f  ", name.c_str(),
+                ids.size(), max_abs, max_top, mean_abs);
+    if (first_diff == want_tokens.size()) {
       ++identical;
+      std::printf("continuation identical\n");
       continue;
     }
+    std::printf("diverges at step %zu (llama.cpp top-2 gap %.4f)\n", first_diff, gaps[first_diff]);
     // A divergence is acceptable only where llama.cpp itself nearly tied.
-    EXPECT_LT(gaps[first_diff], kLogitTolerance)
-        << "prompt " << prompts[i]["name"] << " diverges at step " << first_diff
-        << " where llama.cpp's top-2 gap is " << gaps[first_diff];
-    std::cout << "[ info ] prompt " << prompts[i]["name"] << " diverges at step " << first_diff
-              << " (llama.cpp top-2 gap " << gaps[first_diff] << ")\n";
+    EXPECT_LT(gaps[first_diff], kTop20Tolerance)
+        << name << " diverges at step " << first_diff << " where llama.cpp's top-2 gap is "
+        << gaps[first_diff];
   }
-  EXPECT_GE(identical, static_cast<int>(prompts.size()) - 1)
-      << identical << " of " << prompts.size() << " continuations are identical";
+  std::printf("[ info ] %d of %zu continuations identical\n", identical, prompts.size());
+  EXPECT_GE(identical, kMinIdenticalContinuations);
 }
 
 }  // namespace
