@@ -1,0 +1,101 @@
+#!/usr/bin/env python3
+"""Single-stream speed of inferd beside llama.cpp's llama-bench, same model, same
+machine, same thread count, in one run.
+
+  prompt processing: a 512-token prompt from an empty cache (llama-bench pp512)
+  decode:            128 tokens after a 1-token prompt      (llama-bench tg128)
+
+Usage: bench/compare_llama_bench.py [--model PATH] [--threads N] [--reps 3]
+llama.cpp is built natively from the llama-cpp-python source package by
+bench/build_llama_cpp.sh (into ~/.cache/inferd/llama.cpp) if it is not there yet.
+Prints a Markdown table for docs/benchmarks.md.
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("INFERD_CACHE", Path.home() / ".cache" / "inferd"))
+MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", CACHE / "models"))
+
+
+def cpu_name():
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
+
+
+def inferd_json(binary, model, prompt, n, threads):
+    out = subprocess.run([str(binary), "generate", "-m", str(model), "-p", prompt, "-n", str(n),
+                          "--temp", "0", "--ignore-eos", "--json", "-t", str(threads), "-c", "2048"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def prompt_of(binary, model, n_tokens, threads):
+    """The longest natural-text prompt of at most n_tokens tokens (by inferd's
+    tokenizer, which matches llama.cpp's), found by bisecting on its word count."""
+    words = ("The history of science is the study of how people came to understand the natural "
+             "world, from early astronomy and medicine to modern physics and biology.").split()
+    text_of = lambda k: " ".join(words[i % len(words)] for i in range(k))
+    count = lambda k: len(inferd_json(binary, model, text_of(k), 0, threads)["prompt_ids"])
+    lo, hi = 1, 4 * n_tokens
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(mid) <= n_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text_of(lo)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=str(MODEL_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
+    args = ap.parse_args()
+
+    subprocess.run([str(ROOT / "bench" / "build_llama_cpp.sh")], check=True)
+    llama_bench = CACHE / "llama.cpp" / "build" / "bin" / "llama-bench"
+
+    # llama.cpp
+    lb = subprocess.run([str(llama_bench), "-m", args.model, "-t", str(args.threads), "-p", "512",
+                         "-n", "128", "-r", str(args.reps), "-o", "json"],
+                        check=True, capture_output=True, text=True).stdout
+    llama = {}
+    for row in json.loads(lb):
+        key = "pp" if row["n_prompt"] > 0 else "tg"
+        llama[key] = row["avg_ts"]
+
+    # inferd
+    prompt = prompt_of(args.inferd, args.model, 512, args.threads)
+    pp, tg = [], []
+    for _ in range(args.reps):
+        r = inferd_json(args.inferd, args.model, prompt, 1, args.threads)["timings"]
+        pp.append(r["prompt_tokens"] / r["prompt_seconds"])
+        r = inferd_json(args.inferd, args.model, "Hello", 129, args.threads)["timings"]
+        # First sampled token comes from the prompt pass; 128 decode steps follow.
+        tg.append((r["generated_tokens"] - 1) / r["decode_seconds"])
+    n_prompt = len(inferd_json(args.inferd, args.model, prompt, 0, args.threads)["prompt_ids"])
+
+    print(f"Machine: {cpu_name()}, {os.cpu_count()} cores; threads {args.threads}; "
+          f"model {Path(args.model).name}; {args.reps} repetitions each (mean).")
+    print()
+    print("| test | llama.cpp (tok/s) | inferd (tok/s) | inferd / llama.cpp |")
+    print("|---|---|---|---|")
+    print(f"| prompt {n_prompt} tokens (pp512) | {llama['pp']:.1f} | {statistics.mean(pp):.1f} | "
+          f"{statistics.mean(pp) / llama['pp']:.2f} |")
+    print(f"| decode 128 tokens (tg128) | {llama['tg']:.1f} | {statistics.mean(tg):.1f} | "
+          f"{statistics.mean(tg) / llama['tg']:.2f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
