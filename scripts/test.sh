@@ -25,5 +25,5 @@ for t in "${SANITIZED_TESTS[@]}"; do
   echo "-- $t (sanitized)"
   if ./build-asan/"$t" --gtest_brief=1; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
-echo "sanitized suites: $passed passed, $failed failed"
+echo "sanitized: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
