@@ -67,19 +67,19 @@ Engine::Engine(Model& model, ThreadPool& pool, const EngineConfig& config,
 Engine::~Engine() {
   stop();
   // Whoever still waits on a stream gets a final output.
-  std::vector<RequestOutput> outputs;
   std::vector<Command> cmds;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     cmds.swap(commands_);
   }
-  for (Command& c : cmds) apply(c, outputs);
+  for (Command& c : cmds) apply(c);
   std::vector<std::string> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
   for (const std::string& id : ids) {
     scheduler_.abort(id);
-    finish(id, RequestStatus::kFinishedAborted, outputs, RequestOutput{});
+    finish(id, RequestStatus::kFinishedAborted, RequestOutput{});
   }
+  end_step();
 }
 
 Result<Engine::Handle> Engine::add_request(GenerationParams p) {
@@ -135,7 +135,7 @@ void Engine::abort(const std::string& request_id) {
   cmd_cv_.notify_one();
 }
 
-void Engine::apply(Command& cmd, std::vector<RequestOutput>& outputs) {
+void Engine::apply(Command& cmd) {
   if (auto* add = std::get_if<AddCommand>(&cmd)) {
     const std::string id = add->request.id;
     Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
@@ -149,19 +149,34 @@ void Engine::apply(Command& cmd, std::vector<RequestOutput>& outputs) {
     if (!st) {  // checked in add_request already; only a bug gets here
       RequestOutput out;
       out.error = st.error().message;
-      finish(id, RequestStatus::kFinishedAborted, outputs, std::move(out));
+      finish(id, RequestStatus::kFinishedAborted, std::move(out));
       return;
     }
     ++requests_added_;
     prompt_tokens_ += n_prompt;
   } else {
     const std::string& id = std::get<AbortCommand>(cmd).request_id;
-    if (scheduler_.abort(id)) finish(id, RequestStatus::kFinishedAborted, outputs, RequestOutput{});
+    if (scheduler_.abort(id)) finish(id, RequestStatus::kFinishedAborted, RequestOutput{});
   }
 }
 
-void Engine::finish(const std::string& id, RequestStatus status,
-                    std::vector<RequestOutput>& outputs, RequestOutput out) {
+void Engine::emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) {
+  emitted_.emplace_back(stream, std::move(out));
+}
+
+std::vector<RequestOutput> Engine::end_step() {
+  publish_stats();
+  std::vector<RequestOutput> outputs;
+  outputs.reserve(emitted_.size());
+  for (auto& [stream, out] : emitted_) {
+    stream->push(out);
+    outputs.push_back(std::move(out));
+  }
+  emitted_.clear();
+  return outputs;
+}
+
+void Engine::finish(const std::string& id, RequestStatus status, RequestOutput out) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = it->second;
@@ -170,8 +185,7 @@ void Engine::finish(const std::string& id, RequestStatus status,
   out.status = status;
   live.metrics.finished_time = now_seconds();
   out.metrics = std::move(live.metrics);
-  live.stream->push(out);
-  outputs.push_back(std::move(out));
+  emit(live.stream, std::move(out));
   live_.erase(it);
 }
 
@@ -211,17 +225,13 @@ std::string Engine::release_text(Live& live, bool final, std::string* stop_at) {
 }
 
 std::vector<RequestOutput> Engine::step() {
-  std::vector<RequestOutput> outputs;
   std::vector<Command> cmds;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     cmds.swap(commands_);
   }
-  for (Command& c : cmds) apply(c, outputs);
-  if (!scheduler_.has_unfinished_requests()) {
-    publish_stats();
-    return outputs;
-  }
+  for (Command& c : cmds) apply(c);
+  if (!scheduler_.has_unfinished_requests()) return end_step();
 
   const SchedulerOutput out = scheduler_.schedule();
   const double t_scheduled = now_seconds();
@@ -237,10 +247,7 @@ std::vector<RequestOutput> Engine::step() {
     computed_prompt_tokens_ += std::max<int64_t>(0, std::min(end, n_prompt) - s.num_computed_tokens);
     computed_tokens_ += s.num_new_tokens;
   }
-  if (out.empty()) {
-    publish_stats();
-    return outputs;
-  }
+  if (out.empty()) return end_step();
 
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<float>& logits = runner_->execute(out);
@@ -278,10 +285,9 @@ std::vector<RequestOutput> Engine::step() {
       if (!scheduler_.abort(s.request_id)) continue;
       RequestOutput o;
       o.error = "internal error: " + updates.error().message;
-      finish(s.request_id, RequestStatus::kFinishedAborted, outputs, std::move(o));
+      finish(s.request_id, RequestStatus::kFinishedAborted, std::move(o));
     }
-    publish_stats();
-    return outputs;
+    return end_step();
   }
 
   size_t k = 0;  // updates come in the order of out.scheduled
@@ -309,16 +315,14 @@ std::vector<RequestOutput> Engine::step() {
       // A stop string outranks the length limit reached by the same token.
       if (!finished) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
       o.stop_string = std::move(stop_at);
-      finish(u.request_id, RequestStatus::kFinishedStopped, outputs, std::move(o));
+      finish(u.request_id, RequestStatus::kFinishedStopped, std::move(o));
     } else if (finished) {
-      finish(u.request_id, u.status, outputs, std::move(o));
+      finish(u.request_id, u.status, std::move(o));
     } else {
-      live.stream->push(o);
-      outputs.push_back(std::move(o));
+      emit(live.stream, std::move(o));
     }
   }
-  publish_stats();
-  return outputs;
+  return end_step();
 }
 
 bool Engine::has_pending_work() {

@@ -147,10 +147,14 @@ class Engine {
   Engine(Model& model, ThreadPool& pool, const EngineConfig& config, const SchedulerConfig& sched,
          std::unique_ptr<ModelRunner> runner);
   void loop();
-  void apply(Command& cmd, std::vector<RequestOutput>& outputs);
-  // Ends a request the scheduler no longer holds: final output, stream closed.
-  void finish(const std::string& id, RequestStatus status, std::vector<RequestOutput>& outputs,
-              RequestOutput out);
+  void apply(Command& cmd);
+  // Queues an output for the end of the step.
+  void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out);
+  // Ends a request the scheduler no longer holds with its final output.
+  void finish(const std::string& id, RequestStatus status, RequestOutput out);
+  // Publishes the stats, then pushes the step's outputs to their streams (so a
+  // client that sees an output also sees the stats of the step that made it).
+  std::vector<RequestOutput> end_step();
   // Text of `live.held` that can be emitted now; sets *stop_at to a matched
   // stop string, if any (the text before it is returned, the rest dropped).
   std::string release_text(Live& live, bool final, std::string* stop_at);
@@ -164,6 +168,7 @@ class Engine {
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
   std::vector<int32_t> sampled_;        // per step, reused
+  std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
   std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
 
   // Counters kept by the loop, published with the stats snapshot.
