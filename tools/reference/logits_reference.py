@@ -409,7 +409,8 @@ def load_model(path):
     return model
 
 
-def new_context(model, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=2, flash_attn=False):
+def new_context(model, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=2, flash_attn=False,
+                kv_type=llama_cpp.GGML_TYPE_F16):
     cparams = llama_cpp.llama_context_default_params()
     cparams.n_ctx = n_ctx
     cparams.n_batch = n_batch
@@ -417,8 +418,8 @@ def new_context(model, n_ctx=2048, n_batch=2048, n_ubatch=512, n_threads=2, flas
     cparams.n_seq_max = 1
     cparams.n_threads = n_threads
     cparams.n_threads_batch = n_threads
-    cparams.type_k = llama_cpp.GGML_TYPE_F16
-    cparams.type_v = llama_cpp.GGML_TYPE_F16
+    cparams.type_k = kv_type
+    cparams.type_v = kv_type
     cparams.flash_attn_type = (llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
                                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED)
     ctx = llama_cpp.llama_init_from_model(model, cparams)
