@@ -1,0 +1,273 @@
+// `inferd bench throughput`: offline throughput of the engine, after vLLM's
+// `vllm bench throughput` with its random dataset. N requests of random token
+// ids (given or randomly spread input/output lengths, ignore_eos so every
+// request produces exactly its output length) are all added at once and
+// stepped until done; prints requests/s, total tokens/s and output tokens/s,
+// and optionally writes them with the engine's stats as JSON.
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+
+namespace inferd::cli {
+
+namespace {
+
+struct BenchThroughputFlags {
+  std::string model;
+  int64_t num_prompts = 100;
+  int64_t input_len = 128;
+  int64_t output_len = 128;
+  double random_range_ratio = 0.0;
+  int64_t prefix_len = 0;
+  int64_t max_num_seqs = 128;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;
+  std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix
+  double kv_cache_memory_fraction = 0.25;
+  int64_t block_size = 16;
+  bool enable_prefix_caching = true;
+  float temperature = 1.0f;
+  int threads = default_threads();
+  int64_t seed = 0;
+  std::string output_json;
+};
+
+// "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed.
+int64_t parse_bytes(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    return -1;
+  }
+  std::string unit = s.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
+  else if (unit.ends_with("B")) unit.resize(unit.size() - 1);
+  double scale = 1;
+  if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return -1;
+  if (!(v > 0)) return -1;
+  return static_cast<int64_t>(v * scale);
+}
+
+// Length spread uniformly over [len * (1 - r), len * (1 + r)], at least 1 (vLLM's random dataset).
+int64_t spread(int64_t len, double r, std::mt19937_64& rng) {
+  const int64_t lo = std::max<int64_t>(1, static_cast<int64_t>(len * (1.0 - r)));
+  const int64_t hi = std::max(lo, static_cast<int64_t>(len * (1.0 + r)));
+  return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+int run_bench_throughput(const BenchThroughputFlags& f) {
+  auto model = load_model_or_report(f.model, false);
+  if (!model) return 1;
+  if (!model->can_generate()) {
+    std::fprintf(stderr, "error: generation is not implemented for architecture '%s' yet\n",
+                 model->config().architecture.c_str());
+    return 1;
+  }
+  EngineConfig ec;
+  ec.max_num_seqs = static_cast<int32_t>(f.max_num_seqs);
+  ec.max_num_batched_tokens = f.max_num_batched_tokens;
+  ec.max_model_len = f.max_model_len;
+  ec.enable_prefix_caching = f.enable_prefix_caching;
+  ec.block_size = static_cast<int32_t>(f.block_size);
+  ec.kv_cache_memory_fraction = f.kv_cache_memory_fraction;
+  if (!f.kv_cache_memory.empty()) {
+    ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
+    if (ec.kv_cache_bytes <= 0) {
+      std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 512M or 2G\n");
+      return 1;
+    }
+  }
+  ThreadPool pool(f.threads);
+  auto engine = Engine::create(*model, pool, ec);
+  if (!engine) {
+    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
+    return 1;
+  }
+
+  // Random prompts of ordinary tokens (no control tokens), all made before timing.
+  const Tokenizer& tok = model->tokenizer();
+  std::mt19937_64 rng(static_cast<uint64_t>(f.seed));
+  std::uniform_int_distribution<int32_t> any_token(0, tok.n_vocab() - 1);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t;
+    while (static_cast<int64_t>(t.size()) < n) {
+      const int32_t id = any_token(rng);
+      if (!tok.is_control(id)) t.push_back(id);
+    }
+    return t;
+  };
+  const std::vector<int32_t> prefix = random_tokens(f.prefix_len);
+  std::vector<GenerationParams> requests;
+  int64_t total_prompt = 0, total_output = 0;
+  for (int64_t i = 0; i < f.num_prompts; ++i) {
+    GenerationParams p;
+    p.prompt_token_ids = prefix;
+    const std::vector<int32_t> rest = random_tokens(spread(f.input_len, f.random_range_ratio, rng));
+    p.prompt_token_ids.insert(p.prompt_token_ids.end(), rest.begin(), rest.end());
+    p.max_tokens = spread(f.output_len, f.random_range_ratio, rng);
+    p.ignore_eos = true;
+    p.sampling.temperature = f.temperature;
+    p.sampling.top_k = 0;
+    p.sampling.top_p = 1.0f;
+    p.sampling.seed = static_cast<uint64_t>(f.seed) + static_cast<uint64_t>(i);
+    total_prompt += static_cast<int64_t>(p.prompt_token_ids.size());
+    total_output += p.max_tokens;
+    requests.push_back(std::move(p));
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  for (GenerationParams& p : requests) {
+    auto h = (*engine)->add_request(std::move(p));
+    if (!h) {
+      std::fprintf(stderr, "error: %s\n", h.error().message.c_str());
+      return 1;
+    }
+  }
+  int64_t generated = 0, finished = 0;
+  std::vector<double> ttft, tpot, e2e;
+  while ((*engine)->has_pending_work()) {
+    for (const RequestOutput& o : (*engine)->step()) {
+      generated += static_cast<int64_t>(o.token_ids.size());
+      if (!o.finished) continue;
+      ++finished;
+      if (o.status != RequestStatus::kFinishedLength)
+        std::fprintf(stderr, "warning: request %s finished with '%s'%s%s\n", o.request_id.c_str(),
+                     o.finish_reason(), o.error.empty() ? "" : ": ", o.error.c_str());
+      const RequestMetrics& m = o.metrics;
+      ttft.push_back(m.time_to_first_token());
+      e2e.push_back(m.e2e_latency());
+      if (m.num_output_tokens > 1)
+        tpot.push_back((m.last_token_time - m.first_token_time) / (m.num_output_tokens - 1));
+    }
+  }
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const EngineStats st = (*engine)->stats();
+
+  const double rps = finished / elapsed;
+  const double total_tps = (total_prompt + generated) / elapsed;
+  const double output_tps = generated / elapsed;
+  auto mean = [](const std::vector<double>& v) {
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+  };
+  const auto& pc = st.scheduler.prefix_cache;
+  std::printf("Throughput: %.2f requests/s, %.2f total tokens/s, %.2f output tokens/s\n", rps,
+              total_tps, output_tps);
+  std::printf("Total num prompt tokens:  %lld\n", static_cast<long long>(total_prompt));
+  std::printf("Total num output tokens:  %lld\n", static_cast<long long>(generated));
+  std::printf("Elapsed: %.2f s (forward passes %.2f s); %lld steps, %.1f tokens/step; "
+              "%lld preemptions; prefix cache hits %lld of %lld tokens; KV cache %d blocks of %lld tokens\n",
+              elapsed, st.forward_seconds, static_cast<long long>(st.scheduler.steps),
+              st.mean_tokens_per_step(), static_cast<long long>(st.scheduler.preemptions),
+              static_cast<long long>(pc.hit_tokens), static_cast<long long>(pc.queried_tokens),
+              st.kv_total_blocks, static_cast<long long>(f.block_size));
+  std::printf("Mean TTFT %.1f ms, mean time per output token %.1f ms, mean e2e latency %.1f ms\n",
+              1e3 * mean(ttft), 1e3 * mean(tpot), 1e3 * mean(e2e));
+  if (total_output != generated)
+    std::fprintf(stderr, "warning: %lld output tokens expected, %lld generated\n",
+                 static_cast<long long>(total_output), static_cast<long long>(generated));
+
+  if (!f.output_json.empty()) {
+    nlohmann::json j;
+    j["elapsed_time"] = elapsed;
+    j["num_requests"] = finished;
+    j["total_num_tokens"] = total_prompt + generated;
+    j["total_prompt_tokens"] = total_prompt;
+    j["total_output_tokens"] = generated;
+    j["requests_per_second"] = rps;
+    j["tokens_per_second"] = total_tps;
+    j["output_tokens_per_second"] = output_tps;
+    j["mean_ttft_ms"] = 1e3 * mean(ttft);
+    j["mean_tpot_ms"] = 1e3 * mean(tpot);
+    j["mean_e2e_latency_ms"] = 1e3 * mean(e2e);
+    j["engine"] = {{"steps", st.scheduler.steps},
+                   {"mean_tokens_per_step", st.mean_tokens_per_step()},
+                   {"max_step_tokens", st.scheduler.max_step_tokens},
+                   {"preemptions", st.scheduler.preemptions},
+                   {"prefix_cache_queried_tokens", pc.queried_tokens},
+                   {"prefix_cache_hit_tokens", pc.hit_tokens},
+                   {"computed_prompt_tokens", st.computed_prompt_tokens},
+                   {"kv_cache_blocks", st.kv_total_blocks},
+                   {"forward_seconds", st.forward_seconds}};
+    j["config"] = {{"model", f.model},
+                   {"num_prompts", f.num_prompts},
+                   {"input_len", f.input_len},
+                   {"output_len", f.output_len},
+                   {"random_range_ratio", f.random_range_ratio},
+                   {"prefix_len", f.prefix_len},
+                   {"max_num_seqs", f.max_num_seqs},
+                   {"max_num_batched_tokens", f.max_num_batched_tokens},
+                   {"max_model_len", (*engine)->config().max_model_len},
+                   {"block_size", f.block_size},
+                   {"enable_prefix_caching", f.enable_prefix_caching},
+                   {"temperature", f.temperature},
+                   {"threads", f.threads},
+                   {"seed", f.seed}};
+    std::ofstream out(f.output_json);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write %s\n", f.output_json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_throughput(CLI::App& bench, int& exit_code) {
+  auto flags = std::make_shared<BenchThroughputFlags>();
+  flags->model = default_model_path();
+  CLI::App* sub = bench.add_subcommand("throughput", "Offline throughput with random prompts");
+  sub->add_option("-m,--model", flags->model, "GGUF model file")->capture_default_str();
+  sub->add_option("--num-prompts", flags->num_prompts, "Number of requests")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--input-len", flags->input_len, "Prompt tokens per request")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--output-len", flags->output_len, "Output tokens per request")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--random-range-ratio", flags->random_range_ratio,
+                  "Lengths uniform in [len*(1-r), len*(1+r)]")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--prefix-len", flags->prefix_len, "Random tokens shared by every prompt's start")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-num-seqs", flags->max_num_seqs, "Requests running at once")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  sub->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget of a step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-model-len", flags->max_model_len,
+                  "Prompt + output tokens at most; 0 = the model's context length")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--kv-cache-memory", flags->kv_cache_memory,
+                  "KV cache size, e.g. 512M or 2G (default: a fraction of available memory)");
+  sub->add_option("--kv-cache-memory-fraction", flags->kv_cache_memory_fraction,
+                  "Fraction of available memory for the KV cache when --kv-cache-memory is unset")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  sub->add_option("--block-size", flags->block_size, "Tokens per KV block")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching,
+                "Reuse cached KV blocks of shared prefixes (default on)");
+  sub->add_option("--temp,--temperature", flags->temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_option("--seed", flags->seed, "Seed for prompts, lengths and sampling")->capture_default_str();
+  sub->add_option("--output-json", flags->output_json, "Write the results as JSON to this file");
+  sub->callback([flags, &exit_code] { exit_code = run_bench_throughput(*flags); });
+}
+
+}  // namespace inferd::cli
