@@ -3,10 +3,11 @@
 namespace inferd {
 
 KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size)
-    : n_blocks_(n_blocks), block_size_(block_size), kv_dim_(c.kv_dim()) {
-  const size_t n = static_cast<size_t>(c.n_layer * n_blocks * block_size * kv_dim_);
-  k_.assign(n, 0);
-  v_.assign(n, 0);
-}
+    : n_blocks_(n_blocks),
+      block_size_(block_size),
+      kv_dim_(c.kv_dim()),
+      n_elements_(static_cast<size_t>(c.n_layer * n_blocks * block_size * kv_dim_)),
+      k_(new uint16_t[n_elements_]),
+      v_(new uint16_t[n_elements_]) {}
 
 }  // namespace inferd

@@ -4,7 +4,7 @@
 // ForwardBatch); this class only owns the memory.
 #pragma once
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "model/config.h"
 
@@ -18,18 +18,22 @@ class KVCache {
   int64_t block_size() const { return block_size_; }
   int64_t n_slots() const { return n_blocks_ * block_size_; }
   int64_t kv_dim() const { return kv_dim_; }
-  size_t bytes() const { return 2 * k_.size() * sizeof(uint16_t); }
+  size_t bytes() const { return 2 * n_elements_ * sizeof(uint16_t); }
   // Bytes one token takes across all layers (keys and values).
   static size_t bytes_per_token(const ModelConfig& c) {
     return static_cast<size_t>(2 * c.n_layer * c.kv_dim()) * sizeof(uint16_t);
   }
 
-  uint16_t* k(int64_t layer) { return k_.data() + layer * n_slots() * kv_dim_; }
-  uint16_t* v(int64_t layer) { return v_.data() + layer * n_slots() * kv_dim_; }
+  uint16_t* k(int64_t layer) { return k_.get() + layer * n_slots() * kv_dim_; }
+  uint16_t* v(int64_t layer) { return v_.get() + layer * n_slots() * kv_dim_; }
 
  private:
   int64_t n_blocks_, block_size_, kv_dim_;
-  std::vector<uint16_t> k_, v_;
+  size_t n_elements_;
+  // Left uninitialized: a slot is always written before it is read, and an
+  // untouched page costs no memory, so a cache sized from a memory budget
+  // neither takes seconds to zero nor commits pages it never uses.
+  std::unique_ptr<uint16_t[]> k_, v_;
 };
 
 }  // namespace inferd
