@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "engine/sequence_generator.h"
+#include "engine_test_util.h"
 
 namespace inferd {
 namespace {
@@ -29,42 +30,13 @@ constexpr int kMinIdenticalContinuations = 6;
 
 std::string data_dir() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
 
-std::string model_path() {
-  const char* d = std::getenv("INFERD_MODEL_DIR");
-  std::string dir = d && *d ? d : std::string(std::getenv("HOME") ? std::getenv("HOME") : ".") + "/.cache/inferd/models";
-  return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
-}
-
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   EXPECT_TRUE(in) << "missing " << path;
   return nlohmann::json::parse(in);
 }
 
-class LlamaCppReference : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    if (!std::ifstream(model_path())) return;
-    LoadOptions o;
-    o.prefault = false;
-    auto m = Model::load(model_path(), o);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    model_ = std::move(*m).release();
-    pool_ = new ThreadPool(2);
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete pool_;
-  }
-  void SetUp() override {
-    if (!model_) GTEST_SKIP() << "default model not found at " << model_path()
-                              << " (run scripts/fetch_models.sh)";
-  }
-  static Model* model_;
-  static ThreadPool* pool_;
-};
-Model* LlamaCppReference::model_ = nullptr;
-ThreadPool* LlamaCppReference::pool_ = nullptr;
+using LlamaCppReference = test::ModelTest;
 
 // One pass per prompt: prefill (compare the last-position logits), then 64
 // greedy steps on the same cache (compare the continuation).
