@@ -253,7 +253,7 @@ void register_bench_throughput(CLI::App& bench, int& exit_code) {
   sub->add_option("--max-model-len", flags->max_model_len,
                   "Prompt + output tokens at most; 0 = the model's context length")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--kv-cache-memory", flags->kv_cache_memory,
+  sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", flags->kv_cache_memory,
                   "KV cache size, e.g. 512M or 2G (default: a fraction of available memory)");
   sub->add_option("--kv-cache-memory-fraction", flags->kv_cache_memory_fraction,
                   "Fraction of available memory for the KV cache when --kv-cache-memory is unset")

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 
 namespace inferd {
@@ -225,6 +226,12 @@ std::string Engine::release_text(Live& live, bool final, std::string* stop_at) {
 }
 
 std::vector<RequestOutput> Engine::step() {
+  // The loop thread owns the engine's state while it runs.
+  assert(!loop_running_.load());
+  return run_step();
+}
+
+std::vector<RequestOutput> Engine::run_step() {
   std::vector<Command> cmds;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
@@ -339,7 +346,7 @@ void Engine::loop() {
       });
       if (stop_requested_) return;
     }
-    step();
+    run_step();
   }
 }
 
@@ -349,6 +356,7 @@ void Engine::start() {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     stop_requested_ = false;
   }
+  loop_running_.store(true);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -360,6 +368,7 @@ void Engine::stop() {
   }
   cmd_cv_.notify_all();
   thread_.join();
+  loop_running_.store(false);
 }
 
 void Engine::publish_stats() {

@@ -17,6 +17,7 @@
 // from its own seeded random stream, so a request's tokens do not depend on
 // what else shares its steps (greedy always; sampling when a seed is given).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -106,7 +107,7 @@ class Engine {
   void start();
   // Stops and joins the loop thread; requests stay where they are.
   void stop();
-  bool running() const { return thread_.joinable(); }
+  bool running() const { return loop_running_.load(); }
 
   // Synchronous use (not while the loop thread runs): applies queued commands,
   // runs one step, and returns the outputs it emitted (also pushed to streams).
@@ -147,6 +148,7 @@ class Engine {
   Engine(Model& model, ThreadPool& pool, const EngineConfig& config, const SchedulerConfig& sched,
          std::unique_ptr<ModelRunner> runner);
   void loop();
+  std::vector<RequestOutput> run_step();  // step() without the check
   void apply(Command& cmd);
   // Queues an output for the end of the step.
   void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out);
@@ -187,6 +189,7 @@ class Engine {
   EngineStats stats_;
 
   std::thread thread_;
+  std::atomic<bool> loop_running_{false};
 };
 
 }  // namespace inferd
