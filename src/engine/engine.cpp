@@ -140,8 +140,7 @@ void Engine::apply(Command& cmd) {
   if (auto* add = std::get_if<AddCommand>(&cmd)) {
     const std::string id = add->request.id;
     Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
-              std::move(add->stop), 0, add->logprobs, {}, {}};
-    for (const std::string& s : live.stop) live.max_stop_len = std::max(live.max_stop_len, s.size());
+              std::move(add->stop), add->logprobs, {}, {}};
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     const int64_t n_prompt = add->request.num_prompt_tokens();

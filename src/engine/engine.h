@@ -139,7 +139,6 @@ class Engine {
     Sampler sampler;
     IncrementalDecoder decoder;
     std::vector<std::string> stop;
-    size_t max_stop_len = 0;
     int32_t logprobs = -1;
     std::string held;  // decoded text not yet emitted (a stop string could start in it)
     RequestMetrics metrics;

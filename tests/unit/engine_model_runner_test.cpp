@@ -106,9 +106,10 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
                                                      random_prompt(33, 3)};
   // Interleaved, out-of-order blocks for each sequence; one step runs them all.
   const std::vector<std::vector<int32_t>> tables = {{40, 3, 17, 9, 22}, {5}, {30, 1, 12}};
+  const std::vector<std::string> ids = {"r0", "r1", "r2"};
   SchedulerOutput out;
   for (size_t i = 0; i < prompts.size(); ++i)
-    out.scheduled.push_back(scheduled("r" + std::to_string(i), 0, prompts[i], tables[i], true));
+    out.scheduled.push_back(scheduled(ids[i], 0, prompts[i], tables[i], true));
   const std::vector<float> batched = (*runner)->execute(out);
   const int64_t V = (*runner)->n_vocab();
   ASSERT_EQ(static_cast<int64_t>(batched.size()), 3 * V);
