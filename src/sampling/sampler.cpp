@@ -92,6 +92,29 @@ int32_t Sampler::sample(float* logits, int64_t n_vocab, const std::vector<int32_
   apply_penalties(logits, n_vocab, prompt, output);
   if (params_.greedy()) return argmax(logits, n_vocab);
 
+  const bool truncates = (params_.top_k > 0 && params_.top_k < n_vocab) || params_.top_p < 1.0f ||
+                         params_.min_p > 0.0f;
+  if (!truncates) {
+    // Plain temperature sampling: no need to sort the vocabulary; walk it in
+    // id order.
+    float mx = logits[0];
+    for (int64_t i = 1; i < n_vocab; ++i) mx = std::max(mx, logits[i]);
+    const float inv_t = 1.0f / params_.temperature;
+    double total = 0.0;
+    candidates_.resize(n_vocab);
+    for (int64_t i = 0; i < n_vocab; ++i) {
+      const float w = std::exp((logits[i] - mx) * inv_t);
+      candidates_[i] = {w, static_cast<int32_t>(i)};
+      total += w;
+    }
+    double r = uniform() * total;
+    for (const auto& c : candidates_) {
+      r -= c.first;
+      if (r < 0) return c.second;
+    }
+    return static_cast<int32_t>(n_vocab - 1);
+  }
+
   // Candidates sorted by logit (ties by id, so the order is deterministic).
   candidates_.clear();
   for (int64_t i = 0; i < n_vocab; ++i)
