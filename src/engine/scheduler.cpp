@@ -256,6 +256,7 @@ SchedulerStats Scheduler::stats() const {
   s.kv_used_blocks = kv_.num_used_blocks();
   s.kv_free_blocks = kv_.num_free_blocks();
   s.kv_usage = kv_.usage();
+  for (const Request* r : running_) s.kv_held_tokens += r->num_computed_tokens;
   s.prefix_cache = kv_.prefix_cache_stats();
   return s;
 }

@@ -65,6 +65,7 @@ struct SchedulerStats {
   int64_t num_waiting = 0;
   int32_t kv_used_blocks = 0;
   int32_t kv_free_blocks = 0;  // empty or evictable
+  int64_t kv_held_tokens = 0;  // tokens whose keys/values running requests hold
   double kv_usage = 0.0;
   kv::PrefixCacheStats prefix_cache;  // in tokens
   int64_t preemptions = 0;
