@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cctype>
 #include <cstdlib>
 #include <thread>
 
@@ -15,6 +16,28 @@ std::string model_dir() {
 }
 
 std::string default_model_path() { return model_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
+
+// "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed.
+int64_t parse_bytes(const std::string& s) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (...) {
+    return -1;
+  }
+  std::string unit = s.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
+  else if (unit.ends_with("B")) unit.resize(unit.size() - 1);
+  double scale = 1;
+  if (unit == "K") scale = 1024.0;
+  else if (unit == "M") scale = 1024.0 * 1024;
+  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) return -1;
+  if (!(v > 0)) return -1;
+  return static_cast<int64_t>(v * scale);
+}
 
 int default_threads() {
   const unsigned n = std::thread::hardware_concurrency();

@@ -34,4 +34,7 @@ struct SamplingFlags {
 
 int default_threads();
 
+// "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed or not positive.
+int64_t parse_bytes(const std::string& s);
+
 }  // namespace inferd::cli
