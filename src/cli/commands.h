@@ -7,6 +7,7 @@ namespace inferd::cli {
 void register_generate(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
 void register_info(CLI::App& app, int& exit_code);
+void register_serve(CLI::App& app, int& exit_code);
 // Benchmarks register under the `bench` subcommand.
 void register_bench_throughput(CLI::App& bench, int& exit_code);
 }  // namespace inferd::cli

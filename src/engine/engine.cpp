@@ -67,7 +67,10 @@ Engine::Engine(Model& model, ThreadPool& pool, const EngineConfig& config,
 
 Engine::~Engine() {
   stop();
-  // Whoever still waits on a stream gets a final output.
+  abort_all();  // whoever still waits on a stream gets a final output
+}
+
+void Engine::abort_all() {
   std::vector<Command> cmds;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
@@ -119,7 +122,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   Handle h;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
-    r.id = str(static_cast<int64_t>(next_id_++));
+    r.id = p.request_id.empty() ? str(static_cast<int64_t>(next_id_++)) : std::move(p.request_id);
     h.request_id = r.id;
     h.stream = std::make_shared<RequestStream>(r.id);
     commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs)});
@@ -139,6 +142,15 @@ void Engine::abort(const std::string& request_id) {
 void Engine::apply(Command& cmd) {
   if (auto* add = std::get_if<AddCommand>(&cmd)) {
     const std::string id = add->request.id;
+    if (live_.count(id)) {  // a caller-chosen id already in use: refuse this one only
+      RequestOutput out;
+      out.request_id = id;
+      out.finished = true;
+      out.status = RequestStatus::kFinishedAborted;
+      out.error = "request id '" + id + "' is already in use";
+      emit(add->stream, std::move(out));
+      return;
+    }
     Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
               std::move(add->stop), add->logprobs, {}, {}};
     live.metrics.arrival_time = add->request.arrival_time;
@@ -169,6 +181,7 @@ std::vector<RequestOutput> Engine::end_step() {
   std::vector<RequestOutput> outputs;
   outputs.reserve(emitted_.size());
   for (auto& [stream, out] : emitted_) {
+    if (out.finished && finished_listener_) finished_listener_(out);
     stream->push(out);
     outputs.push_back(std::move(out));
   }

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +56,7 @@ struct EngineConfig {
 
 // What a client asks for.
 struct GenerationParams {
+  std::string request_id;  // empty: the engine numbers it; else unique among live requests
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling;
   int64_t max_tokens = 16;
@@ -103,6 +105,10 @@ class Engine {
   // freed before the next step is scheduled. No-op for an unknown or finished id.
   void abort(const std::string& request_id);
 
+  // Synchronous use (the loop stopped): every unfinished request, queued ones
+  // included, ends now with "abort" and its final output is pushed.
+  void abort_all();
+
   // Runs the loop on its own thread until stop() (or destruction).
   void start();
   // Stops and joins the loop thread; requests stay where they are.
@@ -114,6 +120,13 @@ class Engine {
   std::vector<RequestOutput> step();
   // Unfinished requests or queued commands remain (synchronous use).
   bool has_pending_work();
+
+  // Called on the loop thread with the final output of every request, however
+  // it ended (served, stopped, aborted): one place for per-request metrics and
+  // logs, whether or not a client still reads the stream. Set before start().
+  void set_finished_listener(std::function<void(const RequestOutput&)> listener) {
+    finished_listener_ = std::move(listener);
+  }
 
   EngineStats stats() const;  // any thread: a snapshot taken after the last step
   const EngineConfig& config() const { return config_; }
@@ -171,6 +184,7 @@ class Engine {
   std::vector<int32_t> sampled_;        // per step, reused
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
   std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
+  std::function<void(const RequestOutput&)> finished_listener_;
 
   // Counters kept by the loop, published with the stats snapshot.
   int64_t prompt_tokens_ = 0, computed_prompt_tokens_ = 0, generation_tokens_ = 0;

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -95,15 +96,27 @@ class RequestStream {
     return closed_;
   }
 
+  // Called (on the engine's thread, without the stream's lock) after each
+  // push: lets an event-driven consumer (the HTTP server) wake up instead of
+  // blocking a thread in next(). Outputs pushed before it was set are not
+  // announced: drain with try_next() after setting it.
+  void set_listener(std::function<void()> listener) {
+    std::lock_guard<std::mutex> lock(mu_);
+    listener_ = std::move(listener);
+  }
+
   // Engine side: queues an output; a finished one closes the stream.
   void push(RequestOutput out) {
+    std::function<void()> listener;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closed_) return;
       closed_ = out.finished;
       queue_.push_back(std::move(out));
+      listener = listener_;
     }
     cv_.notify_all();
+    if (listener) listener();
   }
 
  private:
@@ -119,6 +132,7 @@ class RequestStream {
   std::condition_variable cv_;
   std::deque<RequestOutput> queue_;
   bool closed_ = false;
+  std::function<void()> listener_;
 };
 
 }  // namespace inferd

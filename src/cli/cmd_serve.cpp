@@ -1,0 +1,223 @@
+// `inferd serve`: the OpenAI-compatible server. It listens at once (GET
+// /health answers 503 while the model loads, 200 when ready), loads the model
+// on a side thread, then serves until SIGINT or SIGTERM: it stops accepting,
+// ends unfinished requests with finish_reason "abort" (streams still get their
+// last chunk and [DONE]), gives connections a moment to drain, and exits 0.
+#include <pthread.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "chat/chat_template.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+#include "server/openai_server.h"
+
+namespace inferd::cli {
+
+namespace {
+
+struct ServeFlags {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  std::string served_model_name;
+  std::string chat_template;
+  int64_t max_model_len = 0;
+  int64_t max_num_seqs = 128;
+  int64_t max_num_batched_tokens = 2048;
+  bool enable_prefix_caching = true;
+  std::string kv_cache_memory;
+  double kv_cache_memory_fraction = 0.25;
+  int64_t block_size = 16;
+  int threads = default_threads();
+  int io_threads = 1;
+  int64_t max_queued_requests = 4096;
+  int64_t max_n = 16;
+  int64_t max_logprobs = 20;
+  std::string max_request_body = "16M";
+  bool log_prompts = false;
+  int64_t max_log_len = 256;
+};
+
+// Everything the loader thread builds; torn down in reverse order.
+struct Loaded {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Engine> engine;
+};
+
+bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
+  out.model = load_model_or_report(f.model, false);
+  if (!out.model) return false;
+  if (!out.model->can_generate()) {
+    spdlog::error("generation is not implemented for architecture '{}' yet", out.model->config().architecture);
+    return false;
+  }
+  std::optional<ChatTemplate> tmpl;
+  std::string gguf_template;
+  if (out.model->file().find("tokenizer.chat_template"))
+    if (auto t = out.model->file().get_string("tokenizer.chat_template")) gguf_template = *t;
+  if (!f.chat_template.empty() || !gguf_template.empty()) {
+    auto t = select_chat_template(gguf_template, f.chat_template);
+    if (!t) {
+      spdlog::error("chat template: {}", t.error().message);
+      return false;
+    }
+    tmpl = std::move(t.value());
+  } else {
+    spdlog::warn("the model has no chat template: /v1/chat/completions will refuse requests (see --chat-template)");
+  }
+
+  EngineConfig ec;
+  ec.max_num_batched_tokens = f.max_num_batched_tokens;
+  ec.max_num_seqs = static_cast<int32_t>(f.max_num_seqs);
+  ec.max_model_len = f.max_model_len;
+  ec.enable_prefix_caching = f.enable_prefix_caching;
+  ec.block_size = static_cast<int32_t>(f.block_size);
+  ec.kv_cache_memory_fraction = f.kv_cache_memory_fraction;
+  ec.max_logprobs = static_cast<int32_t>(f.max_logprobs);
+  if (!f.kv_cache_memory.empty()) {
+    ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
+    if (ec.kv_cache_bytes <= 0) {
+      spdlog::error("--kv-cache-memory '{}' is not a size in bytes (e.g. 512M, 2G)", f.kv_cache_memory);
+      return false;
+    }
+  }
+  out.pool = std::make_unique<ThreadPool>(f.threads);
+  auto engine = Engine::create(*out.model, *out.pool, ec);
+  if (!engine) {
+    spdlog::error("engine: {}", engine.error().message);
+    return false;
+  }
+  out.engine = std::move(engine.value());
+  out.engine->set_finished_listener([&api](const RequestOutput& o) { api.on_finished(o); });
+  out.engine->start();
+  const EngineStats stats = out.engine->stats();
+  spdlog::info("model {} ready: max_model_len {}, KV cache {} blocks of {} tokens, {} threads, prefix caching {}",
+               out.model->config().name, out.engine->config().max_model_len, stats.kv_total_blocks,
+               out.engine->config().block_size, f.threads, f.enable_prefix_caching ? "on" : "off");
+  api.attach(*out.model, *out.engine, std::move(tmpl));
+  return true;
+}
+
+int run_serve(const ServeFlags& f) {
+  // Signals are taken by sigwait below, not by whichever thread they hit.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a death
+
+  const int64_t max_body = parse_bytes(f.max_request_body);
+  if (max_body <= 0) {
+    spdlog::error("--max-request-body '{}' is not a size in bytes", f.max_request_body);
+    return 2;
+  }
+  if (f.port < 0 || f.port > 65535) {
+    spdlog::error("--port {} is not a TCP port", f.port);
+    return 2;
+  }
+  server::ServerOptions options;
+  options.served_model_name =
+      f.served_model_name.empty() ? std::filesystem::path(f.model).stem().string() : f.served_model_name;
+  options.api_key = f.api_key;
+  options.max_queued_requests = f.max_queued_requests;
+  options.log_prompts = f.log_prompts;
+  options.max_log_len = static_cast<size_t>(std::max<int64_t>(0, f.max_log_len));
+  options.limits.max_n = static_cast<int32_t>(f.max_n);
+  options.limits.max_logprobs = static_cast<int32_t>(f.max_logprobs);
+  server::OpenAIServer api(options);
+
+  server::HttpServerConfig hc;
+  hc.host = f.host;
+  hc.port = static_cast<uint16_t>(f.port);
+  hc.io_threads = f.io_threads;
+  hc.max_body_bytes = static_cast<size_t>(max_body);
+  auto http = std::make_unique<server::HttpServer>(
+      hc, [&api](server::Exchange& ex) { return api.handle(ex); },
+      [&api](server::http::status s, std::string_view m) { return api.rejection_body(s, m); });
+  if (Status st = http->start(); !st) {
+    spdlog::error("{}", st.error().message);
+    return 1;
+  }
+  spdlog::info("serving {} at http://{}:{} (OpenAI API under /v1)", options.served_model_name, f.host, http->port());
+
+  Loaded loaded;
+  std::atomic<bool> load_failed{false};
+  std::thread loader([&] {
+    if (!load(f, loaded, api)) {
+      load_failed = true;
+      kill(getpid(), SIGTERM);
+    }
+  });
+  int sig = 0;
+  sigwait(&signals, &sig);
+  loader.join();
+  if (!load_failed) spdlog::info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+
+  http->stop_accepting();
+  if (loaded.engine) {
+    loaded.engine->stop();
+    loaded.engine->abort_all();
+  }
+  http->stop(std::chrono::seconds(2));
+  http.reset();
+  loaded.engine.reset();
+  return load_failed ? 1 : 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, int& exit_code) {
+  auto flags = std::make_shared<ServeFlags>();
+  flags->model = default_model_path();
+  CLI::App* sub = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  sub->add_option("model_path", flags->model, "GGUF model file (the default model if omitted)");
+  sub->add_option("-m,--model", flags->model, "GGUF model file");
+  sub->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", flags->port, "Port to listen on")->capture_default_str();
+  sub->add_option("--api-key", flags->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  sub->add_option("--served-model-name", flags->served_model_name,
+                  "Model name in the API (default: the model file's name without .gguf)");
+  sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
+  sub->add_option("--max-model-len", flags->max_model_len,
+                  "Prompt + output tokens at most (default: the model's context length)");
+  sub->add_option("--max-num-seqs", flags->max_num_seqs, "Requests running at once")->capture_default_str();
+  sub->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget of one engine step")
+      ->capture_default_str();
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching,
+                "Reuse the KV cache of shared prompt prefixes (default on)");
+  sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", flags->kv_cache_memory,
+                  "KV cache size in bytes (512M, 2G, ...); default: a fraction of free memory");
+  sub->add_option("--kv-cache-memory-fraction", flags->kv_cache_memory_fraction,
+                  "Fraction of available memory for the KV cache, without --kv-cache-memory")
+      ->capture_default_str();
+  sub->add_option("--block-size", flags->block_size, "Tokens per KV-cache block")->capture_default_str();
+  sub->add_option("-t,--threads", flags->threads, "Compute threads")->capture_default_str();
+  sub->add_option("--io-threads", flags->io_threads, "HTTP I/O threads")->capture_default_str();
+  sub->add_option("--max-queued-requests", flags->max_queued_requests,
+                  "Waiting requests at most; beyond it requests get 503")
+      ->capture_default_str();
+  sub->add_option("--max-n", flags->max_n, "Largest 'n' (choices per prompt) a request may ask for")
+      ->capture_default_str();
+  sub->add_option("--max-logprobs", flags->max_logprobs, "Largest number of logprobs a request may ask for")
+      ->capture_default_str();
+  sub->add_option("--max-request-body", flags->max_request_body, "Largest request body (bytes; 413 beyond)")
+      ->capture_default_str();
+  sub->add_flag("--log-prompts", flags->log_prompts, "Include prompt text in the per-request log line");
+  sub->add_option("--max-log-len", flags->max_log_len, "Prompt characters logged at most")->capture_default_str();
+  sub->callback([flags, &exit_code] { exit_code = run_serve(*flags); });
+}
+
+}  // namespace inferd::cli

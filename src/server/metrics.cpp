@@ -1,0 +1,155 @@
+#include "server/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace inferd::server {
+
+namespace {
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string number(int64_t v) { return std::to_string(v); }
+
+void header(std::string& out, const std::string& name, const char* type, const char* help) {
+  out += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+}
+
+template <class T>
+void sample(std::string& out, const std::string& name, const std::string& labels, T value) {
+  out += name + "{" + labels + "} " + number(value) + "\n";
+}
+
+// Latency buckets in seconds: fine below a second (CPU decode steps are a few
+// to tens of milliseconds), coarse up to minutes (queueing under overload).
+std::vector<double> latency_bounds() {
+  return {0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+          1.0,   2.5,    5.0,   7.5,  10.0, 20.0, 40.0, 80.0, 160.0, 320.0, 640.0};
+}
+std::vector<double> token_count_bounds() {
+  return {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000};
+}
+
+}  // namespace
+
+std::string escape_label_value(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), buckets_(bounds_.size() + 1, 0) {}
+
+void Histogram::observe(double value) {
+  const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  ++buckets_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::render(std::string& out, const std::string& name, const std::string& labels) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i <= bounds_.size(); ++i) {
+    cumulative += buckets_[i];
+    const std::string le = i < bounds_.size() ? number(bounds_[i]) : "+Inf";
+    out += name + "_bucket{" + labels + ",le=\"" + le + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += name + "_sum{" + labels + "} " + number(sum_) + "\n";
+  out += name + "_count{" + labels + "} " + std::to_string(count_) + "\n";
+}
+
+ServingMetrics::ServingMetrics(std::string model_name)
+    : labels_("model_name=\"" + escape_label_value(model_name) + "\""),
+      ttft_(latency_bounds()),
+      itl_(latency_bounds()),
+      tpot_(latency_bounds()),
+      e2e_(latency_bounds()),
+      queue_(latency_bounds()),
+      prefill_(latency_bounds()),
+      decode_(latency_bounds()),
+      prompt_tokens_(token_count_bounds()),
+      generation_tokens_(token_count_bounds()) {
+  for (const char* r : {"stop", "length", "abort"}) success_by_reason_[r] = 0;
+}
+
+void ServingMetrics::observe_finished(const RequestOutput& out) {
+  const RequestMetrics& m = out.metrics;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++success_by_reason_[out.finish_reason()];
+  prompt_tokens_.observe(static_cast<double>(m.num_prompt_tokens));
+  generation_tokens_.observe(static_cast<double>(m.num_output_tokens));
+  if (m.first_scheduled_time > 0) queue_.observe(m.queue_time());
+  if (m.first_token_time > 0) {
+    ttft_.observe(m.time_to_first_token());
+    if (m.first_scheduled_time > 0) prefill_.observe(m.first_token_time - m.first_scheduled_time);
+    decode_.observe(m.finished_time - m.first_token_time);
+  }
+  for (double d : m.inter_token_latencies()) itl_.observe(d);
+  if (m.token_times.size() >= 2)
+    tpot_.observe((m.token_times.back() - m.token_times.front()) / static_cast<double>(m.token_times.size() - 1));
+  e2e_.observe(m.e2e_latency());
+}
+
+std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting_extra) const {
+  std::string out;
+  out.reserve(16384);
+  const SchedulerStats& s = stats.scheduler;
+  auto gauge = [&](const char* name, const char* help, double v) {
+    const std::string n = std::string("inferd:") + name;
+    header(out, n, "gauge", help);
+    sample(out, n, labels_, v);
+  };
+  auto counter = [&](const char* name, const char* help, int64_t v) {
+    const std::string n = std::string("inferd:") + name;
+    header(out, n, "counter", help);
+    sample(out, n, labels_, v);
+  };
+  gauge("num_requests_running", "Requests in the running batch.", static_cast<double>(s.num_running));
+  gauge("num_requests_waiting", "Requests waiting to be scheduled.",
+        static_cast<double>(s.num_waiting + num_waiting_extra));
+  gauge("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 means 100 percent).",
+        stats.kv_total_blocks > 0 ? static_cast<double>(s.kv_used_blocks) / stats.kv_total_blocks : 0.0);
+  counter("prompt_tokens_total", "Prompt tokens of the requests received.", stats.prompt_tokens);
+  counter("generation_tokens_total", "Tokens generated.", stats.generation_tokens);
+  counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          s.prefix_cache.queried_tokens);
+  counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", s.prefix_cache.hit_tokens);
+  counter("num_preemptions_total", "Requests preempted for lack of KV-cache space.", s.preemptions);
+  counter("engine_steps_total", "Engine steps (forward passes).", s.steps);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  {
+    const std::string n = "inferd:request_success_total";
+    header(out, n, "counter", "Finished requests, by finish reason.");
+    for (const auto& [reason, count] : success_by_reason_)
+      out += n + "{" + labels_ + ",finished_reason=\"" + escape_label_value(reason) + "\"} " +
+             std::to_string(count) + "\n";
+  }
+  auto histogram = [&](const char* name, const char* help, const Histogram& h) {
+    const std::string n = std::string("inferd:") + name;
+    header(out, n, "histogram", help);
+    h.render(out, n, labels_);
+  };
+  histogram("time_to_first_token_seconds", "Time from arrival to the first token.", ttft_);
+  histogram("inter_token_latency_seconds", "Time between consecutive tokens of a request.", itl_);
+  histogram("request_time_per_output_token_seconds", "Mean time per output token after the first, per request.",
+            tpot_);
+  histogram("e2e_request_latency_seconds", "Time from arrival to finish.", e2e_);
+  histogram("request_queue_time_seconds", "Time from arrival to first scheduling.", queue_);
+  histogram("request_prefill_time_seconds", "Time from first scheduling to the first token.", prefill_);
+  histogram("request_decode_time_seconds", "Time from the first token to finish.", decode_);
+  histogram("request_prompt_tokens", "Prompt tokens per finished request.", prompt_tokens_);
+  histogram("request_generation_tokens", "Generated tokens per finished request.", generation_tokens_);
+  return out;
+}
+
+}  // namespace inferd::server

@@ -1,0 +1,360 @@
+#include "server/openai_protocol.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+namespace inferd::server {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Thrown inside the parser, caught at its top: keeps each field check one line.
+struct Invalid {
+  ApiError error;
+};
+
+[[noreturn]] void fail(std::string message, std::string param) {
+  throw Invalid{bad_request(std::move(message), std::move(param))};
+}
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+// A present, non-null field.
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool get_bool(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (!v) return fallback;
+  if (!v->is_boolean()) fail(std::string("'") + name + "' must be a boolean, not " + type_name(*v), name);
+  return v->get<bool>();
+}
+
+// Integers as JSON integers, or as numbers with no fraction (16.0), as
+// Python's lax validation accepts them.
+int64_t as_integer(const json& v, const std::string& name) {
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+      fail("'" + name + "' is too large", name);
+    return v.get<int64_t>();
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.2e18) return static_cast<int64_t>(d);
+    fail("'" + name + "' must be an integer, not " + v.dump(), name);
+  }
+  fail("'" + name + "' must be an integer, not " + std::string(type_name(v)), name);
+}
+
+std::optional<int64_t> get_int(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  return as_integer(*v, name);
+}
+
+std::optional<double> get_number(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) fail(std::string("'") + name + "' must be a number, not " + type_name(*v), name);
+  return v->get<double>();
+}
+
+std::string fmt(double d) {
+  json j = d;
+  return j.dump();
+}
+
+// A number in [lo, hi] (or (lo, hi] when lo_open).
+float get_ranged(const json& body, const char* name, float fallback, double lo, double hi, bool lo_open = false) {
+  const auto v = get_number(body, name);
+  if (!v) return fallback;
+  if ((lo_open ? *v <= lo : *v < lo) || *v > hi)
+    fail(std::string("'") + name + "' must be in " + (lo_open ? "(" : "[") + fmt(lo) + ", " + fmt(hi) + "], got " +
+             fmt(*v),
+         name);
+  return static_cast<float>(*v);
+}
+
+std::string get_string(const json& body, const char* name) {
+  const json* v = field(body, name);
+  if (!v) return {};
+  if (!v->is_string()) fail(std::string("'") + name + "' must be a string, not " + type_name(*v), name);
+  return v->get<std::string>();
+}
+
+std::vector<int32_t> token_ids(const json& arr, const std::string& name) {
+  std::vector<int32_t> ids;
+  ids.reserve(arr.size());
+  for (size_t i = 0; i < arr.size(); ++i) {
+    const std::string item = name + "[" + std::to_string(i) + "]";
+    if (!arr[i].is_number_integer()) fail("'" + item + "' must be a token id (an integer)", name);
+    const int64_t id = as_integer(arr[i], item);
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) fail("'" + item + "' is not a valid token id", name);
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+// Fields both endpoints share.
+void parse_common(const json& body, GenerationRequest& r, const ProtocolLimits& limits) {
+  r.model = get_string(body, "model");
+  if (const auto n = get_int(body, "n")) {
+    if (*n < 1 || *n > limits.max_n)
+      fail("'n' must be between 1 and " + std::to_string(limits.max_n) + ", got " + std::to_string(*n), "n");
+    r.n = static_cast<int32_t>(*n);
+  }
+  if (const auto best_of = get_int(body, "best_of"); best_of && *best_of != r.n)
+    fail("'best_of' different from 'n' is not supported", "best_of");
+  r.stream = get_bool(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) fail("'stream_options' must be an object", "stream_options");
+    if (!r.stream) fail("'stream_options' is only allowed when 'stream' is true", "stream_options");
+    r.include_usage = get_bool(*so, "include_usage", false);
+  }
+
+  SamplingParams& s = r.sampling;
+  s.temperature = get_ranged(body, "temperature", 1.0f, 0.0, 2.0);
+  s.top_p = get_ranged(body, "top_p", 1.0f, 0.0, 1.0, /*lo_open=*/true);
+  s.min_p = get_ranged(body, "min_p", 0.0f, 0.0, 1.0);
+  s.presence_penalty = get_ranged(body, "presence_penalty", 0.0f, -2.0, 2.0);
+  s.frequency_penalty = get_ranged(body, "frequency_penalty", 0.0f, -2.0, 2.0);
+  s.repetition_penalty = get_ranged(body, "repetition_penalty", 1.0f, 0.0, 2.0, /*lo_open=*/true);
+  if (const auto k = get_int(body, "top_k")) {
+    if (*k < -1 || *k > std::numeric_limits<int32_t>::max())
+      fail("'top_k' must be -1 (disabled) or at least 0, got " + std::to_string(*k), "top_k");
+    s.top_k = static_cast<int32_t>(*k);
+  }
+  if (const auto seed = get_int(body, "seed")) s.seed = static_cast<uint64_t>(*seed);
+
+  if (const json* stop = field(body, "stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& s_item : *stop) {
+        if (!s_item.is_string()) fail("'stop' must be a string or an array of strings", "stop");
+        r.stop.push_back(s_item.get<std::string>());
+      }
+    } else {
+      fail("'stop' must be a string or an array of strings, not " + std::string(type_name(*stop)), "stop");
+    }
+    if (r.stop.size() > limits.max_stop)
+      fail("'stop' has " + std::to_string(r.stop.size()) + " strings; at most " + std::to_string(limits.max_stop) +
+               " are allowed",
+           "stop");
+    for (const std::string& s_item : r.stop)
+      if (s_item.empty()) fail("'stop' strings must not be empty", "stop");
+  }
+  if (const json* ids = field(body, "stop_token_ids")) {
+    if (!ids->is_array()) fail("'stop_token_ids' must be an array of integers", "stop_token_ids");
+    r.stop_token_ids = token_ids(*ids, "stop_token_ids");
+  }
+  r.ignore_eos = get_bool(body, "ignore_eos", false);
+  r.cache_salt = get_string(body, "cache_salt");
+  if (field(body, "cache_salt") && r.cache_salt.empty()) fail("'cache_salt' must not be empty", "cache_salt");
+
+  if (const json* bias = field(body, "logit_bias"); bias && !(bias->is_object() && bias->empty()))
+    fail("'logit_bias' is not supported", "logit_bias");
+  if (const auto min_tokens = get_int(body, "min_tokens"); min_tokens && *min_tokens != 0)
+    fail("'min_tokens' is not supported", "min_tokens");
+  if (get_bool(body, "include_stop_str_in_output", false))
+    fail("'include_stop_str_in_output' is not supported", "include_stop_str_in_output");
+  (void)get_string(body, "user");  // accepted, unused
+}
+
+void parse_max_tokens(const json& body, const char* name, GenerationRequest& r) {
+  if (const auto m = get_int(body, name)) {
+    if (*m < 1) fail(std::string("'") + name + "' must be at least 1, got " + std::to_string(*m), name);
+    r.max_tokens = *m;
+  }
+}
+
+json parse_body(std::string_view body) {
+  json j;
+  try {
+    j = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    const std::string what = e.what();
+    if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos)
+      fail("the request body is not valid UTF-8: " + what, "");
+    fail("the request body is not valid JSON: " + what, "");
+  }
+  if (!j.is_object()) fail("the request body must be a JSON object, not " + std::string(type_name(j)), "");
+  return j;
+}
+
+// Text of a message's content: a string, or an array of text parts.
+std::string message_content(const json& content, const std::string& where) {
+  if (content.is_string()) return content.get<std::string>();
+  if (content.is_array()) {
+    std::string text;
+    for (size_t i = 0; i < content.size(); ++i) {
+      const json& part = content[i];
+      const std::string at = where + "[" + std::to_string(i) + "]";
+      if (!part.is_object()) fail("'" + at + "' must be an object with a 'type'", "messages");
+      const std::string type = get_string(part, "type");
+      if (type != "text")
+        fail("'" + at + "': content parts of type '" + type + "' are not supported (only 'text')", "messages");
+      const json* t = field(part, "text");
+      if (!t || !t->is_string()) fail("'" + at + ".text' must be a string", "messages");
+      text += t->get<std::string>();
+    }
+    return text;
+  }
+  fail("'" + where + "' must be a string or an array of content parts, not " + std::string(type_name(content)),
+       "messages");
+}
+
+}  // namespace
+
+std::string error_json(const ApiError& e) {
+  json err = {{"message", e.message},
+              {"type", e.type},
+              {"param", e.param.empty() ? json(nullptr) : json(e.param)},
+              {"code", e.code.empty() ? json(nullptr) : json(e.code)}};
+  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+ApiError bad_request(std::string message, std::string param) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), {}};
+}
+
+ApiError not_found(std::string message, std::string code) {
+  return ApiError{404, std::move(message), "invalid_request_error", {}, std::move(code)};
+}
+
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, std::optional<int64_t> max_tokens) {
+  const std::string n = std::to_string(max_model_len);
+  if (!max_tokens)
+    return bad_request("This model's maximum context length is " + n + " tokens. However, your request has " +
+                           std::to_string(prompt_tokens) +
+                           " input tokens. Please reduce the length of the input messages.",
+                       "messages");
+  return bad_request("This model's maximum context length is " + n + " tokens. However, you requested " +
+                         std::to_string(prompt_tokens + *max_tokens) + " tokens (" + std::to_string(prompt_tokens) +
+                         " in the messages, " + std::to_string(*max_tokens) +
+                         " in the completion). Please reduce the length of the messages or completion.",
+                     "max_tokens");
+}
+
+ParseResult parse_completion_request(std::string_view text, const ProtocolLimits& limits) {
+  try {
+    const json body = parse_body(text);
+    GenerationRequest r;
+    parse_common(body, r, limits);
+    parse_max_tokens(body, "max_tokens", r);
+
+    const json* prompt = field(body, "prompt");
+    if (!prompt) fail("'prompt' is required", "prompt");
+    auto add_text = [&](const json& p) { r.prompts.push_back(PromptInput{p.get<std::string>(), {}, false}); };
+    if (prompt->is_string()) {
+      add_text(*prompt);
+    } else if (prompt->is_array() && !prompt->empty()) {
+      const json& first = (*prompt)[0];
+      if (first.is_number()) {  // one prompt of token ids
+        r.prompts.push_back(PromptInput{{}, token_ids(*prompt, "prompt"), true});
+      } else {
+        for (size_t i = 0; i < prompt->size(); ++i) {
+          const json& p = (*prompt)[i];
+          if (p.is_string()) add_text(p);
+          else if (p.is_array()) r.prompts.push_back(PromptInput{{}, token_ids(p, "prompt"), true});
+          else fail("'prompt[" + std::to_string(i) + "]' must be a string or an array of token ids", "prompt");
+        }
+      }
+    } else {
+      fail("'prompt' must be a string, an array of strings, or an array of token ids", "prompt");
+    }
+    if (r.prompts.size() > limits.max_prompts)
+      fail("at most " + std::to_string(limits.max_prompts) + " prompts are allowed in one request", "prompt");
+    for (const PromptInput& p : r.prompts)
+      if (p.is_tokens ? p.token_ids.empty() : p.text.empty()) fail("'prompt' must not be empty", "prompt");
+
+    if (const json* lp = field(body, "logprobs")) {
+      const int64_t n = as_integer(*lp, "logprobs");
+      if (n < 0 || n > limits.max_logprobs)
+        fail("'logprobs' must be between 0 and " + std::to_string(limits.max_logprobs) + ", got " + std::to_string(n),
+             "logprobs");
+      r.logprobs = static_cast<int32_t>(n);
+    }
+    if (get_bool(body, "echo", false)) fail("'echo' is not supported", "echo");
+    if (!get_string(body, "suffix").empty()) fail("'suffix' is not supported", "suffix");
+    return r;
+  } catch (const Invalid& e) {
+    return e.error;
+  }
+}
+
+ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limits) {
+  try {
+    const json body = parse_body(text);
+    GenerationRequest r;
+    r.chat = true;
+    parse_common(body, r, limits);
+    parse_max_tokens(body, "max_tokens", r);
+    parse_max_tokens(body, "max_completion_tokens", r);  // the newer name wins
+
+    const json* messages = field(body, "messages");
+    if (!messages) fail("'messages' is required", "messages");
+    if (!messages->is_array() || messages->empty()) fail("'messages' must be a non-empty array", "messages");
+    for (size_t i = 0; i < messages->size(); ++i) {
+      const json& m = (*messages)[i];
+      const std::string at = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object()) fail("'" + at + "' must be an object with 'role' and 'content'", "messages");
+      const json* role = field(m, "role");
+      if (!role || !role->is_string()) fail("'" + at + ".role' is required and must be a string", "messages");
+      const std::string role_name = role->get<std::string>();
+      if (role_name != "system" && role_name != "developer" && role_name != "user" && role_name != "assistant" &&
+          role_name != "tool")
+        fail("'" + at + ".role' is '" + role_name +
+                 "'; it must be one of 'system', 'developer', 'user', 'assistant' or 'tool'",
+             "messages");
+      const json* content = field(m, "content");
+      if (!content && role_name != "assistant") fail("'" + at + ".content' is required", "messages");
+      if (field(m, "tool_calls")) fail("'" + at + ".tool_calls' is not supported", "messages");
+      r.messages.push_back(ChatMessage{role_name, content ? message_content(*content, at + ".content") : ""});
+    }
+
+    if (get_bool(body, "logprobs", false)) {
+      r.logprobs = 0;
+      if (const auto top = get_int(body, "top_logprobs")) {
+        if (*top < 0 || *top > limits.max_logprobs)
+          fail("'top_logprobs' must be between 0 and " + std::to_string(limits.max_logprobs) + ", got " +
+                   std::to_string(*top),
+               "top_logprobs");
+        r.logprobs = static_cast<int32_t>(*top);
+      }
+    } else if (const auto top = get_int(body, "top_logprobs"); top && *top > 0) {
+      fail("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
+    }
+    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
+      fail("'tools' is not supported", "tools");
+    if (const json* rf = field(body, "response_format")) {
+      if (!rf->is_object() || get_string(*rf, "type") != "text")
+        fail("'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
+    }
+    r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+    if (const json* kw = field(body, "chat_template_kwargs")) {
+      if (!kw->is_object()) fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");
+      r.chat_template_kwargs = kw->dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    return r;
+  } catch (const Invalid& e) {
+    return e.error;
+  }
+}
+
+}  // namespace inferd::server

@@ -1,0 +1,74 @@
+// The OpenAI API's request side: parses and validates the JSON bodies of
+// /v1/completions and /v1/chat/completions into a GenerationRequest, and
+// shapes errors as OpenAI does: {"error": {"message", "type", "param", "code"}}
+// with an HTTP status. Everything here is pure (no engine, no tokenizer), so
+// every bad-input case is unit-tested without a model.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "chat/chat_template.h"
+#include "sampling/sampler.h"
+
+namespace inferd::server {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+std::string error_json(const ApiError& e);
+ApiError bad_request(std::string message, std::string param = {});
+ApiError not_found(std::string message, std::string code = "not_found");
+
+// One prompt of /v1/completions: text, or token ids given by the client.
+struct PromptInput {
+  std::string text;
+  std::vector<int32_t> token_ids;
+  bool is_tokens = false;
+};
+
+struct ProtocolLimits {
+  int32_t max_n = 16;          // choices per prompt
+  int32_t max_logprobs = 20;   // alternatives per token
+  size_t max_stop = 16;        // stop strings
+  size_t max_prompts = 64;     // prompts in one /v1/completions request
+};
+
+struct GenerationRequest {
+  bool chat = false;
+  std::string model;                  // empty: the served model
+  std::vector<PromptInput> prompts;   // completions
+  std::vector<ChatMessage> messages;  // chat
+  bool add_generation_prompt = true;  // chat
+  std::string chat_template_kwargs;   // chat: extra template variables, a JSON object's text
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  std::optional<int64_t> max_tokens;    // absent: the endpoint's default
+  SamplingParams sampling;              // temperature, top_p/k, min_p, penalties, seed
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t logprobs = -1;                // alternatives per token; -1: no logprobs
+  std::string cache_salt;
+};
+
+using ParseResult = std::variant<GenerationRequest, ApiError>;
+
+// Parse a request body. Malformed JSON (invalid UTF-8 included), a wrong type
+// or an out-of-range value gives a 400 naming the field.
+ParseResult parse_completion_request(std::string_view body, const ProtocolLimits& limits);
+ParseResult parse_chat_request(std::string_view body, const ProtocolLimits& limits);
+
+// vLLM's words for a request beyond the context, so clients that parse them work.
+ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, std::optional<int64_t> max_tokens);
+
+}  // namespace inferd::server

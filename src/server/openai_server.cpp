@@ -1,0 +1,595 @@
+#include "server/openai_server.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+
+namespace inferd::server {
+
+using json = nlohmann::json;
+namespace net = boost::asio;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string random_hex(size_t n) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char* digits = "0123456789abcdef";
+  std::string s(n, '0');
+  for (char& c : s) c = digits[rng() % 16];
+  return s;
+}
+
+// JSON has no infinities; a token the model rules out gets a very low logprob (as vLLM).
+double finite_logprob(float lp) { return std::isfinite(lp) ? lp : -9999.0; }
+
+json bytes_of(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+double ms(double seconds) { return seconds * 1000.0; }
+
+// Built outside coroutines: GCC 12 cannot keep string-literal temporaries in a coroutine frame.
+Headers retry_after() { return {{"Retry-After", "1"}}; }
+
+struct Route {
+  const char* path;
+  http::verb method;
+};
+const Route kRoutes[] = {{"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+                         {"/v1/models", http::verb::get},       {"/metrics", http::verb::get},
+                         {"/tokenize", http::verb::post},       {"/detokenize", http::verb::post},
+                         {"/version", http::verb::get}};
+const Route* find_route(const std::string& path) {
+  for (const Route& r : kRoutes)
+    if (path == r.path) return &r;
+  return nullptr;
+}
+
+// One choice: an engine request and what has come back from it so far.
+struct Choice {
+  std::string engine_id;
+  std::shared_ptr<RequestStream> stream;
+  int32_t index = 0;
+  size_t prompt_index = 0;
+  std::string text;
+  int64_t num_tokens = 0;
+  std::vector<SampledLogprobs> logprobs;
+  size_t logprob_text_offset = 0;  // completions: where the next token's text starts
+  bool finished = false;
+  bool sent_role = false;  // chat streaming: the first delta carries the role
+  std::string finish_reason;
+  std::string error;
+  RequestMetrics metrics;
+};
+
+
+// Builds the JSON of responses and stream chunks (kept out of the coroutines:
+// GCC 12 mishandles brace-initialised JSON temporaries in a coroutine frame).
+class ResponseWriter {
+ public:
+  ResponseWriter(const Tokenizer& tok, bool chat, bool include_usage, std::string id, std::string model)
+      : tok_(tok), chat_(chat), include_usage_(include_usage), id_(std::move(id)), model_(std::move(model)),
+        created_(unix_now()) {}
+
+  json logprobs(Choice& c, const std::vector<SampledLogprobs>& lps) const {
+    if (chat_) {
+      json content = json::array();
+      for (const SampledLogprobs& lp : lps) {
+        const std::string piece = tok_.token_to_piece(lp.token, true);
+        json top = json::array();
+        for (const TokenLogprob& t : lp.top) {
+          const std::string tp = tok_.token_to_piece(t.token, true);
+          top.push_back({{"token", tp}, {"logprob", finite_logprob(t.logprob)}, {"bytes", bytes_of(tp)}});
+        }
+        content.push_back({{"token", piece},
+                           {"logprob", finite_logprob(lp.logprob)},
+                           {"bytes", bytes_of(piece)},
+                           {"top_logprobs", top}});
+      }
+      return json{{"content", content}, {"refusal", nullptr}};
+    }
+    json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+         offsets = json::array();
+    for (const SampledLogprobs& lp : lps) {
+      const std::string piece = tok_.token_to_piece(lp.token, true);
+      tokens.push_back(piece);
+      token_logprobs.push_back(finite_logprob(lp.logprob));
+      json top = json::object();
+      for (const TokenLogprob& t : lp.top) top[tok_.token_to_piece(t.token, true)] = finite_logprob(t.logprob);
+      top_logprobs.push_back(top);
+      offsets.push_back(c.logprob_text_offset);
+      c.logprob_text_offset += piece.size();
+    }
+    return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+                {"text_offset", offsets}};
+  }
+
+  // The SSE event for one engine output of a choice; "" when there is nothing to say.
+  std::string chunk(Choice& c, const RequestOutput& out, bool want_logprobs) const {
+    const bool has_delta = !out.text.empty() || !out.token_ids.empty();
+    if (!has_delta && !out.finished) return {};
+    json lp = nullptr;
+    if (want_logprobs && !out.logprobs.empty()) lp = logprobs(c, out.logprobs);
+    json choice = {{"index", c.index}, {"logprobs", lp},
+                   {"finish_reason", out.finished ? json(c.finish_reason) : json(nullptr)}};
+    if (chat_) {
+      json delta = json::object();
+      if (!c.sent_role) {
+        delta["role"] = "assistant";
+        c.sent_role = true;
+      }
+      if (!out.text.empty() || !out.finished) delta["content"] = out.text;
+      choice["delta"] = delta;
+    } else {
+      choice["text"] = out.text;
+    }
+    json j = base();
+    j["choices"] = json::array({choice});
+    return sse(j);
+  }
+
+  std::string usage_chunk(const json& usage) const {
+    json j = base();
+    j["choices"] = json::array();
+    j["usage"] = usage;
+    return sse(j);
+  }
+
+  std::string error_event(const std::string& message) const {
+    return "data: " + error_json(ApiError{500, message, "server_error", {}, {}}) + "\n\n";
+  }
+
+  std::string body(std::vector<Choice>& choices, bool want_logprobs, const json& usage) const {
+    json out_choices = json::array();
+    for (Choice& c : choices) {
+      json lp = nullptr;
+      if (want_logprobs) {
+        c.logprob_text_offset = 0;
+        lp = logprobs(c, c.logprobs);
+      }
+      json choice = {{"index", c.index}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
+      if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      else choice["text"] = c.text;
+      out_choices.push_back(std::move(choice));
+    }
+    json response = {{"id", id_},
+                     {"object", chat_ ? "chat.completion" : "text_completion"},
+                     {"created", created_},
+                     {"model", model_},
+                     {"choices", out_choices},
+                     {"usage", usage}};
+    return dump(response);
+  }
+
+  static json usage(const std::vector<std::vector<int32_t>>& prompts, const std::vector<Choice>& choices, int32_t n) {
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+    for (const auto& p : prompts) prompt_tokens += static_cast<int64_t>(p.size());
+    for (const Choice& c : choices) {
+      completion_tokens += c.num_tokens;
+      // The prompt is counted once per prompt; so are its cached tokens.
+      if (c.index % n == 0) cached += c.metrics.num_cached_tokens;
+    }
+    return json{{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+  }
+
+ private:
+  json base() const {
+    json j = {{"id", id_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+              {"model", model_}};
+    if (include_usage_) j["usage"] = nullptr;
+    return j;
+  }
+
+  const Tokenizer& tok_;
+  const bool chat_, include_usage_;
+  const std::string id_, model_;
+  const int64_t created_;
+};
+
+std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
+
+}  // namespace
+
+OpenAIServer::OpenAIServer(ServerOptions options)
+    : options_(std::move(options)), metrics_(options_.served_model_name) {}
+
+void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTemplate> tmpl) {
+  model_ = &model;
+  engine_ = &engine;
+  template_ = std::move(tmpl);
+  ready_.store(true);
+}
+
+std::string OpenAIServer::rejection_body(http::status status, std::string_view message) const {
+  ApiError e{static_cast<int>(status), std::string(message), "invalid_request_error", {}, {}};
+  if (status == http::status::payload_too_large) e.code = "request_too_large";
+  if (status == http::status::internal_server_error) e.type = "server_error";
+  return error_json(e);
+}
+
+net::awaitable<void> OpenAIServer::send_error(Exchange& ex, const ApiError& e, const Headers& extra) {
+  co_await ex.respond(static_cast<http::status>(e.status), "application/json", error_json(e), extra);
+}
+
+std::optional<ApiError> OpenAIServer::check_auth(const HttpRequest& req) const {
+  if (options_.api_key.empty()) return std::nullopt;
+  auto it = req.find(http::field::authorization);
+  std::string_view given;
+  if (it != req.end()) given = std::string_view(it->value().data(), it->value().size());
+  constexpr std::string_view kBearer = "Bearer ";
+  if (given.size() > kBearer.size() && given.substr(0, kBearer.size()) == kBearer &&
+      constant_time_equal(given.substr(kBearer.size()), options_.api_key))
+    return std::nullopt;
+  return ApiError{401,
+                  given.empty() ? "Missing API key: send it as 'Authorization: Bearer <key>'."
+                                : "Incorrect API key provided.",
+                  "invalid_request_error", {}, "invalid_api_key"};
+}
+
+std::string OpenAIServer::models_json() const {
+  json m = {{"id", options_.served_model_name},
+            {"object", "model"},
+            {"created", unix_now()},
+            {"owned_by", "inferd"},
+            {"max_model_len", engine_->config().max_model_len}};
+  return dump(json{{"object", "list"}, {"data", json::array({m})}});
+}
+
+net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
+  const std::string path(ex.path());
+  const http::verb method = ex.request().method();
+  if (path == "/health") {
+    if (method != http::verb::get && method != http::verb::head) {
+      co_await send_error(ex, ApiError{405, "use GET for /health", "invalid_request_error", {}, "method_not_allowed"});
+    } else if (ready()) {
+      co_await ex.respond(http::status::ok, "application/json", "{}");
+    } else {
+      co_await send_error(ex, ApiError{503, "the model is loading", "server_error", {}, "model_loading"});
+    }
+    co_return;
+  }
+  if (auto e = check_auth(ex.request())) {
+    co_await send_error(ex, *e);
+    co_return;
+  }
+  const Route* route = find_route(path);
+  if (!route) {
+    co_await send_error(ex, not_found("Not found: " + path));
+    co_return;
+  }
+  if (method != route->method) {
+    co_await send_error(ex, ApiError{405, "use " + std::string(http::to_string(route->method)) + " for " + path,
+                                     "invalid_request_error", {}, "method_not_allowed"});
+    co_return;
+  }
+  if (path == "/version") {
+    co_await ex.respond(http::status::ok, "application/json", version_json());
+    co_return;
+  }
+  if (!ready()) {
+    co_await send_error(ex, ApiError{503, "the model is loading", "server_error", {}, "model_loading"},
+                        retry_after());
+    co_return;
+  }
+  if (path == "/v1/models") {
+    co_await ex.respond(http::status::ok, "application/json", models_json());
+  } else if (path == "/metrics") {
+    const EngineStats stats = engine_->stats();
+    const int64_t not_yet_scheduled =
+        std::max<int64_t>(0, unfinished_.load() - stats.scheduler.num_running - stats.scheduler.num_waiting);
+    co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
+                        metrics_.render(stats, not_yet_scheduled));
+  } else if (path == "/tokenize" || path == "/detokenize") {
+    auto result = path == "/tokenize" ? tokenize(ex.request().body()) : detokenize(ex.request().body());
+    if (auto* e = std::get_if<ApiError>(&result)) co_await send_error(ex, *e);
+    else co_await ex.respond(http::status::ok, "application/json", std::get<std::string>(result));
+  } else {
+    co_await generate(ex, path == "/v1/chat/completions");
+  }
+}
+
+std::variant<std::vector<int32_t>, ApiError> OpenAIServer::chat_prompt(const std::vector<ChatMessage>& messages,
+                                                                         bool add_generation_prompt,
+                                                                         const std::string& kwargs) const {
+  if (!template_)
+    return bad_request("this model has no chat template; start the server with --chat-template FILE, or use "
+                       "/v1/completions");
+  const Tokenizer& tok = model_->tokenizer();
+  ChatTemplateOptions topts;
+  topts.add_generation_prompt = add_generation_prompt;
+  if (tok.bos_id() >= 0) topts.bos_token = tok.token_text(tok.bos_id());
+  if (tok.eos_id() >= 0) topts.eos_token = tok.token_text(tok.eos_id());
+  topts.extra_context_json = kwargs;
+  auto text = template_->render(messages, topts);
+  if (!text) return bad_request("the chat template refused these messages: " + text.error().message, "messages");
+  // A template that writes the BOS token itself must not get a second one.
+  const bool has_bos = !topts.bos_token.empty() && text->rfind(topts.bos_token, 0) == 0;
+  return tok.encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
+}
+
+std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& text) const {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  if (!body.is_object()) return bad_request("the request body must be a JSON object");
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    // The chat parser validates the messages.
+    json chat = {{"messages", body["messages"]}};
+    auto parsed = parse_chat_request(chat.dump(), options_.limits);
+    if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+    auto agp = body.find("add_generation_prompt");
+    if (agp != body.end() && !agp->is_boolean())
+      return bad_request("'add_generation_prompt' must be a boolean", "add_generation_prompt");
+    auto prompt = chat_prompt(std::get<GenerationRequest>(parsed).messages, agp == body.end() || agp->get<bool>(), "");
+    if (auto* e = std::get_if<ApiError>(&prompt)) return *e;
+    ids = std::move(std::get<std::vector<int32_t>>(prompt));
+  } else {
+    auto it = body.find("prompt");
+    if (it == body.end() || !it->is_string()) return bad_request("'prompt' (a string) or 'messages' is required", "prompt");
+    auto special = body.find("add_special_tokens");
+    if (special != body.end() && !special->is_boolean())
+      return bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
+    const bool add_special = special == body.end() || special->get<bool>();
+    ids = model_->tokenizer().encode(it->get<std::string>(), add_special, /*parse_special=*/true);
+  }
+  return dump(json{{"count", ids.size()}, {"max_model_len", engine_->config().max_model_len}, {"tokens", ids}});
+}
+
+std::variant<std::string, ApiError> OpenAIServer::detokenize(const std::string& text) const {
+  json body;
+  try {
+    body = json::parse(text);
+  } catch (const json::parse_error& e) {
+    return bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  }
+  auto it = body.is_object() ? body.find("tokens") : body.end();
+  if (!body.is_object() || it == body.end() || !it->is_array())
+    return bad_request("'tokens' (an array of token ids) is required", "tokens");
+  const int32_t n_vocab = model_->tokenizer().n_vocab();
+  std::vector<int32_t> ids;
+  for (const json& t : *it) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= n_vocab)
+      return bad_request("'tokens' must hold token ids in [0, " + std::to_string(n_vocab) + ")", "tokens");
+    ids.push_back(t.get<int32_t>());
+  }
+  return dump(json{{"prompt", model_->tokenizer().decode(ids, /*render_special=*/false)}});
+}
+
+net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
+  const std::string& body = ex.request().body();
+  ParseResult parsed = chat ? parse_chat_request(body, options_.limits) : parse_completion_request(body, options_.limits);
+  if (auto* e = std::get_if<ApiError>(&parsed)) {
+    co_await send_error(ex, *e);
+    co_return;
+  }
+  GenerationRequest& req = std::get<GenerationRequest>(parsed);
+  if (!req.model.empty() && req.model != options_.served_model_name) {
+    co_await send_error(ex, not_found("The model `" + req.model + "` does not exist.", "model_not_found"));
+    co_return;
+  }
+
+  // ---- prompts as token ids ----
+  const Tokenizer& tok = model_->tokenizer();
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;  // for the log
+  if (chat) {
+    auto prompt = chat_prompt(req.messages, req.add_generation_prompt, req.chat_template_kwargs);
+    if (auto* e = std::get_if<ApiError>(&prompt)) {
+      co_await send_error(ex, *e);
+      co_return;
+    }
+    prompts.push_back(std::move(std::get<std::vector<int32_t>>(prompt)));
+    if (options_.log_prompts) prompt_texts.push_back(tok.decode(prompts.back(), true));
+  } else {
+    for (PromptInput& p : req.prompts) {
+      if (p.is_tokens) {
+        for (int32_t id : p.token_ids)
+          if (id >= tok.n_vocab()) {
+            co_await send_error(ex, bad_request("token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary of " +
+                                                    std::to_string(tok.n_vocab()) + " tokens",
+                                                "prompt"));
+            co_return;
+          }
+        prompts.push_back(std::move(p.token_ids));
+      } else {
+        prompts.push_back(tok.encode(p.text, /*add_special=*/true, /*parse_special=*/true));
+      }
+      if (options_.log_prompts) prompt_texts.push_back(p.is_tokens ? tok.decode(prompts.back(), true) : p.text);
+      if (prompts.back().empty()) {
+        co_await send_error(ex, bad_request("'prompt' must not be empty", "prompt"));
+        co_return;
+      }
+    }
+  }
+
+  // ---- admission: context length, then the queue bound ----
+  const int64_t max_model_len = engine_->config().max_model_len;
+  std::vector<int64_t> max_tokens(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const int64_t n_prompt = static_cast<int64_t>(prompts[i].size());
+    if (n_prompt >= max_model_len) {
+      co_await send_error(ex, context_length_error(max_model_len, n_prompt, req.max_tokens));
+      co_return;
+    }
+    if (req.max_tokens && n_prompt + *req.max_tokens > max_model_len) {
+      co_await send_error(ex, context_length_error(max_model_len, n_prompt, req.max_tokens));
+      co_return;
+    }
+    const int64_t room = max_model_len - n_prompt;
+    max_tokens[i] = req.max_tokens ? *req.max_tokens : chat ? room : std::min(options_.default_max_tokens, room);
+  }
+  const int64_t new_requests = static_cast<int64_t>(prompts.size()) * req.n;
+  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running;
+  if (waiting + new_requests > options_.max_queued_requests) {
+    co_await send_error(ex,
+                        ApiError{503,
+                                 "The server is overloaded: " + std::to_string(waiting) +
+                                     " requests are waiting (--max-queued-requests " +
+                                     std::to_string(options_.max_queued_requests) + "). Retry later.",
+                                 "server_error", {}, "server_overloaded"},
+                        retry_after());
+    co_return;
+  }
+
+  // ---- into the engine: one request per prompt and choice ----
+  const std::string api_id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
+  std::vector<Choice> choices;
+  // Whatever way this handler ends (done, client gone, coroutine destroyed),
+  // unfinished choices are aborted so their KV blocks are freed.
+  struct AbortUnfinished {
+    Engine& engine;
+    std::vector<Choice>& choices;
+    ~AbortUnfinished() {
+      for (const Choice& c : choices)
+        if (!c.finished) engine.abort(c.engine_id);
+    }
+  } abort_unfinished{*engine_, choices};
+  const auto wake = ex.waker();
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    for (int32_t k = 0; k < req.n; ++k) {
+      GenerationParams gp;
+      const int32_t index = static_cast<int32_t>(p) * req.n + k;
+      gp.request_id = api_id + "-" + std::to_string(index);
+      gp.prompt_token_ids = prompts[p];
+      gp.sampling = req.sampling;
+      // Choices of one seeded request differ from each other, yet repeat exactly.
+      if (gp.sampling.seed) gp.sampling.seed = *gp.sampling.seed + static_cast<uint64_t>(k);
+      gp.max_tokens = max_tokens[p];
+      gp.stop_token_ids = req.stop_token_ids;
+      gp.stop = req.stop;
+      gp.ignore_eos = req.ignore_eos;
+      gp.logprobs = req.logprobs;
+      gp.cache_salt = req.cache_salt;
+      if (options_.log_prompts) {
+        std::lock_guard<std::mutex> lock(log_mu_);
+        prompt_log_[gp.request_id] = prompt_texts[p].substr(0, options_.max_log_len);
+      }
+      const std::string engine_id = gp.request_id;
+      auto handle = engine_->add_request(std::move(gp));
+      if (!handle) {
+        if (options_.log_prompts) {
+          std::lock_guard<std::mutex> lock(log_mu_);
+          prompt_log_.erase(engine_id);
+        }
+        co_await send_error(ex, bad_request(handle.error().message));
+        co_return;  // the choices added so far are aborted
+      }
+      ++unfinished_;
+      Choice c;
+      c.engine_id = handle->request_id;
+      c.stream = handle->stream;
+      c.index = index;
+      c.prompt_index = p;
+      c.stream->set_listener(wake);
+      choices.push_back(std::move(c));
+    }
+  }
+
+  // ---- outputs back to the client ----
+  const ResponseWriter writer(tok, chat, req.include_usage, api_id, options_.served_model_name);
+  const bool want_logprobs = req.logprobs >= 0;
+  if (req.stream && !co_await ex.begin_stream(http::status::ok, "text/event-stream")) co_return;
+
+  for (;;) {
+    bool progressed = false;
+    for (Choice& c : choices) {
+      while (!c.finished) {
+        std::optional<RequestOutput> out = c.stream->try_next();
+        if (!out) break;
+        progressed = true;
+        c.text += out->text;
+        c.num_tokens += static_cast<int64_t>(out->token_ids.size());
+        if (out->finished) {
+          c.finished = true;
+          c.finish_reason = out->finish_reason();
+          c.error = out->error;
+          c.metrics = out->metrics;
+        }
+        if (!req.stream) {
+          if (want_logprobs) c.logprobs.insert(c.logprobs.end(), out->logprobs.begin(), out->logprobs.end());
+          continue;
+        }
+        if (!c.error.empty() && !co_await ex.write_chunk(writer.error_event("generation failed: " + c.error)))
+          co_return;
+        std::string event = writer.chunk(c, *out, want_logprobs);
+        if (!event.empty() && !co_await ex.write_chunk(std::move(event))) co_return;
+      }
+    }
+    bool all_finished = true;
+    for (const Choice& c : choices) all_finished = all_finished && c.finished;
+    if (all_finished) break;
+    if (ex.client_gone()) co_return;
+    if (!progressed) co_await ex.wait();
+  }
+
+  if (req.stream) {
+    if (req.include_usage &&
+        !co_await ex.write_chunk(writer.usage_chunk(ResponseWriter::usage(prompts, choices, req.n))))
+      co_return;
+    if (!co_await ex.write_chunk(std::string("data: [DONE]\n\n"))) co_return;
+    co_await ex.end_stream();
+    co_return;
+  }
+  for (const Choice& c : choices)
+    if (!c.error.empty()) {
+      co_await send_error(ex, ApiError{500, "generation failed: " + c.error, "server_error", {}, {}});
+      co_return;
+    }
+  co_await ex.respond(http::status::ok, "application/json",
+                      writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n)));
+}
+
+void OpenAIServer::on_finished(const RequestOutput& out) {
+  --unfinished_;
+  metrics_.observe_finished(out);
+  const RequestMetrics& m = out.metrics;
+  const double ttft = m.first_token_time > 0 ? ms(m.time_to_first_token()) : 0.0;
+  const double tpot = m.token_times.size() >= 2 ? ms((m.token_times.back() - m.token_times.front()) /
+                                                     static_cast<double>(m.token_times.size() - 1))
+                                                : 0.0;
+  std::string prompt;
+  if (options_.log_prompts) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    if (auto it = prompt_log_.find(out.request_id); it != prompt_log_.end()) {
+      prompt = std::move(it->second);
+      prompt_log_.erase(it);
+    }
+  }
+  spdlog::info("request {} {}: prompt {} tokens ({} cached), generated {}, queue {:.1f} ms, TTFT {:.1f} ms, "
+               "TPOT {:.2f} ms, e2e {:.1f} ms{}{}{}",
+               out.request_id, out.finish_reason(), m.num_prompt_tokens, m.num_cached_tokens, m.num_output_tokens,
+               m.first_scheduled_time > 0 ? ms(m.queue_time()) : 0.0, ttft, tpot, ms(m.e2e_latency()),
+               out.error.empty() ? "" : ", error: ", out.error,
+               options_.log_prompts ? ", prompt: " + json(prompt).dump(-1, ' ', false, json::error_handler_t::replace)
+                                    : std::string());
+}
+
+}  // namespace inferd::server

@@ -1,0 +1,147 @@
+"""End-to-end fixtures: the real `inferd serve` binary on the default model.
+
+`server` is one server shared by the whole session (the default flags, a
+2,048-token context); `start_server(...)` starts another with other flags
+(API key, tiny limits) for the tests that need them. Every server is stopped
+with SIGTERM at teardown, and a clean exit (status 0) is part of the check.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import requests
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+BINARY = pathlib.Path(os.environ.get("INFERD_BINARY", REPO / "build" / "inferd"))
+MODEL_DIR = pathlib.Path(os.environ.get("INFERD_MODEL_DIR", pathlib.Path.home() / ".cache" / "inferd" / "models"))
+DEFAULT_MODEL = MODEL_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_NAME = "smollm2"
+MAX_MODEL_LEN = 2048
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    base_url: str
+    model: str
+    binary: pathlib.Path
+    process: subprocess.Popen
+    log_path: pathlib.Path
+    api_key: str | None = None
+    args: list[str] = field(default_factory=list)
+
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def metrics(self) -> dict[str, float]:
+        """The /metrics samples as {'name{labels}': value}."""
+        text = requests.get(self.base_url + "/metrics", headers=self.headers(), timeout=10).text
+        out = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                key, value = line.rsplit(" ", 1)
+                out[key] = float(value)
+        return out
+
+    def metric(self, name: str, **labels) -> float:
+        """Sum of the samples of `name` whose labels include `labels`."""
+        total = 0.0
+        for key, value in self.metrics().items():
+            base = key.split("{", 1)[0]
+            if base != name:
+                continue
+            if all(f'{k}="{v}"' in key for k, v in labels.items()):
+                total += value
+        return total
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def start(tmp_dir: pathlib.Path, extra_args: list[str] | None = None, api_key: str | None = None,
+          wait_ready: bool = True) -> Server:
+    if not BINARY.exists():
+        pytest.fail(f"{BINARY} is missing: build first (scripts/setup.sh)")
+    if not DEFAULT_MODEL.exists():
+        pytest.fail(f"{DEFAULT_MODEL} is missing: run scripts/fetch_models.sh")
+    port = free_port()
+    args = [str(BINARY), "serve", "-m", str(DEFAULT_MODEL), "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
+            "--kv-cache-memory", "256M", "--threads", "2"]
+    if api_key:
+        args += ["--api-key", api_key]
+    args += extra_args or []
+    log_path = tmp_dir / f"server-{port}.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    srv = Server(f"http://127.0.0.1:{port}", MODEL_NAME, BINARY, proc, log_path, api_key, args)
+    if wait_ready:
+        wait_until_ready(srv)
+    return srv
+
+
+def wait_until_ready(srv: Server, timeout: float = 120.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if srv.process.poll() is not None:
+            pytest.fail(f"inferd serve exited with {srv.process.returncode}:\n{srv.log()}")
+        try:
+            if requests.get(srv.base_url + "/health", timeout=2).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"inferd serve was not ready within {timeout} s:\n{srv.log()}")
+
+
+def stop(srv: Server) -> int:
+    if srv.process.poll() is None:
+        srv.process.send_signal(signal.SIGTERM)
+        try:
+            srv.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            srv.process.kill()
+            srv.process.wait()
+            pytest.fail(f"inferd serve did not exit within 30 s of SIGTERM:\n{srv.log()[-4000:]}")
+    return srv.process.returncode
+
+
+@pytest.fixture(scope="session")
+def model_path() -> pathlib.Path:
+    return DEFAULT_MODEL
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory):
+    srv = start(tmp_path_factory.mktemp("server"))
+    yield srv
+    code = stop(srv)
+    assert code == 0, f"inferd serve exited with {code} after SIGTERM:\n{srv.log()[-4000:]}"
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """Starts extra servers with other flags; stops them after the test."""
+    started = []
+
+    def _start(*extra_args: str, api_key: str | None = None, wait_ready: bool = True) -> Server:
+        srv = start(tmp_path, list(extra_args), api_key, wait_ready)
+        started.append(srv)
+        return srv
+
+    yield _start
+    for srv in started:
+        code = stop(srv)
+        assert code == 0, f"inferd serve exited with {code} after SIGTERM:\n{srv.log()[-4000:]}"
