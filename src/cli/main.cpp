@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   inferd::cli::register_bench_throughput(*bench, exit_code);
+  inferd::cli::register_bench_serve(*bench, exit_code);
+  inferd::cli::register_bench_latency(*bench, exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

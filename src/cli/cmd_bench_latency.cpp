@@ -1,0 +1,220 @@
+// `inferd bench latency`: one request at a time through the engine (no HTTP),
+// after vLLM's `vllm bench latency` at batch size 1. Each iteration sends a
+// fresh random prompt of --input-len tokens and generates exactly
+// --output-len tokens (ignore_eos); reports time to first token, prompt
+// tokens/s (input length / TTFT), decode tokens/s (output tokens after the
+// first / the time they took) and end-to-end latency, each as mean, median,
+// p90, p99 and standard deviation over the timed iterations.
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "bench/dataset.h"
+#include "bench/stats.h"
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "engine/engine.h"
+
+namespace inferd::cli {
+
+namespace {
+
+struct BenchLatencyFlags {
+  std::string model;
+  int64_t input_len = 32;
+  int64_t output_len = 128;
+  int64_t num_iters = 30;
+  int64_t num_iters_warmup = 10;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;
+  std::string kv_cache_memory = "256M";
+  bool enable_prefix_caching = false;
+  float temperature = 0.0f;
+  int threads = default_threads();
+  int64_t seed = 0;
+  std::string output_json;
+};
+
+struct Iteration {
+  double ttft = 0;        // s
+  double decode_tps = 0;  // output tokens after the first / their time
+  double e2e = 0;         // s
+};
+
+const std::vector<double> kPercentiles = {90, 99};
+
+nlohmann::json summary_json(const bench::Summary& s) {
+  nlohmann::json j = {{"mean", s.mean}, {"median", s.median}, {"stddev", s.stddev}, {"min", s.min}, {"max", s.max}};
+  for (const auto& [p, v] : s.percentiles) j["p" + std::to_string(static_cast<int>(p))] = v;
+  return j;
+}
+
+void print_row(const char* name, const char* unit, const bench::Summary& s, double scale) {
+  std::printf("%-22s %10.2f %10.2f %10.2f %10.2f %10.2f  %s\n", name, scale * s.mean, scale * s.median,
+              scale * s.at(90), scale * s.at(99), scale * s.stddev, unit);
+}
+
+int run_bench_latency(const BenchLatencyFlags& f) {
+  auto model = load_model_or_report(f.model, false);
+  if (!model) return 1;
+  if (!model->can_generate()) {
+    std::fprintf(stderr, "error: generation is not implemented for architecture '%s' yet\n",
+                 model->config().architecture.c_str());
+    return 1;
+  }
+  EngineConfig ec;
+  ec.max_num_seqs = 1;
+  ec.max_num_batched_tokens = f.max_num_batched_tokens;
+  ec.max_model_len = f.max_model_len;
+  ec.enable_prefix_caching = f.enable_prefix_caching;
+  ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
+  if (ec.kv_cache_bytes <= 0) {
+    std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 256M or 1G\n");
+    return 1;
+  }
+  ThreadPool pool(f.threads);
+  auto engine = Engine::create(*model, pool, ec);
+  if (!engine) {
+    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
+    return 1;
+  }
+
+  // A fresh prompt per iteration (made before timing), so a prefix cache
+  // turned on by --enable-prefix-caching would only see chance overlaps.
+  const Tokenizer& tok = model->tokenizer();
+  std::vector<int32_t> pool_ids;
+  for (int32_t id = 0; id < tok.n_vocab(); ++id)
+    if (!tok.is_control(id) && !tok.is_eog(id)) pool_ids.push_back(id);
+  bench::RandomDatasetOptions d;
+  d.num_prompts = f.num_iters_warmup + f.num_iters;
+  d.input_len = f.input_len;
+  d.output_len = f.output_len;
+  d.seed = static_cast<uint64_t>(f.seed);
+  const std::vector<bench::SampleRequest> prompts = bench::make_random_dataset(d, pool_ids);
+
+  auto run_one = [&](const bench::SampleRequest& sample, int64_t i) -> std::optional<Iteration> {
+    GenerationParams p;
+    p.prompt_token_ids = std::get<std::vector<int32_t>>(sample.prompt);
+    p.max_tokens = f.output_len;
+    p.ignore_eos = true;
+    p.sampling.temperature = f.temperature;
+    p.sampling.top_k = 0;
+    p.sampling.top_p = 1.0f;
+    p.sampling.min_p = 0.0f;
+    p.sampling.seed = static_cast<uint64_t>(f.seed + i);
+    auto h = (*engine)->add_request(std::move(p));
+    if (!h) {
+      std::fprintf(stderr, "error: %s\n", h.error().message.c_str());
+      return std::nullopt;
+    }
+    std::optional<RequestMetrics> metrics;
+    while ((*engine)->has_pending_work())
+      for (const RequestOutput& o : (*engine)->step())
+        if (o.finished) {
+          if (o.status != RequestStatus::kFinishedLength) {
+            std::fprintf(stderr, "error: request finished with '%s'%s%s\n", o.finish_reason(),
+                         o.error.empty() ? "" : ": ", o.error.c_str());
+            return std::nullopt;
+          }
+          metrics = o.metrics;
+        }
+    if (!metrics) return std::nullopt;
+    Iteration it;
+    it.ttft = metrics->time_to_first_token();
+    it.e2e = metrics->e2e_latency();
+    const double decode_time = metrics->last_token_time - metrics->first_token_time;
+    if (metrics->num_output_tokens > 1 && decode_time > 0)
+      it.decode_tps = static_cast<double>(metrics->num_output_tokens - 1) / decode_time;
+    return it;
+  };
+
+  std::printf("Warming up with %lld iterations...\n", static_cast<long long>(f.num_iters_warmup));
+  std::fflush(stdout);
+  int64_t i = 0;
+  for (; i < f.num_iters_warmup; ++i)
+    if (!run_one(prompts[static_cast<size_t>(i)], i)) return 1;
+  std::vector<double> ttft, prompt_tps, decode_tps, e2e;
+  for (int64_t k = 0; k < f.num_iters; ++k, ++i) {
+    auto it = run_one(prompts[static_cast<size_t>(i)], i);
+    if (!it) return 1;
+    ttft.push_back(it->ttft);
+    prompt_tps.push_back(it->ttft > 0 ? static_cast<double>(f.input_len) / it->ttft : 0.0);
+    if (f.output_len > 1) decode_tps.push_back(it->decode_tps);
+    e2e.push_back(it->e2e);
+  }
+  const bench::Summary s_ttft = bench::summarize(ttft, kPercentiles);
+  const bench::Summary s_prompt = bench::summarize(prompt_tps, kPercentiles);
+  const bench::Summary s_decode = bench::summarize(decode_tps, kPercentiles);
+  const bench::Summary s_e2e = bench::summarize(e2e, kPercentiles);
+
+  std::printf("Input %lld tokens, output %lld tokens, %lld iterations, %d threads\n",
+              static_cast<long long>(f.input_len), static_cast<long long>(f.output_len),
+              static_cast<long long>(f.num_iters), f.threads);
+  std::printf("%-22s %10s %10s %10s %10s %10s\n", "", "mean", "median", "p90", "p99", "stddev");
+  print_row("TTFT", "ms", s_ttft, 1e3);
+  print_row("Prompt throughput", "tokens/s", s_prompt, 1.0);
+  if (f.output_len > 1) print_row("Decode throughput", "tokens/s", s_decode, 1.0);
+  print_row("End-to-end latency", "ms", s_e2e, 1e3);
+
+  if (!f.output_json.empty()) {
+    nlohmann::json j;
+    j["ttft_s"] = summary_json(s_ttft);
+    j["prompt_tokens_per_second"] = summary_json(s_prompt);
+    if (f.output_len > 1) j["decode_tokens_per_second"] = summary_json(s_decode);
+    j["latency_s"] = summary_json(s_e2e);
+    // vLLM's bench latency fields.
+    j["avg_latency"] = s_e2e.mean;
+    j["percentiles"] = {{"90", s_e2e.at(90)}, {"99", s_e2e.at(99)}};
+    j["ttfts"] = ttft;
+    j["decode_tps"] = decode_tps;
+    j["latencies"] = e2e;
+    j["config"] = {{"model", f.model},
+                   {"input_len", f.input_len},
+                   {"output_len", f.output_len},
+                   {"num_iters", f.num_iters},
+                   {"num_iters_warmup", f.num_iters_warmup},
+                   {"max_num_batched_tokens", f.max_num_batched_tokens},
+                   {"enable_prefix_caching", f.enable_prefix_caching},
+                   {"temperature", f.temperature},
+                   {"threads", f.threads},
+                   {"seed", f.seed}};
+    std::ofstream out(f.output_json);
+    out << j.dump(2) << "\n";
+    if (!out) {
+      std::fprintf(stderr, "error: cannot write %s\n", f.output_json.c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_latency(CLI::App& bench, int& exit_code) {
+  auto flags = std::make_shared<BenchLatencyFlags>();
+  flags->model = default_model_path();
+  CLI::App* sub = bench.add_subcommand("latency", "Single-request latency through the engine (TTFT, decode tokens/s)");
+  sub->add_option("-m,--model", flags->model, "GGUF model file")->capture_default_str();
+  sub->add_option("--input-len", flags->input_len, "Prompt tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--output-len", flags->output_len, "Output tokens")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--num-iters", flags->num_iters, "Timed iterations")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--num-iters-warmup", flags->num_iters_warmup, "Untimed iterations first")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens,
+                  "Token budget of a step (a longer prompt is prefilled in chunks)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--max-model-len", flags->max_model_len, "0 = the model's context length")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 256M")->capture_default_str();
+  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching,
+                "Reuse cached KV blocks (default off: every iteration computes its whole prompt)");
+  sub->add_option("--temp,--temperature", flags->temperature, "Sampling temperature; 0 = greedy")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_option("--seed", flags->seed, "Seed for prompts and sampling")->capture_default_str();
+  sub->add_option("--output-json", flags->output_json, "Write the results as JSON to this file");
+  sub->callback([flags, &exit_code] { exit_code = run_bench_latency(*flags); });
+}
+
+}  // namespace inferd::cli
