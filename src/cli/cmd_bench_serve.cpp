@@ -6,11 +6,13 @@
 // writes it as JSON with the per-request measurements.
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <unistd.h>
 
 #include "bench/dataset.h"
@@ -171,9 +173,18 @@ int run_bench_serve(const BenchServeFlags& f) {
 
   std::string model = f.model;
   if (model.empty()) {
-    auto first = bench::first_served_model(*base, f.request_timeout_sec);
-    if (!first) return fail(first.error().message + " (pass --model)");
-    model = *first;
+    // A server still loading its model may not answer yet: ask until the ready-check timeout.
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(f.ready_check_timeout_sec);
+    for (;;) {
+      auto first = bench::first_served_model(*base, f.request_timeout_sec);
+      if (first) {
+        model = *first;
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return fail(first.error().message + " (pass --model)");
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
   }
 
   bench::ServeBenchmarkConfig config;
