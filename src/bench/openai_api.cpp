@@ -85,6 +85,11 @@ Result<StreamChunk> parse_stream_chunk(ApiKind kind, std::string_view data) {
       usage.prompt_tokens = u["prompt_tokens"];
     if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
       usage.completion_tokens = u["completion_tokens"];
+    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
+      const nlohmann::json& d = u["prompt_tokens_details"];
+      if (d.contains("cached_tokens") && d["cached_tokens"].is_number_integer())
+        usage.cached_tokens = d["cached_tokens"];
+    }
     chunk.usage = usage;
   }
   return chunk;

@@ -39,6 +39,7 @@ Result<nlohmann::json> make_request_body(ApiKind kind, const SampleRequest& requ
 struct TokenUsage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt_tokens_details.cached_tokens: prompt tokens served from a cache
 };
 
 struct StreamChunk {

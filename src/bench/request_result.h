@@ -12,6 +12,7 @@ struct RequestResult {
   std::string error;        // why it failed ("" on success)
   int64_t prompt_len = 0;   // the server's usage.prompt_tokens, else the dataset's count
   int64_t output_len = 0;   // usage.completion_tokens, else one per chunk with text
+  int64_t cached_len = 0;   // prompt tokens the server says it took from its prefix cache
   int64_t content_chunks = 0;  // chunks that carried output text
   bool usage_reported = false;
   double start_time = 0.0;  // request sent (after any wait for a concurrency slot)

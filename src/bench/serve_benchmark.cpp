@@ -139,6 +139,7 @@ asio::awaitable<RequestResult> send_request(HttpClient& client, const std::strin
   if (usage) {
     r.usage_reported = true;
     if (usage->prompt_tokens > 0) r.prompt_len = usage->prompt_tokens;
+    r.cached_len = usage->cached_tokens;
   }
   r.output_len = usage && usage->completion_tokens > 0 ? usage->completion_tokens : r.content_chunks;
   if (!status) r.error = status.error().message;

@@ -130,6 +130,7 @@ ServeMetrics compute_serve_metrics(const std::vector<RequestResult>& results, do
     ++m.completed;
     m.total_input += r.prompt_len;
     m.total_output += r.output_len;
+    m.total_cached += r.cached_len;
     m.output_lens.push_back(r.output_len);
     ttfts.push_back(r.ttft);
     e2els.push_back(r.latency);
@@ -199,6 +200,7 @@ nlohmann::json result_json(const ServeMetrics& m, const ServeRunInfo& info,
   j["failed"] = m.failed;
   j["total_input_tokens"] = m.total_input;
   j["total_output_tokens"] = m.total_output;
+  j["total_cached_input_tokens"] = m.total_cached;  // not in vLLM's result: prefix-cache hits
   j["request_throughput"] = m.request_throughput;
   j["output_throughput"] = m.output_throughput;
   j["total_token_throughput"] = m.total_token_throughput;
@@ -212,12 +214,13 @@ nlohmann::json result_json(const ServeMetrics& m, const ServeRunInfo& info,
     j[join({"std_", d.key, "_ms"})] = 1e3 * s.stddev;
     for (const auto& [p, v] : s.percentiles) j[join({"p", percentile_word(p), "_", d.key, "_ms"})] = 1e3 * v;
   }
-  nlohmann::json input_lens = nlohmann::json::array(), ttfts = nlohmann::json::array(),
+  nlohmann::json input_lens = nlohmann::json::array(), cached_lens = nlohmann::json::array(), ttfts = nlohmann::json::array(),
                  itls = nlohmann::json::array(), latencies = nlohmann::json::array(),
                  start_times = nlohmann::json::array(), queue_times = nlohmann::json::array(),
                  errors = nlohmann::json::array(), texts = nlohmann::json::array();
   for (const RequestResult& r : results) {
     input_lens.push_back(r.prompt_len);
+    cached_lens.push_back(r.cached_len);
     ttfts.push_back(r.ttft);
     itls.push_back(r.itl);
     latencies.push_back(r.latency);
@@ -227,6 +230,7 @@ nlohmann::json result_json(const ServeMetrics& m, const ServeRunInfo& info,
     if (with_texts) texts.push_back(r.generated_text);
   }
   j["input_lens"] = std::move(input_lens);
+  j["cached_input_lens"] = std::move(cached_lens);
   j["output_lens"] = m.output_lens;
   j["ttfts"] = std::move(ttfts);
   j["itls"] = std::move(itls);

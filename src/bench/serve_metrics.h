@@ -22,6 +22,7 @@ struct ServeMetrics {
   int64_t failed = 0;
   int64_t total_input = 0;   // of completed requests
   int64_t total_output = 0;  // of completed requests
+  int64_t total_cached = 0;  // prompt tokens served from the server's prefix cache, where it says
   double duration = 0.0;
   double request_throughput = 0.0;
   double output_throughput = 0.0;

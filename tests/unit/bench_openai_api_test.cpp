@@ -60,12 +60,14 @@ TEST(BenchOpenAi, CompletionChunks) {
   EXPECT_FALSE(text->usage);
   auto last = parse_stream_chunk(ApiKind::kCompletions,
                                  R"({"choices":[{"text":"","finish_reason":"length"}],)"
-                                 R"("usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9}})");
+                                 R"("usage":{"prompt_tokens":5,"completion_tokens":4,"total_tokens":9,)"
+                                 R"("prompt_tokens_details":{"cached_tokens":3}}})");
   ASSERT_TRUE(last);
   EXPECT_EQ(last->finish_reason, "length");
   ASSERT_TRUE(last->usage);
   EXPECT_EQ(last->usage->prompt_tokens, 5);
   EXPECT_EQ(last->usage->completion_tokens, 4);
+  EXPECT_EQ(last->usage->cached_tokens, 3);
   auto usage_only = parse_stream_chunk(ApiKind::kCompletions, R"({"choices":[],"usage":{"completion_tokens":2}})");
   ASSERT_TRUE(usage_only);
   EXPECT_FALSE(usage_only->has_choice);
