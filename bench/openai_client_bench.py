@@ -93,8 +93,18 @@ async def one_request(client, model: str, prompt: list[int], args, sem: asyncio.
 async def run(args) -> dict:
     import openai
 
+    try:
+        import httpx
+    except ImportError:  # some openai releases ship their HTTP client as httpx2
+        import httpx2 as httpx
+
+    # A fresh connection per request: llama-server closes kept-alive connections
+    # after a few requests, and a request that lands on one just closed fails
+    # (retrying it would hide the failure and skew its latency).
+    http_client = openai.DefaultAsyncHttpxClient(limits=httpx.Limits(max_connections=None,
+                                                                     max_keepalive_connections=0))
     client = openai.AsyncOpenAI(base_url=args.base_url.rstrip("/") + "/v1", api_key="unused",
-                                max_retries=0, timeout=args.timeout)
+                                max_retries=0, timeout=args.timeout, http_client=http_client)
     model = args.model or (await client.models.list()).data[0].id
     rng = random.Random(args.seed)
     lo, hi = (int(x) for x in args.token_id_range.split(","))
