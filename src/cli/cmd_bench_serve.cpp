@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench/dataset.h"
@@ -70,6 +71,16 @@ Result<std::vector<int32_t>> ordinary_tokens(const Tokenizer& tok) {
     if (!tok.is_control(id) && !tok.is_eog(id)) pool.push_back(id);
   if (pool.empty()) return make_error("the tokenizer has no ordinary tokens");
   return pool;
+}
+
+// Every request in flight holds a socket: lift the soft limit on open files
+// to the hard one, so a burst of a few thousand requests does not run out.
+void raise_open_file_limit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
 }
 
 std::string now_stamp() {
@@ -208,6 +219,7 @@ int run_bench_serve(const BenchServeFlags& f) {
     std::fflush(stdout);
   };
 
+  raise_open_file_limit();
   auto run = bench::run_serve_benchmark(config, requests);
   if (!run) return fail(run.error().message);
 
