@@ -120,7 +120,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
       co_await wait(std::chrono::milliseconds(100));
     }
   }
-  net::awaitable<void> reject(http::status status, std::string_view message) {
+  net::awaitable<void> reject(http::status status, std::string message) {
     http::response<http::string_body> res{status, version_ ? version_ : 11};
     res.set(http::field::server, "inferd");
     res.set(http::field::content_type, "application/json");

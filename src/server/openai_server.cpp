@@ -49,7 +49,20 @@ std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
 double ms(double seconds) { return seconds * 1000.0; }
 
-// Built outside coroutines: GCC 12 cannot keep string-literal temporaries in a coroutine frame.
+// Errors and headers are built by plain functions, never as braced temporaries
+// inside a coroutine: GCC 12 miscompiles those (double free, or "array used
+// as initializer" for string literals).
+ApiError method_not_allowed(std::string message) {
+  return ApiError{405, std::move(message), "invalid_request_error", {}, "method_not_allowed"};
+}
+ApiError model_loading() { return ApiError{503, "the model is loading", "server_error", {}, "model_loading"}; }
+ApiError server_error(std::string message) { return ApiError{500, std::move(message), "server_error", {}, {}}; }
+ApiError overloaded(int64_t waiting, int64_t bound) {
+  return ApiError{503,
+                  "The server is overloaded: " + std::to_string(waiting) +
+                      " requests are waiting (--max-queued-requests " + std::to_string(bound) + "). Retry later.",
+                  "server_error", {}, "server_overloaded"};
+}
 Headers retry_after() { return {{"Retry-After", "1"}}; }
 
 struct Route {
@@ -264,11 +277,11 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   const http::verb method = ex.request().method();
   if (path == "/health") {
     if (method != http::verb::get && method != http::verb::head) {
-      co_await send_error(ex, ApiError{405, "use GET for /health", "invalid_request_error", {}, "method_not_allowed"});
+      co_await send_error(ex, method_not_allowed("use GET for /health"));
     } else if (ready()) {
       co_await ex.respond(http::status::ok, "application/json", "{}");
     } else {
-      co_await send_error(ex, ApiError{503, "the model is loading", "server_error", {}, "model_loading"});
+      co_await send_error(ex, model_loading());
     }
     co_return;
   }
@@ -282,8 +295,7 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
     co_return;
   }
   if (method != route->method) {
-    co_await send_error(ex, ApiError{405, "use " + std::string(http::to_string(route->method)) + " for " + path,
-                                     "invalid_request_error", {}, "method_not_allowed"});
+    co_await send_error(ex, method_not_allowed("use " + std::string(http::to_string(route->method)) + " for " + path));
     co_return;
   }
   if (path == "/version") {
@@ -291,8 +303,7 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
     co_return;
   }
   if (!ready()) {
-    co_await send_error(ex, ApiError{503, "the model is loading", "server_error", {}, "model_loading"},
-                        retry_after());
+    co_await send_error(ex, model_loading(), retry_after());
     co_return;
   }
   if (path == "/v1/models") {
@@ -449,13 +460,7 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
   const int64_t new_requests = static_cast<int64_t>(prompts.size()) * req.n;
   const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running;
   if (waiting + new_requests > options_.max_queued_requests) {
-    co_await send_error(ex,
-                        ApiError{503,
-                                 "The server is overloaded: " + std::to_string(waiting) +
-                                     " requests are waiting (--max-queued-requests " +
-                                     std::to_string(options_.max_queued_requests) + "). Retry later.",
-                                 "server_error", {}, "server_overloaded"},
-                        retry_after());
+    co_await send_error(ex, overloaded(waiting, options_.max_queued_requests), retry_after());
     co_return;
   }
 
@@ -560,7 +565,7 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
   }
   for (const Choice& c : choices)
     if (!c.error.empty()) {
-      co_await send_error(ex, ApiError{500, "generation failed: " + c.error, "server_error", {}, {}});
+      co_await send_error(ex, server_error("generation failed: " + c.error));
       co_return;
     }
   co_await ex.respond(http::status::ok, "application/json",
