@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-              libgtest-dev python3 python3-pip)
+              libboost-dev libspdlog-dev libgtest-dev python3 python3-pip curl)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -26,6 +26,13 @@ if ! command -v cargo >/dev/null; then
 fi
 
 scripts/fetch_models.sh ${INFERD_FETCH_ALL_MODELS:+--all}
+
+# The end-to-end tests talk to the server through the official OpenAI client.
+PY_PACKAGES=(openai pytest requests)
+if ! python3 -c "import openai, pytest, requests" 2>/dev/null; then
+  python3 -m pip install -q "${PY_PACKAGES[@]}" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "${PY_PACKAGES[@]}"
+fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build -j "$(nproc)" inferd

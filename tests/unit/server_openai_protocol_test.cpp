@@ -1,0 +1,143 @@
+// Request parsing and validation of the OpenAI API, and the metrics text,
+// without a model. (The same cases through the real server: tests/e2e.)
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "server/metrics.h"
+#include "server/openai_protocol.h"
+
+namespace inferd::server {
+namespace {
+
+const ProtocolLimits kLimits;
+
+GenerationRequest completion_ok(const std::string& body) {
+  auto r = parse_completion_request(body, kLimits);
+  if (auto* e = std::get_if<ApiError>(&r)) ADD_FAILURE() << body << " -> " << e->message;
+  return std::get<GenerationRequest>(r);
+}
+
+ApiError completion_error(const std::string& body) {
+  auto r = parse_completion_request(body, kLimits);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+ApiError chat_error(const std::string& body) {
+  auto r = parse_chat_request(body, kLimits);
+  EXPECT_TRUE(std::holds_alternative<ApiError>(r)) << body;
+  return std::holds_alternative<ApiError>(r) ? std::get<ApiError>(r) : ApiError{};
+}
+
+TEST(OpenAIProtocol, CompletionDefaultsAndFields) {
+  GenerationRequest r = completion_ok(R"({"prompt": "hi"})");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0].text, "hi");
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(r.n, 1);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
+  EXPECT_EQ(r.logprobs, -1);
+
+  r = completion_ok(R"({"prompt": [1, 2, 3], "max_tokens": 16.0, "temperature": 0, "top_p": 0.5, "top_k": 5,
+      "min_p": 0.1, "seed": 7, "stop": "x", "n": 2, "stream": true, "stream_options": {"include_usage": true},
+      "logprobs": 2, "ignore_eos": true, "repetition_penalty": 1.1, "stop_token_ids": [4]})");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_TRUE(r.prompts[0].is_tokens);
+  EXPECT_EQ(r.prompts[0].token_ids, (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(*r.max_tokens, 16);
+  EXPECT_EQ(r.sampling.top_k, 5);
+  EXPECT_EQ(*r.sampling.seed, 7u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
+  EXPECT_EQ(r.logprobs, 2);
+  EXPECT_EQ(r.stop_token_ids, (std::vector<int32_t>{4}));
+
+  r = completion_ok(R"({"prompt": ["a", [5, 6]], "max_tokens": null})");
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_FALSE(r.prompts[0].is_tokens);
+  EXPECT_TRUE(r.prompts[1].is_tokens);
+}
+
+TEST(OpenAIProtocol, CompletionErrorsNameTheField) {
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": -1})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": "ten"})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 1.5})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "top_p": 0})").param, "top_p");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "top_p": 1.5})").param, "top_p");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "temperature": 3})").param, "temperature");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "n": 17})").param, "n");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "n": true})").param, "n");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})").param, "logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "stop": [1]})").param, "stop");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "stream_options": {}})").param, "stream_options");
+  EXPECT_EQ(completion_error(R"({"prompt": [1, -1]})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": ""})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"max_tokens": 3})").param, "prompt");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "max_tokens": 99999999999999999999})").param, "max_tokens");
+  for (const ApiError& e : {completion_error("{"), completion_error("[]"), completion_error(""),
+                            completion_error("{\"prompt\": \"\xff\"}")}) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_FALSE(e.message.empty());
+  }
+  EXPECT_NE(completion_error("{\"prompt\": \"\xc3\x28\"}").message.find("UTF-8"), std::string::npos);
+}
+
+TEST(OpenAIProtocol, ChatMessages) {
+  auto r = parse_chat_request(R"({"messages": [{"role": "system", "content": "s"},
+      {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "assistant", "content": null}], "max_tokens": 5, "max_completion_tokens": 7,
+      "logprobs": true, "top_logprobs": 3})",
+                              kLimits);
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(r)) << std::get<ApiError>(r).message;
+  const GenerationRequest& g = std::get<GenerationRequest>(r);
+  ASSERT_EQ(g.messages.size(), 3u);
+  EXPECT_EQ(g.messages[1].content, "ab");
+  EXPECT_EQ(g.messages[2].content, "");
+  EXPECT_EQ(*g.max_tokens, 7);
+  EXPECT_EQ(g.logprobs, 3);
+
+  EXPECT_EQ(chat_error(R"({"messages": []})").param, "messages");
+  EXPECT_NE(chat_error(R"({"messages": [{"role": "wizard", "content": "x"}]})").message.find("wizard"),
+            std::string::npos);
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user"}]})").param, "messages");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})").param,
+            "messages");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})").param,
+            "top_logprobs");
+}
+
+TEST(OpenAIProtocol, ContextLengthMessageUsesVllmWords) {
+  ApiError e = context_length_error(2048, 2000, 100);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.message.rfind("This model's maximum context length is 2048 tokens. However, you requested 2100 "
+                            "tokens (2000 in the messages, 100 in the completion).",
+                            0),
+            0u);
+  EXPECT_NE(context_length_error(2048, 3000, std::nullopt).message.find("3000 input tokens"), std::string::npos);
+}
+
+TEST(OpenAIProtocol, ErrorJsonShape) {
+  auto j = nlohmann::json::parse(error_json(bad_request("bad \xff thing", "n")));
+  EXPECT_EQ(j["error"]["param"], "n");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_TRUE(j["error"]["message"].is_string());
+}
+
+TEST(ServingMetrics, HistogramIsCumulative) {
+  Histogram h({0.1, 1.0});
+  h.observe(0.05);
+  h.observe(0.5);
+  h.observe(5.0);
+  std::string out;
+  h.render(out, "m", "a=\"b\"");
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"0.10000000000000001\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"1\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_bucket{a=\"b\",le=\"+Inf\"} 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("m_count{a=\"b\"} 3\n"), std::string::npos) << out;
+  EXPECT_EQ(escape_label_value("a\"b\\c\n"), "a\\\"b\\\\c\\n");
+}
+
+}  // namespace
+}  // namespace inferd::server
