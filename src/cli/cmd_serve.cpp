@@ -5,6 +5,7 @@
 // last chunk and [DONE]), gives connections a moment to drain, and exits 0.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -118,6 +119,11 @@ int run_serve(const ServeFlags& f) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a death
+  // One descriptor per connection: take the hard limit, not the usual 1,024.
+  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
 
   const int64_t max_body = parse_bytes(f.max_request_body);
   if (max_body <= 0) {
