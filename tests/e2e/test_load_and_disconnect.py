@@ -139,3 +139,34 @@ def test_hundreds_of_concurrent_streams_complete_and_metrics_agree(server):
     assert delta("inferd:inter_token_latency_seconds_count") == CLIENTS * (TOKENS - 1)
     assert after['inferd:num_requests_running{model_name="smollm2"}'] == 0
     print(f"{CLIENTS} streams x {TOKENS} tokens in {elapsed:.1f} s")
+
+
+def test_sigterm_ends_open_streams_cleanly(start_server, tmp_path):
+    """Graceful shutdown: running streams get their last chunk and [DONE], the process exits 0."""
+    import signal
+    srv = start_server("--log-prompts")
+    sockets = [open_stream(srv, f"Stream {i} tells a long tale.", 1500) for i in range(3)]
+    for s in sockets:
+        assert b"data: {" in read_some(s, b"data: {")
+    srv.process.send_signal(signal.SIGTERM)
+    for s in sockets:
+        tail = read_some(s, b"data: [DONE]", limit=10)
+        assert b"data: [DONE]" in tail
+        assert b'"finish_reason":"abort"' in tail
+        s.close()
+    assert srv.process.wait(timeout=10) == 0
+    log = srv.log()
+    # One line per finished request, with the prompt only because --log-prompts asked for it.
+    assert log.count(" abort: prompt ") == 3
+    assert "Stream 1 tells a long tale." in log
+
+
+def test_chat_template_override(start_server, tmp_path):
+    template = tmp_path / "plain.jinja"
+    template.write_text("{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}[assistant] {% endif %}")
+    srv = start_server("--chat-template", str(template))
+    r = requests.post(srv.base_url + "/tokenize", timeout=30,
+                      json={"messages": [{"role": "user", "content": "Hi"}]}).json()
+    text = requests.post(srv.base_url + "/detokenize", json={"tokens": r["tokens"]}, timeout=30).json()["prompt"]
+    assert text == "[user] Hi\n[assistant] "
