@@ -179,12 +179,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
                    {"temperature", f.temperature},
                    {"threads", f.threads},
                    {"seed", f.seed}};
-    std::ofstream out(f.output_json);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write %s\n", f.output_json.c_str());
-      return 1;
-    }
+    if (!write_json_file(f.output_json, j)) return 1;
   }
   return 0;
 }

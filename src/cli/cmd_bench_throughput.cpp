@@ -27,13 +27,7 @@ struct BenchThroughputFlags {
   int64_t output_len = 128;
   double random_range_ratio = 0.0;
   int64_t prefix_len = 0;
-  int64_t max_num_seqs = 128;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;
-  std::string kv_cache_memory;  // bytes, with an optional K/M/G suffix
-  double kv_cache_memory_fraction = 0.25;
-  int64_t block_size = 16;
-  bool enable_prefix_caching = true;
+  EngineFlags engine;
   float temperature = 1.0f;
   int threads = default_threads();
   int64_t seed = 0;
@@ -55,22 +49,13 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                  model->config().architecture.c_str());
     return 1;
   }
-  EngineConfig ec;
-  ec.max_num_seqs = static_cast<int32_t>(f.max_num_seqs);
-  ec.max_num_batched_tokens = f.max_num_batched_tokens;
-  ec.max_model_len = f.max_model_len;
-  ec.enable_prefix_caching = f.enable_prefix_caching;
-  ec.block_size = static_cast<int32_t>(f.block_size);
-  ec.kv_cache_memory_fraction = f.kv_cache_memory_fraction;
-  if (!f.kv_cache_memory.empty()) {
-    ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
-    if (ec.kv_cache_bytes <= 0) {
-      std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 512M or 2G\n");
-      return 1;
-    }
+  auto ec = f.engine.config();
+  if (!ec) {
+    std::fprintf(stderr, "error: %s\n", ec.error().message.c_str());
+    return 1;
   }
   ThreadPool pool(f.threads);
-  auto engine = Engine::create(*model, pool, ec);
+  auto engine = Engine::create(*model, pool, *ec);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;
@@ -124,7 +109,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
     const std::vector<RequestOutput> outputs = (*engine)->step();
     {
       const SchedulerStats ss = (*engine)->stats().scheduler;
-      allocated_slot_steps += static_cast<double>(ss.kv_used_blocks) * ec.block_size;
+      allocated_slot_steps += static_cast<double>(ss.kv_used_blocks) * ec->block_size;
       held_token_steps += static_cast<double>(ss.kv_held_tokens);
     }
     for (const RequestOutput& o : outputs) {
@@ -162,7 +147,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
               elapsed, st.forward_seconds, static_cast<long long>(st.scheduler.steps),
               st.mean_tokens_per_step(), static_cast<long long>(st.scheduler.preemptions),
               static_cast<long long>(pc.hit_tokens), static_cast<long long>(pc.queried_tokens),
-              st.kv_total_blocks, static_cast<long long>(f.block_size));
+              st.kv_total_blocks, static_cast<long long>(f.engine.block_size));
   // Shared prefix blocks hold tokens for several requests, so with prefix
   // hits "held" can exceed "allocated"; clamp the waste at zero.
   const double kv_waste =
@@ -204,20 +189,15 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                    {"output_len", f.output_len},
                    {"random_range_ratio", f.random_range_ratio},
                    {"prefix_len", f.prefix_len},
-                   {"max_num_seqs", f.max_num_seqs},
-                   {"max_num_batched_tokens", f.max_num_batched_tokens},
+                   {"max_num_seqs", f.engine.max_num_seqs},
+                   {"max_num_batched_tokens", f.engine.max_num_batched_tokens},
                    {"max_model_len", (*engine)->config().max_model_len},
-                   {"block_size", f.block_size},
-                   {"enable_prefix_caching", f.enable_prefix_caching},
+                   {"block_size", f.engine.block_size},
+                   {"enable_prefix_caching", f.engine.enable_prefix_caching},
                    {"temperature", f.temperature},
                    {"threads", f.threads},
                    {"seed", f.seed}};
-    std::ofstream out(f.output_json);
-    out << j.dump(2) << "\n";
-    if (!out) {
-      std::fprintf(stderr, "error: cannot write %s\n", f.output_json.c_str());
-      return 1;
-    }
+    if (!write_json_file(f.output_json, j)) return 1;
   }
   return 0;
 }
@@ -240,22 +220,7 @@ void register_bench_throughput(CLI::App& bench, int& exit_code) {
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
   sub->add_option("--prefix-len", flags->prefix_len, "Random tokens shared by every prompt's start")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--max-num-seqs", flags->max_num_seqs, "Requests running at once")
-      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  sub->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget of a step")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_option("--max-model-len", flags->max_model_len,
-                  "Prompt + output tokens at most; 0 = the model's context length")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", flags->kv_cache_memory,
-                  "KV cache size, e.g. 512M or 2G (default: a fraction of available memory)");
-  sub->add_option("--kv-cache-memory-fraction", flags->kv_cache_memory_fraction,
-                  "Fraction of available memory for the KV cache when --kv-cache-memory is unset")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  sub->add_option("--block-size", flags->block_size, "Tokens per KV block")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
-  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching,
-                "Reuse cached KV blocks of shared prefixes (default on)");
+  flags->engine.add_to(*sub);
   sub->add_option("--temp,--temperature", flags->temperature, "Sampling temperature; 0 = greedy")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));

@@ -33,13 +33,7 @@ struct ServeFlags {
   std::string api_key;
   std::string served_model_name;
   std::string chat_template;
-  int64_t max_model_len = 0;
-  int64_t max_num_seqs = 128;
-  int64_t max_num_batched_tokens = 2048;
-  bool enable_prefix_caching = true;
-  std::string kv_cache_memory;
-  double kv_cache_memory_fraction = 0.25;
-  int64_t block_size = 16;
+  EngineFlags engine;
   int threads = default_threads();
   int io_threads = 1;
   int64_t max_queued_requests = 4096;
@@ -79,23 +73,14 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
     spdlog::warn("the model has no chat template: /v1/chat/completions will refuse requests (see --chat-template)");
   }
 
-  EngineConfig ec;
-  ec.max_num_batched_tokens = f.max_num_batched_tokens;
-  ec.max_num_seqs = static_cast<int32_t>(f.max_num_seqs);
-  ec.max_model_len = f.max_model_len;
-  ec.enable_prefix_caching = f.enable_prefix_caching;
-  ec.block_size = static_cast<int32_t>(f.block_size);
-  ec.kv_cache_memory_fraction = f.kv_cache_memory_fraction;
-  ec.max_logprobs = static_cast<int32_t>(f.max_logprobs);
-  if (!f.kv_cache_memory.empty()) {
-    ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
-    if (ec.kv_cache_bytes <= 0) {
-      spdlog::error("--kv-cache-memory '{}' is not a size in bytes (e.g. 512M, 2G)", f.kv_cache_memory);
-      return false;
-    }
+  auto ec = f.engine.config();
+  if (!ec) {
+    spdlog::error("{}", ec.error().message);
+    return false;
   }
+  ec->max_logprobs = static_cast<int32_t>(f.max_logprobs);
   out.pool = std::make_unique<ThreadPool>(f.threads);
-  auto engine = Engine::create(*out.model, *out.pool, ec);
+  auto engine = Engine::create(*out.model, *out.pool, *ec);
   if (!engine) {
     spdlog::error("engine: {}", engine.error().message);
     return false;
@@ -106,7 +91,7 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
   const EngineStats stats = out.engine->stats();
   spdlog::info("model {} ready: max_model_len {}, KV cache {} blocks of {} tokens, {} threads, prefix caching {}",
                out.model->config().name, out.engine->config().max_model_len, stats.kv_total_blocks,
-               out.engine->config().block_size, f.threads, f.enable_prefix_caching ? "on" : "off");
+               out.engine->config().block_size, f.threads, f.engine.enable_prefix_caching ? "on" : "off");
   api.attach(*out.model, *out.engine, std::move(tmpl));
   return true;
 }
@@ -197,19 +182,7 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--served-model-name", flags->served_model_name,
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
-  sub->add_option("--max-model-len", flags->max_model_len,
-                  "Prompt + output tokens at most (default: the model's context length)");
-  sub->add_option("--max-num-seqs", flags->max_num_seqs, "Requests running at once")->capture_default_str();
-  sub->add_option("--max-num-batched-tokens", flags->max_num_batched_tokens, "Token budget of one engine step")
-      ->capture_default_str();
-  sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching,
-                "Reuse the KV cache of shared prompt prefixes (default on)");
-  sub->add_option("--kv-cache-memory,--kv-cache-memory-bytes", flags->kv_cache_memory,
-                  "KV cache size in bytes (512M, 2G, ...); default: a fraction of free memory");
-  sub->add_option("--kv-cache-memory-fraction", flags->kv_cache_memory_fraction,
-                  "Fraction of available memory for the KV cache, without --kv-cache-memory")
-      ->capture_default_str();
-  sub->add_option("--block-size", flags->block_size, "Tokens per KV-cache block")->capture_default_str();
+  flags->engine.add_to(*sub);
   sub->add_option("-t,--threads", flags->threads, "Compute threads")->capture_default_str();
   sub->add_option("--io-threads", flags->io_threads, "HTTP I/O threads")->capture_default_str();
   sub->add_option("--max-queued-requests", flags->max_queued_requests,

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 namespace inferd::cli {
@@ -37,6 +38,50 @@ int64_t parse_bytes(const std::string& s) {
   else if (!unit.empty()) return -1;
   if (!(v > 0)) return -1;
   return static_cast<int64_t>(v * scale);
+}
+
+void EngineFlags::add_to(CLI::App& app) {
+  app.add_option("--max-num-seqs", max_num_seqs, "Requests running at once")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one engine step")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-model-len", max_model_len, "Prompt + output tokens at most; 0 = the model's context length")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-cache-memory,--kv-cache-memory-bytes", kv_cache_memory,
+                 "KV cache size, e.g. 512M or 2G (default: a fraction of available memory)");
+  app.add_option("--kv-cache-memory-fraction", kv_cache_memory_fraction,
+                 "Fraction of available memory for the KV cache when --kv-cache-memory is unset")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--block-size", block_size, "Tokens per KV-cache block")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
+               "Reuse the KV cache of shared prompt prefixes (default on)");
+}
+
+Result<EngineConfig> EngineFlags::config() const {
+  EngineConfig ec;
+  ec.max_num_seqs = static_cast<int32_t>(max_num_seqs);
+  ec.max_num_batched_tokens = max_num_batched_tokens;
+  ec.max_model_len = max_model_len;
+  ec.enable_prefix_caching = enable_prefix_caching;
+  ec.block_size = static_cast<int32_t>(block_size);
+  ec.kv_cache_memory_fraction = kv_cache_memory_fraction;
+  if (!kv_cache_memory.empty()) {
+    ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
+    if (ec.kv_cache_bytes <= 0)
+      return make_error("--kv-cache-memory '" + kv_cache_memory + "': expected a size such as 512M or 2G");
+  }
+  return ec;
+}
+
+bool write_json_file(const std::string& path, const nlohmann::json& j) {
+  std::ofstream out(path);
+  out << j.dump(2) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "error: cannot write %s\n", path.c_str());
+    return false;
+  }
+  return true;
 }
 
 int default_threads() {

@@ -2,9 +2,12 @@
 // progress bar, and flag groups.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
 
+#include "core/result.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -31,6 +34,23 @@ struct SamplingFlags {
   void add_to(CLI::App& app);
   SamplingParams params() const;
 };
+
+// The engine's scheduling and KV-cache flags, named as vLLM's (serve, bench throughput).
+struct EngineFlags {
+  int64_t max_num_seqs = 128;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;        // 0: the model's context length
+  std::string kv_cache_memory;      // bytes with an optional K/M/G suffix; empty: a fraction
+  double kv_cache_memory_fraction = 0.25;
+  int64_t block_size = 16;
+  bool enable_prefix_caching = true;
+  void add_to(CLI::App& app);
+  // Error naming a malformed --kv-cache-memory.
+  Result<EngineConfig> config() const;
+};
+
+// Writes `j` (indented) to `path`; prints the error and returns false if it cannot.
+bool write_json_file(const std::string& path, const nlohmann::json& j);
 
 int default_threads();
 

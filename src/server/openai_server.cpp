@@ -342,18 +342,27 @@ std::variant<std::vector<int32_t>, ApiError> OpenAIServer::chat_prompt(const std
   return tok.encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
 }
 
-std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& text) const {
-  json body;
+namespace {
+// A request body that must be a JSON object.
+std::variant<json, ApiError> parse_object(const std::string& text) {
   try {
-    body = json::parse(text);
+    json body = json::parse(text);
+    if (!body.is_object()) return bad_request("the request body must be a JSON object");
+    return body;
   } catch (const json::parse_error& e) {
     return bad_request(std::string("the request body is not valid JSON: ") + e.what());
   }
-  if (!body.is_object()) return bad_request("the request body must be a JSON object");
+}
+}  // namespace
+
+std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& text) const {
+  auto parsed_body = parse_object(text);
+  if (auto* e = std::get_if<ApiError>(&parsed_body)) return *e;
+  const json& body = std::get<json>(parsed_body);
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
     // The chat parser validates the messages.
-    json chat = {{"messages", body["messages"]}};
+    json chat = {{"messages", body.at("messages")}};
     auto parsed = parse_chat_request(chat.dump(), options_.limits);
     if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
     auto agp = body.find("add_generation_prompt");
@@ -375,14 +384,11 @@ std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& te
 }
 
 std::variant<std::string, ApiError> OpenAIServer::detokenize(const std::string& text) const {
-  json body;
-  try {
-    body = json::parse(text);
-  } catch (const json::parse_error& e) {
-    return bad_request(std::string("the request body is not valid JSON: ") + e.what());
-  }
-  auto it = body.is_object() ? body.find("tokens") : body.end();
-  if (!body.is_object() || it == body.end() || !it->is_array())
+  auto parsed_body = parse_object(text);
+  if (auto* e = std::get_if<ApiError>(&parsed_body)) return *e;
+  const json& body = std::get<json>(parsed_body);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array())
     return bad_request("'tokens' (an array of token ids) is required", "tokens");
   const int32_t n_vocab = model_->tokenizer().n_vocab();
   std::vector<int32_t> ids;
