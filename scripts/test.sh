@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
 JOBS="$(nproc)"
 
+# The tests read both models (the tokenizer and loader tests use Gemma 3 too);
+# setup.sh fetches only the default one that serving needs. Cached after once.
+scripts/fetch_models.sh --all
+
 echo "== release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build -j "$JOBS"
