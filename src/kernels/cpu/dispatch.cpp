@@ -67,6 +67,7 @@ SimdLevel best_simd_level() {
 KernelTable build_kernel_table(SimdLevel level) {
   KernelTable t;
   fill_scalar_kernels(t);
+  fill_scalar_packed_kernels(t);
   if (level >= SimdLevel::kAvx2) fill_avx2_kernels(t);
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
   return t;

@@ -19,6 +19,12 @@ using VecDotFn = float (*)(int64_t n, const void* a, const void* b);
 using GemmTileFn = void (*)(int64_t n, const void* a, size_t a_stride, int nr, const void* b,
                             size_t b_stride, int nt, float* out, size_t out_row_stride,
                             size_t out_tok_stride);
+// One group of kPackRows packed weight rows (packed_layout.h) against `nt`
+// (1..kMaxPackedTokens) packed activation rows, `act_stride` bytes apart:
+// out[t * out_stride + r] for r < kPackRows. Per (row, token) the arithmetic is
+// the same at every level and for every nt, so results are bit-identical.
+using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* act,
+                              size_t act_stride, int nt, float* out, size_t out_stride);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 
@@ -36,6 +42,9 @@ struct TypeKernels {
   int gemv_rows = 1;    // rows per call for a single token
   int tile_rows = 1;    // rows x tokens per call for several tokens
   int tile_tokens = 1;
+  // Row-interleaved weights (packed_layout.h); null where the type has none.
+  PackedTileFn packed_tile = nullptr;
+  int packed_tokens = 1;  // activation rows per packed_tile call that fit the registers
 };
 
 struct KernelTable {
@@ -59,5 +68,6 @@ const KernelTable& kernel_table();
 void fill_scalar_kernels(KernelTable& t);                   // quants_ref.cpp
 void fill_avx2_kernels(KernelTable& t);                     // quants_avx2.cpp
 void fill_avx512_kernels(KernelTable& t);                   // quants_avx512.cpp
+void fill_scalar_packed_kernels(KernelTable& t);            // packed_ref.cpp
 
 }  // namespace inferd::kernels

@@ -11,17 +11,20 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants_blocks.h"
 
 namespace inferd::kernels {
 namespace {
 #define INFERD_X86_AVX512 1
 #include "kernels/cpu/quants_x86_impl.h"
+#include "kernels/cpu/packed_x86_impl.h"
 #undef INFERD_X86_AVX512
 }  // namespace
 
 void fill_avx512_kernels(KernelTable& table) {
   fill_x86(table);
+  fill_x86_packed(table);
   table.level = "avx512vnni";
 }
 

@@ -1,0 +1,162 @@
+#include "kernels/cpu/packed.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cpu/quants_blocks.h"
+
+namespace inferd::kernels {
+
+namespace {
+
+size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+size_t packed_block_bytes(DType t) {
+  switch (t) {
+    case DType::Q4_0: return kPackedQ4_0BlockBytes;
+    case DType::Q4_1: return kPackedQ4_1BlockBytes;
+    case DType::Q8_0: return kPackedQ8_0BlockBytes;
+    default: return 0;
+  }
+}
+
+// Writes row r's 32 quant bytes (Q8_0) or 16 nibble bytes (Q4_x) into the
+// group-block's quant area as 4-byte chunks: chunk j of row r at 64*j + 4*r.
+void scatter_quants(const uint8_t* qs, int n_bytes, int r, uint8_t* dst) {
+  for (int j = 0; j < n_bytes / 4; ++j) std::memcpy(dst + 64 * j + 4 * r, qs + 4 * j, 4);
+}
+
+}  // namespace
+
+AlignedBytes::AlignedBytes(size_t n) : n_(n) {
+  void* p = std::aligned_alloc(64, round_up(std::max<size_t>(n, 1), 64));
+  if (p == nullptr) {
+    std::fprintf(stderr, "inferd: out of memory allocating %zu bytes\n", n);
+    std::abort();
+  }
+  std::memset(p, 0, n);
+  p_.reset(static_cast<uint8_t*>(p));
+}
+
+void AlignedBytes::Free::operator()(uint8_t* p) const { std::free(p); }
+
+bool can_pack(DType t) { return packed_block_bytes(t) != 0; }
+
+PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols) {
+  PackedMatrix m;
+  m.type_ = t;
+  m.rows_ = rows;
+  m.cols_ = cols;
+  const int64_t nb = cols / kQK;
+  const size_t block_bytes = packed_block_bytes(t);
+  m.group_bytes_ = block_bytes * static_cast<size_t>(nb);
+  m.bytes_ = AlignedBytes(m.group_bytes_ * static_cast<size_t>(m.groups()));  // zeroed: padding rows are 0
+  const size_t src_row = row_bytes(t, cols);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int r = static_cast<int>(row % kPackRows);
+    uint8_t* group = m.bytes_.data() + (row / kPackRows) * m.group_bytes_;
+    const uint8_t* src = static_cast<const uint8_t*>(w) + row * src_row;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = group + b * block_bytes;
+      switch (t) {
+        case DType::Q4_0: {
+          const auto& x = reinterpret_cast<const BlockQ4_0*>(src)[b];
+          std::memcpy(dst + 2 * r, &x.d, 2);
+          scatter_quants(x.qs, 16, r, dst + 32);
+          break;
+        }
+        case DType::Q4_1: {
+          const auto& x = reinterpret_cast<const BlockQ4_1*>(src)[b];
+          std::memcpy(dst + 2 * r, &x.d, 2);
+          std::memcpy(dst + 32 + 2 * r, &x.m, 2);
+          scatter_quants(x.qs, 16, r, dst + 64);
+          break;
+        }
+        default: {  // Q8_0
+          const auto& x = reinterpret_cast<const BlockQ8_0*>(src)[b];
+          std::memcpy(dst + 2 * r, &x.d, 2);
+          scatter_quants(reinterpret_cast<const uint8_t*>(x.qs), 32, r, dst + 32);
+          break;
+        }
+      }
+    }
+  }
+  return m;
+}
+
+void PackedActivations::resize(int64_t n_tokens, int64_t cols) {
+  const size_t row = round_up(static_cast<size_t>(cols) + 12 * static_cast<size_t>(cols / kQK), 64);
+  if (row * static_cast<size_t>(n_tokens) > bytes_.size()) {
+    bytes_ = AlignedBytes(row * static_cast<size_t>(std::max<int64_t>(n_tokens, n_tokens_)));
+  }
+  n_tokens_ = n_tokens;
+  cols_ = cols;
+  row_bytes_ = row;
+}
+
+void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivations& a) {
+  const int64_t cols = a.cols(), nb = cols / kQK;
+  for (int64_t t = t0; t < t1; ++t) {
+    uint8_t* row = a.row(t);
+    float* d = reinterpret_cast<float*>(row + cols);
+    float* s = d + nb;
+    int32_t* sum = reinterpret_cast<int32_t*>(s + nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      BlockQ8_1 blk;
+      quantize_row(DType::Q8_1, x + t * cols + b * kQK, &blk, kQK);
+      std::memcpy(row + b * kQK, blk.qs, kQK);
+      d[b] = f16_to_f32(blk.d);
+      s[b] = f16_to_f32(blk.s);
+      int32_t total = 0;
+      for (int8_t q : blk.qs) total += q;
+      sum[b] = total;
+    }
+  }
+}
+
+void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
+                               int64_t g0, int64_t g1, float* y, int64_t ldy) {
+  const TypeKernels& k = table.type[static_cast<uint32_t>(w.type())];
+  const int64_t n_tokens = a.n_tokens();
+  const int step = std::clamp(k.packed_tokens, 1, kMaxPackedTokens);
+  float tail[kMaxPackedTokens * kPackRows];
+  for (int64_t g = g0; g < g1; ++g) {
+    const int64_t r0 = g * kPackRows;
+    const bool full = r0 + kPackRows <= w.rows();
+    // A group's weights stay in L1 while every token tile passes over them.
+    for (int64_t t = 0; t < n_tokens; t += step) {
+      const int nt = static_cast<int>(std::min<int64_t>(step, n_tokens - t));
+      if (full) {
+        k.packed_tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, y + t * ldy + r0, static_cast<size_t>(ldy));
+        continue;
+      }
+      k.packed_tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, tail, kPackRows);
+      for (int i = 0; i < nt; ++i) std::memcpy(y + (t + i) * ldy + r0, tail + i * kPackRows, (w.rows() - r0) * sizeof(float));
+    }
+  }
+}
+
+void packed_matmul_groups(const PackedMatrix& w, const PackedActivations& a, int64_t g0, int64_t g1, float* y,
+                          int64_t ldy) {
+  packed_matmul_groups_with(kernel_table(), w, a, g0, g1, y, ldy);
+}
+
+void packed_matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+                   PackedActivations& scratch) {
+  scratch.resize(n_tokens, w.cols());
+  pool.run([&](int ti, int nt) {
+    const auto [t0, t1] = ThreadPool::split(n_tokens, ti, nt);
+    quantize_packed_rows(x, t0, t1, scratch);
+  });
+  pool.run([&](int ti, int nt) {
+    const auto [g0, g1] = ThreadPool::split(w.groups(), ti, nt);
+    packed_matmul_groups(w, scratch, g0, g1, y, w.rows());
+  });
+}
+
+}  // namespace inferd::kernels

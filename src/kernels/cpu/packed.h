@@ -1,0 +1,94 @@
+// Weight matrices repacked at load time into row-interleaved groups, and the
+// integer matmul over them (layouts and the reasons in packed_layout.h).
+//
+// Used for the formats whose blocks are 32 quants with one or two scales
+// (Q4_0, Q4_1, Q8_0): decode reads each weight byte once with a few
+// instructions per 16 rows, and batched steps unpack a weight block once for
+// up to kMaxPackedTokens tokens. Results are bit-identical across SIMD levels,
+// batch sizes and thread splits (see PackedTileFn); they differ from the GGML-
+// layout kernels (matmul.h) only in the order of the float additions.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+
+namespace inferd::kernels {
+
+struct KernelTable;
+
+// A 64-byte-aligned byte buffer.
+class AlignedBytes {
+ public:
+  AlignedBytes() = default;
+  explicit AlignedBytes(size_t n);
+  uint8_t* data() { return p_.get(); }
+  const uint8_t* data() const { return p_.get(); }
+  size_t size() const { return n_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t[], Free> p_;
+  size_t n_ = 0;
+};
+
+// True for the weight types pack() accepts.
+bool can_pack(DType t);
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  // Repacks `rows` GGML rows of `cols` elements of type t (can_pack(t)).
+  static PackedMatrix pack(DType t, const void* w, int64_t rows, int64_t cols);
+
+  explicit operator bool() const { return rows_ > 0; }
+  DType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  int64_t groups() const { return (rows_ + 15) / 16; }
+  const uint8_t* group(int64_t g) const { return bytes_.data() + g * group_bytes_; }
+  size_t bytes() const { return bytes_.size(); }
+
+ private:
+  DType type_ = DType::F32;
+  int64_t rows_ = 0, cols_ = 0;
+  size_t group_bytes_ = 0;
+  AlignedBytes bytes_;
+};
+
+// Activation rows quantized for the packed kernels (layout in packed_layout.h).
+// Grown on demand, then reused: the hot path does not allocate.
+class PackedActivations {
+ public:
+  void resize(int64_t n_tokens, int64_t cols);
+  int64_t n_tokens() const { return n_tokens_; }
+  int64_t cols() const { return cols_; }
+  size_t row_bytes() const { return row_bytes_; }
+  uint8_t* row(int64_t t) { return bytes_.data() + t * row_bytes_; }
+  const uint8_t* row(int64_t t) const { return bytes_.data() + t * row_bytes_; }
+
+ private:
+  int64_t n_tokens_ = 0, cols_ = 0;
+  size_t row_bytes_ = 0;
+  AlignedBytes bytes_;
+};
+
+// Quantizes rows [t0, t1) of x (rows of a.cols() floats) into a, with GGML's
+// Q8_1 arithmetic (d = amax / 127, round half away from zero).
+void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivations& a);
+
+// y[t * ldy + r] = W row r . activation row t, for the rows of groups [g0, g1)
+// and every token of a. Threads split work by giving each its own group range.
+void packed_matmul_groups(const PackedMatrix& w, const PackedActivations& a, int64_t g0, int64_t g1,
+                          float* y, int64_t ldy);
+void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
+                               int64_t g0, int64_t g1, float* y, int64_t ldy);
+
+// The whole product on the pool: quantize x (n_tokens x cols), then every group.
+void packed_matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
+                   PackedActivations& scratch);
+
+}  // namespace inferd::kernels

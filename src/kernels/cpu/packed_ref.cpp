@@ -1,0 +1,89 @@
+// Scalar reference of the packed (row-interleaved) kernels: the specification
+// the SIMD versions must match bit for bit. Per (row, token), block by block:
+//   isum = exact integer dot of the block's quants (weights as signed values)
+//   acc  = fma(float(isum), d_row * d_act, acc)
+//   accm = fma(m_row, s_act, accm)                  (Q4_1 only)
+// and the result is acc (+ accm for Q4_1).
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/quants.h"
+
+namespace inferd::kernels {
+
+namespace {
+
+struct ActRow {
+  const int8_t* qs;
+  const float* d;
+  const float* s;
+};
+
+ActRow act_row(const uint8_t* base, int64_t cols) {
+  const int64_t nb = cols / 32;
+  ActRow a;
+  a.qs = reinterpret_cast<const int8_t*>(base);
+  a.d = reinterpret_cast<const float*>(base + cols);
+  a.s = a.d + nb;
+  return a;
+}
+
+float f16_at(const uint8_t* p, int i) {
+  uint16_t h;
+  std::memcpy(&h, p + 2 * i, 2);
+  return f16_to_f32(h);
+}
+
+// Signed value of quant e (0..31) of row r in a group-block's quant bytes.
+int quant_q4(const uint8_t* q, int r, int e, int bias) {
+  const int lane = e % 16;  // low nibbles hold 0..15, high nibbles 16..31
+  const uint8_t byte = q[64 * (lane / 4) + 4 * r + lane % 4];
+  return (e < 16 ? (byte & 0x0f) : (byte >> 4)) - bias;
+}
+int quant_q8(const uint8_t* q, int r, int e) {
+  return static_cast<int8_t>(q[64 * (e / 4) + 4 * r + e % 4]);
+}
+
+template <DType kType>
+void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride, int nt,
+                     float* out, size_t out_stride) {
+  constexpr size_t kBlockBytes = kType == DType::Q4_0   ? kPackedQ4_0BlockBytes
+                                 : kType == DType::Q4_1 ? kPackedQ4_1BlockBytes
+                                                        : kPackedQ8_0BlockBytes;
+  constexpr size_t kQuantOffset = kType == DType::Q4_1 ? 64 : 32;
+  const int64_t nb = cols / 32;
+  for (int t = 0; t < nt; ++t) {
+    const ActRow y = act_row(act + t * act_stride, cols);
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0.0f, accm = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = group + b * kBlockBytes;
+        const uint8_t* q = p + kQuantOffset;
+        const int8_t* yq = y.qs + 32 * b;
+        int32_t isum = 0;
+        for (int e = 0; e < 32; ++e) {
+          const int w = kType == DType::Q8_0 ? quant_q8(q, r, e) : quant_q4(q, r, e, kType == DType::Q4_0 ? 8 : 0);
+          isum += w * yq[e];
+        }
+        const float scale = f16_at(p, r) * y.d[b];
+        acc = std::fma(static_cast<float>(isum), scale, acc);
+        if (kType == DType::Q4_1) accm = std::fma(f16_at(p + 32, r), y.s[b], accm);
+      }
+      out[t * out_stride + r] = kType == DType::Q4_1 ? acc + accm : acc;
+    }
+  }
+}
+
+}  // namespace
+
+void fill_scalar_packed_kernels(KernelTable& table) {
+  table.type[static_cast<uint32_t>(DType::Q4_0)].packed_tile = packed_tile_ref<DType::Q4_0>;
+  table.type[static_cast<uint32_t>(DType::Q4_1)].packed_tile = packed_tile_ref<DType::Q4_1>;
+  table.type[static_cast<uint32_t>(DType::Q8_0)].packed_tile = packed_tile_ref<DType::Q8_0>;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) table.type[static_cast<uint32_t>(t)].packed_tokens = 4;
+}
+
+}  // namespace inferd::kernels

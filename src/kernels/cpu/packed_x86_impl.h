@@ -1,0 +1,211 @@
+// x86 kernels for packed (row-interleaved) weights, shared by quants_avx2.cpp
+// and quants_avx512.cpp like quants_x86_impl.h (included after it, inside the
+// same anonymous namespace). The arithmetic per (row, token) is exactly
+// packed_ref.cpp's; see packed_layout.h for the layout.
+//
+// AVX-512: one zmm lane per row of the group. Per block and token, a dpbusd
+// per 64 bytes of quants adds four products into each of the 16 rows (the
+// activation's four bytes broadcast from memory), then one FMA applies the
+// block's scales. Weights are unpacked once per block for every token of the
+// tile. AVX2 runs the same thing on the group's two halves of 8 rows, with
+// maddubs+madd in place of dpbusd.
+
+#ifndef INFERD_X86_AVX512
+#error "define INFERD_X86_AVX512 before including packed_x86_impl.h"
+#endif
+
+struct PackedAct {
+  const int8_t* qs;
+  const float* d;
+  const float* s;
+  const int32_t* sum;
+};
+
+inline PackedAct packed_act(const uint8_t* base, int64_t cols) {
+  const int64_t nb = cols / 32;
+  PackedAct a;
+  a.qs = reinterpret_cast<const int8_t*>(base);
+  a.d = reinterpret_cast<const float*>(base + cols);
+  a.s = a.d + nb;
+  a.sum = reinterpret_cast<const int32_t*>(a.s + nb);
+  return a;
+}
+
+inline int32_t load_i32(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+template <DType kType>
+struct PackedFormat {
+  static constexpr bool kQ4 = kType != DType::Q8_0;
+  static constexpr bool kHasMin = kType == DType::Q4_1;
+  static constexpr size_t kBlockBytes = kType == DType::Q4_0   ? kPackedQ4_0BlockBytes
+                                        : kType == DType::Q4_1 ? kPackedQ4_1BlockBytes
+                                                               : kPackedQ8_0BlockBytes;
+  static constexpr size_t kQuantOffset = kHasMin ? 64 : 32;
+};
+
+#if INFERD_X86_AVX512
+
+template <DType kType, int NT>
+void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out, size_t os) {
+  using F = PackedFormat<kType>;
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m512 acc[NT], accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    acc[t] = _mm512_setzero_ps();
+    accm[t] = _mm512_setzero_ps();
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * F::kBlockBytes;
+    const uint8_t* q = p + F::kQuantOffset;
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512 m = _mm512_setzero_ps();
+    if constexpr (F::kHasMin) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    // w[j]: unsigned quants for activation quad j (Q4: j < 4 low nibbles, j >= 4 high).
+    __m512i w[8];
+    if constexpr (F::kQ4) {
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * j);
+        w[j] = _mm512_and_si512(v, m4);
+        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) w[j] = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * j), flip);  // q + 128
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      // Unsigned-bias correction: Q4_0 stores q + 8, Q8_0 is read as q + 128.
+      const int bias = kType == DType::Q4_0 ? 8 : kType == DType::Q8_0 ? 128 : 0;
+      __m512i s0 = _mm512_set1_epi32(-bias * y[t].sum[b]);
+      __m512i s1 = _mm512_setzero_si512();
+      for (int j = 0; j < 8; j += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(yq + 4 * j)));
+        s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(yq + 4 * j + 4)));
+      }
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[t]);
+      if constexpr (F::kHasMin) accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[t].s[b]), accm[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm512_storeu_ps(out + t * os, F::kHasMin ? _mm512_add_ps(acc[t], accm[t]) : acc[t]);
+  }
+}
+
+template <DType kType>
+void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out, size_t os) {
+  switch (nt) {
+    case 8: packed_tile_avx512<kType, 8>(group, cols, act, as, out, os); break;
+    case 7: packed_tile_avx512<kType, 7>(group, cols, act, as, out, os); break;
+    case 6: packed_tile_avx512<kType, 6>(group, cols, act, as, out, os); break;
+    case 5: packed_tile_avx512<kType, 5>(group, cols, act, as, out, os); break;
+    case 4: packed_tile_avx512<kType, 4>(group, cols, act, as, out, os); break;
+    case 3: packed_tile_avx512<kType, 3>(group, cols, act, as, out, os); break;
+    case 2: packed_tile_avx512<kType, 2>(group, cols, act, as, out, os); break;
+    default: packed_tile_avx512<kType, 1>(group, cols, act, as, out, os); break;
+  }
+}
+
+#else  // AVX2
+
+// Rows 8h..8h+7 of the group: the same arithmetic on 8 lanes.
+template <DType kType, int NT>
+void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
+                      size_t os) {
+  using F = PackedFormat<kType>;
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m256 acc[NT], accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    acc[t] = _mm256_setzero_ps();
+    accm[t] = _mm256_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * F::kBlockBytes;
+    const uint8_t* q = p + F::kQuantOffset + 32 * h;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    __m256 m = _mm256_setzero_ps();
+    if constexpr (F::kHasMin) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+    __m256i w[8];
+    if constexpr (F::kQ4) {
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = load256(q + 64 * j);
+        w[j] = _mm256_and_si256(v, m4);
+        w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) w[j] = load256(q + 64 * j);  // signed
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      const int bias = kType == DType::Q4_0 ? 8 : 0;
+      __m256i s0 = _mm256_set1_epi32(-bias * y[t].sum[b]);
+      __m256i s1 = _mm256_setzero_si256();
+      for (int j = 0; j < 8; ++j) {
+        const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * j));
+        __m256i pairs;
+        if constexpr (F::kQ4) {
+          pairs = _mm256_maddubs_epi16(w[j], yv);  // at most 2 * 15 * 127: no saturation
+        } else {  // signed x signed: |w| times y carrying w's sign
+          pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w[j], w[j]), _mm256_sign_epi8(yv, w[j]));
+        }
+        if (j % 2 == 0) {
+          s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(pairs, ones));
+        } else {
+          s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(pairs, ones));
+        }
+      }
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale, acc[t]);
+      if constexpr (F::kHasMin) accm[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[t].s[b]), accm[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm256_storeu_ps(out + t * os + 8 * h, F::kHasMin ? _mm256_add_ps(acc[t], accm[t]) : acc[t]);
+  }
+}
+
+template <DType kType, int NT>
+void packed_tile_avx2(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out, size_t os) {
+  packed_half_avx2<kType, NT>(group, 0, cols, act, as, out, os);
+  packed_half_avx2<kType, NT>(group, 1, cols, act, as, out, os);
+}
+
+template <DType kType>
+void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out, size_t os) {
+  for (int t = 0; t < nt; t += 4) {
+    const uint8_t* a = act + t * as;
+    float* o = out + t * os;
+    switch (nt - t) {
+      case 1: packed_tile_avx2<kType, 1>(group, cols, a, as, o, os); break;
+      case 2: packed_tile_avx2<kType, 2>(group, cols, a, as, o, os); break;
+      case 3: packed_tile_avx2<kType, 3>(group, cols, a, as, o, os); break;
+      default: packed_tile_avx2<kType, 4>(group, cols, a, as, o, os); break;
+    }
+  }
+}
+
+#endif
+
+template <DType kType>
+void set_packed(KernelTable& table) {
+  TypeKernels& k = table.type[static_cast<uint32_t>(kType)];
+  k.packed_tile = packed_tile<kType>;
+  k.packed_tokens = 4;
+}
+
+void fill_x86_packed(KernelTable& table) {
+  set_packed<DType::Q4_0>(table);
+  set_packed<DType::Q4_1>(table);
+  set_packed<DType::Q8_0>(table);
+}
