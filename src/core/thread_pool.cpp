@@ -51,6 +51,21 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
 }
 
+void ThreadPool::barrier() {
+  if (n_threads_ == 1) return;
+  // Read the generation before arriving: the last thread to arrive bumps it
+  // only after every thread has arrived, so no thread can miss the bump.
+  const uint64_t gen = barrier_generation_.load(std::memory_order_acquire);
+  if (barrier_waiting_.fetch_add(1, std::memory_order_acq_rel) == n_threads_ - 1) {
+    barrier_waiting_.store(0, std::memory_order_relaxed);
+    barrier_generation_.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  for (int spin = 0; barrier_generation_.load(std::memory_order_acquire) == gen; ++spin) {
+    if (spin < kSpinIterations) INFERD_PAUSE(); else std::this_thread::yield();
+  }
+}
+
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {

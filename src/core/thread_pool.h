@@ -24,6 +24,11 @@ class ThreadPool {
   int size() const { return n_threads_; }
   void run(const std::function<void(int thread_index, int n_threads)>& fn);
 
+  // Called by every thread inside run(): returns once all of them have called
+  // it. Lets one run() hold a whole forward pass, its phases separated by
+  // barriers, instead of paying a run() wake-up per kernel. Spins, then yields.
+  void barrier();
+
   // Splits [0, n) into n_threads contiguous chunks, chunk boundaries rounded to
   // `align`; returns [begin, end) for `thread_index`.
   static std::pair<int64_t, int64_t> split(int64_t n, int thread_index, int n_threads,
@@ -38,6 +43,8 @@ class ThreadPool {
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<int> barrier_waiting_{0};
+  std::atomic<uint64_t> barrier_generation_{0};
   std::mutex mu_;
   std::condition_variable cv_;
 };

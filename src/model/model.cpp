@@ -25,28 +25,31 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     m->weights_ = std::move(*w);
   }
   if (options.prefault) m->file_->prefault(options.progress ? options.progress : [](double) {});
+  if (m->can_generate()) {
+    // Repack the projections for the packed kernels (a copy of the weights;
+    // the embedding table is still read from the file for token lookups).
+    for (const LayerWeights& L : m->weights_.layers) {
+      m->linears_.push_back({Linear::make(L.wq), Linear::make(L.wk), Linear::make(L.wv), Linear::make(L.wo),
+                             Linear::make(L.w_gate), Linear::make(L.w_up), Linear::make(L.w_down)});
+    }
+    m->output_ = Linear::make(m->weights_.output);
+  }
   return m;
 }
 
 namespace {
 
-// out = x / rms(x) * weight, one row of n. Sum of squares in double, in order,
-// so the result does not depend on the batch.
+// out = x / rms(x) * weight, one row of n. As GGML does it: squares in float,
+// summed in double, in order (so the result does not depend on the batch).
 void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
   const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void add_bias(float* y, const float* bias, int64_t rows, int64_t n_tokens) {
-  for (int64_t t = 0; t < n_tokens; ++t)
-    for (int64_t r = 0; r < rows; ++r) y[t * rows + r] += bias[r];
-}
-
-void matmul(const WeightView& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
-            kernels::Workspace& ws) {
-  kernels::matmul(w.dtype, w.data, w.rows, w.cols, x, n_tokens, y, pool, ws);
+void add_bias(float* y, const float* bias, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
 }
 
 // Rotates `n_heads` heads of `head_dim` in place for one token.
@@ -67,117 +70,197 @@ void apply_rope(float* v, int64_t n_heads, int64_t head_dim, int64_t rope_dim, R
 
 }  // namespace
 
-void Model::attention(const ForwardBatch& batch, KVCache& cache, int64_t layer, ThreadPool& pool) {
+// What every thread of one forward pass reads.
+struct Model::Pass {
+  const ForwardBatch* batch;
+  KVCache* cache;
+  float* logits;
+  ThreadPool* pool;
+};
+
+void Model::attention(const Pass& pass, int64_t layer, int ti, int nt) {
   const ModelConfig& c = config_;
+  const ForwardBatch& batch = *pass.batch;
   const int64_t D = c.head_dim, H = c.n_head, group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const uint16_t* kc = cache.k(layer);
-  const uint16_t* vc = cache.v(layer);
+  const uint16_t* kc = pass.cache->k(layer);
+  const uint16_t* vc = pass.cache->v(layer);
   // One work item per (token, head); items are dealt out in contiguous runs.
-  const int64_t n_items = batch.size() * H;
-  pool.run([&](int ti, int nt) {
-    auto [begin, end] = ThreadPool::split(n_items, ti, nt);
-    size_t seq = 0;
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / H, h = item % H;
-      while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
-      const SequenceSlice& s = batch.sequences[seq];
-      kernels::PagedKV kv{kc, vc, c.kv_dim(), cache.block_size(), s.block_table.data()};
-      const int64_t pos = batch.positions[t];
-      int64_t first = 0;
-      if (c.sliding_window > 0 && pos + 1 > c.sliding_window) first = pos + 1 - c.sliding_window;
-      kernels::attend_one_head(s_.q.data() + t * c.q_dim() + h * D, kv, (h / group) * D, D, first,
-                               pos + 1, scale, s_.attn.data() + t * c.q_dim() + h * D);
-    }
-  });
+  const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
+  size_t seq = 0;
+  for (int64_t item = begin; item < end; ++item) {
+    const int64_t t = item / H, h = item % H;
+    while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
+    const SequenceSlice& sl = batch.sequences[seq];
+    kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_table.data()};
+    const int64_t pos = batch.positions[t];
+    int64_t first = 0;
+    if (c.sliding_window > 0 && pos + 1 > c.sliding_window) first = pos + 1 - c.sliding_window;
+    kernels::attend_one_head(s_.q.data() + t * c.q_dim() + h * D, kv, (h / group) * D, D, first, pos + 1, scale,
+                             s_.attn.data() + t * c.q_dim() + h * D);
+  }
 }
 
-void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits,
-                    ThreadPool& pool) {
+void Model::prepare_scratch(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
-  const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim();
-  s_.x.resize(T * E);
-  s_.h.resize(T * E);
-  s_.q.resize(T * QD);
-  s_.k.resize(T * KVD);
-  s_.v.resize(T * KVD);
-  s_.attn.resize(T * QD);
+  const int64_t T = batch.size(), R = static_cast<int64_t>(batch.logit_rows.size());
+  s_.x.resize(T * c.n_embd);
+  s_.h.resize(T * c.n_embd);
+  s_.q.resize(T * c.q_dim());
+  s_.k.resize(T * c.kv_dim());
+  s_.v.resize(T * c.kv_dim());
+  s_.attn.resize(T * c.q_dim());
   s_.gate.resize(T * c.n_ff);
   s_.up.resize(T * c.n_ff);
+  s_.logits_in.resize(R * c.n_embd);
+  s_.rope_cos.resize(T * (c.rope_dim / 2));
+  s_.rope_sin.resize(T * (c.rope_dim / 2));
+  for (const LayerLinears& L : linears_) {
+    L.wq.prepare(s_.in_q, T);
+    if (!L.wk.same_input(L.wq)) L.wk.prepare(s_.in_k, T);
+    if (!L.wv.same_input(L.wq)) L.wv.prepare(s_.in_v, T);
+    L.wo.prepare(s_.in_o, T);
+    L.gate.prepare(s_.in_gate, T);
+    if (!L.up.same_input(L.gate)) L.up.prepare(s_.in_up, T);
+    L.down.prepare(s_.in_down, T);
+  }
+  output_.prepare(s_.in_out, R);
+}
 
-  // Token embeddings.
+void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
+  prepare_scratch(batch);
+  logits.resize(batch.logit_rows.size() * config_.n_vocab);
+  const Pass pass{&batch, &cache, logits.data(), &pool};
+  const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
+  pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
+}
+
+// Phases alternate between splitting tokens across threads (norms, RoPE,
+// quantizing a projection's input: each thread owns the same tokens in every
+// such phase, so two in a row need no barrier) and splitting weight rows
+// (projections) or (token, head) pairs (attention).
+void Model::forward_thread(const Pass& pass, int ti, int nt) {
+  const ModelConfig& c = config_;
+  const ForwardBatch& batch = *pass.batch;
+  ThreadPool& pool = *pass.pool;
+  const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
+  const int64_t half = c.rope_dim / 2;
+  const auto [t0, t1] = ThreadPool::split(T, ti, nt);
+
+  // Token embeddings and rotary angles (theta_i = pos * base^(-2i / rope_dim)).
   const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
-  for (int64_t t = 0; t < T; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
                       static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
     kernels::dequantize_row(weights_.tok_embd.dtype, row, s_.x.data() + t * E, E);
-  }
-
-  // Rotary angles per token: theta_i = pos * base^(-2i / rope_dim).
-  const int64_t half = c.rope_dim / 2;
-  s_.rope_cos.resize(T * half);
-  s_.rope_sin.resize(T * half);
-  for (int64_t t = 0; t < T; ++t) {
+    // theta_i = pos * scale^i, by repeated multiplication as GGML computes it.
+    const float theta_scale = std::pow(c.rope_freq_base, -2.0f / c.rope_dim);
+    float theta = static_cast<float>(batch.positions[t]);
     for (int64_t i = 0; i < half; ++i) {
-      const float freq = std::pow(c.rope_freq_base, -2.0f * i / c.rope_dim);
-      const float theta = batch.positions[t] * freq;
       s_.rope_cos[t * half + i] = std::cos(theta);
       s_.rope_sin[t * half + i] = std::sin(theta);
+      theta *= theta_scale;
     }
   }
 
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& L = weights_.layers[l];
-    for (int64_t t = 0; t < T; ++t)
-      rms_norm(s_.x.data() + t * E, L.attn_norm.f32(), s_.h.data() + t * E, E, c.rms_eps);
-    matmul(L.wq, s_.h.data(), T, s_.q.data(), pool, s_.ws);
-    matmul(L.wk, s_.h.data(), T, s_.k.data(), pool, s_.ws);
-    matmul(L.wv, s_.h.data(), T, s_.v.data(), pool, s_.ws);
-    if (L.bq) add_bias(s_.q.data(), L.bq.f32(), QD, T);
-    if (L.bk) add_bias(s_.k.data(), L.bk.f32(), KVD, T);
-    if (L.bv) add_bias(s_.v.data(), L.bv.f32(), KVD, T);
+    const LayerWeights& W = weights_.layers[l];
+    const LayerLinears& L = linears_[l];
+    LinearInput& in_k = L.wk.same_input(L.wq) ? s_.in_q : s_.in_k;
+    LinearInput& in_v = L.wv.same_input(L.wq) ? s_.in_q : s_.in_v;
+    LinearInput& in_up = L.up.same_input(L.gate) ? s_.in_gate : s_.in_up;
 
-    uint16_t* kc = cache.k(l);
-    uint16_t* vc = cache.v(l);
-    for (int64_t t = 0; t < T; ++t) {
+    // Tokens: (the previous layer's residual,) attention norm, Q/K/V input.
+    for (int64_t t = t0; t < t1; ++t) {
+      float* x = s_.x.data() + t * E;
+      if (l > 0) {
+        const float* h = s_.h.data() + t * E;
+        for (int64_t i = 0; i < E; ++i) x[i] += h[i];
+      }
+      rms_norm(x, W.attn_norm.f32(), s_.h.data() + t * E, E, c.rms_eps);
+    }
+    L.wq.quantize(s_.h.data(), t0, t1, s_.in_q);
+    if (&in_k != &s_.in_q) L.wk.quantize(s_.h.data(), t0, t1, in_k);
+    if (&in_v != &s_.in_q) L.wv.quantize(s_.h.data(), t0, t1, in_v);
+    pool.barrier();
+
+    L.wq.compute(s_.in_q, T, s_.q.data(), ti, nt);
+    L.wk.compute(in_k, T, s_.k.data(), ti, nt);
+    L.wv.compute(in_v, T, s_.v.data(), ti, nt);
+    pool.barrier();
+
+    // Tokens: biases, RoPE, keys and values into the cache.
+    uint16_t* kc = pass.cache->k(l);
+    uint16_t* vc = pass.cache->v(l);
+    for (int64_t t = t0; t < t1; ++t) {
       float* q = s_.q.data() + t * QD;
       float* k = s_.k.data() + t * KVD;
-      apply_rope(q, c.n_head, c.head_dim, c.rope_dim, c.rope_style, &s_.rope_cos[t * half],
-                 &s_.rope_sin[t * half]);
+      float* v = s_.v.data() + t * KVD;
+      if (W.bq) add_bias(q, W.bq.f32(), QD);
+      if (W.bk) add_bias(k, W.bk.f32(), KVD);
+      if (W.bv) add_bias(v, W.bv.f32(), KVD);
+      apply_rope(q, c.n_head, c.head_dim, c.rope_dim, c.rope_style, &s_.rope_cos[t * half], &s_.rope_sin[t * half]);
       apply_rope(k, c.n_head_kv, c.head_dim, c.rope_dim, c.rope_style, &s_.rope_cos[t * half],
                  &s_.rope_sin[t * half]);
       uint16_t* kdst = kc + batch.slots[t] * KVD;
       uint16_t* vdst = vc + batch.slots[t] * KVD;
-      const float* v = s_.v.data() + t * KVD;
       for (int64_t i = 0; i < KVD; ++i) {
         kdst[i] = kernels::f32_to_f16(k[i]);
         vdst[i] = kernels::f32_to_f16(v[i]);
       }
     }
-    attention(batch, cache, l, pool);
-    matmul(L.wo, s_.attn.data(), T, s_.h.data(), pool, s_.ws);
-    for (int64_t i = 0; i < T * E; ++i) s_.x[i] += s_.h[i];
+    pool.barrier();
 
-    for (int64_t t = 0; t < T; ++t)
-      rms_norm(s_.x.data() + t * E, L.ffn_norm.f32(), s_.h.data() + t * E, E, c.rms_eps);
-    matmul(L.w_gate, s_.h.data(), T, s_.gate.data(), pool, s_.ws);
-    matmul(L.w_up, s_.h.data(), T, s_.up.data(), pool, s_.ws);
-    for (int64_t i = 0; i < T * c.n_ff; ++i) {
+    attention(pass, l, ti, nt);
+    pool.barrier();
+
+    L.wo.quantize(s_.attn.data(), t0, t1, s_.in_o);
+    pool.barrier();
+    L.wo.compute(s_.in_o, T, s_.h.data(), ti, nt);
+    pool.barrier();
+
+    // Tokens: residual, FFN norm, gate/up input.
+    for (int64_t t = t0; t < t1; ++t) {
+      float* x = s_.x.data() + t * E;
+      const float* h = s_.h.data() + t * E;
+      for (int64_t i = 0; i < E; ++i) x[i] += h[i];
+      rms_norm(x, W.ffn_norm.f32(), s_.h.data() + t * E, E, c.rms_eps);
+    }
+    L.gate.quantize(s_.h.data(), t0, t1, s_.in_gate);
+    if (&in_up != &s_.in_gate) L.up.quantize(s_.h.data(), t0, t1, in_up);
+    pool.barrier();
+
+    L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt);
+    L.up.compute(in_up, T, s_.up.data(), ti, nt);
+    pool.barrier();
+
+    // Tokens: SwiGLU, down-projection input.
+    for (int64_t i = t0 * F; i < t1 * F; ++i) {
       const float g = s_.gate[i];
       s_.gate[i] = g / (1.0f + std::exp(-g)) * s_.up[i];
     }
-    matmul(L.w_down, s_.gate.data(), T, s_.h.data(), pool, s_.ws);
-    for (int64_t i = 0; i < T * E; ++i) s_.x[i] += s_.h[i];
+    L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
+    pool.barrier();
+    L.down.compute(s_.in_down, T, s_.h.data(), ti, nt);
+    pool.barrier();
   }
 
-  // Final norm and output projection, only for the rows whose logits are wanted.
+  // Tokens: the last residual; final norm and output input for the rows whose
+  // logits are wanted.
+  for (int64_t t = t0; t < t1; ++t) {
+    float* x = s_.x.data() + t * E;
+    const float* h = s_.h.data() + t * E;
+    for (int64_t i = 0; i < E; ++i) x[i] += h[i];
+  }
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-  s_.logits_in.resize(R * E);
-  for (int64_t r = 0; r < R; ++r)
-    rms_norm(s_.x.data() + int64_t{batch.logit_rows[r]} * E, weights_.output_norm.f32(),
-             s_.logits_in.data() + r * E, E, c.rms_eps);
-  logits.resize(R * c.n_vocab);
-  if (R > 0) matmul(weights_.output, s_.logits_in.data(), R, logits.data(), pool, s_.ws);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t t = batch.logit_rows[r];
+    if (t < t0 || t >= t1) continue;
+    rms_norm(s_.x.data() + t * E, weights_.output_norm.f32(), s_.logits_in.data() + r * E, E, c.rms_eps);
+    output_.quantize(s_.logits_in.data(), r, r + 1, s_.in_out);
+  }
+  pool.barrier();
+  if (R > 0) output_.compute(s_.in_out, R, pass.logits, ti, nt);
 }
 
 }  // namespace inferd

@@ -13,6 +13,7 @@
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
+#include "model/linear.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -45,18 +46,31 @@ class Model {
 
  private:
   Model() = default;
-  void attention(const ForwardBatch& batch, KVCache& cache, int64_t layer, ThreadPool& pool);
+  struct Pass;
+  void prepare_scratch(const ForwardBatch& batch);
+  // One thread's part of the whole forward pass; phases end at pool barriers.
+  void forward_thread(const Pass& pass, int thread_index, int n_threads);
+  void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads);
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
 
+  // The projections, in the form the kernels run fastest (repacked or mapped).
+  struct LayerLinears {
+    Linear wq, wk, wv, wo, gate, up, down;
+  };
+  std::vector<LayerLinears> linears_;
+  Linear output_;
+
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
     std::vector<float> x, h, q, k, v, attn, gate, up, logits_in;
     std::vector<float> rope_cos, rope_sin;  // per token, rope_dim/2 each
-    kernels::Workspace ws;
+    // Quantized projection inputs; in_k/in_v/in_up are used only when those
+    // weights want another form than wq/gate.
+    LinearInput in_q, in_k, in_v, in_o, in_gate, in_up, in_down, in_out;
   } s_;
 };
 

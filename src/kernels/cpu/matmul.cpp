@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
@@ -135,6 +136,32 @@ void matmul_with(const KernelTable& table, DType wtype, const void* W, int64_t r
     const auto [r0, r1] = ThreadPool::split(j->rows, ti, nt, kRowAlign);
     if (r0 < r1) compute_rows(*j, r0, r1);
   });
+}
+
+size_t matmul_act_row_bytes(DType wtype, int64_t cols) { return row_bytes(vec_dot_type(wtype), cols); }
+
+void matmul_quantize_rows(DType wtype, const float* x, int64_t cols, int64_t t0, int64_t t1, uint8_t* act) {
+  const DType atype = vec_dot_type(wtype);
+  const size_t row = row_bytes(atype, cols);
+  for (int64_t t = t0; t < t1; ++t) {
+    if (atype == DType::F32) {
+      std::memcpy(act + t * row, x + t * cols, row);
+    } else {
+      kernel_table().type[static_cast<uint32_t>(atype)].quantize_row(x + t * cols, act + t * row, cols);
+    }
+  }
+}
+
+void matmul_rows(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act,
+                 int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
+  const TypeKernels& wk = kernel_table().type[static_cast<uint32_t>(wtype) % kNumTypeSlots];
+  const Job job{&wk, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), act,
+                matmul_act_row_bytes(wtype, cols), rows, cols, n_tokens, y};
+  if (r0 < r1) compute_rows(job, r0, r1);
+}
+
+std::pair<int64_t, int64_t> matmul_row_split(int64_t rows, int thread_index, int n_threads) {
+  return ThreadPool::split(rows, thread_index, n_threads, kRowAlign);
 }
 
 }  // namespace inferd::kernels

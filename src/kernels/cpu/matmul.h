@@ -2,6 +2,7 @@
 // f32 activation rows: the projection at the heart of every layer.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -28,5 +29,18 @@ struct KernelTable;
 void matmul_with(const KernelTable& kernels, DType wtype, const void* W, int64_t rows,
                  int64_t cols, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
                  Workspace& ws);
+
+// matmul() in two halves, for callers that run inside a parallel region of
+// their own (the forward pass): each thread quantizes some activation rows,
+// and after a barrier computes some weight rows.
+// Bytes per activation row as the kernels for `wtype` want it.
+size_t matmul_act_row_bytes(DType wtype, int64_t cols);
+// Rows [t0, t1) of x (rows of cols floats) into act (rows of matmul_act_row_bytes).
+void matmul_quantize_rows(DType wtype, const float* x, int64_t cols, int64_t t0, int64_t t1, uint8_t* act);
+// Weight rows [r0, r1) against all n_tokens activation rows.
+void matmul_rows(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act,
+                 int64_t n_tokens, float* y, int64_t r0, int64_t r1);
+// This thread's weight rows: contiguous, aligned so threads never share a cache line of y.
+std::pair<int64_t, int64_t> matmul_row_split(int64_t rows, int thread_index, int n_threads);
 
 }  // namespace inferd::kernels

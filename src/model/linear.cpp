@@ -1,0 +1,49 @@
+#include "model/linear.h"
+
+#include "core/thread_pool.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quants.h"
+
+namespace inferd {
+
+Linear Linear::make(const WeightView& w) {
+  Linear l;
+  l.view_ = w;
+  if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols);
+  return l;
+}
+
+bool Linear::same_input(const Linear& other) const {
+  if (cols() != other.cols() || packed() != other.packed()) return false;
+  return packed() || kernels::vec_dot_type(view_.dtype) == kernels::vec_dot_type(other.view_.dtype);
+}
+
+void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
+  if (packed()) {
+    in.packed.resize(n_tokens, cols());
+    return;
+  }
+  in.row_bytes = kernels::matmul_act_row_bytes(view_.dtype, cols());
+  const size_t need = in.row_bytes * static_cast<size_t>(n_tokens);
+  if (in.rows.size() < need) in.rows.resize(need);
+}
+
+void Linear::quantize(const float* x, int64_t t0, int64_t t1, LinearInput& in) const {
+  if (packed()) {
+    kernels::quantize_packed_rows(x, t0, t1, in.packed);
+  } else {
+    kernels::matmul_quantize_rows(view_.dtype, x, cols(), t0, t1, in.rows.data());
+  }
+}
+
+void Linear::compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads) const {
+  if (packed()) {
+    const auto [g0, g1] = ThreadPool::split(packed_.groups(), thread_index, n_threads);
+    kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows());
+    return;
+  }
+  const auto [r0, r1] = kernels::matmul_row_split(rows(), thread_index, n_threads);
+  kernels::matmul_rows(view_.dtype, view_.data, rows(), cols(), in.rows.data(), n_tokens, y, r0, r1);
+}
+
+}  // namespace inferd

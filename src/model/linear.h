@@ -1,0 +1,47 @@
+// One projection's weights in the form the kernels run fastest, and its two
+// steps for a forward pass that runs inside one parallel region: quantize the
+// input rows (threads split tokens), then multiply (threads split weight rows).
+//
+// Q4_0/Q4_1/Q8_0 weights are repacked at load time into row-interleaved groups
+// (kernels/cpu/packed.h); other types run on their GGML rows in the mapped file.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/packed.h"
+#include "model/weights.h"
+
+namespace inferd {
+
+// A projection's input, quantized as its kernels want it. One input can feed
+// several projections that want the same form (Linear::same_input).
+struct LinearInput {
+  kernels::PackedActivations packed;  // for packed weights
+  std::vector<uint8_t> rows;          // for GGML-layout weights
+  size_t row_bytes = 0;
+};
+
+class Linear {
+ public:
+  Linear() = default;
+  static Linear make(const WeightView& w);
+
+  int64_t rows() const { return view_.rows; }
+  int64_t cols() const { return view_.cols; }
+  bool packed() const { return static_cast<bool>(packed_); }
+  // True when `other` wants its input quantized exactly as this one does.
+  bool same_input(const Linear& other) const;
+
+  // Sizes `in` for n_tokens rows (call before the parallel region).
+  void prepare(LinearInput& in, int64_t n_tokens) const;
+  // Quantizes rows [t0, t1) of x (n_tokens x cols floats) into `in`.
+  void quantize(const float* x, int64_t t0, int64_t t1, LinearInput& in) const;
+  // y[t * rows + r] for this thread's share of the rows and all n_tokens tokens.
+  void compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads) const;
+
+ private:
+  WeightView view_;
+  kernels::PackedMatrix packed_;
+};
+
+}  // namespace inferd
