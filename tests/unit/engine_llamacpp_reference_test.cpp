@@ -20,13 +20,20 @@ namespace inferd {
 namespace {
 
 // Tolerances, set just above how far llama.cpp's own results move when only
-// its attention kernel changes (flash attention on vs off, same prompts); see
-// docs/design.md "Logit tolerance" and tools/reference/logits_tolerance.py.
-constexpr float kMaxAbsTolerance = 1.5f;    // any vocabulary entry (llama.cpp vs itself: 1.28)
-constexpr float kTop20Tolerance = 1.0f;     // llama.cpp's 20 top-ranked tokens (itself: 0.96)
-constexpr float kMeanAbsTolerance = 0.75f;  // mean over the vocabulary (itself: 0.69)
-// Continuations identical to llama.cpp's: its own flash-attention path reaches 6 of 20.
-constexpr int kMinIdenticalContinuations = 6;
+// its arithmetic changes (flash attention on/off, prompt fed one token at a
+// time, f32 instead of f16 K/V; same prompts); see docs/design.md "Logit
+// tolerance" and tools/reference/logits_tolerance.py. They are on what the
+// model's output distribution depends on: log-probabilities and mean-centred
+// logits (softmax ignores a uniform shift of all logits).
+constexpr double kTop20LogProbTolerance = 0.9;  // llama.cpp's 20 top tokens (itself: 0.84)
+constexpr double kCenteredTolerance = 1.2;      // any vocabulary entry, mean removed (itself: 1.14)
+// A greedy divergence is accepted only where llama.cpp's own top-2 logits are
+// closer than this (itself: every variant diverges only at gaps below 0.4).
+constexpr float kNearTieGap = 1.0f;
+// Continuations identical to llama.cpp's: its own flash-attention path reaches
+// 6 of 20, and float-order variants of our kernels 5 to 8; the floor catches a
+// systematic error, the near-tie check above every single divergence.
+constexpr int kMinIdenticalContinuations = 4;
 
 std::string data_dir() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
 
@@ -72,9 +79,28 @@ TEST_F(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
                       [&](int32_t a, int32_t b) { return want[a] > want[b]; });
     for (int k = 0; k < 20; ++k) max_top = std::max(max_top, std::fabs((*logits)[order[k]] - want[order[k]]));
     const double mean_abs = sum_abs / n_vocab;
-    EXPECT_LE(max_abs, kMaxAbsTolerance) << name << " (" << ids.size() << " tokens)";
-    EXPECT_LE(max_top, kTop20Tolerance) << name << " (" << ids.size() << " tokens)";
-    EXPECT_LE(mean_abs, kMeanAbsTolerance) << name << " (" << ids.size() << " tokens)";
+    // The same comparison in log-probabilities (a uniform shift of all logits
+    // changes no probability) and after removing each row's mean.
+    auto log_sum_exp = [&](const float* row) {
+      const float mx = *std::max_element(row, row + n_vocab);
+      double s = 0;
+      for (int64_t v = 0; v < n_vocab; ++v) s += std::exp(static_cast<double>(row[v]) - mx);
+      return mx + std::log(s);
+    };
+    auto row_mean = [&](const float* row) {
+      double s = 0;
+      for (int64_t v = 0; v < n_vocab; ++v) s += row[v];
+      return s / n_vocab;
+    };
+    const double lse_got = log_sum_exp(logits->data()), lse_want = log_sum_exp(want);
+    const double mean_got = row_mean(logits->data()), mean_want = row_mean(want);
+    double max_lp20 = 0, max_centered = 0;
+    for (int k = 0; k < 20; ++k)
+      max_lp20 = std::max(max_lp20, std::fabs(((*logits)[order[k]] - lse_got) - (want[order[k]] - lse_want)));
+    for (int64_t v = 0; v < n_vocab; ++v)
+      max_centered = std::max(max_centered, std::fabs(((*logits)[v] - mean_got) - (want[v] - mean_want)));
+    EXPECT_LE(max_lp20, kTop20LogProbTolerance) << name << " (" << ids.size() << " tokens)";
+    EXPECT_LE(max_centered, kCenteredTolerance) << name << " (" << ids.size() << " tokens)";
 
     // Greedy continuation on the same cache (only the last prompt token is recomputed).
     const std::vector<int32_t> want_tokens = greedy[i]["tokens"].get<std::vector<int32_t>>();
@@ -89,8 +115,8 @@ TEST_F(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
     while (first_diff < want_tokens.size() && first_diff < got->size() &&
            (*got)[first_diff] == want_tokens[first_diff])
       ++first_diff;
-    std::printf("[ info ] %-28s %4zu tokens  max|d| %.3f  top20 %.3f  mean %.3f  ", name.c_str(),
-                ids.size(), max_abs, max_top, mean_abs);
+    std::printf("[ info ] %-28s %4zu tokens  max|d| %.3f  top20 %.3f  mean %.3f  centered %.3f  lp20 %.3f  ",
+                name.c_str(), ids.size(), max_abs, max_top, mean_abs, max_centered, max_lp20);
     if (first_diff == want_tokens.size()) {
       ++identical;
       std::printf("continuation identical\n");
@@ -98,7 +124,7 @@ TEST_F(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
     }
     std::printf("diverges at step %zu (llama.cpp top-2 gap %.4f)\n", first_diff, gaps[first_diff]);
     // A divergence is acceptable only where llama.cpp itself nearly tied.
-    EXPECT_LT(gaps[first_diff], kTop20Tolerance)
+    EXPECT_LT(gaps[first_diff], kNearTieGap)
         << name << " diverges at step " << first_diff << " where llama.cpp's top-2 gap is "
         << gaps[first_diff];
   }
