@@ -9,7 +9,6 @@
 #include "core/result.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
-#include "kernels/cpu/matmul.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"

@@ -39,22 +39,9 @@ using testing::quantize_ref;
 using testing::random_floats;
 using testing::runnable_levels;
 using testing::weight_types;
+using testing::Problem;
+using testing::make_problem;
 
-struct Problem {
-  DType type;
-  int64_t rows, cols, n_tokens;
-  std::vector<uint8_t> w;  // rows x cols of `type`
-  std::vector<float> x;    // n_tokens x cols
-};
-
-Problem make_problem(std::mt19937& rng, DType t, int64_t rows, int64_t cols, int64_t n_tokens) {
-  Problem p{t, rows, cols, n_tokens, {}, random_floats(rng, n_tokens * cols)};
-  for (int64_t r = 0; r < rows; ++r) {
-    const std::vector<uint8_t> row = quantize_ref(t, random_floats(rng, cols, 0.1f));
-    p.w.insert(p.w.end(), row.begin(), row.end());
-  }
-  return p;
-}
 
 std::vector<float> run(const KernelTable& table, const Problem& p, int64_t tok0, int64_t n_tokens,
                        ThreadPool& pool, Workspace& ws) {

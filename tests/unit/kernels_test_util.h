@@ -65,4 +65,22 @@ inline uint32_t bits_of(float f) {
   return u;
 }
 
+// A weight matrix (rows x cols of `type`, quantized by the reference) and
+// n_tokens activation rows, both random.
+struct Problem {
+  DType type;
+  int64_t rows, cols, n_tokens;
+  std::vector<uint8_t> w;  // rows x cols of `type`
+  std::vector<float> x;    // n_tokens x cols
+};
+
+inline Problem make_problem(std::mt19937& rng, DType t, int64_t rows, int64_t cols, int64_t n_tokens) {
+  Problem p{t, rows, cols, n_tokens, {}, random_floats(rng, n_tokens * cols)};
+  for (int64_t r = 0; r < rows; ++r) {
+    const std::vector<uint8_t> row = quantize_ref(t, random_floats(rng, cols, 0.1f));
+    p.w.insert(p.w.end(), row.begin(), row.end());
+  }
+  return p;
+}
+
 }  // namespace inferd::kernels::testing
