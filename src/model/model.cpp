@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quants.h"
 
@@ -62,8 +63,9 @@ void apply_rope(float* v, int64_t n_heads, int64_t head_dim, int64_t rope_dim, R
       const int64_t a = style == RopeStyle::Interleaved ? 2 * i : i;
       const int64_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
       const float x0 = x[a], x1 = x[b];
-      x[a] = x0 * cos_t[i] - x1 * sin_t[i];
-      x[b] = x0 * sin_t[i] + x1 * cos_t[i];
+      // Fused as GCC fuses GGML's rotate_pairs (the first product of each line).
+      x[a] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
+      x[b] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
     }
   }
 }
@@ -96,8 +98,9 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt) {
     const int64_t pos = batch.positions[t];
     int64_t first = 0;
     if (c.sliding_window > 0 && pos + 1 > c.sliding_window) first = pos + 1 - c.sliding_window;
+    const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_one_head(s_.q.data() + t * c.q_dim() + h * D, kv, (h / group) * D, D, first, pos + 1, scale,
-                             s_.attn.data() + t * c.q_dim() + h * D);
+                             attn_pass, s_.attn.data() + t * c.q_dim() + h * D);
   }
 }
 
@@ -235,10 +238,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     pool.barrier();
 
     // Tokens: SwiGLU, down-projection input.
-    for (int64_t i = t0 * F; i < t1 * F; ++i) {
-      const float g = s_.gate[i];
-      s_.gate[i] = g / (1.0f + std::exp(-g)) * s_.up[i];
-    }
+    kernels::swiglu(s_.gate.data() + t0 * F, s_.up.data() + t0 * F, s_.gate.data() + t0 * F, (t1 - t0) * F);
     L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
     pool.barrier();
     L.down.compute(s_.in_down, T, s_.h.data(), ti, nt);

@@ -1,6 +1,13 @@
 // Attention of one query head over keys and values held in a paged f16 KV
 // cache: the block table maps a position to its cache slot, so a sequence's
 // keys are never copied into a contiguous buffer.
+//
+// The arithmetic is GGML's (llama.cpp without flash attention), to the bit:
+// the query and the softmax weights are rounded to f16 like the keys and
+// values, the softmax is exact (not online) with e^x by expf_poly and its sum
+// in double over 16-position chunks, and the dot products run in the order of
+// the GGML kernel llama.cpp picks for the pass (AttentionPass). Why bit for
+// bit: see docs/design.md, "Logit tolerance".
 #pragma once
 #include <cstdint>
 
@@ -14,18 +21,25 @@ struct PagedKV {
   const int32_t* block_table = nullptr;
 };
 
+// llama.cpp computes attention with two different summation orders: a
+// one-token step through ggml_vec_dot_f16 (four 16-lane accumulators), a
+// step of two tokens or more through tinyBLAS (one 16-lane accumulator per
+// output). A sequence that feeds one token in a step is a kDecode pass, one
+// that feeds several a kPrefill pass, whatever else shares the step.
+enum class AttentionPass { kDecode, kPrefill };
+
 // out[0..D) = sum_p softmax_p(scale * q . k_p) v_p for positions
 // p in [pos_begin, pos_end), reading head `head_offset` (element offset within
-// a slot). Positions are visited in increasing order whatever the batch, so the
-// result is batch-invariant.
-void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
-                     int64_t pos_begin, int64_t pos_end, float scale, float* out);
+// a slot). Lanes are assigned by absolute position, so the result does not
+// depend on the batch.
+void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+                     int64_t pos_end, float scale, AttentionPass pass, float* out);
 
 namespace detail {
-void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
-                            int64_t pos_begin, int64_t pos_end, float scale, float* out);
-void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
-                            int64_t pos_begin, int64_t pos_end, float scale, float* out);
+void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+                            int64_t pos_end, float scale, AttentionPass pass, float* out);
+void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+                            int64_t pos_end, float scale, AttentionPass pass, float* out);
 }  // namespace detail
 
 }  // namespace inferd::kernels

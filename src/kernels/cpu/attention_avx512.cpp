@@ -1,10 +1,15 @@
-// AVX-512 attention: f16 keys and values are widened 16 at a time.
+// AVX-512 attention, GGML's arithmetic (attention.h): f16 keys and values are
+// widened 16 at a time; scores and softmax weights in 16-position chunks; the
+// weighted values summed per position lane into L1-resident partial sums.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/expf_poly.h"
 
 namespace inferd::kernels::detail {
 
@@ -14,81 +19,107 @@ inline int64_t slot_of(const PagedKV& kv, int64_t p) {
   return int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
 }
 
-// e^x for x <= 0 (softmax weights), 16 at a time: x = n ln2 + r with |r| <= ln2/2,
-// e^r by its degree-6 Taylor polynomial (relative error below 2e-7), times 2^n.
-// A scalar exp per position cost more than the position's dot products.
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));  // e^-87 ~ 1.6e-38: still a normal float
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2, high bits
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);     // ln2, low bits
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+inline __m512 load_f16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+inline __m512 round_f16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+// The 16-lane tree of _mm512_reduce_add_ps, applied lane-wise to 16 vectors.
+inline __m512 reduce16_lanewise(const __m512* y) {
+  __m512 t3[8], t6[4];
+  for (int i = 0; i < 8; ++i) t3[i] = _mm512_add_ps(y[i + 8], y[i]);
+  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[i + 4], t3[i]);
+  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
 }
 
 }  // namespace
 
-void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
-                            int64_t pos_begin, int64_t pos_end, float scale, float* out) {
-  if (D % 16 != 0 || D > 512) {
-    attend_one_head_scalar(q, kv, head_offset, D, pos_begin, pos_end, scale, out);
+void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+                            int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  if (D % 16 != 0 || D > 256) {
+    attend_one_head_scalar(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
     return;
   }
-  constexpr int64_t kTile = 64;
   const int64_t nv = D / 16;
-  __m512 qv[32], acc[32];
+  const bool prefill = pass == AttentionPass::kPrefill;
+  __m512 q[16];
+  for (int64_t j = 0; j < nv; ++j) q[j] = round_f16(_mm512_loadu_ps(q_in + 16 * j));
+
+  thread_local std::vector<float> weights, acc;
+  const int64_t c0 = pos_begin - pos_begin % 16;
+  const int64_t n = (pos_end - c0 + 15) / 16 * 16;
+  weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
+  float max = -std::numeric_limits<float>::infinity();
+  const int64_t np = D & ~int64_t{63};
+  for (int64_t p = pos_begin; p < pos_end; ++p) {
+    const uint16_t* k = kv.k + slot_of(kv, p) * kv.slot_stride + head_offset;
+    float s;
+    if (prefill) {  // tinyBLAS: one accumulator
+      __m512 c = _mm512_setzero_ps();
+      for (int64_t j = 0; j < nv; ++j) c = _mm512_fmadd_ps(load_f16(k + 16 * j), q[j], c);
+      s = _mm512_reduce_add_ps(c);
+    } else {  // ggml_vec_dot_f16: four accumulators, then the tail in double
+      __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; ++j) sum[j] = _mm512_fmadd_ps(load_f16(k + i + 16 * j), q[i / 16 + j], sum[j]);
+      double sd = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3])));
+      if (np < D) {
+        alignas(64) float qt[16], kt[16];
+        for (int64_t i = np; i < D; i += 16) {
+          _mm512_store_ps(qt, q[i / 16]);
+          _mm512_store_ps(kt, load_f16(k + i));
+          for (int l = 0; l < 16; ++l) sd += static_cast<double>(kt[l] * qt[l]);
+        }
+      }
+      s = static_cast<float>(sd);
+    }
+    s *= scale;
+    weights[p - c0] = s;
+    max = std::max(max, s);
+  }
+  double sum = 0;
+  const __m512 vmax = _mm512_set1_ps(max);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 e = expf_poly16(_mm512_sub_ps(_mm512_loadu_ps(&weights[i]), vmax));
+    _mm512_storeu_ps(&weights[i], e);
+    sum += static_cast<double>(_mm512_reduce_add_ps(e));
+  }
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+  for (int64_t i = 0; i < n; i += 16) {
+    _mm512_storeu_ps(&weights[i], round_f16(_mm512_mul_ps(_mm512_loadu_ps(&weights[i]), inv)));
+  }
+
+  // Partial sums per position lane (p mod 16; mod 64 for decode: four
+  // accumulators of 16 lanes), each a D-vector; a set is written whole on its
+  // first position, so only the sets in use are ever touched.
+  const int64_t n_sets = prefill ? 16 : 64;
+  acc.resize(static_cast<size_t>(n_sets * D));
+  const int64_t first = pos_begin, used = std::min(n_sets, pos_end - pos_begin);
+  for (int64_t p = pos_begin; p < pos_end; ++p) {
+    const uint16_t* v = kv.v + slot_of(kv, p) * kv.slot_stride + head_offset;
+    float* a = &acc[(p % n_sets) * D];
+    const __m512 w = _mm512_set1_ps(weights[p - c0]);
+    if (p - first < n_sets) {
+      for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(a + 16 * j, _mm512_fmadd_ps(load_f16(v + 16 * j), w, _mm512_setzero_ps()));
+    } else {
+      for (int64_t j = 0; j < nv; ++j) {
+        _mm512_storeu_ps(a + 16 * j, _mm512_fmadd_ps(load_f16(v + 16 * j), w, _mm512_loadu_ps(a + 16 * j)));
+      }
+    }
+  }
+  // A set no position reached holds zero.
+  auto set_in_use = [&](int64_t s) { return ((s - first % n_sets) + n_sets) % n_sets < used; };
+  bool in_use[64];
+  for (int64_t s = 0; s < n_sets; ++s) in_use[s] = set_in_use(s);
   for (int64_t j = 0; j < nv; ++j) {
-    qv[j] = _mm512_loadu_ps(q + 16 * j);
-    acc[j] = _mm512_setzero_ps();
+    auto A = [&](int64_t s) { return in_use[s] ? _mm512_loadu_ps(&acc[s * D + 16 * j]) : _mm512_setzero_ps(); };
+    __m512 y[16];
+    for (int l = 0; l < 16; ++l) {
+      y[l] = prefill ? A(l) : _mm512_add_ps(_mm512_add_ps(A(l), A(32 + l)), _mm512_add_ps(A(16 + l), A(48 + l)));
+    }
+    _mm512_storeu_ps(out + 16 * j, reduce16_lanewise(y));
   }
-  float scores[kTile];
-  float running_max = -std::numeric_limits<float>::infinity();
-  float running_sum = 0.0f;
-  for (int64_t tile = pos_begin; tile < pos_end; tile += kTile) {
-    const int64_t n = std::min(kTile, pos_end - tile);
-    float tile_max = -std::numeric_limits<float>::infinity();
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t* k = kv.k + slot_of(kv, tile + i) * kv.slot_stride + head_offset;
-      __m512 s = _mm512_setzero_ps();
-      for (int64_t j = 0; j < nv; ++j) {
-        const __m512 kf = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 16 * j)));
-        s = _mm512_fmadd_ps(qv[j], kf, s);
-      }
-      scores[i] = _mm512_reduce_add_ps(s) * scale;
-      tile_max = std::max(tile_max, scores[i]);
-    }
-    const float new_max = std::max(running_max, tile_max);
-    const float correction = std::exp(running_max - new_max);
-    running_sum *= correction;
-    const __m512 corr = _mm512_set1_ps(correction);
-    for (int64_t j = 0; j < nv; ++j) acc[j] = _mm512_mul_ps(acc[j], corr);
-    float weights[kTile];
-    for (int64_t i = 0; i < n; i += 16) {
-      const __mmask16 m = n - i >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - i)) - 1);
-      const __m512 sc = _mm512_maskz_loadu_ps(m, scores + i);
-      _mm512_mask_storeu_ps(weights + i, m, exp_nonpositive(_mm512_sub_ps(sc, _mm512_set1_ps(new_max))));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const uint16_t* v = kv.v + slot_of(kv, tile + i) * kv.slot_stride + head_offset;
-      const float w = weights[i];
-      running_sum += w;
-      const __m512 wv = _mm512_set1_ps(w);
-      for (int64_t j = 0; j < nv; ++j) {
-        const __m512 vf = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + 16 * j)));
-        acc[j] = _mm512_fmadd_ps(wv, vf, acc[j]);
-      }
-    }
-    running_max = new_max;
-  }
-  const __m512 inv = _mm512_set1_ps(running_sum > 0.0f ? 1.0f / running_sum : 0.0f);
-  for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(out + 16 * j, _mm512_mul_ps(acc[j], inv));
 }
 
 }  // namespace inferd::kernels::detail

@@ -99,8 +99,63 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
   }
 }
 
+// GGML's order of the Q4_1 product (packed_ref.cpp): one float accumulator per
+// lane j = one dpbusd's four elements, summed at the end like hsum_float_8.
+template <int NT>
+void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out,
+                             size_t os) {
+  using F = PackedFormat<DType::Q4_1>;
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m512 acc[NT][8], accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    for (int j = 0; j < 8; ++j) acc[t][j] = _mm512_setzero_ps();
+    accm[t] = _mm512_setzero_ps();
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * F::kBlockBytes;
+    const uint8_t* q = p + F::kQuantOffset;
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    __m512i w[8];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(q + 64 * j);
+      w[j] = _mm512_and_si512(v, m4);
+      w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
+      for (int j = 0; j < 8; ++j) {
+        const __m512i isum =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[j], _mm512_set1_epi32(load_i32(yq + 4 * j)));
+        acc[t][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[t][j]);
+      }
+      accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[t].s[b]), accm[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    const __m512* a = acc[t];
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                     _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+    _mm512_storeu_ps(out + t * os, _mm512_add_ps(sum, accm[t]));
+  }
+}
+
 template <DType kType>
 void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out, size_t os) {
+  if constexpr (kType == DType::Q4_1) {
+    for (int t = 0; t < nt; t += 2) {
+      if (nt - t == 1) {
+        packed_tile_q4_1_avx512<1>(group, cols, act + t * as, as, out + t * os, os);
+      } else {
+        packed_tile_q4_1_avx512<2>(group, cols, act + t * as, as, out + t * os, os);
+      }
+    }
+    return;
+  }
   switch (nt) {
     case 8: packed_tile_avx512<kType, 8>(group, cols, act, as, out, os); break;
     case 7: packed_tile_avx512<kType, 7>(group, cols, act, as, out, os); break;
@@ -175,10 +230,62 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
   }
 }
 
+// Q4_1 in GGML's lane order (see packed_tile_q4_1_avx512), rows 8h..8h+7.
+template <int NT>
+void packed_half_q4_1_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
+                           size_t os) {
+  using F = PackedFormat<DType::Q4_1>;
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m256 acc[NT][8], accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    for (int j = 0; j < 8; ++j) acc[t][j] = _mm256_setzero_ps();
+    accm[t] = _mm256_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * F::kBlockBytes;
+    const uint8_t* q = p + F::kQuantOffset + 32 * h;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+    __m256i w[8];
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = load256(q + 64 * j);
+      w[j] = _mm256_and_si256(v, m4);
+      w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
+      for (int j = 0; j < 8; ++j) {
+        const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * j));
+        const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], yv), ones);
+        acc[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[t][j]);
+      }
+      accm[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[t].s[b]), accm[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    const __m256* a = acc[t];
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                                     _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+    _mm256_storeu_ps(out + t * os + 8 * h, _mm256_add_ps(sum, accm[t]));
+  }
+}
+
 template <DType kType, int NT>
 void packed_tile_avx2(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out, size_t os) {
-  packed_half_avx2<kType, NT>(group, 0, cols, act, as, out, os);
-  packed_half_avx2<kType, NT>(group, 1, cols, act, as, out, os);
+  if constexpr (kType == DType::Q4_1) {
+    for (int t = 0; t < NT; ++t) {  // one token at a time: eight accumulators per token fill the registers
+      packed_half_q4_1_avx2<1>(group, 0, cols, act + t * as, as, out + t * os, os);
+      packed_half_q4_1_avx2<1>(group, 1, cols, act + t * as, as, out + t * os, os);
+    }
+  } else {
+    packed_half_avx2<kType, NT>(group, 0, cols, act, as, out, os);
+    packed_half_avx2<kType, NT>(group, 1, cols, act, as, out, os);
+  }
 }
 
 template <DType kType>

@@ -205,16 +205,21 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
   }
 }
 
+// Q8_1 only ever holds activations (of Q4_1/Q5_1 products), so it follows
+// GGML's CPU quantizer, not its reference one: 127 / amax rather than 1 / d,
+// and rounding to nearest with ties to even. The two differ in the last bit of
+// some quants, and such a difference grows through the layers (docs/design.md,
+// "Logit tolerance").
 void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     y[i].d = f32_to_f16(d);
     int sum = 0;
     for (int j = 0; j < kQK; ++j) {
-      y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+      y[i].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
       sum += y[i].qs[j];
     }
     y[i].s = f32_to_f16(static_cast<float>(sum) * d);

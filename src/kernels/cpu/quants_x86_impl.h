@@ -734,11 +734,21 @@ void quantize_row_q8_0(const float* x, void* dst, int64_t n) {
   }
 }
 
+// Q8_1 is only ever an activation format: quantized as GGML's CPU backend does
+// it (quants_ref.cpp quantize_q8_1 says why), 127 / amax and ties to even.
 void quantize_row_q8_1(const float* x, void* dst, int64_t n) {
   BlockQ8_1* y = static_cast<BlockQ8_1*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    int sum;
-    const float d = quantize_block32(x + i * kQK, y[i].qs, &sum);
+  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
+    __m256 v[4];
+    __m256 amax = _mm256_setzero_ps();
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), amax = _mm256_max_ps(amax, abs_ps(v[k]));
+    const float max = hmax(amax);
+    const float d = max / 127;
+    const __m256 vid = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
+    __m256i q[4];
+    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));  // MXCSR: nearest, ties to even
+    const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_4x8(q[0], q[1], q[2], q[3]));
     y[i].d = to_fp16(d);
     y[i].s = to_fp16(static_cast<float>(sum) * d);
   }
