@@ -15,10 +15,6 @@ namespace inferd::kernels::detail {
 
 namespace {
 
-inline int64_t slot_of(const PagedKV& kv, int64_t p) {
-  return int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
-}
-
 inline __m512 load_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -47,13 +43,19 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   for (int64_t j = 0; j < nv; ++j) q[j] = round_f16(_mm512_loadu_ps(q_in + 16 * j));
 
   thread_local std::vector<float> weights, acc;
+  thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
+  slots.resize(static_cast<size_t>(pos_end - pos_begin));
+  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
+    slots[p - pos_begin] = int64_t{kv.block_table[block]} * kv.block_size + offset;
+    if (++offset == kv.block_size) offset = 0, ++block;
+  }
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
   weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   float max = -std::numeric_limits<float>::infinity();
   const int64_t np = D & ~int64_t{63};
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* k = kv.k + slot_of(kv, p) * kv.slot_stride + head_offset;
+    const uint16_t* k = kv.k + slots[p - pos_begin] * kv.slot_stride + head_offset;
     float s;
     if (prefill) {  // tinyBLAS: one accumulator
       __m512 c = _mm512_setzero_ps();
@@ -91,22 +93,21 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   }
 
   // Partial sums per position lane (p mod 16; mod 64 for decode: four
-  // accumulators of 16 lanes), each a D-vector; a set is written whole on its
-  // first position, so only the sets in use are ever touched.
+  // accumulators of 16 lanes), each a D-vector held in registers while its
+  // positions (every n_sets-th) are summed.
   const int64_t n_sets = prefill ? 16 : 64;
   acc.resize(static_cast<size_t>(n_sets * D));
   const int64_t first = pos_begin, used = std::min(n_sets, pos_end - pos_begin);
-  for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* v = kv.v + slot_of(kv, p) * kv.slot_stride + head_offset;
-    float* a = &acc[(p % n_sets) * D];
-    const __m512 w = _mm512_set1_ps(weights[p - c0]);
-    if (p - first < n_sets) {
-      for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(a + 16 * j, _mm512_fmadd_ps(load_f16(v + 16 * j), w, _mm512_setzero_ps()));
-    } else {
-      for (int64_t j = 0; j < nv; ++j) {
-        _mm512_storeu_ps(a + 16 * j, _mm512_fmadd_ps(load_f16(v + 16 * j), w, _mm512_loadu_ps(a + 16 * j)));
-      }
+  for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
+    __m512 a[16];
+    for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
+    for (int64_t p = p0; p < pos_end; p += n_sets) {
+      const uint16_t* v = kv.v + slots[p - pos_begin] * kv.slot_stride + head_offset;
+      const __m512 w = _mm512_set1_ps(weights[p - c0]);
+      for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(v + 16 * j), w, a[j]);
     }
+    float* dst = &acc[(p0 % n_sets) * D];
+    for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
   }
   // A set no position reached holds zero.
   auto set_in_use = [&](int64_t s) { return ((s - first % n_sets) + n_sets) % n_sets < used; };
