@@ -6,6 +6,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quants.h"
+#include "kernels/cpu/rope.h"
 
 namespace inferd {
 
@@ -51,23 +52,6 @@ void rms_norm(const float* x, const float* weight, float* out, int64_t n, float 
 
 void add_bias(float* y, const float* bias, int64_t n) {
   for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
-}
-
-// Rotates `n_heads` heads of `head_dim` in place for one token.
-void apply_rope(float* v, int64_t n_heads, int64_t head_dim, int64_t rope_dim, RopeStyle style,
-                const float* cos_t, const float* sin_t) {
-  const int64_t half = rope_dim / 2;
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float* x = v + h * head_dim;
-    for (int64_t i = 0; i < half; ++i) {
-      const int64_t a = style == RopeStyle::Interleaved ? 2 * i : i;
-      const int64_t b = style == RopeStyle::Interleaved ? 2 * i + 1 : i + half;
-      const float x0 = x[a], x1 = x[b];
-      // Fused as GCC fuses GGML's rotate_pairs (the first product of each line).
-      x[a] = std::fma(x0, cos_t[i], -(x1 * sin_t[i]));
-      x[b] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
-    }
-  }
 }
 
 }  // namespace
@@ -147,7 +131,8 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   const ForwardBatch& batch = *pass.batch;
   ThreadPool& pool = *pass.pool;
   const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
-  const int64_t half = c.rope_dim / 2;
+  const int64_t half = c.rope_dim / 2, D = c.head_dim;
+  const auto rope_pairs = c.rope_style == RopeStyle::Neox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
   const auto [t0, t1] = ThreadPool::split(T, ti, nt);
 
   // Token embeddings and rotary angles (theta_i = pos * base^(-2i / rope_dim)).
@@ -192,25 +177,29 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     L.wv.compute(in_v, T, s_.v.data(), ti, nt);
     pool.barrier();
 
-    // Tokens: biases, RoPE, keys and values into the cache.
-    uint16_t* kc = pass.cache->k(l);
-    uint16_t* vc = pass.cache->v(l);
-    for (int64_t t = t0; t < t1; ++t) {
-      float* q = s_.q.data() + t * QD;
-      float* k = s_.k.data() + t * KVD;
-      float* v = s_.v.data() + t * KVD;
-      if (W.bq) add_bias(q, W.bq.f32(), QD);
-      if (W.bk) add_bias(k, W.bk.f32(), KVD);
-      if (W.bv) add_bias(v, W.bv.f32(), KVD);
-      apply_rope(q, c.n_head, c.head_dim, c.rope_dim, c.rope_style, &s_.rope_cos[t * half], &s_.rope_sin[t * half]);
-      apply_rope(k, c.n_head_kv, c.head_dim, c.rope_dim, c.rope_style, &s_.rope_cos[t * half],
-                 &s_.rope_sin[t * half]);
-      uint16_t* kdst = kc + batch.slots[t] * KVD;
-      uint16_t* vdst = vc + batch.slots[t] * KVD;
-      for (int64_t i = 0; i < KVD; ++i) {
-        kdst[i] = kernels::f32_to_f16(k[i]);
-        vdst[i] = kernels::f32_to_f16(v[i]);
+    // (Token, head) items, so that one token keeps both threads busy: a query
+    // head, or a key head and its value head. Biases, RoPE, keys and values
+    // into the cache.
+    const int64_t heads_per_token = c.n_head + c.n_head_kv;
+    const auto [i0, i1] = ThreadPool::split(T * heads_per_token, ti, nt);
+    for (int64_t item = i0; item < i1; ++item) {
+      const int64_t t = item / heads_per_token, h = item % heads_per_token;
+      const float* cos_t = &s_.rope_cos[t * half];
+      const float* sin_t = &s_.rope_sin[t * half];
+      if (h < c.n_head) {
+        float* q = s_.q.data() + t * QD + h * D;
+        if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
+        kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+        continue;
       }
+      const int64_t offset = (h - c.n_head) * D;
+      float* k = s_.k.data() + t * KVD + offset;
+      float* v = s_.v.data() + t * KVD + offset;
+      if (W.bk) add_bias(k, W.bk.f32() + offset, D);
+      if (W.bv) add_bias(v, W.bv.f32() + offset, D);
+      kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+      kernels::quantize_row(DType::F16, k, pass.cache->k(l) + batch.slots[t] * KVD + offset, D);
+      kernels::quantize_row(DType::F16, v, pass.cache->v(l) + batch.slots[t] * KVD + offset, D);
     }
     pool.barrier();
 
