@@ -36,6 +36,13 @@ class Linear {
   void prepare(LinearInput& in, int64_t n_tokens) const;
   // Quantizes rows [t0, t1) of x (n_tokens x cols floats) into `in`.
   void quantize(const float* x, int64_t t0, int64_t t1, LinearInput& in) const;
+  // Columns per block when the input can be quantized a block at a time, so
+  // that threads share one token's row (packed weights); 0 when only whole rows.
+  int64_t quantize_block() const { return packed() ? kernels::kPackedActBlock : 0; }
+  // Quantizes the blocks [b0, b1) of row t of x (quantize_block() > 0).
+  void quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, LinearInput& in) const {
+    kernels::quantize_packed_blocks(x, t, b0, b1, in.packed);
+  }
   // y[t * rows + r] for this thread's share of the rows and all n_tokens tokens.
   void compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads) const;
 

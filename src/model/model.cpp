@@ -41,17 +41,34 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
 namespace {
 
-// out = x / rms(x) * weight, one row of n. As GGML does it: squares in float,
-// summed in double, in order (so the result does not depend on the batch).
-void rms_norm(const float* x, const float* weight, float* out, int64_t n, float eps) {
+// One RMSNorm row, as GGML computes it: squares in float, summed in double in
+// order, scale = 1 / sqrt(mean + eps) in float, out = x * scale * weight. The
+// row is x + h when h is given (the residual). Columns [c0, c1) are written:
+// threads that share a row each compute the same sum and write their columns.
+void residual_rms_norm(const float* x, const float* h, const float* weight, int64_t n, float eps, int64_t c0,
+                       int64_t c1, float* x_out, float* out) {
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i] * x[i]);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = h ? x[i] + h[i] : x[i];
+    sum += static_cast<double>(v * v);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+  for (int64_t i = c0; i < c1; ++i) {
+    const float v = h ? x[i] + h[i] : x[i];
+    if (x_out) x_out[i] = v;
+    out[i] = v * scale * weight[i];
+  }
 }
 
 void add_bias(float* y, const float* bias, int64_t n) {
   for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
+}
+
+// The block size by which `linear` can quantize a row of `cols`, or 0 if it
+// quantizes whole rows only (then a row is not split between threads).
+int64_t quantize_block_of(const Linear& linear, int64_t cols) {
+  const int64_t b = linear.quantize_block();
+  return b > 0 && cols % b == 0 ? b : 0;
 }
 
 }  // namespace
@@ -64,7 +81,7 @@ struct Model::Pass {
   ThreadPool* pool;
 };
 
-void Model::attention(const Pass& pass, int64_t layer, int ti, int nt) {
+void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o_block) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   const int64_t D = c.head_dim, H = c.n_head, group = c.n_head / c.n_head_kv;
@@ -85,6 +102,7 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt) {
     const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_one_head(s_.q.data() + t * c.q_dim() + h * D, kv, (h / group) * D, D, first, pos + 1, scale,
                              attn_pass, s_.attn.data() + t * c.q_dim() + h * D);
+    if (o_block > 0) linears_[layer].wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + 1) * D / o_block, s_.in_o);
   }
 }
 
@@ -92,6 +110,8 @@ void Model::prepare_scratch(const ForwardBatch& batch) {
   const ModelConfig& c = config_;
   const int64_t T = batch.size(), R = static_cast<int64_t>(batch.logit_rows.size());
   s_.x.resize(T * c.n_embd);
+  s_.x2.resize(T * c.n_embd);
+  s_.xn.resize(T * c.n_embd);
   s_.h.resize(T * c.n_embd);
   s_.q.resize(T * c.q_dim());
   s_.k.resize(T * c.kv_dim());
@@ -122,10 +142,51 @@ void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
 }
 
-// Phases alternate between splitting tokens across threads (norms, RoPE,
-// quantizing a projection's input: each thread owns the same tokens in every
-// such phase, so two in a row need no barrier) and splitting weight rows
-// (projections) or (token, head) pairs (attention).
+// RMSNorm rows, each row r reading token row_token[r] (or r): x + h (when h is
+// given) into x_out (when given), the normalized row into xn[r], then the
+// inputs of `targets` quantized from xn. When every target quantizes by
+// 32-column blocks, threads split (row, block) items, so one token keeps both
+// busy; x_out must then not alias x (another thread may still be reading it).
+void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token, const float* x, const float* h,
+                       float* x_out, const float* weight, float* xn, std::initializer_list<NormTarget> targets) {
+  const int64_t E = config_.n_embd;
+  const float eps = config_.rms_eps;
+  int64_t block = -1;  // the targets' common quantize block; 0: whole rows only
+  for (const NormTarget& tg : targets) {
+    if (!tg.linear) continue;
+    const int64_t b = quantize_block_of(*tg.linear, E);
+    block = block < 0 || block == b ? b : 0;
+  }
+  block = std::max<int64_t>(block, 0);
+  auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
+  if (block == 0) {
+    const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = token(r);
+      residual_rms_norm(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr,
+                        xn + r * E);
+    }
+    for (const NormTarget& tg : targets)
+      if (tg.linear) tg.linear->quantize(xn, r0, r1, *tg.in);
+    return;
+  }
+  const int64_t nb = E / block;
+  const auto [i0, i1] = ThreadPool::split(n_rows * nb, ti, nt);
+  for (int64_t r = i0 / nb; r < n_rows && r * nb < i1; ++r) {
+    const int64_t b0 = std::max(i0, r * nb) - r * nb, b1 = std::min(i1, (r + 1) * nb) - r * nb;
+    const int64_t t = token(r);
+    residual_rms_norm(x + t * E, h ? h + t * E : nullptr, weight, E, eps, b0 * block, b1 * block,
+                      x_out ? x_out + t * E : nullptr, xn + r * E);
+    for (const NormTarget& tg : targets)
+      if (tg.linear) tg.linear->quantize_blocks(xn, r, b0, b1, *tg.in);
+  }
+}
+
+// Phases alternate between splitting tokens, or (token, column block) items,
+// across threads (norms, SwiGLU, quantizing a projection's input) and
+// splitting weight rows (projections) or (token, head) pairs (RoPE,
+// attention), with a barrier between. The residual stream alternates between
+// two buffers, so a norm phase can read one while writing the other.
 void Model::forward_thread(const Pass& pass, int ti, int nt) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
@@ -133,14 +194,16 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
   const int64_t half = c.rope_dim / 2, D = c.head_dim;
   const auto rope_pairs = c.rope_style == RopeStyle::Neox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
-  const auto [t0, t1] = ThreadPool::split(T, ti, nt);
+  float* x = s_.x.data();
+  float* x_next = s_.x2.data();
 
   // Token embeddings and rotary angles (theta_i = pos * base^(-2i / rope_dim)).
+  const auto [t0, t1] = ThreadPool::split(T, ti, nt);
   const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
   for (int64_t t = t0; t < t1; ++t) {
     const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
                       static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
-    kernels::dequantize_row(weights_.tok_embd.dtype, row, s_.x.data() + t * E, E);
+    kernels::dequantize_row(weights_.tok_embd.dtype, row, x + t * E, E);
     // theta_i = pos * scale^i, by repeated multiplication as GGML computes it.
     const float theta_scale = std::pow(c.rope_freq_base, -2.0f / c.rope_dim);
     float theta = static_cast<float>(batch.positions[t]);
@@ -150,6 +213,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
       theta *= theta_scale;
     }
   }
+  pool.barrier();
 
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights_.layers[l];
@@ -158,18 +222,12 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     LinearInput& in_v = L.wv.same_input(L.wq) ? s_.in_q : s_.in_v;
     LinearInput& in_up = L.up.same_input(L.gate) ? s_.in_gate : s_.in_up;
 
-    // Tokens: (the previous layer's residual,) attention norm, Q/K/V input.
-    for (int64_t t = t0; t < t1; ++t) {
-      float* x = s_.x.data() + t * E;
-      if (l > 0) {
-        const float* h = s_.h.data() + t * E;
-        for (int64_t i = 0; i < E; ++i) x[i] += h[i];
-      }
-      rms_norm(x, W.attn_norm.f32(), s_.h.data() + t * E, E, c.rms_eps);
-    }
-    L.wq.quantize(s_.h.data(), t0, t1, s_.in_q);
-    if (&in_k != &s_.in_q) L.wk.quantize(s_.h.data(), t0, t1, in_k);
-    if (&in_v != &s_.in_q) L.wv.quantize(s_.h.data(), t0, t1, in_v);
+    // (The previous layer's residual,) attention norm, Q/K/V input.
+    norm_phase(ti, nt, T, nullptr, x, l > 0 ? s_.h.data() : nullptr, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
+               s_.xn.data(),
+               {{&L.wq, &s_.in_q}, {&in_k != &s_.in_q ? &L.wk : nullptr, &in_k},
+                {&in_v != &s_.in_q ? &L.wv : nullptr, &in_v}});
+    if (l > 0) std::swap(x, x_next);
     pool.barrier();
 
     L.wq.compute(s_.in_q, T, s_.q.data(), ti, nt);
@@ -203,51 +261,53 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     }
     pool.barrier();
 
-    attention(pass, l, ti, nt);
-    pool.barrier();
-
-    L.wo.quantize(s_.attn.data(), t0, t1, s_.in_o);
+    // Attention; each head's output is quantized for the output projection
+    // right away when its columns are whole quantize blocks.
+    const int64_t o_block = quantize_block_of(L.wo, D);
+    attention(pass, l, ti, nt, o_block);
+    if (o_block == 0) {
+      pool.barrier();
+      L.wo.quantize(s_.attn.data(), t0, t1, s_.in_o);
+    }
     pool.barrier();
     L.wo.compute(s_.in_o, T, s_.h.data(), ti, nt);
     pool.barrier();
 
-    // Tokens: residual, FFN norm, gate/up input.
-    for (int64_t t = t0; t < t1; ++t) {
-      float* x = s_.x.data() + t * E;
-      const float* h = s_.h.data() + t * E;
-      for (int64_t i = 0; i < E; ++i) x[i] += h[i];
-      rms_norm(x, W.ffn_norm.f32(), s_.h.data() + t * E, E, c.rms_eps);
-    }
-    L.gate.quantize(s_.h.data(), t0, t1, s_.in_gate);
-    if (&in_up != &s_.in_gate) L.up.quantize(s_.h.data(), t0, t1, in_up);
+    // Residual, FFN norm, gate/up input.
+    norm_phase(ti, nt, T, nullptr, x, s_.h.data(), x_next, W.ffn_norm.f32(), s_.xn.data(),
+               {{&L.gate, &s_.in_gate}, {&in_up != &s_.in_gate ? &L.up : nullptr, &in_up}});
+    std::swap(x, x_next);
     pool.barrier();
 
     L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt);
     L.up.compute(in_up, T, s_.up.data(), ti, nt);
     pool.barrier();
 
-    // Tokens: SwiGLU, down-projection input.
-    kernels::swiglu(s_.gate.data() + t0 * F, s_.up.data() + t0 * F, s_.gate.data() + t0 * F, (t1 - t0) * F);
-    L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
+    // SwiGLU and the down-projection input, by (token, block) items when the
+    // input quantizes by blocks.
+    if (const int64_t block = quantize_block_of(L.down, F); block > 0) {
+      const int64_t nb = F / block;
+      const auto [j0, j1] = ThreadPool::split(T * nb, ti, nt);
+      for (int64_t item = j0; item < j1; ++item) {
+        const int64_t t = item / nb, b = item % nb;
+        float* g = s_.gate.data() + t * F + b * block;
+        kernels::swiglu(g, s_.up.data() + t * F + b * block, g, block);
+        L.down.quantize_blocks(s_.gate.data(), t, b, b + 1, s_.in_down);
+      }
+    } else {
+      kernels::swiglu(s_.gate.data() + t0 * F, s_.up.data() + t0 * F, s_.gate.data() + t0 * F, (t1 - t0) * F);
+      L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
+    }
     pool.barrier();
     L.down.compute(s_.in_down, T, s_.h.data(), ti, nt);
     pool.barrier();
   }
 
-  // Tokens: the last residual; final norm and output input for the rows whose
-  // logits are wanted.
-  for (int64_t t = t0; t < t1; ++t) {
-    float* x = s_.x.data() + t * E;
-    const float* h = s_.h.data() + t * E;
-    for (int64_t i = 0; i < E; ++i) x[i] += h[i];
-  }
+  // The last residual, the final norm and the output projection's input, for
+  // the rows whose logits are wanted.
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-  for (int64_t r = 0; r < R; ++r) {
-    const int64_t t = batch.logit_rows[r];
-    if (t < t0 || t >= t1) continue;
-    rms_norm(s_.x.data() + t * E, weights_.output_norm.f32(), s_.logits_in.data() + r * E, E, c.rms_eps);
-    output_.quantize(s_.logits_in.data(), r, r + 1, s_.in_out);
-  }
+  norm_phase(ti, nt, R, batch.logit_rows.data(), x, s_.h.data(), nullptr, weights_.output_norm.f32(),
+             s_.logits_in.data(), {{&output_, &s_.in_out}});
   pool.barrier();
   if (R > 0) output_.compute(s_.in_out, R, pass.logits, ti, nt);
 }

@@ -2,6 +2,7 @@
 // forward pass over a ForwardBatch.
 #pragma once
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +50,14 @@ class Model {
   void prepare_scratch(const ForwardBatch& batch);
   // One thread's part of the whole forward pass; phases end at pool barriers.
   void forward_thread(const Pass& pass, int thread_index, int n_threads);
-  void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads);
+  void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
+  struct NormTarget {
+    const Linear* linear;  // null: skipped
+    LinearInput* in;
+  };
+  void norm_phase(int thread_index, int n_threads, int64_t n_rows, const int32_t* row_token, const float* x,
+                  const float* h, float* x_out, const float* weight, float* xn,
+                  std::initializer_list<NormTarget> targets);
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
@@ -65,7 +73,7 @@ class Model {
 
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
-    std::vector<float> x, h, q, k, v, attn, gate, up, logits_in;
+    std::vector<float> x, x2, xn, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
     std::vector<float> rope_cos, rope_sin;  // per token, rope_dim/2 each
     // Quantized projection inputs; in_k/in_v/in_up are used only when those
     // weights want another form than wq/gate.

@@ -99,24 +99,26 @@ void PackedActivations::resize(int64_t n_tokens, int64_t cols) {
   row_bytes_ = row;
 }
 
-void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivations& a) {
+void quantize_packed_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, PackedActivations& a) {
   const int64_t cols = a.cols(), nb = cols / kQK;
-  for (int64_t t = t0; t < t1; ++t) {
-    uint8_t* row = a.row(t);
-    float* d = reinterpret_cast<float*>(row + cols);
-    float* s = d + nb;
-    int32_t* sum = reinterpret_cast<int32_t*>(s + nb);
-    for (int64_t b = 0; b < nb; ++b) {
-      BlockQ8_1 blk;
-      quantize_row(DType::Q8_1, x + t * cols + b * kQK, &blk, kQK);
-      std::memcpy(row + b * kQK, blk.qs, kQK);
-      d[b] = f16_to_f32(blk.d);
-      s[b] = f16_to_f32(blk.s);
-      int32_t total = 0;
-      for (int8_t q : blk.qs) total += q;
-      sum[b] = total;
-    }
+  uint8_t* row = a.row(t);
+  float* d = reinterpret_cast<float*>(row + cols);
+  float* s = d + nb;
+  int32_t* sum = reinterpret_cast<int32_t*>(s + nb);
+  for (int64_t b = b0; b < b1; ++b) {
+    BlockQ8_1 blk;
+    quantize_row(DType::Q8_1, x + t * cols + b * kQK, &blk, kQK);
+    std::memcpy(row + b * kQK, blk.qs, kQK);
+    d[b] = f16_to_f32(blk.d);
+    s[b] = f16_to_f32(blk.s);
+    int32_t total = 0;
+    for (int8_t q : blk.qs) total += q;
+    sum[b] = total;
   }
+}
+
+void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivations& a) {
+  for (int64_t t = t0; t < t1; ++t) quantize_packed_blocks(x, t, 0, a.cols() / kQK, a);
 }
 
 void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,

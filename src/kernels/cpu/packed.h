@@ -76,9 +76,12 @@ class PackedActivations {
   AlignedBytes bytes_;
 };
 
-// Quantizes rows [t0, t1) of x (rows of a.cols() floats) into a, with GGML's
-// Q8_1 arithmetic (d = amax / 127, round half away from zero).
+// Quantizes rows [t0, t1) of x (rows of a.cols() floats) into a, with the
+// Q8_1 arithmetic of GGML's CPU backend (quantize_row(Q8_1)).
 void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivations& a);
+// The same for the 32-column blocks [b0, b1) of row t only (threads can share a row).
+constexpr int64_t kPackedActBlock = 32;
+void quantize_packed_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, PackedActivations& a);
 
 // y[t * ldy + r] = W row r . activation row t, for the rows of groups [g0, g1)
 // and every token of a. Threads split work by giving each its own group range.

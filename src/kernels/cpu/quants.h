@@ -29,9 +29,10 @@ DType vec_dot_type(DType weight_type);
 // dst[0..n) = src row of `n` elements of type t (any type listed in dtype.h).
 void dequantize_row(DType t, const void* src, float* dst, int64_t n);
 // Quantizes n f32 values into type t. Activation types (Q8_0, Q8_1, Q8_K, F16,
-// BF16, F32) follow GGML's reference quantizers bit for bit, SIMD or not (Q8_0/
-// Q8_1: d = amax/127, roundf; Q8_K: d = max/-127 of the signed extreme,
-// round-half-even). The weight types get simple round-to-nearest quantizers
+// BF16, F32) follow GGML bit for bit, SIMD or not: its reference quantizers for
+// Q8_0 (d = amax/127, roundf) and Q8_K (d = max/-127 of the signed extreme,
+// round-half-even), and for Q8_1, never stored in files, the CPU quantizer
+// llama.cpp runs on activations (127/amax, round-half-even). The weight types get simple round-to-nearest quantizers
 // that make valid blocks (for tests; not GGML's error-minimizing search).
 void quantize_row(DType t, const float* src, void* dst, int64_t n);
 // Dot product of n elements: a row of weight type t (is_supported_weight_type),
