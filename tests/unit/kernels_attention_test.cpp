@@ -84,6 +84,10 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
         std::vector<float> scalar(static_cast<size_t>(c.D)), simd(static_cast<size_t>(c.D));
         detail::attend_one_head_scalar(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, scalar.data());
         attend_one_head(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
+        std::vector<float> fma = scalar;
+        if (best_simd_level() >= SimdLevel::kAvx2) {
+          detail::attend_one_head_fma(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, fma.data());
+        }
         if (best_simd_level() == SimdLevel::kAvx512) {
           detail::attend_one_head_avx512(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
         }
@@ -91,6 +95,7 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
         for (int64_t i = 0; i < c.D; ++i) {
           EXPECT_NEAR(scalar[i], want[i], 2e-5) << name << " " << n_pos << " " << begin << " " << i;
           EXPECT_EQ(bits_of(simd[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
+          EXPECT_EQ(bits_of(fma[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
         }
       }
     }

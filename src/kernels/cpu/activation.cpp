@@ -9,22 +9,16 @@ namespace inferd::kernels {
 
 namespace detail {
 
-void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = gate[i];
-    out[i] = x / (1.0f + expf_poly(0.0f - x)) * up[i];
-  }
-}
+void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) { swiglu_portable(gate, up, out, n); }
 
 }  // namespace detail
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n) {
-  static const bool avx512 = std::strcmp(simd_level(), "avx512vnni") == 0;
-  if (avx512) {
-    detail::swiglu_avx512(gate, up, out, n);
-  } else {
-    detail::swiglu_scalar(gate, up, out, n);
-  }
+  using Fn = void (*)(const float*, const float*, float*, int64_t);
+  static const Fn fn = std::strcmp(simd_level(), "avx512vnni") == 0 ? detail::swiglu_avx512
+                       : std::strcmp(simd_level(), "avx2") == 0     ? detail::swiglu_fma
+                                                                    : detail::swiglu_scalar;
+  fn(gate, up, out, n);
 }
 
 }  // namespace inferd::kernels

@@ -38,6 +38,8 @@ void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int
 namespace detail {
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out);
+void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+                         int64_t pos_end, float scale, AttentionPass pass, float* out);  // AVX2 + FMA
 void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out);
 }  // namespace detail

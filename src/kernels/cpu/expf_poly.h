@@ -11,6 +11,10 @@
 
 namespace inferd::kernels {
 
+// Internal linkage: this header is compiled with different instruction sets in
+// different files, and one shared out-of-line copy could carry the wrong ones.
+namespace {
+
 namespace expf_poly_constants {
 constexpr float kShift = 0x1.8p23f;         // adding it rounds to an integer
 constexpr float kLog2e = 0x1.715476p+0f;
@@ -30,12 +34,14 @@ inline float expf_poly(float x) {
   return std::ldexp(j, static_cast<int>(n));
 }
 
+}  // namespace
 }  // namespace inferd::kernels
 
 #ifdef __AVX512F__
 #include <immintrin.h>
 
 namespace inferd::kernels {
+namespace {
 
 inline __m512 expf_poly16(__m512 x) {
   using namespace expf_poly_constants;
@@ -55,5 +61,6 @@ inline __m512 expf_poly16(__m512 x) {
   return _mm512_mask_blend_ps(out_of_range, res, saturated);
 }
 
+}  // namespace
 }  // namespace inferd::kernels
 #endif

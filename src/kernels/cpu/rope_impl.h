@@ -8,6 +8,10 @@
 
 namespace inferd::kernels::detail {
 
+// Internal linkage: this header is compiled with different instruction sets in
+// different files, and one shared out-of-line copy could carry the wrong ones.
+namespace {
+
 inline void rope_head_body(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t) {
   const int64_t half = rope_dim / 2;
   for (int64_t i = 0; i < half; ++i) {
@@ -18,5 +22,7 @@ inline void rope_head_body(float* x, int64_t rope_dim, RopePairs pairs, const fl
     x[b] = std::fma(x0, sin_t[i], x1 * cos_t[i]);
   }
 }
+
+}  // namespace
 
 }  // namespace inferd::kernels::detail
