@@ -5,10 +5,16 @@ machine, same thread count, in one run.
   prompt processing: a 512-token prompt from an empty cache (llama-bench pp512)
   decode:            128 tokens after a 1-token prompt      (llama-bench tg128)
 
+  floor:             read bandwidth of a buffer the size of the model file
+                     (build/memory_bandwidth, 2 threads), measured before and
+                     after the programs run; decode tokens/s at that bandwidth
+                     if a step read only the weights, once.
+
 Usage: bench/compare_llama_bench.py [--model PATH] [--threads N] [--reps 3]
 llama.cpp is built natively from the llama-cpp-python source package by
 bench/build_llama_cpp.sh (into ~/.cache/inferd/llama.cpp) if it is not there yet.
-Prints a Markdown table for docs/benchmarks.md.
+Prints a Markdown table for docs/benchmarks.md. Decode on a shared VM moves
+with the host's load, so compare only figures from the same run.
 """
 import argparse
 import json
@@ -61,7 +67,18 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
+    ap.add_argument("--bandwidth-tool", default=str(ROOT / "build" / "memory_bandwidth"))
     args = ap.parse_args()
+    model_bytes = Path(args.model).stat().st_size
+
+    def bandwidth():
+        """GB/s reading a buffer the size of the model (the tool prints 'read bandwidth: X GB/s ...')."""
+        mib = max(1, round(model_bytes / 2**20))
+        out = subprocess.run([args.bandwidth_tool, str(args.threads), str(mib)], check=True, capture_output=True,
+                             text=True).stdout
+        return float(out.split("read bandwidth:")[1].split("GB/s")[0])
+
+    bw = [bandwidth()]
 
     subprocess.run([str(ROOT / "bench" / "build_llama_cpp.sh")], check=True)
     llama_bench = CACHE / "llama.cpp" / "build" / "bin" / "llama-bench"
@@ -85,6 +102,8 @@ def main():
         # First sampled token comes from the prompt pass; 128 decode steps follow.
         tg.append((r["generated_tokens"] - 1) / r["decode_seconds"])
     n_prompt = len(inferd_json(args.inferd, args.model, prompt, 0, args.threads)["prompt_ids"])
+    bw.append(bandwidth())
+    floor = statistics.mean(bw) * 1e9 / model_bytes
 
     print(f"Machine: {cpu_name()}, {os.cpu_count()} cores; threads {args.threads}; "
           f"model {Path(args.model).name}; {args.reps} repetitions each (mean).")
@@ -95,6 +114,10 @@ def main():
           f"{statistics.mean(pp) / llama['pp']:.2f} |")
     print(f"| decode 128 tokens (tg128) | {llama['tg']:.1f} | {statistics.mean(tg):.1f} | "
           f"{statistics.mean(tg) / llama['tg']:.2f} |")
+    print()
+    print(f"Bandwidth floor: {bw[0]:.1f} and {bw[1]:.1f} GB/s reading {model_bytes / 2**20:.0f} MiB (before and "
+          f"after), so at most {floor:.0f} decode tok/s; llama.cpp decodes at {llama['tg'] / floor:.0%} of it, "
+          f"inferd at {statistics.mean(tg) / floor:.0%}.")
 
 
 if __name__ == "__main__":
