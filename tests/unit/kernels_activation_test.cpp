@@ -12,15 +12,12 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels_test_util.h"
 
 namespace inferd::kernels {
 namespace {
 
-uint32_t bits_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
+using testing::bits_of;
 
 TEST(KernelsActivation, ExpPolyIsCloseToExpAndSaturatesLikeGgml) {
   for (float x = -87.0f; x <= 88.0f; x += 0.37f) {

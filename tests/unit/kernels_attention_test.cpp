@@ -15,9 +15,12 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
+#include "kernels_test_util.h"
 
 namespace inferd::kernels {
 namespace {
+
+using testing::bits_of;
 
 struct Cache {
   int64_t D = 64, heads = 3, block_size = 16;
@@ -62,12 +65,6 @@ std::vector<double> naive(const Cache& c, const float* q_in, int64_t head, int64
       out[i] += round_f16(s[p - begin] / sum) * f16_to_f32(c.v[slot * c.D * c.heads + head * c.D + i]);
   }
   return out;
-}
-
-uint32_t bits_of(float x) {
-  uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
 }
 
 TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
