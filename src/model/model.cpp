@@ -1,7 +1,9 @@
 #include "model/model.h"
 
+#include <cassert>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
@@ -144,20 +146,27 @@ void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float
 
 // RMSNorm rows, each row r reading token row_token[r] (or r): x + h (when h is
 // given) into x_out (when given), the normalized row into xn[r], then the
-// inputs of `targets` quantized from xn. When every target quantizes by
-// 32-column blocks, threads split (row, block) items, so one token keeps both
-// busy; x_out must then not alias x (another thread may still be reading it).
+// inputs of `targets` quantized from xn (a target whose input an earlier one
+// already fills, Linear::same_input, is skipped). When every target quantizes
+// by 32-column blocks, threads split (row, block) items, so one token keeps
+// both busy; x_out must then not alias x (another thread may still be reading it).
 void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token, const float* x, const float* h,
-                       float* x_out, const float* weight, float* xn, std::initializer_list<NormTarget> targets) {
+                       float* x_out, const float* weight, float* xn, std::initializer_list<NormTarget> all_targets) {
   const int64_t E = config_.n_embd;
   const float eps = config_.rms_eps;
-  int64_t block = -1;  // the targets' common quantize block; 0: whole rows only
-  for (const NormTarget& tg : targets) {
-    if (!tg.linear) continue;
-    const int64_t b = quantize_block_of(*tg.linear, E);
-    block = block < 0 || block == b ? b : 0;
+  NormTarget targets[4];
+  int n_targets = 0;
+  assert(all_targets.size() <= std::size(targets));
+  for (const NormTarget& tg : all_targets) {
+    bool filled = false;
+    for (int i = 0; i < n_targets; ++i) filled = filled || targets[i].in == tg.in;
+    if (!filled) targets[n_targets++] = tg;
   }
-  block = std::max<int64_t>(block, 0);
+  // The block every target quantizes by, or 0 when they differ or one
+  // quantizes whole rows only.
+  int64_t block = quantize_block_of(*targets[0].linear, E);
+  for (int i = 1; i < n_targets; ++i)
+    if (quantize_block_of(*targets[i].linear, E) != block) block = 0;
   auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
   if (block == 0) {
     const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
@@ -166,19 +175,19 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
       residual_rms_norm(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr,
                         xn + r * E);
     }
-    for (const NormTarget& tg : targets)
-      if (tg.linear) tg.linear->quantize(xn, r0, r1, *tg.in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, *targets[i].in);
     return;
   }
+  // Items are (row, block) pairs, row-major; this thread's run [i0, i1) covers
+  // blocks [b0, b1) of each row it touches.
   const int64_t nb = E / block;
   const auto [i0, i1] = ThreadPool::split(n_rows * nb, ti, nt);
   for (int64_t r = i0 / nb; r < n_rows && r * nb < i1; ++r) {
-    const int64_t b0 = std::max(i0, r * nb) - r * nb, b1 = std::min(i1, (r + 1) * nb) - r * nb;
+    const int64_t b0 = std::max(i0 - r * nb, int64_t{0}), b1 = std::min(i1 - r * nb, nb);
     const int64_t t = token(r);
     residual_rms_norm(x + t * E, h ? h + t * E : nullptr, weight, E, eps, b0 * block, b1 * block,
                       x_out ? x_out + t * E : nullptr, xn + r * E);
-    for (const NormTarget& tg : targets)
-      if (tg.linear) tg.linear->quantize_blocks(xn, r, b0, b1, *tg.in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, *targets[i].in);
   }
 }
 
@@ -200,12 +209,12 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   // Token embeddings and rotary angles (theta_i = pos * base^(-2i / rope_dim)).
   const auto [t0, t1] = ThreadPool::split(T, ti, nt);
   const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
+  // theta_i = pos * theta_scale^i, by repeated multiplication as GGML computes it.
+  const float theta_scale = std::pow(c.rope_freq_base, -2.0f / c.rope_dim);
   for (int64_t t = t0; t < t1; ++t) {
     const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
                       static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
     kernels::dequantize_row(weights_.tok_embd.dtype, row, x + t * E, E);
-    // theta_i = pos * scale^i, by repeated multiplication as GGML computes it.
-    const float theta_scale = std::pow(c.rope_freq_base, -2.0f / c.rope_dim);
     float theta = static_cast<float>(batch.positions[t]);
     for (int64_t i = 0; i < half; ++i) {
       s_.rope_cos[t * half + i] = std::cos(theta);
@@ -224,9 +233,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
 
     // (The previous layer's residual,) attention norm, Q/K/V input.
     norm_phase(ti, nt, T, nullptr, x, l > 0 ? s_.h.data() : nullptr, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
-               s_.xn.data(),
-               {{&L.wq, &s_.in_q}, {&in_k != &s_.in_q ? &L.wk : nullptr, &in_k},
-                {&in_v != &s_.in_q ? &L.wv : nullptr, &in_v}});
+               s_.xn.data(), {{&L.wq, &s_.in_q}, {&L.wk, &in_k}, {&L.wv, &in_v}});
     if (l > 0) std::swap(x, x_next);
     pool.barrier();
 
@@ -275,7 +282,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
 
     // Residual, FFN norm, gate/up input.
     norm_phase(ti, nt, T, nullptr, x, s_.h.data(), x_next, W.ffn_norm.f32(), s_.xn.data(),
-               {{&L.gate, &s_.in_gate}, {&in_up != &s_.in_gate ? &L.up : nullptr, &in_up}});
+               {{&L.gate, &s_.in_gate}, {&L.up, &in_up}});
     std::swap(x, x_next);
     pool.barrier();
 

@@ -52,12 +52,12 @@ class Model {
   void forward_thread(const Pass& pass, int thread_index, int n_threads);
   void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
   struct NormTarget {
-    const Linear* linear;  // null: skipped
+    const Linear* linear;
     LinearInput* in;
   };
   void norm_phase(int thread_index, int n_threads, int64_t n_rows, const int32_t* row_token, const float* x,
                   const float* h, float* x_out, const float* weight, float* xn,
-                  std::initializer_list<NormTarget> targets);
+                  std::initializer_list<NormTarget> all_targets);
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;

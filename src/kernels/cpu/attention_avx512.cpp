@@ -97,7 +97,8 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   // positions (every n_sets-th) are summed.
   const int64_t n_sets = prefill ? 16 : 64;
   acc.resize(static_cast<size_t>(n_sets * D));
-  const int64_t first = pos_begin, used = std::min(n_sets, pos_end - pos_begin);
+  const int64_t used = std::min(n_sets, pos_end - pos_begin);
+  if (used < n_sets) std::fill(acc.begin(), acc.end(), 0.0f);  // a set no position reaches holds zero
   for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
     __m512 a[16];
     for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
@@ -109,12 +110,8 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     float* dst = &acc[(p0 % n_sets) * D];
     for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
   }
-  // A set no position reached holds zero.
-  auto set_in_use = [&](int64_t s) { return ((s - first % n_sets) + n_sets) % n_sets < used; };
-  bool in_use[64];
-  for (int64_t s = 0; s < n_sets; ++s) in_use[s] = set_in_use(s);
   for (int64_t j = 0; j < nv; ++j) {
-    auto A = [&](int64_t s) { return in_use[s] ? _mm512_loadu_ps(&acc[s * D + 16 * j]) : _mm512_setzero_ps(); };
+    auto A = [&](int64_t s) { return _mm512_loadu_ps(&acc[s * D + 16 * j]); };
     __m512 y[16];
     for (int l = 0; l < 16; ++l) {
       y[l] = prefill ? A(l) : _mm512_add_ps(_mm512_add_ps(A(l), A(32 + l)), _mm512_add_ps(A(16 + l), A(48 + l)));

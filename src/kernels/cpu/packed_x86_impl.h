@@ -51,14 +51,14 @@ struct PackedFormat {
 
 template <DType kType, int NT>
 void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out, size_t os) {
+  static_assert(kType != DType::Q4_1, "Q4_1 has its own kernel, in GGML's lane order");
   using F = PackedFormat<kType>;
   const int64_t nb = cols / 32;
   PackedAct y[NT];
-  __m512 acc[NT], accm[NT];
+  __m512 acc[NT];
   for (int t = 0; t < NT; ++t) {
     y[t] = packed_act(act + t * as, cols);
     acc[t] = _mm512_setzero_ps();
-    accm[t] = _mm512_setzero_ps();
   }
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
@@ -66,8 +66,6 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    __m512 m = _mm512_setzero_ps();
-    if constexpr (F::kHasMin) m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     // w[j]: unsigned quants for activation quad j (Q4: j < 4 low nibbles, j >= 4 high).
     __m512i w[8];
     if constexpr (F::kQ4) {
@@ -82,7 +80,7 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
     for (int t = 0; t < NT; ++t) {
       const int8_t* yq = y[t].qs + 32 * b;
       // Unsigned-bias correction: Q4_0 stores q + 8, Q8_0 is read as q + 128.
-      const int bias = kType == DType::Q4_0 ? 8 : kType == DType::Q8_0 ? 128 : 0;
+      const int bias = kType == DType::Q4_0 ? 8 : 128;
       __m512i s0 = _mm512_set1_epi32(-bias * y[t].sum[b]);
       __m512i s1 = _mm512_setzero_si512();
       for (int j = 0; j < 8; j += 2) {
@@ -91,12 +89,9 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
       }
       const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
       acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[t]);
-      if constexpr (F::kHasMin) accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[t].s[b]), accm[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    _mm512_storeu_ps(out + t * os, F::kHasMin ? _mm512_add_ps(acc[t], accm[t]) : acc[t]);
-  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * os, acc[t]);
 }
 
 // GGML's order of the Q4_1 product (packed_ref.cpp): one float accumulator per
@@ -154,17 +149,17 @@ void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t 
         packed_tile_q4_1_avx512<2>(group, cols, act + t * as, as, out + t * os, os);
       }
     }
-    return;
-  }
-  switch (nt) {
-    case 8: packed_tile_avx512<kType, 8>(group, cols, act, as, out, os); break;
-    case 7: packed_tile_avx512<kType, 7>(group, cols, act, as, out, os); break;
-    case 6: packed_tile_avx512<kType, 6>(group, cols, act, as, out, os); break;
-    case 5: packed_tile_avx512<kType, 5>(group, cols, act, as, out, os); break;
-    case 4: packed_tile_avx512<kType, 4>(group, cols, act, as, out, os); break;
-    case 3: packed_tile_avx512<kType, 3>(group, cols, act, as, out, os); break;
-    case 2: packed_tile_avx512<kType, 2>(group, cols, act, as, out, os); break;
-    default: packed_tile_avx512<kType, 1>(group, cols, act, as, out, os); break;
+  } else {
+    switch (nt) {
+      case 8: packed_tile_avx512<kType, 8>(group, cols, act, as, out, os); break;
+      case 7: packed_tile_avx512<kType, 7>(group, cols, act, as, out, os); break;
+      case 6: packed_tile_avx512<kType, 6>(group, cols, act, as, out, os); break;
+      case 5: packed_tile_avx512<kType, 5>(group, cols, act, as, out, os); break;
+      case 4: packed_tile_avx512<kType, 4>(group, cols, act, as, out, os); break;
+      case 3: packed_tile_avx512<kType, 3>(group, cols, act, as, out, os); break;
+      case 2: packed_tile_avx512<kType, 2>(group, cols, act, as, out, os); break;
+      default: packed_tile_avx512<kType, 1>(group, cols, act, as, out, os); break;
+    }
   }
 }
 
@@ -174,14 +169,14 @@ void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t 
 template <DType kType, int NT>
 void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
                       size_t os) {
+  static_assert(kType != DType::Q4_1, "Q4_1 has its own kernel, in GGML's lane order");
   using F = PackedFormat<kType>;
   const int64_t nb = cols / 32;
   PackedAct y[NT];
-  __m256 acc[NT], accm[NT];
+  __m256 acc[NT];
   for (int t = 0; t < NT; ++t) {
     y[t] = packed_act(act + t * as, cols);
     acc[t] = _mm256_setzero_ps();
-    accm[t] = _mm256_setzero_ps();
   }
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -189,8 +184,6 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
-    __m256 m = _mm256_setzero_ps();
-    if constexpr (F::kHasMin) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
     __m256i w[8];
     if constexpr (F::kQ4) {
       for (int j = 0; j < 4; ++j) {
@@ -222,12 +215,9 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
       }
       const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale, acc[t]);
-      if constexpr (F::kHasMin) accm[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[t].s[b]), accm[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    _mm256_storeu_ps(out + t * os + 8 * h, F::kHasMin ? _mm256_add_ps(acc[t], accm[t]) : acc[t]);
-  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + t * os + 8 * h, acc[t]);
 }
 
 // Q4_1 in GGML's lane order (see packed_tile_q4_1_avx512), rows 8h..8h+7.
