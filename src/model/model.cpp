@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <cassert>
 #include <cmath>
 #include <cstring>
@@ -90,11 +91,13 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const uint16_t* kc = pass.cache->k(layer);
   const uint16_t* vc = pass.cache->v(layer);
-  // One work item per (token, head); items are dealt out in contiguous runs.
+  // One work item per (token, head); items are dealt out in contiguous runs,
+  // and the heads of a run that share a key/value head are computed together.
   const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
   size_t seq = 0;
-  for (int64_t item = begin; item < end; ++item) {
+  for (int64_t item = begin, n_heads = 0; item < end; item += n_heads) {
     const int64_t t = item / H, h = item % H;
+    n_heads = std::min(end - item, group - h % group);
     while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
     const SequenceSlice& sl = batch.sequences[seq];
     kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_table.data()};
@@ -102,9 +105,11 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o
     int64_t first = 0;
     if (c.sliding_window > 0 && pos + 1 > c.sliding_window) first = pos + 1 - c.sliding_window;
     const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
-    kernels::attend_one_head(s_.q.data() + t * c.q_dim() + h * D, kv, (h / group) * D, D, first, pos + 1, scale,
-                             attn_pass, s_.attn.data() + t * c.q_dim() + h * D);
-    if (o_block > 0) linears_[layer].wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + 1) * D / o_block, s_.in_o);
+    kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
+                          scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D);
+    if (o_block > 0) {
+      linears_[layer].wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, s_.in_o);
+    }
   }
 }
 

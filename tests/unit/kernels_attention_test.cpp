@@ -2,7 +2,8 @@
 // summation orders, and both agree with a plain softmax in double over a
 // contiguous copy of the keys and values (rounding the query and the weights
 // to f16 as the kernels do), for contexts that span several blocks and
-// several 16- and 64-position lane groups. Bit-exactness against llama.cpp
+// several 16- and 64-position lane groups; query heads that share a key/value
+// head give the same bits computed together. Bit-exactness against llama.cpp
 // itself is checked end to end by engine_llamacpp_reference_test.
 #include <gtest/gtest.h>
 
@@ -30,8 +31,9 @@ struct Cache {
 };
 
 // n_pos positions in shuffled blocks, values in f16.
-Cache make_cache(std::mt19937& rng, int64_t n_pos) {
+Cache make_cache(std::mt19937& rng, int64_t n_pos, int64_t D = 64) {
   Cache c;
+  c.D = D;
   const int64_t n_blocks = (n_pos + c.block_size - 1) / c.block_size;
   for (int64_t b = 0; b < n_blocks; ++b) c.block_table.push_back(static_cast<int32_t>(b));
   std::shuffle(c.block_table.begin(), c.block_table.end(), rng);
@@ -93,6 +95,45 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
           EXPECT_NEAR(scalar[i], want[i], 2e-5) << name << " " << n_pos << " " << begin << " " << i;
           EXPECT_EQ(bits_of(simd[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
           EXPECT_EQ(bits_of(fma[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
+        }
+      }
+    }
+  }
+}
+
+// Query heads that share a key/value head, computed together (attend_heads,
+// and the AVX-512 group kernel directly), give each head's one-at-a-time bits.
+TEST(KernelsAttention, GroupedHeadsGiveEachHeadsBits) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t D : {64, 256, 80}) {
+    for (int64_t n_pos : {1, 17, 64, 65, 300}) {
+      const Cache c = make_cache(rng, n_pos, D);
+      for (int64_t n_heads : {1, 2, 3, 4, 5}) {
+        std::vector<float> q(static_cast<size_t>(n_heads * D));
+        for (float& x : q) x = 2.0f * dist(rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        for (int64_t begin : {int64_t{0}, n_pos / 3}) {
+          for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
+            std::vector<float> grouped(q.size()), direct(q.size()), one(static_cast<size_t>(D));
+            attend_heads(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, grouped.data());
+            direct = grouped;
+            if (best_simd_level() == SimdLevel::kAvx512) {
+              detail::attend_heads_avx512(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass,
+                                          direct.data());
+            }
+            for (int64_t h = 0; h < n_heads; ++h) {
+              detail::attend_one_head_scalar(q.data() + h * D, c.view(), 2 * D, D, begin, n_pos, scale, pass,
+                                             one.data());
+              for (int64_t i = 0; i < D; ++i) {
+                const auto where = ::testing::Message() << (pass == AttentionPass::kDecode ? "decode" : "prefill")
+                                                        << " D " << D << " n_pos " << n_pos << " heads " << n_heads
+                                                        << " begin " << begin << " head " << h << " i " << i;
+                ASSERT_EQ(bits_of(grouped[h * D + i]), bits_of(one[i])) << where;
+                ASSERT_EQ(bits_of(direct[h * D + i]), bits_of(one[i])) << where;
+              }
+            }
+          }
         }
       }
     }

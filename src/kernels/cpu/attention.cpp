@@ -32,8 +32,17 @@ AttendFn pick_attention() {
 
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                      int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  attend_heads(q, 1, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+}
+
+void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
   static const AttendFn fn = pick_attention();
-  fn(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+  if (fn == detail::attend_one_head_avx512) {
+    detail::attend_heads_avx512(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+    return;
+  }
+  for (int64_t h = 0; h < n_heads; ++h) fn(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
 }
 
 }  // namespace inferd::kernels

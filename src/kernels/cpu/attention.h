@@ -35,6 +35,13 @@ enum class AttentionPass { kDecode, kPrefill };
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                      int64_t pos_end, float scale, AttentionPass pass, float* out);
 
+// The same for n_heads query heads that read one key/value head (grouped-
+// query attention); q and out hold the heads' D-vectors one after another.
+// Each head's result is attend_one_head's to the bit; the keys and values are
+// read once for the group.
+void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+
 namespace detail {
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out);
@@ -42,6 +49,8 @@ void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset,
                          int64_t pos_end, float scale, AttentionPass pass, float* out);  // AVX2 + FMA
 void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out);
+void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
 }  // namespace detail
 
 }  // namespace inferd::kernels

@@ -29,7 +29,168 @@ inline __m512 reduce16_lanewise(const __m512* y) {
   return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
 }
 
+// Lane l of the result is _mm512_reduce_add_ps(y[l]), to the bit: the same
+// pairing tree (halves, quarters, pairs, then the last two), run on sixteen
+// vectors at once with shuffles, a few instructions per vector instead of a
+// chain of dependent ones.
+inline __m512 reduce_add_16(const __m512* y) {
+  // The tree leaves the sum of input j in lane 4 * (j % 4) + j / 4: inputs are
+  // taken in that (self-inverse) order so that lane l ends up with y[l].
+  static constexpr int kOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+  __m512 a[8], b[4], c[2];
+  for (int k = 0; k < 8; ++k) {  // x[i] + x[i + 8], two vectors per result
+    const __m512 p = y[kOrder[2 * k]], q = y[kOrder[2 * k + 1]];
+    a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
+  }
+  for (int k = 0; k < 4; ++k) {  // a[i] + a[i + 4], four vectors per result
+    b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
+                         _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
+  }
+  for (int k = 0; k < 2; ++k) {  // b[0] + b[2], b[1] + b[3]
+    c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// NH query heads over one key/value head, D % 64 == 0. The same arithmetic
+// per head as attend_one_head_avx512, organized for speed: each key and value
+// is widened once for all NH heads, and scores come sixteen positions at a
+// time (reduce_add_16).
+template <int NH>
+void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+                         int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  const int64_t nv = D / 16;
+  const bool prefill = pass == AttentionPass::kPrefill;
+  thread_local std::vector<float> q, keys, weights, acc;
+  thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
+  q.resize(static_cast<size_t>(NH * D));
+  for (int64_t i = 0; i < NH * D; i += 16) _mm512_storeu_ps(&q[i], round_f16(_mm512_loadu_ps(q_in + i)));
+  slots.resize(static_cast<size_t>(pos_end - pos_begin));
+  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
+    slots[p - pos_begin] = int64_t{kv.block_table[block]} * kv.block_size + offset;
+    if (++offset == kv.block_size) offset = 0, ++block;
+  }
+
+  // Scores over whole 16-position chunks; positions outside the range are masked.
+  const int64_t c0 = pos_begin - pos_begin % 16;
+  const int64_t n = (pos_end - c0 + 15) / 16 * 16;
+  keys.resize(static_cast<size_t>(16 * D));
+  weights.resize(static_cast<size_t>(NH * n));
+  __m512 vmax[NH];
+  for (int h = 0; h < NH; ++h) vmax[h] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  for (int64_t ch = c0; ch < pos_end; ch += 16) {
+    const int64_t lo = std::max(ch, pos_begin) - ch, hi = std::min(ch + 16, pos_end) - ch;
+    for (int64_t l = 0; l < 16; ++l) {  // the chunk's keys, widened once; zero outside the range
+      float* dst = &keys[l * D];
+      if (l < lo || l >= hi) {
+        std::fill(dst, dst + D, 0.0f);
+        continue;
+      }
+      const uint16_t* k = kv.k + slots[ch + l - pos_begin] * kv.slot_stride + head_offset;
+      for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, load_f16(k + 16 * j));
+    }
+    const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+    for (int h = 0; h < NH; ++h) {
+      const float* qh = &q[h * D];
+      __m512 y[16];
+      for (int l = 0; l < 16; ++l) {
+        const float* k = &keys[l * D];
+        if (prefill) {  // tinyBLAS: one accumulator
+          __m512 c = _mm512_setzero_ps();
+          for (int64_t j = 0; j < nv; ++j) c = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * j), _mm512_loadu_ps(qh + 16 * j), c);
+          y[l] = c;
+        } else {  // ggml_vec_dot_f16: four accumulators over 64-element steps
+          __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+          for (int64_t j = 0; j < nv; j += 4)
+            for (int a = 0; a < 4; ++a)
+              sum[a] = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * (j + a)), _mm512_loadu_ps(qh + 16 * (j + a)), sum[a]);
+          y[l] = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
+        }
+      }
+      const __m512 s = _mm512_mask_mul_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
+                                          reduce_add_16(y), _mm512_set1_ps(scale));
+      _mm512_storeu_ps(&weights[h * n + ch - c0], s);
+      vmax[h] = _mm512_max_ps(vmax[h], s);
+    }
+  }
+  for (int h = 0; h < NH; ++h) {
+    float* w = &weights[h * n];
+    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[h]));
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+      const __m512 e = expf_poly16(_mm512_sub_ps(_mm512_loadu_ps(w + i), max));
+      _mm512_storeu_ps(w + i, e);
+      sum += static_cast<double>(_mm512_reduce_add_ps(e));
+    }
+    const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+    for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(w + i, round_f16(_mm512_mul_ps(_mm512_loadu_ps(w + i), inv)));
+  }
+
+  // Partial sums per position lane (p mod 16; mod 64 for decode), each a
+  // D-vector summed in registers four vectors at a time for all NH heads.
+  const int64_t n_sets = prefill ? 16 : 64;
+  const int64_t head_acc = n_sets * D;
+  acc.resize(static_cast<size_t>(NH * head_acc));
+  const int64_t used = std::min(n_sets, pos_end - pos_begin);
+  for (int64_t i = used; i < n_sets; ++i) {  // a set no position reaches holds zero
+    for (int h = 0; h < NH; ++h) {
+      float* set = &acc[h * head_acc + ((pos_begin + i) % n_sets) * D];
+      std::fill(set, set + D, 0.0f);
+    }
+  }
+  for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
+    for (int64_t j = 0; j < nv; j += 4) {
+      __m512 a[NH][4];
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < 4; ++i) a[h][i] = _mm512_setzero_ps();
+      for (int64_t p = p0; p < pos_end; p += n_sets) {
+        const uint16_t* v = kv.v + slots[p - pos_begin] * kv.slot_stride + head_offset + 16 * j;
+        __m512 vf[4];
+        for (int i = 0; i < 4; ++i) vf[i] = load_f16(v + 16 * i);
+        for (int h = 0; h < NH; ++h) {
+          const __m512 w = _mm512_set1_ps(weights[h * n + p - c0]);
+          for (int i = 0; i < 4; ++i) a[h][i] = _mm512_fmadd_ps(vf[i], w, a[h][i]);
+        }
+      }
+      for (int h = 0; h < NH; ++h) {
+        float* dst = &acc[h * head_acc + (p0 % n_sets) * D + 16 * j];
+        for (int i = 0; i < 4; ++i) _mm512_storeu_ps(dst + 16 * i, a[h][i]);
+      }
+    }
+  }
+  for (int h = 0; h < NH; ++h) {
+    const float* A = &acc[h * head_acc];
+    for (int64_t j = 0; j < nv; ++j) {
+      auto set = [&](int64_t s) { return _mm512_loadu_ps(A + s * D + 16 * j); };
+      __m512 y[16];
+      for (int l = 0; l < 16; ++l) {
+        y[l] = prefill ? set(l) : _mm512_add_ps(_mm512_add_ps(set(l), set(32 + l)), _mm512_add_ps(set(16 + l), set(48 + l)));
+      }
+      _mm512_storeu_ps(out + h * D + 16 * j, reduce16_lanewise(y));
+    }
+  }
+}
+
 }  // namespace
+
+void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  for (int64_t h = 0; h < n_heads;) {
+    const int64_t nh = D % 64 == 0 ? std::min<int64_t>(n_heads - h, 4) : 0;  // 0: one head, the general kernel
+    const float* qh = q + h * D;
+    float* oh = out + h * D;
+    switch (nh) {
+      case 4: attend_heads_avx512<4>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
+      case 3: attend_heads_avx512<3>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
+      case 2: attend_heads_avx512<2>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
+      case 1: attend_heads_avx512<1>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
+      default: attend_one_head_avx512(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
+    }
+    h += std::max<int64_t>(nh, 1);
+  }
+}
 
 void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out) {
