@@ -1,16 +1,23 @@
 #include "model/linear.h"
 
+#include <algorithm>
+
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
 
 namespace inferd {
 
-Linear Linear::make(const WeightView& w) {
+Linear Linear::make(const WeightView& w, kernels::PackedArena* arena) {
   Linear l;
   l.view_ = w;
-  if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols);
+  if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
   return l;
+}
+
+size_t Linear::packed_bytes(const WeightView& w) {
+  return kernels::can_pack(w.dtype) ? kernels::PackedMatrix::packed_bytes(w.dtype, w.rows, w.cols) : 0;
 }
 
 bool Linear::same_input(const Linear& other) const {
@@ -36,14 +43,28 @@ void Linear::quantize(const float* x, int64_t t0, int64_t t1, LinearInput& in) c
   }
 }
 
-void Linear::compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads) const {
+namespace {
+std::pair<int64_t, int64_t> group_split(const kernels::PackedMatrix& w, int ti, int nt, int64_t align_rows) {
+  const int64_t align = align_rows % kernels::kPackRows == 0 ? align_rows / kernels::kPackRows : 1;
+  return ThreadPool::split(w.groups(), ti, nt, align);
+}
+}  // namespace
+
+void Linear::compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads,
+                     int64_t align_rows) const {
   if (packed()) {
-    const auto [g0, g1] = ThreadPool::split(packed_.groups(), thread_index, n_threads);
+    const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
     kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows());
     return;
   }
   const auto [r0, r1] = kernels::matmul_row_split(rows(), thread_index, n_threads);
   kernels::matmul_rows(view_.dtype, view_.data, rows(), cols(), in.rows.data(), n_tokens, y, r0, r1);
+}
+
+std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads, int64_t align_rows) const {
+  if (!packed()) return kernels::matmul_row_split(rows(), thread_index, n_threads);
+  const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
+  return {std::min(rows(), g0 * kernels::kPackRows), std::min(rows(), g1 * kernels::kPackRows)};
 }
 
 }  // namespace inferd

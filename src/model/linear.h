@@ -6,6 +6,7 @@
 // (kernels/cpu/packed.h); other types run on their GGML rows in the mapped file.
 #pragma once
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/packed.h"
@@ -24,7 +25,10 @@ struct LinearInput {
 class Linear {
  public:
   Linear() = default;
-  static Linear make(const WeightView& w);
+  // Repacks w when the packed kernels take its type (into arena when given).
+  static Linear make(const WeightView& w, kernels::PackedArena* arena = nullptr);
+  // The bytes make() repacks w into (0 when it reads w in place).
+  static size_t packed_bytes(const WeightView& w);
 
   int64_t rows() const { return view_.rows; }
   int64_t cols() const { return view_.cols; }
@@ -44,7 +48,13 @@ class Linear {
     kernels::quantize_packed_blocks(x, t, b0, b1, in.packed);
   }
   // y[t * rows + r] for this thread's share of the rows and all n_tokens tokens.
-  void compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads) const;
+  // For packed weights the shares start on multiples of align_rows (when it is
+  // a multiple of the 16-row group), so that a thread can go on to work on its
+  // own rows' outputs without waiting for the others.
+  void compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads,
+               int64_t align_rows = 1) const;
+  // The rows [r0, r1) that compute() gives this thread.
+  std::pair<int64_t, int64_t> thread_rows(int thread_index, int n_threads, int64_t align_rows = 1) const;
 
  private:
   WeightView view_;

@@ -33,11 +33,19 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   if (m->can_generate()) {
     // Repack the projections for the packed kernels (a copy of the weights;
     // the embedding table is still read from the file for token lookups).
+    size_t packed_bytes = Linear::packed_bytes(m->weights_.output);
     for (const LayerWeights& L : m->weights_.layers) {
-      m->linears_.push_back({Linear::make(L.wq), Linear::make(L.wk), Linear::make(L.wv), Linear::make(L.wo),
-                             Linear::make(L.w_gate), Linear::make(L.w_up), Linear::make(L.w_down)});
+      for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+        packed_bytes += Linear::packed_bytes(*w);
     }
-    m->output_ = Linear::make(m->weights_.output);
+    if (packed_bytes > 0) m->packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
+    kernels::PackedArena* arena = m->packed_arena_.get();
+    for (const LayerWeights& L : m->weights_.layers) {
+      m->linears_.push_back({Linear::make(L.wq, arena), Linear::make(L.wk, arena), Linear::make(L.wv, arena),
+                             Linear::make(L.wo, arena), Linear::make(L.w_gate, arena), Linear::make(L.w_up, arena),
+                             Linear::make(L.w_down, arena)});
+    }
+    m->output_ = Linear::make(m->weights_.output, arena);
   }
   return m;
 }
@@ -291,22 +299,23 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     std::swap(x, x_next);
     pool.barrier();
 
-    L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt);
-    L.up.compute(in_up, T, s_.up.data(), ti, nt);
-    pool.barrier();
-
-    // SwiGLU and the down-projection input, by (token, block) items when the
-    // input quantizes by blocks.
-    if (const int64_t block = quantize_block_of(L.down, F); block > 0) {
-      const int64_t nb = F / block;
-      const auto [j0, j1] = ThreadPool::split(T * nb, ti, nt);
-      for (int64_t item = j0; item < j1; ++item) {
-        const int64_t t = item / nb, b = item % nb;
-        float* g = s_.gate.data() + t * F + b * block;
-        kernels::swiglu(g, s_.up.data() + t * F + b * block, g, block);
-        L.down.quantize_blocks(s_.gate.data(), t, b, b + 1, s_.in_down);
+    // Gate and up, then SwiGLU and the down-projection input. When the input
+    // quantizes by blocks and gate and up are packed, each thread goes on to
+    // its own rows' outputs (split on whole blocks) without a barrier.
+    const int64_t down_block = quantize_block_of(L.down, F);
+    const bool own_rows = down_block > 0 && L.gate.packed() && L.up.packed();
+    const int64_t align = own_rows ? down_block : 1;
+    L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt, align);
+    L.up.compute(in_up, T, s_.up.data(), ti, nt, align);
+    if (own_rows) {
+      const auto [r0, r1] = L.gate.thread_rows(ti, nt, align);
+      for (int64_t t = 0; t < T && r0 < r1; ++t) {
+        float* g = s_.gate.data() + t * F;
+        kernels::swiglu(g + r0, s_.up.data() + t * F + r0, g + r0, r1 - r0);
+        L.down.quantize_blocks(s_.gate.data(), t, r0 / down_block, r1 / down_block, s_.in_down);
       }
     } else {
+      pool.barrier();
       kernels::swiglu(s_.gate.data() + t0 * F, s_.up.data() + t0 * F, s_.gate.data() + t0 * F, (t1 - t0) * F);
       L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
     }

@@ -68,6 +68,7 @@ class Model {
   struct LayerLinears {
     Linear wq, wk, wv, wo, gate, up, down;
   };
+  std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
   std::vector<LayerLinears> linears_;
   Linear output_;
 

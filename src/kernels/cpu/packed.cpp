@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
@@ -33,12 +35,19 @@ void scatter_quants(const uint8_t* qs, int n_bytes, int r, uint8_t* dst) {
 
 }  // namespace
 
-AlignedBytes::AlignedBytes(size_t n) : n_(n) {
-  void* p = std::aligned_alloc(64, round_up(std::max<size_t>(n, 1), 64));
+AlignedBytes::AlignedBytes(size_t n, bool huge_pages) : n_(n) {
+  constexpr size_t kHugePage = size_t{2} << 20;
+  const size_t align = huge_pages ? kHugePage : 64;
+  const size_t size = round_up(std::max<size_t>(n, 1), align);
+  void* p = std::aligned_alloc(align, size);
   if (p == nullptr) {
     std::fprintf(stderr, "inferd: out of memory allocating %zu bytes\n", n);
     std::abort();
   }
+#if defined(MADV_HUGEPAGE)
+  // Advice only: without transparent huge pages the buffer works the same.
+  if (huge_pages) madvise(p, size, MADV_HUGEPAGE);
+#endif
   std::memset(p, 0, n);
   p_.reset(static_cast<uint8_t*>(p));
 }
@@ -47,7 +56,19 @@ void AlignedBytes::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool can_pack(DType t) { return packed_block_bytes(t) != 0; }
 
-PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols) {
+uint8_t* PackedArena::take(size_t n) {
+  const size_t size = round_up(n, 64);
+  if (size > bytes_.size() - used_) return nullptr;
+  uint8_t* p = bytes_.data() + used_;
+  used_ += size;
+  return p;
+}
+
+size_t PackedMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
+  return packed_block_bytes(t) * static_cast<size_t>(cols / kQK) * static_cast<size_t>((rows + kPackRows - 1) / kPackRows);
+}
+
+PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
   PackedMatrix m;
   m.type_ = t;
   m.rows_ = rows;
@@ -55,11 +76,16 @@ PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t co
   const int64_t nb = cols / kQK;
   const size_t block_bytes = packed_block_bytes(t);
   m.group_bytes_ = block_bytes * static_cast<size_t>(nb);
-  m.bytes_ = AlignedBytes(m.group_bytes_ * static_cast<size_t>(m.groups()));  // zeroed: padding rows are 0
+  m.size_ = packed_bytes(t, rows, cols);
+  m.data_ = arena ? arena->take(m.size_) : nullptr;  // zeroed either way: padding rows are 0
+  if (m.data_ == nullptr) {
+    m.owned_ = AlignedBytes(m.size_);
+    m.data_ = m.owned_.data();
+  }
   const size_t src_row = row_bytes(t, cols);
   for (int64_t row = 0; row < rows; ++row) {
     const int r = static_cast<int>(row % kPackRows);
-    uint8_t* group = m.bytes_.data() + (row / kPackRows) * m.group_bytes_;
+    uint8_t* group = m.data_ + (row / kPackRows) * m.group_bytes_;
     const uint8_t* src = static_cast<const uint8_t*>(w) + row * src_row;
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* dst = group + b * block_bytes;

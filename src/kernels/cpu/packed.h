@@ -18,11 +18,12 @@ namespace inferd::kernels {
 
 struct KernelTable;
 
-// A 64-byte-aligned byte buffer.
+// A 64-byte-aligned, zeroed byte buffer. With huge_pages, it starts on a
+// 2 MiB boundary and is advised to the kernel as transparent huge pages.
 class AlignedBytes {
  public:
   AlignedBytes() = default;
-  explicit AlignedBytes(size_t n);
+  explicit AlignedBytes(size_t n, bool huge_pages = false);
   uint8_t* data() { return p_.get(); }
   const uint8_t* data() const { return p_.get(); }
   size_t size() const { return n_; }
@@ -38,25 +39,45 @@ class AlignedBytes {
 // True for the weight types pack() accepts.
 bool can_pack(DType t);
 
+// Memory for all of a model's packed weights: one huge-page buffer handed out
+// in 64-byte-aligned pieces. Decode streams every weight once per token; on
+// 4 KiB pages that is a TLB miss (a page walk, nested under a hypervisor) every
+// 4 KiB, and the matrices are too small to get huge pages one by one.
+class PackedArena {
+ public:
+  explicit PackedArena(size_t bytes) : bytes_(bytes, /*huge_pages=*/true) {}
+  // n bytes of the buffer (zeroed), or null when it has no room left.
+  uint8_t* take(size_t n);
+
+ private:
+  AlignedBytes bytes_;
+  size_t used_ = 0;
+};
+
 class PackedMatrix {
  public:
   PackedMatrix() = default;
-  // Repacks `rows` GGML rows of `cols` elements of type t (can_pack(t)).
-  static PackedMatrix pack(DType t, const void* w, int64_t rows, int64_t cols);
+  // Repacks `rows` GGML rows of `cols` elements of type t (can_pack(t)), into
+  // memory of its own or, when given, into `arena` (which must outlive it).
+  static PackedMatrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr);
+  // The bytes pack() takes for such a matrix.
+  static size_t packed_bytes(DType t, int64_t rows, int64_t cols);
 
   explicit operator bool() const { return rows_ > 0; }
   DType type() const { return type_; }
   int64_t rows() const { return rows_; }
   int64_t cols() const { return cols_; }
   int64_t groups() const { return (rows_ + 15) / 16; }
-  const uint8_t* group(int64_t g) const { return bytes_.data() + g * group_bytes_; }
-  size_t bytes() const { return bytes_.size(); }
+  const uint8_t* group(int64_t g) const { return data_ + g * group_bytes_; }
+  size_t bytes() const { return size_; }
 
  private:
   DType type_ = DType::F32;
   int64_t rows_ = 0, cols_ = 0;
   size_t group_bytes_ = 0;
-  AlignedBytes bytes_;
+  uint8_t* data_ = nullptr;  // in owned_, or in an arena
+  size_t size_ = 0;
+  AlignedBytes owned_;
 };
 
 // Activation rows quantized for the packed kernels (layout in packed_layout.h).
