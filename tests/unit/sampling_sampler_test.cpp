@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -25,6 +26,23 @@ TEST(Sampler, GreedyPicksTheLargestLogitAndTheLowestIdOnTies) {
   SamplingParams k1;
   k1.top_k = 1;  // top-k of one is greedy whatever the temperature
   EXPECT_EQ(sample_once(k1, {0.1f, 2.0f, -1.0f, 1.9f}), 1);
+}
+
+// argmax runs in 16 lanes and then a tail: the winner, ties and NaNs are
+// checked in every lane, in the tail, and across both.
+TEST(Sampler, ArgmaxFindsTheFirstLargestInEveryLaneAndTheTail) {
+  for (int64_t n : {1, 15, 16, 17, 49, 64}) {
+    for (int64_t at = 0; at < n; ++at) {
+      std::vector<float> logits(static_cast<size_t>(n), -3.0f);
+      logits[at] = 5.0f;
+      EXPECT_EQ(argmax(logits.data(), n), at) << n << " " << at;
+      if (at + 17 < n) logits[at + 17] = 5.0f;  // a tie in another lane: the lower id wins
+      if (at > 0) logits[at - 1] = std::nanf("");
+      EXPECT_EQ(argmax(logits.data(), n), at) << n << " " << at;
+    }
+  }
+  const std::vector<float> all_low(40, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(argmax(all_low.data(), 40), 0);
 }
 
 TEST(Sampler, SameSeedSameTokensDifferentSeedDifferentTokens) {
