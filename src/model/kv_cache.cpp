@@ -7,7 +7,7 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size)
       block_size_(block_size),
       kv_dim_(c.kv_dim()),
       n_elements_(static_cast<size_t>(c.n_layer * n_blocks * block_size * kv_dim_)),
-      k_(new uint16_t[n_elements_]),
-      v_(new uint16_t[n_elements_]) {}
+      k_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false),
+      v_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false) {}
 
 }  // namespace inferd

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/cpu/packed.h"
+
 #include "model/config.h"
 
 namespace inferd {
@@ -24,16 +26,19 @@ class KVCache {
     return static_cast<size_t>(2 * c.n_layer * c.kv_dim()) * sizeof(uint16_t);
   }
 
-  uint16_t* k(int64_t layer) { return k_.get() + layer * n_slots() * kv_dim_; }
-  uint16_t* v(int64_t layer) { return v_.get() + layer * n_slots() * kv_dim_; }
+  uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_.data()) + layer * n_slots() * kv_dim_; }
+  uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_.data()) + layer * n_slots() * kv_dim_; }
 
  private:
   int64_t n_blocks_, block_size_, kv_dim_;
   size_t n_elements_;
   // Left uninitialized: a slot is always written before it is read, and an
   // untouched page costs no memory, so a cache sized from a memory budget
-  // neither takes seconds to zero nor commits pages it never uses.
-  std::unique_ptr<uint16_t[]> k_, v_;
+  // neither takes seconds to zero nor commits pages it never uses. On huge
+  // pages: a decode step writes each layer's new keys and values to fresh
+  // memory, and on 4 KiB pages that was several page faults per token, taken
+  // by whichever thread writes them while the others wait at the next barrier.
+  kernels::AlignedBytes k_, v_;
 };
 
 }  // namespace inferd

@@ -35,7 +35,7 @@ void scatter_quants(const uint8_t* qs, int n_bytes, int r, uint8_t* dst) {
 
 }  // namespace
 
-AlignedBytes::AlignedBytes(size_t n, bool huge_pages) : n_(n) {
+AlignedBytes::AlignedBytes(size_t n, bool huge_pages, bool zeroed) : n_(n) {
   constexpr size_t kHugePage = size_t{2} << 20;
   const size_t align = huge_pages ? kHugePage : 64;
   const size_t size = round_up(std::max<size_t>(n, 1), align);
@@ -48,7 +48,7 @@ AlignedBytes::AlignedBytes(size_t n, bool huge_pages) : n_(n) {
   // Advice only: without transparent huge pages the buffer works the same.
   if (huge_pages) madvise(p, size, MADV_HUGEPAGE);
 #endif
-  std::memset(p, 0, n);
+  if (zeroed) std::memset(p, 0, n);
   p_.reset(static_cast<uint8_t*>(p));
 }
 

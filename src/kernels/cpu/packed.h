@@ -18,12 +18,13 @@ namespace inferd::kernels {
 
 struct KernelTable;
 
-// A 64-byte-aligned, zeroed byte buffer. With huge_pages, it starts on a
-// 2 MiB boundary and is advised to the kernel as transparent huge pages.
+// A 64-byte-aligned byte buffer, zeroed unless asked not to be (then its pages
+// are committed only as they are first written). With huge_pages, it starts on
+// a 2 MiB boundary and is advised to the kernel as transparent huge pages.
 class AlignedBytes {
  public:
   AlignedBytes() = default;
-  explicit AlignedBytes(size_t n, bool huge_pages = false);
+  explicit AlignedBytes(size_t n, bool huge_pages = false, bool zeroed = true);
   uint8_t* data() { return p_.get(); }
   const uint8_t* data() const { return p_.get(); }
   size_t size() const { return n_; }
