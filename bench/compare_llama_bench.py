@@ -6,9 +6,9 @@ machine, same thread count, in one run.
   decode:            128 tokens after a 1-token prompt      (llama-bench tg128)
 
   floor:             read bandwidth of a buffer the size of the model file
-                     (build/memory_bandwidth, 2 threads), measured before and
-                     after the programs run; decode tokens/s at that bandwidth
-                     if a step read only the weights, once.
+                     (build/memory_bandwidth, 2 threads), measured just before
+                     and after each decode run; decode tokens/s at that
+                     bandwidth if a step read only the weights, once.
 
 Usage: bench/compare_llama_bench.py [--model PATH] [--threads N] [--reps 3]
 llama.cpp is built natively from the llama-cpp-python source package by
@@ -78,46 +78,60 @@ def main():
                              text=True).stdout
         return float(out.split("read bandwidth:")[1].split("GB/s")[0])
 
-    bw = [bandwidth()]
-
     subprocess.run([str(ROOT / "bench" / "build_llama_cpp.sh")], check=True)
     llama_bench = CACHE / "llama.cpp" / "build" / "bin" / "llama-bench"
 
-    # llama.cpp
-    lb = subprocess.run([str(llama_bench), "-m", args.model, "-t", str(args.threads), "-p", "512",
-                         "-n", "128", "-r", str(args.reps), "-o", "json"],
-                        check=True, capture_output=True, text=True).stdout
-    llama = {}
-    for row in json.loads(lb):
-        key = "pp" if row["n_prompt"] > 0 else "tg"
-        llama[key] = row["avg_ts"]
+    def llama(n_prompt, n_gen):
+        out = subprocess.run([str(llama_bench), "-m", args.model, "-t", str(args.threads), "-p", str(n_prompt),
+                              "-n", str(n_gen), "-r", "1", "-o", "json"],
+                             check=True, capture_output=True, text=True).stdout
+        return json.loads(out)[0]["avg_ts"]
 
-    # inferd
+    # The host's load moves the bandwidth within seconds, so each decode run
+    # sits between two bandwidth readings and is compared with their mean;
+    # the engines alternate, one run each per repetition.
     prompt = prompt_of(args.inferd, args.model, 512, args.threads)
-    pp, tg = [], []
-    for _ in range(args.reps):
-        r = inferd_json(args.inferd, args.model, prompt, 1, args.threads)["timings"]
-        pp.append(r["prompt_tokens"] / r["prompt_seconds"])
-        r = inferd_json(args.inferd, args.model, "Hello", 129, args.threads)["timings"]
-        # First sampled token comes from the prompt pass; 128 decode steps follow.
-        tg.append((r["generated_tokens"] - 1) / r["decode_seconds"])
     n_prompt = len(inferd_json(args.inferd, args.model, prompt, 0, args.threads)["prompt_ids"])
-    bw.append(bandwidth())
-    floor = statistics.mean(bw) * 1e9 / model_bytes
+    pp = {"llama": [], "inferd": []}
+    tg = {"llama": [], "inferd": []}
+    share = {"llama": [], "inferd": []}
+    bw_all = []
+    runs = []  # (inferd's share, the bandwidth it was compared with)
+    for _ in range(args.reps):
+        pp["llama"].append(llama(512, 0))
+        r = inferd_json(args.inferd, args.model, prompt, 1, args.threads)["timings"]
+        pp["inferd"].append(r["prompt_tokens"] / r["prompt_seconds"])
+        for engine in ("llama", "inferd"):
+            before = bandwidth()
+            if engine == "llama":
+                rate = llama(0, 128)
+            else:
+                r = inferd_json(args.inferd, args.model, "Hello", 129, args.threads)["timings"]
+                # The first sampled token comes from the prompt pass; 128 decode steps follow.
+                rate = (r["generated_tokens"] - 1) / r["decode_seconds"]
+            after = bandwidth()
+            floor = (before + after) / 2 * 1e9 / model_bytes
+            tg[engine].append(rate)
+            share[engine].append(rate / floor)
+            bw_all += [before, after]
+            if engine == "inferd":
+                runs.append((rate / floor, (before + after) / 2))
 
+    med = statistics.median
     print(f"Machine: {cpu_name()}, {os.cpu_count()} cores; threads {args.threads}; "
-          f"model {Path(args.model).name}; {args.reps} repetitions each (mean).")
+          f"model {Path(args.model).name}; {args.reps} repetitions each, alternating (median).")
     print()
     print("| test | llama.cpp (tok/s) | inferd (tok/s) | inferd / llama.cpp |")
     print("|---|---|---|---|")
-    print(f"| prompt {n_prompt} tokens (pp512) | {llama['pp']:.1f} | {statistics.mean(pp):.1f} | "
-          f"{statistics.mean(pp) / llama['pp']:.2f} |")
-    print(f"| decode 128 tokens (tg128) | {llama['tg']:.1f} | {statistics.mean(tg):.1f} | "
-          f"{statistics.mean(tg) / llama['tg']:.2f} |")
+    print(f"| prompt {n_prompt} tokens (pp512) | {med(pp['llama']):.1f} | {med(pp['inferd']):.1f} | "
+          f"{med(pp['inferd']) / med(pp['llama']):.2f} |")
+    print(f"| decode 128 tokens (tg128) | {med(tg['llama']):.1f} | {med(tg['inferd']):.1f} | "
+          f"{med(tg['inferd']) / med(tg['llama']):.2f} |")
     print()
-    print(f"Bandwidth floor: {bw[0]:.1f} and {bw[1]:.1f} GB/s reading {model_bytes / 2**20:.0f} MiB (before and "
-          f"after), so at most {floor:.0f} decode tok/s; llama.cpp decodes at {llama['tg'] / floor:.0%} of it, "
-          f"inferd at {statistics.mean(tg) / floor:.0%}.")
+    print(f"Bandwidth floor: reading {model_bytes / 2**20:.0f} MiB took {min(bw_all):.1f} to {max(bw_all):.1f} GB/s "
+          f"(median {med(bw_all):.1f}) over the run; against the readings just before and after each of its runs, "
+          f"llama.cpp decodes at {med(share['llama']):.0%} of the floor, inferd at {med(share['inferd']):.0%} "
+          f"(per run: {', '.join(f'{x:.0%} at {b:.0f} GB/s' for x, b in runs)}).")
 
 
 if __name__ == "__main__":
