@@ -255,29 +255,42 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     L.wv.compute(in_v, T, s_.v.data(), ti, nt);
     pool.barrier();
 
-    // (Token, head) items, so that one token keeps both threads busy: a query
-    // head, or a key head and its value head. Biases, RoPE, keys and values
-    // into the cache.
-    const int64_t heads_per_token = c.n_head + c.n_head_kv;
+    // (Token, head) items, so that one token keeps both threads busy: a key
+    // head with its value head, or a query head; each key head comes before
+    // its group's query heads, so that the costlier key/value items are spread
+    // over the threads. Biases, RoPE, keys and values into the cache.
+    const int64_t group = c.n_head / c.n_head_kv, heads_per_token = c.n_head + c.n_head_kv;
     const auto [i0, i1] = ThreadPool::split(T * heads_per_token, ti, nt);
     for (int64_t item = i0; item < i1; ++item) {
-      const int64_t t = item / heads_per_token, h = item % heads_per_token;
+      const int64_t t = item / heads_per_token, g = item % heads_per_token / (group + 1);
+      const int64_t in_group = item % heads_per_token % (group + 1);
       const float* cos_t = &s_.rope_cos[t * half];
       const float* sin_t = &s_.rope_sin[t * half];
-      if (h < c.n_head) {
+      if (in_group > 0) {
+        const int64_t h = g * group + in_group - 1;
         float* q = s_.q.data() + t * QD + h * D;
         if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
         kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
         continue;
       }
-      const int64_t offset = (h - c.n_head) * D;
+      const int64_t offset = g * D;
       float* k = s_.k.data() + t * KVD + offset;
       float* v = s_.v.data() + t * KVD + offset;
       if (W.bk) add_bias(k, W.bk.f32() + offset, D);
       if (W.bv) add_bias(v, W.bv.f32() + offset, D);
       kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
-      kernels::quantize_row(DType::F16, k, pass.cache->k(l) + batch.slots[t] * KVD + offset, D);
-      kernels::quantize_row(DType::F16, v, pass.cache->v(l) + batch.slots[t] * KVD + offset, D);
+      const int64_t slot = batch.slots[t];
+      kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + offset, D);
+      kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + offset, D);
+      // The next position's slot is most often the next one: have its cache
+      // lines owned by the time that token writes them (a write to a line not
+      // in cache waits for memory, and the barrier after this phase drains it).
+      if (slot + 1 < pass.cache->n_slots()) {
+        for (int64_t byte = 0; byte < D * 2; byte += 64) {
+          __builtin_prefetch(reinterpret_cast<const char*>(pass.cache->k(l) + (slot + 1) * KVD + offset) + byte, 1);
+          __builtin_prefetch(reinterpret_cast<const char*>(pass.cache->v(l) + (slot + 1) * KVD + offset) + byte, 1);
+        }
+      }
     }
     pool.barrier();
 
