@@ -29,6 +29,42 @@ inline __m512 reduce16_lanewise(const __m512* y) {
   return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
 }
 
+// out[0, D) from the weighted values' partial sums (sets of D floats, one per
+// position lane: 16 for a prefill pass, 64 for decode, folded as GGML does).
+void fold_partial_sums(const float* acc, int64_t D, bool prefill, float* out) {
+  for (int64_t j = 0; j < D / 16; ++j) {
+    auto set = [&](int64_t s) { return _mm512_loadu_ps(acc + s * D + 16 * j); };
+    __m512 y[16];
+    for (int l = 0; l < 16; ++l) {
+      y[l] = prefill ? set(l) : _mm512_add_ps(_mm512_add_ps(set(l), set(32 + l)), _mm512_add_ps(set(16 + l), set(48 + l)));
+    }
+    _mm512_storeu_ps(out + 16 * j, reduce16_lanewise(y));
+  }
+}
+
+// Scores w[0, n) (n a multiple of 16) into softmax weights rounded to f16:
+// e^(w - max) by expf_poly16, the sum in double per 16-position chunk.
+void softmax_to_f16(float* w, int64_t n, float max) {
+  const __m512 vmax = _mm512_set1_ps(max);
+  double sum = 0;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 e = expf_poly16(_mm512_sub_ps(_mm512_loadu_ps(w + i), vmax));
+    _mm512_storeu_ps(w + i, e);
+    sum += static_cast<double>(_mm512_reduce_add_ps(e));
+  }
+  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
+  for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(w + i, round_f16(_mm512_mul_ps(_mm512_loadu_ps(w + i), inv)));
+}
+
+// The cache slot of each position in [pos_begin, pos_end), from the block table.
+void slots_of(const PagedKV& kv, int64_t pos_begin, int64_t pos_end, std::vector<int64_t>& slots) {
+  slots.resize(static_cast<size_t>(pos_end - pos_begin));
+  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
+    slots[p - pos_begin] = int64_t{kv.block_table[block]} * kv.block_size + offset;
+    if (++offset == kv.block_size) offset = 0, ++block;
+  }
+}
+
 // Lane l of the result is _mm512_reduce_add_ps(y[l]), to the bit: the same
 // pairing tree (halves, quarters, pairs, then the last two), run on sixteen
 // vectors at once with shuffles, a few instructions per vector instead of a
@@ -67,11 +103,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
   q.resize(static_cast<size_t>(NH * D));
   for (int64_t i = 0; i < NH * D; i += 16) _mm512_storeu_ps(&q[i], round_f16(_mm512_loadu_ps(q_in + i)));
-  slots.resize(static_cast<size_t>(pos_end - pos_begin));
-  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
-    slots[p - pos_begin] = int64_t{kv.block_table[block]} * kv.block_size + offset;
-    if (++offset == kv.block_size) offset = 0, ++block;
-  }
+  slots_of(kv, pos_begin, pos_end, slots);
 
   // Scores over whole 16-position chunks; positions outside the range are masked.
   const int64_t c0 = pos_begin - pos_begin % 16;
@@ -117,15 +149,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   }
   for (int h = 0; h < NH; ++h) {
     float* w = &weights[h * n];
-    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax[h]));
-    double sum = 0;
-    for (int64_t i = 0; i < n; i += 16) {
-      const __m512 e = expf_poly16(_mm512_sub_ps(_mm512_loadu_ps(w + i), max));
-      _mm512_storeu_ps(w + i, e);
-      sum += static_cast<double>(_mm512_reduce_add_ps(e));
-    }
-    const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
-    for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(w + i, round_f16(_mm512_mul_ps(_mm512_loadu_ps(w + i), inv)));
+    softmax_to_f16(w, n, _mm512_reduce_max_ps(vmax[h]));
   }
 
   // Partial sums per position lane (p mod 16; mod 64 for decode), each a
@@ -161,15 +185,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     }
   }
   for (int h = 0; h < NH; ++h) {
-    const float* A = &acc[h * head_acc];
-    for (int64_t j = 0; j < nv; ++j) {
-      auto set = [&](int64_t s) { return _mm512_loadu_ps(A + s * D + 16 * j); };
-      __m512 y[16];
-      for (int l = 0; l < 16; ++l) {
-        y[l] = prefill ? set(l) : _mm512_add_ps(_mm512_add_ps(set(l), set(32 + l)), _mm512_add_ps(set(16 + l), set(48 + l)));
-      }
-      _mm512_storeu_ps(out + h * D + 16 * j, reduce16_lanewise(y));
-    }
+    fold_partial_sums(&acc[h * head_acc], D, prefill, out + h * D);
   }
 }
 
@@ -205,11 +221,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
 
   thread_local std::vector<float> weights, acc;
   thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
-  slots.resize(static_cast<size_t>(pos_end - pos_begin));
-  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
-    slots[p - pos_begin] = int64_t{kv.block_table[block]} * kv.block_size + offset;
-    if (++offset == kv.block_size) offset = 0, ++block;
-  }
+  slots_of(kv, pos_begin, pos_end, slots);
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
   weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
@@ -241,17 +253,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     weights[p - c0] = s;
     max = std::max(max, s);
   }
-  double sum = 0;
-  const __m512 vmax = _mm512_set1_ps(max);
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 e = expf_poly16(_mm512_sub_ps(_mm512_loadu_ps(&weights[i]), vmax));
-    _mm512_storeu_ps(&weights[i], e);
-    sum += static_cast<double>(_mm512_reduce_add_ps(e));
-  }
-  const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
-  for (int64_t i = 0; i < n; i += 16) {
-    _mm512_storeu_ps(&weights[i], round_f16(_mm512_mul_ps(_mm512_loadu_ps(&weights[i]), inv)));
-  }
+  softmax_to_f16(weights.data(), n, max);
 
   // Partial sums per position lane (p mod 16; mod 64 for decode: four
   // accumulators of 16 lanes), each a D-vector held in registers while its
@@ -271,14 +273,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     float* dst = &acc[(p0 % n_sets) * D];
     for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
   }
-  for (int64_t j = 0; j < nv; ++j) {
-    auto A = [&](int64_t s) { return _mm512_loadu_ps(&acc[s * D + 16 * j]); };
-    __m512 y[16];
-    for (int l = 0; l < 16; ++l) {
-      y[l] = prefill ? A(l) : _mm512_add_ps(_mm512_add_ps(A(l), A(32 + l)), _mm512_add_ps(A(16 + l), A(48 + l)));
-    }
-    _mm512_storeu_ps(out + 16 * j, reduce16_lanewise(y));
-  }
+  fold_partial_sums(acc.data(), D, prefill, out);
 }
 
 }  // namespace inferd::kernels::detail
