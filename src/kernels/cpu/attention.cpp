@@ -18,14 +18,21 @@ void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offs
 
 namespace {
 
-using AttendFn = void (*)(const float*, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float, AttentionPass,
-                          float*);
+using AttendHeadsFn = void (*)(const float*, int64_t, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
+                               AttentionPass, float*);
+
+// A one-head kernel run head by head (the levels without a grouped kernel).
+template <auto kOneHead>
+void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+               int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+}
 
 // Same level as the quantized kernels (CPU features and INFERD_SIMD).
-AttendFn pick_attention() {
-  if (std::strcmp(simd_level(), "avx512vnni") == 0) return detail::attend_one_head_avx512;
-  if (std::strcmp(simd_level(), "avx2") == 0) return detail::attend_one_head_fma;
-  return detail::attend_one_head_scalar;
+AttendHeadsFn pick_attention() {
+  if (std::strcmp(simd_level(), "avx512vnni") == 0) return detail::attend_heads_avx512;
+  if (std::strcmp(simd_level(), "avx2") == 0) return each_head<detail::attend_one_head_fma>;
+  return each_head<detail::attend_one_head_scalar>;
 }
 
 }  // namespace
@@ -37,12 +44,8 @@ void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int
 
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  static const AttendFn fn = pick_attention();
-  if (fn == detail::attend_one_head_avx512) {
-    detail::attend_heads_avx512(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
-    return;
-  }
-  for (int64_t h = 0; h < n_heads; ++h) fn(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+  static const AttendHeadsFn fn = pick_attention();
+  fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
 }
 
 }  // namespace inferd::kernels
