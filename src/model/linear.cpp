@@ -17,7 +17,8 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena) {
 }
 
 size_t Linear::packed_bytes(const WeightView& w) {
-  return kernels::can_pack(w.dtype) ? kernels::PackedMatrix::packed_bytes(w.dtype, w.rows, w.cols) : 0;
+  if (!kernels::can_pack(w.dtype)) return 0;
+  return kernels::PackedArena::space_for(kernels::PackedMatrix::packed_bytes(w.dtype, w.rows, w.cols));
 }
 
 bool Linear::same_input(const Linear& other) const {

@@ -27,7 +27,7 @@ class Linear {
   Linear() = default;
   // Repacks w when the packed kernels take its type (into arena when given).
   static Linear make(const WeightView& w, kernels::PackedArena* arena = nullptr);
-  // The bytes make() repacks w into (0 when it reads w in place).
+  // The arena space make() repacks w into (0 when it reads w in place).
   static size_t packed_bytes(const WeightView& w);
 
   int64_t rows() const { return view_.rows; }

@@ -103,6 +103,29 @@ TEST(KernelsPacked, ThreadSplitDoesNotChangeResults) {
   }
 }
 
+// An arena sized by space_for() holds every matrix it was sized for, also
+// when their sizes are not multiples of 64 (Q4_0: 288 bytes per block of a
+// group), and a matrix packed into it gives the bits of one packed on its own.
+TEST(KernelsPacked, ArenaSizedBySpaceForHoldsEveryMatrix) {
+  std::mt19937 rng(9);
+  std::vector<Problem> problems;
+  size_t space = 0;
+  for (DType t : kPackable) {
+    problems.push_back(make_problem(rng, t, 37, 352, 3));
+    space += PackedArena::space_for(PackedMatrix::packed_bytes(t, 37, 352));
+  }
+  PackedArena arena(space);
+  const KernelTable table = build_kernel_table(SimdLevel::kScalar);
+  for (const Problem& p : problems) {
+    const PackedMatrix in_arena = PackedMatrix::pack(p.type, p.w.data(), p.rows, p.cols, &arena);
+    const PackedMatrix own = PackedMatrix::pack(p.type, p.w.data(), p.rows, p.cols);
+    EXPECT_EQ(in_arena.bytes(), own.bytes());
+    const std::vector<float> want = run(table, own, p, 0, p.n_tokens), got = run(table, in_arena, p, 0, p.n_tokens);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(testing::bits_of(got[i]), testing::bits_of(want[i])) << i;
+  }
+  EXPECT_EQ(arena.take(1), nullptr) << "a matrix was packed outside the arena";
+}
+
 TEST(KernelsPacked, PacksOnlyTheSimpleBlockFormats) {
   EXPECT_TRUE(can_pack(DType::Q4_0));
   EXPECT_TRUE(can_pack(DType::Q4_1));

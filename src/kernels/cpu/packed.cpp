@@ -57,7 +57,7 @@ void AlignedBytes::Free::operator()(uint8_t* p) const { std::free(p); }
 bool can_pack(DType t) { return packed_block_bytes(t) != 0; }
 
 uint8_t* PackedArena::take(size_t n) {
-  const size_t size = round_up(n, 64);
+  const size_t size = space_for(n);
   if (size > bytes_.size() - used_) return nullptr;
   uint8_t* p = bytes_.data() + used_;
   used_ += size;

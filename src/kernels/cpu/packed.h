@@ -49,6 +49,8 @@ class PackedArena {
   explicit PackedArena(size_t bytes) : bytes_(bytes, /*huge_pages=*/true) {}
   // n bytes of the buffer (zeroed), or null when it has no room left.
   uint8_t* take(size_t n);
+  // What take(n) uses of the buffer (n rounded up to 64): size an arena by these.
+  static size_t space_for(size_t n) { return (n + 63) / 64 * 64; }
 
  private:
   AlignedBytes bytes_;
