@@ -37,6 +37,15 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
+// Prefetches into L1 the kBytes that lie kPackedPrefetchAhead bytes past the
+// block at p (a thread's groups are contiguous, so that is what it reads next).
+template <size_t kBytes>
+inline void prefetch_ahead(const uint8_t* p) {
+  for (size_t i = 0; i < kBytes; i += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchAhead + i), _MM_HINT_T0);
+  }
+}
+
 template <DType kType>
 struct PackedFormat {
   static constexpr bool kQ4 = kType != DType::Q8_0;
@@ -65,6 +74,7 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
+    prefetch_ahead<F::kBlockBytes>(p);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     // w[j]: unsigned quants for activation quad j (Q4: j < 4 low nibbles, j >= 4 high).
     __m512i w[8];
@@ -112,6 +122,7 @@ void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
+    prefetch_ahead<F::kBlockBytes>(p);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     __m512i w[8];
@@ -183,6 +194,7 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
+    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     __m256i w[8];
     if constexpr (F::kQ4) {
@@ -238,6 +250,7 @@ void packed_half_q4_1_avx2(const uint8_t* group, int h, int64_t cols, const uint
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
+    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
     __m256i w[8];
