@@ -51,7 +51,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   }
 }
 
-void ThreadPool::barrier() {
+void ThreadPool::barrier(BarrierIdle idle) {
   if (n_threads_ == 1) return;
   // Read the generation before arriving: the last thread to arrive bumps it
   // only after every thread has arrived, so no thread can miss the bump.
@@ -61,8 +61,9 @@ void ThreadPool::barrier() {
     barrier_generation_.fetch_add(1, std::memory_order_release);
     return;
   }
-  for (int spin = 0; barrier_generation_.load(std::memory_order_acquire) == gen; ++spin) {
-    if (spin < kSpinIterations) INFERD_PAUSE(); else std::this_thread::yield();
+  for (int spin = 0; barrier_generation_.load(std::memory_order_acquire) == gen;) {
+    if (idle.fn && idle.fn(idle.ctx)) continue;  // useful work first; it does not count as spinning
+    if (spin++ < kSpinIterations) INFERD_PAUSE(); else std::this_thread::yield();
   }
 }
 

@@ -14,6 +14,14 @@
 
 namespace inferd {
 
+// Work a thread does while it waits at a barrier, between polls: work that
+// helps the next phase, such as prefetching what it will read. fn returns
+// false when it has nothing left to do.
+struct BarrierIdle {
+  bool (*fn)(void* ctx) = nullptr;
+  void* ctx = nullptr;
+};
+
 class ThreadPool {
  public:
   explicit ThreadPool(int n_threads);
@@ -27,7 +35,8 @@ class ThreadPool {
   // Called by every thread inside run(): returns once all of them have called
   // it. Lets one run() hold a whole forward pass, its phases separated by
   // barriers, instead of paying a run() wake-up per kernel. Spins, then yields.
-  void barrier();
+  // While it waits, a thread calls `idle` (when given) between polls.
+  void barrier(BarrierIdle idle = {});
 
   // Splits [0, n) into n_threads contiguous chunks, chunk boundaries rounded to
   // `align`; returns [begin, end) for `thread_index`.

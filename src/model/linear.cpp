@@ -68,4 +68,14 @@ std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads,
   return {std::min(rows(), g0 * kernels::kPackRows), std::min(rows(), g1 * kernels::kPackRows)};
 }
 
+std::pair<const void*, size_t> Linear::thread_bytes(int thread_index, int n_threads, int64_t align_rows) const {
+  if (packed()) {
+    const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
+    return {packed_.group(g0), static_cast<size_t>(packed_.group(g1) - packed_.group(g0))};
+  }
+  const auto [r0, r1] = thread_rows(thread_index, n_threads, align_rows);
+  const size_t rb = row_bytes(view_.dtype, cols());
+  return {static_cast<const uint8_t*>(view_.data) + r0 * rb, (r1 - r0) * rb};
+}
+
 }  // namespace inferd

@@ -55,6 +55,8 @@ class Linear {
                int64_t align_rows = 1) const;
   // The rows [r0, r1) that compute() gives this thread.
   std::pair<int64_t, int64_t> thread_rows(int thread_index, int n_threads, int64_t align_rows = 1) const;
+  // The weight bytes compute() reads for this thread: one contiguous range.
+  std::pair<const void*, size_t> thread_bytes(int thread_index, int n_threads, int64_t align_rows = 1) const;
 
  private:
   WeightView view_;

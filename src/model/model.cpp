@@ -82,7 +82,22 @@ int64_t quantize_block_of(const Linear& linear, int64_t cols) {
   return b > 0 && cols % b == 0 ? b : 0;
 }
 
+// A waiting thread prefetches its next weights (WeightPrefetcher) at most this
+// far ahead of its reading, well inside its L2, a few lines between two polls
+// of the barrier.
+constexpr size_t kPrefetchLead = size_t{256} << 10;
+constexpr int kPrefetchLinesPerPoll = 4;
+
+bool prefetch_while_waiting(void* prefetcher) {
+  return static_cast<WeightPrefetcher*>(prefetcher)->advance(kPrefetchLinesPerPoll, kPrefetchLead);
+}
+
 }  // namespace
+
+int64_t Model::own_rows_align(const LayerLinears& L) const {
+  const int64_t down_block = quantize_block_of(L.down, config_.n_ff);
+  return down_block > 0 && L.gate.packed() && L.up.packed() ? down_block : 1;
+}
 
 // What every thread of one forward pass reads.
 struct Model::Pass {
@@ -152,6 +167,7 @@ void Model::prepare_scratch(const ForwardBatch& batch) {
 void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
   prepare_scratch(batch);
   logits.resize(batch.logit_rows.size() * config_.n_vocab);
+  if (s_.prefetch.size() < static_cast<size_t>(pool.size())) s_.prefetch.resize(pool.size());
   const Pass pass{&batch, &cache, logits.data(), &pool};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
@@ -219,6 +235,28 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   float* x = s_.x.data();
   float* x_next = s_.x2.data();
 
+  // This thread's share of every projection in the order it reads them
+  // (seven per layer, then the output projection), prefetched while it waits
+  // at barriers; read_weights(n) tells it the next n have been read.
+  WeightPrefetcher& pf = s_.prefetch[ti];
+  pf.clear();
+  for (const LayerLinears& L : linears_) {
+    const int64_t align = own_rows_align(L);
+    for (const auto& [linear, a] : {std::pair{&L.wq, int64_t{1}}, {&L.wk, 1}, {&L.wv, 1}, {&L.wo, 1},
+                                    {&L.gate, align}, {&L.up, align}, {&L.down, 1}}) {
+      const auto [bytes, n] = linear->thread_bytes(ti, nt, a);
+      pf.add(bytes, n);
+    }
+  }
+  const auto [out_bytes, out_n] = output_.thread_bytes(ti, nt);
+  pf.add(out_bytes, out_n);
+  const BarrierIdle idle{prefetch_while_waiting, &pf};
+  size_t ranges_read = 0;
+  auto read_weights = [&](size_t n) {
+    ranges_read += n;
+    pf.read_first(ranges_read);
+  };
+
   // Token embeddings and rotary angles (theta_i = pos * base^(-2i / rope_dim)).
   const auto [t0, t1] = ThreadPool::split(T, ti, nt);
   const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
@@ -235,7 +273,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
       theta *= theta_scale;
     }
   }
-  pool.barrier();
+  pool.barrier(idle);
 
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights_.layers[l];
@@ -248,12 +286,13 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     norm_phase(ti, nt, T, nullptr, x, l > 0 ? s_.h.data() : nullptr, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
                s_.xn.data(), {{&L.wq, &s_.in_q}, {&L.wk, &in_k}, {&L.wv, &in_v}});
     if (l > 0) std::swap(x, x_next);
-    pool.barrier();
+    pool.barrier(idle);
 
     L.wq.compute(s_.in_q, T, s_.q.data(), ti, nt);
     L.wk.compute(in_k, T, s_.k.data(), ti, nt);
     L.wv.compute(in_v, T, s_.v.data(), ti, nt);
-    pool.barrier();
+    read_weights(3);
+    pool.barrier(idle);
 
     // (Token, head) items, so that one token keeps both threads busy: a key
     // head with its value head, or a query head; each key head comes before
@@ -292,34 +331,36 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
         }
       }
     }
-    pool.barrier();
+    pool.barrier(idle);
 
     // Attention; each head's output is quantized for the output projection
     // right away when its columns are whole quantize blocks.
     const int64_t o_block = quantize_block_of(L.wo, D);
     attention(pass, l, ti, nt, o_block);
     if (o_block == 0) {
-      pool.barrier();
+      pool.barrier(idle);
       L.wo.quantize(s_.attn.data(), t0, t1, s_.in_o);
     }
-    pool.barrier();
+    pool.barrier(idle);
     L.wo.compute(s_.in_o, T, s_.h.data(), ti, nt);
-    pool.barrier();
+    read_weights(1);
+    pool.barrier(idle);
 
     // Residual, FFN norm, gate/up input.
     norm_phase(ti, nt, T, nullptr, x, s_.h.data(), x_next, W.ffn_norm.f32(), s_.xn.data(),
                {{&L.gate, &s_.in_gate}, {&L.up, &in_up}});
     std::swap(x, x_next);
-    pool.barrier();
+    pool.barrier(idle);
 
     // Gate and up, then SwiGLU and the down-projection input. When the input
     // quantizes by blocks and gate and up are packed, each thread goes on to
     // its own rows' outputs (split on whole blocks) without a barrier.
-    const int64_t down_block = quantize_block_of(L.down, F);
-    const bool own_rows = down_block > 0 && L.gate.packed() && L.up.packed();
-    const int64_t align = own_rows ? down_block : 1;
+    const int64_t align = own_rows_align(L);
+    const bool own_rows = align > 1;
+    const int64_t down_block = align;
     L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt, align);
     L.up.compute(in_up, T, s_.up.data(), ti, nt, align);
+    read_weights(2);
     if (own_rows) {
       const auto [r0, r1] = L.gate.thread_rows(ti, nt, align);
       for (int64_t t = 0; t < T && r0 < r1; ++t) {
@@ -328,13 +369,14 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
         L.down.quantize_blocks(s_.gate.data(), t, r0 / down_block, r1 / down_block, s_.in_down);
       }
     } else {
-      pool.barrier();
+      pool.barrier(idle);
       kernels::swiglu(s_.gate.data() + t0 * F, s_.up.data() + t0 * F, s_.gate.data() + t0 * F, (t1 - t0) * F);
       L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
     }
-    pool.barrier();
+    pool.barrier(idle);
     L.down.compute(s_.in_down, T, s_.h.data(), ti, nt);
-    pool.barrier();
+    read_weights(1);
+    pool.barrier(idle);
   }
 
   // The last residual, the final norm and the output projection's input, for
@@ -342,7 +384,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
   norm_phase(ti, nt, R, batch.logit_rows.data(), x, s_.h.data(), nullptr, weights_.output_norm.f32(),
              s_.logits_in.data(), {{&output_, &s_.in_out}});
-  pool.barrier();
+  pool.barrier(idle);
   if (R > 0) output_.compute(s_.in_out, R, pass.logits, ti, nt);
 }
 

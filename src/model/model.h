@@ -14,6 +14,7 @@
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/linear.h"
+#include "model/weight_prefetch.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -68,6 +69,10 @@ class Model {
   struct LayerLinears {
     Linear wq, wk, wv, wo, gate, up, down;
   };
+  // The row alignment of gate/up's thread shares: the down projection's input
+  // block when each thread can run SwiGLU and that quantize on its own rows
+  // right after gate/up, else 1.
+  int64_t own_rows_align(const LayerLinears& L) const;
   std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
   std::vector<LayerLinears> linears_;
   Linear output_;
@@ -79,6 +84,7 @@ class Model {
     // Quantized projection inputs; in_k/in_v/in_up are used only when those
     // weights want another form than wq/gate.
     LinearInput in_q, in_k, in_v, in_o, in_gate, in_up, in_down, in_out;
+    std::vector<WeightPrefetcher> prefetch;  // one per thread
   } s_;
 };
 
