@@ -31,15 +31,42 @@ inline __m512 reduce16_lanewise(const __m512* y) {
 
 // out[0, D) from the weighted values' partial sums (sets of D floats, one per
 // position lane: 16 for a prefill pass, 64 for decode, folded as GGML does).
-void fold_partial_sums(const float* acc, int64_t D, bool prefill, float* out) {
+// Only the sets in `reached` (bit s: set s) were written; the others count as
+// zero, added like GGML's zero lanes but not read from memory (short contexts
+// reach few of the 64 sets).
+template <bool kAllReached>
+void fold_sets(const float* acc, int64_t D, bool prefill, uint64_t reached, float* out) {
   for (int64_t j = 0; j < D / 16; ++j) {
-    auto set = [&](int64_t s) { return _mm512_loadu_ps(acc + s * D + 16 * j); };
+    auto set = [&](int64_t s) {
+      if (kAllReached || (reached >> s & 1)) return _mm512_loadu_ps(acc + s * D + 16 * j);
+      return _mm512_setzero_ps();
+    };
     __m512 y[16];
     for (int l = 0; l < 16; ++l) {
       y[l] = prefill ? set(l) : _mm512_add_ps(_mm512_add_ps(set(l), set(32 + l)), _mm512_add_ps(set(16 + l), set(48 + l)));
     }
     _mm512_storeu_ps(out + 16 * j, reduce16_lanewise(y));
   }
+}
+
+void fold_partial_sums(const float* acc, int64_t D, bool prefill, uint64_t reached, float* out) {
+  const uint64_t all = prefill ? 0xFFFF : ~uint64_t{0};
+  if ((reached & all) == all) {
+    fold_sets<true>(acc, D, prefill, reached, out);
+  } else {
+    fold_sets<false>(acc, D, prefill, reached, out);
+  }
+}
+
+// The sets (bits, as fold_partial_sums takes them) that positions
+// [pos_begin, pos_begin + used) reach, position p being in set p % n_sets:
+// a run of `used` bits from bit pos_begin % n_sets, wrapping at n_sets.
+uint64_t sets_reached(int64_t pos_begin, int64_t used, int64_t n_sets) {
+  const uint64_t all = n_sets == 64 ? ~uint64_t{0} : (uint64_t{1} << n_sets) - 1;
+  if (used >= n_sets) return all;
+  const uint64_t run = (uint64_t{1} << used) - 1;
+  const int64_t first = pos_begin % n_sets;
+  return ((run << first) | (first > 0 ? run >> (n_sets - first) : 0)) & all;
 }
 
 // Scores w[0, n) (n a multiple of 16) into softmax weights rounded to f16:
@@ -158,12 +185,6 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   const int64_t head_acc = n_sets * D;
   acc.resize(static_cast<size_t>(NH * head_acc));
   const int64_t used = std::min(n_sets, pos_end - pos_begin);
-  for (int64_t i = used; i < n_sets; ++i) {  // a set no position reaches holds zero
-    for (int h = 0; h < NH; ++h) {
-      float* set = &acc[h * head_acc + ((pos_begin + i) % n_sets) * D];
-      std::fill(set, set + D, 0.0f);
-    }
-  }
   for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
     for (int64_t j = 0; j < nv; j += 4) {
       __m512 a[NH][4];
@@ -184,8 +205,9 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
       }
     }
   }
+  const uint64_t reached = sets_reached(pos_begin, used, n_sets);
   for (int h = 0; h < NH; ++h) {
-    fold_partial_sums(&acc[h * head_acc], D, prefill, out + h * D);
+    fold_partial_sums(&acc[h * head_acc], D, prefill, reached, out + h * D);
   }
 }
 
@@ -261,7 +283,6 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   const int64_t n_sets = prefill ? 16 : 64;
   acc.resize(static_cast<size_t>(n_sets * D));
   const int64_t used = std::min(n_sets, pos_end - pos_begin);
-  if (used < n_sets) std::fill(acc.begin(), acc.end(), 0.0f);  // a set no position reaches holds zero
   for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
     __m512 a[16];
     for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
@@ -273,7 +294,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     float* dst = &acc[(p0 % n_sets) * D];
     for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
   }
-  fold_partial_sums(acc.data(), D, prefill, out);
+  fold_partial_sums(acc.data(), D, prefill, sets_reached(pos_begin, used, n_sets), out);
 }
 
 }  // namespace inferd::kernels::detail
