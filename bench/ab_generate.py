@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Two inferd binaries (a change and the commit before it) side by side on one
+generate command, run after run, alternating: on a shared VM the host's load
+moves a single run by 10-20%, so only interleaved runs compared pair by pair
+tell a few per cent apart.
+
+  bench/ab_generate.py OLD_BINARY NEW_BINARY [--reps 8] [--prompt-tokens 0]
+
+Decode (default): tokens/s over 128 decode steps after the prompt "Hello".
+With --prompt-tokens N: prompt tokens/s of an N-token prompt (1 token out).
+Prints each run, the medians and the median of the per-pair ratios.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compare_llama_bench import MODEL_DIR, prompt_of  # noqa: E402
+
+
+def rate(binary, model, prompt, n_gen, threads, prompt_speed):
+    out = subprocess.run([binary, "generate", "-m", model, "-p", prompt, "-n", str(n_gen), "--temp", "0",
+                          "--ignore-eos", "--json", "-t", str(threads), "-c", "2048"],
+                         check=True, capture_output=True, text=True).stdout
+    t = json.loads(out)["timings"]
+    if prompt_speed:
+        return t["prompt_tokens"] / t["prompt_seconds"]
+    return (t["generated_tokens"] - 1) / t["decode_seconds"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("old")
+    ap.add_argument("new")
+    ap.add_argument("--model", default=str(MODEL_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"))
+    ap.add_argument("--reps", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=0)
+    args = ap.parse_args()
+    if args.prompt_tokens:
+        prompt, n_gen = prompt_of(args.new, args.model, args.prompt_tokens, args.threads), 1
+    else:
+        prompt, n_gen = "Hello", 129
+    runs = {"old": [], "new": []}
+    for _ in range(args.reps):
+        for name in ("old", "new"):
+            runs[name].append(rate(getattr(args, name), args.model, prompt, n_gen, args.threads,
+                                   args.prompt_tokens > 0))
+    what = f"prompt of {args.prompt_tokens} tokens" if args.prompt_tokens else "decode, 128 steps"
+    print(f"{what}, {args.reps} alternating pairs, tok/s")
+    for name in ("old", "new"):
+        print(f"  {name}: median {statistics.median(runs[name]):.1f}  "
+              f"({', '.join(f'{x:.1f}' for x in runs[name])})")
+    ratios = [n / o for o, n in zip(runs["old"], runs["new"])]
+    print(f"  new / old: {statistics.median(runs['new']) / statistics.median(runs['old']):.3f} "
+          f"(median of the pairs' ratios {statistics.median(ratios):.3f})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
