@@ -28,44 +28,36 @@ namespace {
 
 constexpr size_t kPrefetchAhead = 4096;
 
-// Sums [p, p + n) as 64-bit words, 256 bytes per iteration (n a multiple of 256).
+// Sums [p, p + n) as 64-bit words, 256 bytes per iteration (n a multiple of
+// 256), in 64-byte vectors: inlined into read<kPrefetch, ...> below, which
+// compile it for AVX-512 (one register a vector) or AVX2 (two).
 template <bool kPrefetch>
-__attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* p, size_t n) {
-  __m512i s0 = _mm512_set1_epi64(0), s1 = s0, s2 = s0, s3 = s0;
+inline __attribute__((always_inline)) uint64_t sum_stream(const uint8_t* p, size_t n) {
+  typedef uint64_t Vec __attribute__((vector_size(64)));
+  Vec s0 = {}, s1 = {}, s2 = {}, s3 = {};
   for (size_t i = 0; i < n; i += 256) {
     if constexpr (kPrefetch) {
       for (size_t j = 0; j < 256; j += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchAhead + j), _MM_HINT_T0);
     }
-    s0 = _mm512_add_epi64(s0, _mm512_load_si512(p + i));
-    s1 = _mm512_add_epi64(s1, _mm512_load_si512(p + i + 64));
-    s2 = _mm512_add_epi64(s2, _mm512_load_si512(p + i + 128));
-    s3 = _mm512_add_epi64(s3, _mm512_load_si512(p + i + 192));
+    s0 += *reinterpret_cast<const Vec*>(p + i);
+    s1 += *reinterpret_cast<const Vec*>(p + i + 64);
+    s2 += *reinterpret_cast<const Vec*>(p + i + 128);
+    s3 += *reinterpret_cast<const Vec*>(p + i + 192);
   }
-  alignas(64) uint64_t lanes[8];
-  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
+  const Vec s = (s0 + s1) + (s2 + s3);
   uint64_t sum = 0;
-  for (uint64_t v : lanes) sum += v;
+  for (int l = 0; l < 8; ++l) sum += s[l];
   return sum;
 }
 
 template <bool kPrefetch>
+__attribute__((target("avx512f"))) uint64_t read_avx512(const uint8_t* p, size_t n) {
+  return sum_stream<kPrefetch>(p, n);
+}
+
+template <bool kPrefetch>
 __attribute__((target("avx2"))) uint64_t read_avx2(const uint8_t* p, size_t n) {
-  __m256i s0 = _mm256_set1_epi64x(0), s1 = s0, s2 = s0, s3 = s0;
-  for (size_t i = 0; i < n; i += 128) {
-    if constexpr (kPrefetch) {
-      for (size_t j = 0; j < 128; j += 64) _mm_prefetch(reinterpret_cast<const char*>(p + i + kPrefetchAhead + j), _MM_HINT_T0);
-    }
-    s0 = _mm256_add_epi64(s0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    s1 = _mm256_add_epi64(s1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    s2 = _mm256_add_epi64(s2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    s3 = _mm256_add_epi64(s3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-  alignas(32) uint64_t lanes[4];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), s);
-  uint64_t sum = 0;
-  for (uint64_t v : lanes) sum += v;
-  return sum;
+  return sum_stream<kPrefetch>(p, n);
 }
 
 using ReadFn = uint64_t (*)(const uint8_t*, size_t);
