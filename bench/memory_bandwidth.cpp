@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "kernels/cpu/packed.h"
+#include "core/aligned_bytes.h"
 
 namespace {
 
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   }
   const ReadFn plain = avx512 ? read_avx512<false> : read_avx2<false>;
   const ReadFn prefetched = avx512 ? read_avx512<true> : read_avx2<true>;
-  inferd::kernels::AlignedBytes buf(n, /*huge_pages=*/true, /*zeroed=*/false);
+  inferd::AlignedBytes buf(n, /*huge_pages=*/true, /*zeroed=*/false);
   for (size_t i = 0; i < n; i += 8) {  // touch every page before timing
     const uint64_t v = i;
     std::copy_n(reinterpret_cast<const uint8_t*>(&v), 8, buf.data() + i);

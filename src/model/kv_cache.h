@@ -6,8 +6,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "kernels/cpu/packed.h"
-
+#include "core/aligned_bytes.h"
 #include "model/config.h"
 
 namespace inferd {
@@ -38,7 +37,7 @@ class KVCache {
   // pages: a decode step writes each layer's new keys and values to fresh
   // memory, and on 4 KiB pages that was several page faults per token, taken
   // by whichever thread writes them while the others wait at the next barrier.
-  kernels::AlignedBytes k_, v_;
+  AlignedBytes k_, v_;
 };
 
 }  // namespace inferd

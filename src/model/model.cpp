@@ -99,6 +99,26 @@ int64_t Model::own_rows_align(const LayerLinears& L) const {
   return down_block > 0 && L.gate.packed() && L.up.packed() ? down_block : 1;
 }
 
+// Each thread's share of every projection in the order forward_thread reads
+// them: seven per layer, then the output projection. Fixed for a thread count.
+void Model::plan_prefetch(int n_threads) {
+  s_.prefetch.resize(n_threads);
+  for (int ti = 0; ti < n_threads; ++ti) {
+    WeightPrefetcher& pf = s_.prefetch[ti];
+    pf.clear();
+    for (const LayerLinears& L : linears_) {
+      const int64_t align = own_rows_align(L);
+      for (const auto& [linear, a] : {std::pair{&L.wq, int64_t{1}}, {&L.wk, 1}, {&L.wv, 1}, {&L.wo, 1},
+                                      {&L.gate, align}, {&L.up, align}, {&L.down, 1}}) {
+        const auto [bytes, n] = linear->thread_bytes(ti, n_threads, a);
+        pf.add(bytes, n);
+      }
+    }
+    const auto [bytes, n] = output_.thread_bytes(ti, n_threads);
+    pf.add(bytes, n);
+  }
+}
+
 // What every thread of one forward pass reads.
 struct Model::Pass {
   const ForwardBatch* batch;
@@ -167,7 +187,7 @@ void Model::prepare_scratch(const ForwardBatch& batch) {
 void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
   prepare_scratch(batch);
   logits.resize(batch.logit_rows.size() * config_.n_vocab);
-  if (s_.prefetch.size() < static_cast<size_t>(pool.size())) s_.prefetch.resize(pool.size());
+  if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
   const Pass pass{&batch, &cache, logits.data(), &pool};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
@@ -235,21 +255,10 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   float* x = s_.x.data();
   float* x_next = s_.x2.data();
 
-  // This thread's share of every projection in the order it reads them
-  // (seven per layer, then the output projection), prefetched while it waits
-  // at barriers; read_weights(n) tells it the next n have been read.
+  // This thread's weights, prefetched while it waits at barriers;
+  // read_weights(n) tells it the next n projections have been read.
   WeightPrefetcher& pf = s_.prefetch[ti];
-  pf.clear();
-  for (const LayerLinears& L : linears_) {
-    const int64_t align = own_rows_align(L);
-    for (const auto& [linear, a] : {std::pair{&L.wq, int64_t{1}}, {&L.wk, 1}, {&L.wv, 1}, {&L.wo, 1},
-                                    {&L.gate, align}, {&L.up, align}, {&L.down, 1}}) {
-      const auto [bytes, n] = linear->thread_bytes(ti, nt, a);
-      pf.add(bytes, n);
-    }
-  }
-  const auto [out_bytes, out_n] = output_.thread_bytes(ti, nt);
-  pf.add(out_bytes, out_n);
+  pf.restart();
   const BarrierIdle idle{prefetch_while_waiting, &pf};
   size_t ranges_read = 0;
   auto read_weights = [&](size_t n) {
@@ -355,9 +364,8 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     // Gate and up, then SwiGLU and the down-projection input. When the input
     // quantizes by blocks and gate and up are packed, each thread goes on to
     // its own rows' outputs (split on whole blocks) without a barrier.
-    const int64_t align = own_rows_align(L);
+    const int64_t align = own_rows_align(L);  // the down projection's input block, or 1
     const bool own_rows = align > 1;
-    const int64_t down_block = align;
     L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt, align);
     L.up.compute(in_up, T, s_.up.data(), ti, nt, align);
     read_weights(2);
@@ -366,7 +374,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
       for (int64_t t = 0; t < T && r0 < r1; ++t) {
         float* g = s_.gate.data() + t * F;
         kernels::swiglu(g + r0, s_.up.data() + t * F + r0, g + r0, r1 - r0);
-        L.down.quantize_blocks(s_.gate.data(), t, r0 / down_block, r1 / down_block, s_.in_down);
+        L.down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, s_.in_down);
       }
     } else {
       pool.barrier(idle);
@@ -385,6 +393,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   norm_phase(ti, nt, R, batch.logit_rows.data(), x, s_.h.data(), nullptr, weights_.output_norm.f32(),
              s_.logits_in.data(), {{&output_, &s_.in_out}});
   pool.barrier(idle);
+  assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
   if (R > 0) output_.compute(s_.in_out, R, pass.logits, ti, nt);
 }
 

@@ -73,6 +73,8 @@ class Model {
   // block when each thread can run SwiGLU and that quantize on its own rows
   // right after gate/up, else 1.
   int64_t own_rows_align(const LayerLinears& L) const;
+  // Builds s_.prefetch for a pool of n_threads (see forward_thread).
+  void plan_prefetch(int n_threads);
   std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
   std::vector<LayerLinears> linears_;
   Linear output_;

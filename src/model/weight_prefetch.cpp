@@ -10,8 +10,10 @@ constexpr size_t kLine = 64;
 
 void WeightPrefetcher::clear() {
   ranges_.clear();
-  next_range_ = next_offset_ = first_unread_ = ahead_ = 0;
+  restart();
 }
+
+void WeightPrefetcher::restart() { next_range_ = next_offset_ = first_unread_ = ahead_ = 0; }
 
 void WeightPrefetcher::add(const void* p, size_t n) { ranges_.push_back({static_cast<const uint8_t*>(p), n}); }
 

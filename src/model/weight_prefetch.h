@@ -16,8 +16,11 @@ namespace inferd {
 
 class WeightPrefetcher {
  public:
-  // Forgets the ranges (keeps the memory); a new step adds its own.
+  // Forgets the ranges (keeps the memory).
   void clear();
+  // Back to the first range with nothing prefetched or read: a new step that
+  // reads the same ranges.
+  void restart();
   // Appends bytes [p, p + n) to the thread's reading order (n may be 0: a
   // projection of which the thread has no share still counts as a range).
   void add(const void* p, size_t n);

@@ -63,5 +63,20 @@ TEST(WeightPrefetcher, ClearStartsAnewStep) {
   EXPECT_EQ(pf.ahead(), 1024u);
 }
 
+TEST(WeightPrefetcher, RestartKeepsTheRangesForTheNextStep) {
+  std::vector<uint8_t> memory(2048);
+  WeightPrefetcher pf;
+  pf.add(memory.data(), 1024);
+  pf.add(memory.data() + 1024, 1024);
+  ASSERT_TRUE(pf.advance(1000, 1 << 20));
+  pf.read_first(2);
+  EXPECT_FALSE(pf.advance(1, 1 << 20));  // this step has nothing left
+  pf.restart();
+  EXPECT_EQ(pf.size(), 2u);
+  EXPECT_EQ(pf.ahead(), 0u);
+  EXPECT_TRUE(pf.advance(1000, 1 << 20));  // the next step prefetches both ranges again
+  EXPECT_EQ(pf.ahead(), 2048u);
+}
+
 }  // namespace
 }  // namespace inferd

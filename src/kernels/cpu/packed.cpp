@@ -1,11 +1,8 @@
 #include "kernels/cpu/packed.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-
-#include <sys/mman.h>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_layout.h"
@@ -34,25 +31,6 @@ void scatter_quants(const uint8_t* qs, int n_bytes, int r, uint8_t* dst) {
 }
 
 }  // namespace
-
-AlignedBytes::AlignedBytes(size_t n, bool huge_pages, bool zeroed) : n_(n) {
-  constexpr size_t kHugePage = size_t{2} << 20;
-  const size_t align = huge_pages ? kHugePage : 64;
-  const size_t size = round_up(std::max<size_t>(n, 1), align);
-  void* p = std::aligned_alloc(align, size);
-  if (p == nullptr) {
-    std::fprintf(stderr, "inferd: out of memory allocating %zu bytes\n", n);
-    std::abort();
-  }
-#if defined(MADV_HUGEPAGE)
-  // Advice only: without transparent huge pages the buffer works the same.
-  if (huge_pages) madvise(p, size, MADV_HUGEPAGE);
-#endif
-  if (zeroed) std::memset(p, 0, n);
-  p_.reset(static_cast<uint8_t*>(p));
-}
-
-void AlignedBytes::Free::operator()(uint8_t* p) const { std::free(p); }
 
 bool can_pack(DType t) { return packed_block_bytes(t) != 0; }
 
