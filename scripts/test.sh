@@ -23,7 +23,7 @@ python3 -m pytest -q tests/e2e
 echo "== sanitizer build (ASan + UBSan)"
 # The modules that parse untrusted input or own memory, and their tests.
 SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quants_test kernels_packed_test
-                 kernels_attention_test kernels_activation_test
+                 kernels_attention_test kernels_activation_test kernels_rms_norm_test
                  kernels_matmul_test kv_block_pool_test kv_cache_manager_test engine_scheduler_test
                  server_openai_protocol_test bench_sse_test bench_openai_api_test bench_dataset_test
                  bench_serve_client_test core_thread_pool_test model_weight_prefetch_test)

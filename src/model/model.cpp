@@ -9,6 +9,7 @@
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/quants.h"
+#include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 
 namespace inferd {
@@ -51,25 +52,6 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 }
 
 namespace {
-
-// One RMSNorm row, as GGML computes it: squares in float, summed in double in
-// order, scale = 1 / sqrt(mean + eps) in float, out = x * scale * weight. The
-// row is x + h when h is given (the residual). Columns [c0, c1) are written:
-// threads that share a row each compute the same sum and write their columns.
-void residual_rms_norm(const float* x, const float* h, const float* weight, int64_t n, float eps, int64_t c0,
-                       int64_t c1, float* x_out, float* out) {
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = h ? x[i] + h[i] : x[i];
-    sum += static_cast<double>(v * v);
-  }
-  const float scale = 1.0f / std::sqrt(static_cast<float>(sum / n) + eps);
-  for (int64_t i = c0; i < c1; ++i) {
-    const float v = h ? x[i] + h[i] : x[i];
-    if (x_out) x_out[i] = v;
-    out[i] = v * scale * weight[i];
-  }
-}
 
 void add_bias(float* y, const float* bias, int64_t n) {
   for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
@@ -221,7 +203,7 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
     const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = token(r);
-      residual_rms_norm(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr,
+      kernels::rms_norm_row(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr,
                         xn + r * E);
     }
     for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, *targets[i].in);
@@ -234,7 +216,7 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
   for (int64_t r = i0 / nb; r < n_rows && r * nb < i1; ++r) {
     const int64_t b0 = std::max(i0 - r * nb, int64_t{0}), b1 = std::min(i1 - r * nb, nb);
     const int64_t t = token(r);
-    residual_rms_norm(x + t * E, h ? h + t * E : nullptr, weight, E, eps, b0 * block, b1 * block,
+    kernels::rms_norm_row(x + t * E, h ? h + t * E : nullptr, weight, E, eps, b0 * block, b1 * block,
                       x_out ? x_out + t * E : nullptr, xn + r * E);
     for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, *targets[i].in);
   }
