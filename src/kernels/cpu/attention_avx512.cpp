@@ -124,10 +124,11 @@ inline __m512 reduce_add_16(const __m512* y) {
 // so the sets never go through memory: written out, the 64 sets of three
 // heads are 48 KiB, and storing them cost more than all the arithmetic.
 // w[h * w_stride + p - pos_begin] is head h's weight of position p.
-// Up to this many positions weighted_values_decode is the faster: beyond, it
-// pays for walking the positions once per 16 columns (10% slower at 2,048
-// positions), while storing the sets costs little per position.
-constexpr int64_t kRegisterSetsMaxPositions = 1024;
+// Up to about this many positions weighted_values_decode is the faster
+// (build/attention_bench): beyond, it pays for walking the positions once per
+// 16 columns (15-20% slower at 512 to 1,024), while storing the sets costs
+// little per position.
+constexpr int64_t kRegisterSetsMaxPositions = 384;
 
 template <int NH>
 void weighted_values_decode(const PagedKV& kv, const int64_t* slots, int64_t pos_begin, int64_t pos_end,
