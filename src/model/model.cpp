@@ -70,6 +70,13 @@ int64_t quantize_block_of(const Linear& linear, int64_t cols) {
 constexpr size_t kPrefetchLead = size_t{256} << 10;
 constexpr int kPrefetchLinesPerPoll = 4;
 
+// Steps of at most this many tokens (decode) have every thread normalize the
+// whole row and quantize it into its own copy of the next projections' input:
+// the thread then goes on to its rows of those projections without waiting
+// for the others, two barriers less per layer. The norm and quantization are
+// repeated by each thread, which costs less than a barrier for a few rows.
+constexpr int64_t kOwnNormMaxTokens = 4;
+
 bool prefetch_while_waiting(void* prefetcher) {
   return static_cast<WeightPrefetcher*>(prefetcher)->advance(kPrefetchLinesPerPoll, kPrefetchLead);
 }
@@ -138,7 +145,7 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o
   }
 }
 
-void Model::prepare_scratch(const ForwardBatch& batch) {
+void Model::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   const ModelConfig& c = config_;
   const int64_t T = batch.size(), R = static_cast<int64_t>(batch.logit_rows.size());
   s_.x.resize(T * c.n_embd);
@@ -164,10 +171,21 @@ void Model::prepare_scratch(const ForwardBatch& batch) {
     L.down.prepare(s_.in_down, T);
   }
   output_.prepare(s_.in_out, R);
+  s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
+  for (Scratch::OwnNormInputs& own : s_.own) {
+    own.xn.resize(T * c.n_embd);
+    for (const LayerLinears& L : linears_) {
+      L.wq.prepare(own.q, T);
+      if (!L.wk.same_input(L.wq)) L.wk.prepare(own.k, T);
+      if (!L.wv.same_input(L.wq)) L.wv.prepare(own.v, T);
+      L.gate.prepare(own.gate, T);
+      if (!L.up.same_input(L.gate)) L.up.prepare(own.up, T);
+    }
+  }
 }
 
 void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
-  prepare_scratch(batch);
+  prepare_scratch(batch, pool.size());
   logits.resize(batch.logit_rows.size() * config_.n_vocab);
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
   const Pass pass{&batch, &cache, logits.data(), &pool};
@@ -182,7 +200,8 @@ void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float
 // by 32-column blocks, threads split (row, block) items, so one token keeps
 // both busy; x_out must then not alias x (another thread may still be reading it).
 void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token, const float* x, const float* h,
-                       float* x_out, const float* weight, float* xn, std::initializer_list<NormTarget> all_targets) {
+                       float* x_out, const float* weight, float* xn, std::initializer_list<NormTarget> all_targets,
+                       bool whole_rows) {
   const int64_t E = config_.n_embd;
   const float eps = config_.rms_eps;
   NormTarget targets[4];
@@ -199,6 +218,17 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
   for (int i = 1; i < n_targets; ++i)
     if (quantize_block_of(*targets[i].linear, E) != block) block = 0;
   auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
+  if (whole_rows) {
+    const auto [c0, c1] = ThreadPool::split(E, ti, nt);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t t = token(r);
+      kernels::rms_norm_row(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, nullptr, xn + r * E);
+      if (!x_out) continue;
+      for (int64_t i = c0; i < c1; ++i) x_out[t * E + i] = h ? x[t * E + i] + h[t * E + i] : x[t * E + i];
+    }
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, 0, n_rows, *targets[i].in);
+    return;
+  }
   if (block == 0) {
     const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
     for (int64_t r = r0; r < r1; ++r) {
@@ -266,20 +296,26 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   }
   pool.barrier(idle);
 
+  Scratch::OwnNormInputs* own = s_.own.empty() ? nullptr : &s_.own[ti];
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights_.layers[l];
     const LayerLinears& L = linears_[l];
-    LinearInput& in_k = L.wk.same_input(L.wq) ? s_.in_q : s_.in_k;
-    LinearInput& in_v = L.wv.same_input(L.wq) ? s_.in_q : s_.in_v;
-    LinearInput& in_up = L.up.same_input(L.gate) ? s_.in_gate : s_.in_up;
+    // The norms' outputs and the inputs they feed: this thread's own (see
+    // kOwnNormMaxTokens) or shared.
+    float* xn = own ? own->xn.data() : s_.xn.data();
+    LinearInput& in_q = own ? own->q : s_.in_q;
+    LinearInput& in_k = L.wk.same_input(L.wq) ? in_q : own ? own->k : s_.in_k;
+    LinearInput& in_v = L.wv.same_input(L.wq) ? in_q : own ? own->v : s_.in_v;
+    LinearInput& in_gate = own ? own->gate : s_.in_gate;
+    LinearInput& in_up = L.up.same_input(L.gate) ? in_gate : own ? own->up : s_.in_up;
 
     // (The previous layer's residual,) attention norm, Q/K/V input.
     norm_phase(ti, nt, T, nullptr, x, l > 0 ? s_.h.data() : nullptr, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
-               s_.xn.data(), {{&L.wq, &s_.in_q}, {&L.wk, &in_k}, {&L.wv, &in_v}});
+               xn, {{&L.wq, &in_q}, {&L.wk, &in_k}, {&L.wv, &in_v}}, own);
     if (l > 0) std::swap(x, x_next);
-    pool.barrier(idle);
+    if (!own) pool.barrier(idle);
 
-    L.wq.compute(s_.in_q, T, s_.q.data(), ti, nt);
+    L.wq.compute(in_q, T, s_.q.data(), ti, nt);
     L.wk.compute(in_k, T, s_.k.data(), ti, nt);
     L.wv.compute(in_v, T, s_.v.data(), ti, nt);
     read_weights(3);
@@ -338,17 +374,17 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     pool.barrier(idle);
 
     // Residual, FFN norm, gate/up input.
-    norm_phase(ti, nt, T, nullptr, x, s_.h.data(), x_next, W.ffn_norm.f32(), s_.xn.data(),
-               {{&L.gate, &s_.in_gate}, {&L.up, &in_up}});
+    norm_phase(ti, nt, T, nullptr, x, s_.h.data(), x_next, W.ffn_norm.f32(), xn, {{&L.gate, &in_gate}, {&L.up, &in_up}},
+               own);
     std::swap(x, x_next);
-    pool.barrier(idle);
+    if (!own) pool.barrier(idle);
 
     // Gate and up, then SwiGLU and the down-projection input. When the input
     // quantizes by blocks and gate and up are packed, each thread goes on to
     // its own rows' outputs (split on whole blocks) without a barrier.
     const int64_t align = own_rows_align(L);  // the down projection's input block, or 1
     const bool own_rows = align > 1;
-    L.gate.compute(s_.in_gate, T, s_.gate.data(), ti, nt, align);
+    L.gate.compute(in_gate, T, s_.gate.data(), ti, nt, align);
     L.up.compute(in_up, T, s_.up.data(), ti, nt, align);
     read_weights(2);
     if (own_rows) {

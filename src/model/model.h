@@ -48,7 +48,7 @@ class Model {
  private:
   Model() = default;
   struct Pass;
-  void prepare_scratch(const ForwardBatch& batch);
+  void prepare_scratch(const ForwardBatch& batch, int n_threads);
   // One thread's part of the whole forward pass; phases end at pool barriers.
   void forward_thread(const Pass& pass, int thread_index, int n_threads);
   void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
@@ -56,9 +56,11 @@ class Model {
     const Linear* linear;
     LinearInput* in;
   };
+  // whole_rows: this thread normalizes every row into its own xn and targets
+  // (Scratch::own), and writes only its share of x_out.
   void norm_phase(int thread_index, int n_threads, int64_t n_rows, const int32_t* row_token, const float* x,
                   const float* h, float* x_out, const float* weight, float* xn,
-                  std::initializer_list<NormTarget> all_targets);
+                  std::initializer_list<NormTarget> all_targets, bool whole_rows = false);
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
@@ -87,6 +89,13 @@ class Model {
     // weights want another form than wq/gate.
     LinearInput in_q, in_k, in_v, in_o, in_gate, in_up, in_down, in_out;
     std::vector<WeightPrefetcher> prefetch;  // one per thread
+    // Each thread's own normalized rows and the inputs they feed, for steps
+    // of at most kOwnNormMaxTokens tokens (forward_thread); empty otherwise.
+    struct OwnNormInputs {
+      std::vector<float> xn;
+      LinearInput q, k, v, gate, up;
+    };
+    std::vector<OwnNormInputs> own;
   } s_;
 };
 
