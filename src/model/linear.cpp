@@ -1,6 +1,7 @@
 #include "model/linear.h"
 
 #include <algorithm>
+#include <cassert>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/matmul.h"
@@ -60,6 +61,35 @@ void Linear::compute(const LinearInput& in, int64_t n_tokens, float* y, int thre
   }
   const auto [r0, r1] = kernels::matmul_row_split(rows(), thread_index, n_threads);
   kernels::matmul_rows(view_.dtype, view_.data, rows(), cols(), in.rows.data(), n_tokens, y, r0, r1);
+}
+
+namespace {
+// The groups holding rows [r0, r1), which must start and end on group edges.
+std::pair<int64_t, int64_t> groups_of_rows(const kernels::PackedMatrix& w, int64_t rows, int64_t r0, int64_t r1) {
+  assert(r0 % kernels::kPackRows == 0 && (r1 % kernels::kPackRows == 0 || r1 == rows));
+  (void)rows;
+  return {r0 / kernels::kPackRows, std::min(w.groups(), (r1 + kernels::kPackRows - 1) / kernels::kPackRows)};
+}
+}  // namespace
+
+void Linear::compute_rows(const LinearInput& in, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const {
+  if (r0 >= r1) return;
+  if (packed()) {
+    const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
+    kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows());
+    return;
+  }
+  kernels::matmul_rows(view_.dtype, view_.data, rows(), cols(), in.rows.data(), n_tokens, y, r0, r1);
+}
+
+std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const {
+  if (r0 >= r1) return {nullptr, 0};
+  if (packed()) {
+    const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
+    return {packed_.group(g0), static_cast<size_t>(packed_.group(g1) - packed_.group(g0))};
+  }
+  const size_t rb = row_bytes(view_.dtype, cols());
+  return {static_cast<const uint8_t*>(view_.data) + r0 * rb, (r1 - r0) * rb};
 }
 
 std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads, int64_t align_rows) const {

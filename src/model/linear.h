@@ -53,6 +53,11 @@ class Linear {
   // own rows' outputs without waiting for the others.
   void compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads,
                int64_t align_rows = 1) const;
+  // y[t * rows + r] for rows [r0, r1) and all n_tokens tokens; for packed
+  // weights r0 and r1 must be multiples of the 16-row group (or r1 == rows()).
+  void compute_rows(const LinearInput& in, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const;
+  // The weight bytes compute_rows() reads for rows [r0, r1): one contiguous range.
+  std::pair<const void*, size_t> rows_bytes(int64_t r0, int64_t r1) const;
   // The rows [r0, r1) that compute() gives this thread.
   std::pair<int64_t, int64_t> thread_rows(int thread_index, int n_threads, int64_t align_rows = 1) const;
   // The weight bytes compute() reads for this thread: one contiguous range.

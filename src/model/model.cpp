@@ -5,9 +5,12 @@
 #include <cmath>
 #include <cstring>
 #include <iterator>
+#include <numeric>
+#include <tuple>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
@@ -88,6 +91,25 @@ int64_t Model::own_rows_align(const LayerLinears& L) const {
   return down_block > 0 && L.gate.packed() && L.up.packed() ? down_block : 1;
 }
 
+// Q, K and V heads taken as one list (query heads, then key heads, then value
+// heads) split evenly over the threads in units that keep every share on whole
+// 16-row groups of the packed weights (one head when head_dim % 16 == 0).
+Model::QkvHeads Model::qkv_heads(int ti, int nt) const {
+  const int64_t H = config_.n_head, Hkv = config_.n_head_kv;
+  const int64_t unit = kernels::kPackRows / std::gcd(config_.head_dim, int64_t{kernels::kPackRows});
+  const int64_t uq = (H + unit - 1) / unit, ukv = (Hkv + unit - 1) / unit;
+  const auto [u0, u1] = ThreadPool::split(uq + 2 * ukv, ti, nt);
+  // This thread's heads of the matrix whose units start at `first` and that has n heads.
+  auto heads = [&](int64_t first, int64_t n_units, int64_t n) {
+    const int64_t a = std::clamp(u0 - first, int64_t{0}, n_units), b = std::clamp(u1 - first, int64_t{0}, n_units);
+    return std::pair{std::min(a * unit, n), std::min(b * unit, n)};
+  };
+  const auto [q0, q1] = heads(0, uq, H);
+  const auto [k0, k1] = heads(uq, ukv, Hkv);
+  const auto [v0, v1] = heads(uq + ukv, ukv, Hkv);
+  return {q0, q1, k0, k1, v0, v1};
+}
+
 // Each thread's share of every projection in the order forward_thread reads
 // them: seven per layer, then the output projection. Fixed for a thread count.
 void Model::plan_prefetch(int n_threads) {
@@ -95,10 +117,16 @@ void Model::plan_prefetch(int n_threads) {
   for (int ti = 0; ti < n_threads; ++ti) {
     WeightPrefetcher& pf = s_.prefetch[ti];
     pf.clear();
+    const QkvHeads mine = qkv_heads(ti, n_threads);
+    const int64_t D = config_.head_dim;
     for (const LayerLinears& L : linears_) {
+      for (const auto& [linear, h0, h1] : {std::tuple{&L.wq, mine.q0, mine.q1}, {&L.wk, mine.k0, mine.k1},
+                                           {&L.wv, mine.v0, mine.v1}}) {
+        const auto [bytes, n] = linear->rows_bytes(h0 * D, h1 * D);
+        pf.add(bytes, n);
+      }
       const int64_t align = own_rows_align(L);
-      for (const auto& [linear, a] : {std::pair{&L.wq, int64_t{1}}, {&L.wk, 1}, {&L.wv, 1}, {&L.wo, 1},
-                                      {&L.gate, align}, {&L.up, align}, {&L.down, 1}}) {
+      for (const auto& [linear, a] : {std::pair{&L.wo, int64_t{1}}, {&L.gate, align}, {&L.up, align}, {&L.down, 1}}) {
         const auto [bytes, n] = linear->thread_bytes(ti, n_threads, a);
         pf.add(bytes, n);
       }
@@ -204,7 +232,7 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
                        bool whole_rows) {
   const int64_t E = config_.n_embd;
   const float eps = config_.rms_eps;
-  NormTarget targets[4];
+  NormTarget targets[4] = {};
   int n_targets = 0;
   assert(all_targets.size() <= std::size(targets));
   for (const NormTarget& tg : all_targets) {
@@ -315,47 +343,42 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     if (l > 0) std::swap(x, x_next);
     if (!own) pool.barrier(idle);
 
-    L.wq.compute(in_q, T, s_.q.data(), ti, nt);
-    L.wk.compute(in_k, T, s_.k.data(), ti, nt);
-    L.wv.compute(in_v, T, s_.v.data(), ti, nt);
+    // Q, K and V split by whole heads, so that each thread goes on to the
+    // biases, RoPE and cache writes of the heads it computed without a barrier.
+    const QkvHeads mine = qkv_heads(ti, nt);
+    L.wq.compute_rows(in_q, T, s_.q.data(), mine.q0 * D, mine.q1 * D);
+    L.wk.compute_rows(in_k, T, s_.k.data(), mine.k0 * D, mine.k1 * D);
+    L.wv.compute_rows(in_v, T, s_.v.data(), mine.v0 * D, mine.v1 * D);
     read_weights(3);
-    pool.barrier(idle);
-
-    // (Token, head) items, so that one token keeps both threads busy: a key
-    // head with its value head, or a query head; each key head comes before
-    // its group's query heads, so that the costlier key/value items are spread
-    // over the threads. Biases, RoPE, keys and values into the cache.
-    const int64_t group = c.n_head / c.n_head_kv, heads_per_token = c.n_head + c.n_head_kv;
-    const auto [i0, i1] = ThreadPool::split(T * heads_per_token, ti, nt);
-    for (int64_t item = i0; item < i1; ++item) {
-      const int64_t t = item / heads_per_token, g = item % heads_per_token / (group + 1);
-      const int64_t in_group = item % heads_per_token % (group + 1);
+    for (int64_t t = 0; t < T; ++t) {
       const float* cos_t = &s_.rope_cos[t * half];
       const float* sin_t = &s_.rope_sin[t * half];
-      if (in_group > 0) {
-        const int64_t h = g * group + in_group - 1;
+      for (int64_t h = mine.q0; h < mine.q1; ++h) {
         float* q = s_.q.data() + t * QD + h * D;
         if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
         kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
-        continue;
       }
-      const int64_t offset = g * D;
-      float* k = s_.k.data() + t * KVD + offset;
-      float* v = s_.v.data() + t * KVD + offset;
-      if (W.bk) add_bias(k, W.bk.f32() + offset, D);
-      if (W.bv) add_bias(v, W.bv.f32() + offset, D);
-      kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
       const int64_t slot = batch.slots[t];
-      kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + offset, D);
-      kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + offset, D);
       // The next position's slot is most often the next one: have its cache
       // lines owned by the time that token writes them (a write to a line not
       // in cache waits for memory, and the barrier after this phase drains it).
-      if (slot + 1 < pass.cache->n_slots()) {
-        for (int64_t byte = 0; byte < D * 2; byte += 64) {
-          __builtin_prefetch(reinterpret_cast<const char*>(pass.cache->k(l) + (slot + 1) * KVD + offset) + byte, 1);
-          __builtin_prefetch(reinterpret_cast<const char*>(pass.cache->v(l) + (slot + 1) * KVD + offset) + byte, 1);
-        }
+      auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
+        if (slot + 1 >= pass.cache->n_slots()) return;
+        for (int64_t byte = 0; byte < D * 2; byte += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
+      };
+      for (int64_t g = mine.k0; g < mine.k1; ++g) {
+        float* k = s_.k.data() + t * KVD + g * D;
+        if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
+        kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+        kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
+        prefetch_next_slot(pass.cache->k(l), g * D);
+      }
+      for (int64_t g = mine.v0; g < mine.v1; ++g) {
+        float* v = s_.v.data() + t * KVD + g * D;
+        if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
+        kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
+        prefetch_next_slot(pass.cache->v(l), g * D);
       }
     }
     pool.barrier(idle);

@@ -75,6 +75,12 @@ class Model {
   // block when each thread can run SwiGLU and that quantize on its own rows
   // right after gate/up, else 1.
   int64_t own_rows_align(const LayerLinears& L) const;
+  // The query, key and value heads [q0, q1), [k0, k1), [v0, v1) a thread
+  // computes and then rotates and writes to the cache.
+  struct QkvHeads {
+    int64_t q0, q1, k0, k1, v0, v1;
+  };
+  QkvHeads qkv_heads(int thread_index, int n_threads) const;
   // Builds s_.prefetch for a pool of n_threads (see forward_thread).
   void plan_prefetch(int n_threads);
   std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
