@@ -178,7 +178,6 @@ void Model::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   const int64_t T = batch.size(), R = static_cast<int64_t>(batch.logit_rows.size());
   s_.x.resize(T * c.n_embd);
   s_.x2.resize(T * c.n_embd);
-  s_.xn.resize(T * c.n_embd);
   s_.h.resize(T * c.n_embd);
   s_.q.resize(T * c.q_dim());
   s_.k.resize(T * c.kv_dim());
@@ -190,25 +189,23 @@ void Model::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.rope_cos.resize(T * (c.rope_dim / 2));
   s_.rope_sin.resize(T * (c.rope_dim / 2));
   for (const LayerLinears& L : linears_) {
-    L.wq.prepare(s_.in_q, T);
-    if (!L.wk.same_input(L.wq)) L.wk.prepare(s_.in_k, T);
-    if (!L.wv.same_input(L.wq)) L.wv.prepare(s_.in_v, T);
     L.wo.prepare(s_.in_o, T);
-    L.gate.prepare(s_.in_gate, T);
-    if (!L.up.same_input(L.gate)) L.up.prepare(s_.in_up, T);
     L.down.prepare(s_.in_down, T);
   }
   output_.prepare(s_.in_out, R);
+  prepare_norm_outputs(s_.norm, T);
   s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
-  for (Scratch::OwnNormInputs& own : s_.own) {
-    own.xn.resize(T * c.n_embd);
-    for (const LayerLinears& L : linears_) {
-      L.wq.prepare(own.q, T);
-      if (!L.wk.same_input(L.wq)) L.wk.prepare(own.k, T);
-      if (!L.wv.same_input(L.wq)) L.wv.prepare(own.v, T);
-      L.gate.prepare(own.gate, T);
-      if (!L.up.same_input(L.gate)) L.up.prepare(own.up, T);
-    }
+  for (NormOutputs& own : s_.own) prepare_norm_outputs(own, T);
+}
+
+void Model::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
+  out.xn.resize(T * config_.n_embd);
+  for (const LayerLinears& L : linears_) {
+    L.wq.prepare(out.q, T);
+    if (!L.wk.same_input(L.wq)) L.wk.prepare(out.k, T);
+    if (!L.wv.same_input(L.wq)) L.wv.prepare(out.v, T);
+    L.gate.prepare(out.gate, T);
+    if (!L.up.same_input(L.gate)) L.up.prepare(out.up, T);
   }
 }
 
@@ -324,18 +321,18 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   }
   pool.barrier(idle);
 
-  Scratch::OwnNormInputs* own = s_.own.empty() ? nullptr : &s_.own[ti];
+  // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
+  const bool own = !s_.own.empty();
+  NormOutputs& norm = own ? s_.own[ti] : s_.norm;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights_.layers[l];
     const LayerLinears& L = linears_[l];
-    // The norms' outputs and the inputs they feed: this thread's own (see
-    // kOwnNormMaxTokens) or shared.
-    float* xn = own ? own->xn.data() : s_.xn.data();
-    LinearInput& in_q = own ? own->q : s_.in_q;
-    LinearInput& in_k = L.wk.same_input(L.wq) ? in_q : own ? own->k : s_.in_k;
-    LinearInput& in_v = L.wv.same_input(L.wq) ? in_q : own ? own->v : s_.in_v;
-    LinearInput& in_gate = own ? own->gate : s_.in_gate;
-    LinearInput& in_up = L.up.same_input(L.gate) ? in_gate : own ? own->up : s_.in_up;
+    float* xn = norm.xn.data();
+    LinearInput& in_q = norm.q;
+    LinearInput& in_k = L.wk.same_input(L.wq) ? norm.q : norm.k;
+    LinearInput& in_v = L.wv.same_input(L.wq) ? norm.q : norm.v;
+    LinearInput& in_gate = norm.gate;
+    LinearInput& in_up = L.up.same_input(L.gate) ? norm.gate : norm.up;
 
     // (The previous layer's residual,) attention norm, Q/K/V input.
     norm_phase(ti, nt, T, nullptr, x, l > 0 ? s_.h.data() : nullptr, l > 0 ? x_next : nullptr, W.attn_norm.f32(),

@@ -87,21 +87,26 @@ class Model {
   std::vector<LayerLinears> linears_;
   Linear output_;
 
+  // A norm's output rows and the quantized projection inputs made from them;
+  // k, v and up are used only when those weights want another form than wq/gate.
+  struct NormOutputs {
+    std::vector<float> xn;
+    LinearInput q, k, v, gate, up;
+  };
+  void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
+
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
-    std::vector<float> x, x2, xn, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
+    std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
     std::vector<float> rope_cos, rope_sin;  // per token, rope_dim/2 each
-    // Quantized projection inputs; in_k/in_v/in_up are used only when those
-    // weights want another form than wq/gate.
-    LinearInput in_q, in_k, in_v, in_o, in_gate, in_up, in_down, in_out;
+    // The norms' outputs, shared by the threads; in steps of at most
+    // kOwnNormMaxTokens tokens each thread has its own instead (`own`, one per
+    // thread, empty otherwise; see forward_thread).
+    NormOutputs norm;
+    std::vector<NormOutputs> own;
+    // The other quantized projection inputs.
+    LinearInput in_o, in_down, in_out;
     std::vector<WeightPrefetcher> prefetch;  // one per thread
-    // Each thread's own normalized rows and the inputs they feed, for steps
-    // of at most kOwnNormMaxTokens tokens (forward_thread); empty otherwise.
-    struct OwnNormInputs {
-      std::vector<float> xn;
-      LinearInput q, k, v, gate, up;
-    };
-    std::vector<OwnNormInputs> own;
   } s_;
 };
 
