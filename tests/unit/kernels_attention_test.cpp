@@ -106,7 +106,7 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
 TEST(KernelsAttention, GroupedHeadsGiveEachHeadsBits) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t D : {64, 256, 80}) {
+  for (int64_t D : {64, 128, 256, 80}) {
     for (int64_t n_pos : {1, 17, 64, 65, 300, 500}) {
       const Cache c = make_cache(rng, n_pos, D);
       for (int64_t n_heads : {1, 2, 3, 4, 5}) {

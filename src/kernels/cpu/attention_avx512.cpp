@@ -92,29 +92,141 @@ void slots_of(const PagedKV& kv, int64_t pos_begin, int64_t pos_end, std::vector
   }
 }
 
-// Lane l of the result is _mm512_reduce_add_ps(y[l]), to the bit: the same
-// pairing tree (halves, quarters, pairs, then the last two), run on sixteen
-// vectors at once with shuffles, a few instructions per vector instead of a
-// chain of dependent ones.
-inline __m512 reduce_add_16(const __m512* y) {
-  // The tree leaves the sum of input j in lane 4 * (j % 4) + j / 4: inputs are
-  // taken in that (self-inverse) order so that lane l ends up with y[l].
-  static constexpr int kOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-  __m512 a[8], b[4], c[2];
-  for (int k = 0; k < 8; ++k) {  // x[i] + x[i + 8], two vectors per result
-    const __m512 p = y[kOrder[2 * k]], q = y[kOrder[2 * k + 1]];
-    a[k] = _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
+// _mm512_reduce_add_ps run lane-wise on sixteen vectors: lane l of the result
+// is the sum of y_l's lanes, to the bit, by the same pairing tree (halves,
+// quarters, pairs, then the last two) done with shuffles. The tree leaves the
+// sum of input i in lane 4 * (i % 4) + i / 4, so inputs are taken in that
+// (self-inverse) order, kTreeOrder, for lane l to end up with y_l. Its four
+// levels are separate functions so that a caller can walk the tree while it
+// computes the inputs, holding a few vectors instead of sixteen:
+//   a_k = tree_pairs(y[kTreeOrder[2k]], y[kTreeOrder[2k+1]])   k < 8
+//   b_k = tree_quads(a_2k, a_2k+1)                              k < 4
+//   c_k = tree_halves(b_2k, b_2k+1)                             k < 2
+//   result = tree_last(c_0, c_1)
+constexpr int kTreeOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+inline __m512 tree_pairs(__m512 p, __m512 q) {  // x[i] + x[i + 8], two vectors per result
+  return _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
+}
+inline __m512 tree_quads(__m512 a0, __m512 a1) {  // a[i] + a[i + 4], four vectors per result
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xDD));
+}
+inline __m512 tree_halves(__m512 b0, __m512 b1) {  // b[0] + b[2], b[1] + b[3]
+  return _mm512_add_ps(_mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+inline __m512 tree_last(__m512 c0, __m512 c1) {
+  return _mm512_add_ps(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// y[h]: the dot-product vector of query head h (q, NH heads of 16 * NV
+// floats) with key k, whose lane sum is the score; zero when k is null (a
+// position outside the range, masked later). Decode runs ggml_vec_dot_f16's
+// four accumulators over 64-element steps, prefill tinyBLAS's one.
+template <int NH, int NV>
+[[gnu::always_inline]] inline void key_dots(const float* q, const uint16_t* k, bool prefill, __m512* y) {
+  if (k == nullptr) {
+    for (int h = 0; h < NH; ++h) y[h] = _mm512_setzero_ps();
+    return;
   }
-  for (int k = 0; k < 4; ++k) {  // a[i] + a[i + 4], four vectors per result
-    b[k] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0x88),
-                         _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], 0xDD));
+  __m512 kf[NV];
+  for (int j = 0; j < NV; ++j) kf[j] = load_f16(k + 16 * j);
+  for (int h = 0; h < NH; ++h) {
+    const float* qh = q + h * 16 * NV;
+    if (prefill) {
+      __m512 c = _mm512_setzero_ps();
+      for (int j = 0; j < NV; ++j) c = _mm512_fmadd_ps(kf[j], _mm512_load_ps(qh + 16 * j), c);
+      y[h] = c;
+    } else {
+      __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int j = 0; j < NV; j += 4)
+        for (int a = 0; a < 4; ++a) sum[a] = _mm512_fmadd_ps(kf[j + a], _mm512_load_ps(qh + 16 * (j + a)), sum[a]);
+      y[h] = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
+    }
   }
-  for (int k = 0; k < 2; ++k) {  // b[0] + b[2], b[1] + b[3]
-    c[k] = _mm512_add_ps(_mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                         _mm512_shuffle_ps(b[2 * k], b[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+// a[h] = tree_pairs of the dot-product vectors with keys k0 and k1.
+template <int NH, int NV>
+[[gnu::always_inline]] inline void key_pair(const float* q, const uint16_t* k0, const uint16_t* k1, bool prefill,
+                                            __m512* a) {
+  __m512 y0[NH], y1[NH];
+  key_dots<NH, NV>(q, k0, prefill, y0);
+  key_dots<NH, NV>(q, k1, prefill, y1);
+  for (int h = 0; h < NH; ++h) a[h] = tree_pairs(y0[h], y1[h]);
+}
+
+// The unscaled scores of a 16-position chunk: lane l of s[h] is head h's
+// score of key keys[l] (null: outside the range). Each key is widened once
+// for all NH heads, and the tree is walked as the keys come.
+template <int NH, int NV>
+[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, bool prefill, __m512* s) {
+  __m512 c[2][NH];
+  for (int half = 0; half < 2; ++half) {
+    __m512 b[2][NH];
+    for (int quad = 0; quad < 2; ++quad) {
+      const int* order = kTreeOrder + 8 * half + 4 * quad;
+      __m512 a0[NH], a1[NH];
+      key_pair<NH, NV>(q, keys[order[0]], keys[order[1]], prefill, a0);
+      key_pair<NH, NV>(q, keys[order[2]], keys[order[3]], prefill, a1);
+      for (int h = 0; h < NH; ++h) b[quad][h] = tree_quads(a0[h], a1[h]);
+    }
+    for (int h = 0; h < NH; ++h) c[half][h] = tree_halves(b[0][h], b[1][h]);
   }
-  return _mm512_add_ps(_mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                       _mm512_shuffle_ps(c[0], c[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int h = 0; h < NH; ++h) s[h] = tree_last(c[0][h], c[1][h]);
+}
+
+// Up to about this many positions weighted_values_decode is the faster
+// (build/attention_bench): beyond, it pays for walking the positions once per
+// 16 columns (15-20% slower at 512 to 1,024), while storing the sets costs
+// little per position.
+constexpr int64_t kRegisterSetsMaxPositions = 384;
+
+// The value row of the i-th position of a range (slots from slots_of).
+struct ValueRows {
+  const uint16_t* v;
+  const int64_t* slots;
+  int64_t slot_stride, head_offset;
+  const uint16_t* operator()(int64_t i) const { return v + slots[i] * slot_stride + head_offset; }
+};
+
+// sum[h]: set s of head h, columns [col, col + 16); i0 its first position
+// (relative), every 64th after it.
+template <int NH>
+[[gnu::always_inline]] inline void value_set(const ValueRows& vrow, int64_t i0, int64_t P, int64_t col, const float* w,
+                                             int64_t w_stride, __m512* sum) {
+  for (int h = 0; h < NH; ++h) sum[h] = _mm512_setzero_ps();
+#pragma GCC unroll 1
+  for (int64_t i = i0; i < P; i += 64) {
+    const __m512 v = load_f16(vrow(i) + col);
+    for (int h = 0; h < NH; ++h) sum[h] = _mm512_fmadd_ps(v, _mm512_set1_ps(w[h * w_stride + i]), sum[h]);
+  }
+}
+
+// Lane l of GGML's 16-lane vectors: (set l + set 32+l) + (set 16+l + set 48+l);
+// `base` is the relative position of set 0 (sets are taken mod 64).
+template <int NH>
+[[gnu::always_inline]] inline void value_lane(const ValueRows& vrow, int64_t base, int64_t l, int64_t P, int64_t col,
+                                              const float* w, int64_t w_stride, __m512* y) {
+  __m512 a[NH], b[NH];
+  value_set<NH>(vrow, (base + l) & 63, P, col, w, w_stride, a);
+  value_set<NH>(vrow, (base + 32 + l) & 63, P, col, w, w_stride, b);
+  for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(a[h], b[h]);
+  value_set<NH>(vrow, (base + 16 + l) & 63, P, col, w, w_stride, a);
+  value_set<NH>(vrow, (base + 48 + l) & 63, P, col, w, w_stride, b);
+  for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(y[h], _mm512_add_ps(a[h], b[h]));
+}
+
+// reduce16_lanewise's tree over the lanes: t6[i] = (y[i+12] + y[i+4]) + (y[i+8] + y[i]).
+template <int NH>
+[[gnu::always_inline]] inline void value_t6(const ValueRows& vrow, int64_t base, int64_t i, int64_t P, int64_t col,
+                                            const float* w, int64_t w_stride, __m512* t) {
+  __m512 y0[NH], y1[NH];
+  value_lane<NH>(vrow, base, i + 12, P, col, w, w_stride, y0);
+  value_lane<NH>(vrow, base, i + 4, P, col, w, w_stride, y1);
+  for (int h = 0; h < NH; ++h) t[h] = _mm512_add_ps(y0[h], y1[h]);
+  value_lane<NH>(vrow, base, i + 8, P, col, w, w_stride, y0);
+  value_lane<NH>(vrow, base, i, P, col, w, w_stride, y1);
+  for (int h = 0; h < NH; ++h) t[h] = _mm512_add_ps(t[h], _mm512_add_ps(y0[h], y1[h]));
 }
 
 // Decode's weighted sum of values for NH query heads, GGML's order: position
@@ -123,100 +235,62 @@ inline __m512 reduce_add_16(const __m512* y) {
 // output is built set by set in registers, in the order of the fold's tree,
 // so the sets never go through memory: written out, the 64 sets of three
 // heads are 48 KiB, and storing them cost more than all the arithmetic.
-// w[h * w_stride + p - pos_begin] is head h's weight of position p.
-// Up to about this many positions weighted_values_decode is the faster
-// (build/attention_bench): beyond, it pays for walking the positions once per
-// 16 columns (15-20% slower at 512 to 1,024), while storing the sets costs
-// little per position.
-constexpr int64_t kRegisterSetsMaxPositions = 384;
-
-template <int NH>
-void weighted_values_decode(const PagedKV& kv, const int64_t* slots, int64_t pos_begin, int64_t pos_end,
-                            const float* w, int64_t w_stride, int64_t head_offset, int64_t D, float* out) {
-  for (int64_t j = 0; j < D / 16; ++j) {
-    // Set s of every head: its positions' products, summed in order.
-    auto set = [&](int64_t s, __m512* sum) {
-      for (int h = 0; h < NH; ++h) sum[h] = _mm512_setzero_ps();
-      for (int64_t p = pos_begin + (s - pos_begin % 64 + 64) % 64; p < pos_end; p += 64) {
-        const __m512 v = load_f16(kv.v + slots[p - pos_begin] * kv.slot_stride + head_offset + 16 * j);
-        for (int h = 0; h < NH; ++h) sum[h] = _mm512_fmadd_ps(v, _mm512_set1_ps(w[h * w_stride + p - pos_begin]), sum[h]);
-      }
-    };
-    // Lane l of GGML's 16-lane vectors: (set l + set 32+l) + (set 16+l + set 48+l).
-    auto lane = [&](int64_t l, __m512* y) {
-      __m512 a[NH], b[NH], c[NH], d[NH];
-      set(l, a), set(32 + l, b), set(16 + l, c), set(48 + l, d);
-      for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(_mm512_add_ps(a[h], b[h]), _mm512_add_ps(c[h], d[h]));
-    };
-    // reduce16_lanewise's tree: t6[i] = (y[i+12] + y[i+4]) + (y[i+8] + y[i]).
-    __m512 t6[4][NH];
-    for (int64_t i = 0; i < 4; ++i) {
-      __m512 y0[NH], y4[NH], y8[NH], y12[NH];
-      lane(i, y0), lane(i + 4, y4), lane(i + 8, y8), lane(i + 12, y12);
-      for (int h = 0; h < NH; ++h) t6[i][h] = _mm512_add_ps(_mm512_add_ps(y12[h], y4[h]), _mm512_add_ps(y8[h], y0[h]));
-    }
-    for (int h = 0; h < NH; ++h) {
-      _mm512_storeu_ps(out + h * D + 16 * j,
-                       _mm512_add_ps(_mm512_add_ps(t6[0][h], t6[2][h]), _mm512_add_ps(t6[1][h], t6[3][h])));
-    }
+// vrow(i) is the value row of position pos_begin + i, w[h * w_stride + i]
+// head h's weight of it; P positions.
+template <int NH, int NV>
+void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P, const float* w, int64_t w_stride,
+                            float* out) {
+  const int64_t base = -pos_begin & 63;  // set s starts at relative position (s - pos_begin) mod 64
+  // Not unrolled: one slice's code is already about a thousand instructions,
+  // and NV copies of it would not fit the instruction cache.
+#pragma GCC unroll 1
+  for (int64_t j = 0; j < NV; ++j) {
+    const int64_t col = 16 * j;
+    __m512 u[NH], t[NH];
+    value_t6<NH>(vrow, base, 0, P, col, w, w_stride, u);
+    value_t6<NH>(vrow, base, 2, P, col, w, w_stride, t);
+    for (int h = 0; h < NH; ++h) u[h] = _mm512_add_ps(u[h], t[h]);
+    __m512 v[NH];
+    value_t6<NH>(vrow, base, 1, P, col, w, w_stride, v);
+    value_t6<NH>(vrow, base, 3, P, col, w, w_stride, t);
+    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(out + h * 16 * NV + col, _mm512_add_ps(u[h], _mm512_add_ps(v[h], t[h])));
   }
 }
 
-// NH query heads over one key/value head, D % 64 == 0. The same arithmetic
-// per head as attend_one_head_avx512, organized for speed: each key and value
-// is widened once for all NH heads, and scores come sixteen positions at a
-// time (reduce_add_16).
-template <int NH>
-void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+// NH query heads of 16 * NV columns over one key/value head. The same
+// arithmetic per head as attend_one_head_avx512, organized for speed: each
+// key and value is widened once for all NH heads, and scores come sixteen
+// positions at a time (chunk_scores).
+template <int NH, int NV>
+void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
                          int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  const int64_t nv = D / 16;
+  constexpr int64_t D = 16 * NV;
   const bool prefill = pass == AttentionPass::kPrefill;
-  thread_local std::vector<float> q, keys, weights, acc;
+  thread_local std::vector<float> weights, acc;
   thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
-  q.resize(static_cast<size_t>(NH * D));
-  for (int64_t i = 0; i < NH * D; i += 16) _mm512_storeu_ps(&q[i], round_f16(_mm512_loadu_ps(q_in + i)));
+  alignas(64) float q[NH * D];
+  for (int64_t i = 0; i < NH * D; i += 16) _mm512_store_ps(&q[i], round_f16(_mm512_loadu_ps(q_in + i)));
   slots_of(kv, pos_begin, pos_end, slots);
 
   // Scores over whole 16-position chunks; positions outside the range are masked.
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
-  keys.resize(static_cast<size_t>(16 * D));
   weights.resize(static_cast<size_t>(NH * n));
   __m512 vmax[NH];
   for (int h = 0; h < NH; ++h) vmax[h] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t ch = c0; ch < pos_end; ch += 16) {
     const int64_t lo = std::max(ch, pos_begin) - ch, hi = std::min(ch + 16, pos_end) - ch;
-    for (int64_t l = 0; l < 16; ++l) {  // the chunk's keys, widened once; zero outside the range
-      float* dst = &keys[l * D];
-      if (l < lo || l >= hi) {
-        std::fill(dst, dst + D, 0.0f);
-        continue;
-      }
-      const uint16_t* k = kv.k + slots[ch + l - pos_begin] * kv.slot_stride + head_offset;
-      for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, load_f16(k + 16 * j));
-    }
+    const uint16_t* keys[16];
+    for (int64_t l = 0; l < 16; ++l)
+      keys[l] = l >= lo && l < hi ? kv.k + slots[ch + l - pos_begin] * kv.slot_stride + head_offset : nullptr;
+    __m512 s[NH];
+    chunk_scores<NH, NV>(q, keys, prefill, s);
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     for (int h = 0; h < NH; ++h) {
-      const float* qh = &q[h * D];
-      __m512 y[16];
-      for (int l = 0; l < 16; ++l) {
-        const float* k = &keys[l * D];
-        if (prefill) {  // tinyBLAS: one accumulator
-          __m512 c = _mm512_setzero_ps();
-          for (int64_t j = 0; j < nv; ++j) c = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * j), _mm512_loadu_ps(qh + 16 * j), c);
-          y[l] = c;
-        } else {  // ggml_vec_dot_f16: four accumulators over 64-element steps
-          __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-          for (int64_t j = 0; j < nv; j += 4)
-            for (int a = 0; a < 4; ++a)
-              sum[a] = _mm512_fmadd_ps(_mm512_loadu_ps(k + 16 * (j + a)), _mm512_loadu_ps(qh + 16 * (j + a)), sum[a]);
-          y[l] = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
-        }
-      }
-      const __m512 s = _mm512_mask_mul_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid,
-                                          reduce_add_16(y), _mm512_set1_ps(scale));
-      _mm512_storeu_ps(&weights[h * n + ch - c0], s);
-      vmax[h] = _mm512_max_ps(vmax[h], s);
+      s[h] = _mm512_mask_mul_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s[h],
+                                _mm512_set1_ps(scale));
+      _mm512_storeu_ps(&weights[h * n + ch - c0], s[h]);
+      vmax[h] = _mm512_max_ps(vmax[h], s[h]);
     }
   }
   for (int h = 0; h < NH; ++h) {
@@ -224,9 +298,9 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     softmax_to_f16(w, n, _mm512_reduce_max_ps(vmax[h]));
   }
 
+  const ValueRows vrow{kv.v, slots.data(), kv.slot_stride, head_offset};
   if (!prefill && pos_end - pos_begin <= kRegisterSetsMaxPositions) {
-    weighted_values_decode<NH>(kv, slots.data(), pos_begin, pos_end, weights.data() + (pos_begin - c0), n, head_offset,
-                               D, out);
+    weighted_values_decode<NH, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
     return;
   }
   // Otherwise partial sums per position lane (p mod 16; mod 64 for decode),
@@ -237,12 +311,12 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   acc.resize(static_cast<size_t>(NH * head_acc));
   const int64_t used = std::min(n_sets, pos_end - pos_begin);
   for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
-    for (int64_t j = 0; j < nv; j += 4) {
+    for (int64_t j = 0; j < NV; j += 4) {
       __m512 a[NH][4];
       for (int h = 0; h < NH; ++h)
         for (int i = 0; i < 4; ++i) a[h][i] = _mm512_setzero_ps();
       for (int64_t p = p0; p < pos_end; p += n_sets) {
-        const uint16_t* v = kv.v + slots[p - pos_begin] * kv.slot_stride + head_offset + 16 * j;
+        const uint16_t* v = vrow(p - pos_begin) + 16 * j;
         __m512 vf[4];
         for (int i = 0; i < 4; ++i) vf[i] = load_f16(v + 16 * i);
         for (int h = 0; h < NH; ++h) {
@@ -262,22 +336,39 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   }
 }
 
-}  // namespace
-
-void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+// Up to four heads of a group at a time (more would spill registers).
+template <int NV>
+void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
+                         int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  constexpr int64_t D = 16 * NV;
   for (int64_t h = 0; h < n_heads;) {
-    const int64_t nh = D % 64 == 0 ? std::min<int64_t>(n_heads - h, 4) : 0;  // 0: one head, the general kernel
+    const int64_t nh = std::min<int64_t>(n_heads - h, 4);
     const float* qh = q + h * D;
     float* oh = out + h * D;
     switch (nh) {
-      case 4: attend_heads_avx512<4>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
-      case 3: attend_heads_avx512<3>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
-      case 2: attend_heads_avx512<2>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
-      case 1: attend_heads_avx512<1>(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
-      default: attend_one_head_avx512(qh, kv, head_offset, D, pos_begin, pos_end, scale, pass, oh); break;
+      case 4: attend_heads_avx512<4, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
+      case 3: attend_heads_avx512<3, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
+      case 2: attend_heads_avx512<2, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
+      default: attend_heads_avx512<1, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
     }
-    h += std::max<int64_t>(nh, 1);
+    h += nh;
+  }
+}
+
+}  // namespace
+
+// Head sizes of 64, 128, 192 and 256 get the grouped kernels; others go one
+// head at a time.
+void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  switch (D) {
+    case 64: return attend_heads_avx512<4>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 128: return attend_heads_avx512<8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 192: return attend_heads_avx512<12>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 256: return attend_heads_avx512<16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    default:
+      for (int64_t h = 0; h < n_heads; ++h)
+        attend_one_head_avx512(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
   }
 }
 
