@@ -51,6 +51,43 @@ TEST(KernelsPacked, EveryLevelMatchesTheScalarReferenceBitForBit) {
   }
 }
 
+// The activations' quantizer (Q8_1 into the packed fields) at every level
+// against the reference block by block: the quants, d, s and the quant sums,
+// on blocks of every scale, an all-zero block and exact ties (x.5 * d).
+TEST(KernelsPacked, ActivationQuantizerMatchesTheReferenceAtEveryLevel) {
+  std::mt19937 rng(11);
+  const int64_t n_blocks = 40;
+  std::vector<float> x = random_floats(rng, n_blocks * 32);
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const float scale = std::ldexp(1.0f, static_cast<int>(b % 20) - 10);
+    for (int64_t i = 0; i < 32; ++i) x[b * 32 + i] *= scale;
+  }
+  std::fill(x.begin() + 3 * 32, x.begin() + 4 * 32, 0.0f);
+  for (int64_t i = 0; i < 32; ++i) x[5 * 32 + i] = (i == 0 ? 127.0f : static_cast<float>(i % 7) + 0.5f);
+  struct Out {
+    std::vector<int8_t> qs = std::vector<int8_t>(n_blocks * 32);
+    std::vector<float> d = std::vector<float>(n_blocks), s = std::vector<float>(n_blocks);
+    std::vector<int32_t> sum = std::vector<int32_t>(n_blocks);
+  };
+  auto quantize = [&](const KernelTable& table) {
+    Out o;
+    table.packed_quantize(x.data(), n_blocks, o.qs.data(), o.d.data(), o.s.data(), o.sum.data());
+    return o;
+  };
+  const Out want = quantize(build_kernel_table(SimdLevel::kScalar));
+  EXPECT_EQ(want.qs[5 * 32 + 1], 2);  // 1.5 rounds to even
+  EXPECT_EQ(want.qs[5 * 32 + 3], 4);  // 3.5 too
+  for (SimdLevel level : runnable_levels()) {
+    const Out got = quantize(build_kernel_table(level));
+    EXPECT_EQ(got.qs, want.qs) << level_name(level);
+    EXPECT_EQ(got.sum, want.sum) << level_name(level);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      EXPECT_EQ(testing::bits_of(got.d[b]), testing::bits_of(want.d[b])) << level_name(level) << " block " << b;
+      EXPECT_EQ(testing::bits_of(got.s[b]), testing::bits_of(want.s[b])) << level_name(level) << " block " << b;
+    }
+  }
+}
+
 TEST(KernelsPacked, ResultsDoNotDependOnTheBatch) {
   std::mt19937 rng(8);
   for (SimdLevel level : runnable_levels()) {

@@ -26,6 +26,10 @@ using GemmTileFn = void (*)(int64_t n, const void* a, size_t a_stride, int nr, c
 using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* act,
                               size_t act_stride, int nt, float* out, size_t out_stride);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
+// n_blocks 32-float blocks of x quantized as GGML's Q8_1 (quantize_row), into
+// the fields of packed activations (packed_layout.h): the quants, the block's
+// d and s rounded to f16 and widened back, and the sum of its quants.
+using PackedQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* qs, float* d, float* s, int32_t* sum);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 
 // Largest tile any kernel is asked for.
@@ -49,6 +53,7 @@ struct TypeKernels {
 
 struct KernelTable {
   TypeKernels type[kNumTypeSlots];
+  PackedQuantizeFn packed_quantize = nullptr;
   const char* level = "scalar";
 };
 

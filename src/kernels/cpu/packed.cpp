@@ -109,16 +109,9 @@ void quantize_packed_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, P
   float* d = reinterpret_cast<float*>(row + cols);
   float* s = d + nb;
   int32_t* sum = reinterpret_cast<int32_t*>(s + nb);
-  for (int64_t b = b0; b < b1; ++b) {
-    BlockQ8_1 blk;
-    quantize_row(DType::Q8_1, x + t * cols + b * kQK, &blk, kQK);
-    std::memcpy(row + b * kQK, blk.qs, kQK);
-    d[b] = f16_to_f32(blk.d);
-    s[b] = f16_to_f32(blk.s);
-    int32_t total = 0;
-    for (int8_t q : blk.qs) total += q;
-    sum[b] = total;
-  }
+  if (b0 >= b1) return;
+  kernel_table().packed_quantize(x + t * cols + b0 * kQK, b1 - b0, reinterpret_cast<int8_t*>(row) + b0 * kQK, d + b0,
+                                 s + b0, sum + b0);
 }
 
 void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivations& a) {

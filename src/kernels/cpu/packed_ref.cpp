@@ -19,6 +19,7 @@
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/quants_blocks.h"
 #include "kernels/cpu/quants.h"
 
 namespace inferd::kernels {
@@ -99,9 +100,24 @@ void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, siz
   }
 }
 
+// PackedQuantizeFn by the reference Q8_1 quantizer, block by block.
+void quantize_packed_ref(const float* x, int64_t n_blocks, int8_t* qs, float* d, float* s, int32_t* sum) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    BlockQ8_1 blk;
+    ref::quantize_row(DType::Q8_1, x + i * 32, &blk, 32);
+    std::memcpy(qs + i * 32, blk.qs, 32);
+    d[i] = f16_to_f32(blk.d);
+    s[i] = f16_to_f32(blk.s);
+    int32_t total = 0;
+    for (int8_t q : blk.qs) total += q;
+    sum[i] = total;
+  }
+}
+
 }  // namespace
 
 void fill_scalar_packed_kernels(KernelTable& table) {
+  table.packed_quantize = quantize_packed_ref;
   table.type[static_cast<uint32_t>(DType::Q4_0)].packed_tile = packed_tile_ref<DType::Q4_0>;
   table.type[static_cast<uint32_t>(DType::Q4_1)].packed_tile = packed_tile_ref<DType::Q4_1>;
   table.type[static_cast<uint32_t>(DType::Q8_0)].packed_tile = packed_tile_ref<DType::Q8_0>;

@@ -710,17 +710,25 @@ inline __m256i pack_4x8(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_permutevar8x32_epi32(_mm256_packs_epi16(ab, cd), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// Quantizes one block of 32 to int8 with scale amax/127; returns the f32 scale
-// and writes the int32 sum of the quants to *sum.
+// Quantizes one block of 32 to int8 with scale d = amax/127; returns d and
+// writes the int32 sum of the quants to *sum. Q8_0 rounds x * (1 / d) half
+// away from zero, as the reference quantizer; Q8_1 is only ever an activation
+// format and rounds x * (127 / amax) to nearest even, as GGML's CPU backend
+// quantizes it (quants_ref.cpp quantize_q8_1 says why).
+template <bool kQ8_1>
 inline float quantize_block32(const float* x, int8_t* qs, int* sum) {
   __m256 v[4];
   __m256 amax = _mm256_setzero_ps();
   for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), amax = _mm256_max_ps(amax, abs_ps(v[k]));
-  const float d = hmax(amax) / 127;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  const float max = hmax(amax);
+  const float d = max / 127;
+  const float id = kQ8_1 ? (max != 0.0f ? 127.0f / max : 0.0f) : (d != 0.0f ? 1.0f / d : 0.0f);
   const __m256 vid = _mm256_set1_ps(id);
   __m256i q[4];
-  for (int k = 0; k < 4; ++k) q[k] = round_away(_mm256_mul_ps(v[k], vid));
+  for (int k = 0; k < 4; ++k) {
+    const __m256 scaled = _mm256_mul_ps(v[k], vid);
+    q[k] = kQ8_1 ? _mm256_cvtps_epi32(scaled) : round_away(scaled);  // cvtps: MXCSR, nearest even
+  }
   *sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(qs), pack_4x8(q[0], q[1], q[2], q[3]));
   return d;
@@ -730,27 +738,28 @@ void quantize_row_q8_0(const float* x, void* dst, int64_t n) {
   BlockQ8_0* y = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i) {
     int sum;
-    y[i].d = to_fp16(quantize_block32(x + i * kQK, y[i].qs, &sum));
+    y[i].d = to_fp16(quantize_block32<false>(x + i * kQK, y[i].qs, &sum));
   }
 }
 
-// Q8_1 is only ever an activation format: quantized as GGML's CPU backend does
-// it (quants_ref.cpp quantize_q8_1 says why), 127 / amax and ties to even.
 void quantize_row_q8_1(const float* x, void* dst, int64_t n) {
   BlockQ8_1* y = static_cast<BlockQ8_1*>(dst);
-  for (int64_t i = 0; i < n / kQK; ++i, x += kQK) {
-    __m256 v[4];
-    __m256 amax = _mm256_setzero_ps();
-    for (int k = 0; k < 4; ++k) v[k] = _mm256_loadu_ps(x + 8 * k), amax = _mm256_max_ps(amax, abs_ps(v[k]));
-    const float max = hmax(amax);
-    const float d = max / 127;
-    const __m256 vid = _mm256_set1_ps(max != 0.0f ? 127.0f / max : 0.0f);
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) q[k] = _mm256_cvtps_epi32(_mm256_mul_ps(v[k], vid));  // MXCSR: nearest, ties to even
-    const int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(y[i].qs), pack_4x8(q[0], q[1], q[2], q[3]));
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int sum;
+    const float d = quantize_block32<true>(x + i * kQK, y[i].qs, &sum);
     y[i].d = to_fp16(d);
     y[i].s = to_fp16(static_cast<float>(sum) * d);
+  }
+}
+
+// The same blocks written as packed activations want them (PackedQuantizeFn).
+void quantize_packed_q8_1(const float* x, int64_t n_blocks, int8_t* qs, float* d, float* s, int32_t* sum) {
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    int total;
+    const float di = quantize_block32<true>(x + i * kQK, qs + i * kQK, &total);
+    d[i] = _cvtsh_ss(to_fp16(di));
+    s[i] = _cvtsh_ss(to_fp16(static_cast<float>(total) * di));
+    sum[i] = total;
   }
 }
 
@@ -834,6 +843,7 @@ void fill_x86(KernelTable& table) {
   set_dot<RowByRow<KBF16>>(table, DType::BF16, 1, 1, 4);
   table.type[static_cast<uint32_t>(DType::Q8_0)].quantize_row = quantize_row_q8_0;
   table.type[static_cast<uint32_t>(DType::Q8_1)].quantize_row = quantize_row_q8_1;
+  table.packed_quantize = quantize_packed_q8_1;
   table.type[static_cast<uint32_t>(DType::Q8_K)].quantize_row = quantize_row_q8_k;
   table.type[static_cast<uint32_t>(DType::F16)].quantize_row = quantize_row_f16;
 }
