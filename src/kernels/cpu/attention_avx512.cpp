@@ -177,7 +177,7 @@ template <int NH, int NV>
 
 // Up to about this many positions weighted_values_decode is the faster
 // (build/attention_bench): beyond, it pays for walking the positions once per
-// 16 columns (15-20% slower at 512 to 1,024), while storing the sets costs
+// 16 columns (6% slower at 512, 16% at 1,024), while storing the sets costs
 // little per position.
 constexpr int64_t kRegisterSetsMaxPositions = 384;
 
