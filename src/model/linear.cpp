@@ -54,13 +54,8 @@ std::pair<int64_t, int64_t> group_split(const kernels::PackedMatrix& w, int ti, 
 
 void Linear::compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads,
                      int64_t align_rows) const {
-  if (packed()) {
-    const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
-    kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows());
-    return;
-  }
-  const auto [r0, r1] = kernels::matmul_row_split(rows(), thread_index, n_threads);
-  kernels::matmul_rows(view_.dtype, view_.data, rows(), cols(), in.rows.data(), n_tokens, y, r0, r1);
+  const auto [r0, r1] = thread_rows(thread_index, n_threads, align_rows);
+  compute_rows(in, n_tokens, y, r0, r1);
 }
 
 namespace {
@@ -99,13 +94,8 @@ std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads,
 }
 
 std::pair<const void*, size_t> Linear::thread_bytes(int thread_index, int n_threads, int64_t align_rows) const {
-  if (packed()) {
-    const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
-    return {packed_.group(g0), static_cast<size_t>(packed_.group(g1) - packed_.group(g0))};
-  }
   const auto [r0, r1] = thread_rows(thread_index, n_threads, align_rows);
-  const size_t rb = row_bytes(view_.dtype, cols());
-  return {static_cast<const uint8_t*>(view_.data) + r0 * rb, (r1 - r0) * rb};
+  return rows_bytes(r0, r1);
 }
 
 }  // namespace inferd

@@ -9,6 +9,12 @@
 namespace inferd {
 namespace {
 
+// A prefetcher over `memory` as two ranges of half its size each.
+void add_two_halves(WeightPrefetcher& pf, std::vector<uint8_t>& memory) {
+  pf.add(memory.data(), memory.size() / 2);
+  pf.add(memory.data() + memory.size() / 2, memory.size() / 2);
+}
+
 TEST(WeightPrefetcher, StopsAtTheLeadAndGoesOnAsRangesAreRead) {
   std::vector<uint8_t> memory(4096);
   WeightPrefetcher pf;
@@ -38,8 +44,7 @@ TEST(WeightPrefetcher, StopsAtTheLeadAndGoesOnAsRangesAreRead) {
 TEST(WeightPrefetcher, SkipsWhatWasReadBeforeItGotThere) {
   std::vector<uint8_t> memory(8192);
   WeightPrefetcher pf;
-  pf.add(memory.data(), 4096);
-  pf.add(memory.data() + 4096, 4096);
+  add_two_halves(pf, memory);
   ASSERT_TRUE(pf.advance(2, 1 << 20));
   EXPECT_EQ(pf.ahead(), 128u);
   pf.read_first(1);  // range 0 was read while the cursor was still in it
@@ -66,8 +71,7 @@ TEST(WeightPrefetcher, ClearStartsAnewStep) {
 TEST(WeightPrefetcher, RestartKeepsTheRangesForTheNextStep) {
   std::vector<uint8_t> memory(2048);
   WeightPrefetcher pf;
-  pf.add(memory.data(), 1024);
-  pf.add(memory.data() + 1024, 1024);
+  add_two_halves(pf, memory);
   ASSERT_TRUE(pf.advance(1000, 1 << 20));
   pf.read_first(2);
   EXPECT_FALSE(pf.advance(1, 1 << 20));  // this step has nothing left

@@ -21,13 +21,47 @@ inline __m512 load_f16(const uint16_t* p) {
 
 inline __m512 round_f16(__m512 x) { return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
 
-// The 16-lane tree of _mm512_reduce_add_ps, applied lane-wise to 16 vectors.
-inline __m512 reduce16_lanewise(const __m512* y) {
-  __m512 t3[8], t6[4];
-  for (int i = 0; i < 8; ++i) t3[i] = _mm512_add_ps(y[i + 8], y[i]);
-  for (int i = 0; i < 4; ++i) t6[i] = _mm512_add_ps(t3[i + 4], t3[i]);
-  return _mm512_add_ps(_mm512_add_ps(t6[0], t6[2]), _mm512_add_ps(t6[1], t6[3]));
+// GGML's fold of a 16-lane accumulator into one sum, _mm512_reduce_add_ps's
+// tree, run lane-wise on sixteen vectors: out = (t6[0] + t6[2]) + (t6[1] +
+// t6[3]) with t6[i] = (y[i+12] + y[i+4]) + (y[i+8] + y[i]). lane(l, y) gives
+// y_l of each of NH heads; lanes are asked for in the tree's order, so only a
+// few vectors per head are live at a time.
+template <int NH, class Lane>
+[[gnu::always_inline]] inline void fold_lanes(const Lane& lane, __m512* out) {
+  auto t6 = [&](int64_t i, __m512* t) __attribute__((always_inline)) {
+    __m512 y0[NH], y1[NH];
+    lane(i + 12, y0);
+    lane(i + 4, y1);
+    for (int h = 0; h < NH; ++h) t[h] = _mm512_add_ps(y0[h], y1[h]);
+    lane(i + 8, y0);
+    lane(i, y1);
+    for (int h = 0; h < NH; ++h) t[h] = _mm512_add_ps(t[h], _mm512_add_ps(y0[h], y1[h]));
+  };
+  __m512 u[NH], v[NH], t[NH];
+  t6(0, u);
+  t6(2, t);
+  for (int h = 0; h < NH; ++h) u[h] = _mm512_add_ps(u[h], t[h]);
+  t6(1, v);
+  t6(3, t);
+  for (int h = 0; h < NH; ++h) out[h] = _mm512_add_ps(u[h], _mm512_add_ps(v[h], t[h]));
 }
+
+// Decode's lanes: GGML's four 16-lane accumulators hold 64 position sets, and
+// lane l is (set l + set 32+l) + (set 16+l + set 48+l). set(s, sum) gives set s
+// of each of NH heads.
+template <int NH, class Set>
+struct DecodeLanes {
+  const Set& set;
+  [[gnu::always_inline]] void operator()(int64_t l, __m512* y) const {
+    __m512 a[NH], b[NH];
+    set(l, a);
+    set(32 + l, b);
+    for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(a[h], b[h]);
+    set(16 + l, a);
+    set(48 + l, b);
+    for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(y[h], _mm512_add_ps(a[h], b[h]));
+  }
+};
 
 // out[0, D) from the weighted values' partial sums (sets of D floats, one per
 // position lane: 16 for a prefill pass, 64 for decode, folded as GGML does).
@@ -37,15 +71,16 @@ inline __m512 reduce16_lanewise(const __m512* y) {
 template <bool kAllReached>
 void fold_sets(const float* acc, int64_t D, bool prefill, uint64_t reached, float* out) {
   for (int64_t j = 0; j < D / 16; ++j) {
-    auto set = [&](int64_t s) {
-      if (kAllReached || (reached >> s & 1)) return _mm512_loadu_ps(acc + s * D + 16 * j);
-      return _mm512_setzero_ps();
+    auto set = [&](int64_t s, __m512* sum) __attribute__((always_inline)) {
+      sum[0] = kAllReached || (reached >> s & 1) ? _mm512_loadu_ps(acc + s * D + 16 * j) : _mm512_setzero_ps();
     };
-    __m512 y[16];
-    for (int l = 0; l < 16; ++l) {
-      y[l] = prefill ? set(l) : _mm512_add_ps(_mm512_add_ps(set(l), set(32 + l)), _mm512_add_ps(set(16 + l), set(48 + l)));
+    __m512 result;
+    if (prefill) {
+      fold_lanes<1>(set, &result);
+    } else {
+      fold_lanes<1>(DecodeLanes<1, decltype(set)>{set}, &result);
     }
-    _mm512_storeu_ps(out + 16 * j, reduce16_lanewise(y));
+    _mm512_storeu_ps(out + 16 * j, result);
   }
 }
 
@@ -189,8 +224,8 @@ struct ValueRows {
   const uint16_t* operator()(int64_t i) const { return v + slots[i] * slot_stride + head_offset; }
 };
 
-// sum[h]: set s of head h, columns [col, col + 16); i0 its first position
-// (relative), every 64th after it.
+// sum[h]: a decode set of head h, columns [col, col + 16): its first position
+// i0 (relative) and every 64th after it.
 template <int NH>
 [[gnu::always_inline]] inline void value_set(const ValueRows& vrow, int64_t i0, int64_t P, int64_t col, const float* w,
                                              int64_t w_stride, __m512* sum) {
@@ -200,33 +235,6 @@ template <int NH>
     const __m512 v = load_f16(vrow(i) + col);
     for (int h = 0; h < NH; ++h) sum[h] = _mm512_fmadd_ps(v, _mm512_set1_ps(w[h * w_stride + i]), sum[h]);
   }
-}
-
-// Lane l of GGML's 16-lane vectors: (set l + set 32+l) + (set 16+l + set 48+l);
-// `base` is the relative position of set 0 (sets are taken mod 64).
-template <int NH>
-[[gnu::always_inline]] inline void value_lane(const ValueRows& vrow, int64_t base, int64_t l, int64_t P, int64_t col,
-                                              const float* w, int64_t w_stride, __m512* y) {
-  __m512 a[NH], b[NH];
-  value_set<NH>(vrow, (base + l) & 63, P, col, w, w_stride, a);
-  value_set<NH>(vrow, (base + 32 + l) & 63, P, col, w, w_stride, b);
-  for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(a[h], b[h]);
-  value_set<NH>(vrow, (base + 16 + l) & 63, P, col, w, w_stride, a);
-  value_set<NH>(vrow, (base + 48 + l) & 63, P, col, w, w_stride, b);
-  for (int h = 0; h < NH; ++h) y[h] = _mm512_add_ps(y[h], _mm512_add_ps(a[h], b[h]));
-}
-
-// reduce16_lanewise's tree over the lanes: t6[i] = (y[i+12] + y[i+4]) + (y[i+8] + y[i]).
-template <int NH>
-[[gnu::always_inline]] inline void value_t6(const ValueRows& vrow, int64_t base, int64_t i, int64_t P, int64_t col,
-                                            const float* w, int64_t w_stride, __m512* t) {
-  __m512 y0[NH], y1[NH];
-  value_lane<NH>(vrow, base, i + 12, P, col, w, w_stride, y0);
-  value_lane<NH>(vrow, base, i + 4, P, col, w, w_stride, y1);
-  for (int h = 0; h < NH; ++h) t[h] = _mm512_add_ps(y0[h], y1[h]);
-  value_lane<NH>(vrow, base, i + 8, P, col, w, w_stride, y0);
-  value_lane<NH>(vrow, base, i, P, col, w, w_stride, y1);
-  for (int h = 0; h < NH; ++h) t[h] = _mm512_add_ps(t[h], _mm512_add_ps(y0[h], y1[h]));
 }
 
 // Decode's weighted sum of values for NH query heads, GGML's order: position
@@ -246,14 +254,12 @@ void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P,
 #pragma GCC unroll 1
   for (int64_t j = 0; j < NV; ++j) {
     const int64_t col = 16 * j;
-    __m512 u[NH], t[NH];
-    value_t6<NH>(vrow, base, 0, P, col, w, w_stride, u);
-    value_t6<NH>(vrow, base, 2, P, col, w, w_stride, t);
-    for (int h = 0; h < NH; ++h) u[h] = _mm512_add_ps(u[h], t[h]);
-    __m512 v[NH];
-    value_t6<NH>(vrow, base, 1, P, col, w, w_stride, v);
-    value_t6<NH>(vrow, base, 3, P, col, w, w_stride, t);
-    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(out + h * 16 * NV + col, _mm512_add_ps(u[h], _mm512_add_ps(v[h], t[h])));
+    auto set = [&](int64_t s, __m512* sum) __attribute__((always_inline)) {
+      value_set<NH>(vrow, (base + s) & 63, P, col, w, w_stride, sum);
+    };
+    __m512 result[NH];
+    fold_lanes<NH>(DecodeLanes<NH, decltype(set)>{set}, result);
+    for (int h = 0; h < NH; ++h) _mm512_storeu_ps(out + h * 16 * NV + col, result[h]);
   }
 }
 
