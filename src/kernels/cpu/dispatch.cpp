@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu/flavour.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 
@@ -90,6 +91,23 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
 
 float vec_dot(DType t, int64_t n, const void* a, const void* b) {
   return kernels_for(t).vec_dot(n, a, b);
+}
+
+GgmlFlavour native_ggml_flavour() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return GgmlFlavour::kAvx512;
+#endif
+  return GgmlFlavour::kAvx2;
+}
+
+const char* ggml_flavour_name(GgmlFlavour f) { return f == GgmlFlavour::kAvx512 ? "avx512" : "avx2"; }
+
+std::optional<GgmlFlavour> parse_ggml_flavour(std::string_view name) {
+  if (name == "avx512") return GgmlFlavour::kAvx512;
+  if (name == "avx2") return GgmlFlavour::kAvx2;
+  if (name == "native") return native_ggml_flavour();
+  return std::nullopt;
 }
 
 }  // namespace inferd::kernels
