@@ -4,13 +4,20 @@
 // to f16 as the kernels do), for contexts that span several blocks and
 // several 16- and 64-position lane groups; query heads that share a key/value
 // head give the same bits computed together. Bit-exactness against llama.cpp
-// itself is checked end to end by engine_llamacpp_reference_test.
+// itself is checked end to end by engine_llamacpp_reference_test (AVX-512
+// build), and for the AVX2 flavour kernel by kernel against GGML's AVX2 build
+// (tests/data/kernels/ggml_avx2_attention.txt, made by
+// tools/reference/ggml_attention_reference.py).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -137,6 +144,250 @@ TEST(KernelsAttention, GroupedHeadsGiveEachHeadsBits) {
         }
       }
     }
+  }
+}
+
+
+// ---- the AVX2 flavour against GGML's AVX2 build ---------------------------
+
+// The reference program's inputs (tools/reference/ggml_attention_reference.c).
+uint64_t splitmix64(uint64_t& s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+float gen_kv(uint64_t& s) { return static_cast<float>(static_cast<int32_t>(splitmix64(s) >> 53) - 1024) * 0x1p-10f; }
+float gen_q(uint64_t& s) {
+  return static_cast<float>(static_cast<int32_t>(splitmix64(s) >> 40) - (1 << 23)) * 0x1p-21f;
+}
+
+struct AttnCase {
+  int64_t D = 0, n_head = 0, n_head_kv = 0, n_tokens = 0, n_past = 0, window = 0;
+  float scale = 0;
+  uint64_t seed = 0;
+  std::vector<uint32_t> out;  // [token][head][D]
+};
+
+// A row of ggml_soft_max_ext: scores, mask (0 or -inf), weights (f32 bits).
+struct SoftmaxRow {
+  std::vector<uint32_t> in, mask, out;
+};
+
+struct AttentionReference {
+  std::vector<AttnCase> cases;
+  std::vector<SoftmaxRow> softmax;
+};
+
+AttentionReference load_attention_reference() {
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_avx2_attention.txt";
+  std::ifstream in(path);
+  EXPECT_TRUE(in.good()) << "missing " << path;
+  AttentionReference ref;
+  std::string line, tag, word, last;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream ss(line);
+    ss >> tag;
+    auto hex = [&](std::vector<uint32_t>& v) {
+      while (ss >> word) v.push_back(static_cast<uint32_t>(std::stoul(word, nullptr, 16)));
+    };
+    if (tag == "attn") {
+      AttnCase c;
+      std::string scale_bits;
+      ss >> c.D >> c.n_head >> c.n_head_kv >> c.n_tokens >> c.n_past >> c.window >> scale_bits >> c.seed;
+      const uint32_t b = static_cast<uint32_t>(std::stoul(scale_bits, nullptr, 16));
+      std::memcpy(&c.scale, &b, 4);
+      ref.cases.push_back(c);
+      last = tag;
+    } else if (tag == "softmax") {
+      ref.softmax.emplace_back();
+      last = tag;
+    } else if (tag == "in") {
+      hex(ref.softmax.back().in);
+    } else if (tag == "mask") {
+      hex(ref.softmax.back().mask);
+    } else if (tag == "out") {
+      hex(last == "attn" ? ref.cases.back().out : ref.softmax.back().out);
+    }
+  }
+  return ref;
+}
+
+// The case's keys and values in a paged cache of 16-position blocks in
+// shuffled order, the same numbers GGML read from its contiguous cache.
+Cache reference_cache(const AttnCase& c) {
+  Cache cache;
+  cache.D = c.D;
+  cache.heads = c.n_head_kv;
+  const int64_t n_pos = c.n_past + c.n_tokens;
+  const int64_t n_blocks = (n_pos + cache.block_size - 1) / cache.block_size;
+  for (int64_t b = 0; b < n_blocks; ++b) cache.block_table.push_back(static_cast<int32_t>(b));
+  std::mt19937 rng(static_cast<uint32_t>(c.seed));
+  std::shuffle(cache.block_table.begin(), cache.block_table.end(), rng);
+  const int64_t stride = c.D * c.n_head_kv;
+  cache.k.assign(static_cast<size_t>(n_blocks * cache.block_size * stride), 0);
+  cache.v = cache.k;
+  uint64_t sk = c.seed * 4 + 1, sv = c.seed * 4 + 2;
+  for (int64_t p = 0; p < n_pos; ++p) {
+    const int64_t slot = int64_t{cache.block_table[p / cache.block_size]} * cache.block_size + p % cache.block_size;
+    for (int64_t i = 0; i < stride; ++i) {
+      cache.k[slot * stride + i] = f32_to_f16(gen_kv(sk));
+      cache.v[slot * stride + i] = f32_to_f16(gen_kv(sv));
+    }
+  }
+  return cache;
+}
+
+using AttendHeadsFn = void (*)(const float*, int64_t, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
+                               AttentionPass, float*);
+
+template <auto kOneHead>
+void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+               int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+}
+
+// Every kernel of the AVX2 flavour this machine can run, by name.
+std::vector<std::pair<std::string, AttendHeadsFn>> avx2_flavour_kernels() {
+  std::vector<std::pair<std::string, AttendHeadsFn>> fns;
+  fns.emplace_back("scalar", each_head<detail::attend_one_head_ggml_avx2_scalar>);
+  if (best_simd_level() >= SimdLevel::kAvx2) {
+    fns.emplace_back("fma", each_head<detail::attend_one_head_ggml_avx2_fma>);
+    fns.emplace_back("avx2", detail::attend_heads_ggml_avx2);
+  }
+  fns.emplace_back("dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+    attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx2);
+  });
+  return fns;
+}
+
+TEST(KernelsAttention, Avx2FlavourMatchesGgmlAvx2Build) {
+  const std::vector<AttnCase> cases = load_attention_reference().cases;
+  ASSERT_GE(cases.size(), 40u);
+  for (const AttnCase& c : cases) {
+    ASSERT_EQ(static_cast<int64_t>(c.out.size()), c.n_tokens * c.n_head * c.D);
+    const Cache cache = reference_cache(c);
+    std::vector<float> q(static_cast<size_t>(c.n_tokens * c.n_head * c.D));
+    uint64_t sq = c.seed * 4 + 3;
+    for (float& x : q) x = gen_q(sq);
+    // One token: llama.cpp's one-token step; several: its multi-token step.
+    const AttentionPass pass = c.n_tokens == 1 ? AttentionPass::kDecode : AttentionPass::kPrefill;
+    const int64_t group = c.n_head / c.n_head_kv;
+    for (const auto& [name, fn] : avx2_flavour_kernels()) {
+      int mismatches = 0;
+      for (int64_t t = 0; t < c.n_tokens; ++t) {
+        const int64_t pos = c.n_past + t;
+        const int64_t begin = c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+        for (int64_t hk = 0; hk < c.n_head_kv; ++hk) {
+          const int64_t first = (t * c.n_head + hk * group) * c.D;
+          std::vector<float> out(static_cast<size_t>(group * c.D));
+          fn(q.data() + first, group, cache.view(), hk * c.D, c.D, begin, pos + 1, c.scale, pass, out.data());
+          for (int64_t i = 0; i < group * c.D; ++i) {
+            if (bits_of(out[i]) != c.out[first + i] && ++mismatches <= 3) {
+              float want;
+              std::memcpy(&want, &c.out[first + i], 4);
+              ADD_FAILURE() << name << ": D " << c.D << " heads " << c.n_head << "/" << c.n_head_kv << " tokens "
+                            << c.n_tokens << " past " << c.n_past << " window " << c.window << ": token " << t
+                            << " head " << hk * group + i / c.D << " d " << i % c.D << " got " << out[i] << " want "
+                            << want;
+            }
+          }
+        }
+      }
+      EXPECT_EQ(mismatches, 0) << name << ": D " << c.D << " tokens " << c.n_tokens << " past " << c.n_past
+                               << " window " << c.window;
+    }
+  }
+}
+
+// The softmax alone, before the f16 rounding of the weights (which would hide
+// most last-bit differences of e^x): GGML's AVX2 build's weights to the bit.
+TEST(KernelsAttention, Avx2FlavourSoftmaxMatchesGgmlAvx2Build) {
+  const std::vector<SoftmaxRow> rows = load_attention_reference().softmax;
+  ASSERT_GE(rows.size(), 6u);
+  std::vector<std::pair<std::string, void (*)(float*, int64_t)>> fns = {{"scalar", detail::softmax_ggml_avx2_scalar}};
+  if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", detail::softmax_ggml_avx2);
+  int tiny = 0;  // weights that went through e^x's subnormal branch
+  for (const SoftmaxRow& r : rows) {
+    const size_t n = r.in.size();
+    ASSERT_EQ(r.mask.size(), n);
+    ASSERT_EQ(r.out.size(), n);
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; ++i) {
+      float x;
+      std::memcpy(&x, &r.in[i], 4);
+      w[i] = r.mask[i] == 0 ? x : -std::numeric_limits<float>::infinity();
+    }
+    for (size_t i = 0; i < n; ++i) {
+      float o;
+      std::memcpy(&o, &r.out[i], 4);
+      tiny += o > 0.0f && o < 1e-38f;
+    }
+    for (const auto& [name, fn] : fns) {
+      std::vector<float> got = w;
+      fn(got.data(), static_cast<int64_t>(n));
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(got[i]), r.out[i]) << name << " n " << n << " i " << i;
+    }
+  }
+  EXPECT_GT(tiny, 0);
+}
+
+// The AVX2 flavour on the shapes of the tests above: every kernel gives the
+// portable kernel's bits (also for head sizes without a vector kernel, ranges
+// that do not start at 0, and heads computed together), close to the plain
+// softmax.
+TEST(KernelsAttention, Avx2FlavourSameBitsAtEveryLevel) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t D : {64, 128, 256, 80, 96}) {
+    for (int64_t n_pos : {1, 7, 8, 9, 33, 64, 65, 300, 700}) {
+      const Cache c = make_cache(rng, n_pos, D);
+      for (int64_t n_heads : {1, 2, 3, 5}) {
+        std::vector<float> q(static_cast<size_t>(n_heads * D));
+        for (float& x : q) x = 2.0f * dist(rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+        for (int64_t begin : {int64_t{0}, n_pos / 3, n_pos - 1}) {
+          for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
+            std::vector<float> want(q.size());
+            each_head<detail::attend_one_head_ggml_avx2_scalar>(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos,
+                                                                scale, pass, want.data());
+            if (n_heads == 1) {
+              const std::vector<double> plain = naive(c, q.data(), 2, begin, n_pos, scale);
+              for (int64_t i = 0; i < D; ++i) EXPECT_NEAR(want[i], plain[i], 2e-5) << D << " " << n_pos << " " << i;
+            }
+            for (const auto& [name, fn] : avx2_flavour_kernels()) {
+              std::vector<float> got(q.size());
+              fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data());
+              for (size_t i = 0; i < q.size(); ++i) {
+                ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+                    << name << (pass == AttentionPass::kDecode ? " decode" : " prefill") << " D " << D << " n_pos "
+                    << n_pos << " heads " << n_heads << " begin " << begin << " i " << i;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The flavours are different arithmetic: on these inputs some outputs differ
+// in the last bits (so neither test above can pass by running the other one).
+TEST(KernelsAttention, FlavoursRoundDifferently) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  const Cache c = make_cache(rng, 300, 64);
+  std::vector<float> q(64);
+  for (float& x : q) x = dist(rng);
+  for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
+    std::vector<float> a(64), b(64);
+    attend_one_head(q.data(), c.view(), 64, 64, 0, 300, 0.125f, pass, a.data(), GgmlFlavour::kAvx512);
+    attend_one_head(q.data(), c.view(), 64, 64, 0, 300, 0.125f, pass, b.data(), GgmlFlavour::kAvx2);
+    int differ = 0;
+    for (int i = 0; i < 64; ++i) differ += bits_of(a[i]) != bits_of(b[i]);
+    EXPECT_GT(differ, 0);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "kernels/cpu/activation.h"
 
+#include <array>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/expf_poly.h"
@@ -11,13 +13,71 @@ namespace detail {
 
 void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) { swiglu_portable(gate, up, out, n); }
 
+void swiglu_ggml_avx2_scalar(const float* gate, const float* up, float* out, int64_t n) {
+  swiglu_ggml_avx2_portable(gate, up, out, n);
+}
+
+namespace {
+
+// GGML's GELU (tanh form) in single precision, as its table is built: GCC
+// contracts 1 + a*x*x into one fma there (GGML is compiled as GNU C, where
+// contraction is on), so we write that fma; tanhf is libm's.
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f;
+  constexpr float kCoefA = 0.044715f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * std::fma(kCoefA * x, x, 1.0f)));
+}
+
+}  // namespace
+
+const uint16_t* gelu_f16_table() {
+  static const std::array<uint16_t, 65536> table = [] {
+    std::array<uint16_t, 65536> t{};
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = f32_to_f16(gelu_tanh(f16_to_f32(static_cast<uint16_t>(h))));
+    return t;
+  }();
+  return table.data();
+}
+
+// ggml_vec_geglu_f32 (GGML_GELU_FP16): the cut-offs at +-10, else the table.
+void geglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
+  const uint16_t* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = x * up[i];
+    } else {
+      out[i] = f16_to_f32(table[f32_to_f16(x)]) * up[i];
+    }
+  }
+}
+
 }  // namespace detail
 
-void swiglu(const float* gate, const float* up, float* out, int64_t n) {
+namespace {
+bool level_is(const char* name) { return std::strcmp(simd_level(), name) == 0; }
+}  // namespace
+
+void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour) {
   using Fn = void (*)(const float*, const float*, float*, int64_t);
-  static const Fn fn = std::strcmp(simd_level(), "avx512vnni") == 0 ? detail::swiglu_avx512
-                       : std::strcmp(simd_level(), "avx2") == 0     ? detail::swiglu_fma
-                                                                    : detail::swiglu_scalar;
+  if (flavour == GgmlFlavour::kAvx2) {
+    // AVX-512 CPUs run the AVX2 kernel: the flavour is GGML's AVX2 build.
+    static const Fn fn = level_is("avx512vnni") || level_is("avx2") ? detail::swiglu_ggml_avx2_fma
+                                                                    : detail::swiglu_ggml_avx2_scalar;
+    fn(gate, up, out, n);
+    return;
+  }
+  static const Fn fn = level_is("avx512vnni") ? detail::swiglu_avx512
+                       : level_is("avx2")     ? detail::swiglu_fma
+                                              : detail::swiglu_scalar;
+  fn(gate, up, out, n);
+}
+
+void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour /*flavour: same bits*/) {
+  using Fn = void (*)(const float*, const float*, float*, int64_t);
+  static const Fn fn = level_is("avx512vnni") || level_is("avx2") ? detail::geglu_f16c : detail::geglu_scalar;
   fn(gate, up, out, n);
 }
 

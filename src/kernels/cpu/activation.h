@@ -1,21 +1,42 @@
 // Element-wise activations of the feed-forward block.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/flavour.h"
 
 namespace inferd::kernels {
 
-// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x) with expf_poly
-// (GGML's SwiGLU to the bit). out may alias gate or up.
-void swiglu(const float* gate, const float* up, float* out, int64_t n);
+// out[i] = silu(gate[i]) * up[i], silu(x) = x / (1 + e^-x): GGML's SwiGLU to
+// the bit for the given build. kAvx512: e^x by expf_poly everywhere. kAvx2:
+// blocks of 8 with expf_poly_avx2, the last n % 8 elements with libm's expf,
+// as ggml_vec_swiglu_f32 runs on an AVX2 build. out may alias gate or up.
+void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour = GgmlFlavour::kAvx512);
+
+// out[i] = gelu(gate[i]) * up[i] as GGML computes it (ggml_vec_geglu_f32 with
+// its f16 GELU table): 0 for gate <= -10, gate * up for gate >= 10, otherwise
+// gelu of gate rounded to f16, looked up in a table of f16 results of the tanh
+// approximation 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715 x^2))), widened and
+// times up. The same code runs on both GGML builds, so both flavours give the
+// same bits. out may alias gate or up.
+void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour);
 
 namespace detail {
 void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_fma(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + FMA
 void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
+// The AVX2 build's order (kAvx2).
+void swiglu_ggml_avx2_scalar(const float* gate, const float* up, float* out, int64_t n);
+void swiglu_ggml_avx2_fma(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + FMA
+void geglu_scalar(const float* gate, const float* up, float* out, int64_t n);
+void geglu_f16c(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + F16C
 
-// The element loop of every level but AVX-512 (compiled with and without FMA
+// GGML's f16 GELU table: entry h is gelu(f16 h) rounded to f16 (built on
+// first use).
+const uint16_t* gelu_f16_table();
+
+// The element loops of every level but AVX-512 (compiled with and without FMA
 // instructions; the same bits either way). Internal linkage, so each file keeps
 // the copy built with its own instruction set.
 namespace {
@@ -23,6 +44,20 @@ inline void swiglu_portable(const float* gate, const float* up, float* out, int6
   for (int64_t i = 0; i < n; ++i) {
     const float x = gate[i];
     out[i] = x / (1.0f + expf_poly(0.0f - x)) * up[i];
+  }
+}
+
+// ggml_vec_swiglu_f32 of the AVX2 build: whole blocks of 8 through the
+// vector e^x, the remainder through libm's expf.
+inline void swiglu_ggml_avx2_portable(const float* gate, const float* up, float* out, int64_t n) {
+  const int64_t nv = n & ~int64_t{7};
+  for (int64_t i = 0; i < nv; ++i) {
+    const float x = gate[i];
+    out[i] = x / (1.0f + expf_poly_avx2(0.0f - x)) * up[i];
+  }
+  for (int64_t i = nv; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = x / (1.0f + std::exp(-x)) * up[i];
   }
 }
 }  // namespace

@@ -1,7 +1,10 @@
 #include "kernels/cpu/attention.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
+#include "kernels/cpu/attention_ggml_avx2_impl.h"
 #include "kernels/cpu/attention_portable_impl.h"
 #include "kernels/cpu/quants.h"
 
@@ -12,6 +15,18 @@ namespace detail {
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out) {
   attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+}
+
+void attend_one_head_ggml_avx2_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
+                                      float* out) {
+  ggml_avx2::attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+}
+
+void softmax_ggml_avx2_scalar(float* w, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, w[i]);
+  ggml_avx2::softmax(w, n, max);
 }
 
 }  // namespace detail
@@ -35,15 +50,29 @@ AttendHeadsFn pick_attention() {
   return each_head<detail::attend_one_head_scalar>;
 }
 
+// GGML's AVX2 build: the AVX2 kernel wherever the CPU has it (AVX-512 CPUs
+// included), else the portable one.
+AttendHeadsFn pick_attention_ggml_avx2() {
+  if (std::strcmp(simd_level(), "avx512vnni") == 0 || std::strcmp(simd_level(), "avx2") == 0)
+    return detail::attend_heads_ggml_avx2;
+  return each_head<detail::attend_one_head_ggml_avx2_scalar>;
+}
+
 }  // namespace
 
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                     int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  attend_heads(q, 1, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                     int64_t pos_end, float scale, AttentionPass pass, float* out, GgmlFlavour flavour) {
+  attend_heads(q, 1, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, flavour);
 }
 
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                  GgmlFlavour flavour) {
+  if (flavour == GgmlFlavour::kAvx2) {
+    static const AttendHeadsFn fn = pick_attention_ggml_avx2();
+    fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+    return;
+  }
   static const AttendHeadsFn fn = pick_attention();
   fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
 }

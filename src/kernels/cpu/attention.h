@@ -8,8 +8,14 @@
 // in double over 16-position chunks, and the dot products run in the order of
 // the GGML kernel llama.cpp picks for the pass (AttentionPass). Why bit for
 // bit: see docs/design.md, "Logit tolerance".
+//
+// GGML's AVX-512 and AVX2 builds sum in different orders (16 lanes or 8) and
+// compute e^x differently; `flavour` picks which build to reproduce, on any
+// CPU (attention_ggml_avx2_impl.h lists the AVX2 build's orders).
 #pragma once
 #include <cstdint>
+
+#include "kernels/cpu/flavour.h"
 
 namespace inferd::kernels {
 
@@ -22,9 +28,9 @@ struct PagedKV {
 };
 
 // llama.cpp computes attention with two different summation orders: a
-// one-token step through ggml_vec_dot_f16 (four 16-lane accumulators), a
-// step of two tokens or more through tinyBLAS (one 16-lane accumulator per
-// output). A sequence that feeds one token in a step is a kDecode pass, one
+// one-token step through ggml_vec_dot_f16 (four 16-lane accumulators; 8-lane
+// on the AVX2 build), a step of two tokens or more through tinyBLAS (one
+// 16-lane accumulator per output; 8-lane on the AVX2 build). A sequence that feeds one token in a step is a kDecode pass, one
 // that feeds several a kPrefill pass, whatever else shares the step.
 enum class AttentionPass { kDecode, kPrefill };
 
@@ -33,14 +39,16 @@ enum class AttentionPass { kDecode, kPrefill };
 // a slot). Lanes are assigned by absolute position, so the result does not
 // depend on the batch.
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                     int64_t pos_end, float scale, AttentionPass pass, float* out);
+                     int64_t pos_end, float scale, AttentionPass pass, float* out,
+                     GgmlFlavour flavour = GgmlFlavour::kAvx512);
 
 // The same for n_heads query heads that read one key/value head (grouped-
 // query attention); q and out hold the heads' D-vectors one after another.
 // Each head's result is attend_one_head's to the bit; the keys and values are
 // read once for the group.
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                  GgmlFlavour flavour = GgmlFlavour::kAvx512);
 
 namespace detail {
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
@@ -51,6 +59,21 @@ void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offs
                             int64_t pos_end, float scale, AttentionPass pass, float* out);
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                          int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+
+// GgmlFlavour::kAvx2: the portable kernel compiled without and with FMA
+// instructions, and the AVX2 kernel (AVX2 + FMA + F16C) for query heads that
+// share a key/value head. All three give the same bits.
+void attend_one_head_ggml_avx2_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
+                                      float* out);
+void attend_one_head_ggml_avx2_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                            int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+// Their softmax before the f16 rounding (for tests: the rounding hides most
+// last-bit differences of e^x): w[0, n) in place, n a multiple of 8.
+void softmax_ggml_avx2_scalar(float* w, int64_t n);
+void softmax_ggml_avx2(float* w, int64_t n);  // AVX2 + FMA
 }  // namespace detail
 
 }  // namespace inferd::kernels

@@ -5,9 +5,12 @@
 // re-quantization of the next projection, where a last-bit difference from
 // llama.cpp grows layer by layer (docs/design.md, "Logit tolerance"). The
 // scalar and AVX-512 forms below give the same bits: every step is one IEEE
-// operation, fused where GGML fuses.
+// operation, fused where GGML fuses. GGML's AVX2 build computes e^x a little
+// differently: expf_poly_avx2 (and its 8-lane form) follows that one.
 #pragma once
+#include <bit>
 #include <cmath>
+#include <cstdint>
 
 namespace inferd::kernels {
 
@@ -32,6 +35,32 @@ inline float expf_poly(float x) {
   const float j = std::fma(std::fma(std::fma(kC5, b, kC4), u, std::fma(kC3, b, kC2)), u, std::fma(kC1, b, 1.0f));
   if (std::fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
   return std::ldexp(j, static_cast<int>(n));
+}
+
+// e^x as GGML's AVX2 build computes it (its 8-lane ggml_v_expf): the same
+// reduction and polynomial, but the constant term is left out of the
+// polynomial (j = p(b) - 1) and added while scaling, 2^n (k, built from the
+// exponent bits of the rounded x / ln2) times (1 + j) in one fma; for |n| > 126
+// the scale is split in two factors (s1, s2) so that the result can go
+// subnormal, and |n| > 192 saturates to s1 * s1 (0 or infinity). Rounds
+// differently from expf_poly in the last bit for some x, so the AVX2 flavour
+// (GgmlFlavour::kAvx2) uses this one everywhere GGML's AVX2 build runs
+// ggml_v_expf.
+inline float expf_poly_avx2(float x) {
+  using namespace expf_poly_constants;
+  const float z = std::fma(x, kLog2e, kShift);
+  const float n = z - kShift;
+  const float b = std::fma(-n, kLn2Lo, std::fma(-n, kLn2Hi, x));
+  const uint32_t e = std::bit_cast<uint32_t>(z) << 23;
+  const float k = std::bit_cast<float>(e + 0x3f800000u);
+  const float u = b * b;
+  const float j = std::fma(std::fma(std::fma(kC5, b, kC4), u, std::fma(kC3, b, kC2)), u, kC1 * b);
+  if (!(std::fabs(n) > 126.0f)) return std::fma(j, k, k);
+  const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
+  const float s1 = std::bit_cast<float>(g + 0x7f000000u);
+  if (std::fabs(n) > 192.0f) return s1 * s1;
+  const float s2 = std::bit_cast<float>(e - g);
+  return std::fma(s2, j, s2) * s1;
 }
 
 }  // namespace
@@ -59,6 +88,43 @@ inline __m512 expf_poly16(__m512 x) {
   const __m512 saturated = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
                                                 _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
   return _mm512_mask_blend_ps(out_of_range, res, saturated);
+}
+
+}  // namespace
+}  // namespace inferd::kernels
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+
+namespace inferd::kernels {
+namespace {
+
+// expf_poly_avx2 on eight lanes, to the bit.
+inline __m256 expf_poly8(__m256 x) {
+  using namespace expf_poly_constants;
+  const __m256 shift = _mm256_set1_ps(kShift);
+  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), shift);
+  const __m256 n = _mm256_sub_ps(z, shift);
+  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x));
+  const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+  const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(0x3f800000)));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 j = _mm256_fmadd_ps(
+      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(kC5), b, _mm256_set1_ps(kC4)), u,
+                      _mm256_fmadd_ps(_mm256_set1_ps(kC3), b, _mm256_set1_ps(kC2))),
+      u, _mm256_mul_ps(_mm256_set1_ps(kC1), b));
+  const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  const __m256 res = _mm256_fmadd_ps(j, k, k);
+  if (_mm256_movemask_ps(big) == 0) return res;
+  const __m256i g = _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                                     _mm256_set1_epi32(static_cast<int>(0x82000000u)));
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+  const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  const __m256 scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
+  return _mm256_blendv_ps(_mm256_blendv_ps(res, scaled, big), _mm256_mul_ps(s1, s1), huge);
 }
 
 }  // namespace

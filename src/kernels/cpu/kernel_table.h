@@ -46,6 +46,15 @@ struct TypeKernels {
   int gemv_rows = 1;    // rows per call for a single token
   int tile_rows = 1;    // rows x tokens per call for several tokens
   int tile_tokens = 1;
+  // The other orders llama.cpp's CPU backend (GGML, AVX2 build) sums this type
+  // in, as GemmTileFn (GGML-layout rows, vec_dot_type activations); null where
+  // it has none (matmul.h, matmul_rows_ggml, says which runs when):
+  //   tiled_tile   its tiled K-quant matmul, steps of 8 tokens or more;
+  //   repack_tile  its CPU repack gemv (Q4_K in 8-row interleaved blocks);
+  //   repack_gemm_tile  its CPU repack gemm, which takes the tokens in fours.
+  GemmTileFn tiled_tile = nullptr;
+  GemmTileFn repack_tile = nullptr;
+  GemmTileFn repack_gemm_tile = nullptr;
   // Row-interleaved weights (packed_layout.h); null where the type has none.
   PackedTileFn packed_tile = nullptr;
   int packed_tokens = 1;  // activation rows per packed_tile call that fit the registers
@@ -54,6 +63,12 @@ struct TypeKernels {
 struct KernelTable {
   TypeKernels type[kNumTypeSlots];
   PackedQuantizeFn packed_quantize = nullptr;
+  // Q8_K as the repacked GEMM quantizes its 4-token activation blocks: like
+  // quantize_row(Q8_K) but the positive extreme wins a tie of magnitudes.
+  QuantizeRowFn quantize_q8_k_x4 = nullptr;
+  // Q8_0 as GGML's CPU backend quantizes activations (127/amax, ties to even);
+  // quantize_row(Q8_0) stays the reference quantizer gguf-py writes files with.
+  QuantizeRowFn quantize_q8_0_cpu = nullptr;
   const char* level = "scalar";
 };
 

@@ -35,6 +35,7 @@ constexpr int64_t kMinParallelWork = 16 * 1024;
 
 struct Job {
   const TypeKernels* k;
+  GemmTileFn gemm;  // the tile kernel in the order to follow; null: k->vec_dot per pair
   const uint8_t* w;
   size_t w_row;
   const uint8_t* act;
@@ -48,8 +49,8 @@ void tile(const Job& j, int64_t r0, int nr, int64_t t0, int nt) {
   const uint8_t* w = j.w + r0 * j.w_row;
   const uint8_t* act = j.act + t0 * j.act_row;
   float* out = j.y + t0 * j.rows + r0;
-  if (j.k->gemm_tile != nullptr) {
-    j.k->gemm_tile(j.cols, w, j.w_row, nr, act, j.act_row, nt, out, 1, static_cast<size_t>(j.rows));
+  if (j.gemm != nullptr) {
+    j.gemm(j.cols, w, j.w_row, nr, act, j.act_row, nt, out, 1, static_cast<size_t>(j.rows));
     return;
   }
   for (int r = 0; r < nr; ++r) {
@@ -96,7 +97,7 @@ void matmul_with(const KernelTable& table, DType wtype, const void* W, int64_t r
   }
   const DType atype = vec_dot_type(wtype);
 
-  Job job{&wk, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), nullptr, 0, rows, cols, n_tokens, y};
+  Job job{&wk, wk.gemm_tile, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), nullptr, 0, rows, cols, n_tokens, y};
 
   if (atype == DType::F32) {
     job.act = reinterpret_cast<const uint8_t*>(x);  // used as is
@@ -155,9 +156,87 @@ void matmul_quantize_rows(DType wtype, const float* x, int64_t cols, int64_t t0,
 void matmul_rows(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act,
                  int64_t n_tokens, float* y, int64_t r0, int64_t r1) {
   const TypeKernels& wk = kernel_table().type[static_cast<uint32_t>(wtype) % kNumTypeSlots];
-  const Job job{&wk, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), act,
+  const Job job{&wk, wk.gemm_tile, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), act,
                 matmul_act_row_bytes(wtype, cols), rows, cols, n_tokens, y};
   if (r0 < r1) compute_rows(job, r0, r1);
+}
+
+bool ggml_repacked(DType wtype, int64_t rows) {
+  // ggml_repack_get_optimal_repack_type on an AVX2 CPU: Q4_K with rows % 8 == 0
+  // (Q4_0 too, not followed here); llama.cpp puts every such matmul weight in
+  // the repack buffer, and its kernels then run for any number of tokens.
+  return wtype == DType::Q4_K && rows % 8 == 0;
+}
+
+GgmlOrder ggml_order_for(DType wtype, int64_t rows, TokenPlace place) {
+  if (ggml_repacked(wtype, rows))
+    return place.index < place.chunk - place.chunk % 4 ? GgmlOrder::kRepackGemm : GgmlOrder::kRepackGemv;
+  // ggml_compute_forward_mul_mat_tiled: K-quants outside that buffer, 8 tokens or more.
+  const bool kquant = wtype == DType::Q2_K || wtype == DType::Q3_K || wtype == DType::Q4_K ||
+                      wtype == DType::Q5_K || wtype == DType::Q6_K;
+  if (kquant && place.chunk >= 8) return GgmlOrder::kTiled;
+  return GgmlOrder::kVecDot;
+}
+
+std::vector<TokenPlace> one_chunk(int64_t n) {
+  std::vector<TokenPlace> places(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) places[t] = {static_cast<int32_t>(n), static_cast<int32_t>(t)};
+  return places;
+}
+
+void matmul_quantize_rows_ggml_with(const KernelTable& table, DType wtype, int64_t rows, const float* x, int64_t cols,
+                                    int64_t t0, int64_t t1, const TokenPlace* places, uint8_t* act) {
+  const DType atype = vec_dot_type(wtype);
+  const size_t row = row_bytes(atype, cols);
+  for (int64_t t = t0; t < t1; ++t) {
+    if (atype == DType::F32) {
+      std::memcpy(act + t * row, x + t * cols, row);
+    } else if (ggml_order_for(wtype, rows, places[t]) == GgmlOrder::kRepackGemm) {
+      // The repacked gemm's tokens are quantized in fours (ggml_quantize_mat_q8_K_4x8).
+      table.quantize_q8_k_x4(x + t * cols, act + t * row, cols);
+    } else if (atype == DType::Q8_0) {
+      table.quantize_q8_0_cpu(x + t * cols, act + t * row, cols);
+    } else {
+      table.type[static_cast<uint32_t>(atype)].quantize_row(x + t * cols, act + t * row, cols);
+    }
+  }
+}
+
+void matmul_quantize_rows_ggml(DType wtype, int64_t rows, const float* x, int64_t cols, int64_t t0, int64_t t1,
+                               const TokenPlace* places, uint8_t* act) {
+  matmul_quantize_rows_ggml_with(kernel_table(), wtype, rows, x, cols, t0, t1, places, act);
+}
+
+void matmul_rows_ggml_with(const KernelTable& table, DType wtype, const void* W, int64_t rows, int64_t cols,
+                           const uint8_t* act, int64_t n_tokens, const TokenPlace* places, float* y, int64_t r0,
+                           int64_t r1) {
+  if (r0 >= r1) return;
+  const TypeKernels& wk = table.type[static_cast<uint32_t>(wtype) % kNumTypeSlots];
+  const size_t act_row = matmul_act_row_bytes(wtype, cols);
+  // Runs of consecutive tokens that take the same order, each run in one pass
+  // over the rows (a batch of decoding sequences is one run: the weights are
+  // read once for all of them).
+  for (int64_t t0 = 0; t0 < n_tokens;) {
+    const GgmlOrder order = ggml_order_for(wtype, rows, places[t0]);
+    int64_t t1 = t0 + 1;
+    while (t1 < n_tokens && ggml_order_for(wtype, rows, places[t1]) == order) ++t1;
+    GemmTileFn gemm = wk.gemm_tile;
+    switch (order) {
+      case GgmlOrder::kRepackGemm: gemm = wk.repack_gemm_tile; break;
+      case GgmlOrder::kRepackGemv: gemm = wk.repack_tile; break;
+      case GgmlOrder::kTiled: gemm = wk.tiled_tile; break;
+      case GgmlOrder::kVecDot: break;
+    }
+    const Job job{&wk, gemm, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), act + t0 * act_row, act_row,
+                  rows, cols, t1 - t0, y + t0 * rows};
+    compute_rows(job, r0, r1);
+    t0 = t1;
+  }
+}
+
+void matmul_rows_ggml(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act, int64_t n_tokens,
+                      const TokenPlace* places, float* y, int64_t r0, int64_t r1) {
+  matmul_rows_ggml_with(kernel_table(), wtype, W, rows, cols, act, n_tokens, places, y, r0, r1);
 }
 
 std::pair<int64_t, int64_t> matmul_row_split(int64_t rows, int thread_index, int n_threads) {

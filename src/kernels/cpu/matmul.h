@@ -40,6 +40,43 @@ void matmul_quantize_rows(DType wtype, const float* x, int64_t cols, int64_t t0,
 // Weight rows [r0, r1) against all n_tokens activation rows.
 void matmul_rows(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act,
                  int64_t n_tokens, float* y, int64_t r0, int64_t r1);
+// The same two halves in the order llama.cpp's CPU backend (GGML, AVX2 build,
+// CPU repack buffer on, as llama.cpp runs it) sums each product. For some
+// types that order depends on how many tokens the matmul holds, and llama.cpp
+// runs one sequence's chunk (its ubatch) per matmul; inferd follows that per
+// sequence, so a token's result depends on its own sequence's share of the
+// step and its place in it, never on other sequences or the thread split
+// (docs/design.md, "Numerics against llama.cpp").
+struct TokenPlace {
+  int32_t chunk = 1;  // tokens of this token's sequence in the step
+  int32_t index = 0;  // this token's place among them
+};
+// n tokens of one sequence: {n, 0}, {n, 1}, ... (tests, single-sequence callers).
+std::vector<TokenPlace> one_chunk(int64_t n);
+enum class GgmlOrder {
+  kVecDot,      // ggml_vec_dot_* (tinyBLAS sums each pair the same way)
+  kTiled,       // its tiled K-quant matmul: Q2_K..Q6_K outside the repack buffer, chunks of 8 tokens or more
+  kRepackGemm,  // its repacked gemm (Q4_K, rows % 8 == 0): a chunk's first chunk - chunk % 4 tokens
+  kRepackGemv,  // its repacked gemv: the rest of the chunk
+};
+GgmlOrder ggml_order_for(DType wtype, int64_t rows, TokenPlace place);
+// Whether llama.cpp puts such a weight in its CPU repack buffer (its input is
+// then quantized its own way for some tokens).
+bool ggml_repacked(DType wtype, int64_t rows);
+// Rows [t0, t1) of x into act, quantized as GGML quantizes them for weights of
+// `rows` rows of wtype (the repacked gemm's tokens have a Q8_K quantizer of
+// their own); places[t] for each token.
+void matmul_quantize_rows_ggml(DType wtype, int64_t rows, const float* x, int64_t cols, int64_t t0, int64_t t1,
+                               const TokenPlace* places, uint8_t* act);
+// Weight rows [r0, r1) against all n_tokens activation rows, in GGML's order.
+void matmul_rows_ggml(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act, int64_t n_tokens,
+                      const TokenPlace* places, float* y, int64_t r0, int64_t r1);
+// The same with an explicit kernel table (tests run every SIMD level).
+void matmul_quantize_rows_ggml_with(const KernelTable& table, DType wtype, int64_t rows, const float* x, int64_t cols,
+                                    int64_t t0, int64_t t1, const TokenPlace* places, uint8_t* act);
+void matmul_rows_ggml_with(const KernelTable& table, DType wtype, const void* W, int64_t rows, int64_t cols,
+                           const uint8_t* act, int64_t n_tokens, const TokenPlace* places, float* y, int64_t r0,
+                           int64_t r1);
 // This thread's weight rows: contiguous, aligned so threads never share a cache line of y.
 std::pair<int64_t, int64_t> matmul_row_split(int64_t rows, int thread_index, int n_threads);
 

@@ -119,9 +119,9 @@ void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivati
 }
 
 void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
-                               int64_t g0, int64_t g1, float* y, int64_t ldy) {
+                               int64_t g0, int64_t g1, float* y, int64_t ldy, int64_t first_tokens) {
   const TypeKernels& k = table.type[static_cast<uint32_t>(w.type())];
-  const int64_t n_tokens = a.n_tokens();
+  const int64_t n_tokens = first_tokens < 0 ? a.n_tokens() : std::min(first_tokens, a.n_tokens());
   const int step = std::clamp(k.packed_tokens, 1, kMaxPackedTokens);
   float tail[kMaxPackedTokens * kPackRows];
   for (int64_t g = g0; g < g1; ++g) {
@@ -141,8 +141,8 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
 }
 
 void packed_matmul_groups(const PackedMatrix& w, const PackedActivations& a, int64_t g0, int64_t g1, float* y,
-                          int64_t ldy) {
-  packed_matmul_groups_with(kernel_table(), w, a, g0, g1, y, ldy);
+                          int64_t ldy, int64_t first_tokens) {
+  packed_matmul_groups_with(kernel_table(), w, a, g0, g1, y, ldy, first_tokens);
 }
 
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,

@@ -90,11 +90,12 @@ constexpr int64_t kPackedActBlock = 32;
 void quantize_packed_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, PackedActivations& a);
 
 // y[t * ldy + r] = W row r . activation row t, for the rows of groups [g0, g1)
-// and every token of a. Threads split work by giving each its own group range.
+// and every token of a (its first `first_tokens` when that is >= 0). Threads
+// split work by giving each its own group range.
 void packed_matmul_groups(const PackedMatrix& w, const PackedActivations& a, int64_t g0, int64_t g1,
-                          float* y, int64_t ldy);
+                          float* y, int64_t ldy, int64_t first_tokens = -1);
 void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
-                               int64_t g0, int64_t g1, float* y, int64_t ldy);
+                               int64_t g0, int64_t g1, float* y, int64_t ldy, int64_t first_tokens = -1);
 
 // The whole product on the pool: quantize x (n_tokens x cols), then every group.
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,

@@ -1,18 +1,20 @@
 // Scalar reference of the packed (row-interleaved) kernels: the specification
 // the SIMD versions must match bit for bit. Per (row, token), block by block:
-//   Q4_0, Q8_0: isum = exact integer dot of the block's quants (signed values)
+//   Q4_0:       isum = exact integer dot of the block's quants (signed values)
 //               acc  = fma(float(isum), d_row * d_act, acc)       result acc
-//   Q4_1:       GGML's own order (ggml_vec_dot_q4_1_q8_1, which llama.cpp runs
-//               for every Q4_1 product): eight lanes, lane j holding elements
-//               4j..4j+3 of each block,
+//   Q4_1, Q8_0: GGML's own order (ggml_vec_dot_q4_1_q8_1, which llama.cpp runs
+//               for every Q4_1 product; for Q8_0 ggml_vec_dot_q8_0_q8_0 and
+//               tinyBLAS, the same per pair): eight lanes, lane j holding
+//               elements 4j..4j+3 of each block,
 //                 acc[j] = fma(float(isum_j), d_row * d_act, acc[j])
-//                 accm   = fma(m_row, s_act, accm)
-//               result ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)) + accm.
+//                 accm   = fma(m_row, s_act, accm)                 (Q4_1)
+//               result ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)) (+ accm).
+// (GGML computes the scale as d_act * d_row; the product is the same.)
 // Why Q4_1 follows GGML to the bit: the activations are re-quantized to int8
 // before every projection, so one rounding step of difference anywhere flips
 // a quant and grows layer by layer; a tolerance cannot bound it (see
-// docs/design.md, "Logit tolerance"). For Q4_0 and Q8_0 llama.cpp uses
-// repacked or tinyBLAS kernels of its own, so there is no single order to follow.
+// docs/design.md, "Logit tolerance"). For Q4_0 llama.cpp uses its repacked
+// kernels where the row count allows, an order not followed here.
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -75,25 +77,24 @@ void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, siz
         const uint8_t* q = p + kQuantOffset;
         const int8_t* yq = y.qs + 32 * b;
         const float scale = f16_at(p, r) * y.d[b];
-        if constexpr (kType == DType::Q4_1) {
+        if constexpr (kType != DType::Q4_0) {
           for (int j = 0; j < 8; ++j) {
             int32_t isum = 0;
-            for (int e = 4 * j; e < 4 * j + 4; ++e) isum += quant_q4(q, r, e, 0) * yq[e];
+            for (int e = 4 * j; e < 4 * j + 4; ++e) {
+              isum += (kType == DType::Q8_0 ? quant_q8(q, r, e) : quant_q4(q, r, e, 0)) * yq[e];
+            }
             lanes[j] = std::fma(static_cast<float>(isum), scale, lanes[j]);
           }
-          accm = std::fma(f16_at(p + 32, r), y.s[b], accm);
+          if constexpr (kType == DType::Q4_1) accm = std::fma(f16_at(p + 32, r), y.s[b], accm);
         } else {
           int32_t isum = 0;
-          for (int e = 0; e < 32; ++e) {
-            const int w = kType == DType::Q8_0 ? quant_q8(q, r, e) : quant_q4(q, r, e, 8);
-            isum += w * yq[e];
-          }
+          for (int e = 0; e < 32; ++e) isum += quant_q4(q, r, e, 8) * yq[e];
           acc = std::fma(static_cast<float>(isum), scale, acc);
         }
       }
-      if constexpr (kType == DType::Q4_1) {
+      if constexpr (kType != DType::Q4_0) {
         acc = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-        acc += accm;
+        if constexpr (kType == DType::Q4_1) acc += accm;
       }
       out[t * out_stride + r] = acc;
     }

@@ -56,6 +56,66 @@ struct PackedFormat {
   static constexpr size_t kQuantOffset = kHasMin ? 64 : 32;
 };
 
+// Q4_1 and Q8_0 in GGML's lane order (packed_ref.cpp), rows 8h..8h+7: one
+// float accumulator per lane j = elements 4j..4j+3 of each block, summed at the
+// end like hsum_float_8. Plain AVX2, so the AVX-512 level runs it too for Q8_0.
+template <DType kType, int NT>
+void packed_half_lanes_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
+                            size_t os) {
+  static_assert(kType == DType::Q4_1 || kType == DType::Q8_0);
+  using F = PackedFormat<kType>;
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m256 acc[NT][8], accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    for (int j = 0; j < 8; ++j) acc[t][j] = _mm256_setzero_ps();
+    accm[t] = _mm256_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * F::kBlockBytes;
+    const uint8_t* q = p + F::kQuantOffset + 32 * h;
+    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    __m256 m = _mm256_setzero_ps();
+    if constexpr (F::kHasMin) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
+    __m256i w[8];
+    if constexpr (F::kQ4) {
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = load256(q + 64 * j);
+        w[j] = _mm256_and_si256(v, m4);
+        w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) w[j] = load256(q + 64 * j);  // signed
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
+      for (int j = 0; j < 8; ++j) {
+        const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * j));
+        __m256i pairs;
+        if constexpr (F::kQ4) {
+          pairs = _mm256_maddubs_epi16(w[j], yv);
+        } else {  // signed x signed: |w| times y carrying w's sign
+          pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w[j], w[j]), _mm256_sign_epi8(yv, w[j]));
+        }
+        const __m256i isum = _mm256_madd_epi16(pairs, ones);
+        acc[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[t][j]);
+      }
+      if constexpr (F::kHasMin) accm[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[t].s[b]), accm[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    const __m256* a = acc[t];
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                                     _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+    _mm256_storeu_ps(out + t * os + 8 * h, F::kHasMin ? _mm256_add_ps(sum, accm[t]) : sum);
+  }
+}
+
 #if INFERD_X86_AVX512
 
 template <DType kType, int NT>
@@ -160,6 +220,11 @@ void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t 
         packed_tile_q4_1_avx512<2>(group, cols, act + t * as, as, out + t * os, os);
       }
     }
+  } else if constexpr (kType == DType::Q8_0) {
+    for (int t = 0; t < nt; ++t) {  // GGML's lane order, by the AVX2 kernel
+      packed_half_lanes_avx2<kType, 1>(group, 0, cols, act + t * as, as, out + t * os, os);
+      packed_half_lanes_avx2<kType, 1>(group, 1, cols, act + t * as, as, out + t * os, os);
+    }
   } else {
     switch (nt) {
       case 8: packed_tile_avx512<kType, 8>(group, cols, act, as, out, os); break;
@@ -180,7 +245,7 @@ void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t 
 template <DType kType, int NT>
 void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
                       size_t os) {
-  static_assert(kType != DType::Q4_1, "Q4_1 has its own kernel, in GGML's lane order");
+  static_assert(kType == DType::Q4_0, "Q4_1 and Q8_0 have their own kernel, in GGML's lane order");
   using F = PackedFormat<kType>;
   const int64_t nb = cols / 32;
   PackedAct y[NT];
@@ -232,58 +297,12 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
   for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + t * os + 8 * h, acc[t]);
 }
 
-// Q4_1 in GGML's lane order (see packed_tile_q4_1_avx512), rows 8h..8h+7.
-template <int NT>
-void packed_half_q4_1_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
-                           size_t os) {
-  using F = PackedFormat<DType::Q4_1>;
-  const int64_t nb = cols / 32;
-  PackedAct y[NT];
-  __m256 acc[NT][8], accm[NT];
-  for (int t = 0; t < NT; ++t) {
-    y[t] = packed_act(act + t * as, cols);
-    for (int j = 0; j < 8; ++j) acc[t][j] = _mm256_setzero_ps();
-    accm[t] = _mm256_setzero_ps();
-  }
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = group + b * F::kBlockBytes;
-    const uint8_t* q = p + F::kQuantOffset + 32 * h;
-    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
-    const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
-    __m256i w[8];
-    for (int j = 0; j < 4; ++j) {
-      const __m256i v = load256(q + 64 * j);
-      w[j] = _mm256_and_si256(v, m4);
-      w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-    }
-    for (int t = 0; t < NT; ++t) {
-      const int8_t* yq = y[t].qs + 32 * b;
-      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
-      for (int j = 0; j < 8; ++j) {
-        const __m256i yv = _mm256_set1_epi32(load_i32(yq + 4 * j));
-        const __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], yv), ones);
-        acc[t][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[t][j]);
-      }
-      accm[t] = _mm256_fmadd_ps(m, _mm256_set1_ps(y[t].s[b]), accm[t]);
-    }
-  }
-  for (int t = 0; t < NT; ++t) {
-    const __m256* a = acc[t];
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                                     _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
-    _mm256_storeu_ps(out + t * os + 8 * h, _mm256_add_ps(sum, accm[t]));
-  }
-}
-
 template <DType kType, int NT>
 void packed_tile_avx2(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out, size_t os) {
-  if constexpr (kType == DType::Q4_1) {
+  if constexpr (kType == DType::Q4_1 || kType == DType::Q8_0) {
     for (int t = 0; t < NT; ++t) {  // one token at a time: eight accumulators per token fill the registers
-      packed_half_q4_1_avx2<1>(group, 0, cols, act + t * as, as, out + t * os, os);
-      packed_half_q4_1_avx2<1>(group, 1, cols, act + t * as, as, out + t * os, os);
+      packed_half_lanes_avx2<kType, 1>(group, 0, cols, act + t * as, as, out + t * os, os);
+      packed_half_lanes_avx2<kType, 1>(group, 1, cols, act + t * as, as, out + t * os, os);
     }
   } else {
     packed_half_avx2<kType, NT>(group, 0, cols, act, as, out, os);

@@ -2,6 +2,7 @@
 // called after dispatch.cpp has checked the CPU supports them).
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 

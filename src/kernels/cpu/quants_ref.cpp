@@ -193,7 +193,8 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
   }
 }
 
-// Activation quantizers: scale = amax/127, round half away from zero (roundf).
+// Activation quantizers: scale = amax/127, round half away from zero (roundf),
+// as GGML's reference quantizer and gguf-py write Q8_0.
 void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     float amax = 0.0f;
@@ -202,6 +203,20 @@ void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     y[i].d = f32_to_f16(d);
     for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+  }
+}
+
+// Q8_0 as GGML's CPU backend quantizes activations (its quantize_row_q8_0 on
+// x86, not the reference one): d = amax/127 rounded to f16, quants
+// x * (127/amax) rounded to nearest even. The matmuls that follow GGML use it.
+void quantize_q8_0_cpu(const float* x, BlockQ8_0* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    y[i].d = f32_to_f16(d);
+    for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
   }
 }
 
@@ -226,9 +241,20 @@ void quantize_q8_1(const float* x, BlockQ8_1* y, int64_t nb) {
   }
 }
 
+// GGML's reference Q8_K quantizer (the one its CPU backend runs on x86): the
+// scale comes from the first element of largest magnitude, with its sign.
+// kPositiveWins: the variant of the repacked GEMM's 4-row activation blocks
+// (ggml_quantize_mat_q8_K_4x8), which takes the positive extreme whenever
+// +amax occurs in the block; the two differ only on a tie of +amax and -amax.
+template <bool kPositiveWins>
 void quantize_q8_k(const float* x, BlockQ8_K* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK_K) {
-    const float max = signed_absmax(x, kQK_K);
+    float max = signed_absmax(x, kQK_K);
+    if (kPositiveWins) {
+      for (int j = 0; j < kQK_K; ++j) {
+        if (x[j] == std::fabs(max)) max = x[j];
+      }
+    }
     std::memset(&y[i], 0, sizeof(BlockQ8_K));
     if (max == 0.0f) continue;
     const float iscale = -127.f / max;
@@ -377,6 +403,132 @@ float vec_dot_k(int64_t n, const void* va, const void* vb) {
             (u.dmin * y[i].d) * static_cast<float>(msum);
   }
   return sumf;
+}
+
+// GGML's horizontal sum of eight float lanes (hsum_float_8 / tinyBLAS hsum):
+// upper half onto lower half, then pairs two apart, then the last two.
+float hsum8(const float* a) {
+  const float s0 = a[4] + a[0], s1 = a[5] + a[1], s2 = a[6] + a[2], s3 = a[7] + a[3];
+  return (s0 + s2) + (s1 + s3);
+}
+
+// Q6_K . Q8_K in the order of GGML's AVX2 ggml_vec_dot_q6_K_q8_K (what
+// llama.cpp runs for steps of fewer than 8 tokens): eight int32 lanes, lane L
+// holding elements 4L..4L+3 of each 32-element run times that run's sub-block
+// scale, less 32 * (bsum[2L]*sc[2L] + bsum[2L+1]*sc[2L+1]) for the stored
+// quants' bias; then per super-block lane += float(lane) * (dy * d), by fma,
+// summed as hsum8 at the end.
+float vec_dot_q6_k_lanes(int64_t n, const void* va, const void* vb) {
+  const BlockQ6_K* x = static_cast<const BlockQ6_K*>(va);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
+  KUnpacked u;
+  float acc[8] = {};
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack(x[i], u);
+    const float d = y[i].d * u.d;
+    for (int L = 0; L < 8; ++L) {
+      int32_t lane = 0;
+      for (int k = 0; k < 8; ++k) {
+        int32_t dot = 0;
+        for (int e = 32 * k + 4 * L; e < 32 * k + 4 * L + 4; ++e) dot += (u.q[e] + 32) * y[i].qs[e];
+        lane += u.scale[2 * k + (L >= 4)] * dot;
+      }
+      lane -= 32 * (y[i].bsums[2 * L] * u.scale[2 * L] + y[i].bsums[2 * L + 1] * u.scale[2 * L + 1]);
+      acc[L] = std::fma(static_cast<float>(lane), d, acc[L]);
+    }
+  }
+  return hsum8(acc);
+}
+
+// Integer sums of one K-quant super-block against Q8_K: sum of scale * dot per
+// sub-block (true signed quants) and sum of min * activation sum per sub-block.
+void k_block_sums(const KUnpacked& u, const BlockQ8_K& y, int32_t* isum, int32_t* msum) {
+  const int gsize = kQK_K / u.groups;
+  *isum = 0;
+  *msum = 0;
+  for (int g = 0; g < u.groups; ++g) {
+    int32_t dot = 0, q8sum = 0;
+    for (int e = g * gsize; e < (g + 1) * gsize; ++e) dot += u.q[e] * y.qs[e];
+    for (int s = g * gsize / 16; s < (g + 1) * gsize / 16; ++s) q8sum += y.bsums[s];
+    *isum += u.scale[g] * dot;
+    *msum += u.min[g] * q8sum;
+  }
+}
+
+// The order of GGML's tiled K-quant matmul (ggml-cpu/tiled, which llama.cpp
+// runs on Q2_K..Q6_K weights outside the repack buffer for steps of 8 tokens or
+// more): per super-block r = d * float(isum), less dmin * float(msum) by one
+// fma for the formats with mins, then acc = fma(r, dy, acc).
+template <class Block, bool kHasMin>
+float dot_k_tiled(int64_t n, const void* va, const void* vb) {
+  const Block* x = static_cast<const Block*>(va);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
+  KUnpacked u;
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack(x[i], u);
+    int32_t isum, msum;
+    k_block_sums(u, y[i], &isum, &msum);
+    float r = u.d * static_cast<float>(isum);
+    if (kHasMin) r = std::fma(-u.dmin, static_cast<float>(msum), r);
+    acc = std::fma(r, y[i].d, acc);
+  }
+  return acc;
+}
+
+// The order of GGML's repacked Q4_K kernels (ggml_gemv/gemm_q4_K_8x8_q8_K,
+// AVX2; same per (row, token) in both): two accumulators per super-block,
+// a = fma(float(isum), d * dy, a) and m = fma(float(msum), dmin * dy, m);
+// the result is a - m.
+float dot_q4_k_x8(int64_t n, const void* va, const void* vb) {
+  const BlockQ4_K* x = static_cast<const BlockQ4_K*>(va);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
+  KUnpacked u;
+  float a = 0.0f, m = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack(x[i], u);
+    int32_t isum, msum;
+    k_block_sums(u, y[i], &isum, &msum);
+    a = std::fma(static_cast<float>(isum), u.d * y[i].d, a);
+    m = std::fma(static_cast<float>(msum), u.dmin * y[i].d, m);
+  }
+  return a - m;
+}
+
+// GGML's repacked Q4_K GEMM (ggml_gemm_q4_K_8x8_q8_K, AVX2), which llama.cpp
+// runs on a step's first n - n % 4 tokens: the same as dot_q4_k_x8 but with
+// the fma per 64 elements (two sub-blocks) instead of per super-block.
+float dot_q4_k_x8_gemm(int64_t n, const void* va, const void* vb) {
+  const BlockQ4_K* x = static_cast<const BlockQ4_K*>(va);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
+  KUnpacked u;
+  float a = 0.0f, m = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack(x[i], u);
+    for (int g = 0; g < 8; g += 2) {
+      int32_t isum = 0, msum = 0;
+      for (int h = g; h < g + 2; ++h) {
+        int32_t dot = 0;
+        for (int e = 32 * h; e < 32 * h + 32; ++e) dot += u.q[e] * y[i].qs[e];
+        isum += u.scale[h] * dot;
+        msum += u.min[h] * (y[i].bsums[2 * h] + y[i].bsums[2 * h + 1]);
+      }
+      a = std::fma(static_cast<float>(isum), u.d * y[i].d, a);
+      m = std::fma(static_cast<float>(msum), u.dmin * y[i].d, m);
+    }
+  }
+  return a - m;
+}
+
+// A tile of pairs by a per-pair dot product.
+template <float (*Dot)(int64_t, const void*, const void*)>
+void tile_by_pairs(int64_t n, const void* a, size_t as, int nr, const void* b, size_t bs, int nt, float* out,
+                   size_t ors, size_t ots) {
+  for (int r = 0; r < nr; ++r) {
+    for (int t = 0; t < nt; ++t) {
+      out[r * ors + t * ots] = Dot(n, static_cast<const uint8_t*>(a) + r * as, static_cast<const uint8_t*>(b) + t * bs);
+    }
+  }
 }
 
 // Simple round-to-nearest K-quant quantizers (for tests: valid blocks, not
@@ -538,16 +690,34 @@ void quantize_q6_k(const float* x, BlockQ6_K* y, int64_t nb) {
 
 // ---- dot products of the legacy formats -------------------------------------
 
-float vec_dot_q4_0(int64_t n, const void* va, const void* vb) {
-  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(va);
+// Q4_0/Q5_0/Q8_0 . Q8_0 in GGML's order (AVX2 ggml_vec_dot_*_q8_0 and
+// llamafile's tinyBLAS_Q0_AVX, which llama.cpp runs for steps of one token and
+// of several; both the same per pair): eight float lanes, lane j holding the
+// integer dot of elements 4j..4j+3 of each block, lane += float(dot) * (dx*dy)
+// by fma, block after block, summed as hsum8 at the end.
+template <class Block, int (*Value)(const Block&, int)>
+float vec_dot_symmetric_lanes(int64_t n, const void* va, const void* vb) {
+  const Block* x = static_cast<const Block*>(va);
   const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
-  float sumf = 0.0f;
+  float acc[8] = {};
   for (int64_t i = 0; i < n / kQK; ++i) {
-    int sumi = 0;
-    for (int j = 0; j < kQK; ++j) sumi += (q4_value(x[i].qs, j) - 8) * y[i].qs[j];
-    sumf += static_cast<float>(sumi) * fp16(x[i].d) * fp16(y[i].d);
+    const float d = fp16(x[i].d) * fp16(y[i].d);
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int e = 4 * j; e < 4 * j + 4; ++e) dot += Value(x[i], e) * y[i].qs[e];
+      acc[j] = std::fma(static_cast<float>(dot), d, acc[j]);
+    }
   }
-  return sumf;
+  return hsum8(acc);
+}
+int value_q4_0(const BlockQ4_0& b, int e) { return q4_value(b.qs, e) - 8; }
+int value_q5_0(const BlockQ5_0& b, int e) { return q5_value(b.qs, b.qh, e) - 16; }
+int value_q8_0(const BlockQ8_0& b, int e) { return b.qs[e]; }
+float vec_dot_q4_0(int64_t n, const void* va, const void* vb) {
+  return vec_dot_symmetric_lanes<BlockQ4_0, value_q4_0>(n, va, vb);
+}
+float vec_dot_q5_0(int64_t n, const void* va, const void* vb) {
+  return vec_dot_symmetric_lanes<BlockQ5_0, value_q5_0>(n, va, vb);
 }
 
 float vec_dot_q4_1(int64_t n, const void* va, const void* vb) {
@@ -558,18 +728,6 @@ float vec_dot_q4_1(int64_t n, const void* va, const void* vb) {
     int sumi = 0;
     for (int j = 0; j < kQK; ++j) sumi += q4_value(x[i].qs, j) * y[i].qs[j];
     sumf += (fp16(x[i].d) * fp16(y[i].d)) * static_cast<float>(sumi) + fp16(x[i].m) * fp16(y[i].s);
-  }
-  return sumf;
-}
-
-float vec_dot_q5_0(int64_t n, const void* va, const void* vb) {
-  const BlockQ5_0* x = static_cast<const BlockQ5_0*>(va);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
-  float sumf = 0.0f;
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    int sumi = 0;
-    for (int j = 0; j < kQK; ++j) sumi += (q5_value(x[i].qs, x[i].qh, j) - 16) * y[i].qs[j];
-    sumf += static_cast<float>(sumi) * fp16(x[i].d) * fp16(y[i].d);
   }
   return sumf;
 }
@@ -587,15 +745,7 @@ float vec_dot_q5_1(int64_t n, const void* va, const void* vb) {
 }
 
 float vec_dot_q8_0(int64_t n, const void* va, const void* vb) {
-  const BlockQ8_0* x = static_cast<const BlockQ8_0*>(va);
-  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
-  float sumf = 0.0f;
-  for (int64_t i = 0; i < n / kQK; ++i) {
-    int sumi = 0;
-    for (int j = 0; j < kQK; ++j) sumi += x[i].qs[j] * y[i].qs[j];
-    sumf += static_cast<float>(sumi) * (fp16(x[i].d) * fp16(y[i].d));
-  }
-  return sumf;
+  return vec_dot_symmetric_lanes<BlockQ8_0, value_q8_0>(n, va, vb);
 }
 
 // Float dot products accumulate in double, as GGML's scalar path does.
@@ -739,11 +889,11 @@ TypeKernels scalar_kernels(DType t) {
            dequantize_k<BlockQ5_K>};
       break;
     case DType::Q6_K:
-      k = {vec_dot_k<BlockQ6_K>, nullptr, quantize_as<BlockQ6_K, quantize_q6_k, kQK_K>,
+      k = {vec_dot_q6_k_lanes, nullptr, quantize_as<BlockQ6_K, quantize_q6_k, kQK_K>,
            dequantize_k<BlockQ6_K>};
       break;
     case DType::Q8_K:
-      k = {nullptr, nullptr, quantize_as<BlockQ8_K, quantize_q8_k, kQK_K>, dequantize_q8_k};
+      k = {nullptr, nullptr, quantize_as<BlockQ8_K, quantize_q8_k<false>, kQK_K>, dequantize_q8_k};
       break;
   }
   return k;
@@ -769,6 +919,16 @@ void fill_scalar_kernels(KernelTable& table) {
                   DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
     table.type[static_cast<uint32_t>(t)] = ref::scalar_kernels(t);
   }
+  auto at = [&](DType t) -> TypeKernels& { return table.type[static_cast<uint32_t>(t)]; };
+  at(DType::Q2_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ2_K, true>>;
+  at(DType::Q3_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ3_K, false>>;
+  at(DType::Q4_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ4_K, true>>;
+  at(DType::Q5_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ5_K, true>>;
+  at(DType::Q6_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ6_K, false>>;
+  at(DType::Q4_K).repack_tile = ref::tile_by_pairs<ref::dot_q4_k_x8>;
+  at(DType::Q4_K).repack_gemm_tile = ref::tile_by_pairs<ref::dot_q4_k_x8_gemm>;
+  table.quantize_q8_k_x4 = ref::quantize_as<BlockQ8_K, ref::quantize_q8_k<true>, kQK_K>;
+  table.quantize_q8_0_cpu = ref::quantize_as<BlockQ8_0, ref::quantize_q8_0_cpu, kQK>;
   table.level = "scalar";
 }
 

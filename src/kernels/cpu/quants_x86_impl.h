@@ -104,9 +104,11 @@ inline const B& block_at(const uint8_t* row, int64_t i) {
   return reinterpret_cast<const B*>(row)[i];
 }
 
-// Blocks are consumed in pairs: the two blocks' terms are combined first and
-// then added to the pair's accumulator, so the dependency chain costs one add
-// per two blocks (a lone last block is one FMA). Same order in every tile.
+// Signed formats (Q4_0/Q5_0/Q8_0) follow GGML's order (ggml_vec_dot_*_q8_0 and
+// tinyBLAS_Q0_AVX, the same per pair): eight float lanes, one FMA per block,
+// block after block, hsum at the end. The unsigned-offset formats (Q4_1/Q5_1)
+// consume blocks in pairs (the two blocks' terms combined first, then added).
+// Same order in every tile.
 
 // Signed weights (Q4_0/Q5_0/Q8_0) against Q8_0. The format's Unpack gives the
 // weights biased to unsigned bytes u = q + kBias. With VNNI each pair costs one
@@ -157,30 +159,15 @@ struct LegacySymmetric {
       return _mm256_cvtepi32_ps(dot_u8s8(_mm256_sign_epi8(q, q), _mm256_sign_epi8(act.yq, q)));
 #endif
     };
-    int64_t i = 0;
-    for (; i + 2 <= nb; i += 2) {
-      Act y0[NT], y1[NT];
-      for (int t = 0; t < NT; ++t) y0[t] = load_act(t, i), y1[t] = load_act(t, i + 1);
-      for (int r = 0; r < NR; ++r) {
-        const Block& x0 = block_at<Block>(a + r * as, i);
-        const Block& x1 = block_at<Block>(a + r * as, i + 1);
-        const __m256i q0 = load_weights(x0), q1 = load_weights(x1);
-        const float dx0 = fp16(x0.d), dx1 = fp16(x1.d);
-        for (int t = 0; t < NT; ++t) {
-          __m256 sum = _mm256_mul_ps(_mm256_set1_ps(dx0 * y0[t].d), idot(q0, y0[t]));
-          sum = _mm256_fmadd_ps(_mm256_set1_ps(dx1 * y1[t].d), idot(q1, y1[t]), sum);
-          acc[r][t] = _mm256_add_ps(acc[r][t], sum);
-        }
-      }
-    }
-    if (i < nb) {
+    for (int64_t i = 0; i < nb; ++i) {
       Act y[NT];
       for (int t = 0; t < NT; ++t) y[t] = load_act(t, i);
       for (int r = 0; r < NR; ++r) {
         const Block& x = block_at<Block>(a + r * as, i);
         const __m256i q = load_weights(x);
+        const float dx = fp16(x.d);
         for (int t = 0; t < NT; ++t) {
-          acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(fp16(x.d) * y[t].d), idot(q, y[t]), acc[r][t]);
+          acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y[t].d), idot(q, y[t]), acc[r][t]);
         }
       }
     }
@@ -335,23 +322,45 @@ struct KBlockInfo {
   float d, dmin;
 };
 
+// The float orders of GGML's kernels for K-quants (quants_ref.cpp has them in
+// scalar form): kVecDotOrder its AVX2 vec_dot (eight lanes, hsum at the end),
+// kTiledOrder its tiled matmul (per super-block r = d*isum [- dmin*msum],
+// acc = fma(r, dy, acc)), kRepackOrder its repacked Q4_K kernels (a and m
+// accumulated apart by fma with d*dy and dmin*dy, result a - m).
+// kRepackGemmOrder its repacked Q4_K GEMM, which does the same per 64 elements
+// (each pair of sub-blocks) instead of per super-block.
+enum KOrder { kVecDotOrder = 0, kTiledOrder = 1, kRepackOrder = 2, kRepackGemmOrder = 3 };
+
 // Q4_K/Q5_K/Q2_K/Q3_K/Q6_K share this driver: `unpack` fills 8 vectors of 32
 // unsigned quants (elements 32k..32k+31), their scale pairs and the info.
 template <bool kHasOffset, bool kHasMin>
 struct KQuantDriver {
-  template <int NT, class Block, class Unpack>
+  template <int NT, class Block, int kOrder = kVecDotOrder, class Unpack>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK_K;
     const BlockQ8_K* yr[NT];
     __m256 acc[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), yr[t] = yrow<BlockQ8_K>(b, bs, t);
+    float sacc[NT], sacc_min[NT];
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), yr[t] = yrow<BlockQ8_K>(b, bs, t), sacc[t] = sacc_min[t] = 0.0f;
     __m256i q[8], sc[8];
     for (int64_t i = 0; i < nb; ++i) {
       KBlockInfo info;
       unpack(x[i], q, sc, info);
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& y = yr[t][i];
+        if constexpr (kOrder == kRepackGemmOrder) {
+          static_assert(kHasMin && !kHasOffset, "the repacked GEMM order is Q4_K's");
+          alignas(32) int32_t mins[8];  // min_g * (sum of sub-block g's activations)
+          _mm256_store_si256(reinterpret_cast<__m256i*>(mins), _mm256_madd_epi16(load256(y.bsums), info.min));
+          for (int k = 0; k < 8; k += 2) {
+            const __m256i pk = _mm256_add_epi32(dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]),
+                                                dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
+            sacc[t] = std::fma(static_cast<float>(hsum_epi32(pk)), info.d * y.d, sacc[t]);
+            sacc_min[t] = std::fma(static_cast<float>(mins[k] + mins[k + 1]), info.dmin * y.d, sacc_min[t]);
+          }
+          continue;
+        }
         __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
         __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
         for (int k = 2; k < 8; k += 2) {
@@ -361,6 +370,19 @@ struct KQuantDriver {
         __m256i p = _mm256_add_epi32(p0, p1);
         const __m256i bsums = load256(y.bsums);
         if (kHasOffset) p = _mm256_sub_epi32(p, _mm256_madd_epi16(bsums, info.offset));
+        if constexpr (kOrder != kVecDotOrder) {
+          const float isum = static_cast<float>(hsum_epi32(p));
+          const float msum = kHasMin ? static_cast<float>(hsum_epi32(_mm256_madd_epi16(bsums, info.min))) : 0.0f;
+          if constexpr (kOrder == kTiledOrder) {
+            float r = info.d * isum;
+            if (kHasMin) r = std::fma(-info.dmin, msum, r);
+            sacc[t] = std::fma(r, y.d, sacc[t]);
+          } else {
+            sacc[t] = std::fma(isum, info.d * y.d, sacc[t]);
+            sacc_min[t] = std::fma(msum, info.dmin * y.d, sacc_min[t]);
+          }
+          continue;
+        }
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t]);
         if (kHasMin) {
           const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, info.min));
@@ -368,7 +390,19 @@ struct KQuantDriver {
         }
       }
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+    for (int t = 0; t < NT; ++t) {
+      out[t] = kOrder == kVecDotOrder ? hsum(acc[t]) : kOrder == kTiledOrder ? sacc[t] : sacc[t] - sacc_min[t];
+      (void)acc[t];
+    }
+  }
+};
+
+// A K-quant row kernel run in another of GGML's orders.
+template <class K, int kOrder>
+struct KOrdered {
+  template <int NT>
+  static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
+    K::template run<NT, kOrder>(n, a, b, bs, out);
   }
 };
 
@@ -412,9 +446,9 @@ inline __m256i mins_per_16(uint64_t mins) {
 }
 
 struct KQ4_K {
-  template <int NT>
+  template <int NT, int kOrder = kVecDotOrder>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver<false, true>::run<NT, BlockQ4_K>(n, a, b, bs, out, [](const BlockQ4_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<false, true>::run<NT, BlockQ4_K, kOrder>(n, a, b, bs, out, [](const BlockQ4_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       uint64_t scales, mins;
       k4_unpack_scales(x.scales, &scales, &mins);
       broadcast_scales8(scales, sc);
@@ -432,9 +466,9 @@ struct KQ4_K {
 };
 
 struct KQ5_K {
-  template <int NT>
+  template <int NT, int kOrder = kVecDotOrder>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver<false, true>::run<NT, BlockQ5_K>(n, a, b, bs, out, [](const BlockQ5_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<false, true>::run<NT, BlockQ5_K, kOrder>(n, a, b, bs, out, [](const BlockQ5_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       uint64_t scales, mins;
       k4_unpack_scales(x.scales, &scales, &mins);
       broadcast_scales8(scales, sc);
@@ -457,9 +491,9 @@ struct KQ5_K {
 };
 
 struct KQ6_K {
-  template <int NT>
+  template <int NT, int kOrder = kVecDotOrder>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver<true, false>::run<NT, BlockQ6_K>(n, a, b, bs, out, [](const BlockQ6_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<true, false>::run<NT, BlockQ6_K, kOrder>(n, a, b, bs, out, [](const BlockQ6_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       const __m256i m4 = _mm256_set1_epi8(0x0f);
       const __m256i m3 = _mm256_set1_epi8(0x30);
       for (int h = 0; h < 2; ++h) {
@@ -490,9 +524,9 @@ struct KQ6_K {
 };
 
 struct KQ3_K {
-  template <int NT>
+  template <int NT, int kOrder = kVecDotOrder>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver<true, false>::run<NT, BlockQ3_K>(n, a, b, bs, out, [](const BlockQ3_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<true, false>::run<NT, BlockQ3_K, kOrder>(n, a, b, bs, out, [](const BlockQ3_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       const __m256i m2 = _mm256_set1_epi8(3);
       const __m256i hm = load256(x.hmask);
       for (int k = 0; k < 8; ++k) {
@@ -519,9 +553,9 @@ struct KQ3_K {
 };
 
 struct KQ2_K {
-  template <int NT>
+  template <int NT, int kOrder = kVecDotOrder>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
-    KQuantDriver<false, true>::run<NT, BlockQ2_K>(n, a, b, bs, out, [](const BlockQ2_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
+    KQuantDriver<false, true>::run<NT, BlockQ2_K, kOrder>(n, a, b, bs, out, [](const BlockQ2_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
       const __m256i m2 = _mm256_set1_epi8(3);
       for (int k = 0; k < 8; ++k) {
         const __m256i v = load256(x.qs + 32 * (k / 4));
@@ -734,11 +768,12 @@ inline float quantize_block32(const float* x, int8_t* qs, int* sum) {
   return d;
 }
 
+template <bool kCpu>
 void quantize_row_q8_0(const float* x, void* dst, int64_t n) {
   BlockQ8_0* y = static_cast<BlockQ8_0*>(dst);
   for (int64_t i = 0; i < n / kQK; ++i) {
     int sum;
-    y[i].d = to_fp16(quantize_block32<false>(x + i * kQK, y[i].qs, &sum));
+    y[i].d = to_fp16(quantize_block32<kCpu>(x + i * kQK, y[i].qs, &sum));
   }
 }
 
@@ -763,6 +798,7 @@ void quantize_packed_q8_1(const float* x, int64_t n_blocks, int8_t* qs, float* d
   }
 }
 
+template <bool kPositiveWins>
 void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
   BlockQ8_K* y = static_cast<BlockQ8_K*>(dst);
   for (int64_t i = 0; i < n / kQK_K; ++i) {
@@ -774,9 +810,16 @@ void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
       std::memset(&y[i], 0, sizeof(BlockQ8_K));
       continue;
     }
-    // The reference scales by the first element of largest magnitude (its sign matters).
+    // The reference scales by the first element of largest magnitude (its sign
+    // matters); the 4-row variant by +am whenever it occurs.
     float max = 0.0f;
     const __m256 vam = _mm256_set1_ps(am);
+    bool positive = false;
+    if (kPositiveWins) {
+      for (int k = 0; k < kQK_K && !positive; k += 8) {
+        positive = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + k), vam, _CMP_EQ_OQ)) != 0;
+      }
+    }
     for (int k = 0; k < kQK_K; k += 8) {
       const int mask = _mm256_movemask_ps(_mm256_cmp_ps(abs_ps(_mm256_loadu_ps(x + k)), vam, _CMP_EQ_OQ));
       if (mask != 0) {
@@ -784,6 +827,7 @@ void quantize_row_q8_k(const float* src, void* dst, int64_t n) {
         break;
       }
     }
+    if (positive) max = am;
     const float iscale = -127.f / max;
     const __m256 vs = _mm256_set1_ps(iscale);
     for (int k = 0; k < kQK_K; k += 32) {
@@ -841,10 +885,23 @@ void fill_x86(KernelTable& table) {
   set_dot<RowByRow<KF16>>(table, DType::F16, 1, 1, 4);
   set_dot<RowByRow<KF32>>(table, DType::F32, 1, 1, 4);
   set_dot<RowByRow<KBF16>>(table, DType::BF16, 1, 1, 4);
-  table.type[static_cast<uint32_t>(DType::Q8_0)].quantize_row = quantize_row_q8_0;
+  table.type[static_cast<uint32_t>(DType::Q8_0)].quantize_row = quantize_row_q8_0<false>;
+  // GGML's CPU quantize_row_q8_0 (what it runs on activations): the Q8_1
+  // arithmetic, 127/amax and ties to even.
+  table.quantize_q8_0_cpu = quantize_row_q8_0<true>;
   table.type[static_cast<uint32_t>(DType::Q8_1)].quantize_row = quantize_row_q8_1;
   table.packed_quantize = quantize_packed_q8_1;
-  table.type[static_cast<uint32_t>(DType::Q8_K)].quantize_row = quantize_row_q8_k;
+  table.type[static_cast<uint32_t>(DType::Q8_K)].quantize_row = quantize_row_q8_k<false>;
+  table.quantize_q8_k_x4 = quantize_row_q8_k<true>;
+  // GGML's other orders for the K-quants (kernel_table.h).
+  auto at = [&](DType t) -> TypeKernels& { return table.type[static_cast<uint32_t>(t)]; };
+  at(DType::Q2_K).tiled_tile = gemm_tile<RowByRow<KOrdered<KQ2_K, kTiledOrder>>>;
+  at(DType::Q3_K).tiled_tile = gemm_tile<RowByRow<KOrdered<KQ3_K, kTiledOrder>>>;
+  at(DType::Q4_K).tiled_tile = gemm_tile<RowByRow<KOrdered<KQ4_K, kTiledOrder>>>;
+  at(DType::Q5_K).tiled_tile = gemm_tile<RowByRow<KOrdered<KQ5_K, kTiledOrder>>>;
+  at(DType::Q6_K).tiled_tile = gemm_tile<RowByRow<KOrdered<KQ6_K, kTiledOrder>>>;
+  at(DType::Q4_K).repack_tile = gemm_tile<RowByRow<KOrdered<KQ4_K, kRepackOrder>>>;
+  at(DType::Q4_K).repack_gemm_tile = gemm_tile<RowByRow<KOrdered<KQ4_K, kRepackGemmOrder>>>;
   table.type[static_cast<uint32_t>(DType::F16)].quantize_row = quantize_row_f16;
 }
 

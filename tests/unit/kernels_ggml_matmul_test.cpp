@@ -1,0 +1,167 @@
+// Whole matmuls against GGML's CPU backend, bit for bit: the kernels Linear
+// runs (model/linear.cpp: packed groups for Q4_1/Q8_0, matmul_rows_ggml on
+// GGML rows for the rest) for steps of N = 1, 2, 3, 4, 5, 8, 17 tokens, at every
+// SIMD level this machine has, with the rows split between "threads" in two
+// ways. Data: tests/data/kernels/ggml_matmul_avx2.bin, made by
+// tools/reference/ggml_matmul_reference.c from ggml_mul_mat on llama.cpp's CPU
+// backend (AVX2 build, tinyBLAS and the repack buffer on), real rows of the
+// Qwen2.5-Coder and Gemma 3 Q4_K_M files and random rows of other types.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
+#include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/quants.h"
+#include "kernels_test_util.h"
+
+namespace inferd::kernels {
+namespace {
+
+using testing::bits_of;
+using testing::runnable_levels;
+
+struct MatmulRun {
+  int n = 0;
+  std::vector<float> y;  // y[t * rows + r]
+};
+
+struct Case {
+  std::string name;
+  DType type = DType::F32;
+  int rows = 0, cols = 0;
+  uint32_t seed = 0;
+  bool repacked = false;
+  std::vector<uint8_t> w;
+  std::vector<MatmulRun> runs;
+};
+
+template <class T>
+T read_as(std::ifstream& in) {
+  T v{};
+  in.read(reinterpret_cast<char*>(&v), sizeof v);
+  return v;
+}
+
+std::vector<Case> load() {
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_matmul_avx2.bin";
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << "missing " << path;
+  char magic[8] = {};
+  in.read(magic, 8);
+  EXPECT_EQ(std::string(magic, 8), "IFMM0001");
+  const uint32_t n = read_as<uint32_t>(in);
+  std::vector<Case> cases(n);
+  for (Case& c : cases) {
+    char name[48];
+    in.read(name, 48);
+    c.name = std::string(name, strnlen(name, 48));
+    c.type = static_cast<DType>(read_as<uint32_t>(in));
+    c.rows = static_cast<int>(read_as<uint32_t>(in));
+    c.cols = static_cast<int>(read_as<uint32_t>(in));
+    c.seed = read_as<uint32_t>(in);
+    c.repacked = read_as<uint32_t>(in) != 0;
+    c.w.resize(read_as<uint64_t>(in));
+    in.read(reinterpret_cast<char*>(c.w.data()), static_cast<std::streamsize>(c.w.size()));
+    c.runs.resize(read_as<uint32_t>(in));
+    for (MatmulRun& r : c.runs) {
+      r.n = static_cast<int>(read_as<uint32_t>(in));
+      r.y.resize(static_cast<size_t>(r.n) * c.rows);
+      in.read(reinterpret_cast<char*>(r.y.data()), static_cast<std::streamsize>(r.y.size() * sizeof(float)));
+    }
+  }
+  EXPECT_TRUE(in.good());
+  return cases;
+}
+
+// make_activations of ggml_matmul_reference.c, operation for operation.
+void make_activations(uint32_t seed, int t, int cols, float* x) {
+  uint32_t s = seed * 2654435761u + static_cast<uint32_t>(t) * 40503u + 1u;
+  const float k = static_cast<float>(1 + t % 5) * (1.0f / 8388608.0f);
+  for (int c = 0; c < cols; ++c) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    x[c] = static_cast<float>(static_cast<int32_t>(s >> 8) - 8388608) * k;
+  }
+  if (t % 3 == 1) {
+    for (int b = 0; b + 256 <= cols; b += 256) {
+      x[b + 5] = -4.0f * static_cast<float>(1 + t % 5);
+      x[b + 100] = 4.0f * static_cast<float>(1 + t % 5);
+    }
+  }
+}
+
+// The types whose every path (GgmlKernel of matmul.h) follows GGML's order.
+bool matched(DType t) {
+  switch (t) {
+    case DType::Q4_1: case DType::Q5_0: case DType::Q8_0: case DType::Q4_K: case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// y (n x rows) as Linear computes it with `table`: the packed kernels for the
+// types Linear packs, else GGML rows; the rows split at `split` (two threads).
+std::vector<float> linear_matmul(const KernelTable& table, const Case& c, const std::vector<float>& x, int n,
+                                 int64_t split) {
+  std::vector<float> y(static_cast<size_t>(n) * c.rows, -1.0f);
+  if (can_pack(c.type) && c.type != DType::Q4_0) {
+    const PackedMatrix w = PackedMatrix::pack(c.type, c.w.data(), c.rows, c.cols);
+    PackedActivations a;
+    a.resize(n, c.cols);
+    quantize_packed_rows(x.data(), 0, n, a);
+    const int64_t g = split / kPackRows;
+    packed_matmul_groups_with(table, w, a, 0, g, y.data(), c.rows);
+    packed_matmul_groups_with(table, w, a, g, w.groups(), y.data(), c.rows);
+    return y;
+  }
+  std::vector<uint8_t> act(matmul_act_row_bytes(c.type, c.cols) * n);
+  const std::vector<TokenPlace> places = one_chunk(n);  // the reference runs n tokens in one matmul
+  matmul_quantize_rows_ggml_with(table, c.type, c.rows, x.data(), c.cols, 0, n, places.data(), act.data());
+  matmul_rows_ggml_with(table, c.type, c.w.data(), c.rows, c.cols, act.data(), n, places.data(), y.data(), 0, split);
+  matmul_rows_ggml_with(table, c.type, c.w.data(), c.rows, c.cols, act.data(), n, places.data(), y.data(), split,
+                        c.rows);
+  return y;
+}
+
+TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
+  const std::vector<Case> cases = load();
+  ASSERT_GE(cases.size(), 13u);
+  int checked = 0;
+  for (const Case& c : cases) {
+    // The reference's idea of the repack buffer is ours.
+    EXPECT_EQ(c.repacked, c.type == DType::Q4_0 || ggml_repacked(c.type, c.rows))
+        << c.name;
+    if (!matched(c.type)) continue;
+    std::vector<float> x(static_cast<size_t>(17) * c.cols);
+    for (int t = 0; t < 17; ++t) make_activations(c.seed, t, c.cols, x.data() + static_cast<size_t>(t) * c.cols);
+    for (SimdLevel level : runnable_levels()) {
+      const KernelTable table = build_kernel_table(level);
+      for (const MatmulRun& run : c.runs) {
+        for (int64_t split : {int64_t{0}, int64_t{c.rows / 2}, int64_t{c.rows}}) {
+          const std::vector<float> y = linear_matmul(table, c, x, run.n, split);
+          int bad = 0;
+          for (size_t i = 0; i < y.size(); ++i) {
+            if (bits_of(y[i]) != bits_of(run.y[i]) && bad++ < 3) {
+              ADD_FAILURE() << c.name << " at " << testing::level_name(level) << " N=" << run.n << " split=" << split
+                            << ": token " << i / c.rows << " row " << i % c.rows << " got " << y[i] << " want "
+                            << run.y[i];
+            }
+          }
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+}  // namespace inferd::kernels

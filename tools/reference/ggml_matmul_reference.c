@@ -1,0 +1,260 @@
+// Expected matmul outputs from GGML's CPU backend itself, for
+// tests/unit/kernels_ggml_matmul_test.cpp.
+//
+// Runs ggml_mul_mat (weights x f32 activations) through the CPU backend the way
+// llama.cpp does: a weight goes into the CPU "repack" extra buffer when the
+// backend says it can take it there (ggml_backend_dev_supports_op with the
+// weight in that buffer type, as llama-model-loader decides), else into a
+// plain CPU buffer; the backend then picks vec_dot, llamafile's tinyBLAS, the
+// tiled K-quant kernels or the repacked gemv/gemm, for N = 1, 2, 3, 4, 5, 8, 17
+// activation rows. Every case is run with 1 and 3 threads, which must agree.
+//
+// Weights: the first 8 rows of real tensors of the model files when present,
+// plus random rows quantized by GGML (ggml_quantize_chunk) for the other types.
+// Activations: made by the generator below, which the test repeats exactly.
+//
+// Build (against a shared-libs build of llama.cpp, bench/build_llama_cpp.sh):
+//   L=~/.cache/inferd/llama.cpp
+//   cc -O2 -std=c11 -I$L/src/ggml/include tools/reference/ggml_matmul_reference.c
+//      -L$L/build/bin -lggml -lggml-base -lggml-cpu -Wl,-rpath,$L/build/bin -o /tmp/ggml_matmul_reference
+//   /tmp/ggml_matmul_reference ~/.cache/inferd/models tests/data/kernels/ggml_matmul_avx2.bin
+//
+// Output (little-endian): "IFMM0001", u32 n_cases, then per case:
+//   char name[48] | u32 ggml_type | u32 rows | u32 cols | u32 seed | u32 repacked (1: weight in the
+//   repack buffer) | u64 weight_bytes | weight bytes | u32 n_runs | per run: u32 N | f32 y[N * rows]
+//   (y[t * rows + r] = W row r . activation row t).
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "gguf.h"
+
+enum { kRealRows = 8, kRandomRows = 16, kMaxN = 17 };
+static const int kNs[] = {1, 2, 3, 4, 5, 8, 17};
+enum { kNumNs = sizeof(kNs) / sizeof(kNs[0]) };
+
+// Activation row t of a case (cols floats), repeated by the test: an xorshift32
+// stream per row, each value one exact int times one power-of-two-based scale
+// (a single rounding), and on every third row a tie between a negative and a
+// positive extreme of each 256-block, the negative first (GGML's Q8_K
+// quantizers break that tie differently).
+static void make_activations(uint32_t seed, int t, int cols, float* x) {
+  uint32_t s = seed * 2654435761u + (uint32_t)t * 40503u + 1u;
+  const float k = (float)(1 + t % 5) * (1.0f / 8388608.0f);
+  for (int c = 0; c < cols; ++c) {
+    s ^= s << 13;
+    s ^= s >> 17;
+    s ^= s << 5;
+    x[c] = (float)((int32_t)(s >> 8) - 8388608) * k;
+  }
+  if (t % 3 == 1) {
+    for (int b = 0; b + 256 <= cols; b += 256) {
+      x[b + 5] = -4.0f * (float)(1 + t % 5);
+      x[b + 100] = 4.0f * (float)(1 + t % 5);
+    }
+  }
+}
+
+static ggml_backend_buffer_type_t repack_buft(ggml_backend_dev_t dev) {
+  ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+  ggml_backend_dev_get_extra_bufts_t get =
+      (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_dev_get_extra_bufts");
+  if (get == NULL) return NULL;
+  for (ggml_backend_buffer_type_t* p = get(dev); p != NULL && *p != NULL; ++p) {
+    if (strcmp(ggml_backend_buft_name(*p), "CPU_REPACK") == 0) return *p;
+  }
+  return NULL;
+}
+
+// Would llama.cpp put this weight into the repack buffer? The same test as
+// llama-model-loader's: the device supports the op with the weight there.
+static int goes_to_repack(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, enum ggml_type type, int rows,
+                          int cols) {
+  if (buft == NULL) return 0;
+  struct ggml_init_params ip = {16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
+  struct ggml_context* ctx = ggml_init(ip);
+  struct ggml_tensor* w = ggml_new_tensor_2d(ctx, type, cols, rows);
+  struct ggml_tensor* x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cols, 4);
+  struct ggml_tensor* y = ggml_mul_mat(ctx, w, x);
+  ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
+  w->buffer = dummy;
+  const int ok = ggml_backend_dev_supports_op(dev, y);
+  w->buffer = NULL;
+  ggml_backend_buffer_free(dummy);
+  ggml_free(ctx);
+  return ok;
+}
+
+// y (N x rows) = W x activations, on `threads` threads.
+static void run_matmul(ggml_backend_t backend, ggml_backend_buffer_type_t wbuft, enum ggml_type type, int rows,
+                       int cols, const void* wbytes, const float* x, int n, int threads, float* y) {
+  struct ggml_init_params ip = {8 * ggml_tensor_overhead(), NULL, true};
+  struct ggml_context* wctx = ggml_init(ip);
+  struct ggml_tensor* w = ggml_new_tensor_2d(wctx, type, cols, rows);
+  ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, wbuft);
+  ggml_backend_tensor_set(w, wbytes, 0, ggml_nbytes(w));  // repacks in the repack buffer
+
+  struct ggml_init_params gp = {16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
+  struct ggml_context* ctx = ggml_init(gp);
+  struct ggml_tensor* xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cols, n);
+  struct ggml_tensor* yt = ggml_mul_mat(ctx, w, xt);
+  struct ggml_cgraph* g = ggml_new_graph(ctx);
+  ggml_build_forward_expand(g, yt);
+  ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+  ggml_backend_tensor_set(xt, x, 0, ggml_nbytes(xt));
+  ggml_backend_cpu_set_n_threads(backend, threads);
+  if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
+    fprintf(stderr, "compute failed\n");
+    exit(1);
+  }
+  ggml_backend_tensor_get(yt, y, 0, ggml_nbytes(yt));
+  ggml_backend_buffer_free(buf);
+  ggml_free(ctx);
+  ggml_backend_buffer_free(wbuf);
+  ggml_free(wctx);
+}
+
+struct Case {
+  char name[48];
+  enum ggml_type type;
+  int rows, cols;
+  uint32_t seed;
+  void* w;
+  size_t wbytes;
+};
+
+// The first kRealRows rows of a model tensor, or 0 when the file is not there.
+static int load_rows(const char* dir, const char* file, const char* tensor, struct Case* c) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  FILE* f = fopen(path, "rb");
+  if (f == NULL) return 0;
+  struct gguf_init_params gp = {true, NULL};
+  struct gguf_context* g = gguf_init_from_file(path, gp);
+  const int64_t id = g ? gguf_find_tensor(g, tensor) : -1;
+  if (id < 0) {
+    fprintf(stderr, "no tensor %s in %s\n", tensor, path);
+    exit(1);
+  }
+  c->type = gguf_get_tensor_type(g, id);
+  // Columns from the row size: the tensor's size over its row count is not
+  // exposed without a ggml context, so read ne[0] from a meta context.
+  struct ggml_context* meta = NULL;
+  struct gguf_init_params gp2 = {true, &meta};
+  gguf_free(g);
+  g = gguf_init_from_file(path, gp2);
+  struct ggml_tensor* t = ggml_get_tensor(meta, tensor);
+  c->cols = (int)t->ne[0];
+  c->rows = kRealRows;
+  c->wbytes = ggml_row_size(c->type, c->cols) * kRealRows;
+  c->w = malloc(c->wbytes);
+  fseek(f, (long)(gguf_get_data_offset(g) + gguf_get_tensor_offset(g, id)), SEEK_SET);
+  if (fread(c->w, 1, c->wbytes, f) != c->wbytes) exit(1);
+  fclose(f);
+  ggml_free(meta);
+  gguf_free(g);
+  return 1;
+}
+
+static void random_rows(enum ggml_type type, int cols, uint32_t seed, struct Case* c) {
+  c->type = type;
+  c->rows = kRandomRows;
+  c->cols = cols;
+  float* src = malloc(sizeof(float) * kRandomRows * cols);
+  for (int r = 0; r < kRandomRows; ++r) {
+    make_activations(seed + 7777u, r, cols, src + (size_t)r * cols);
+    for (int i = 0; i < cols; ++i) src[(size_t)r * cols + i] *= 0.02f * (1 + r % 3);
+  }
+  c->wbytes = ggml_row_size(type, cols) * kRandomRows;
+  c->w = malloc(c->wbytes);
+  ggml_quantize_chunk(type, src, c->w, 0, kRandomRows, cols, NULL);
+  free(src);
+}
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    fprintf(stderr, "usage: %s MODEL_DIR OUT.bin\n", argv[0]);
+    return 2;
+  }
+  ggml_backend_t backend = ggml_backend_cpu_init();
+  ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+  ggml_backend_buffer_type_t rbuft = repack_buft(dev);
+  ggml_backend_buffer_type_t cbuft = ggml_backend_cpu_buffer_type();
+
+  struct Case cases[64];
+  int nc = 0;
+  static const struct {
+    const char *name, *file, *tensor;
+  } real[] = {
+      {"qwen05.attn_q.q5_0", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "blk.0.attn_q.weight"},
+      {"qwen05.attn_v.q8_0", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "blk.0.attn_v.weight"},
+      {"qwen05.output.q8_0", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "output.weight"},
+      {"qwen05.ffn_down.q4_K", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "blk.11.ffn_down.weight"},
+      {"qwen05.ffn_down.q6_K", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "blk.0.ffn_down.weight"},
+      {"qwen15.attn_q.q4_K", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "blk.0.attn_q.weight"},
+      {"qwen15.attn_v.q6_K", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", "blk.0.attn_v.weight"},
+      {"gemma.attn_output.q4_K", "gemma-3-270m-q4_k_m.gguf", "blk.0.attn_output.weight"},
+      {"gemma.ffn_down.q6_K", "gemma-3-270m-q4_k_m.gguf", "blk.0.ffn_down.weight"},
+      {"gemma.token_embd.q8_0", "gemma-3-270m-q4_k_m.gguf", "token_embd.weight"},
+  };
+  for (size_t i = 0; i < sizeof real / sizeof real[0]; ++i) {
+    struct Case* c = &cases[nc];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", real[i].name);
+    c->seed = 100 + (uint32_t)i;
+    if (load_rows(argv[1], real[i].file, real[i].tensor, c)) ++nc;
+    else fprintf(stderr, "skipping %s (no %s)\n", real[i].name, real[i].file);
+  }
+  static const enum ggml_type rnd[] = {GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1,
+                                       GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K,
+                                       GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16, GGML_TYPE_BF16,
+                                       GGML_TYPE_F32};
+  for (size_t i = 0; i < sizeof rnd / sizeof rnd[0]; ++i) {
+    struct Case* c = &cases[nc++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "random.%s", ggml_type_name(rnd[i]));
+    c->seed = 200 + (uint32_t)i;
+    random_rows(rnd[i], 512, c->seed, c);
+  }
+
+  FILE* out = fopen(argv[2], "wb");
+  fwrite("IFMM0001", 1, 8, out);
+  const uint32_t n32 = (uint32_t)nc;
+  fwrite(&n32, 4, 1, out);
+  float* x = malloc(sizeof(float) * kMaxN * 16384);
+  float* y1 = malloc(sizeof(float) * kMaxN * kRandomRows);
+  float* y3 = malloc(sizeof(float) * kMaxN * kRandomRows);
+  for (int i = 0; i < nc; ++i) {
+    struct Case* c = &cases[i];
+    const int rep = goes_to_repack(dev, rbuft, c->type, c->rows, c->cols);
+    for (int t = 0; t < kMaxN; ++t) make_activations(c->seed, t, c->cols, x + (size_t)t * c->cols);
+    fwrite(c->name, 1, 48, out);
+    const uint32_t hdr[5] = {(uint32_t)c->type, (uint32_t)c->rows, (uint32_t)c->cols, c->seed, (uint32_t)rep};
+    fwrite(hdr, 4, 5, out);
+    const uint64_t wb = c->wbytes;
+    fwrite(&wb, 8, 1, out);
+    fwrite(c->w, 1, c->wbytes, out);
+    const uint32_t nn = kNumNs;
+    fwrite(&nn, 4, 1, out);
+    for (int k = 0; k < kNumNs; ++k) {
+      const int n = kNs[k];
+      run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 1, y1);
+      run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 3, y3);
+      if (memcmp(y1, y3, sizeof(float) * n * c->rows) != 0) {
+        fprintf(stderr, "%s N=%d: 1 and 3 threads disagree\n", c->name, n);
+      }
+      const uint32_t n_u = (uint32_t)n;
+      fwrite(&n_u, 4, 1, out);
+      fwrite(y1, sizeof(float), (size_t)n * c->rows, out);
+    }
+    printf("%-26s %-5s %2dx%-5d %s\n", c->name, ggml_type_name(c->type), c->rows, c->cols, rep ? "repack" : "cpu");
+  }
+  fclose(out);
+  ggml_backend_free(backend);
+  return 0;
+}
