@@ -4,9 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "chat/chat_template.h"
 #include "cli/commands.h"
@@ -27,33 +25,19 @@ struct ChatFlags {
 };
 
 // The chat template: --chat-template FILE, else the model's own.
-Result<std::string> template_source(const Model& model, const std::string& file) {
-  if (!file.empty()) {
-    std::ifstream in(file);
-    if (!in) return make_error("cannot read chat template file '" + file + "'");
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  }
-  if (!model.file().find("tokenizer.chat_template"))
-    return make_error("the model has no chat template; pass one with --chat-template FILE");
-  return model.file().get_string("tokenizer.chat_template");
-}
-
 int run_chat(const ChatFlags& f) {
   auto model = load_model_or_report(f.model, false);
   if (!model) return 1;
   if (!model->can_generate()) {
-    std::fprintf(stderr, "error: generation is not implemented for architecture '%s' yet\n",
-                 model->config().architecture.c_str());
+    std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
     return 1;
   }
-  auto source = template_source(*model, f.chat_template_file);
-  if (!source) {
-    std::fprintf(stderr, "error: %s\n", source.error().message.c_str());
+  auto selected = select_chat_template(model->chat_template(), f.chat_template_file);
+  if (!selected) {
+    std::fprintf(stderr, "error: %s\n", selected.error().message.c_str());
     return 1;
   }
-  ChatTemplate tmpl(*source);
+  ChatTemplate tmpl = std::move(selected.value());
   const Tokenizer& tok = model->tokenizer();
   ChatTemplateOptions topts;
   if (tok.bos_id() >= 0) topts.bos_token = tok.token_text(tok.bos_id());

@@ -28,8 +28,7 @@ int run_generate(const GenerateFlags& f) {
   auto model = load_model_or_report(f.model, f.json);
   if (!model) return 1;
   if (!model->can_generate()) {
-    std::fprintf(stderr, "error: generation is not implemented for architecture '%s' yet\n",
-                 model->config().architecture.c_str());
+    std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
     return 1;
   }
   const Tokenizer& tok = model->tokenizer();

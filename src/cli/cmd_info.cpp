@@ -79,13 +79,20 @@ int run_info(const InfoFlags& f) {
   std::printf("name           %s\n", c.name.c_str());
   std::printf("format         GGUF v%u, %s\n", file.version(), human_bytes(file.file_size()).c_str());
   std::printf("architecture   %s%s\n", c.architecture.c_str(),
-              model->can_generate() ? "" : " (generation not implemented yet)");
+              model->can_generate() ? "" : (" (" + unsupported_architecture_message(c.architecture) + ")").c_str());
   std::printf("parameters     %.1f M\n", params / 1e6);
   std::printf("layers         %lld, embedding %lld, feed-forward %lld\n", (long long)c.n_layer,
               (long long)c.n_embd, (long long)c.n_ff);
+  int64_t windowed = 0;
+  for (const LayerConfig& layer : c.layers) windowed += layer.sliding_window > 0;
+  std::string window;
+  if (windowed > 0)
+    window = ", sliding window " + std::to_string(c.sliding_window) + " on " + std::to_string(windowed) + " of " +
+             std::to_string(c.n_layer) + " layers";
+  else if (c.sliding_window > 0)
+    window = ", sliding window " + std::to_string(c.sliding_window);
   std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
-              (long long)c.n_head_kv, (long long)c.head_dim,
-              c.sliding_window ? (", sliding window " + std::to_string(c.sliding_window)).c_str() : "");
+              (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
   std::printf("context        %lld tokens (RoPE base %g)\n", (long long)c.context_length, c.rope_freq_base);
   std::printf("vocabulary     %lld tokens, %s, BOS %d, EOS %d\n", (long long)c.n_vocab,
               tok.model_name().c_str(), tok.bos_id(), tok.eos_id());

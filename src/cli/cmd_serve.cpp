@@ -55,15 +55,13 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
   out.model = load_model_or_report(f.model, false);
   if (!out.model) return false;
   if (!out.model->can_generate()) {
-    spdlog::error("generation is not implemented for architecture '{}' yet", out.model->config().architecture);
+    spdlog::error("{}", unsupported_architecture_message(out.model->config().architecture));
     return false;
   }
   std::optional<ChatTemplate> tmpl;
-  std::string gguf_template;
-  if (out.model->file().find("tokenizer.chat_template"))
-    if (auto t = out.model->file().get_string("tokenizer.chat_template")) gguf_template = *t;
-  if (!f.chat_template.empty() || !gguf_template.empty()) {
-    auto t = select_chat_template(gguf_template, f.chat_template);
+  const std::string model_template = out.model->chat_template();
+  if (!f.chat_template.empty() || !model_template.empty()) {
+    auto t = select_chat_template(model_template, f.chat_template);
     if (!t) {
       spdlog::error("chat template: {}", t.error().message);
       return false;

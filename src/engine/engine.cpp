@@ -19,8 +19,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
                                                const EngineConfig& config) {
   if (!model.can_generate())
-    return make_error("the model's architecture '" + model.config().architecture +
-                      "' cannot generate");
+    return make_error(unsupported_architecture_message(model.config().architecture));
   if (config.max_num_seqs < 1) return make_error("max_num_seqs must be at least 1");
   if (config.block_size < 1) return make_error("the KV block size must be at least 1");
   if (config.max_logprobs < 0) return make_error("max_logprobs must be >= 0");

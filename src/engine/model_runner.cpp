@@ -7,6 +7,8 @@
 #include <fstream>
 #include <string>
 
+#include "kv/block_pool.h"
+
 namespace inferd {
 
 int64_t available_memory_bytes() {
@@ -49,11 +51,32 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, ThreadPool& pool,
                                                          const ModelRunnerConfig& config) {
   if (!model.can_generate())
-    return make_error("the model's architecture '" + model.config().architecture +
-                      "' cannot generate");
+    return make_error(unsupported_architecture_message(model.config().architecture));
   auto n_blocks = kv_blocks_for_budget(model.config(), config);
   if (!n_blocks) return n_blocks.error();
-  return std::unique_ptr<ModelRunner>(new ModelRunner(model, pool, *n_blocks, config.block_size));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, pool, *n_blocks, config.block_size));
+  if (config.warm_up) runner->warm_up();
+  return runner;
+}
+
+void ModelRunner::warm_up() {
+  const int32_t bos = model_.tokenizer().bos_id();
+  for (const int64_t n_tokens : {int64_t{cache_.block_size()}, int64_t{1}}) {
+    batch_.clear();
+    SequenceSlice slice;
+    slice.n_tokens = static_cast<int32_t>(n_tokens);
+    slice.block_table = {kv::BlockPool::kNullBlock};
+    for (int64_t pos = 0; pos < n_tokens; ++pos) {
+      batch_.tokens.push_back(bos >= 0 && bos < model_.config().n_vocab ? bos : 0);
+      batch_.positions.push_back(static_cast<int32_t>(pos));
+      batch_.slots.push_back(int64_t{kv::BlockPool::kNullBlock} * cache_.block_size() + pos);
+    }
+    batch_.logit_rows.push_back(static_cast<int32_t>(n_tokens - 1));
+    batch_.sequences.push_back(std::move(slice));
+    model_.forward(batch_, cache_, logits_, pool_);
+  }
+  batch_.clear();
+  logits_.clear();
 }
 
 ModelRunner::ModelRunner(Model& model, ThreadPool& pool, int32_t n_blocks, int32_t block_size)

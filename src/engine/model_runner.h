@@ -26,6 +26,10 @@ struct ModelRunnerConfig {
   double kv_cache_memory_fraction = 0.0;
   // > 0: at most this many blocks (more would never be used).
   int64_t max_blocks = 0;
+  // Run a prefill-shaped and a decode-shaped pass at creation (as llama.cpp
+  // does at load), so that the first request does not pay for first-touch
+  // page faults, scratch growth and cold caches.
+  bool warm_up = true;
 };
 
 // Bytes of host memory the system could give us now (MemAvailable), or 0 if unknown.
@@ -59,6 +63,8 @@ class ModelRunner {
 
  private:
   ModelRunner(Model& model, ThreadPool& pool, int32_t n_blocks, int32_t block_size);
+  // Forward passes over the reserved null block, whose contents nothing reads.
+  void warm_up();
 
   Model& model_;
   ThreadPool& pool_;

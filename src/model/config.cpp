@@ -1,12 +1,9 @@
 #include "model/config.h"
 
+#include <cmath>
 #include <optional>
 
 namespace inferd {
-
-bool architecture_can_generate(const std::string& arch) {
-  return arch == "llama" || arch == "mistral";
-}
 
 namespace {
 
@@ -31,6 +28,30 @@ Result<float> arch_float(const gguf::File& f, const std::string& arch, const cha
   return f.get_f32(key);
 }
 
+// Which layers attend within the window: `<arch>.attention.sliding_window_pattern`
+// as a per-layer array of booleans, or as n (every n-th layer global), else the
+// architecture's n.
+Result<std::vector<bool>> windowed_layers(const gguf::File& f, const std::string& a, int64_t n_layer,
+                                          int default_pattern) {
+  std::vector<bool> windowed(static_cast<size_t>(n_layer), true);
+  const std::string key = a + ".attention.sliding_window_pattern";
+  int64_t pattern = default_pattern;
+  if (const gguf::Value* v = f.find(key)) {
+    if (v->is_array()) {
+      if (static_cast<int64_t>(v->ints.size()) != n_layer)
+        return make_error("'" + key + "' must hold one boolean per layer");
+      for (int64_t i = 0; i < n_layer; ++i) windowed[i] = v->ints[i] != 0;
+      return windowed;
+    }
+    auto p = f.get_i64(key);
+    if (!p) return p.error();
+    pattern = *p;
+  }
+  // With a pattern of n, layers n-1, 2n-1, ... attend globally.
+  for (int64_t i = 0; i < n_layer; ++i) windowed[i] = pattern == 0 || i % pattern < pattern - 1;
+  return windowed;
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
@@ -38,6 +59,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch) return arch.error();
   c.architecture = *arch;
+  c.traits = find_architecture(c.architecture);
   if (f.find("general.name")) {
     if (auto n = f.get_string("general.name")) c.name = *n;
   }
@@ -79,7 +101,6 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
     if (!w) return w.error();
     c.sliding_window = *w;
   }
-  c.rope_style = (a == "llama" || a == "mistral") ? RopeStyle::Interleaved : RopeStyle::Neox;
 
   // Vocabulary size: explicit key, else the token list.
   if (f.find(a + ".vocab_size")) {
@@ -91,6 +112,52 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   } else {
     return make_error("model metadata has neither '" + a +
                       ".vocab_size' nor 'tokenizer.ggml.tokens'");
+  }
+
+  if (!c.traits) return c;  // described, not run: the rest is what running needs
+  const ArchitectureTraits& t = *c.traits;
+  c.rope_style = t.rope_style;
+  c.activation = t.activation;
+  c.qk_norm = t.qk_norm;
+  c.sandwich_norms = t.sandwich_norms;
+  if (t.scale_embeddings) c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
+  const float attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.query_scale = t.scale_queries ? attention_scale : 1.0f;
+  c.kq_scale = t.scale_queries ? 1.0f : attention_scale;
+
+  // RoPE scaling: linear (a frequency scale) or none; Llama 3's per-dimension
+  // factors come as the rope_freqs.weight tensor (ModelWeights).
+  RopeConfig global{c.rope_freq_base, 1.0f, f.find_tensor("rope_freqs.weight") != nullptr};
+  if (f.find(a + ".rope.scaling.type")) {
+    auto type = f.get_string(a + ".rope.scaling.type");
+    if (!type) return type.error();
+    if (*type != "none" && *type != "linear")
+      return make_error("RoPE scaling '" + *type + "' is not supported (inferd runs none and linear)");
+  }
+  for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
+    auto factor = arch_float(f, a, key, 0.0f);
+    if (!factor) return factor.error();
+    if (*factor != 0.0f) {
+      global.freq_scale = 1.0f / *factor;
+      break;
+    }
+  }
+  c.ropes.push_back(global);
+  c.layers.assign(static_cast<size_t>(c.n_layer), LayerConfig{});
+  if (c.sliding_window > 0) {
+    auto windowed = windowed_layers(f, a, c.n_layer, t.sliding_window_pattern);
+    if (!windowed) return windowed.error();
+    // Windowed layers of an architecture with a RoPE base of their own use a
+    // second table (unscaled, as llama.cpp's defaults for such layers).
+    int rope = 0;
+    if (t.sliding_window_rope_base > 0.0f) {
+      auto swa_base = arch_float(f, a, "rope.freq_base_swa", t.sliding_window_rope_base);
+      if (!swa_base) return swa_base.error();
+      c.ropes.push_back(RopeConfig{*swa_base, 1.0f, false});
+      rope = 1;
+    }
+    for (int64_t i = 0; i < c.n_layer; ++i)
+      if ((*windowed)[i]) c.layers[i] = LayerConfig{c.sliding_window, rope};
   }
   return c;
 }

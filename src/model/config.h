@@ -1,21 +1,36 @@
-// Hyper-parameters of a decoder-only transformer, read from GGUF metadata.
+// Hyper-parameters of a decoder-only transformer, read from GGUF metadata
+// through the table of architectures (model/architecture.h), with what
+// differs between layers spelled out per layer.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "gguf/gguf.h"
+#include "model/architecture.h"
 
 namespace inferd {
 
-enum class RopeStyle {
-  Interleaved,  // rotate pairs (2i, 2i+1): llama GGUFs (weights permuted at conversion)
-  Neox,         // rotate pairs (i, i + d/2): gemma, qwen2
+// One set of rotary angles: theta_i = pos * base^(-2i / rope_dim) / factor_i * scale.
+struct RopeConfig {
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;    // linear scaling: 1 / rope.scaling.factor
+  bool freq_factors = false;  // divide by the per-dimension factors of rope_freqs.weight (Llama 3)
+};
+
+// What differs between layers.
+struct LayerConfig {
+  int64_t sliding_window = 0;  // attend to the last this-many positions (the token's own included); 0: all
+  int rope = 0;                // index into ModelConfig::ropes
 };
 
 struct ModelConfig {
   std::string architecture;  // "llama", "gemma3", ...
   std::string name;          // general.name, for display
+  // The architecture's row, or null when inferd cannot run it (the model still
+  // loads for `info` and tokenizing).
+  const ArchitectureTraits* traits = nullptr;
   int64_t n_layer = 0;
   int64_t n_embd = 0;
   int64_t n_ff = 0;
@@ -25,18 +40,24 @@ struct ModelConfig {
   int64_t n_vocab = 0;
   int64_t context_length = 0;
   int64_t rope_dim = 0;      // dimensions rotated per head (<= head_dim)
-  float rope_freq_base = 10000.0f;
+  float rope_freq_base = 10000.0f;  // of the global layers
   float rms_eps = 1e-5f;
-  RopeStyle rope_style = RopeStyle::Interleaved;
-  int64_t sliding_window = 0;  // 0: none
+  RopeStyle rope_style = RopeStyle::kInterleaved;
+  Activation activation = Activation::kSwiGLU;
+  bool qk_norm = false;
+  bool sandwich_norms = false;
+  float embedding_scale = 0.0f;  // multiply token embeddings by this (0: leave them)
+  float query_scale = 1.0f;      // multiply Q by this after RoPE (1: leave it)
+  float kq_scale = 1.0f;         // softmax scale of the attention scores
+  int64_t sliding_window = 0;    // the window of the windowed layers (0: none)
+  std::vector<RopeConfig> ropes;    // the distinct rotary tables, one or two
+  std::vector<LayerConfig> layers;  // n_layer entries
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
+  bool can_generate() const { return traits != nullptr; }
 
   static Result<ModelConfig> from_gguf(const gguf::File& file);
 };
-
-// Architectures whose forward pass inferd implements.
-bool architecture_can_generate(const std::string& arch);
 
 }  // namespace inferd

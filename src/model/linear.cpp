@@ -24,7 +24,11 @@ size_t Linear::packed_bytes(const WeightView& w) {
 
 bool Linear::same_input(const Linear& other) const {
   if (cols() != other.cols() || packed() != other.packed()) return false;
-  return packed() || kernels::vec_dot_type(view_.dtype) == kernels::vec_dot_type(other.view_.dtype);
+  if (packed()) return true;
+  // GGML quantizes some of a repacked Q4_K's input with a Q8_K quantizer of its own.
+  const bool repack = kernels::ggml_repacked(view_.dtype, rows());
+  const bool other_repack = kernels::ggml_repacked(other.view_.dtype, other.rows());
+  return repack == other_repack && kernels::vec_dot_type(view_.dtype) == kernels::vec_dot_type(other.view_.dtype);
 }
 
 void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
@@ -37,11 +41,11 @@ void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
   if (in.rows.size() < need) in.rows.resize(need);
 }
 
-void Linear::quantize(const float* x, int64_t t0, int64_t t1, LinearInput& in) const {
+void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& tokens, LinearInput& in) const {
   if (packed()) {
     kernels::quantize_packed_rows(x, t0, t1, in.packed);
   } else {
-    kernels::matmul_quantize_rows(view_.dtype, x, cols(), t0, t1, in.rows.data());
+    kernels::matmul_quantize_rows_ggml(view_.dtype, rows(), x, cols(), t0, t1, tokens.places, in.rows.data());
   }
 }
 
@@ -52,10 +56,10 @@ std::pair<int64_t, int64_t> group_split(const kernels::PackedMatrix& w, int ti, 
 }
 }  // namespace
 
-void Linear::compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads,
+void Linear::compute(const LinearInput& in, const StepTokens& tokens, float* y, int thread_index, int n_threads,
                      int64_t align_rows) const {
   const auto [r0, r1] = thread_rows(thread_index, n_threads, align_rows);
-  compute_rows(in, n_tokens, y, r0, r1);
+  compute_rows(in, tokens, y, r0, r1);
 }
 
 namespace {
@@ -67,14 +71,14 @@ std::pair<int64_t, int64_t> groups_of_rows(const kernels::PackedMatrix& w, int64
 }
 }  // namespace
 
-void Linear::compute_rows(const LinearInput& in, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const {
-  if (r0 >= r1) return;
+void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float* y, int64_t r0, int64_t r1) const {
+  if (r0 >= r1 || tokens.n == 0) return;
   if (packed()) {
     const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
-    kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows());
+    kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows(), tokens.n);
     return;
   }
-  kernels::matmul_rows(view_.dtype, view_.data, rows(), cols(), in.rows.data(), n_tokens, y, r0, r1);
+  kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), in.rows.data(), tokens.n, tokens.places, y, r0, r1);
 }
 
 std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const {

@@ -4,11 +4,16 @@
 //
 // Q4_0/Q4_1/Q8_0 weights are repacked at load time into row-interleaved groups
 // (kernels/cpu/packed.h); other types run on their GGML rows in the mapped file.
+// Either way each product is summed in the order llama.cpp's CPU backend uses
+// for that weight (kernels/cpu/matmul.h, matmul_rows_ggml; Q4_0 excepted), so
+// for some types it depends on each token's place in its sequence's share of
+// the step (StepTokens), never on other sequences or the threads.
 #pragma once
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
 #include "model/weights.h"
 
@@ -20,6 +25,13 @@ struct LinearInput {
   kernels::PackedActivations packed;  // for packed weights
   std::vector<uint8_t> rows;          // for GGML-layout weights
   size_t row_bytes = 0;
+};
+
+// The token rows a projection runs on: how many, and where each sits in its
+// sequence's share of the step (which GGML kernel llama.cpp would use for it).
+struct StepTokens {
+  int64_t n = 0;
+  const kernels::TokenPlace* places = nullptr;  // n entries
 };
 
 class Linear {
@@ -38,8 +50,8 @@ class Linear {
 
   // Sizes `in` for n_tokens rows (call before the parallel region).
   void prepare(LinearInput& in, int64_t n_tokens) const;
-  // Quantizes rows [t0, t1) of x (n_tokens x cols floats) into `in`.
-  void quantize(const float* x, int64_t t0, int64_t t1, LinearInput& in) const;
+  // Quantizes rows [t0, t1) of x (tokens.n x cols floats) into `in`.
+  void quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& tokens, LinearInput& in) const;
   // Columns per block when the input can be quantized a block at a time, so
   // that threads share one token's row (packed weights); 0 when only whole rows.
   int64_t quantize_block() const { return packed() ? kernels::kPackedActBlock : 0; }
@@ -51,11 +63,11 @@ class Linear {
   // For packed weights the shares start on multiples of align_rows (when it is
   // a multiple of the 16-row group), so that a thread can go on to work on its
   // own rows' outputs without waiting for the others.
-  void compute(const LinearInput& in, int64_t n_tokens, float* y, int thread_index, int n_threads,
+  void compute(const LinearInput& in, const StepTokens& tokens, float* y, int thread_index, int n_threads,
                int64_t align_rows = 1) const;
   // y[t * rows + r] for rows [r0, r1) and all n_tokens tokens; for packed
   // weights r0 and r1 must be multiples of the 16-row group (or r1 == rows()).
-  void compute_rows(const LinearInput& in, int64_t n_tokens, float* y, int64_t r0, int64_t r1) const;
+  void compute_rows(const LinearInput& in, const StepTokens& tokens, float* y, int64_t r0, int64_t r1) const;
   // The weight bytes compute_rows() reads for rows [r0, r1): one contiguous range.
   std::pair<const void*, size_t> rows_bytes(int64_t r0, int64_t r1) const;
   // The rows [r0, r1) that compute() gives this thread.

@@ -22,6 +22,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   if (!file) return file.error();
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(*file);
+  m->flavour_ = options.ggml_flavour;
   auto config = ModelConfig::from_gguf(*m->file_);
   if (!config) return make_error(path + ": " + config.error().message);
   m->config_ = *config;
@@ -38,20 +39,23 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     // Repack the projections for the packed kernels (a copy of the weights;
     // the embedding table is still read from the file for token lookups).
     size_t packed_bytes = Linear::packed_bytes(m->weights_.output);
-    for (const LayerWeights& L : m->weights_.layers) {
-      for (const WeightView* w : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
-        packed_bytes += Linear::packed_bytes(*w);
-    }
+    for (const LayerWeights& L : m->weights_.layers)
+      for (const WeightView& w : L.proj) packed_bytes += Linear::packed_bytes(w);
     if (packed_bytes > 0) m->packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
     kernels::PackedArena* arena = m->packed_arena_.get();
     for (const LayerWeights& L : m->weights_.layers) {
-      m->linears_.push_back({Linear::make(L.wq, arena), Linear::make(L.wk, arena), Linear::make(L.wv, arena),
-                             Linear::make(L.wo, arena), Linear::make(L.w_gate, arena), Linear::make(L.w_up, arena),
-                             Linear::make(L.w_down, arena)});
+      LayerLinears& linears = m->linears_.emplace_back();
+      for (int p = 0; p < kNumProjections; ++p) linears.proj[p] = Linear::make(L.proj[p], arena);
     }
     m->output_ = Linear::make(m->weights_.output, arena);
   }
   return m;
+}
+
+std::string Model::chat_template() const {
+  if (file_->find("tokenizer.chat_template"))
+    if (auto t = file_->get_string("tokenizer.chat_template")) return *t;
+  return config_.traits ? std::string(config_.traits->default_chat_template) : std::string();
 }
 
 namespace {
@@ -87,8 +91,8 @@ bool prefetch_while_waiting(void* prefetcher) {
 }  // namespace
 
 int64_t Model::own_rows_align(const LayerLinears& L) const {
-  const int64_t down_block = quantize_block_of(L.down, config_.n_ff);
-  return down_block > 0 && L.gate.packed() && L.up.packed() ? down_block : 1;
+  const int64_t down_block = quantize_block_of(L[Projection::kDown], config_.n_ff);
+  return down_block > 0 && L[Projection::kGate].packed() && L[Projection::kUp].packed() ? down_block : 1;
 }
 
 // Q, K and V heads taken as one list (query heads, then key heads, then value
@@ -111,7 +115,8 @@ Model::QkvHeads Model::qkv_heads(int ti, int nt) const {
 }
 
 // Each thread's share of every projection in the order forward_thread reads
-// them: seven per layer, then the output projection. Fixed for a thread count.
+// them: the layer plan's projections per layer, then the output projection.
+// Fixed for a thread count.
 void Model::plan_prefetch(int n_threads) {
   s_.prefetch.resize(n_threads);
   for (int ti = 0; ti < n_threads; ++ti) {
@@ -120,15 +125,18 @@ void Model::plan_prefetch(int n_threads) {
     const QkvHeads mine = qkv_heads(ti, n_threads);
     const int64_t D = config_.head_dim;
     for (const LayerLinears& L : linears_) {
-      for (const auto& [linear, h0, h1] : {std::tuple{&L.wq, mine.q0, mine.q1}, {&L.wk, mine.k0, mine.k1},
-                                           {&L.wv, mine.v0, mine.v1}}) {
-        const auto [bytes, n] = linear->rows_bytes(h0 * D, h1 * D);
-        pf.add(bytes, n);
-      }
-      const int64_t align = own_rows_align(L);
-      for (const auto& [linear, a] : {std::pair{&L.wo, int64_t{1}}, {&L.gate, align}, {&L.up, align}, {&L.down, 1}}) {
-        const auto [bytes, n] = linear->thread_bytes(ti, n_threads, a);
-        pf.add(bytes, n);
+      for (const ProjectionSpec& spec : kLayerPlan) {
+        const Linear& linear = L[spec.id];
+        std::pair<const void*, size_t> range;
+        switch (spec.id) {
+          case Projection::kQ: range = linear.rows_bytes(mine.q0 * D, mine.q1 * D); break;
+          case Projection::kK: range = linear.rows_bytes(mine.k0 * D, mine.k1 * D); break;
+          case Projection::kV: range = linear.rows_bytes(mine.v0 * D, mine.v1 * D); break;
+          case Projection::kGate:
+          case Projection::kUp: range = linear.thread_bytes(ti, n_threads, own_rows_align(L)); break;
+          default: range = linear.thread_bytes(ti, n_threads); break;
+        }
+        pf.add(range.first, range.second);
       }
     }
     const auto [bytes, n] = output_.thread_bytes(ti, n_threads);
@@ -142,15 +150,18 @@ struct Model::Pass {
   KVCache* cache;
   float* logits;
   ThreadPool* pool;
+  StepTokens tokens;   // every token of the batch
+  StepTokens outputs;  // the rows whose logits are returned, one per sequence
 };
 
 void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o_block) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   const int64_t D = c.head_dim, H = c.n_head, group = c.n_head / c.n_head_kv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int64_t window = c.layers[layer].sliding_window;
   const uint16_t* kc = pass.cache->k(layer);
   const uint16_t* vc = pass.cache->v(layer);
+  const Linear& wo = linears_[layer][Projection::kO];
   // One work item per (token, head); items are dealt out in contiguous runs,
   // and the heads of a run that share a key/value head are computed together.
   const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
@@ -162,14 +173,11 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o
     const SequenceSlice& sl = batch.sequences[seq];
     kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_table.data()};
     const int64_t pos = batch.positions[t];
-    int64_t first = 0;
-    if (c.sliding_window > 0 && pos + 1 > c.sliding_window) first = pos + 1 - c.sliding_window;
+    const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
-                          scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D);
-    if (o_block > 0) {
-      linears_[layer].wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, s_.in_o);
-    }
+                          c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_);
+    if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, s_.in_o);
   }
 }
 
@@ -186,11 +194,15 @@ void Model::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.gate.resize(T * c.n_ff);
   s_.up.resize(T * c.n_ff);
   s_.logits_in.resize(R * c.n_embd);
-  s_.rope_cos.resize(T * (c.rope_dim / 2));
-  s_.rope_sin.resize(T * (c.rope_dim / 2));
+  s_.rope_cos.resize(c.ropes.size());
+  s_.rope_sin.resize(c.ropes.size());
+  for (size_t r = 0; r < c.ropes.size(); ++r) {
+    s_.rope_cos[r].resize(T * (c.rope_dim / 2));
+    s_.rope_sin[r].resize(T * (c.rope_dim / 2));
+  }
   for (const LayerLinears& L : linears_) {
-    L.wo.prepare(s_.in_o, T);
-    L.down.prepare(s_.in_down, T);
+    L[Projection::kO].prepare(s_.in_o, T);
+    L[Projection::kDown].prepare(s_.in_down, T);
   }
   output_.prepare(s_.in_out, R);
   prepare_norm_outputs(s_.norm, T);
@@ -201,11 +213,12 @@ void Model::prepare_scratch(const ForwardBatch& batch, int n_threads) {
 void Model::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   out.xn.resize(T * config_.n_embd);
   for (const LayerLinears& L : linears_) {
-    L.wq.prepare(out.q, T);
-    if (!L.wk.same_input(L.wq)) L.wk.prepare(out.k, T);
-    if (!L.wv.same_input(L.wq)) L.wv.prepare(out.v, T);
-    L.gate.prepare(out.gate, T);
-    if (!L.up.same_input(L.gate)) L.up.prepare(out.up, T);
+    const Linear &wq = L[Projection::kQ], &gate = L[Projection::kGate];
+    wq.prepare(out.q, T);
+    if (!L[Projection::kK].same_input(wq)) L[Projection::kK].prepare(out.k, T);
+    if (!L[Projection::kV].same_input(wq)) L[Projection::kV].prepare(out.v, T);
+    gate.prepare(out.gate, T);
+    if (!L[Projection::kUp].same_input(gate)) L[Projection::kUp].prepare(out.up, T);
   }
 }
 
@@ -213,20 +226,34 @@ void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float
   prepare_scratch(batch, pool.size());
   logits.resize(batch.logit_rows.size() * config_.n_vocab);
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
-  const Pass pass{&batch, &cache, logits.data(), &pool};
+  // Each token's place in its sequence's share of the step, and the output
+  // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its
+  // last layer's FFN on the output rows only (Linear, StepTokens).
+  s_.places.resize(batch.size());
+  for (const SequenceSlice& sl : batch.sequences)
+    for (int32_t i = 0; i < sl.n_tokens; ++i) s_.places[sl.first_token + i] = {sl.n_tokens, i};
+  s_.output_places.assign(batch.logit_rows.size(), kernels::TokenPlace{1, 0});
+  const Pass pass{&batch,
+                  &cache,
+                  logits.data(),
+                  &pool,
+                  {batch.size(), s_.places.data()},
+                  {static_cast<int64_t>(batch.logit_rows.size()), s_.output_places.data()}};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
 }
 
 // RMSNorm rows, each row r reading token row_token[r] (or r): x + h (when h is
-// given) into x_out (when given), the normalized row into xn[r], then the
-// inputs of `targets` quantized from xn (a target whose input an earlier one
-// already fills, Linear::same_input, is skipped). When every target quantizes
-// by 32-column blocks, threads split (row, block) items, so one token keeps
-// both busy; x_out must then not alias x (another thread may still be reading it).
-void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token, const float* x, const float* h,
-                       float* x_out, const float* weight, float* xn, std::initializer_list<NormTarget> all_targets,
-                       bool whole_rows) {
+// given; h RMS-normalized with h_weight first when that is given) into x_out
+// (when given), the normalized row into xn[r], then the inputs of `targets`
+// quantized from xn (a target whose input an earlier one already fills,
+// Linear::same_input, is skipped). When every target quantizes by 32-column
+// blocks, threads split (row, block) items, so one token keeps both busy;
+// x_out must then not alias x (another thread may still be reading it).
+void Model::norm_phase(int ti, int nt, const StepTokens& rows, const int32_t* row_token, const float* x,
+                       const float* h, const float* h_weight, float* x_out, const float* weight, float* xn,
+                       std::initializer_list<NormTarget> all_targets, bool whole_rows, bool h_by_row) {
+  const int64_t n_rows = rows.n;
   const int64_t E = config_.n_embd;
   const float eps = config_.rms_eps;
   NormTarget targets[4] = {};
@@ -243,25 +270,37 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
   for (int i = 1; i < n_targets; ++i)
     if (quantize_block_of(*targets[i].linear, E) != block) block = 0;
   auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
+  // Token t's h as it is added: a sandwich norm's output is needed whole (its
+  // scale reads every column) by each thread that touches the row, so each
+  // makes its own copy rather than waiting at a barrier for a shared one.
+  thread_local std::vector<float> h_normed;
+  auto h_row = [&](int64_t r) -> const float* {
+    if (!h) return nullptr;
+    const float* hr = h + (h_by_row ? r : token(r)) * E;
+    if (!h_weight) return hr;
+    h_normed.resize(E);
+    kernels::rms_norm_row(hr, nullptr, h_weight, E, eps, 0, E, nullptr, h_normed.data());
+    return h_normed.data();
+  };
   if (whole_rows) {
     const auto [c0, c1] = ThreadPool::split(E, ti, nt);
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t t = token(r);
-      kernels::rms_norm_row(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, nullptr, xn + r * E);
+      const float* hr = h_row(r);
+      kernels::rms_norm_row(x + t * E, hr, weight, E, eps, 0, E, nullptr, xn + r * E);
       if (!x_out) continue;
-      for (int64_t i = c0; i < c1; ++i) x_out[t * E + i] = h ? x[t * E + i] + h[t * E + i] : x[t * E + i];
+      for (int64_t i = c0; i < c1; ++i) x_out[t * E + i] = hr ? x[t * E + i] + hr[i] : x[t * E + i];
     }
-    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, 0, n_rows, *targets[i].in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, 0, n_rows, rows, *targets[i].in);
     return;
   }
   if (block == 0) {
     const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t t = token(r);
-      kernels::rms_norm_row(x + t * E, h ? h + t * E : nullptr, weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr,
-                        xn + r * E);
+      kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr, xn + r * E);
     }
-    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, *targets[i].in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, rows, *targets[i].in);
     return;
   }
   // Items are (row, block) pairs, row-major; this thread's run [i0, i1) covers
@@ -271,24 +310,55 @@ void Model::norm_phase(int ti, int nt, int64_t n_rows, const int32_t* row_token,
   for (int64_t r = i0 / nb; r < n_rows && r * nb < i1; ++r) {
     const int64_t b0 = std::max(i0 - r * nb, int64_t{0}), b1 = std::min(i1 - r * nb, nb);
     const int64_t t = token(r);
-    kernels::rms_norm_row(x + t * E, h ? h + t * E : nullptr, weight, E, eps, b0 * block, b1 * block,
-                      x_out ? x_out + t * E : nullptr, xn + r * E);
+    kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, b0 * block, b1 * block, x_out ? x_out + t * E : nullptr,
+                          xn + r * E);
     for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, *targets[i].in);
   }
 }
 
+namespace {
+
+// Rotary angles of one table for one position, as GGML's rope cache computes
+// them: theta_i = pos * theta_scale^i by repeated multiplication, divided by
+// the dimension's factor, times the frequency scale.
+void rope_angles(const RopeConfig& rope, const float* factors, int64_t half, int64_t rope_dim, int32_t pos,
+                 float* cos_out, float* sin_out) {
+  const float theta_scale = std::pow(rope.freq_base, -2.0f / static_cast<float>(rope_dim));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < half; ++i) {
+    const float extrapolated = rope.freq_factors ? theta / factors[i] : theta;
+    const float angle = rope.freq_scale * extrapolated;
+    cos_out[i] = std::cos(angle);
+    sin_out[i] = std::sin(angle);
+    theta *= theta_scale;
+  }
+}
+
+// gate <- act(gate) * up over n elements, act as the architecture says.
+void gated_activation(Activation act, float* gate, const float* up, int64_t n, kernels::GgmlFlavour flavour) {
+  if (act == Activation::kGeGLU) {
+    kernels::geglu(gate, up, gate, n, flavour);
+  } else {
+    kernels::swiglu(gate, up, gate, n, flavour);
+  }
+}
+
+}  // namespace
+
 // Phases alternate between splitting tokens, or (token, column block) items,
-// across threads (norms, SwiGLU, quantizing a projection's input) and
-// splitting weight rows (projections) or (token, head) pairs (RoPE,
-// attention), with a barrier between. The residual stream alternates between
-// two buffers, so a norm phase can read one while writing the other.
+// across threads (norms, the gated activation, quantizing a projection's
+// input) and splitting weight rows (projections) or (token, head) pairs
+// (RoPE, attention), with a barrier between. The residual stream alternates
+// between two buffers, so a norm phase can read one while writing the other.
+// What differs between architectures and layers is read from config_ once per
+// phase (ModelConfig, LayerConfig), never inside the kernels' loops.
 void Model::forward_thread(const Pass& pass, int ti, int nt) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   ThreadPool& pool = *pass.pool;
   const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
   const int64_t half = c.rope_dim / 2, D = c.head_dim;
-  const auto rope_pairs = c.rope_style == RopeStyle::Neox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
+  const auto rope_pairs = c.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
   float* x = s_.x.data();
   float* x_next = s_.x2.data();
 
@@ -303,21 +373,19 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
     pf.read_first(ranges_read);
   };
 
-  // Token embeddings and rotary angles (theta_i = pos * base^(-2i / rope_dim)).
+  // Token embeddings (scaled where the architecture says) and rotary angles.
   const auto [t0, t1] = ThreadPool::split(T, ti, nt);
   const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
-  // theta_i = pos * theta_scale^i, by repeated multiplication as GGML computes it.
-  const float theta_scale = std::pow(c.rope_freq_base, -2.0f / c.rope_dim);
+  const float* rope_factors = weights_.rope_freqs ? weights_.rope_freqs.f32() : nullptr;
   for (int64_t t = t0; t < t1; ++t) {
     const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
                       static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
     kernels::dequantize_row(weights_.tok_embd.dtype, row, x + t * E, E);
-    float theta = static_cast<float>(batch.positions[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      s_.rope_cos[t * half + i] = std::cos(theta);
-      s_.rope_sin[t * half + i] = std::sin(theta);
-      theta *= theta_scale;
-    }
+    if (c.embedding_scale != 0.0f)
+      for (int64_t i = 0; i < E; ++i) x[t * E + i] *= c.embedding_scale;
+    for (size_t r = 0; r < c.ropes.size(); ++r)
+      rope_angles(c.ropes[r], rope_factors, half, c.rope_dim, batch.positions[t], &s_.rope_cos[r][t * half],
+                  &s_.rope_sin[r][t * half]);
   }
   pool.barrier(idle);
 
@@ -327,33 +395,46 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights_.layers[l];
     const LayerLinears& L = linears_[l];
+    const Linear &wq = L[Projection::kQ], &wk = L[Projection::kK], &wv = L[Projection::kV];
+    const Linear &wo = L[Projection::kO], &gate = L[Projection::kGate], &up = L[Projection::kUp];
+    const Linear& down = L[Projection::kDown];
+    // The previous layer's FFN output, and its sandwich norm when it has one.
+    const float* h_prev = l > 0 ? s_.h.data() : nullptr;
+    const float* h_prev_weight = l > 0 && c.sandwich_norms ? weights_.layers[l - 1].post_ffn_norm.f32() : nullptr;
     float* xn = norm.xn.data();
     LinearInput& in_q = norm.q;
-    LinearInput& in_k = L.wk.same_input(L.wq) ? norm.q : norm.k;
-    LinearInput& in_v = L.wv.same_input(L.wq) ? norm.q : norm.v;
+    LinearInput& in_k = wk.same_input(wq) ? norm.q : norm.k;
+    LinearInput& in_v = wv.same_input(wq) ? norm.q : norm.v;
     LinearInput& in_gate = norm.gate;
-    LinearInput& in_up = L.up.same_input(L.gate) ? norm.gate : norm.up;
+    LinearInput& in_up = up.same_input(gate) ? norm.gate : norm.up;
 
     // (The previous layer's residual,) attention norm, Q/K/V input.
-    norm_phase(ti, nt, T, nullptr, x, l > 0 ? s_.h.data() : nullptr, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
-               xn, {{&L.wq, &in_q}, {&L.wk, &in_k}, {&L.wv, &in_v}}, own);
+    norm_phase(ti, nt, pass.tokens, nullptr, x, h_prev, h_prev_weight, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
+               xn, {{&wq, &in_q}, {&wk, &in_k}, {&wv, &in_v}}, own);
     if (l > 0) std::swap(x, x_next);
     if (!own) pool.barrier(idle);
 
     // Q, K and V split by whole heads, so that each thread goes on to the
-    // biases, RoPE and cache writes of the heads it computed without a barrier.
+    // biases, per-head norms, RoPE and cache writes of the heads it computed
+    // without a barrier.
     const QkvHeads mine = qkv_heads(ti, nt);
-    L.wq.compute_rows(in_q, T, s_.q.data(), mine.q0 * D, mine.q1 * D);
-    L.wk.compute_rows(in_k, T, s_.k.data(), mine.k0 * D, mine.k1 * D);
-    L.wv.compute_rows(in_v, T, s_.v.data(), mine.v0 * D, mine.v1 * D);
+    wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
+    wk.compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
+    wv.compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
     read_weights(3);
+    const int rope = c.layers[l].rope;
+    const float* q_norm = W.q_norm ? W.q_norm.f32() : nullptr;
+    const float* k_norm = W.k_norm ? W.k_norm.f32() : nullptr;
     for (int64_t t = 0; t < T; ++t) {
-      const float* cos_t = &s_.rope_cos[t * half];
-      const float* sin_t = &s_.rope_sin[t * half];
+      const float* cos_t = &s_.rope_cos[rope][t * half];
+      const float* sin_t = &s_.rope_sin[rope][t * half];
       for (int64_t h = mine.q0; h < mine.q1; ++h) {
         float* q = s_.q.data() + t * QD + h * D;
         if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
+        if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
         kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+        if (c.query_scale != 1.0f)
+          for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
       }
       const int64_t slot = batch.slots[t];
       // The next position's slot is most often the next one: have its cache
@@ -367,6 +448,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
       for (int64_t g = mine.k0; g < mine.k1; ++g) {
         float* k = s_.k.data() + t * KVD + g * D;
         if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
+        if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
         kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
         kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
         prefetch_next_slot(pass.cache->k(l), g * D);
@@ -382,57 +464,70 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
 
     // Attention; each head's output is quantized for the output projection
     // right away when its columns are whole quantize blocks.
-    const int64_t o_block = quantize_block_of(L.wo, D);
+    const int64_t o_block = quantize_block_of(wo, D);
     attention(pass, l, ti, nt, o_block);
     if (o_block == 0) {
       pool.barrier(idle);
-      L.wo.quantize(s_.attn.data(), t0, t1, s_.in_o);
+      wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
     }
     pool.barrier(idle);
-    L.wo.compute(s_.in_o, T, s_.h.data(), ti, nt);
+    wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
     read_weights(1);
     pool.barrier(idle);
 
-    // Residual, FFN norm, gate/up input.
-    norm_phase(ti, nt, T, nullptr, x, s_.h.data(), x_next, W.ffn_norm.f32(), xn, {{&L.gate, &in_gate}, {&L.up, &in_up}},
-               own);
+    // Residual (through the post-attention norm where there is one), FFN
+    // norm, gate/up input. The last layer's FFN runs on the output rows only,
+    // as llama.cpp's graphs do: no other row is read again (its h is then
+    // indexed by output row).
+    const bool last = l + 1 == c.n_layer;
+    const StepTokens& ffn = last ? pass.outputs : pass.tokens;
+    const int64_t TF = ffn.n;
+    norm_phase(ti, nt, ffn, last ? batch.logit_rows.data() : nullptr, x, s_.h.data(),
+               c.sandwich_norms ? W.post_attn_norm.f32() : nullptr, x_next, W.ffn_norm.f32(), xn,
+               {{&gate, &in_gate}, {&up, &in_up}}, own);
     std::swap(x, x_next);
     if (!own) pool.barrier(idle);
 
-    // Gate and up, then SwiGLU and the down-projection input. When the input
-    // quantizes by blocks and gate and up are packed, each thread goes on to
-    // its own rows' outputs (split on whole blocks) without a barrier.
+    // Gate and up, then the gated activation and the down-projection input.
+    // When the input quantizes by blocks and gate and up are packed, each
+    // thread goes on to its own rows' outputs (split on whole blocks) without
+    // a barrier.
     const int64_t align = own_rows_align(L);  // the down projection's input block, or 1
     const bool own_rows = align > 1;
-    L.gate.compute(in_gate, T, s_.gate.data(), ti, nt, align);
-    L.up.compute(in_up, T, s_.up.data(), ti, nt, align);
+    gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
+    up.compute(in_up, ffn, s_.up.data(), ti, nt, align);
     read_weights(2);
     if (own_rows) {
-      const auto [r0, r1] = L.gate.thread_rows(ti, nt, align);
-      for (int64_t t = 0; t < T && r0 < r1; ++t) {
-        float* g = s_.gate.data() + t * F;
-        kernels::swiglu(g + r0, s_.up.data() + t * F + r0, g + r0, r1 - r0);
-        L.down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, s_.in_down);
+      // Shares start on whole blocks, so a share's tail is the row's tail.
+      const auto [r0, r1] = gate.thread_rows(ti, nt, align);
+      for (int64_t t = 0; t < TF && r0 < r1; ++t) {
+        gated_activation(c.activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0, flavour_);
+        down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, s_.in_down);
       }
     } else {
       pool.barrier(idle);
-      kernels::swiglu(s_.gate.data() + t0 * F, s_.up.data() + t0 * F, s_.gate.data() + t0 * F, (t1 - t0) * F);
-      L.down.quantize(s_.gate.data(), t0, t1, s_.in_down);
+      const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
+      // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
+      for (int64_t t = f0; t < f1; ++t)
+        gated_activation(c.activation, s_.gate.data() + t * F, s_.up.data() + t * F, F, flavour_);
+      down.quantize(s_.gate.data(), f0, f1, ffn, s_.in_down);
     }
     pool.barrier(idle);
-    L.down.compute(s_.in_down, T, s_.h.data(), ti, nt);
+    down.compute(s_.in_down, ffn, s_.h.data(), ti, nt);
     read_weights(1);
     pool.barrier(idle);
   }
 
-  // The last residual, the final norm and the output projection's input, for
-  // the rows whose logits are wanted.
+  // The last residual (through the last post-FFN norm where there is one),
+  // the final norm and the output projection's input, for the rows whose
+  // logits are wanted.
   const int64_t R = static_cast<int64_t>(batch.logit_rows.size());
-  norm_phase(ti, nt, R, batch.logit_rows.data(), x, s_.h.data(), nullptr, weights_.output_norm.f32(),
-             s_.logits_in.data(), {{&output_, &s_.in_out}});
+  const float* h_last_weight = c.sandwich_norms ? weights_.layers.back().post_ffn_norm.f32() : nullptr;
+  norm_phase(ti, nt, pass.outputs, batch.logit_rows.data(), x, s_.h.data(), h_last_weight, nullptr,
+             weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false, /*h_by_row=*/true);
   pool.barrier(idle);
   assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
-  if (R > 0) output_.compute(s_.in_out, R, pass.logits, ti, nt);
+  output_.compute(s_.in_out, pass.outputs, pass.logits, ti, nt);
 }
 
 }  // namespace inferd

@@ -1,6 +1,7 @@
 // A loaded model: its file, hyper-parameters, weights, tokenizer and the CPU
 // forward pass over a ForwardBatch.
 #pragma once
+#include <array>
 #include <functional>
 #include <initializer_list>
 #include <memory>
@@ -10,6 +11,7 @@
 #include "core/result.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
+#include "kernels/cpu/flavour.h"
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
@@ -24,6 +26,9 @@ struct LoadOptions {
   // Called with the fraction of weight data paged in so far (for a progress bar).
   std::function<void(double)> progress;
   bool prefault = true;
+  // Which llama.cpp CPU build's rounding the forward pass reproduces
+  // (kernels/cpu/flavour.h): by default the one llama.cpp builds on this CPU.
+  kernels::GgmlFlavour ggml_flavour = kernels::native_ggml_flavour();
 };
 
 class Model {
@@ -36,7 +41,11 @@ class Model {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const gguf::File& file() const { return *file_; }
   const ModelWeights& weights() const { return weights_; }
-  bool can_generate() const { return architecture_can_generate(config_.architecture); }
+  bool can_generate() const { return config_.can_generate(); }
+  kernels::GgmlFlavour ggml_flavour() const { return flavour_; }
+  // The model's chat template: the file's (tokenizer.chat_template), else its
+  // architecture's default, else empty.
+  std::string chat_template() const;
 
   // Runs the batch through the network, writing each token's keys and values
   // into `cache` at its slot, and returns logits for batch.logit_rows
@@ -57,19 +66,24 @@ class Model {
     LinearInput* in;
   };
   // whole_rows: this thread normalizes every row into its own xn and targets
-  // (Scratch::own), and writes only its share of x_out.
-  void norm_phase(int thread_index, int n_threads, int64_t n_rows, const int32_t* row_token, const float* x,
-                  const float* h, float* x_out, const float* weight, float* xn,
-                  std::initializer_list<NormTarget> all_targets, bool whole_rows = false);
+  // (Scratch::own), and writes only its share of x_out. h_weight: h is
+  // RMS-normalized with these weights before it is added (sandwich norms).
+  // h_by_row: h holds the phase's rows, not the batch's tokens.
+  void norm_phase(int thread_index, int n_threads, const StepTokens& rows, const int32_t* row_token, const float* x,
+                  const float* h, const float* h_weight, float* x_out, const float* weight, float* xn,
+                  std::initializer_list<NormTarget> all_targets, bool whole_rows = false, bool h_by_row = false);
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
+  kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
 
-  // The projections, in the form the kernels run fastest (repacked or mapped).
+  // A layer's projections (the layer plan, model/weights.h), in the form the
+  // kernels run fastest (repacked or mapped).
   struct LayerLinears {
-    Linear wq, wk, wv, wo, gate, up, down;
+    std::array<Linear, kNumProjections> proj;
+    const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
   // The row alignment of gate/up's thread shares: the down projection's input
   // block when each thread can run SwiGLU and that quantize on its own rows
@@ -98,7 +112,8 @@ class Model {
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
     std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
-    std::vector<float> rope_cos, rope_sin;  // per token, rope_dim/2 each
+    // Per RoPE table (ModelConfig::ropes), per token, rope_dim/2 each.
+    std::vector<std::vector<float>> rope_cos, rope_sin;
     // The norms' outputs, shared by the threads; in steps of at most
     // kOwnNormMaxTokens tokens each thread has its own instead (`own`, one per
     // thread, empty otherwise; see forward_thread).
@@ -107,6 +122,7 @@ class Model {
     // The other quantized projection inputs.
     LinearInput in_o, in_down, in_out;
     std::vector<WeightPrefetcher> prefetch;  // one per thread
+    std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
   } s_;
 };
 

@@ -4,12 +4,35 @@
 
 namespace inferd {
 
+std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c) {
+  switch (p) {
+    case Projection::kQ: return {c.n_embd, c.q_dim()};
+    case Projection::kK: return {c.n_embd, c.kv_dim()};
+    case Projection::kV: return {c.n_embd, c.kv_dim()};
+    case Projection::kO: return {c.q_dim(), c.n_embd};
+    case Projection::kGate: return {c.n_embd, c.n_ff};
+    case Projection::kUp: return {c.n_embd, c.n_ff};
+    case Projection::kDown: return {c.n_ff, c.n_embd};
+  }
+  return {0, 0};
+}
+
 namespace {
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::string out = "[";
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
   return out + "]";
+}
+
+std::string supported_weight_types() {
+  std::string out;
+  for (uint32_t t = 0; t < 64; ++t) {
+    if (!dtype_info(t) || !kernels::is_supported_weight_type(static_cast<DType>(t))) continue;
+    if (!out.empty()) out += ", ";
+    out += dtype_name(static_cast<DType>(t));
+  }
+  return out;
 }
 
 // Looks up `name` and checks it has exactly `shape` (GGML order).
@@ -24,7 +47,8 @@ Result<WeightView> find(const gguf::File& f, const std::string& name,
     return make_error("tensor '" + name + "' has shape " + shape_str(t->shape) + ", expected " +
                       shape_str(shape));
   if (!kernels::is_supported_weight_type(t->dtype))
-    return make_error("tensor '" + name + "' has unsupported type " + dtype_name(t->dtype));
+    return make_error("tensor '" + name + "' has type " + dtype_name(t->dtype) +
+                      ", which inferd does not run (it runs " + supported_weight_types() + ")");
   if (shape.size() == 1 && t->dtype != DType::F32)
     return make_error("tensor '" + name + "' is a vector and must be F32");
   WeightView w;
@@ -38,6 +62,8 @@ Result<WeightView> find(const gguf::File& f, const std::string& name,
 }  // namespace
 
 Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelConfig& c) {
+  if (!c.traits) return make_error(unsupported_architecture_message(c.architecture));
+  const ArchitectureTraits& arch = *c.traits;
   ModelWeights m;
 #define INFERD_TRY_SET(dst, expr) \
   {                               \
@@ -45,7 +71,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
     if (!r) return r.error();     \
     dst = *r;                     \
   }
-  const int64_t E = c.n_embd;
+  const int64_t E = c.n_embd, D = c.head_dim;
   INFERD_TRY_SET(m.tok_embd, find(f, "token_embd.weight", {E, c.n_vocab}));
   INFERD_TRY_SET(m.output_norm, find(f, "output_norm.weight", {E}));
   INFERD_TRY_SET(m.output, find(f, "output.weight", {E, c.n_vocab}, /*required=*/false));
@@ -53,25 +79,27 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
     m.output = m.tok_embd;
     m.tied_embeddings = true;
   }
+  INFERD_TRY_SET(m.rope_freqs, find(f, "rope_freqs.weight", {c.rope_dim / 2}, false));
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights L;
+    for (const ProjectionSpec& spec : kLayerPlan) {
+      const auto [cols, rows] = projection_shape(spec.id, c);
+      INFERD_TRY_SET(L.proj[static_cast<int>(spec.id)], find(f, p + spec.tensor, {cols, rows}));
+    }
     INFERD_TRY_SET(L.attn_norm, find(f, p + "attn_norm.weight", {E}));
-    INFERD_TRY_SET(L.wq, find(f, p + "attn_q.weight", {E, c.q_dim()}));
-    INFERD_TRY_SET(L.wk, find(f, p + "attn_k.weight", {E, c.kv_dim()}));
-    INFERD_TRY_SET(L.wv, find(f, p + "attn_v.weight", {E, c.kv_dim()}));
-    INFERD_TRY_SET(L.wo, find(f, p + "attn_output.weight", {c.q_dim(), E}));
-    INFERD_TRY_SET(L.bq, find(f, p + "attn_q.bias", {c.q_dim()}, false));
-    INFERD_TRY_SET(L.bk, find(f, p + "attn_k.bias", {c.kv_dim()}, false));
-    INFERD_TRY_SET(L.bv, find(f, p + "attn_v.bias", {c.kv_dim()}, false));
-    INFERD_TRY_SET(L.q_norm, find(f, p + "attn_q_norm.weight", {c.head_dim}, false));
-    INFERD_TRY_SET(L.k_norm, find(f, p + "attn_k_norm.weight", {c.head_dim}, false));
-    INFERD_TRY_SET(L.post_attn_norm, find(f, p + "post_attention_norm.weight", {E}, false));
-    INFERD_TRY_SET(L.post_ffn_norm, find(f, p + "post_ffw_norm.weight", {E}, false));
     INFERD_TRY_SET(L.ffn_norm, find(f, p + "ffn_norm.weight", {E}));
-    INFERD_TRY_SET(L.w_gate, find(f, p + "ffn_gate.weight", {E, c.n_ff}));
-    INFERD_TRY_SET(L.w_up, find(f, p + "ffn_up.weight", {E, c.n_ff}));
-    INFERD_TRY_SET(L.w_down, find(f, p + "ffn_down.weight", {c.n_ff, E}));
+    INFERD_TRY_SET(L.bq, find(f, p + "attn_q.bias", {c.q_dim()}, arch.qkv_bias));
+    INFERD_TRY_SET(L.bk, find(f, p + "attn_k.bias", {c.kv_dim()}, arch.qkv_bias));
+    INFERD_TRY_SET(L.bv, find(f, p + "attn_v.bias", {c.kv_dim()}, arch.qkv_bias));
+    if (arch.qk_norm) {
+      INFERD_TRY_SET(L.q_norm, find(f, p + "attn_q_norm.weight", {D}));
+      INFERD_TRY_SET(L.k_norm, find(f, p + "attn_k_norm.weight", {D}));
+    }
+    if (arch.sandwich_norms) {
+      INFERD_TRY_SET(L.post_attn_norm, find(f, p + "post_attention_norm.weight", {E}));
+      INFERD_TRY_SET(L.post_ffn_norm, find(f, p + "post_ffw_norm.weight", {E}));
+    }
     m.layers.push_back(L);
   }
 #undef INFERD_TRY_SET

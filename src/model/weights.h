@@ -1,7 +1,10 @@
-// Views of a model's weight tensors inside the memory-mapped GGUF file.
+// Views of a model's weight tensors inside the memory-mapped GGUF file
+// (backend-neutral: executors repack or upload them as they need).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -21,12 +24,31 @@ struct WeightView {
   const float* f32() const { return static_cast<const float*>(data); }
 };
 
+// The layer plan: a layer's projections in the order a forward pass reads
+// them. Loading, the CPU executor's weight prefetch and its forward pass all
+// walk this one list, so a projection cannot be in one and missing in another.
+enum class Projection : int { kQ, kK, kV, kO, kGate, kUp, kDown };
+constexpr int kNumProjections = 7;
+struct ProjectionSpec {
+  Projection id;
+  const char* tensor;  // GGUF name after "blk.N."
+};
+constexpr ProjectionSpec kLayerPlan[kNumProjections] = {
+    {Projection::kQ, "attn_q.weight"},      {Projection::kK, "attn_k.weight"},
+    {Projection::kV, "attn_v.weight"},      {Projection::kO, "attn_output.weight"},
+    {Projection::kGate, "ffn_gate.weight"}, {Projection::kUp, "ffn_up.weight"},
+    {Projection::kDown, "ffn_down.weight"},
+};
+// {input columns, output rows} of a projection.
+std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c);
+
 struct LayerWeights {
-  WeightView attn_norm, wq, wk, wv, wo;
-  WeightView bq, bk, bv;              // optional biases (qwen2)
-  WeightView q_norm, k_norm;          // optional per-head norms (gemma3, qwen3)
-  WeightView post_attn_norm, post_ffn_norm;  // optional sandwich norms (gemma)
-  WeightView ffn_norm, w_gate, w_up, w_down;
+  std::array<WeightView, kNumProjections> proj;
+  WeightView attn_norm, ffn_norm;
+  WeightView bq, bk, bv;                      // QKV biases (qwen2), else empty
+  WeightView q_norm, k_norm;                  // per-head norms (qwen3, gemma3), else empty
+  WeightView post_attn_norm, post_ffn_norm;   // sandwich norms (gemma), else empty
+  const WeightView& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
 };
 
 struct ModelWeights {
@@ -34,6 +56,7 @@ struct ModelWeights {
   WeightView output_norm;
   WeightView output;  // == tok_embd when embeddings are tied
   bool tied_embeddings = false;
+  WeightView rope_freqs;  // Llama 3's per-dimension RoPE factors, else empty
   std::vector<LayerWeights> layers;
 
   // Finds every tensor the architecture needs and checks its type and shape;

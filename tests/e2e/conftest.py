@@ -71,13 +71,13 @@ class Server:
 
 
 def start(tmp_dir: pathlib.Path, extra_args: list[str] | None = None, api_key: str | None = None,
-          wait_ready: bool = True) -> Server:
+          wait_ready: bool = True, model: pathlib.Path = DEFAULT_MODEL) -> Server:
     if not BINARY.exists():
         pytest.fail(f"{BINARY} is missing: build first (scripts/setup.sh)")
-    if not DEFAULT_MODEL.exists():
-        pytest.fail(f"{DEFAULT_MODEL} is missing: run scripts/fetch_models.sh")
+    if not model.exists():
+        pytest.fail(f"{model} is missing: run scripts/fetch_models.sh --all")
     port = free_port()
-    args = [str(BINARY), "serve", "-m", str(DEFAULT_MODEL), "--host", "127.0.0.1", "--port", str(port),
+    args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
             "--kv-cache-memory", "256M", "--threads", "2"]
     if api_key:

@@ -1,0 +1,86 @@
+#include "model/architecture.h"
+
+#include <iterator>
+
+namespace inferd {
+
+namespace {
+
+// The official Gemma 3 chat template (Gemma has no system role: a system
+// message opens the first user turn). Some Gemma 3 GGUFs, such as the 270M
+// one we test on, carry no template of their own.
+constexpr std::string_view kGemma3ChatTemplate = R"jinja({{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- if messages[0]['content'] is string -%}
+        {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- else -%}
+        {%- set first_user_prefix = messages[0]['content'][0]['text'] + '\n\n' -%}
+    {%- endif -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- elif message['content'] is iterable -%}
+        {%- for item in message['content'] -%}
+            {%- if item['type'] == 'image' -%}
+                {{ '<start_of_image>' }}
+            {%- elif item['type'] == 'text' -%}
+                {{ item['text'] | trim }}
+            {%- endif -%}
+        {%- endfor -%}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+)jinja";
+
+// Field order: name, RoPE style, activation, QKV bias, QK-norm, sandwich norms,
+// scaled embeddings, scaled queries, sliding-window pattern, windowed layers'
+// RoPE base, default chat template. Sources: each architecture's graph in llama.cpp (src/models/).
+constexpr ArchitectureTraits kArchitectures[] = {
+    {"llama", RopeStyle::kInterleaved, Activation::kSwiGLU, false, false, false, false, false, 0, 0.0f},
+    {"mistral", RopeStyle::kInterleaved, Activation::kSwiGLU, false, false, false, false, false, 0, 0.0f},
+    {"qwen2", RopeStyle::kNeox, Activation::kSwiGLU, true, false, false, false, false, 0, 0.0f},
+    {"qwen3", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f},
+    {"gemma3", RopeStyle::kNeox, Activation::kGeGLU, false, true, true, true, true, 6, 10000.0f, kGemma3ChatTemplate},
+};
+
+}  // namespace
+
+const ArchitectureTraits* find_architecture(std::string_view name) {
+  for (const ArchitectureTraits& a : kArchitectures)
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+std::string supported_architectures() {
+  std::string out;
+  for (const ArchitectureTraits& a : kArchitectures) {
+    if (!out.empty()) out += ", ";
+    out += a.name;
+  }
+  return out;
+}
+
+std::string unsupported_architecture_message(std::string_view name) {
+  return "architecture '" + std::string(name) + "' is not supported (inferd runs " + supported_architectures() + ")";
+}
+
+}  // namespace inferd

@@ -1,0 +1,48 @@
+// The architectures inferd runs, as data: one row per GGUF
+// `general.architecture`. Everything that differs between them (norm
+// placement, biases, per-head norms, activation, RoPE style, sliding-window
+// layers, embedding scale) is a field here; the forward pass reads the fields
+// once per phase and never compares architecture names. A new model of a known
+// shape is a row here and a reference test.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace inferd {
+
+enum class RopeStyle {
+  kInterleaved,  // rotate pairs (2i, 2i+1): llama GGUFs (Q/K rows permuted at conversion)
+  kNeox,         // rotate pairs (i, i + d/2): qwen2, qwen3, gemma3
+};
+
+enum class Activation {
+  kSwiGLU,  // silu(gate) * up
+  kGeGLU,   // gelu(gate) * up (GELU's tanh approximation, as GGML computes it)
+};
+
+struct ArchitectureTraits {
+  std::string_view name;
+  RopeStyle rope_style;
+  Activation activation;
+  bool qkv_bias;          // attn_q/k/v.bias are required (qwen2); other rows take them when present
+  bool qk_norm;           // per-head RMSNorm of Q and K before RoPE (qwen3, gemma3)
+  bool sandwich_norms;    // RMSNorm of the attention and FFN outputs before each residual add (gemma)
+  bool scale_embeddings;  // token embeddings times sqrt(n_embd) (gemma)
+  bool scale_queries;     // Q times the attention scale before attention, softmax scale 1 (gemma)
+  // With `<arch>.attention.sliding_window` set: every n-th layer attends
+  // globally and the others within the window (0: every layer within it), and
+  // the windowed layers' RoPE base when the file does not give one.
+  int sliding_window_pattern;
+  float sliding_window_rope_base;
+  // The chat template for files of this architecture that carry none (empty: none).
+  std::string_view default_chat_template = {};
+};
+
+// The row for an architecture name, or null when inferd does not run it.
+const ArchitectureTraits* find_architecture(std::string_view name);
+// "llama, mistral, ...": for messages that say what would load.
+std::string supported_architectures();
+// "architecture 'x' is not supported (inferd runs llama, ...)".
+std::string unsupported_architecture_message(std::string_view name);
+
+}  // namespace inferd
