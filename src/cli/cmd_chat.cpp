@@ -9,7 +9,6 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "engine/sequence_generator.h"
 
 namespace inferd::cli {
 
@@ -45,9 +44,12 @@ int run_chat(const ChatFlags& f) {
 
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
   ThreadPool pool(f.threads);
-  SequenceGenerator gen(*model, pool, ctx);
-  GenerationOptions options;
-  options.sampling = f.sampling.params();
+  // Earlier turns are prefix-cache hits of the engine, not recomputed.
+  auto engine = SingleRequestEngine::create(*model, pool, ctx);
+  if (!engine) {
+    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
+    return 1;
+  }
 
   std::vector<ChatMessage> messages;
   if (!f.system.empty()) messages.push_back({"system", f.system});
@@ -77,33 +79,28 @@ int run_chat(const ChatFlags& f) {
     // A template that writes the BOS token itself must not get a second one.
     const bool has_bos = !topts.bos_token.empty() && prompt_text->rfind(topts.bos_token, 0) == 0;
     std::vector<int32_t> prompt = tok.encode(*prompt_text, /*add_special=*/!has_bos, true);
-    options.max_tokens = std::min<int64_t>(f.n_predict, ctx - static_cast<int64_t>(prompt.size()));
-    if (options.max_tokens <= 0) {
+    GenerationParams params;
+    params.prompt_token_ids = prompt;
+    params.sampling = f.sampling.params();
+    params.max_tokens = std::min<int64_t>(f.n_predict, ctx - static_cast<int64_t>(prompt.size()));
+    if (params.max_tokens <= 0) {
       std::fprintf(stderr, "error: the conversation no longer fits the context of %lld tokens; /reset to start over\n",
                    static_cast<long long>(ctx));
       messages.pop_back();
       continue;
     }
-    IncrementalDecoder decoder(tok);
-    std::string reply;
-    auto out = gen.generate(prompt, options, [&](int32_t id) {
-      if (tok.is_eog(id)) return true;
-      std::string piece = decoder.push(id);
-      reply += piece;
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    auto out = engine->run(std::move(params), [&](const RequestOutput& delta) {
+      std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
       std::fflush(stdout);
-      return true;
     });
     if (!out) {
       std::fprintf(stderr, "\nerror: %s\n", out.error().message.c_str());
       messages.pop_back();
       continue;
     }
-    std::string rest = decoder.flush();
-    reply += rest;
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fprintf(stdout, "\n");
     std::fflush(stdout);
+    const std::string& reply = out->text;
     messages.push_back({"assistant", reply});
   }
   return 0;

@@ -1,5 +1,6 @@
 // `inferd generate`: complete a raw text prompt, streaming the text, or print
-// token ids and text as JSON for tools.
+// token ids and text as JSON for tools. Runs on the serving engine
+// (SingleRequestEngine), as `serve` does.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -7,7 +8,6 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "engine/sequence_generator.h"
 
 namespace inferd::cli {
 
@@ -39,50 +39,48 @@ int run_generate(const GenerateFlags& f) {
   }
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
   ThreadPool pool(f.threads);
-  SequenceGenerator gen(*model, pool, ctx);
-  GenerationOptions options;
-  options.max_tokens = f.n_predict;
-  options.sampling = f.sampling.params();
-  options.stop_at_end_of_generation = !f.ignore_eos;
+  auto engine = SingleRequestEngine::create(*model, pool, ctx);
+  if (!engine) {
+    std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
+    return 1;
+  }
+  GenerationParams params;
+  params.prompt_token_ids = prompt;
+  params.max_tokens = f.n_predict;
+  params.sampling = f.sampling.params();
+  params.ignore_eos = f.ignore_eos;
 
-  IncrementalDecoder decoder(tok);
-  std::string text;
-  auto on_token = [&](int32_t id) {
-    std::string piece = decoder.push(id);
-    text += piece;
-    if (!f.json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
-    return true;
-  };
   if (!f.json) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
-  auto out = gen.generate(prompt, options, on_token);
+  auto out = engine->run(std::move(params), [&](const RequestOutput& delta) {
+    if (f.json) return;
+    std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
+    std::fflush(stdout);
+  });
   if (!out) {
     std::fprintf(stderr, "\nerror: %s\n", out.error().message.c_str());
     return 1;
   }
-  std::string rest = decoder.flush();
-  text += rest;
-  const GenerationStats& st = gen.stats();
+  const RequestMetrics& m = out->metrics;
+  const double prompt_seconds = m.first_token_time - m.first_scheduled_time;
+  const double decode_seconds = m.last_token_time - m.first_token_time;
+  const int64_t generated = static_cast<int64_t>(out->token_ids.size());
   if (f.json) {
     nlohmann::json j;
     j["prompt_ids"] = prompt;
-    j["ids"] = *out;
-    j["text"] = text;
-    j["timings"] = {{"prompt_tokens", st.prompt_tokens},
-                    {"prompt_seconds", st.prefill_seconds},
-                    {"generated_tokens", st.generated_tokens},
-                    {"decode_seconds", st.decode_seconds}};
+    j["ids"] = out->token_ids;
+    j["text"] = out->text;
+    j["finish_reason"] = out->finish_reason();
+    j["timings"] = {{"prompt_tokens", m.num_prompt_tokens},
+                    {"prompt_seconds", prompt_seconds},
+                    {"generated_tokens", generated},
+                    {"decode_seconds", decode_seconds}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::fprintf(stdout, "\n");
     std::fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.1f tok/s); generated: %lld tokens in %.3f s (%.1f tok/s)\n",
-                 static_cast<long long>(st.prompt_tokens), st.prefill_seconds,
-                 st.prompt_tokens / std::max(st.prefill_seconds, 1e-9),
-                 static_cast<long long>(st.generated_tokens), st.decode_seconds,
-                 st.generated_tokens > 1 ? (st.generated_tokens - 1) / std::max(st.decode_seconds, 1e-9) : 0.0);
+                 static_cast<long long>(m.num_prompt_tokens), prompt_seconds,
+                 m.num_prompt_tokens / std::max(prompt_seconds, 1e-9), static_cast<long long>(generated),
+                 decode_seconds, generated > 1 ? (generated - 1) / std::max(decode_seconds, 1e-9) : 0.0);
   }
   return 0;
 }

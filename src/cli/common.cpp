@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
@@ -139,6 +140,45 @@ SamplingParams SamplingFlags::params() const {
   p.presence_penalty = presence_penalty;
   if (seed >= 0) p.seed = static_cast<uint64_t>(seed);
   return p;
+}
+
+Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, ThreadPool& pool, int64_t max_model_len) {
+  EngineConfig config;
+  config.max_num_seqs = 1;
+  config.max_model_len = max_model_len;
+  config.max_num_batched_tokens = std::max<int64_t>(512, std::min<int64_t>(max_model_len, 2048));
+  // The KV cache for one request of max_model_len tokens (the engine caps a
+  // fraction of memory at that anyway).
+  config.kv_cache_bytes =
+      static_cast<int64_t>(KVCache::bytes_per_token(model.config())) * (max_model_len + 2 * config.block_size);
+  auto engine = Engine::create(model, pool, config);
+  if (!engine) return engine.error();
+  return SingleRequestEngine(std::move(*engine));
+}
+
+Result<RequestOutput> SingleRequestEngine::run(GenerationParams params,
+                                               const std::function<void(const RequestOutput&)>& on_delta) {
+  auto handle = engine_->add_request(std::move(params));
+  if (!handle) return handle.error();
+  RequestOutput all;
+  for (;;) {
+    while (auto out = handle->stream->try_next()) {
+      on_delta(*out);
+      all.token_ids.insert(all.token_ids.end(), out->token_ids.begin(), out->token_ids.end());
+      all.text += out->text;
+      if (out->finished) {
+        all.request_id = out->request_id;
+        all.finished = true;
+        all.status = out->status;
+        all.stop_string = out->stop_string;
+        all.error = out->error;
+        all.metrics = out->metrics;
+        if (!all.error.empty()) return make_error(all.error);
+        return all;
+      }
+    }
+    engine_->step();
+  }
 }
 
 }  // namespace inferd::cli

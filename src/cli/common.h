@@ -2,6 +2,7 @@
 // progress bar, and flag groups.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
@@ -47,6 +48,23 @@ struct EngineFlags {
   void add_to(CLI::App& app);
   // Error naming a malformed --kv-cache-memory.
   Result<EngineConfig> config() const;
+};
+
+// One request at a time through the serving engine, driven step by step on
+// the calling thread: `generate` and `chat` use the same loop, sampler, stop
+// handling and prefix cache as `serve` (a chat's earlier turns are prefix-cache
+// hits), not a loop of their own.
+class SingleRequestEngine {
+ public:
+  // An engine for one request of up to `max_model_len` tokens.
+  static Result<SingleRequestEngine> create(Model& model, ThreadPool& pool, int64_t max_model_len);
+  // Runs `params` to the end, calling on_delta with each output as it comes;
+  // returns the final output with every token id and the whole text.
+  Result<RequestOutput> run(GenerationParams params, const std::function<void(const RequestOutput&)>& on_delta);
+
+ private:
+  explicit SingleRequestEngine(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {}
+  std::unique_ptr<Engine> engine_;
 };
 
 // Writes `j` (indented) to `path`; prints the error and returns false if it cannot.

@@ -79,6 +79,7 @@ Result<std::vector<int32_t>> SequenceGenerator::generate(
   }
   cached_ = prompt;
   stats_.prefill_seconds = seconds_since(t0);
+  if (options.prompt_logits) *options.prompt_logits = logits_;
 
   Sampler sampler(options.sampling);
   std::vector<int32_t> out;

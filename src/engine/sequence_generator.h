@@ -20,6 +20,9 @@ struct GenerationOptions {
   SamplingParams sampling;
   bool stop_at_end_of_generation = true;
   int64_t prefill_chunk = 512;  // tokens per forward pass while prefilling
+  // When set, receives the logits at the prompt's last position (what the
+  // first token is sampled from).
+  std::vector<float>* prompt_logits = nullptr;
 };
 
 struct GenerationStats {
