@@ -1,5 +1,6 @@
-// Paged attention: the AVX-512 kernel gives the scalar kernel's bits for both
-// summation orders, and both agree with a plain softmax in double over a
+// Paged attention: the AVX-512 kernel, and its arithmetic emulated with AVX2
+// (attend_heads_avx2), give the scalar kernel's bits for both summation
+// orders, and all agree with a plain softmax in double over a
 // contiguous copy of the keys and values (rounding the query and the weights
 // to f16 as the kernels do), for contexts that span several blocks and
 // several 16- and 64-position lane groups; query heads that share a key/value
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 #include "kernels_test_util.h"
@@ -91,8 +93,10 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
         detail::attend_one_head_scalar(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, scalar.data());
         attend_one_head(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
         std::vector<float> fma = scalar;
+        std::vector<float> avx2 = scalar;
         if (best_simd_level() >= SimdLevel::kAvx2) {
           detail::attend_one_head_fma(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, fma.data());
+          detail::attend_heads_avx2(q.data(), 1, c.view(), c.D, c.D, begin, n_pos, scale, pass, avx2.data());
         }
         if (best_simd_level() == SimdLevel::kAvx512) {
           detail::attend_one_head_avx512(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
@@ -102,42 +106,65 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
           EXPECT_NEAR(scalar[i], want[i], 2e-5) << name << " " << n_pos << " " << begin << " " << i;
           EXPECT_EQ(bits_of(simd[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
           EXPECT_EQ(bits_of(fma[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
+          EXPECT_EQ(bits_of(avx2[i]), bits_of(scalar[i])) << name << " " << n_pos << " " << begin << " " << i;
         }
       }
     }
   }
 }
 
+using AttendHeadsFn = void (*)(const float*, int64_t, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
+                               AttentionPass, float*);
+
+template <auto kOneHead>
+void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
+               int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+}
+
+// Every kernel of the AVX-512 flavour this machine can run but the scalar
+// one, by name.
+std::vector<std::pair<std::string, AttendHeadsFn>> avx512_flavour_kernels() {
+  std::vector<std::pair<std::string, AttendHeadsFn>> fns;
+  if (best_simd_level() >= SimdLevel::kAvx2) {
+    fns.emplace_back("fma", each_head<detail::attend_one_head_fma>);
+    fns.emplace_back("avx2", detail::attend_heads_avx2);
+  }
+  if (best_simd_level() == SimdLevel::kAvx512) fns.emplace_back("avx512", detail::attend_heads_avx512);
+  fns.emplace_back("dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+    attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx512);
+  });
+  return fns;
+}
+
 // Query heads that share a key/value head, computed together (attend_heads,
-// and the AVX-512 group kernel directly), give each head's one-at-a-time bits.
+// and the AVX2 and AVX-512 group kernels directly), give each head's
+// one-at-a-time bits: head sizes with and without a vector kernel, contexts
+// within one 16-position chunk and across several (64-position) lane groups,
+// ranges from 0, from inside a chunk (a sliding window) and of one position.
 TEST(KernelsAttention, GroupedHeadsGiveEachHeadsBits) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  for (int64_t D : {64, 128, 256, 80}) {
-    for (int64_t n_pos : {1, 17, 64, 65, 300, 500}) {
+  for (int64_t D : {64, 128, 192, 256, 80, 96}) {
+    for (int64_t n_pos : {1, 7, 9, 17, 33, 64, 65, 130, 300, 500}) {
       const Cache c = make_cache(rng, n_pos, D);
       for (int64_t n_heads : {1, 2, 3, 4, 5}) {
         std::vector<float> q(static_cast<size_t>(n_heads * D));
         for (float& x : q) x = 2.0f * dist(rng);
         const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-        for (int64_t begin : {int64_t{0}, n_pos / 3}) {
+        for (int64_t begin : {int64_t{0}, n_pos / 3, std::max<int64_t>(0, n_pos - 41), n_pos - 1}) {
           for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
-            std::vector<float> grouped(q.size()), direct(q.size()), one(static_cast<size_t>(D));
-            attend_heads(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, grouped.data());
-            direct = grouped;
-            if (best_simd_level() == SimdLevel::kAvx512) {
-              detail::attend_heads_avx512(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass,
-                                          direct.data());
-            }
-            for (int64_t h = 0; h < n_heads; ++h) {
-              detail::attend_one_head_scalar(q.data() + h * D, c.view(), 2 * D, D, begin, n_pos, scale, pass,
-                                             one.data());
-              for (int64_t i = 0; i < D; ++i) {
-                const auto where = ::testing::Message() << (pass == AttentionPass::kDecode ? "decode" : "prefill")
-                                                        << " D " << D << " n_pos " << n_pos << " heads " << n_heads
-                                                        << " begin " << begin << " head " << h << " i " << i;
-                ASSERT_EQ(bits_of(grouped[h * D + i]), bits_of(one[i])) << where;
-                ASSERT_EQ(bits_of(direct[h * D + i]), bits_of(one[i])) << where;
+            std::vector<float> want(q.size());
+            each_head<detail::attend_one_head_scalar>(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale,
+                                                      pass, want.data());
+            for (const auto& [name, fn] : avx512_flavour_kernels()) {
+              std::vector<float> got(q.size());
+              fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data());
+              for (size_t i = 0; i < q.size(); ++i) {
+                ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+                    << name << (pass == AttentionPass::kDecode ? " decode" : " prefill") << " D " << D << " n_pos "
+                    << n_pos << " heads " << n_heads << " begin " << begin << " head " << i / D << " i " << i % D;
               }
             }
           }
@@ -145,6 +172,64 @@ TEST(KernelsAttention, GroupedHeadsGiveEachHeadsBits) {
       }
     }
   }
+}
+
+// Sharp scores (a large scale): weights far below 1 take e^x's subnormal and
+// saturated branches, and one or a few positions carry the sum.
+TEST(KernelsAttention, SharpScoresGiveTheSameBitsAtEveryLevel) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t D : {64, 128, 256}) {
+    const Cache c = make_cache(rng, 200, D);
+    std::vector<float> q(static_cast<size_t>(3 * D));
+    for (float& x : q) x = 4.0f * dist(rng);
+    for (float scale : {1.0f, 8.0f}) {
+      for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
+        std::vector<float> want(q.size());
+        each_head<detail::attend_one_head_scalar>(q.data(), 3, c.view(), 0, D, 5, 200, scale, pass, want.data());
+        for (const auto& [name, fn] : avx512_flavour_kernels()) {
+          std::vector<float> got(q.size());
+          fn(q.data(), 3, c.view(), 0, D, 5, 200, scale, pass, got.data());
+          for (size_t i = 0; i < q.size(); ++i)
+            ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << name << " D " << D << " scale " << scale << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+// The AVX2 kernel's softmax (before the f16 rounding, which would hide most
+// last-bit differences of e^x) against the portable kernel's arithmetic:
+// expf_poly per weight, the sum in double over 16-weight chunks, each summed
+// as _mm512_reduce_add_ps; inputs down to -200 below the maximum so that e^x
+// goes subnormal and saturates to 0, and a long row of subnormal weights
+// (where rounding twice would show).
+TEST(KernelsAttention, Avx2SoftmaxMatchesPortable) {
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "no AVX2";
+  std::mt19937 rng(9);
+  int tiny = 0;
+  for (int64_t n : {16, 48, 256, 4096}) {
+    std::uniform_real_distribution<float> dist(n == 4096 ? -106.0f : -200.0f, n == 4096 ? -86.0f : 0.0f);
+    std::vector<float> w(static_cast<size_t>(n));
+    for (float& x : w) x = dist(rng);
+    w[3] = 0.5f;  // the maximum
+    w[n - 1] = -std::numeric_limits<float>::infinity();  // masked
+    std::vector<float> want = w;
+    const float max = *std::max_element(w.begin(), w.end());
+    double sum = 0;
+    for (int64_t i = 0; i < n; i += 16) {
+      float a[16], t3[8], t6[4];
+      for (int l = 0; l < 16; ++l) a[l] = want[i + l] = expf_poly(want[i + l] - max);
+      for (int l = 0; l < 8; ++l) t3[l] = a[l + 8] + a[l];
+      for (int l = 0; l < 4; ++l) t6[l] = t3[l + 4] + t3[l];
+      sum += static_cast<double>((t6[0] + t6[2]) + (t6[1] + t6[3]));
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    for (float& x : want) x *= inv, tiny += x > 0.0f && x < 1e-38f;
+    detail::softmax_avx2(w.data(), n);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(w[i]), bits_of(want[i])) << "n " << n << " i " << i;
+  }
+  EXPECT_GT(tiny, 0);
 }
 
 
@@ -237,15 +322,6 @@ Cache reference_cache(const AttnCase& c) {
     }
   }
   return cache;
-}
-
-using AttendHeadsFn = void (*)(const float*, int64_t, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
-                               AttentionPass, float*);
-
-template <auto kOneHead>
-void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-               int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
 }
 
 // Every kernel of the AVX2 flavour this machine can run, by name.

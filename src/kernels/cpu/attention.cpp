@@ -46,7 +46,7 @@ void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_
 // Same level as the quantized kernels (CPU features and INFERD_SIMD).
 AttendHeadsFn pick_attention() {
   if (std::strcmp(simd_level(), "avx512vnni") == 0) return detail::attend_heads_avx512;
-  if (std::strcmp(simd_level(), "avx2") == 0) return each_head<detail::attend_one_head_fma>;
+  if (std::strcmp(simd_level(), "avx2") == 0) return detail::attend_heads_avx2;
   return each_head<detail::attend_one_head_scalar>;
 }
 

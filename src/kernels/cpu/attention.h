@@ -59,6 +59,13 @@ void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offs
                             int64_t pos_end, float scale, AttentionPass pass, float* out);
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                          int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+// The AVX-512 kernel's bits with AVX2, FMA and F16C (each 16-lane vector as
+// two 8-lane halves), query heads that share a key/value head together; and
+// its softmax before the f16 rounding, for tests: w[0, n) in place, n a
+// multiple of 16.
+void attend_heads_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+void softmax_avx2(float* w, int64_t n);
 
 // GgmlFlavour::kAvx2: the portable kernel compiled without and with FMA
 // instructions, and the AVX2 kernel (AVX2 + FMA + F16C) for query heads that
