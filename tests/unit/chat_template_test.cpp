@@ -79,6 +79,26 @@ TEST(ChatTemplate, Gemma3MatchesLlamaCppReference) {
   }
 }
 
+TEST(ChatTemplate, Qwen25MatchesLlamaCppReference) {
+  const Json ref = Json::parse(read_text(data_path("qwen2.5_cases.json")));
+  expect_reference_cases(ref.at("template").get<std::string>(), ref);
+}
+
+TEST(ChatTemplate, Qwen25InsertsItsDefaultSystemPrompt) {
+  // Without a system message Qwen2.5's template opens with its own; with one, it
+  // uses that instead, and a later system message stays where it is.
+  const Json ref = Json::parse(read_text(data_path("qwen2.5_cases.json")));
+  ChatTemplate tmpl(ref.at("template").get<std::string>());
+  const std::string header = "<|im_start|>system\n" + ref.at("default_system").get<std::string>() + "<|im_end|>\n";
+  Result<std::string> plain = tmpl.render({{"user", "Hi"}}, {});
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain.value(), header + "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
+  Result<std::string> own = tmpl.render({{"system", "Be brief."}, {"user", "Hi"}}, {});
+  ASSERT_TRUE(own.ok()) << own.error().message;
+  EXPECT_EQ(own.value().find(ref.at("default_system").get<std::string>()), std::string::npos);
+  EXPECT_EQ(own.value().rfind("<|im_start|>system\nBe brief.<|im_end|>\n", 0), 0u);
+}
+
 TEST(ChatTemplate, AddGenerationPromptAppendsAssistantHeader) {
   const Json ref = Json::parse(read_text(data_path("smollm2_three_turn.json")));
   ChatTemplate tmpl(ref.at("template").get<std::string>());

@@ -25,6 +25,23 @@ inline std::string model_path() {
   return dir + "/SmolLM2-135M-Instruct.Q4_1.gguf";
 }
 
+// The directory of the downloaded models: INFERD_MODEL_DIR, default ~/.cache/inferd/models.
+inline std::string model_dir() {
+  const char* d = std::getenv("INFERD_MODEL_DIR");
+  const char* home = std::getenv("HOME");
+  return d && *d ? d : std::string(home ? home : ".") + "/.cache/inferd/models";
+}
+
+// A model file by name: in model_dir(), else among the small models committed
+// under tests/data/models/ (tools/reference/make_tiny_models.py); "" if neither has it.
+inline std::string find_model_file(const std::string& file) {
+  for (const std::string& dir : {model_dir(), std::string(INFERD_TEST_DATA_DIR) + "/models"}) {
+    const std::string path = dir + "/" + file;
+    if (std::ifstream(path).good()) return path;
+  }
+  return "";
+}
+
 class ModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

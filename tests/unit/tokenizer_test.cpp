@@ -133,6 +133,7 @@ struct ModelCase {
 const ModelCase kModels[] = {
     {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
     {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf"},
+    {"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"},
 };
 
 class TokenizerReference : public ::testing::TestWithParam<ModelCase> {

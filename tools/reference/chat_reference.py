@@ -17,6 +17,9 @@ Outputs (committed):
   tests/data/chat/smollm2_three_turn.json  SmolLM2's template (read from the GGUF
                                            key tokenizer.chat_template) + cases
   tests/data/chat/gemma3_cases.json        cases for tests/data/chat/gemma3.jinja
+  tests/data/chat/qwen2.5_cases.json       Qwen2.5's template (tokenizer.chat_template of the
+                                           Qwen2.5-Coder GGUF) + cases, among them its default
+                                           system prompt for a conversation without one
 
 tests/data/chat/gemma3.jinja is the official Gemma 3 chat template from the
 google/gemma-3-*-it tokenizer_config.json ("chat_template"); the Gemma 3 GGUF
@@ -160,6 +163,47 @@ def gemma3_cases(model_dir, data_dir):
     }
 
 
+QWEN_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+
+
+def qwen25_cases(model_dir):
+    path = os.path.join(model_dir, "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+    model, bos, eos = load_vocab(path)
+    template = model.metadata["tokenizer.chat_template"]
+    # Qwen2.5's template opens with this system turn when the conversation has none.
+    if QWEN_DEFAULT_SYSTEM not in template:
+        sys.exit("Qwen2.5's template no longer carries the default system prompt this script expects")
+
+    cases = []
+    for name, messages, add_gen in [
+        ("system_three_turn", with_system(THREE_TURNS), True),
+        ("system_three_turn_no_generation_prompt", with_system(THREE_TURNS), False),
+        ("no_system_three_turn", THREE_TURNS, True),
+        ("no_system_one_turn_no_generation_prompt", THREE_TURNS[:1], False),
+        ("system_later_turn", THREE_TURNS[:2] + [{"role": "system", "content": SYSTEM}] + THREE_TURNS[2:], True),
+    ]:
+        expected = jinja_render(template, messages, bos, eos, add_gen)
+        # llama.cpp's built-in chatml writes the turns as given: no default system prompt.
+        builtin_messages = messages
+        if messages[0]["role"] != "system":
+            builtin_messages = [{"role": "system", "content": QWEN_DEFAULT_SYSTEM}] + messages
+        check_equal(f"qwen2.5/{name}",
+                    llama_cpp_builtin_render(template, builtin_messages, add_gen), expected)
+        cases.append({"name": name, "messages": messages,
+                      "add_generation_prompt": add_gen, "expected": expected})
+    return {
+        "source": "tokenizer.chat_template of qwen2.5-coder-0.5b-instruct-q4_k_m.gguf (the -1.5B "
+                  "model's is the same); expected renderings by llama-cpp-python "
+                  "Jinja2ChatFormatter, cross-checked against llama_chat_apply_template "
+                  "(tools/reference/chat_reference.py)",
+        "template": template,
+        "bos_token": bos,
+        "eos_token": eos,
+        "default_system": QWEN_DEFAULT_SYSTEM,
+        "cases": cases,
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", default=os.environ.get(
@@ -170,6 +214,7 @@ def main():
     outputs = {
         "smollm2_three_turn.json": smollm2_cases(args.model_dir),
         "gemma3_cases.json": gemma3_cases(args.model_dir, args.out),
+        "qwen2.5_cases.json": qwen25_cases(args.model_dir),
     }
     for name, data in outputs.items():
         with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Reference logits and greedy continuations from llama.cpp (via llama-cpp-python).
 
-Writes, under tests/data/logits/ (or --out):
-  prompts.json      JSON array, 20 prompts of 1..1000 tokens: name, text, ids. The ids are
+Writes, under tests/data/logits/<model>/ (or --out):
+  prompts.json      JSON array, 20 prompts (1..1000 tokens, or 1..100 with --prompts short): name, text, ids. The ids are
                     the test input: the engine is fed these exact ids, so the logits test
                     does not depend on our tokenizer.
   last_logits.f32   little-endian float32, [20][n_vocab]: llama.cpp's logits at the last
@@ -13,12 +13,14 @@ Writes, under tests/data/logits/ (or --out):
                     from a divergence.
   Consumer: tests/unit/engine_llamacpp_reference_test.cpp.
   meta.json         llama-cpp-python version, ggml commit, llama.cpp settings, CPU features,
-                    the model's sha256, the date.
+                    ggml_flavour (avx512/avx2: the GGML build whose arithmetic the test
+                    follows), the model file's name and sha256, prompt set, the date.
 
 Deterministic: with the same llama.cpp build and CPU, a rerun gives byte-identical
 prompts.json, last_logits.f32 and greedy.json (meta.json differs only in its date).
 
-Usage: python tools/reference/logits_reference.py [--model PATH] [--out DIR]
+Usage: python tools/reference/logits_reference.py [--model PATH] [--out DIR] [--prompts full|short]
+           [--n-greedy N] [--chat-format auto|chatml|gemma] [--prompts-only]
 """
 
 import argparse
@@ -300,17 +302,35 @@ SMOL_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging F
 
 
 def chatml(messages, add_generation_prompt=True):
-    """ChatML as in SmolLM2's chat template (<|im_start|>role\\ncontent<|im_end|>\\n)."""
+    """ChatML as in SmolLM2's and Qwen2.5's chat templates (<|im_start|>role\\ncontent<|im_end|>\\n)."""
     out = "".join(f"<|im_start|>{role}\n{content}<|im_end|>\n" for role, content in messages)
     if add_generation_prompt:
         out += "<|im_start|>assistant\n"
     return out
 
 
-# The chat prompts are sized to end exactly at the generation prompt "<|im_start|>assistant\n".
-CHAT_SHORT = chatml([("user", "How many legs has a spider?"), ("assistant", "Eight."), ("user", "An ant?")])
+def gemma_turns(messages, add_generation_prompt=True):
+    """The same conversation in Gemma 3's turn markers, as its chat template writes it: no system
+    role (the system text opens the first user turn, followed by a blank line), "assistant" is
+    "model", and no BOS text (the tokenizer adds BOS, add_bos = true)."""
+    out, system = "", ""
+    for role, content in messages:
+        if role == "system":
+            system = content + "\n\n"
+            continue
+        if role == "user" and system:
+            content, system = system + content, ""
+        out += f"<start_of_turn>{'model' if role == 'assistant' else role}\n{content}<end_of_turn>\n"
+    if add_generation_prompt:
+        out += "<start_of_turn>model\n"
+    return out
 
-CHAT_SYSTEM = chatml([
+
+CHAT_FORMATS = {"chatml": chatml, "gemma": gemma_turns}
+
+CONV_SHORT = [("user", "How many legs has a spider?"), ("assistant", "Eight."), ("user", "An ant?")]
+
+CONV_SYSTEM = [
     ("system", SMOL_SYSTEM),
     ("user", "I want to start running but I get out of breath after two minutes. How should I begin?"),
     ("assistant", "Start with intervals: run for one minute, then walk for two, and repeat that eight "
@@ -325,9 +345,9 @@ CHAT_SYSTEM = chatml([
                   "shop and jog a little in each of them. Choose the pair that feels comfortable straight "
                   "away, with a thumb's width of space in front of your toes."),
     ("user", "And how do I avoid getting injured in the first month?"),
-])
+]
 
-CHAT_LONG = chatml([
+CONV_LONG = [
     ("system", "You are a patient tutor who explains computer science ideas with simple examples."),
     ("user", "What is a hash table?"),
     ("assistant", "A hash table stores key-value pairs so that you can find a value by its key very "
@@ -356,31 +376,68 @@ CHAT_LONG = chatml([
                   "Behind the scenes, Python calls hash('ada'), reduces the result to a slot index, and "
                   "stores the pair there. When you read ages['ada'], it repeats the same steps to find it."),
     ("user", "Thanks! Now how is a binary search tree different, and when would I prefer one?"),
-])
-
-# (name, exact token count, sources joined with blank lines)
-PROMPT_SPECS = [
-    ("en_single_word", 1, ["Hello"]),
-    ("en_fragment", 2, ["Once upon a time"]),
-    ("arithmetic", 4, ["2+2=4. 3+5="]),
-    ("short_question", 8, ["What is the capital city of France?"]),
-    ("german_sentence", 16, [DE_TEXT]),
-    ("chat_short", 32, [CHAT_SHORT]),
-    ("python_short", 50, [PY_CODE_2]),
-    ("list", 64, [LIST_TEXT]),
-    ("en_paragraph", 100, [EN_LIGHTHOUSE]),
-    ("french_paragraph", 128, [FR_TEXT, DE_TEXT]),
-    ("cpp_code", 200, [CPP_CODE]),
-    ("chat_system_multiturn", 256, [CHAT_SYSTEM]),
-    ("en_science", 300, [EN_SCIENCE]),
-    ("markdown_recipe", 400, [RECIPE_MD, LIST_TEXT]),
-    ("json_data", 512, [JSON_TEXT, PY_CODE_2]),
-    ("spanish_then_english", 600, [ES_TEXT, EN_ESSAY, EN_SCIENCE]),
-    ("python_long", 700, [PY_CODE, PY_CODE_2]),
-    ("chat_long", 800, [CHAT_LONG, "A binary search tree keeps its keys in sorted order. " + EN_ESSAY]),
-    ("multilingual_mix", 900, [MIXED_LANG, FR_TEXT, ES_TEXT, DE_TEXT, EN_ESSAY]),
-    ("en_long_story_essay_history", 1000, [EN_LIGHTHOUSE, EN_ESSAY, EN_SCIENCE, EN_HISTORY]),
 ]
+
+# Prompt sets: (name, exact token count, sources joined with blank lines[, more sources]). A source
+# is a string, or a conversation (a list of (role, content)) written in the model's chat format.
+# "More sources" are appended only where the sources give too few tokens (chat_short is exactly 32
+# tokens, up to the generation prompt, with SmolLM2's vocabulary, 30 or 31 with others; Qwen's
+# vocabulary packs code tighter, Gemma's is larger). They leave SmolLM2's prompts as they were.
+PROMPT_SETS = {
+    # 20 prompts of 1 to 1,000 tokens (6,073 in all).
+    "full": [
+        ("en_single_word", 1, ["Hello"]),
+        ("en_fragment", 2, ["Once upon a time"]),
+        ("arithmetic", 4, ["2+2=4. 3+5="]),
+        ("short_question", 8, ["What is the capital city of France?"]),
+        ("german_sentence", 16, [DE_TEXT]),
+        ("chat_short", 32, [CONV_SHORT], ["An ant has six legs, like every insect."]),
+        ("python_short", 50, [PY_CODE_2]),
+        ("list", 64, [LIST_TEXT]),
+        ("en_paragraph", 100, [EN_LIGHTHOUSE]),
+        ("french_paragraph", 128, [FR_TEXT, DE_TEXT]),
+        ("cpp_code", 200, [CPP_CODE]),
+        ("chat_system_multiturn", 256, [CONV_SYSTEM],
+         ["Warm up with five minutes of brisk walking, and do not add distance and speed in the same week."]),
+        ("en_science", 300, [EN_SCIENCE], [EN_HISTORY]),
+        ("markdown_recipe", 400, [RECIPE_MD, LIST_TEXT]),
+        ("json_data", 512, [JSON_TEXT, PY_CODE_2]),
+        ("spanish_then_english", 600, [ES_TEXT, EN_ESSAY, EN_SCIENCE]),
+        ("python_long", 700, [PY_CODE, PY_CODE_2], [CPP_CODE]),
+        ("chat_long", 800, [CONV_LONG, "A binary search tree keeps its keys in sorted order. " + EN_ESSAY],
+         [EN_HISTORY]),
+        ("multilingual_mix", 900, [MIXED_LANG, FR_TEXT, ES_TEXT, DE_TEXT, EN_ESSAY], [EN_HISTORY]),
+        ("en_long_story_essay_history", 1000, [EN_LIGHTHOUSE, EN_ESSAY, EN_SCIENCE, EN_HISTORY]),
+    ],
+    # 20 prompts of 1 to 100 tokens (891 in all), the same kinds of text: for larger models,
+    # whose full-set run would take our engine's test too long on a 2-core CI machine.
+    "short": [
+        ("en_single_word", 1, ["Hello"]),
+        ("en_fragment", 2, ["Once upon a time"]),
+        ("arithmetic", 4, ["2+2=4. 3+5="]),
+        ("short_question", 8, ["What is the capital city of France?"]),
+        ("german_sentence", 12, [DE_TEXT]),
+        ("spanish_sentence", 16, [ES_TEXT]),
+        ("json_data", 20, [JSON_TEXT]),
+        ("chat_short", 24, [CONV_SHORT]),
+        ("russian_chinese_japanese", 28, [MIXED_LANG.split("\n", 2)[2]]),
+        ("python_short", 32, [PY_CODE_2]),
+        ("markdown_recipe", 40, [RECIPE_MD]),
+        ("cpp_code", 48, [CPP_CODE]),
+        ("french_paragraph", 56, [FR_TEXT]),
+        ("list", 64, [LIST_TEXT]),
+        ("en_science", 72, [EN_SCIENCE]),
+        ("chat_system_multiturn", 80, [CONV_SYSTEM]),
+        ("python_dataclass", 88, [PY_CODE]),
+        ("en_history", 96, [EN_HISTORY]),
+        ("en_paragraph", 100, [EN_LIGHTHOUSE]),
+        ("chat_long", 100, [CONV_LONG]),
+    ],
+}
+
+
+def render_source(source, chat_format):
+    return CHAT_FORMATS[chat_format](source) if isinstance(source, list) else source
 
 
 # --------------------------------------------------------------------------------------
@@ -496,16 +553,21 @@ def sha256_file(path):
     return h.hexdigest()
 
 
-def build_prompts(vocab):
+def build_prompts(vocab, prompt_set="full", chat_format="chatml"):
     add_bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab))
     prompts = []
-    for name, n_tokens, sources in PROMPT_SPECS:
-        full = "\n\n".join(sources)
+    for name, n_tokens, sources, *more in PROMPT_SETS[prompt_set]:
+        full = "\n\n".join(render_source(src, chat_format) for src in sources)
         ids = tokenize(vocab, full, add_bos=add_bos, special=True)
+        if len(ids) < n_tokens and more:
+            full = "\n\n".join(render_source(src, chat_format) for src in sources + more[0])
+            ids = tokenize(vocab, full, add_bos=add_bos, special=True)
         if len(ids) < n_tokens:
             raise RuntimeError(f"prompt {name}: sources give only {len(ids)} tokens, need {n_tokens}")
         ids = ids[:n_tokens]
-        raw = detokenize_bytes(vocab, ids)
+        # The text leaves out the BOS that tokenizing with add_bos puts back (Gemma).
+        bos = llama_cpp.llama_vocab_bos(vocab)
+        raw = detokenize_bytes(vocab, ids[1:] if add_bos and ids[:1] == [bos] else ids)
         text = raw.decode("utf-8", errors="replace")
         prompts.append({
             "name": name,
@@ -519,7 +581,7 @@ def build_prompts(vocab):
     return prompts, add_bos
 
 
-def generate(model, prompts):
+def generate(model, prompts, n_greedy=N_GREEDY):
     last_logits = []
     greedy = []
     for p in prompts:
@@ -532,12 +594,12 @@ def generate(model, prompts):
             last_logits.append(logits)
             tokens, seconds, gaps = [], [], []
             pos = len(ids)
-            for step in range(N_GREEDY):
+            for step in range(n_greedy):
                 t1, t2, gap = top2(logits)
                 tokens.append(t1)
                 seconds.append(t2)
                 gaps.append(gap)
-                if step + 1 < N_GREEDY:
+                if step + 1 < n_greedy:
                     logits = decode(ctx, [t1], pos)
                     pos += 1
         finally:
@@ -548,8 +610,9 @@ def generate(model, prompts):
 
 
 def ggml_build_info():
-    """ggml's version and commit, read from the libggml-base shipped with llama-cpp-python
-    (it is built from the same vendored llama.cpp tree). None where the symbols are absent."""
+    """ggml's version and commit, read from the libggml-base that llama_cpp loads from its lib/
+    directory (llama-cpp-python's own build, or setup_llama_cpp_python.sh's symlinks to a native
+    build of the same vendored llama.cpp). None where the symbols are absent."""
     lib_dir = Path(llama_cpp.__file__).parent / "lib"
     try:
         lib = ctypes.CDLL(str(lib_dir / "libggml-base.so"))
@@ -560,32 +623,78 @@ def ggml_build_info():
         return None
 
 
+def ggml_flavour(system_info):
+    """Which CPU build of GGML's kernels made the data: "avx512" where llama.cpp reports
+    AVX512 = 1, else "avx2". Our forward pass follows that build's arithmetic, so the test
+    loads the model with LoadOptions::ggml_flavour set from this."""
+    return "avx512" if "AVX512 = 1" in system_info else "avx2"
+
+
+def meta_str(model, key):
+    buf = ctypes.create_string_buffer(4096)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode() if n >= 0 else None
+
+
+# Model files -> their directory under tests/data/logits/ (the default --out; other files use
+# their name without .gguf).
+DATA_DIR_NAMES = {
+    "SmolLM2-135M-Instruct.Q4_1.gguf": "smollm2-135m",
+    "gemma-3-270m-q4_k_m.gguf": "gemma3-270m",
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf": "qwen2.5-coder-0.5b",
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": "qwen2.5-coder-1.5b",
+}
+
+
+def default_out(model_path):
+    return DEFAULT_OUT / DATA_DIR_NAMES.get(model_path.name, model_path.stem)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output directory (default tests/data/logits/<model's directory name>)")
+    ap.add_argument("--prompts", choices=sorted(PROMPT_SETS), default="full",
+                    help="prompt set: full (1 to 1,000 tokens) or short (1 to 100 tokens)")
+    ap.add_argument("--n-greedy", type=int, default=N_GREEDY, help="greedy tokens per prompt")
+    ap.add_argument("--chat-format", choices=["auto"] + sorted(CHAT_FORMATS), default="auto",
+                    help="how the chat prompts are written (auto: gemma for gemma* models, else chatml)")
+    ap.add_argument("--prompts-only", action="store_true",
+                    help="write prompts.json only (tokenization, no inference): to check a rerun")
     args = ap.parse_args()
+    out = args.out or default_out(args.model)
 
     init_backend()
     model = load_model(args.model)
     vocab = llama_cpp.llama_model_get_vocab(model)
     n_vocab = llama_cpp.llama_vocab_n_tokens(vocab)
+    arch = meta_str(model, "general.architecture")
+    chat_format = args.chat_format
+    if chat_format == "auto":
+        chat_format = "gemma" if arch and arch.startswith("gemma") else "chatml"
 
-    prompts, add_bos = build_prompts(vocab)
-    print(f"generating reference for {len(prompts)} prompts", file=sys.stderr)
-    logits, greedy = generate(model, prompts)
-    assert logits.shape == (len(prompts), n_vocab)
-
-    args.out.mkdir(parents=True, exist_ok=True)
+    prompts, add_bos = build_prompts(vocab, args.prompts, chat_format)
+    n_prompt_tokens = sum(len(p["ids"]) for p in prompts)
+    out.mkdir(parents=True, exist_ok=True)
     # Schemas read by tests/unit/engine_llamacpp_reference_test.cpp: both files are JSON arrays
     # in prompt order; prompts[i]["ids"], greedy[i]["tokens"], greedy[i]["top2_gaps"].
-    with open(args.out / "prompts.json", "w", encoding="utf-8") as f:
+    with open(out / "prompts.json", "w", encoding="utf-8") as f:
         f.write("[\n")
         for i, p in enumerate(prompts):
             f.write(" " + json.dumps(p, ensure_ascii=False) + (",\n" if i + 1 < len(prompts) else "\n"))
         f.write("]\n")
-    logits.astype("<f4").tofile(args.out / "last_logits.f32")
-    with open(args.out / "greedy.json", "w", encoding="utf-8") as f:
+    if args.prompts_only:
+        print(f"wrote {out / 'prompts.json'} ({n_prompt_tokens} tokens)", file=sys.stderr)
+        return
+
+    print(f"{args.model.name} ({arch}): {len(prompts)} prompts ({args.prompts} set, {n_prompt_tokens} "
+          f"tokens, {chat_format} chats), {args.n_greedy} greedy tokens each", file=sys.stderr)
+    logits, greedy = generate(model, prompts, args.n_greedy)
+    assert logits.shape == (len(prompts), n_vocab)
+
+    logits.astype("<f4").tofile(out / "last_logits.f32")
+    with open(out / "greedy.json", "w", encoding="utf-8") as f:
         # One line per prompt keeps the file compact and diffable.
         f.write("[\n")
         for i, g in enumerate(greedy):
@@ -593,16 +702,23 @@ def main():
             f.write(" " + json.dumps(g) + (",\n" if i + 1 < len(greedy) else "\n"))
         f.write("]\n")
 
+    system_info = llama_cpp.llama_print_system_info().decode().strip()
     meta = {
         "generator": "tools/reference/logits_reference.py",
         "date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "llama_cpp_python_version": llama_cpp.__version__,
         "ggml_build": ggml_build_info(),
-        "llama_cpp_system_info": llama_cpp.llama_print_system_info().decode().strip(),
+        "llama_cpp_system_info": system_info,
+        "ggml_flavour": ggml_flavour(system_info),
         "model_file": args.model.name,
         "model_sha256": sha256_file(args.model),
+        "architecture": arch,
         "n_vocab": n_vocab,
         "n_prompts": len(prompts),
+        "prompt_set": args.prompts,
+        "n_prompt_tokens": n_prompt_tokens,
+        "n_greedy": args.n_greedy,
+        "chat_format": chat_format,
         "tokenize": {"add_bos": add_bos, "parse_special": True,
                      "how": "each prompt = first N ids of llama_tokenize(joined source text)"},
         "settings": SETTINGS,
@@ -612,20 +728,23 @@ def main():
             "prompts.json": "array: name, n_tokens, text, text_retokenizes_to_ids, ids "
                             "(ids are the test input)",
             "last_logits.f32": f"little-endian float32, shape [{len(prompts)}][{n_vocab}], row i = prompt i",
-            "greedy.json": f"array: name, tokens ({N_GREEDY} greedy ids: argmax of raw logits, lowest "
+            "greedy.json": f"array: name, tokens ({args.n_greedy} greedy ids: argmax of raw logits, lowest "
                            "id on ties; step 0 from the prompt logits; each chosen token fed back "
                            "with its own llama_decode call; no EOS stop), top2_gaps (top1 - top2 "
                            "logit at each step, 6 significant digits), top2_tokens (runner-up id)",
         },
-        "sha256": {name: sha256_file(args.out / name)
+        "sha256": {name: sha256_file(out / name)
                    for name in ("prompts.json", "last_logits.f32", "greedy.json")},
     }
-    with open(args.out / "meta.json", "w", encoding="utf-8") as f:
+    if args.prompts == "short":
+        meta["prompt_set_why"] = ("prompts of at most 100 tokens keep our engine's test of this model "
+                                  "within its CI share (under 3 minutes at 2 threads)")
+    with open(out / "meta.json", "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=1)
         f.write("\n")
 
     llama_cpp.llama_model_free(model)
-    print(f"wrote {args.out}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

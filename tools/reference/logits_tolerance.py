@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How much do llama.cpp's own last-position logits move when only the rounding changes?
 
-The committed reference (tests/data/logits/last_logits.f32, made by logits_reference.py with
+The committed reference (tests/data/logits/<model>/last_logits.f32, made by logits_reference.py with
 n_batch 2048, n_ubatch 512, 2 threads, f16 KV cache, flash attention off) is the baseline. This
 script recomputes the same prompts' last-position logits with llama.cpp under other settings that
 compute the same function but round differently (batching, attention kernel, K/V precision), and prints the differences. Their size is
@@ -205,8 +205,10 @@ def compare(base, other):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=ref.DEFAULT_MODEL)
-    ap.add_argument("--data", type=Path, default=ref.DEFAULT_OUT)
+    ap.add_argument("--data", type=Path, default=None,
+                    help="reference directory (default tests/data/logits/<model's directory name>)")
     args = ap.parse_args()
+    args.data = args.data or ref.default_out(args.model)
 
     ref.init_backend()
     model = ref.load_model(args.model)

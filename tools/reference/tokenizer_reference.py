@@ -33,6 +33,9 @@ MODELS = {
     # expected-file name -> GGUF file name under the models directory
     "smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf",
     "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+    # Qwen2.5's vocabulary (151,936 ids, pre-tokenizer qwen2), shared by the -1.5B model and by
+    # the tiny qwen3 model of make_tiny_models.py.
+    "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
 }
 
 # Other byte-level pre-tokenizers, checked on SmolLM2's vocabulary and merges

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""Tiny random-weight GGUF models for architectures we have no small real model of.
+
+Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
+  tiny-qwen3.gguf    `qwen3`: per-head RMS norms of q and k (attn_q_norm/attn_k_norm), no
+                     biases, NeoX RoPE (base 1e6), head_dim 32 with n_embd 32 (so the query
+                     width n_head*head_dim = 128 differs from n_embd, as in real Qwen3), GQA 4/2,
+                     tied output. Qwen2.5's tokenizer (151,936 tokens, copied from the
+                     Qwen2.5-Coder-0.5B GGUF, chat template included). n_embd is 32 because the
+                     tokenizer alone takes ~6 MB and the Q5_0 embedding 3.3 MB at that width.
+  tiny-llama3.gguf   `llama` with Llama 3 RoPE scaling: a `rope_freqs.weight` tensor of per-
+                     dimension frequency factors computed as convert_hf_to_gguf.py computes them
+                     from a Llama 3.x config (rope_type "llama3": factor 32, low_freq_factor 1,
+                     high_freq_factor 4, original context 8192, base 500,000: Llama 3.2's values),
+                     normal RoPE, GQA 2/1, an untied output matrix. SmolLM2's tokenizer (49,152
+                     tokens; SmolLM2 is a `llama` model too).
+(`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
+
+Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
+writes the llama3 scaling only as the rope_freqs tensor, and this llama.cpp rejects "llama3" as
+a scaling type (llama_model::load_hparams asserts on an unknown name).
+
+The weights are random (numpy's PCG64, fixed seeds) with scales that keep the residual stream
+near unit RMS and the logits at a standard deviation of a few units, so greedy continuations
+are not one repeated token and top-2 gaps are mostly far above 1e-3. The projections use a mix
+of GGML types (Q8_0, Q5_0, Q4_1), quantized by the gguf package; norms,
+biases and rope_freqs are F32. Deterministic: a rerun writes byte-identical files.
+
+Usage: python3 tools/reference/make_tiny_models.py [--models-dir DIR] [--out DIR] [--only NAME]
+"""
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T, GGUFReader, GGUFValueType, GGUFWriter, quants
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = REPO_ROOT / "tests/data/models"
+DEFAULT_MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", Path.home() / ".cache/inferd/models"))
+
+QWEN_VOCAB_FROM = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+SMOL_VOCAB_FROM = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def copy_tokenizer(writer, src_path):
+    """Every tokenizer.* key of src_path (vocabulary, merges, token types, pre-tokenizer,
+    special ids, add-BOS flags, chat template), values as they are."""
+    r = GGUFReader(src_path)
+    n = 0
+    for key, f in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = f.types[0]
+        if vtype == GGUFValueType.ARRAY:
+            if f.types[-1] == GGUFValueType.STRING:
+                writer.add_array(key, [bytes(f.parts[i]) for i in f.data])
+            else:
+                sub = f.types[-1]
+                vals = np.concatenate([f.parts[i] for i in f.data]) if f.data else np.array([])
+                # add_array would pick the element type from Python values; keep the source's.
+                writer.add_key_value(key, vals.tolist(), GGUFValueType.ARRAY, sub_type=sub)
+        elif vtype == GGUFValueType.STRING:
+            writer.add_string(key, bytes(f.parts[-1]).decode("utf-8"))
+        else:
+            writer.add_key_value(key, f.parts[-1].tolist()[0], vtype)
+        n += 1
+    return n
+
+
+class Builder:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.tensors = []  # (name, data, raw_dtype or None)
+
+    def normal(self, shape, std):
+        return (self.rng.standard_normal(shape) * std).astype(np.float32)
+
+    def matrix(self, name, n_out, n_in, qtype, std=None):
+        """A weight of GGUF shape [n_in, n_out] (numpy [n_out, n_in]), std 1/sqrt(n_in) by default."""
+        w = self.normal((n_out, n_in), std if std is not None else 1.0 / math.sqrt(n_in))
+        self.add(name, w, qtype)
+
+    def norm(self, name, n, spread=0.1, center=1.0):
+        self.add(name, (center + self.normal((n,), spread)).astype(np.float32), T.F32)
+
+    def bias(self, name, n, std):
+        self.add(name, self.normal((n,), std), T.F32)
+
+    def add(self, name, data, qtype):
+        if qtype == T.F32:
+            self.tensors.append((name, data.astype(np.float32), None))
+        elif qtype == T.F16:
+            self.tensors.append((name, data.astype(np.float16), None))
+        else:
+            self.tensors.append((name, quants.quantize(data, qtype), qtype))
+
+    def write(self, writer):
+        for name, data, qtype in self.tensors:
+            if qtype is None:
+                writer.add_tensor(name, data)
+            else:
+                writer.add_tensor(name, data, raw_dtype=qtype)
+
+
+def llama3_rope_factors(head_dim, base, factor, low_freq_factor, high_freq_factor, old_context_len):
+    """convert_hf_to_gguf.py's LlamaModel.generate_extra_tensors for rope_type "llama3"
+    (float32 frequencies, as torch computes them there)."""
+    exps = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    freqs = (1.0 / (np.float32(base) ** exps)).astype(np.float32)
+    low_freq_wavelen = old_context_len / low_freq_factor
+    high_freq_wavelen = old_context_len / high_freq_factor
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / float(freq)
+        if wavelen < high_freq_wavelen:
+            out.append(1.0)
+        elif wavelen > low_freq_wavelen:
+            out.append(factor)
+        else:
+            smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def common_hparams(w, arch, name, h):
+    w.add_name(name)
+    w.add_description("random weights for inferd's tests (tools/reference/make_tiny_models.py); "
+                      "not a trained model")
+    w.add_context_length(h["n_ctx_train"])
+    w.add_embedding_length(h["n_embd"])
+    w.add_block_count(h["n_layer"])
+    w.add_feed_forward_length(h["n_ff"])
+    w.add_head_count(h["n_head"])
+    w.add_head_count_kv(h["n_head_kv"])
+    w.add_rope_freq_base(h["rope_base"])
+    w.add_layer_norm_rms_eps(h["rms_eps"])
+    if h.get("head_dim"):
+        w.add_key_length(h["head_dim"])
+        w.add_value_length(h["head_dim"])
+
+
+# Types per layer, cycled, so that each projection kind meets several GGML types.
+# Only types whose every GGML path inferd follows bit for bit (kernels_ggml_matmul_test's
+# matched(): Q4_1, Q5_0, Q8_0; the K-quants need rows of 256 and more): a model made of
+# others would test kernels that are not yet exact, not the architecture.
+QWEN3_TYPES = [
+    dict(q=T.Q8_0, k=T.Q5_0, v=T.Q4_1, o=T.Q5_0, gate=T.Q8_0, up=T.Q4_1, down=T.Q5_0),
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q5_0, o=T.Q4_1, gate=T.Q5_0, up=T.Q8_0, down=T.Q8_0),
+]
+LLAMA3_TYPES = [
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q4_1, o=T.Q8_0, gate=T.Q5_0, up=T.Q4_1, down=T.Q8_0),
+    dict(q=T.Q8_0, k=T.Q5_0, v=T.Q8_0, o=T.Q4_1, gate=T.Q8_0, up=T.Q8_0, down=T.Q4_1),
+]
+
+
+def transformer_layers(b, h, types, q_k_norm=False, qkv_bias=False):
+    n_embd, n_ff = h["n_embd"], h["n_ff"]
+    head_dim = h.get("head_dim") or n_embd // h["n_head"]
+    q_dim, kv_dim = h["n_head"] * head_dim, h["n_head_kv"] * head_dim
+    for i in range(h["n_layer"]):
+        t = types[i % len(types)]
+        p = f"blk.{i}."
+        b.norm(p + "attn_norm.weight", n_embd)
+        b.matrix(p + "attn_q.weight", q_dim, n_embd, t["q"])
+        b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
+        b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
+        if qkv_bias:
+            b.bias(p + "attn_q.bias", q_dim, 0.5)
+            b.bias(p + "attn_k.bias", kv_dim, 0.5)
+            b.bias(p + "attn_v.bias", kv_dim, 0.1)
+        if q_k_norm:
+            b.norm(p + "attn_q_norm.weight", head_dim, spread=0.2)
+            b.norm(p + "attn_k_norm.weight", head_dim, spread=0.2)
+        # Output projections a little larger than 1/sqrt(n): attention and FFN should move the
+        # residual stream enough that the context matters to the next token.
+        b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"], std=1.5 / math.sqrt(q_dim))
+        b.norm(p + "ffn_norm.weight", n_embd)
+        b.matrix(p + "ffn_gate.weight", n_ff, n_embd, t["gate"])
+        b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
+        b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
+
+
+def make_qwen3(models_dir, path):
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=2, n_ff=96, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=1000000.0, rms_eps=1e-6)
+    w = GGUFWriter(path, "qwen3")
+    common_hparams(w, "qwen3", "inferd tiny qwen3 (random)", h)
+    copy_tokenizer(w, models_dir / QWEN_VOCAB_FROM)
+    n_vocab = 151936
+    b = Builder(seed=3)
+    # Tied output: logits = (g * norm(h)) . token_embd, so the embedding's scale sets the logits'
+    # spread. With g near 1 the input token's own embedding, which dominates the residual stream
+    # of an untrained model, would score highest and greedy would repeat it forever; a zero-mean
+    # output norm weight g removes that bias.
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)
+    transformer_layers(b, h, QWEN3_TYPES, q_k_norm=True)
+    b.write(w)
+    return w
+
+
+def make_llama3(models_dir, path):
+    h = dict(n_ctx_train=131072, n_embd=64, n_layer=2, n_ff=192, n_head=2, n_head_kv=1,
+             rope_base=500000.0, rms_eps=1e-5)
+    head_dim = h["n_embd"] // h["n_head"]
+    w = GGUFWriter(path, "llama")
+    common_hparams(w, "llama", "inferd tiny llama 3 (random)", h)
+    w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(49152)
+    copy_tokenizer(w, models_dir / SMOL_VOCAB_FROM)
+    n_vocab = 49152
+    b = Builder(seed=31)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q8_0, std=1.0)
+    b.add("rope_freqs.weight", llama3_rope_factors(head_dim, h["rope_base"], factor=32.0, low_freq_factor=1.0,
+                                                   high_freq_factor=4.0, old_context_len=8192), T.F32)
+    transformer_layers(b, h, LLAMA3_TYPES)
+    b.norm("output_norm.weight", h["n_embd"])
+    b.matrix("output.weight", n_vocab, h["n_embd"], T.Q8_0, std=0.6)
+    b.write(w)
+    return w
+
+
+MODELS = {"tiny-qwen3": make_qwen3, "tiny-llama3": make_llama3}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models-dir", type=Path, default=DEFAULT_MODEL_DIR,
+                    help="where the tokenizers are copied from (the real GGUFs)")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--only", choices=sorted(MODELS))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, make in MODELS.items():
+        if args.only and name != args.only:
+            continue
+        path = args.out / f"{name}.gguf"
+        w = make(args.models_dir, path)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
