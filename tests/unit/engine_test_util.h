@@ -58,6 +58,24 @@ class ModelTest : public ::testing::Test {
     delete pool_;
     model_ = nullptr;
     pool_ = nullptr;
+    model_file_.clear();
+  }
+  // Makes `file` (looked up by find_model_file) the model the helpers below
+  // use, loading it unless it already is; a parametrized suite calls it from
+  // SetUp. Fails the test when the file is missing.
+  static void use_model(const std::string& file) {
+    if (model_ && model_file_ == file) return;
+    const std::string path = find_model_file(file);
+    ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << INFERD_TEST_DATA_DIR
+                               << "/models: run scripts/fetch_models.sh --all";
+    LoadOptions o;
+    o.prefault = false;
+    auto m = Model::load(path, o);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    delete model_;
+    model_ = std::move(*m).release();
+    model_file_ = file;
+    if (!pool_) pool_ = new ThreadPool(2);
   }
   void SetUp() override {
     if (!model_)
@@ -135,6 +153,7 @@ class ModelTest : public ::testing::Test {
   }
 
   inline static Model* model_ = nullptr;
+  inline static std::string model_file_;  // set by use_model
   inline static ThreadPool* pool_ = nullptr;
 };
 
