@@ -39,19 +39,9 @@ const uint16_t* gelu_f16_table() {
   return table.data();
 }
 
-// ggml_vec_geglu_f32 (GGML_GELU_FP16): the cut-offs at +-10, else the table.
+// ggml_vec_geglu_f32 with the f16 conversions in software.
 void geglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
-  const uint16_t* table = gelu_f16_table();
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = gate[i];
-    if (x <= -10.0f) {
-      out[i] = 0.0f;
-    } else if (x >= 10.0f) {
-      out[i] = x * up[i];
-    } else {
-      out[i] = f16_to_f32(table[f32_to_f16(x)]) * up[i];
-    }
-  }
+  geglu_portable(gate, up, out, n, [](float x) { return f32_to_f16(x); }, [](uint16_t h) { return f16_to_f32(h); });
 }
 
 }  // namespace detail

@@ -47,6 +47,23 @@ inline void swiglu_portable(const float* gate, const float* up, float* out, int6
   }
 }
 
+// ggml_vec_geglu_f32 (GGML_GELU_FP16): the cut-offs at +-10, else the table,
+// with the f16 conversions given (software or F16C: the same bits).
+template <class ToF16, class ToF32>
+inline void geglu_portable(const float* gate, const float* up, float* out, int64_t n, ToF16 to_f16, ToF32 to_f32) {
+  const uint16_t* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    if (x <= -10.0f) {
+      out[i] = 0.0f;
+    } else if (x >= 10.0f) {
+      out[i] = x * up[i];
+    } else {
+      out[i] = to_f32(table[to_f16(x)]) * up[i];
+    }
+  }
+}
+
 // ggml_vec_swiglu_f32 of the AVX2 build: whole blocks of 8 through the
 // vector e^x, the remainder through libm's expf.
 inline void swiglu_ggml_avx2_portable(const float* gate, const float* up, float* out, int64_t n) {

@@ -24,17 +24,8 @@ void swiglu_ggml_avx2_fma(const float* gate, const float* up, float* out, int64_
 // geglu_scalar with the f16 conversions in hardware (F16C rounds to nearest
 // even, as GGML's conversion does).
 void geglu_f16c(const float* gate, const float* up, float* out, int64_t n) {
-  const uint16_t* table = gelu_f16_table();
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = gate[i];
-    if (x <= -10.0f) {
-      out[i] = 0.0f;
-    } else if (x >= 10.0f) {
-      out[i] = x * up[i];
-    } else {
-      out[i] = _cvtsh_ss(table[_cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT)]) * up[i];
-    }
-  }
+  geglu_portable(gate, up, out, n, [](float x) { return _cvtss_sh(x, _MM_FROUND_TO_NEAREST_INT); },
+                 [](uint16_t h) { return _cvtsh_ss(h); });
 }
 
 }  // namespace inferd::kernels::detail

@@ -89,152 +89,37 @@ template <int NH, int NV>
   }
 }
 
-// Unscaled scores of an 8-position chunk: lane l of s[h] is head h's score of
-// keys[l] (null: outside the range, 0 here).
-template <int NH, int NV>
-[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, bool prefill, __m256* s) {
-  __m256 u[2][NH];
-  for (int half = 0; half < 2; ++half) {
-    __m256 t[2][NH];
-    for (int pair = 0; pair < 2; ++pair) {
-      const int* order = kCrossOrder + 4 * half + 2 * pair;
-      __m256 y0[NH], y1[NH];
-      key_dots<NH, NV>(q, keys[order[0]], prefill, y0);
-      key_dots<NH, NV>(q, keys[order[1]], prefill, y1);
-      for (int h = 0; h < NH; ++h) t[pair][h] = cross(y0[h], y1[h]);
-    }
-    for (int h = 0; h < NH; ++h) u[half][h] = prefill ? mid_movehl(t[0][h], t[1][h]) : mid_hadd(t[0][h], t[1][h]);
-  }
-  for (int h = 0; h < NH; ++h) s[h] = last(u[0][h], u[1][h]);
-}
+// GGML's AVX2 build (GgmlFlavour::kAvx2) for the shared kernel below: the
+// arithmetic of ggml_avx2::attend_one_head_portable per head.
+struct Build {
+  static constexpr int kLanes = 8;  // lanes of GGML's vectors: positions per softmax chunk
+  static constexpr int kMaxHeads = 2;  // query heads at a time (more would spill the score accumulators)
 
-// ggml_avx2::softmax_to_f16 (or softmax, without the rounding) on w[0, n).
-template <bool kRound>
-void softmax(float* w, int64_t n, float max) {
-  const __m256 vmax = _mm256_set1_ps(max);
-  double sum = 0;
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 e = expf_poly8(_mm256_sub_ps(_mm256_loadu_ps(w + i), vmax));
-    _mm256_storeu_ps(w + i, e);
-    sum += static_cast<double>(reduce_movehl(e));
+  template <int NH, int NV>
+  [[gnu::always_inline]] static void key_dots(const float* q, const uint16_t* k, bool prefill, __m256* y) {
+    v8::key_dots<NH, NV>(q, k, prefill, y);
   }
-  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(w + i), inv);
-    _mm256_storeu_ps(w + i, kRound ? round_f16(x) : x);
+  // The scores' middle level: reduce8_movehl (tinyBLAS) or reduce8_hadd.
+  [[gnu::always_inline]] static __m256 mid(__m256 t0, __m256 t1, bool prefill) {
+    return prefill ? mid_movehl(t0, t1) : mid_hadd(t0, t1);
   }
-}
-
-// NH query heads of 8 * NV columns over one key/value head; the arithmetic
-// of ggml_avx2::attend_one_head_portable per head, with each key and value
-// widened once for the NH heads.
-template <int NH, int NV>
-void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin, int64_t pos_end,
-                  float scale, AttentionPass pass, float* out) {
-  constexpr int64_t D = 8 * NV;
-  const bool prefill = pass == AttentionPass::kPrefill;
-  thread_local std::vector<float> weights;
-  thread_local std::vector<const uint16_t*> krow, vrow;
-  alignas(32) float q[NH * D];
-  for (int64_t i = 0; i < NH * D; i += 8) _mm256_store_ps(&q[i], round_f16(_mm256_loadu_ps(q_in + i)));
-
-  // Chunks of 8 positions from a multiple of 8, as GGML's softmax takes them.
-  const int64_t c0 = pos_begin - pos_begin % 8;
-  const int64_t n = (pos_end - c0 + 7) / 8 * 8;
-  krow.assign(static_cast<size_t>(n), nullptr);
-  vrow.assign(static_cast<size_t>(n), nullptr);
-  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
-    const int64_t slot = int64_t{kv.block_table[block]} * kv.block_size + offset;
-    krow[p - c0] = kv.k + slot * kv.slot_stride + head_offset;
-    vrow[p - c0] = kv.v + slot * kv.slot_stride + head_offset;
-    if (++offset == kv.block_size) offset = 0, ++block;
+  // e^(w - max) on one softmax chunk by expf_poly_avx2, stored; returns the chunk.
+  [[gnu::always_inline]] static __m256 exp_chunk(float* w, __m256 vmax) {
+    const __m256 e = expf_poly8(_mm256_sub_ps(_mm256_loadu_ps(w), vmax));
+    _mm256_storeu_ps(w, e);
+    return e;
   }
-
-  weights.resize(static_cast<size_t>(NH * n));
-  __m256 vmax[NH];
-  for (int h = 0; h < NH; ++h) vmax[h] = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  for (int64_t i = 0; i < n; i += 8) {
-    __m256 s[NH];
-    chunk_scores<NH, NV>(q, &krow[i], prefill, s);
-    const int64_t lo = std::max(c0 + i, pos_begin) - (c0 + i), hi = std::min(c0 + i + 8, pos_end) - (c0 + i);
-    const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(
-        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane),
-        _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1))));
-    for (int h = 0; h < NH; ++h) {
-      s[h] = _mm256_blendv_ps(ninf, _mm256_mul_ps(s[h], vscale), valid);
-      _mm256_storeu_ps(&weights[h * n + i], s[h]);
-      vmax[h] = _mm256_max_ps(vmax[h], s[h]);
-    }
+  // The value sets' lane sum over y(0..7), column by column: reduce8_movehl
+  // (tinyBLAS's hsum) or reduce8_hadd (ggml_vec_dot_f16).
+  template <class Y>
+  [[gnu::always_inline]] static __m256 fold(const Y& y, bool prefill) {
+    if (prefill)
+      return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(y(0), y(4)), _mm256_add_ps(y(2), y(6))),
+                           _mm256_add_ps(_mm256_add_ps(y(1), y(5)), _mm256_add_ps(y(3), y(7))));
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(y(0), y(4)), _mm256_add_ps(y(1), y(5))),
+                         _mm256_add_ps(_mm256_add_ps(y(2), y(6)), _mm256_add_ps(y(3), y(7))));
   }
-  for (int h = 0; h < NH; ++h) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax[h]), _mm256_extractf128_ps(vmax[h], 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    softmax<true>(&weights[h * n], n, _mm_cvtss_f32(m));
-  }
-
-  // Weighted values. Position p goes into set p % 32 (one-token step) or p % 8
-  // (tinyBLAS), summed in position order; per block of CB * 8 columns each
-  // set is built in registers for the NH heads, stored, and the sets folded as
-  // GGML's lane sums do.
-  constexpr int CB = NH == 1 ? 4 : 2;
-  static_assert(NV % CB == 0);
-  const int64_t n_sets = prefill ? 8 : 32;
-  alignas(32) float sets[NH][32][CB * 8];
-  for (int64_t j = 0; j < NV; j += CB) {
-    const int64_t col = 8 * j;
-    for (int64_t set = 0; set < n_sets; ++set) {
-      __m256 a[NH][CB];
-      for (int h = 0; h < NH; ++h)
-        for (int c = 0; c < CB; ++c) a[h][c] = _mm256_setzero_ps();
-      int64_t p = pos_begin + ((set - pos_begin) % n_sets + n_sets) % n_sets;  // first position of the set
-      for (; p < pos_end; p += n_sets) {
-        const uint16_t* v = vrow[p - c0] + col;
-        for (int c = 0; c < CB; ++c) {
-          const __m256 vf = load_f16(v + 8 * c);
-          for (int h = 0; h < NH; ++h)
-            a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&weights[h * n + p - c0]), a[h][c]);
-        }
-      }
-      for (int h = 0; h < NH; ++h)
-        for (int c = 0; c < CB; ++c) _mm256_store_ps(&sets[h][set][8 * c], a[h][c]);
-    }
-    for (int h = 0; h < NH; ++h) {
-      for (int c = 0; c < CB; ++c) {
-        auto S = [&](int s) { return _mm256_load_ps(&sets[h][s][8 * c]); };
-        __m256 r;
-        if (prefill) {  // reduce8_movehl over the 8 sets
-          r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(S(0), S(4)), _mm256_add_ps(S(2), S(6))),
-                            _mm256_add_ps(_mm256_add_ps(S(1), S(5)), _mm256_add_ps(S(3), S(7))));
-        } else {  // lanes y_l = (l + 16+l) + (8+l + 24+l), then reduce8_hadd
-          __m256 y[8];
-          for (int l = 0; l < 8; ++l) y[l] = _mm256_add_ps(_mm256_add_ps(S(l), S(16 + l)), _mm256_add_ps(S(8 + l), S(24 + l)));
-          r = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(y[0], y[4]), _mm256_add_ps(y[1], y[5])),
-                            _mm256_add_ps(_mm256_add_ps(y[2], y[6]), _mm256_add_ps(y[3], y[7])));
-        }
-        _mm256_storeu_ps(out + h * D + col + 8 * c, r);
-      }
-    }
-  }
-}
-
-// Two query heads at a time (more would spill the score accumulators).
-template <int NV>
-void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
-                  int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  constexpr int64_t D = 8 * NV;
-  for (int64_t h = 0; h < n_heads;) {
-    if (n_heads - h >= 2) {
-      attend_heads<2, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
-      h += 2;
-    } else {
-      attend_heads<1, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
-      h += 1;
-    }
-  }
-}
+};
 
 }  // namespace v8
 
@@ -246,43 +131,8 @@ void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
 // nearest even (to f16), as the software ones.
 namespace v16 {
 
-using v8::cross;
-using v8::kCrossOrder;
-using v8::last;
 using v8::load_f16;
 using v8::mid_movehl;
-using v8::reduce_movehl;
-using v8::round_f16;
-
-// expf_poly on eight lanes, to the bit (expf_poly8 is the AVX2 build's e^x,
-// not this one). ldexp(j, n) is j * 2^n rounded once; for |n| > 126, where
-// 2^n is no normal float, it is j * 2^(n -+ 100) (exact: normal) times
-// 2^(+-100), again one rounding.
-inline __m256 expf_poly_x8(__m256 x) {
-  using namespace expf_poly_constants;
-  const __m256 shift = _mm256_set1_ps(kShift);
-  const __m256 n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), shift), shift);
-  const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x));
-  const __m256 u = _mm256_mul_ps(b, b);
-  const __m256 j = _mm256_fmadd_ps(
-      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(kC5), b, _mm256_set1_ps(kC4)), u,
-                      _mm256_fmadd_ps(_mm256_set1_ps(kC3), b, _mm256_set1_ps(kC2))),
-      u, _mm256_fmadd_ps(_mm256_set1_ps(kC1), b, _mm256_set1_ps(1.0f)));
-  const __m256i ni = _mm256_cvtps_epi32(n);  // n is a whole number
-  const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-  const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
-  auto pow2 = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
-  if (_mm256_movemask_ps(big) == 0) return _mm256_mul_ps(j, pow2(ni));
-  const __m256 neg = _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ);
-  const __m256i shift_by = _mm256_and_si256(_mm256_castps_si256(big),  // 100 (n < -126) or -100 (n > 126)
-                                            _mm256_blendv_epi8(_mm256_set1_epi32(-100), _mm256_set1_epi32(100),
-                                                               _mm256_castps_si256(neg)));
-  const __m256 back = _mm256_blendv_ps(_mm256_set1_ps(1.0f),
-                                       _mm256_blendv_ps(_mm256_set1_ps(0x1p100f), _mm256_set1_ps(0x1p-100f), neg), big);
-  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, pow2(_mm256_add_epi32(ni, shift_by))), back);
-  const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
-  return _mm256_blendv_ps(res, _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(), neg), huge);
-}
 
 // z[h]: query head h's 16-lane dot-product accumulator with key k, as its
 // two halves added (hi + lo, reduce16's first level; reduce_movehl of it is
@@ -335,47 +185,6 @@ template <int NH, int NV>
   for (int h = 0; h < NH; ++h) z[h] = _mm256_add_ps(hi[h], lo[h]);
 }
 
-// Unscaled scores of an 8-position chunk: lane l of s[h] is head h's score of
-// keys[l] (null: outside the range, 0 here); the movehl trees of the eight
-// keys' hi + lo vectors, transposed (v8::cross).
-template <int NH, int NV>
-[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, bool prefill, __m256* s) {
-  __m256 u[2][NH];
-  for (int half = 0; half < 2; ++half) {
-    __m256 t[2][NH];
-    for (int pair = 0; pair < 2; ++pair) {
-      const int* order = kCrossOrder + 4 * half + 2 * pair;
-      __m256 z0[NH], z1[NH];
-      key_dots<NH, NV>(q, keys[order[0]], prefill, z0);
-      key_dots<NH, NV>(q, keys[order[1]], prefill, z1);
-      for (int h = 0; h < NH; ++h) t[pair][h] = cross(z0[h], z1[h]);
-    }
-    for (int h = 0; h < NH; ++h) u[half][h] = mid_movehl(t[0][h], t[1][h]);
-  }
-  for (int h = 0; h < NH; ++h) s[h] = last(u[0][h], u[1][h]);
-}
-
-// The portable kernel's softmax on w[0, n) (n a multiple of 16, from a
-// multiple of 16): e^(w - max) by expf_poly, the sum in double per 16-position
-// chunk (reduce16), then the weights times 1 / sum, rounded to f16 (kRound).
-template <bool kRound>
-void softmax(float* w, int64_t n, float max) {
-  const __m256 vmax = _mm256_set1_ps(max);
-  double sum = 0;
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m256 lo = expf_poly_x8(_mm256_sub_ps(_mm256_loadu_ps(w + i), vmax));
-    const __m256 hi = expf_poly_x8(_mm256_sub_ps(_mm256_loadu_ps(w + i + 8), vmax));
-    _mm256_storeu_ps(w + i, lo);
-    _mm256_storeu_ps(w + i + 8, hi);
-    sum += static_cast<double>(reduce_movehl(_mm256_add_ps(hi, lo)));
-  }
-  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
-  for (int64_t i = 0; i < n; i += 8) {
-    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(w + i), inv);
-    _mm256_storeu_ps(w + i, kRound ? round_f16(x) : x);
-  }
-}
-
 // reduce16 lane-wise over sixteen vectors y(0..15) (column by column):
 // (t6(0) + t6(2)) + (t6(1) + t6(3)), t6(i) = (y(i+12) + y(i+4)) + (y(i+8) + y(i)).
 template <class Y>
@@ -387,23 +196,103 @@ template <class Y>
   return _mm256_add_ps(u, _mm256_add_ps(t6(1), t6(3)));
 }
 
+// GGML's AVX-512 build (GgmlFlavour::kAvx512) for the shared kernel below:
+// the arithmetic of attend_one_head_portable per head.
+struct Build {
+  static constexpr int kLanes = 16;  // lanes of GGML's vectors: positions per softmax chunk
+  // Up to four query heads at a time (build/attention_bench: with four heads
+  // per key/value head, faster than three and one by 20-30%).
+  static constexpr int kMaxHeads = 4;
+
+  template <int NH, int NV>
+  [[gnu::always_inline]] static void key_dots(const float* q, const uint16_t* k, bool prefill, __m256* z) {
+    v16::key_dots<NH, NV>(q, k, prefill, z);
+  }
+  // The scores are the movehl trees of the keys' hi + lo vectors.
+  [[gnu::always_inline]] static __m256 mid(__m256 t0, __m256 t1, bool /*prefill*/) { return mid_movehl(t0, t1); }
+  // e^(w - max) on one 16-position chunk by expf_poly, stored; returns its
+  // hi + lo (reduce16's first level).
+  [[gnu::always_inline]] static __m256 exp_chunk(float* w, __m256 vmax) {
+    const __m256 lo = expf_poly_x8(_mm256_sub_ps(_mm256_loadu_ps(w), vmax));
+    const __m256 hi = expf_poly_x8(_mm256_sub_ps(_mm256_loadu_ps(w + 8), vmax));
+    _mm256_storeu_ps(w, lo);
+    _mm256_storeu_ps(w + 8, hi);
+    return _mm256_add_ps(hi, lo);
+  }
+  // The value sets' lane sum over y(0..15): reduce16 either way.
+  template <class Y>
+  [[gnu::always_inline]] static __m256 fold(const Y& y, bool /*prefill*/) {
+    return fold16(y);
+  }
+};
+
+}  // namespace v16
+
+// The vector kernel of both flavours, K its build (v8::Build or v16::Build):
+// GGML's vectors of K::kLanes lanes, each 8-lane half of them an __m256.
+
+// Unscaled scores of an 8-position chunk: lane l of s[h] is head h's score of
+// keys[l] (null: outside the range, 0 here); the lane sums of the eight keys'
+// vectors, transposed (v8::cross).
+template <class K, int NH, int NV>
+[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, bool prefill, __m256* s) {
+  __m256 u[2][NH];
+  for (int half = 0; half < 2; ++half) {
+    __m256 t[2][NH];
+    for (int pair = 0; pair < 2; ++pair) {
+      const int* order = v8::kCrossOrder + 4 * half + 2 * pair;
+      __m256 y0[NH], y1[NH];
+      K::template key_dots<NH, NV>(q, keys[order[0]], prefill, y0);
+      K::template key_dots<NH, NV>(q, keys[order[1]], prefill, y1);
+      for (int h = 0; h < NH; ++h) t[pair][h] = v8::cross(y0[h], y1[h]);
+    }
+    for (int h = 0; h < NH; ++h) u[half][h] = K::mid(t[0][h], t[1][h], prefill);
+  }
+  for (int h = 0; h < NH; ++h) s[h] = v8::last(u[0][h], u[1][h]);
+}
+
+// The softmax on w[0, n) (n a multiple of K::kLanes, from a multiple of it):
+// e^(w - max), the sum in double per K::kLanes-position chunk (its movehl
+// tree), then the weights times 1 / sum, rounded to f16 (kRound). For
+// v8::Build: ggml_avx2::softmax(_to_f16); for v16::Build: the portable
+// kernel's.
+template <class K, bool kRound>
+void softmax(float* w, int64_t n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  double sum = 0;
+  for (int64_t i = 0; i < n; i += K::kLanes) sum += static_cast<double>(v8::reduce_movehl(K::exp_chunk(w + i, vmax)));
+  const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
+  for (int64_t i = 0; i < n; i += 8) {
+    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(w + i), inv);
+    _mm256_storeu_ps(w + i, kRound ? v8::round_f16(x) : x);
+  }
+}
+
+template <class K>
+void softmax_unrounded(float* w, int64_t n) {
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = std::max(max, w[i]);
+  softmax<K, false>(w, n, max);
+}
+
 // NH query heads of 8 * NV columns over one key/value head; the arithmetic
-// of attend_one_head_portable per head, with each key and value widened once
-// for the NH heads.
-template <int NH, int NV>
+// of K's portable kernel per head, with each key and value widened once for
+// the NH heads.
+template <class K, int NH, int NV>
 void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin, int64_t pos_end,
                   float scale, AttentionPass pass, float* out) {
   constexpr int64_t D = 8 * NV;
+  constexpr int64_t L = K::kLanes;
   const bool prefill = pass == AttentionPass::kPrefill;
   thread_local std::vector<float> weights;
   thread_local std::vector<const uint16_t*> krow, vrow;
   alignas(32) float q[NH * D];
-  for (int64_t i = 0; i < NH * D; i += 8) _mm256_store_ps(&q[i], round_f16(_mm256_loadu_ps(q_in + i)));
+  for (int64_t i = 0; i < NH * D; i += 8) _mm256_store_ps(&q[i], v8::round_f16(_mm256_loadu_ps(q_in + i)));
 
-  // Scores over whole 16-position chunks from a multiple of 16, as the
+  // Scores over whole L-position chunks from a multiple of L, as GGML's
   // softmax sums them; positions outside the range are masked.
-  const int64_t c0 = pos_begin - pos_begin % 16;
-  const int64_t n = (pos_end - c0 + 15) / 16 * 16;
+  const int64_t c0 = pos_begin - pos_begin % L;
+  const int64_t n = (pos_end - c0 + L - 1) / L * L;
   krow.assign(static_cast<size_t>(n), nullptr);
   vrow.assign(static_cast<size_t>(n), nullptr);
   for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
@@ -421,12 +310,12 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int64_t i = 0; i < n; i += 8) {
     const int64_t lo = std::max(c0 + i, pos_begin) - (c0 + i), hi = std::min(c0 + i + 8, pos_end) - (c0 + i);
-    if (hi <= 0 || lo >= 8) {  // the chunk half before pos_begin or past pos_end
+    if (hi <= 0 || lo >= 8) {  // a chunk half before pos_begin or past pos_end (L = 16 only)
       for (int h = 0; h < NH; ++h) _mm256_storeu_ps(&weights[h * n + i], ninf);
       continue;
     }
     __m256 s[NH];
-    chunk_scores<NH, NV>(q, &krow[i], prefill, s);
+    chunk_scores<K, NH, NV>(q, &krow[i], prefill, s);
     const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane),
         _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1))));
@@ -440,17 +329,17 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax[h]), _mm256_extractf128_ps(vmax[h], 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    softmax<true>(&weights[h * n], n, _mm_cvtss_f32(m));
+    softmax<K, true>(&weights[h * n], n, _mm_cvtss_f32(m));
   }
 
-  // Weighted values. Position p goes into set p % 64 (one-token step: four
-  // accumulators of 16 lanes) or p % 16 (tinyBLAS), summed in position order;
+  // Weighted values. Position p goes into set p % 4L (one-token step: four
+  // accumulators of L lanes) or p % L (tinyBLAS), summed in position order;
   // per block of CB * 8 columns each set is built in registers for the NH
-  // heads, stored, and the sets folded as the portable kernel does.
+  // heads, stored, and the sets folded as K's portable kernel does.
   constexpr int CB = NH == 1 ? 4 : 2;
   static_assert(NV % CB == 0);
-  const int64_t n_sets = prefill ? 16 : 64;
-  alignas(32) float sets[NH][64][CB * 8];
+  const int64_t n_sets = prefill ? L : 4 * L;
+  alignas(32) float sets[NH][4 * L][CB * 8];
   for (int64_t j = 0; j < NV; j += CB) {
     const int64_t col = 8 * j;
     for (int64_t set = 0; set < n_sets; ++set) {
@@ -461,7 +350,7 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
       for (; p < pos_end; p += n_sets) {
         const uint16_t* v = vrow[p - c0] + col;
         for (int c = 0; c < CB; ++c) {
-          const __m256 vf = load_f16(v + 8 * c);
+          const __m256 vf = v8::load_f16(v + 8 * c);
           for (int h = 0; h < NH; ++h)
             a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&weights[h * n + p - c0]), a[h][c]);
         }
@@ -474,11 +363,11 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
         auto S = [&](int s) __attribute__((always_inline)) { return _mm256_load_ps(&sets[h][s][8 * c]); };
         __m256 r;
         if (prefill) {  // lane l is set l
-          r = fold16(S);
-        } else {  // lane l is (set l + set 32+l) + (set 16+l + set 48+l)
-          r = fold16([&](int l) __attribute__((always_inline)) {
-            return _mm256_add_ps(_mm256_add_ps(S(l), S(32 + l)), _mm256_add_ps(S(16 + l), S(48 + l)));
-          });
+          r = K::fold(S, true);
+        } else {  // lane l is (set l + set 2L+l) + (set L+l + set 3L+l)
+          r = K::fold([&](int l) __attribute__((always_inline)) {
+            return _mm256_add_ps(_mm256_add_ps(S(l), S(2 * L + l)), _mm256_add_ps(S(L + l), S(3 * L + l)));
+          }, false);
         }
         _mm256_storeu_ps(out + h * D + col + 8 * c, r);
       }
@@ -486,30 +375,20 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   }
 }
 
-// Up to four query heads at a time (build/attention_bench: with four heads
-// per key/value head, faster than three and one by 20-30%).
-template <int NV>
+// n_heads query heads NH at a time, then the rest (fewer than NH) together.
+template <class K, int NV, int NH = K::kMaxHeads>
 void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
                   int64_t pos_end, float scale, AttentionPass pass, float* out) {
   constexpr int64_t D = 8 * NV;
-  for (int64_t h = 0; h < n_heads;) {
-    if (n_heads - h >= 4) {
-      attend_heads<4, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
-      h += 4;
-    } else if (n_heads - h >= 3) {
-      attend_heads<3, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
-      h += 3;
-    } else if (n_heads - h >= 2) {
-      attend_heads<2, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
-      h += 2;
-    } else {
-      attend_heads<1, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
-      h += 1;
-    }
+  int64_t h = 0;
+  for (; n_heads - h >= NH; h += NH)
+    attend_heads<K, NH, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
+  if constexpr (NH > 1) {
+    if (h < n_heads)
+      attend_group<K, NV, NH - 1>(q + h * D, n_heads - h, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
   }
 }
 
-}  // namespace v16
 }  // namespace
 
 // GgmlFlavour::kAvx512 on AVX2: head sizes of 64, 128, 192 and 256 (whole
@@ -517,42 +396,36 @@ void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
 // portable one.
 void attend_heads_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                        int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  using v16::Build;
   switch (D) {
-    case 64: return v16::attend_group<8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 128: return v16::attend_group<16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 192: return v16::attend_group<24>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 256: return v16::attend_group<32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 64: return attend_group<Build, 8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 128: return attend_group<Build, 16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 192: return attend_group<Build, 24>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 256: return attend_group<Build, 32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
     default:
       for (int64_t h = 0; h < n_heads; ++h)
         attend_one_head_fma(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
   }
 }
 
-void softmax_avx2(float* w, int64_t n) {
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, w[i]);
-  v16::softmax<false>(w, n, max);
-}
+void softmax_avx2(float* w, int64_t n) { softmax_unrounded<v16::Build>(w, n); }
 
 // Head sizes of 64, 128 and 256 get the vector kernel; others (and a one-token
 // step whose head size is not a multiple of 32, which ends in a double tail)
 // run the portable one.
 void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                             int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  using v8::Build;
   switch (D) {
-    case 64: return v8::attend_group<8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 128: return v8::attend_group<16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 256: return v8::attend_group<32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 64: return attend_group<Build, 8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 128: return attend_group<Build, 16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 256: return attend_group<Build, 32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
     default:
       for (int64_t h = 0; h < n_heads; ++h)
         attend_one_head_ggml_avx2_fma(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
   }
 }
 
-void softmax_ggml_avx2(float* w, int64_t n) {
-  float max = -std::numeric_limits<float>::infinity();
-  for (int64_t i = 0; i < n; ++i) max = std::max(max, w[i]);
-  v8::softmax<false>(w, n, max);
-}
+void softmax_ggml_avx2(float* w, int64_t n) { softmax_unrounded<v8::Build>(w, n); }
 
 }  // namespace inferd::kernels::detail

@@ -4,7 +4,7 @@
 // Why this one and not libm: the SiLU and softmax results feed the int8
 // re-quantization of the next projection, where a last-bit difference from
 // llama.cpp grows layer by layer (docs/design.md, "Logit tolerance"). The
-// scalar and AVX-512 forms below give the same bits: every step is one IEEE
+// scalar, AVX-512 and 8-lane (expf_poly_x8) forms below give the same bits: every step is one IEEE
 // operation, fused where GGML fuses. GGML's AVX2 build computes e^x a little
 // differently: expf_poly_avx2 (and its 8-lane form) follows that one.
 #pragma once
@@ -100,20 +100,31 @@ inline __m512 expf_poly16(__m512 x) {
 namespace inferd::kernels {
 namespace {
 
-// expf_poly_avx2 on eight lanes, to the bit.
-inline __m256 expf_poly8(__m256 x) {
+// The part both 8-lane forms share: z = x log2e + shift (n's integer in the
+// low mantissa bits), n = round(x / ln2), b = x - n ln2 in two steps; returns
+// the polynomial in b, with its constant term 1 (kWithOne: expf_poly) or
+// without it (expf_poly_avx2).
+template <bool kWithOne>
+[[gnu::always_inline]] inline __m256 expf_reduce_poly8(__m256 x, __m256& z, __m256& n) {
   using namespace expf_poly_constants;
   const __m256 shift = _mm256_set1_ps(kShift);
-  const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), shift);
-  const __m256 n = _mm256_sub_ps(z, shift);
+  z = _mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), shift);
+  n = _mm256_sub_ps(z, shift);
   const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x));
+  const __m256 u = _mm256_mul_ps(b, b);
+  const __m256 c1b = kWithOne ? _mm256_fmadd_ps(_mm256_set1_ps(kC1), b, _mm256_set1_ps(1.0f))
+                              : _mm256_mul_ps(_mm256_set1_ps(kC1), b);
+  return _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(kC5), b, _mm256_set1_ps(kC4)), u,
+                                         _mm256_fmadd_ps(_mm256_set1_ps(kC3), b, _mm256_set1_ps(kC2))),
+                         u, c1b);
+}
+
+// expf_poly_avx2 on eight lanes, to the bit.
+inline __m256 expf_poly8(__m256 x) {
+  __m256 z, n;
+  const __m256 j = expf_reduce_poly8<false>(x, z, n);
   const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
   const __m256 k = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(0x3f800000)));
-  const __m256 u = _mm256_mul_ps(b, b);
-  const __m256 j = _mm256_fmadd_ps(
-      _mm256_fmadd_ps(_mm256_fmadd_ps(_mm256_set1_ps(kC5), b, _mm256_set1_ps(kC4)), u,
-                      _mm256_fmadd_ps(_mm256_set1_ps(kC3), b, _mm256_set1_ps(kC2))),
-      u, _mm256_mul_ps(_mm256_set1_ps(kC1), b));
   const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
   const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
   const __m256 res = _mm256_fmadd_ps(j, k, k);
@@ -125,6 +136,29 @@ inline __m256 expf_poly8(__m256 x) {
   const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
   const __m256 scaled = _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1);
   return _mm256_blendv_ps(_mm256_blendv_ps(res, scaled, big), _mm256_mul_ps(s1, s1), huge);
+}
+
+// expf_poly on eight lanes, to the bit (the AVX-512 build's e^x on AVX2, not
+// expf_poly8). ldexp(j, n) is j * 2^n rounded once; for |n| > 126, where 2^n
+// is no normal float, it is j * 2^(n -+ 100) (exact: normal) times
+// 2^(+-100), again one rounding.
+inline __m256 expf_poly_x8(__m256 x) {
+  __m256 z, n;
+  const __m256 j = expf_reduce_poly8<true>(x, z, n);
+  const __m256i ni = _mm256_cvtps_epi32(n);  // n is a whole number
+  const __m256 abs_n = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+  const __m256 big = _mm256_cmp_ps(abs_n, _mm256_set1_ps(126.0f), _CMP_GT_OQ);
+  auto pow2 = [](__m256i e) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23)); };
+  if (_mm256_movemask_ps(big) == 0) return _mm256_mul_ps(j, pow2(ni));
+  const __m256 neg = _mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ);
+  const __m256i shift_by = _mm256_and_si256(_mm256_castps_si256(big),  // 100 (n < -126) or -100 (n > 126)
+                                            _mm256_blendv_epi8(_mm256_set1_epi32(-100), _mm256_set1_epi32(100),
+                                                               _mm256_castps_si256(neg)));
+  const __m256 back = _mm256_blendv_ps(_mm256_set1_ps(1.0f),
+                                       _mm256_blendv_ps(_mm256_set1_ps(0x1p100f), _mm256_set1_ps(0x1p-100f), neg), big);
+  const __m256 res = _mm256_mul_ps(_mm256_mul_ps(j, pow2(_mm256_add_epi32(ni, shift_by))), back);
+  const __m256 huge = _mm256_cmp_ps(abs_n, _mm256_set1_ps(192.0f), _CMP_GT_OQ);
+  return _mm256_blendv_ps(res, _mm256_blendv_ps(_mm256_set1_ps(INFINITY), _mm256_setzero_ps(), neg), huge);
 }
 
 }  // namespace
