@@ -14,6 +14,15 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      high_freq_factor 4, original context 8192, base 500,000: Llama 3.2's values),
                      normal RoPE, GQA 2/1, an untied output matrix. SmolLM2's tokenizer (49,152
                      tokens; SmolLM2 is a `llama` model too).
+  tiny-gemma3.gguf   `gemma3`: 6 layers, 0, 1, 3, 4 attending within a 64-token sliding window
+                     (sliding_window_pattern written as one bool per layer) with RoPE base 1e4
+                     (rope.freq_base_swa), 2 and 5 globally with base 1e6; NeoX RoPE, per-head
+                     q/k RMS norms, sandwich norms (post_attention_norm, post_ffw_norm), GeGLU,
+                     embeddings scaled by sqrt(n_embd), tied output; n_embd 64, GQA 4/1 with
+                     head_dim 32 (query width 128 != n_embd). SmolLM2's tokenizer (small, unlike
+                     Gemma's 262,144 tokens) with add_bos_token set true, as Gemma's. The window
+                     is far below the 1,000-token reference prompts, so the windowed masks and
+                     llama.cpp's iSWA cache are exercised by quick tests.
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -24,7 +33,8 @@ The weights are random (numpy's PCG64, fixed seeds) with scales that keep the re
 near unit RMS and the logits at a standard deviation of a few units, so greedy continuations
 are not one repeated token and top-2 gaps are mostly far above 1e-3. The projections use a mix
 of GGML types (Q8_0, Q5_0, Q4_1), quantized by the gguf package; norms,
-biases and rope_freqs are F32. Deterministic: a rerun writes byte-identical files.
+biases and rope_freqs are F32 (Gemma's norm weights, like those of Gemma GGUFs, include the +1
+of Gemma's (1 + w): random around 1). Deterministic: a rerun writes byte-identical files.
 
 Usage: python3 tools/reference/make_tiny_models.py [--models-dir DIR] [--out DIR] [--only NAME]
 """
@@ -47,16 +57,20 @@ QWEN_VOCAB_FROM = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SMOL_VOCAB_FROM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-def copy_tokenizer(writer, src_path):
+def copy_tokenizer(writer, src_path, overrides=None):
     """Every tokenizer.* key of src_path (vocabulary, merges, token types, pre-tokenizer,
-    special ids, add-BOS flags, chat template), values as they are."""
+    special ids, add-BOS flags, chat template), values as they are, except the keys of
+    `overrides` ({key: (value, GGUFValueType)}), written in their place with those values."""
     r = GGUFReader(src_path)
+    overrides = overrides or {}
     n = 0
     for key, f in r.fields.items():
         if not key.startswith("tokenizer."):
             continue
         vtype = f.types[0]
-        if vtype == GGUFValueType.ARRAY:
+        if key in overrides:
+            writer.add_key_value(key, *overrides[key])
+        elif vtype == GGUFValueType.ARRAY:
             if f.types[-1] == GGUFValueType.STRING:
                 writer.add_array(key, [bytes(f.parts[i]) for i in f.data])
             else:
@@ -225,7 +239,74 @@ def make_llama3(models_dir, path):
     return w
 
 
-MODELS = {"tiny-qwen3": make_qwen3, "tiny-llama3": make_llama3}
+# Cycled over the six layers (layers 2 and 5, the global ones, get the third).
+GEMMA3_TYPES = [
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q4_1, o=T.Q8_0, gate=T.Q4_1, up=T.Q5_0, down=T.Q8_0),
+    dict(q=T.Q8_0, k=T.Q4_1, v=T.Q5_0, o=T.Q4_1, gate=T.Q8_0, up=T.Q8_0, down=T.Q5_0),
+    dict(q=T.Q4_1, k=T.Q5_0, v=T.Q8_0, o=T.Q5_0, gate=T.Q5_0, up=T.Q4_1, down=T.Q4_1),
+]
+# `gemma3.attention.sliding_window_pattern` as one flag per layer (llama.cpp's
+# load_swa_pattern reads a bool array, or an int period n: every n-th layer global; without the
+# key gemma3's period is 6, as in real Gemma 3 files): layers 2 and 5 attend globally, the
+# others within the window.
+GEMMA3_WINDOWED = [True, True, False, True, True, False]
+# The window: far below the reference prompts (up to 1,000 tokens + 64 generated), so that the
+# windowed layers' masks cut off most of a long prompt, and below one 512-token micro-batch.
+GEMMA3_SLIDING_WINDOW = 64
+# Scales. Token embeddings are multiplied by sqrt(n_embd) = 8 on input: std 0.08 puts the
+# scaled embedding near the unit RMS that each sandwich-normed branch adds, so the context
+# steers the next token. q/k norm weights near 2 (RMS 2 per head after the norm) sharpen the
+# attention (scores of std ~4 at scale 1/sqrt(32)); near 1 the softmax is so flat that greedy
+# keeps repeating tokens. The tied output's zero-mean output norm weight (spread 5) sets the
+# logits' standard deviation (~3.5).
+GEMMA3_EMBD_STD = 0.08
+GEMMA3_OUT_NORM_SPREAD = 5.0
+GEMMA3_QK_NORM_CENTER = 2.0
+
+
+def make_gemma3(models_dir, path):
+    h = dict(n_ctx_train=32768, n_embd=64, n_layer=6, n_ff=192, n_head=4, n_head_kv=1, head_dim=32,
+             rope_base=1000000.0, rms_eps=1e-6)
+    w = GGUFWriter(path, "gemma3")
+    common_hparams(w, "gemma3", "inferd tiny gemma 3 (random)", h)
+    w.add_sliding_window(GEMMA3_SLIDING_WINDOW)
+    w.add_sliding_window_pattern(GEMMA3_WINDOWED)
+    # The windowed layers' RoPE base: llama.cpp's default (real Gemma 3 files leave the key out),
+    # written so that the file says it; the global layers use rope.freq_base (1e6).
+    w.add_rope_freq_base_swa(10000.0)
+    # SmolLM2's tokenizer, but with a BOS in front of every prompt, as Gemma's tokenizer does.
+    copy_tokenizer(w, models_dir / SMOL_VOCAB_FROM,
+                   overrides={"tokenizer.ggml.add_bos_token": (True, GGUFValueType.BOOL)})
+    n_vocab = 49152
+    b = Builder(seed=7)
+    # Tied output, as Gemma 3; the zero-mean output norm weight also removes the tied
+    # embedding's pull towards the input token (see make_qwen3).
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=GEMMA3_EMBD_STD)
+    b.norm("output_norm.weight", h["n_embd"], spread=GEMMA3_OUT_NORM_SPREAD, center=0.0)
+    n_embd, n_ff, head_dim = h["n_embd"], h["n_ff"], h["head_dim"]
+    q_dim, kv_dim = h["n_head"] * head_dim, h["n_head_kv"] * head_dim
+    for i in range(h["n_layer"]):
+        t = GEMMA3_TYPES[i % len(GEMMA3_TYPES)]
+        p = f"blk.{i}."
+        # Norm weights as Gemma GGUFs store them, with the +1 of Gemma's (1 + w) folded in.
+        b.norm(p + "attn_norm.weight", n_embd)
+        b.matrix(p + "attn_q.weight", q_dim, n_embd, t["q"])
+        b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
+        b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
+        b.norm(p + "attn_q_norm.weight", head_dim, spread=0.3, center=GEMMA3_QK_NORM_CENTER)
+        b.norm(p + "attn_k_norm.weight", head_dim, spread=0.3, center=GEMMA3_QK_NORM_CENTER)
+        b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"])
+        b.norm(p + "post_attention_norm.weight", n_embd, spread=0.2)
+        b.norm(p + "ffn_norm.weight", n_embd)
+        b.matrix(p + "ffn_gate.weight", n_ff, n_embd, t["gate"])
+        b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
+        b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"])
+        b.norm(p + "post_ffw_norm.weight", n_embd, spread=0.2)
+    b.write(w)
+    return w
+
+
+MODELS = {"tiny-qwen3": make_qwen3, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3}
 
 
 def main():
