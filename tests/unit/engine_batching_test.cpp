@@ -183,7 +183,8 @@ std::string model_name(const ::testing::TestParamInfo<std::string>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineBatching,
-                         ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-llama3.gguf"),
+                         ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-llama3.gguf",
+                                           "tiny-gemma3.gguf"),
                          model_name);
 
 }  // namespace
