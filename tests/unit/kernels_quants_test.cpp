@@ -447,6 +447,47 @@ TEST(KernelsSimdVecDot, TileKernelsAreBitIdenticalToVecDot) {
   }
 }
 
+// The prefill tiles (AVX2 Q4_0/Q5_0 rows unpacked once per call, then 4x2
+// register tiles; matmul hands them up to tile_rows x tile_tokens) at shapes
+// past every edge: each pair still gets vec_dot's bits.
+TEST(KernelsSimdVecDot, LargeTilesAreBitIdenticalToVecDot) {
+  std::mt19937 rng(10);
+  for (SimdLevel level : runnable_levels()) {
+    const KernelTable table = build_kernel_table(level);
+    for (DType t : weight_types()) {
+      const TypeKernels& k = table.type[static_cast<uint32_t>(t)];
+      if (k.gemm_tile == nullptr) continue;
+      const DType at = vec_dot_type(t);
+      const int64_t n = info(t).block_size == 256 ? 512 : 352;
+      const int max_rows = 19, max_tokens = 70;
+      const size_t a_stride = row_bytes(t, n), b_stride = row_bytes(at, n);
+      std::vector<uint8_t> a, b;
+      for (int r = 0; r < max_rows; ++r) {
+        const std::vector<uint8_t> row = random_weights(rng, t, n, r % 2 == 1);
+        a.insert(a.end(), row.begin(), row.end());
+      }
+      for (int r = 0; r < max_tokens; ++r) {
+        const std::vector<uint8_t> row = quantize_ref(at, random_floats(rng, n));
+        b.insert(b.end(), row.begin(), row.end());
+      }
+      for (int nr : {1, 3, 4, 5, 16, 19}) {
+        for (int nt : {4, 5, 8, 33, 64, 70}) {
+          std::vector<float> out(static_cast<size_t>(max_rows) * max_tokens, NAN);
+          k.gemm_tile(n, a.data(), a_stride, nr, b.data(), b_stride, nt, out.data(), 1, max_rows);
+          for (int r = 0; r < nr; ++r) {
+            for (int tok = 0; tok < nt; ++tok) {
+              const float want = k.vec_dot(n, a.data() + r * a_stride, b.data() + tok * b_stride);
+              ASSERT_EQ(bits_of(out[tok * max_rows + r]), bits_of(want))
+                  << dtype_name(t) << " tile " << nr << "x" << nt << " row " << r << " token " << tok
+                  << " at " << level_name(level);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(KernelsDispatch, ReportsTheChosenLevel) {
   const std::string level = simd_level();
   EXPECT_TRUE(level == "scalar" || level == "avx2" || level == "avx512vnni") << level;

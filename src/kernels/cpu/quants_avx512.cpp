@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "core/dtype.h"
 #include "kernels/cpu/kernel_table.h"

@@ -335,32 +335,120 @@ enum KOrder { kVecDotOrder = 0, kTiledOrder = 1, kRepackOrder = 2, kRepackGemmOr
 // unsigned quants (elements 32k..32k+31), their scale pairs and the info.
 template <bool kHasOffset, bool kHasMin>
 struct KQuantDriver {
+  // Lanes 0-3 of the result: the int32 sum of all eight lanes of v[0..3], exact.
+  static __m128i sum_lanes4(const __m256i* v) {
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  }
+  // The scalar orders (tiled, repacked gemv and gemm) with one float lane per
+  // token (up to four): each token's chain of fmas is the same sequence of
+  // scalar operations as one at a time, but the horizontal integer sums of four
+  // tokens share one hadd tree, and four tokens' fmas one instruction. Missing
+  // tokens (NT not a multiple of 4) are zero lanes: not computed, not written.
+  template <int NT, class Block, int kOrder, class Unpack>
+  static void run_token_lanes(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
+    static_assert(NT >= 1 && NT <= 8);
+    constexpr int kGroups = (NT + 3) / 4;
+    const Block* x = static_cast<const Block*>(a);
+    const int64_t nb = n / kQK_K;
+    const BlockQ8_K* yg[kGroups * 4];
+    for (int t = 0; t < kGroups * 4; ++t) yg[t] = yrow<BlockQ8_K>(b, bs, t < NT ? t : 0);
+    __m128 saccg[kGroups], sacc_ming[kGroups];
+    for (int g = 0; g < kGroups; ++g) saccg[g] = sacc_ming[g] = _mm_setzero_ps();
+    __m256i q[8], sc[8];
+    for (int64_t i = 0; i < nb; ++i) {
+      KBlockInfo info;
+      unpack(x[i], q, sc, info);
+      for (int g = 0; g < kGroups; ++g) {
+      const BlockQ8_K* const* yr = yg + 4 * g;
+      __m128& sacc = saccg[g];
+      __m128& sacc_min = sacc_ming[g];
+      const __m128 dy = _mm_setr_ps(yr[0][i].d, yr[1][i].d, yr[2][i].d, yr[3][i].d);
+      if constexpr (kOrder == kRepackGemmOrder) {
+        static_assert(kHasMin && !kHasOffset, "the repacked GEMM order is Q4_K's");
+        __m256i pk[4][4], mm[4];  // pk[k][t]: sub-blocks 2k, 2k+1; mm[t]: min_j * bsum of sub-block j
+        for (int t = NT - 4 * g; t < 4; ++t) {
+          for (int k = 0; k < 4; ++k) pk[k][t] = _mm256_setzero_si256();
+          mm[t] = _mm256_setzero_si256();
+        }
+        for (int t = 0; t < 4 && t < NT - 4 * g; ++t) {
+          const BlockQ8_K& y = yr[t][i];
+          for (int k = 0; k < 4; ++k) {
+            pk[k][t] = _mm256_add_epi32(dot_u8s8_scaled(q[2 * k], load256(y.qs + 64 * k), sc[2 * k]),
+                                        dot_u8s8_scaled(q[2 * k + 1], load256(y.qs + 64 * k + 32), sc[2 * k + 1]));
+          }
+          mm[t] = _mm256_madd_epi16(load256(y.bsums), info.min);
+        }
+        // Lane pairs of mm summed: [t0 k0, t0 k1, t1 k0, t1 k1 | t0 k2, t0 k3, t1 k2, t1 k3] and t2, t3.
+        const __m256 m01 = _mm256_castsi256_ps(_mm256_hadd_epi32(mm[0], mm[1]));
+        const __m256 m23 = _mm256_castsi256_ps(_mm256_hadd_epi32(mm[2], mm[3]));
+        const __m256 m02 = _mm256_shuffle_ps(m01, m23, _MM_SHUFFLE(2, 0, 2, 0));  // k0 | k2, tokens 0-3
+        const __m256 m13 = _mm256_shuffle_ps(m01, m23, _MM_SHUFFLE(3, 1, 3, 1));  // k1 | k3
+        __m128 msum[4];
+        msum[0] = _mm_cvtepi32_ps(_mm_castps_si128(_mm256_castps256_ps128(m02)));
+        msum[1] = _mm_cvtepi32_ps(_mm_castps_si128(_mm256_castps256_ps128(m13)));
+        msum[2] = _mm_cvtepi32_ps(_mm_castps_si128(_mm256_extractf128_ps(m02, 1)));
+        msum[3] = _mm_cvtepi32_ps(_mm_castps_si128(_mm256_extractf128_ps(m13, 1)));
+        const __m128 sd = _mm_mul_ps(_mm_set1_ps(info.d), dy), sm = _mm_mul_ps(_mm_set1_ps(info.dmin), dy);
+        for (int k = 0; k < 4; ++k) {
+          sacc = _mm_fmadd_ps(_mm_cvtepi32_ps(sum_lanes4(pk[k])), sd, sacc);
+          sacc_min = _mm_fmadd_ps(msum[k], sm, sacc_min);
+        }
+        continue;
+      }
+      {
+      __m256i p[4], mm[4];
+      for (int t = NT - 4 * g; t < 4; ++t) p[t] = mm[t] = _mm256_setzero_si256();
+      for (int t = 0; t < 4 && t < NT - 4 * g; ++t) {
+        const BlockQ8_K& y = yr[t][i];
+        __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
+        __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
+        for (int k = 2; k < 8; k += 2) {
+          p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]));
+          p1 = _mm256_add_epi32(p1, dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
+        }
+        p[t] = _mm256_add_epi32(p0, p1);
+        const __m256i bsums = load256(y.bsums);
+        if (kHasOffset) p[t] = _mm256_sub_epi32(p[t], _mm256_madd_epi16(bsums, info.offset));
+        if (kHasMin) mm[t] = _mm256_madd_epi16(bsums, info.min);
+      }
+      const __m128 isum = _mm_cvtepi32_ps(sum_lanes4(p));
+      const __m128 msum = kHasMin ? _mm_cvtepi32_ps(sum_lanes4(mm)) : _mm_setzero_ps();
+      if constexpr (kOrder == kTiledOrder) {
+        __m128 r = _mm_mul_ps(_mm_set1_ps(info.d), isum);
+        if (kHasMin) r = _mm_fmadd_ps(_mm_set1_ps(-info.dmin), msum, r);
+        sacc = _mm_fmadd_ps(r, dy, sacc);
+      } else {
+        sacc = _mm_fmadd_ps(isum, _mm_mul_ps(_mm_set1_ps(info.d), dy), sacc);
+        sacc_min = _mm_fmadd_ps(msum, _mm_mul_ps(_mm_set1_ps(info.dmin), dy), sacc_min);
+      }
+      }
+      }
+    }
+    alignas(16) float res[4 * kGroups];
+    for (int g = 0; g < kGroups; ++g) {
+      _mm_store_ps(res + 4 * g, kOrder == kTiledOrder ? saccg[g] : _mm_sub_ps(saccg[g], sacc_ming[g]));
+    }
+    for (int t = 0; t < NT; ++t) out[t] = res[t];
+  }
+
   template <int NT, class Block, int kOrder = kVecDotOrder, class Unpack>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out, Unpack unpack) {
+    if constexpr (kOrder != kVecDotOrder) {
+      run_token_lanes<NT, Block, kOrder>(n, a, b, bs, out, unpack);
+      return;
+    }
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK_K;
     const BlockQ8_K* yr[NT];
     __m256 acc[NT];
-    float sacc[NT], sacc_min[NT];
-    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), yr[t] = yrow<BlockQ8_K>(b, bs, t), sacc[t] = sacc_min[t] = 0.0f;
+    for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), yr[t] = yrow<BlockQ8_K>(b, bs, t);
     __m256i q[8], sc[8];
     for (int64_t i = 0; i < nb; ++i) {
       KBlockInfo info;
       unpack(x[i], q, sc, info);
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& y = yr[t][i];
-        if constexpr (kOrder == kRepackGemmOrder) {
-          static_assert(kHasMin && !kHasOffset, "the repacked GEMM order is Q4_K's");
-          alignas(32) int32_t mins[8];  // min_g * (sum of sub-block g's activations)
-          _mm256_store_si256(reinterpret_cast<__m256i*>(mins), _mm256_madd_epi16(load256(y.bsums), info.min));
-          for (int k = 0; k < 8; k += 2) {
-            const __m256i pk = _mm256_add_epi32(dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]),
-                                                dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
-            sacc[t] = std::fma(static_cast<float>(hsum_epi32(pk)), info.d * y.d, sacc[t]);
-            sacc_min[t] = std::fma(static_cast<float>(mins[k] + mins[k + 1]), info.dmin * y.d, sacc_min[t]);
-          }
-          continue;
-        }
         __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
         __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
         for (int k = 2; k < 8; k += 2) {
@@ -370,19 +458,6 @@ struct KQuantDriver {
         __m256i p = _mm256_add_epi32(p0, p1);
         const __m256i bsums = load256(y.bsums);
         if (kHasOffset) p = _mm256_sub_epi32(p, _mm256_madd_epi16(bsums, info.offset));
-        if constexpr (kOrder != kVecDotOrder) {
-          const float isum = static_cast<float>(hsum_epi32(p));
-          const float msum = kHasMin ? static_cast<float>(hsum_epi32(_mm256_madd_epi16(bsums, info.min))) : 0.0f;
-          if constexpr (kOrder == kTiledOrder) {
-            float r = info.d * isum;
-            if (kHasMin) r = std::fma(-info.dmin, msum, r);
-            sacc[t] = std::fma(r, y.d, sacc[t]);
-          } else {
-            sacc[t] = std::fma(isum, info.d * y.d, sacc[t]);
-            sacc_min[t] = std::fma(msum, info.dmin * y.d, sacc_min[t]);
-          }
-          continue;
-        }
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t]);
         if (kHasMin) {
           const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, info.min));
@@ -390,10 +465,7 @@ struct KQuantDriver {
         }
       }
     }
-    for (int t = 0; t < NT; ++t) {
-      out[t] = kOrder == kVecDotOrder ? hsum(acc[t]) : kOrder == kTiledOrder ? sacc[t] : sacc[t] - sacc_min[t];
-      (void)acc[t];
-    }
+    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
   }
 };
 
@@ -718,6 +790,117 @@ void gemm_tile(int64_t n, const void* va, size_t as, int nr, const void* vb, siz
   }
 }
 
+// ---- Q4_0/Q5_0 x Q8_0 for many tokens (AVX2) ----------------------------------
+// The same per (row, token) arithmetic as LegacySymmetric (GGML's order: eight
+// int32 lanes of four products per block, one fma with dx*dy per block in block
+// order, hsum at the end), with the work arranged for a prefill step: a call
+// unpacks its weight rows once into biased unsigned bytes u = q + kBias (and
+// dx as float), and prepares each of its tokens' blocks once (the quants
+// copied aligned, kBias * sum(y) per lane, dy as float). Its register tiles then
+// cost six vector operations per (row, token, block): maddubs(u, y), madd,
+// the bias subtracted, int -> float, dx*dy, fma. The integers are exact either
+// way (|u*y + u'*y'| <= 2*31*128 does not saturate maddubs), so each lane holds
+// the same sum of four q*y as GGML's, and every result bit is LegacySymmetric's.
+struct Vec256 {
+  __m256i v;  // 32-byte aligned by the type
+};
+struct UnpackedScratch {
+  std::vector<Vec256> wq, yq, yb;  // u of [block][row]; y and kBias*sum(y) of [token][block]
+  std::vector<float> wd, yd;        // dx of [block][row], dy of [token][block]
+};
+inline UnpackedScratch& unpacked_scratch() {
+  thread_local UnpackedScratch s;
+  return s;
+}
+
+// Rows [r0, r0+NR) x tokens [t0, t0+NT) of the prepared call.
+template <int NR, int NT>
+inline void unpacked_symmetric_tile(int64_t nb, int nr, const __m256i* wq, const float* wd, const __m256i* yq,
+                                    const __m256i* yb, const float* yd, float* out, size_t ors, size_t ots) {
+  __m256 acc[NR][NT];
+  for (int r = 0; r < NR; ++r) {
+    for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256 dy[NT];
+    for (int t = 0; t < NT; ++t) dy[t] = _mm256_broadcast_ss(yd + t * nb + i);
+    for (int r = 0; r < NR; ++r) {
+      const __m256i u = _mm256_load_si256(wq + i * nr + r);
+      const __m256 dx = _mm256_broadcast_ss(wd + i * nr + r);
+      for (int t = 0; t < NT; ++t) {
+        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_load_si256(yq + t * nb + i)), ones);
+        const __m256i q = _mm256_sub_epi32(p, _mm256_load_si256(yb + t * nb + i));
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), _mm256_cvtepi32_ps(q), acc[r][t]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    for (int t = 0; t < NT; ++t) out[r * ors + t * ots] = hsum(acc[r][t]);
+  }
+}
+
+// Fewer tokens than this per call run on LegacySymmetric: preparing the rows
+// would cost more than it saves.
+constexpr int kUnpackMinTokens = 4;
+// What matmul hands one call: the rows' unpacked blocks and the tokens' prepared
+// blocks stay in L2, a register tile's in L1.
+constexpr int kUnpackTileRows = 16;
+constexpr int kUnpackTileTokens = 64;
+
+template <class Format>
+void gemm_unpacked_symmetric(int64_t n, const void* va, size_t as, int nr, const void* vb, size_t bs, int nt,
+                             float* out, size_t ors, size_t ots) {
+  if (nt < kUnpackMinTokens) {
+    gemm_tile<SymmetricKernel<Format>>(n, va, as, nr, vb, bs, nt, out, ors, ots);
+    return;
+  }
+  using Block = typename Format::Block;
+  const uint8_t* a = static_cast<const uint8_t*>(va);
+  const uint8_t* b = static_cast<const uint8_t*>(vb);
+  const int64_t nb = n / kQK;
+  UnpackedScratch& s = unpacked_scratch();
+  const size_t wn = static_cast<size_t>(nb) * nr, yn = static_cast<size_t>(nb) * nt;
+  if (s.wq.size() < wn) s.wq.resize(wn), s.wd.resize(wn);
+  if (s.yq.size() < yn) s.yq.resize(yn), s.yb.resize(yn), s.yd.resize(yn);
+  for (int r = 0; r < nr; ++r) {
+    for (int64_t i = 0; i < nb; ++i) {
+      const Block& x = block_at<Block>(a + r * as, i);
+      s.wq[i * nr + r].v = Format::unpack(x);
+      s.wd[i * nr + r] = fp16(x.d);
+    }
+  }
+  const __m256i bias = _mm256_set1_epi8(static_cast<char>(Format::kBias));
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int t = 0; t < nt; ++t) {
+    for (int64_t i = 0; i < nb; ++i) {
+      const BlockQ8_0& y = block_at<BlockQ8_0>(b + t * bs, i);
+      const __m256i yq = load256(y.qs);
+      s.yq[t * nb + i].v = yq;
+      s.yb[t * nb + i].v = _mm256_madd_epi16(_mm256_maddubs_epi16(bias, yq), ones);
+      s.yd[t * nb + i] = fp16(y.d);
+    }
+  }
+  auto tile = [&]<int NR, int NT>(int r, int t) {
+    unpacked_symmetric_tile<NR, NT>(nb, nr, &s.wq[0].v + r, s.wd.data() + r, &s.yq[0].v + t * nb, &s.yb[0].v + t * nb,
+                                    s.yd.data() + t * nb, out + r * ors + t * ots, ors, ots);
+  };
+  // Register tiles of kR rows x kT tokens (AVX2's 16 registers: kR * kT
+  // accumulators), the edges in smaller ones.
+  constexpr int kR = 4, kT = 2;
+  int r = 0;
+  for (; r + kR <= nr; r += kR) {
+    int t = 0;
+    for (; t + kT <= nt; t += kT) tile.template operator()<kR, kT>(r, t);
+    for (; t < nt; ++t) tile.template operator()<kR, 1>(r, t);
+  }
+  for (; r < nr; ++r) {
+    int t = 0;
+    for (; t + kT <= nt; t += kT) tile.template operator()<1, kT>(r, t);
+    for (; t < nt; ++t) tile.template operator()<1, 1>(r, t);
+  }
+}
+
 // ---- activation quantizers (bit-exact with the scalar reference) ---------------
 
 inline __m256 abs_ps(__m256 v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
@@ -874,6 +1057,15 @@ void fill_x86(KernelTable& table) {
   const bool wide = INFERD_X86_AVX512 != 0;
   set_dot<KQ4_0>(table, DType::Q4_0, 1, wide ? 4 : 2, wide ? 4 : 2);
   set_dot<KQ5_0>(table, DType::Q5_0, 1, wide ? 4 : 2, wide ? 4 : 2);
+  if (!wide) {
+    // Prefill: rows unpacked once per call for many tokens (gemm_unpacked_symmetric).
+    for (DType t : {DType::Q4_0, DType::Q5_0}) {
+      TypeKernels& k = table.type[static_cast<uint32_t>(t)];
+      k.gemm_tile = t == DType::Q4_0 ? gemm_unpacked_symmetric<FormatQ4_0> : gemm_unpacked_symmetric<FormatQ5_0>;
+      k.tile_rows = kUnpackTileRows;
+      k.tile_tokens = kUnpackTileTokens;
+    }
+  }
   set_dot<KQ8_0>(table, DType::Q8_0, 1, wide ? 4 : 2, wide ? 4 : 2);
   set_dot<KQ4_1>(table, DType::Q4_1, 1, 2, wide ? 4 : 2);
   set_dot<KQ5_1>(table, DType::Q5_1, 1, 2, wide ? 4 : 2);
