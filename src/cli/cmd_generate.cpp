@@ -46,19 +46,25 @@ int run_generate(const GenerateFlags& f) {
   }
   GenerationParams params;
   params.prompt_token_ids = prompt;
-  params.max_tokens = f.n_predict;
+  // -n 0 runs the prompt only (timing it): the engine samples one token, which
+  // is dropped.
+  params.max_tokens = std::max<int64_t>(f.n_predict, 1);
   params.sampling = f.sampling.params();
   params.ignore_eos = f.ignore_eos;
 
   if (!f.json) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
   auto out = engine->run(std::move(params), [&](const RequestOutput& delta) {
-    if (f.json) return;
+    if (f.json || f.n_predict == 0) return;
     std::fwrite(delta.text.data(), 1, delta.text.size(), stdout);
     std::fflush(stdout);
   });
   if (!out) {
     std::fprintf(stderr, "\nerror: %s\n", out.error().message.c_str());
     return 1;
+  }
+  if (f.n_predict == 0) {
+    out->token_ids.clear();
+    out->text.clear();
   }
   const RequestMetrics& m = out->metrics;
   const double prompt_seconds = m.first_token_time - m.first_scheduled_time;
