@@ -192,6 +192,9 @@ json parse_body(std::string_view body) {
     if (what.find("UTF-8") != std::string::npos || what.find("utf-8") != std::string::npos)
       fail("the request body is not valid UTF-8: " + what, "");
     fail("the request body is not valid JSON: " + what, "");
+  } catch (const json::out_of_range&) {
+    // A number past the range of a double (1e999): the parser's out_of_range.406.
+    fail("the request body holds a number outside the range of a double", "");
   }
   if (!j.is_object()) fail("the request body must be a JSON object, not " + std::string(type_name(j)), "");
   return j;

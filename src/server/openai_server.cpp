@@ -351,6 +351,9 @@ std::variant<json, ApiError> parse_object(const std::string& text) {
     return body;
   } catch (const json::parse_error& e) {
     return bad_request(std::string("the request body is not valid JSON: ") + e.what());
+  } catch (const json::out_of_range&) {
+    // A number past the range of a double (1e999): the parser's out_of_range.406.
+    return bad_request("the request body holds a number outside the range of a double");
   }
 }
 }  // namespace

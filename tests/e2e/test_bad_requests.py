@@ -93,6 +93,15 @@ BAD_400 = [
     ("content number", "/v1/chat/completions", {"messages": [{"role": "user", "content": 42}]}, "messages"),
     ("image content part", "/v1/chat/completions",
      {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages"),
+    # Numbers past a double's range, in any field and on every JSON route.
+    ("number overflow completions", "/v1/completions", b'{"prompt": "hi", "max_tokens": 2, "temperature": 1e999}',
+     None),
+    ("number overflow chat", "/v1/chat/completions",
+     b'{"messages": [{"role": "user", "content": "hi"}], "top_p": -1e400}', None),
+    ("number overflow nested", "/v1/chat/completions",
+     b'{"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 1e999}}', None),
+    ("number overflow tokenize", "/tokenize", b'{"prompt": "hi", "x": 1e999}', None),
+    ("number overflow detokenize", "/detokenize", b'{"tokens": [1e999]}', None),
     ("tokenize without prompt", "/tokenize", {"text": "hi"}, "prompt"),
     ("detokenize bad ids", "/detokenize", {"tokens": [1, "two"]}, "tokens"),
 ]

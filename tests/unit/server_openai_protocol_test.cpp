@@ -81,6 +81,12 @@ TEST(OpenAIProtocol, CompletionErrorsNameTheField) {
     EXPECT_FALSE(e.message.empty());
   }
   EXPECT_NE(completion_error("{\"prompt\": \"\xc3\x28\"}").message.find("UTF-8"), std::string::npos);
+  // A number past a double's range is a 400 naming the problem (the parser throws out_of_range).
+  for (const ApiError& e : {completion_error(R"({"prompt": "x", "temperature": 1e999})"),
+                            chat_error(R"({"messages": [{"role": "user", "content": "x"}], "top_p": -1e400})")}) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_NE(e.message.find("outside the range of a double"), std::string::npos) << e.message;
+  }
 }
 
 TEST(OpenAIProtocol, ChatMessages) {
