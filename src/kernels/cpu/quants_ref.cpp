@@ -193,32 +193,26 @@ void quantize_q5_1(const float* x, BlockQ5_1* y, int64_t nb) {
   }
 }
 
-// Activation quantizers: scale = amax/127, round half away from zero (roundf),
-// as GGML's reference quantizer and gguf-py write Q8_0.
-void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) {
+// Q8_0 with d = amax/127 rounded to f16 and quants rounded from x * inverse:
+// kCpu false is GGML's reference quantizer (as gguf-py writes Q8_0): 1/d,
+// half away from zero (roundf); kCpu true is its CPU backend's quantizer of
+// activations (quantize_row_q8_0 on x86): 127/amax, ties to even. The matmuls
+// that follow GGML use the latter.
+template <bool kCpu>
+void quantize_q8_0_as(const float* x, BlockQ8_0* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, x += kQK) {
     float amax = 0.0f;
     for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
     const float d = amax / 127;
-    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const float id = kCpu ? (amax != 0.0f ? 127.0f / amax : 0.0f) : (d != 0.0f ? 1.0f / d : 0.0f);
     y[i].d = f32_to_f16(d);
-    for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(std::round(x[j] * id));
+    for (int j = 0; j < kQK; ++j)
+      y[i].qs[j] = static_cast<int8_t>(kCpu ? std::nearbyint(x[j] * id) : std::round(x[j] * id));
   }
 }
 
-// Q8_0 as GGML's CPU backend quantizes activations (its quantize_row_q8_0 on
-// x86, not the reference one): d = amax/127 rounded to f16, quants
-// x * (127/amax) rounded to nearest even. The matmuls that follow GGML use it.
-void quantize_q8_0_cpu(const float* x, BlockQ8_0* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += kQK) {
-    float amax = 0.0f;
-    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
-    const float d = amax / 127;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    y[i].d = f32_to_f16(d);
-    for (int j = 0; j < kQK; ++j) y[i].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
-  }
-}
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nb) { quantize_q8_0_as<false>(x, y, nb); }
+void quantize_q8_0_cpu(const float* x, BlockQ8_0* y, int64_t nb) { quantize_q8_0_as<true>(x, y, nb); }
 
 // Q8_1 only ever holds activations (of Q4_1/Q5_1 products), so it follows
 // GGML's CPU quantizer, not its reference one: 127 / amax rather than 1 / d,

@@ -331,6 +331,19 @@ struct KBlockInfo {
 // (each pair of sub-blocks) instead of per super-block.
 enum KOrder { kVecDotOrder = 0, kTiledOrder = 1, kRepackOrder = 2, kRepackGemmOrder = 3 };
 
+// One super-block's scaled integer products of unpacked weights q (8 vectors
+// of 32, sub-block scales sc) with y's quants, in 8 int32 lanes (two chains,
+// then added): every K-quant order starts from these exact sums.
+inline __m256i superblock_isum(const __m256i* q, const __m256i* sc, const BlockQ8_K& y) {
+  __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
+  __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
+  for (int k = 2; k < 8; k += 2) {
+    p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]));
+    p1 = _mm256_add_epi32(p1, dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
+  }
+  return _mm256_add_epi32(p0, p1);
+}
+
 // Q4_K/Q5_K/Q2_K/Q3_K/Q6_K share this driver: `unpack` fills 8 vectors of 32
 // unsigned quants (elements 32k..32k+31), their scale pairs and the info.
 template <bool kHasOffset, bool kHasMin>
@@ -401,13 +414,7 @@ struct KQuantDriver {
       for (int t = NT - 4 * g; t < 4; ++t) p[t] = mm[t] = _mm256_setzero_si256();
       for (int t = 0; t < 4 && t < NT - 4 * g; ++t) {
         const BlockQ8_K& y = yr[t][i];
-        __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
-        __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
-        for (int k = 2; k < 8; k += 2) {
-          p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]));
-          p1 = _mm256_add_epi32(p1, dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
-        }
-        p[t] = _mm256_add_epi32(p0, p1);
+        p[t] = superblock_isum(q, sc, y);
         const __m256i bsums = load256(y.bsums);
         if (kHasOffset) p[t] = _mm256_sub_epi32(p[t], _mm256_madd_epi16(bsums, info.offset));
         if (kHasMin) mm[t] = _mm256_madd_epi16(bsums, info.min);
@@ -449,13 +456,7 @@ struct KQuantDriver {
       unpack(x[i], q, sc, info);
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& y = yr[t][i];
-        __m256i p0 = dot_u8s8_scaled(q[0], load256(y.qs), sc[0]);
-        __m256i p1 = dot_u8s8_scaled(q[1], load256(y.qs + 32), sc[1]);
-        for (int k = 2; k < 8; k += 2) {
-          p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(q[k], load256(y.qs + 32 * k), sc[k]));
-          p1 = _mm256_add_epi32(p1, dot_u8s8_scaled(q[k + 1], load256(y.qs + 32 * k + 32), sc[k + 1]));
-        }
-        __m256i p = _mm256_add_epi32(p0, p1);
+        __m256i p = superblock_isum(q, sc, y);
         const __m256i bsums = load256(y.bsums);
         if (kHasOffset) p = _mm256_sub_epi32(p, _mm256_madd_epi16(bsums, info.offset));
         acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t]);
