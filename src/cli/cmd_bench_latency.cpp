@@ -7,6 +7,7 @@
 // p90, p99 and standard deviation over the timed iterations.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -40,6 +41,8 @@ struct Iteration {
   double ttft = 0;        // s
   double decode_tps = 0;  // output tokens after the first / their time
   double e2e = 0;         // s
+  int64_t peak_kv_blocks = 0;  // the most KV blocks the request held at once
+  int64_t last_kv_blocks = 0;  // the blocks it held after its last step but one
 };
 
 const std::vector<double> kPercentiles = {90, 99};
@@ -108,8 +111,13 @@ int run_bench_latency(const BenchLatencyFlags& f) {
       return std::nullopt;
     }
     std::optional<RequestMetrics> metrics;
-    while ((*engine)->has_pending_work())
-      for (const RequestOutput& o : (*engine)->step())
+    int64_t peak_kv_blocks = 0, last_kv_blocks = 0;
+    while ((*engine)->has_pending_work()) {
+      const std::vector<RequestOutput> outputs = (*engine)->step();
+      const SchedulerStats st = (*engine)->stats().scheduler;
+      peak_kv_blocks = std::max<int64_t>(peak_kv_blocks, st.kv_used_blocks);
+      if (st.num_running > 0) last_kv_blocks = st.kv_used_blocks;
+      for (const RequestOutput& o : outputs)
         if (o.finished) {
           if (o.status != RequestStatus::kFinishedLength) {
             std::fprintf(stderr, "error: request finished with '%s'%s%s\n", o.finish_reason(),
@@ -118,8 +126,11 @@ int run_bench_latency(const BenchLatencyFlags& f) {
           }
           metrics = o.metrics;
         }
+    }
     if (!metrics) return std::nullopt;
     Iteration it;
+    it.peak_kv_blocks = peak_kv_blocks;
+    it.last_kv_blocks = last_kv_blocks;
     it.ttft = metrics->time_to_first_token();
     it.e2e = metrics->e2e_latency();
     const double decode_time = metrics->last_token_time - metrics->first_token_time;
@@ -134,9 +145,12 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   for (; i < f.num_iters_warmup; ++i)
     if (!run_one(prompts[static_cast<size_t>(i)], i)) return 1;
   std::vector<double> ttft, prompt_tps, decode_tps, e2e;
+  int64_t peak_kv_blocks = 0, last_kv_blocks = 0;
   for (int64_t k = 0; k < f.num_iters; ++k, ++i) {
     auto it = run_one(prompts[static_cast<size_t>(i)], i);
     if (!it) return 1;
+    peak_kv_blocks = std::max(peak_kv_blocks, it->peak_kv_blocks);
+    last_kv_blocks = std::max(last_kv_blocks, it->last_kv_blocks);
     ttft.push_back(it->ttft);
     prompt_tps.push_back(it->ttft > 0 ? static_cast<double>(f.input_len) / it->ttft : 0.0);
     if (f.output_len > 1) decode_tps.push_back(it->decode_tps);
@@ -155,6 +169,16 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   print_row("Prompt throughput", "tokens/s", s_prompt, 1.0);
   if (f.output_len > 1) print_row("Decode throughput", "tokens/s", s_decode, 1.0);
   print_row("End-to-end latency", "ms", s_e2e, 1e3);
+  // What one request's keys and values took at their largest: windowed layers
+  // (Gemma 3) give back blocks their window no longer reaches.
+  const int64_t kv_block_bytes = static_cast<int64_t>(KVCache::block_bytes(model->config(), ec.block_size));
+  const int64_t peak_kv_bytes = peak_kv_blocks * kv_block_bytes;
+  const int64_t last_kv_bytes = last_kv_blocks * kv_block_bytes;
+  std::printf("%-22s %10.2f MiB (%lld blocks of %lld bytes)\n", "Peak KV per request",
+              static_cast<double>(peak_kv_bytes) / (1 << 20), static_cast<long long>(peak_kv_blocks),
+              static_cast<long long>(kv_block_bytes));
+  std::printf("%-22s %10.2f MiB (%lld blocks)\n", "KV at the last token", static_cast<double>(last_kv_bytes) / (1 << 20),
+              static_cast<long long>(last_kv_blocks));
 
   if (!f.output_json.empty()) {
     nlohmann::json j;
@@ -162,6 +186,9 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     j["prompt_tokens_per_second"] = summary_json(s_prompt);
     if (f.output_len > 1) j["decode_tokens_per_second"] = summary_json(s_decode);
     j["latency_s"] = summary_json(s_e2e);
+    j["peak_kv_bytes_per_request"] = peak_kv_bytes;
+    j["peak_kv_blocks_per_request"] = peak_kv_blocks;
+    j["last_token_kv_bytes_per_request"] = last_kv_bytes;
     // vLLM's bench latency fields.
     j["avg_latency"] = s_e2e.mean;
     j["percentiles"] = {{"90", s_e2e.at(90)}, {"99", s_e2e.at(99)}};

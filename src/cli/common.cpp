@@ -150,7 +150,8 @@ Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, ThreadPool
   // The KV cache for one request of max_model_len tokens (the engine caps a
   // fraction of memory at that anyway).
   config.kv_cache_bytes =
-      static_cast<int64_t>(KVCache::bytes_per_token(model.config())) * (max_model_len + 2 * config.block_size);
+      static_cast<int64_t>(KVCache::block_bytes(model.config(), config.block_size)) *
+      (KVLayout::plan(model.config()).blocks_for_request(max_model_len, config.block_size) + 2);
   auto engine = Engine::create(model, pool, config);
   if (!engine) return engine.error();
   return SingleRequestEngine(std::move(*engine));

@@ -32,9 +32,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
   // More blocks than every running request at full length needs would only
   // ever hold cached prefixes; a budget given as a fraction of memory stops there.
+  const KVLayout kv_layout = KVLayout::plan(model.config());
   if (max_model_len > 0 && config.kv_cache_bytes <= 0)
-    rc.max_blocks = int64_t{config.max_num_seqs} *
-                        ((max_model_len + config.block_size - 1) / config.block_size) + 1;
+    rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
   auto runner = ModelRunner::create(model, pool, rc);
   if (!runner) return runner.error();
 
@@ -45,7 +45,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
   sc.max_model_len = max_model_len;
   sc.kv = {.n_blocks = (*runner)->n_blocks(),
            .block_size = config.block_size,
-           .enable_prefix_caching = config.enable_prefix_caching};
+           .enable_prefix_caching = config.enable_prefix_caching,
+           .group_windows = kv_layout.group_windows};
   if (Status s = sc.validate(); !s) return s.error();
   EngineConfig effective = config;
   effective.max_model_len = max_model_len;

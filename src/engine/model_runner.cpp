@@ -36,8 +36,7 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
     source = std::to_string(config.kv_cache_memory_fraction) + " of " + std::to_string(avail) +
              " available bytes";
   }
-  const int64_t block_bytes =
-      static_cast<int64_t>(KVCache::bytes_per_token(model)) * config.block_size;
+  const int64_t block_bytes = static_cast<int64_t>(KVCache::block_bytes(model, config.block_size));
   int64_t n = bytes / block_bytes;
   if (config.max_blocks > 0) n = std::min(n, config.max_blocks);
   n = std::min<int64_t>(n, INT32_MAX);
@@ -63,13 +62,16 @@ void ModelRunner::warm_up() {
   const int32_t bos = model_.tokenizer().bos_id();
   for (const int64_t n_tokens : {int64_t{cache_.block_size()}, int64_t{1}}) {
     batch_.clear();
+    const int32_t n_groups = cache_.layout().num_groups();
     SequenceSlice slice;
     slice.n_tokens = static_cast<int32_t>(n_tokens);
-    slice.block_table = {kv::BlockPool::kNullBlock};
+    slice.block_tables.assign(n_groups, {kv::BlockPool::kNullBlock});
+    batch_.slots.resize(n_groups);
     for (int64_t pos = 0; pos < n_tokens; ++pos) {
       batch_.tokens.push_back(bos >= 0 && bos < model_.config().n_vocab ? bos : 0);
       batch_.positions.push_back(static_cast<int32_t>(pos));
-      batch_.slots.push_back(int64_t{kv::BlockPool::kNullBlock} * cache_.block_size() + pos);
+      for (std::vector<int64_t>& group_slots : batch_.slots)
+        group_slots.push_back(int64_t{kv::BlockPool::kNullBlock} * cache_.block_size() + pos);
     }
     batch_.logit_rows.push_back(static_cast<int32_t>(n_tokens - 1));
     batch_.sequences.push_back(std::move(slice));
@@ -88,14 +90,20 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
     SequenceSlice slice;
     slice.first_token = static_cast<int32_t>(batch.size());
     slice.n_tokens = static_cast<int32_t>(s.num_new_tokens);
-    // Attention reads positions [0, last new position]: only that much of the table.
+    // Attention reads positions [0, last new position]: only that much of the tables.
     const int64_t last = s.num_computed_tokens + s.num_new_tokens - 1;
-    slice.block_table.assign(s.block_table.begin(), s.block_table.begin() + last / block_size + 1);
+    const size_t n_groups = s.block_tables.size();
+    if (batch.slots.size() < n_groups) batch.slots.resize(n_groups);
+    slice.block_tables.resize(n_groups);
+    for (size_t g = 0; g < n_groups; ++g) {
+      const std::vector<int32_t>& table = s.block_tables[g];
+      slice.block_tables[g].assign(table.begin(), table.begin() + last / block_size + 1);
+      for (int64_t pos = s.num_computed_tokens; pos <= last; ++pos)
+        batch.slots[g].push_back(kv_slot(table, block_size, pos));
+    }
     for (int64_t i = 0; i < s.num_new_tokens; ++i) {
-      const int64_t pos = s.num_computed_tokens + i;
       batch.tokens.push_back(s.token_ids[i]);
-      batch.positions.push_back(static_cast<int32_t>(pos));
-      batch.slots.push_back(kv_slot(s.block_table, block_size, pos));
+      batch.positions.push_back(static_cast<int32_t>(s.num_computed_tokens + i));
     }
     if (s.sample) batch.logit_rows.push_back(static_cast<int32_t>(batch.size() - 1));
     batch.sequences.push_back(std::move(slice));

@@ -55,7 +55,10 @@ Status Scheduler::validate_request(const Request& r, const SchedulerConfig& conf
   // most prompt + max_tokens - 1 tokens; with that many it can always run
   // alone, which is what makes preemption terminate.
   const int64_t block_size = config.kv.block_size;
-  const int64_t blocks_needed = (n_prompt + r.max_tokens - 1 + block_size - 1) / block_size;
+  const int64_t max_step_tokens = config.long_prefill_token_threshold > 0
+                                      ? std::min(config.long_prefill_token_threshold, config.max_num_batched_tokens)
+                                      : config.max_num_batched_tokens;
+  const int64_t blocks_needed = kv::max_blocks_held(config.kv, n_prompt + r.max_tokens - 1, max_step_tokens);
   const int64_t usable = int64_t{config.kv.n_blocks} - 1;  // one block is reserved
   if (blocks_needed > usable)
     return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
@@ -97,8 +100,11 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
   s.num_new_tokens = n;
   s.token_ids.assign(r.all_token_ids.begin() + r.num_computed_tokens,
                      r.all_token_ids.begin() + r.num_computed_tokens + n);
-  const std::span<const int32_t> table = kv_.block_table(r.id);
-  s.block_table.assign(table.begin(), table.end());
+  s.block_tables.resize(kv_.num_groups());
+  for (int32_t g = 0; g < kv_.num_groups(); ++g) {
+    const std::span<const int32_t> table = kv_.block_table(r.id, g);
+    s.block_tables[g].assign(table.begin(), table.end());
+  }
   s.new_block_ids = std::move(new_blocks);
   s.is_new = is_new;
   s.resumed = resumed;
@@ -274,9 +280,11 @@ Status Scheduler::check_invariants() const {
     if (r->status != RequestStatus::kRunning) return fail("request '" + r->id + "' is in the running queue but not running");
     if (r->num_computed_tokens >= r->num_tokens())
       return fail("running request '" + r->id + "' has nothing left to compute");
-    const int64_t slots = static_cast<int64_t>(kv_.block_table(r->id).size()) * kv_.block_size();
-    if (slots < r->num_computed_tokens)
-      return fail("running request '" + r->id + "' has fewer slots than computed tokens");
+    for (int32_t g = 0; g < kv_.num_groups(); ++g) {
+      const int64_t slots = static_cast<int64_t>(kv_.block_table(r->id, g).size()) * kv_.block_size();
+      if (slots < r->num_computed_tokens)
+        return fail("running request '" + r->id + "' has fewer slots than computed tokens");
+    }
   }
   for (const Request* r : waiting_) {
     if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
@@ -310,9 +318,11 @@ Status Scheduler::check_output(const SchedulerOutput& out) const {
       return fail(name + " exceeds long_prefill_token_threshold");
     if (static_cast<int64_t>(s.token_ids.size()) != s.num_new_tokens)
       return fail(name + " has the wrong number of token ids");
-    if (static_cast<int64_t>(s.block_table.size()) * kv_.block_size() <
-        s.num_computed_tokens + s.num_new_tokens)
-      return fail(name + "'s block table does not cover its tokens");
+    if (static_cast<int32_t>(s.block_tables.size()) != kv_.num_groups())
+      return fail(name + " has a block table per group missing");
+    for (const std::vector<int32_t>& table : s.block_tables)
+      if (static_cast<int64_t>(table.size()) * kv_.block_size() < s.num_computed_tokens + s.num_new_tokens)
+        return fail(name + "'s block table does not cover its tokens");
     total += s.num_new_tokens;
   }
   if (total != out.total_num_scheduled_tokens) return fail("total_num_scheduled_tokens is wrong");

@@ -2,8 +2,9 @@
 // runner needs to build the step's flattened batch, and nothing it could use
 // to make policy. For a scheduled request, token i of `token_ids` goes at
 // position num_computed_tokens + i, in KV slot kv_slot(block_table, block_size,
-// position); the request's attention reads positions [0, that position]
-// through `block_table`. When `sample` is set the runner samples one token
+// position) of each KV group's table; the request's attention reads positions
+// [0, that position] through the tables (a sliding-window group's table has the
+// null block where the window no longer reaches). When `sample` is set the runner samples one token
 // from the logits of the request's last scheduled token.
 #pragma once
 #include <cstdint>
@@ -17,10 +18,11 @@ struct ScheduledRequest {
   int64_t num_computed_tokens = 0;  // tokens already cached: position of the first new one
   int64_t num_new_tokens = 0;       // 1 for a decode, more for a prefill chunk
   std::vector<int32_t> token_ids;   // the num_new_tokens tokens to feed
-  // The request's whole block table; it covers every position up to the last
-  // new token. Tables are append-only while a request runs.
-  std::vector<int32_t> block_table;
-  std::vector<int32_t> new_block_ids;  // appended to the table this step
+  // The request's whole block table per KV group; each covers every position
+  // up to the last new token. Tables only grow at the end while a request
+  // runs (and sliding-window entries turn null).
+  std::vector<std::vector<int32_t>> block_tables;
+  std::vector<int32_t> new_block_ids;  // appended to the tables this step, group by group
   bool is_new = false;   // admitted this step: the runner has no state for it yet
   bool resumed = false;  // admitted after a preemption: recomputes prompt and earlier output
   bool sample = false;   // this step reaches the request's last token: sample one

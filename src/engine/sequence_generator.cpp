@@ -1,5 +1,7 @@
 #include "engine/sequence_generator.h"
 
+#include "engine/scheduler_output.h"
+
 #include <algorithm>
 
 namespace inferd {
@@ -15,24 +17,31 @@ SequenceGenerator::SequenceGenerator(Model& model, ThreadPool& pool, int64_t max
     : model_(model),
       pool_(pool),
       max_context_(max_context),
-      cache_(model.config(), (max_context + kBlockSize - 1) / kBlockSize, kBlockSize) {
-  // One sequence owns every block, in order.
-  for (int32_t b = 0; b < cache_.n_blocks(); ++b) block_table_.push_back(b);
+      cache_(model.config(), KVLayout::plan(model.config()).blocks_for_request(max_context, kBlockSize),
+             kBlockSize) {
+  // One sequence owns every block: each KV group its own run, in order.
+  const int32_t n_groups = cache_.layout().num_groups();
+  const int32_t per_group = static_cast<int32_t>(cache_.n_blocks() / n_groups);
+  block_tables_.resize(n_groups);
+  for (int32_t g = 0; g < n_groups; ++g)
+    for (int32_t b = 0; b < per_group; ++b) block_tables_[g].push_back(g * per_group + b);
 }
 
 void SequenceGenerator::run(const std::vector<int32_t>& tokens, int64_t from, int64_t to,
                             bool want_logits) {
   batch_.clear();
+  const size_t n_groups = block_tables_.size();
+  batch_.slots.resize(n_groups);
   for (int64_t p = from; p < to; ++p) {
     batch_.tokens.push_back(tokens[p]);
     batch_.positions.push_back(static_cast<int32_t>(p));
-    batch_.slots.push_back(p);  // block table is the identity
+    for (size_t g = 0; g < n_groups; ++g) batch_.slots[g].push_back(kv_slot(block_tables_[g], kBlockSize, p));
   }
   SequenceSlice s;
   s.first_token = 0;
   s.n_tokens = static_cast<int32_t>(to - from);
-  s.block_table.assign(block_table_.begin(),
-                       block_table_.begin() + (to + kBlockSize - 1) / kBlockSize);
+  for (const std::vector<int32_t>& table : block_tables_)
+    s.block_tables.emplace_back(table.begin(), table.begin() + (to + kBlockSize - 1) / kBlockSize);
   batch_.sequences.push_back(std::move(s));
   if (want_logits) batch_.logit_rows.push_back(static_cast<int32_t>(to - from - 1));
   model_.forward(batch_, cache_, logits_, pool_);

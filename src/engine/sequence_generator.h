@@ -57,7 +57,7 @@ class SequenceGenerator {
   ThreadPool& pool_;
   int64_t max_context_;
   KVCache cache_;
-  std::vector<int32_t> block_table_;
+  std::vector<std::vector<int32_t>> block_tables_;  // per KV group
   std::vector<int32_t> cached_;  // tokens whose keys/values are in the cache
   ForwardBatch batch_;
   std::vector<float> logits_;

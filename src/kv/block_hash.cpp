@@ -54,6 +54,14 @@ BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens, uint64_t
   return h.finish();
 }
 
+BlockHash group_block_hash(BlockHash prefix_hash, int32_t group) {
+  if (group == 0) return prefix_hash;
+  Hasher h(kSeed ^ 0xbb67ae8584caa73bull, 2);
+  h.add(prefix_hash);
+  h.add(static_cast<uint64_t>(group));
+  return h.finish();
+}
+
 uint64_t hash_bytes(std::string_view bytes) {
   if (bytes.empty()) return 0;
   Hasher h(kSeed ^ 0xa54ff53a5f1d36f1ull, (bytes.size() + 7) / 8 + 1);

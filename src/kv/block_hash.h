@@ -20,6 +20,11 @@ inline constexpr BlockHash kRootBlockHash = 0x6a09e667f3bcc908ull;
 // that must never share blocks (0: none).
 BlockHash hash_block(BlockHash parent, std::span<const int32_t> tokens, uint64_t extra_key);
 
+// The key under which KV group `group` caches the block whose prefix hash is
+// `prefix_hash`: each group's block holds other layers' keys and values, so
+// the groups never share a block. Group 0's key is the prefix hash itself.
+BlockHash group_block_hash(BlockHash prefix_hash, int32_t group);
+
 // 64-bit hash of arbitrary bytes, for turning a cache salt into an extra key.
 // The empty string maps to 0 ("no extra key").
 uint64_t hash_bytes(std::string_view bytes);

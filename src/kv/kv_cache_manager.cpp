@@ -7,29 +7,114 @@
 
 namespace inferd::kv {
 
+namespace {
+
+// The first block a token at `position` or later can still see in a group
+// with this window (0: full attention, every block).
+int64_t first_visible_block(int64_t window, int64_t position, int64_t block_size) {
+  if (window <= 0) return 0;
+  const int64_t first_seen = position + 1 - window;
+  return first_seen <= 0 ? 0 : first_seen / block_size;
+}
+
+}  // namespace
+
+int64_t max_blocks_held(const KVCacheConfig& config, int64_t n_tokens, int64_t max_step_tokens) {
+  const int64_t bs = config.block_size;
+  const int64_t all = (n_tokens + bs - 1) / bs;
+  int64_t total = 0;
+  for (int32_t g = 0; g < config.num_groups(); ++g) {
+    const int64_t w = config.window(g);
+    // A step computing positions [p, p + n) holds blocks (p + 1 - w) / bs to
+    // (p + n - 1) / bs: at most (w + n - 2) / bs + 2 of them.
+    total += w <= 0 ? all : std::min(all, (w + max_step_tokens - 2) / bs + 2);
+  }
+  return total;
+}
+
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
     : config_(config), pool_(config.n_blocks) {
   INFERD_KV_CHECK(config.block_size >= 1, "block_size must be positive");
+  for (int64_t w : config.group_windows) INFERD_KV_CHECK(w >= 0, "a group's window must be >= 0");
 }
 
 PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
                                               uint64_t extra_key) const {
+  const int32_t n_groups = num_groups();
   PrefixHit hit;
+  hit.blocks.resize(n_groups);
   if (!config_.enable_prefix_caching || tokens.empty()) return hit;
   hit.num_queried_tokens = static_cast<int64_t>(tokens.size());
   const int64_t bs = config_.block_size;
   const int64_t max_blocks = (hit.num_queried_tokens - 1) / bs;
+
+  // The run every full-attention group holds from the start.
+  std::vector<std::vector<int32_t>> found(n_groups);
+  std::vector<BlockHash> chain;
   BlockHash parent = kRootBlockHash;
   for (int64_t i = 0; i < max_blocks; ++i) {
     const BlockHash h = hash_block(parent, tokens.subspan(i * bs, bs), extra_key);
-    const std::optional<int32_t> b = pool_.lookup(h);
-    if (!b) break;
-    hit.blocks.push_back(*b);
-    hit.hashes.push_back(h);
+    bool all = true;
+    for (int32_t g = 0; g < n_groups && all; ++g) {
+      if (config_.window(g) > 0) continue;
+      const std::optional<int32_t> b = pool_.lookup(group_block_hash(h, g));
+      if (b) found[g].push_back(*b);
+      all = b.has_value();
+    }
+    if (!all) break;
+    chain.push_back(h);
     parent = h;
   }
-  hit.num_tokens = static_cast<int64_t>(hit.blocks.size()) * bs;
+
+  // Sliding-window groups: the longest run, no longer than that, whose last
+  // blocks (those the next token's window reaches) every such group holds.
+  int64_t n_hit = static_cast<int64_t>(chain.size());
+  std::vector<std::vector<int64_t>> run(n_groups);  // run[g][i]: held blocks ending at i
+  for (int32_t g = 0; g < n_groups; ++g) {
+    if (config_.window(g) <= 0) continue;
+    found[g].assign(n_hit, BlockPool::kNullBlock);
+    run[g].assign(n_hit, 0);
+    for (int64_t i = 0; i < n_hit; ++i) {
+      const std::optional<int32_t> b = pool_.lookup(group_block_hash(chain[i], g));
+      if (b) found[g][i] = *b;
+      run[g][i] = b ? (i > 0 ? run[g][i - 1] : 0) + 1 : 0;
+    }
+  }
+  auto window_held = [&](int64_t k) {
+    for (int32_t g = 0; g < n_groups; ++g) {
+      const int64_t w = config_.window(g);
+      if (w <= 0 || k == 0) continue;
+      if (run[g][k - 1] < k - first_visible_block(w, k * bs, bs)) return false;
+    }
+    return true;
+  };
+  while (n_hit > 0 && !window_held(n_hit)) --n_hit;
+
+  hit.hashes.assign(chain.begin(), chain.begin() + n_hit);
+  for (int32_t g = 0; g < n_groups; ++g) {
+    hit.blocks[g].assign(found[g].begin(), found[g].begin() + n_hit);
+    const int64_t lo = first_visible_block(config_.window(g), n_hit * bs, bs);
+    std::fill(hit.blocks[g].begin(), hit.blocks[g].begin() + lo, BlockPool::kNullBlock);
+  }
+  hit.num_tokens = n_hit * bs;
   return hit;
+}
+
+void KVCacheManager::free_out_of_window_blocks(RequestBlocks& rb, int64_t first_position) {
+  std::vector<int32_t> freed;
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const int64_t w = config_.window(g);
+    if (w <= 0) continue;
+    std::vector<int32_t>& table = rb.tables[g];
+    const int64_t lo = std::min<int64_t>(first_visible_block(w, first_position, config_.block_size),
+                                         static_cast<int64_t>(table.size()));
+    // Entries below a null one are null already: walk back from lo.
+    for (int64_t i = lo - 1; i >= 0 && table[i] != BlockPool::kNullBlock; --i) {
+      freed.push_back(table[i]);
+      table[i] = BlockPool::kNullBlock;
+    }
+  }
+  pool_.free(freed);
 }
 
 std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::string& request_id,
@@ -37,37 +122,55 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
                                                                    int64_t num_new_tokens,
                                                                    const PrefixHit& hit) {
   INFERD_KV_CHECK(num_computed_tokens >= 0 && num_new_tokens >= 0, "negative token count");
+  const int32_t n_groups = num_groups();
   auto it = requests_.find(request_id);
-  const int64_t held = it == requests_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size());
-  INFERD_KV_CHECK(hit.blocks.empty() || held == 0,
+  const bool holds = it != requests_.end();
+  const int64_t hit_len = static_cast<int64_t>(hit.hashes.size());
+  INFERD_KV_CHECK(hit_len == 0 || !holds,
                   "a cached prefix can only be taken by a request that holds no blocks");
-  const int64_t hit_blocks = static_cast<int64_t>(hit.blocks.size());
+  INFERD_KV_CHECK(hit_len == 0 || static_cast<int32_t>(hit.blocks.size()) == n_groups,
+                  "a prefix hit from a cache with another number of groups");
+  if (holds) free_out_of_window_blocks(it->second, num_computed_tokens);
+  const int64_t held = holds ? static_cast<int64_t>(it->second.tables[0].size()) : 0;
   const int64_t total_tokens = num_computed_tokens + hit.num_tokens + num_new_tokens;
-  const int64_t n_fresh = std::max<int64_t>(0, blocks_for_tokens(total_tokens) - held - hit_blocks);
+  const int64_t n_fresh = std::max<int64_t>(0, blocks_for_tokens(total_tokens) - held - hit_len);
 
   // Hit blocks nobody references are on the free list: taking them uses free
   // blocks just as fresh ones do.
-  int64_t n_from_free = n_fresh;
-  for (int32_t b : hit.blocks) n_from_free += pool_.ref_count(b) == 0;
+  int64_t n_from_free = n_fresh * n_groups;
+  std::vector<int32_t> hit_blocks;
+  for (int32_t g = 0; g < n_groups && hit_len > 0; ++g)
+    for (int32_t b : hit.blocks[g])
+      if (b != BlockPool::kNullBlock) {
+        hit_blocks.push_back(b);
+        n_from_free += pool_.ref_count(b) == 0;
+      }
   if (n_from_free > pool_.num_free_blocks()) return std::nullopt;
 
   // Touch the hit first so that allocate() cannot evict it.
-  pool_.touch(hit.blocks);
-  std::vector<int32_t> fresh = pool_.allocate(static_cast<int32_t>(n_fresh));
+  pool_.touch(hit_blocks);
+  std::vector<int32_t> fresh = pool_.allocate(static_cast<int32_t>(n_fresh * n_groups));
 
-  if (held == 0 && hit.blocks.empty() && fresh.empty()) return std::vector<int32_t>{};
+  if (!holds && hit_len == 0 && fresh.empty()) return std::vector<int32_t>{};
   RequestBlocks& rb = requests_[request_id];
-  if (held == 0 && hit.num_queried_tokens > 0) {
-    ++stats_.requests;
-    stats_.queried_tokens += hit.num_queried_tokens;
-    stats_.hit_tokens += hit.num_tokens;
+  if (!holds) {
+    rb.tables.resize(n_groups);
+    if (hit.num_queried_tokens > 0) {
+      ++stats_.requests;
+      stats_.queried_tokens += hit.num_queried_tokens;
+      stats_.hit_tokens += hit.num_tokens;
+    }
   }
-  rb.blocks.insert(rb.blocks.end(), hit.blocks.begin(), hit.blocks.end());
   rb.hashes.insert(rb.hashes.end(), hit.hashes.begin(), hit.hashes.end());
-  rb.blocks.insert(rb.blocks.end(), fresh.begin(), fresh.end());
-
-  std::vector<int32_t> appended = hit.blocks;
-  appended.insert(appended.end(), fresh.begin(), fresh.end());
+  std::vector<int32_t> appended;
+  for (int32_t g = 0; g < n_groups; ++g) {
+    std::vector<int32_t>& table = rb.tables[g];
+    if (hit_len > 0) table.insert(table.end(), hit.blocks[g].begin(), hit.blocks[g].end());
+    const auto group_fresh = fresh.begin() + g * n_fresh;
+    table.insert(table.end(), group_fresh, group_fresh + n_fresh);
+    for (int64_t i = held; i < static_cast<int64_t>(table.size()); ++i)
+      if (table[i] != BlockPool::kNullBlock) appended.push_back(table[i]);
+  }
   return appended;
 }
 
@@ -80,28 +183,46 @@ void KVCacheManager::cache_full_blocks(const std::string& request_id,
   RequestBlocks& rb = it->second;
   const int64_t bs = config_.block_size;
   const int64_t n_full = std::min<int64_t>(num_computed_tokens, tokens.size()) / bs;
-  INFERD_KV_CHECK(n_full <= static_cast<int64_t>(rb.blocks.size()),
+  INFERD_KV_CHECK(n_full <= static_cast<int64_t>(rb.tables[0].size()),
                   "more tokens computed than the request has slots for");
   for (int64_t i = static_cast<int64_t>(rb.hashes.size()); i < n_full; ++i) {
     const BlockHash parent = i == 0 ? kRootBlockHash : rb.hashes[i - 1];
     const BlockHash h = hash_block(parent, tokens.subspan(i * bs, bs), extra_key);
     rb.hashes.push_back(h);
-    pool_.cache(rb.blocks[i], h);  // false: another block already holds this prefix
+    for (int32_t g = 0; g < num_groups(); ++g) {
+      const int32_t b = rb.tables[g][i];
+      // false: another block already holds this prefix
+      if (b != BlockPool::kNullBlock) pool_.cache(b, group_block_hash(h, g));
+    }
   }
 }
 
 void KVCacheManager::free(const std::string& request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
-  std::vector<int32_t> reversed(it->second.blocks.rbegin(), it->second.blocks.rend());
+  // Last position first, so that the tail of the sequence is evicted first.
+  const RequestBlocks& rb = it->second;
+  std::vector<int32_t> reversed;
+  for (int64_t i = static_cast<int64_t>(rb.tables[0].size()) - 1; i >= 0; --i)
+    for (const std::vector<int32_t>& table : rb.tables)
+      if (table[i] != BlockPool::kNullBlock) reversed.push_back(table[i]);
   pool_.free(reversed);
   requests_.erase(it);
 }
 
-std::span<const int32_t> KVCacheManager::block_table(const std::string& request_id) const {
+int64_t KVCacheManager::num_blocks_held(const std::string& request_id) const {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return 0;
+  int64_t n = 0;
+  for (const std::vector<int32_t>& table : it->second.tables)
+    n += std::count_if(table.begin(), table.end(), [](int32_t b) { return b != BlockPool::kNullBlock; });
+  return n;
+}
+
+std::span<const int32_t> KVCacheManager::block_table(const std::string& request_id, int32_t group) const {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return {};
-  return it->second.blocks;
+  return it->second.tables[group];
 }
 
 Status KVCacheManager::check_invariants() const {
@@ -111,20 +232,27 @@ Status KVCacheManager::check_invariants() const {
   std::vector<int32_t> refs(pool_.num_blocks(), 0);
   for (const auto& [id, rb] : requests_) {
     const std::string name = "request '" + id + "'";
-    if (rb.hashes.size() > rb.blocks.size()) return fail(name + " has more hashes than blocks");
+    if (static_cast<int32_t>(rb.tables.size()) != num_groups())
+      return fail(name + " has " + std::to_string(rb.tables.size()) + " block tables");
     std::unordered_set<int32_t> seen;
-    for (size_t i = 0; i < rb.blocks.size(); ++i) {
-      const int32_t b = rb.blocks[i];
-      if (b <= BlockPool::kNullBlock || b >= pool_.num_blocks())
-        return fail(name + " holds invalid block " + std::to_string(b));
-      if (!seen.insert(b).second) return fail(name + " holds block " + std::to_string(b) + " twice");
-      ++refs[b];
-      const std::optional<BlockHash> h = pool_.block_hash(b);
-      if (i < rb.hashes.size()) {
-        if (h && *h != rb.hashes[i])
-          return fail(name + "'s block " + std::to_string(b) + " is cached under another prefix");
-      } else if (h) {
-        return fail(name + "'s block " + std::to_string(b) + " is findable before it is full and computed");
+    for (int32_t g = 0; g < num_groups(); ++g) {
+      const std::vector<int32_t>& table = rb.tables[g];
+      if (table.size() != rb.tables[0].size()) return fail(name + "'s block tables differ in length");
+      if (rb.hashes.size() > table.size()) return fail(name + " has more hashes than blocks");
+      for (size_t i = 0; i < table.size(); ++i) {
+        const int32_t b = table[i];
+        if (b == BlockPool::kNullBlock && config_.window(g) > 0) continue;
+        if (b <= BlockPool::kNullBlock || b >= pool_.num_blocks())
+          return fail(name + " holds invalid block " + std::to_string(b));
+        if (!seen.insert(b).second) return fail(name + " holds block " + std::to_string(b) + " twice");
+        ++refs[b];
+        const std::optional<BlockHash> h = pool_.block_hash(b);
+        if (i < rb.hashes.size()) {
+          if (h && *h != group_block_hash(rb.hashes[i], g))
+            return fail(name + "'s block " + std::to_string(b) + " is cached under another prefix");
+        } else if (h) {
+          return fail(name + "'s block " + std::to_string(b) + " is findable before it is full and computed");
+        }
       }
     }
   }

@@ -3,10 +3,16 @@
 // Policy (who runs, who is preempted) is the scheduler's; this class never
 // chooses between requests.
 //
-// A request's block table is append-only while it holds blocks: block i holds
-// its tokens [i * block_size, (i + 1) * block_size). Requests are named by id;
-// the token ids are passed in where a call needs them, so this module does not
-// depend on the engine's Request type.
+// A model's layers fall into KV groups (vLLM v1's KV cache groups): every
+// group's block holds the same number of layers, so all groups draw on one
+// pool, and each request holds one block table per group. Block i of a table
+// holds the request's tokens [i * block_size, (i + 1) * block_size) for that
+// group's layers. A full-attention group keeps every block; a sliding-window
+// group gives back the blocks that fall wholly out of its window and puts the
+// reserved null block in their place, so a long request holds a window's worth
+// of blocks there. Tables only grow at the end; entries only turn null.
+// Requests are named by id; the token ids are passed in where a call needs
+// them, so this module does not depend on the engine's Request type.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -25,13 +31,27 @@ struct KVCacheConfig {
   int32_t n_blocks = 0;     // including the reserved null block
   int32_t block_size = 16;  // tokens per block
   bool enable_prefix_caching = true;
+  // One entry per KV group: 0 for full attention, W > 0 for layers whose
+  // token at position p attends to positions (p - W, p]. Empty: one
+  // full-attention group.
+  std::vector<int64_t> group_windows;
+
+  int32_t num_groups() const { return group_windows.empty() ? 1 : static_cast<int32_t>(group_windows.size()); }
+  int64_t window(int32_t group) const { return group_windows.empty() ? 0 : group_windows[group]; }
 };
+
+// The most blocks a request of `n_tokens` tokens holds at once (all groups),
+// when no step feeds it more than `max_step_tokens` tokens: with that many
+// free it can always run alone.
+int64_t max_blocks_held(const KVCacheConfig& config, int64_t n_tokens, int64_t max_step_tokens);
 
 // Cached blocks holding a prefix of a request's tokens, found by lookup.
 struct PrefixHit {
-  std::vector<int32_t> blocks;
-  std::vector<BlockHash> hashes;   // hashes[i] is the chained hash of blocks[i]
-  int64_t num_tokens = 0;          // tokens they hold: blocks.size() * block_size
+  // Per group, the blocks for the prefix's hashes.size() blocks of tokens; a
+  // sliding-window group has the null block where its window no longer reaches.
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<BlockHash> hashes;   // hashes[i]: the chained hash of the prefix's block i
+  int64_t num_tokens = 0;          // tokens they hold: hashes.size() * block_size
   int64_t num_queried_tokens = 0;  // tokens that were looked up (0: caching off)
 };
 
@@ -50,15 +70,20 @@ class KVCacheManager {
   // The longest run of cached full blocks at the start of `tokens` (prompt, or
   // prompt and output for a request resumed after preemption), capped at
   // tokens.size() - 1 tokens so the last token is always computed and yields
-  // logits. Pure lookup: nothing changes until allocate_slots takes the hit.
+  // logits. Every full-attention group must hold the whole run; a
+  // sliding-window group only the blocks the next token's window reaches.
+  // Pure lookup: nothing changes until allocate_slots takes the hit.
   PrefixHit get_computed_blocks(std::span<const int32_t> tokens, uint64_t extra_key) const;
 
   // Gives the request slots for `num_new_tokens` more tokens after the
   // `num_computed_tokens` it already has slots for (plus, for a request that
   // holds no blocks yet, the cached prefix `hit`, whose blocks it then
-  // references). Returns the block ids appended to its table (hit blocks
-  // first), or nullopt, changing nothing, if there are not enough free or
-  // evictable blocks.
+  // references). First, sliding-window groups give back the blocks no token
+  // from position num_computed_tokens on can see (that happens even when the
+  // allocation then fails: nothing will read them again). Returns the non-null
+  // block ids appended to its tables (group by group, hit blocks first), or
+  // nullopt, changing nothing more, if there are not enough free or evictable
+  // blocks.
   std::optional<std::vector<int32_t>> allocate_slots(const std::string& request_id,
                                                      int64_t num_computed_tokens,
                                                      int64_t num_new_tokens,
@@ -74,8 +99,11 @@ class KVCacheManager {
   // id that holds nothing.
   void free(const std::string& request_id);
 
-  // The request's blocks in order (empty if it holds none).
-  std::span<const int32_t> block_table(const std::string& request_id) const;
+  // The request's blocks in order for one group (empty if it holds none).
+  std::span<const int32_t> block_table(const std::string& request_id, int32_t group = 0) const;
+  int32_t num_groups() const { return config_.num_groups(); }
+  // Blocks the request holds now, over all groups (null entries not counted).
+  int64_t num_blocks_held(const std::string& request_id) const;
   bool holds_blocks(const std::string& request_id) const { return requests_.count(request_id) > 0; }
   int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
 
@@ -93,15 +121,19 @@ class KVCacheManager {
 
   // The pool's invariants, plus: every block's reference count equals the
   // number of request tables that hold it; free + used == usable; no table
-  // holds the null block or a block twice; of each table, exactly the blocks
-  // the request has hashed may be findable, and under the request's hash.
+  // holds a block twice, and only sliding-window tables hold the null block;
+  // a request's tables are equally long; of each table, exactly the blocks the
+  // request has hashed may be findable, and under the request's hash.
   Status check_invariants() const;
 
  private:
   struct RequestBlocks {
-    std::vector<int32_t> blocks;
-    std::vector<BlockHash> hashes;  // of blocks[0 .. hashes.size()): full and computed
+    std::vector<std::vector<int32_t>> tables;  // per group
+    std::vector<BlockHash> hashes;  // prefix hashes of blocks [0, hashes.size()): full and computed
   };
+
+  // Frees a sliding-window group's blocks that no position >= first_position sees.
+  void free_out_of_window_blocks(RequestBlocks& rb, int64_t first_position);
 
   KVCacheConfig config_;
   BlockPool pool_;

@@ -1,7 +1,7 @@
 // The plain-data description of one forward pass: a flattened, unpadded batch
 // of every scheduled token of every sequence, with per-token positions and KV
-// slots and per-sequence block tables. Built by whoever schedules the step; the
-// model only executes it.
+// slots and per-sequence block tables, one of each per KV group (see KVLayout).
+// Built by whoever schedules the step; the model only executes it.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -11,13 +11,16 @@ namespace inferd {
 struct SequenceSlice {
   int32_t first_token = 0;  // index of the sequence's first token in the batch
   int32_t n_tokens = 0;     // its tokens are consecutive in the batch and in position
-  std::vector<int32_t> block_table;  // cache blocks holding positions [0, last position]
+  // Per KV group, the cache blocks holding positions [0, last position]; a
+  // windowed group may have the null block where the window no longer reaches.
+  std::vector<std::vector<int32_t>> block_tables;
 };
 
 struct ForwardBatch {
   std::vector<int32_t> tokens;
   std::vector<int32_t> positions;
-  std::vector<int64_t> slots;  // cache slot (block * block_size + offset) per token
+  // Per KV group, the cache slot (block * block_size + offset) of each token.
+  std::vector<std::vector<int64_t>> slots;
   std::vector<SequenceSlice> sequences;
   std::vector<int32_t> logit_rows;  // batch indices whose logits are returned, in order
 
@@ -25,7 +28,7 @@ struct ForwardBatch {
   void clear() {
     tokens.clear();
     positions.clear();
-    slots.clear();
+    for (std::vector<int64_t>& group_slots : slots) group_slots.clear();
     sequences.clear();
     logit_rows.clear();
   }

@@ -1,12 +1,43 @@
 #include "model/kv_cache.h"
 
+#include <algorithm>
+#include <map>
+
 namespace inferd {
 
+KVLayout KVLayout::plan(const ModelConfig& c) {
+  // Layers by window, full attention (0) first.
+  std::map<int64_t, std::vector<int32_t>> by_window;
+  for (int32_t l = 0; l < c.n_layer; ++l)
+    by_window[l < static_cast<int32_t>(c.layers.size()) ? c.layers[l].sliding_window : 0].push_back(l);
+  KVLayout layout;
+  layout.layer_group.assign(c.n_layer, 0);
+  layout.layer_slab.assign(c.n_layer, 0);
+  if (by_window.empty()) {  // no layers: one empty group keeps the shapes valid
+    layout.group_windows = {0};
+    return layout;
+  }
+  layout.layers_per_block = static_cast<int32_t>(c.n_layer);
+  for (const auto& [window, layers] : by_window)
+    layout.layers_per_block = std::min(layout.layers_per_block, static_cast<int32_t>(layers.size()));
+  // A kind whose count is not a multiple leaves its last group's spare places
+  // empty (Gemma 3 1B: 4 global, 22 windowed -> 6 windowed groups, 2 places unused).
+  for (const auto& [window, layers] : by_window) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      if (i % layout.layers_per_block == 0) layout.group_windows.push_back(window);
+      layout.layer_group[layers[i]] = layout.num_groups() - 1;
+      layout.layer_slab[layers[i]] = static_cast<int32_t>(i % layout.layers_per_block);
+    }
+  }
+  return layout;
+}
+
 KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size)
-    : n_blocks_(n_blocks),
+    : layout_(KVLayout::plan(c)),
+      n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(c.kv_dim()),
-      n_elements_(static_cast<size_t>(c.n_layer * n_blocks * block_size * kv_dim_)),
+      n_elements_(static_cast<size_t>(layout_.layers_per_block * n_blocks * block_size * kv_dim_)),
       k_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false),
       v_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false) {}
 

@@ -1,15 +1,40 @@
 // Storage for the key/value cache: a pool of fixed-size blocks of slots, one
-// slot per token, holding every layer's keys and values in f16. Which blocks
-// belong to which sequence is decided elsewhere (the block tables passed in a
-// ForwardBatch); this class only owns the memory.
+// slot per token, holding keys and values in f16. Which blocks belong to which
+// sequence is decided elsewhere (the block tables passed in a ForwardBatch);
+// this class only owns the memory and says which layers share a block.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "core/aligned_bytes.h"
 #include "model/config.h"
 
 namespace inferd {
+
+// Which layers' keys and values a KV block holds (vLLM v1's KV cache groups).
+// Layers with the same attention window form groups of layers_per_block
+// layers each, so a block of any group is the same size and all groups share
+// one pool; each request has one block table per group. With a single window
+// (every llama or qwen model) there is one group of all layers, and the layout
+// is one slab of [block][slot] per layer. A model with local and global layers
+// (Gemma 3: 15 windowed, 3 global) gets layers_per_block = the smaller count
+// (3) and a group per 3 layers (1 global, 5 windowed), so a long request's
+// windowed layers hold a window's worth of blocks instead of the whole context.
+struct KVLayout {
+  int32_t layers_per_block = 0;
+  std::vector<int64_t> group_windows;  // per group: 0 for full attention, else the window
+  std::vector<int32_t> layer_group;    // per layer: its group
+  std::vector<int32_t> layer_slab;     // per layer: its place among its block's layers
+
+  static KVLayout plan(const ModelConfig& config);
+  int32_t num_groups() const { return static_cast<int32_t>(group_windows.size()); }
+  // Blocks enough for one request of n_tokens in every group (an upper bound:
+  // windowed groups give blocks back as the request grows).
+  int64_t blocks_for_request(int64_t n_tokens, int64_t block_size) const {
+    return num_groups() * ((n_tokens + block_size - 1) / block_size);
+  }
+};
 
 class KVCache {
  public:
@@ -20,15 +45,28 @@ class KVCache {
   int64_t n_slots() const { return n_blocks_ * block_size_; }
   int64_t kv_dim() const { return kv_dim_; }
   size_t bytes() const { return 2 * n_elements_ * sizeof(uint16_t); }
-  // Bytes one token takes across all layers (keys and values).
+  const KVLayout& layout() const { return layout_; }
+  // Bytes one token takes across all layers (keys and values) where every
+  // layer keeps it.
   static size_t bytes_per_token(const ModelConfig& c) {
     return static_cast<size_t>(2 * c.n_layer * c.kv_dim()) * sizeof(uint16_t);
   }
+  // Bytes of one block (keys and values of its layers_per_block layers).
+  static size_t block_bytes(const ModelConfig& c, int64_t block_size) {
+    return static_cast<size_t>(2 * KVLayout::plan(c).layers_per_block * block_size * c.kv_dim()) *
+           sizeof(uint16_t);
+  }
 
-  uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_.data()) + layer * n_slots() * kv_dim_; }
-  uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_.data()) + layer * n_slots() * kv_dim_; }
+  // A layer's slab: slot s of block b is at (b * block_size + s) * kv_dim.
+  uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_.data()) + slab_offset(layer); }
+  uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_.data()) + slab_offset(layer); }
+  // The KV group whose block table (and slots) a layer reads.
+  int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 
  private:
+  int64_t slab_offset(int64_t layer) const { return layout_.layer_slab[layer] * n_slots() * kv_dim_; }
+
+  KVLayout layout_;
   int64_t n_blocks_, block_size_, kv_dim_;
   size_t n_elements_;
   // Left uninitialized: a slot is always written before it is read, and an

@@ -161,6 +161,7 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o
   const int64_t window = c.layers[layer].sliding_window;
   const uint16_t* kc = pass.cache->k(layer);
   const uint16_t* vc = pass.cache->v(layer);
+  const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
   // One work item per (token, head); items are dealt out in contiguous runs,
   // and the heads of a run that share a key/value head are computed together.
@@ -171,7 +172,7 @@ void Model::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o
     n_heads = std::min(end - item, group - h % group);
     while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
     const SequenceSlice& sl = batch.sequences[seq];
-    kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_table.data()};
+    kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_tables[kv_group].data()};
     const int64_t pos = batch.positions[t];
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
@@ -436,7 +437,7 @@ void Model::forward_thread(const Pass& pass, int ti, int nt) {
         if (c.query_scale != 1.0f)
           for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
       }
-      const int64_t slot = batch.slots[t];
+      const int64_t slot = batch.slots[pass.cache->group(l)][t];
       // The next position's slot is most often the next one: have its cache
       // lines owned by the time that token writes them (a write to a line not
       // in cache waits for memory, and the barrier after this phase drains it).

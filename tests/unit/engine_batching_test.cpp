@@ -79,13 +79,14 @@ TEST_P(EngineBatching, ConcurrentGreedyRequestsMatchEachRunAlone) {
 
 TEST_P(EngineBatching, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) {
   // 10 prompts of 20 to 335 tokens, 12 new tokens each. The largest needs 22
-  // blocks; a pool of 26 usable blocks runs two or three requests at a time,
-  // so decodes that need a new block preempt the newest request.
+  // blocks (with one KV group; more on a model with windowed layers); a pool
+  // of 4 blocks more runs two or three requests at a time, so decodes that
+  // need a new block preempt the newest request.
   constexpr int64_t kMaxTokens = 12;
   std::vector<GenerationParams> reqs;
   for (int i = 0; i < 10; ++i)
     reqs.push_back(request(random_prompt(20 + 35 * i, 200 + i), kMaxTokens));
-  auto engine = make_engine(engine_config(128, 16, 27));
+  auto engine = make_engine(engine_config(128, 16, blocks_held_alone(335 + kMaxTokens - 1, 128) + 5));
   ASSERT_TRUE(engine);
   std::vector<std::string> ids;
   for (const GenerationParams& p : reqs) ids.push_back(add(*engine, p));
@@ -113,6 +114,52 @@ TEST_P(EngineBatching, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) {
               static_cast<long long>(st.computed_tokens), static_cast<long long>(needed),
               static_cast<long long>(st.scheduler.prefix_cache.hit_tokens));
   EXPECT_GT(st.computed_tokens + st.scheduler.prefix_cache.hit_tokens, needed);
+}
+
+TEST_P(EngineBatching, WindowedLayersGiveBackTheBlocksTheirWindowNoLongerReaches) {
+  const KVLayout layout = KVLayout::plan(model_->config());
+  int64_t window = 0, n_windowed = 0;
+  for (int64_t w : layout.group_windows)
+    if (w > 0) window = w, ++n_windowed;
+  if (n_windowed == 0) GTEST_SKIP() << "no sliding-window layers";
+  // A request several windows long, in 128-token chunks, then decodes.
+  const int64_t n_prompt = 4 * window + 100, max_tokens = 24, bs = 16;
+  auto engine = make_engine(engine_config(128, 4, layout.blocks_for_request(n_prompt + max_tokens, bs) + 1));
+  ASSERT_TRUE(engine);
+  const GenerationParams p = request(random_prompt(n_prompt, 5), max_tokens);
+  const std::string id = add(*engine, p);
+  Outputs run;
+  const int64_t n_groups = layout.num_groups();
+  int64_t decode_steps = 0, max_used = 0;
+  auto ceil_blocks = [&](int64_t n) { return (n + bs - 1) / bs; };
+  while (engine->has_pending_work()) {
+    test::step(*engine, run);
+    ASSERT_FALSE(HasFatalFailure());
+    const SchedulerStats st = engine->stats().scheduler;
+    if (st.num_running == 0) break;
+    max_used = std::max<int64_t>(max_used, st.kv_used_blocks);
+    if (st.last_step_tokens != 1) continue;
+    // After a decode step that fed position n - 1: the full-attention groups
+    // hold every block; each windowed group only the blocks from the one
+    // holding position n - window (the oldest that token saw) on.
+    const int64_t n = st.kv_held_tokens;
+    const int64_t windowed_blocks = ceil_blocks(n) - std::max<int64_t>(0, n - window) / bs;
+    EXPECT_EQ(st.kv_used_blocks, (n_groups - n_windowed) * ceil_blocks(n) + n_windowed * windowed_blocks)
+        << "at " << n << " tokens";
+    ++decode_steps;
+  }
+  EXPECT_EQ(decode_steps, max_tokens - 2);  // the last decode finishes the request: not counted
+  // Without giving blocks back every group would hold the whole context.
+  const int64_t total = n_prompt + max_tokens - 1;
+  EXPECT_LE(max_used, blocks_held_alone(total, 128));
+  EXPECT_LT(max_used, n_groups * ceil_blocks(total));
+  std::printf("%lld KV groups (%lld windowed, window %lld): at most %lld blocks held for %lld tokens, "
+              "%lld without freeing\n",
+              static_cast<long long>(n_groups), static_cast<long long>(n_windowed), static_cast<long long>(window),
+              static_cast<long long>(max_used), static_cast<long long>(total),
+              static_cast<long long>(n_groups * ceil_blocks(total)));
+  EXPECT_EQ(run.requests[id].tokens, run_alone(p.prompt_token_ids, max_tokens));
+  test::expect_idle_and_clean(*engine);
 }
 
 TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput) {

@@ -18,7 +18,7 @@ ScheduledRequest scheduled(std::string id, int64_t computed, std::vector<int32_t
   s.num_computed_tokens = computed;
   s.num_new_tokens = static_cast<int64_t>(tokens.size());
   s.token_ids = std::move(tokens);
-  s.block_table = std::move(table);
+  s.block_tables = {std::move(table)};
   s.sample = sample;
   return s;
 }
@@ -35,7 +35,8 @@ TEST(EngineModelRunner, BuildBatchLaysOutTokensPositionsSlotsAndLogitRows) {
   ModelRunner::build_batch(out, 4, b);
   EXPECT_EQ(b.tokens, (std::vector<int32_t>{42, 1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(b.positions, (std::vector<int32_t>{5, 2, 3, 4, 5, 0, 1, 2}));
-  EXPECT_EQ(b.slots, (std::vector<int64_t>{7 * 4 + 1, 9 * 4 + 2, 9 * 4 + 3, 4 * 4 + 0, 4 * 4 + 1,
+  ASSERT_EQ(b.slots.size(), 1u);
+  EXPECT_EQ(b.slots[0], (std::vector<int64_t>{7 * 4 + 1, 9 * 4 + 2, 9 * 4 + 3, 4 * 4 + 0, 4 * 4 + 1,
                                            2 * 4 + 0, 2 * 4 + 1, 2 * 4 + 2}));
   ASSERT_EQ(b.sequences.size(), 3u);
   EXPECT_EQ(b.sequences[0].first_token, 0);
@@ -45,9 +46,9 @@ TEST(EngineModelRunner, BuildBatchLaysOutTokensPositionsSlotsAndLogitRows) {
   EXPECT_EQ(b.sequences[2].first_token, 5);
   EXPECT_EQ(b.sequences[2].n_tokens, 3);
   // Tables are cut to the blocks attention reads (up to the last position).
-  EXPECT_EQ(b.sequences[0].block_table, (std::vector<int32_t>{3, 7}));
-  EXPECT_EQ(b.sequences[1].block_table, (std::vector<int32_t>{9, 4}));
-  EXPECT_EQ(b.sequences[2].block_table, (std::vector<int32_t>{2}));
+  EXPECT_EQ(b.sequences[0].block_tables[0], (std::vector<int32_t>{3, 7}));
+  EXPECT_EQ(b.sequences[1].block_tables[0], (std::vector<int32_t>{9, 4}));
+  EXPECT_EQ(b.sequences[2].block_tables[0], (std::vector<int32_t>{2}));
   EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0, 7}));
 
   // Rebuilding reuses the batch and leaves nothing of the previous step.
@@ -57,6 +58,46 @@ TEST(EngineModelRunner, BuildBatchLaysOutTokensPositionsSlotsAndLogitRows) {
   EXPECT_EQ(b.size(), 1);
   EXPECT_EQ(b.sequences.size(), 1u);
   EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0}));
+  EXPECT_EQ(b.slots[0], (std::vector<int64_t>{1 * 4 + 0}));
+}
+
+TEST(EngineModelRunner, BuildBatchGivesEachKvGroupItsSlotsAndTable) {
+  // Two groups: a full-attention table and a windowed one whose first block
+  // has gone back to the pool (the null block stands in).
+  ScheduledRequest s = scheduled("w", 6, {1, 2, 3}, {5, 6, 8}, true);
+  s.block_tables.push_back({0, 12, 13});
+  SchedulerOutput out;
+  out.scheduled.push_back(s);
+  ForwardBatch b;
+  ModelRunner::build_batch(out, 4, b);
+  ASSERT_EQ(b.slots.size(), 2u);
+  EXPECT_EQ(b.slots[0], (std::vector<int64_t>{6 * 4 + 2, 6 * 4 + 3, 8 * 4 + 0}));
+  EXPECT_EQ(b.slots[1], (std::vector<int64_t>{12 * 4 + 2, 12 * 4 + 3, 13 * 4 + 0}));
+  ASSERT_EQ(b.sequences[0].block_tables.size(), 2u);
+  EXPECT_EQ(b.sequences[0].block_tables[1], (std::vector<int32_t>{0, 12, 13}));
+}
+
+TEST(EngineModelRunner, KvLayoutGroupsLayersByWindow) {
+  ModelConfig c;
+  c.n_layer = 8;
+  c.layers.assign(8, LayerConfig{});
+  for (int l : {0, 1, 2, 4, 5, 6}) c.layers[l].sliding_window = 64;  // 6 windowed, 2 global
+  ModelConfig uniform;
+  uniform.n_layer = 3;
+  const KVLayout one = KVLayout::plan(uniform);
+  EXPECT_EQ(one.layers_per_block, 3);
+  EXPECT_EQ(one.group_windows, (std::vector<int64_t>{0}));
+  EXPECT_EQ(one.layer_slab, (std::vector<int32_t>{0, 1, 2}));
+  const KVLayout two = KVLayout::plan(c);
+  EXPECT_EQ(two.layers_per_block, 2);
+  EXPECT_EQ(two.group_windows, (std::vector<int64_t>{0, 64, 64, 64}));
+  EXPECT_EQ(two.layer_group, (std::vector<int32_t>{1, 1, 2, 0, 2, 3, 3, 0}));
+  EXPECT_EQ(two.layer_slab, (std::vector<int32_t>{0, 1, 0, 0, 1, 0, 1, 1}));
+  EXPECT_EQ(two.blocks_for_request(10, 4), 4 * 3);
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 8;
+  EXPECT_EQ(KVCache::block_bytes(c, 4), 2u * 2 * 4 * 8 * 2);  // k+v, 2 layers, 4 slots, kv_dim 8, f16
 }
 
 TEST(EngineModelRunner, KvBudgetBuysWholeBlocks) {

@@ -56,39 +56,54 @@ class FakeRunner {
   // whose chunk reaches its last token.
   std::vector<int32_t> execute(const SchedulerOutput& out) {
     const kv::BlockPool& pool = s_.kv_cache().pool();
+    const kv::KVCacheConfig& kv = s_.config().kv;
     for (const ScheduledRequest& sr : out.scheduled) {
       const Request* r = s_.find(sr.request_id);
-      for (int64_t i = 0; i < sr.num_new_tokens; ++i) {
-        const int64_t p = sr.num_computed_tokens + i;
-        const int32_t block = sr.block_table[p / bs_];
-        // Writing into a block another request holds, or one the prefix cache
-        // hands out, would corrupt someone else's keys and values.
-        EXPECT_NE(block, kv::BlockPool::kNullBlock);
-        EXPECT_EQ(pool.ref_count(block), 1) << "step " << out.step << " writes a shared block";
-        EXPECT_FALSE(pool.block_hash(block).has_value()) << "step " << out.step << " writes a cached block";
-        const int64_t slot = kv_slot(sr.block_table, bs_, p);
-        token_[slot] = sr.token_ids[i];
-        pos_[slot] = p;
-        if (p < r->num_prompt_tokens()) ++prefilled_prompt_tokens;
+      EXPECT_EQ(static_cast<int32_t>(sr.block_tables.size()), kv.num_groups());
+      for (const std::vector<int32_t>& table : sr.block_tables) {
+        for (int64_t i = 0; i < sr.num_new_tokens; ++i) {
+          const int64_t p = sr.num_computed_tokens + i;
+          const int32_t block = table[p / bs_];
+          // Writing into a block another request holds, or one the prefix cache
+          // hands out, would corrupt someone else's keys and values.
+          EXPECT_NE(block, kv::BlockPool::kNullBlock);
+          EXPECT_EQ(pool.ref_count(block), 1) << "step " << out.step << " writes a shared block";
+          EXPECT_FALSE(pool.block_hash(block).has_value()) << "step " << out.step << " writes a cached block";
+          const int64_t slot = kv_slot(table, bs_, p);
+          token_[slot] = sr.token_ids[i];
+          pos_[slot] = p;
+        }
       }
+      for (int64_t i = 0; i < sr.num_new_tokens; ++i)
+        if (sr.num_computed_tokens + i < r->num_prompt_tokens()) ++prefilled_prompt_tokens;
       computed_tokens += sr.num_new_tokens;
+    }
+    // Reads: every new token of every group sees the positions its window
+    // (all of them for full attention) reaches, each holding the right token.
+    for (const ScheduledRequest& sr : out.scheduled) {
+      const Request* r = s_.find(sr.request_id);
+      for (int32_t g = 0; g < kv.num_groups(); ++g) {
+        const int64_t w = kv.window(g);
+        for (int64_t p = sr.num_computed_tokens; p < sr.num_computed_tokens + sr.num_new_tokens; ++p) {
+          // Full attention: checking the chunk's last token covers the others.
+          if (w == 0 && p + 1 < sr.num_computed_tokens + sr.num_new_tokens) continue;
+          for (int64_t q = w > 0 ? std::max<int64_t>(0, p + 1 - w) : 0; q <= p; ++q) {
+            const int64_t slot = kv_slot(sr.block_tables[g], bs_, q);
+            EXPECT_EQ(pos_[slot], q) << "request " << sr.request_id << " (group " << g
+                                     << ") reads a slot it never wrote at position " << q;
+            EXPECT_EQ(token_[slot], r->all_token_ids[q])
+                << "request " << sr.request_id << " (group " << g << ") sees another token at " << q;
+          }
+        }
+      }
     }
     std::vector<int32_t> sampled(out.scheduled.size(), -1);
     for (size_t k = 0; k < out.scheduled.size(); ++k) {
       const ScheduledRequest& sr = out.scheduled[k];
       if (!sr.sample) continue;
-      const int64_t n = sr.num_computed_tokens + sr.num_new_tokens;
-      std::vector<int32_t> history(n);
-      for (int64_t p = 0; p < n; ++p) {
-        const int64_t slot = kv_slot(sr.block_table, bs_, p);
-        EXPECT_EQ(pos_[slot], p) << "request " << sr.request_id << " reads a slot it never wrote";
-        history[p] = token_[slot];
-      }
       const Request* r = s_.find(sr.request_id);
-      EXPECT_TRUE(std::equal(history.begin(), history.end(), r->all_token_ids.begin(),
-                             r->all_token_ids.end()))
-          << "request " << sr.request_id << " sees a different history in the KV cache";
-      sampled[k] = next_token(history);
+      const int64_t n = sr.num_computed_tokens + sr.num_new_tokens;
+      sampled[k] = next_token(std::span<const int32_t>(r->all_token_ids).first(n));
     }
     return sampled;
   }
@@ -113,9 +128,9 @@ void expect_step_ok(const Scheduler& s, const SchedulerOutput& out) {
     total += sr.num_new_tokens;
     EXPECT_GE(sr.num_new_tokens, 1);
     EXPECT_EQ(static_cast<int64_t>(sr.token_ids.size()), sr.num_new_tokens);
-    EXPECT_GE(static_cast<int64_t>(sr.block_table.size()) * c.kv.block_size,
-              sr.num_computed_tokens + sr.num_new_tokens)
-        << "step " << out.step << ": the table of " << sr.request_id << " does not cover its tokens";
+    for (const std::vector<int32_t>& table : sr.block_tables)
+      EXPECT_GE(static_cast<int64_t>(table.size()) * c.kv.block_size, sr.num_computed_tokens + sr.num_new_tokens)
+          << "step " << out.step << ": the table of " << sr.request_id << " does not cover its tokens";
     const Request* r = s.find(sr.request_id);
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(sr.sample, sr.num_computed_tokens + sr.num_new_tokens == r->num_tokens());
@@ -669,7 +684,8 @@ TEST(EngineScheduler, UpdateRefusesAMismatchedOutputAndChangesNothing) {
 // step, outputs equal to the reference, and a clean pool at the end.
 TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
   int64_t total_rejected = 0, total_preemptions = 0, total_hits = 0;
-  for (uint32_t seed : {1u, 2u, 3u, 4u}) {
+  int64_t window_hits = 0;
+  for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937 rng(seed);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -678,7 +694,18 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
     const int32_t bs = uniform(1, 3) * 4;
     SchedulerConfig c = config(uniform(8, 96), uniform(2, 8), 1 + uniform(100, 160) / bs, bs,
                                seed != 3);
-    if (seed == 2) c.long_prefill_token_threshold = 24;
+    if (seed == 2 || seed == 6) c.long_prefill_token_threshold = 24;
+    // Seeds 5-8: a full-attention group beside windowed ones (Gemma 3's shape).
+    if (seed >= 5) {
+      const int64_t w = uniform(3, 40);
+      c.kv.group_windows = {0, w, w};
+      if (seed == 8) c.kv.group_windows = {w, w};  // every layer windowed (Mistral's shape)
+      c.kv.n_blocks = 1 + uniform(200, 320) / bs;  // about as tight for two or three groups
+
+    }
+    const int64_t max_step = c.long_prefill_token_threshold > 0
+                                 ? std::min(c.long_prefill_token_threshold, c.max_num_batched_tokens)
+                                 : c.max_num_batched_tokens;
     Scheduler s(c);
     FakeRunner runner(s);
     Recorder rec;
@@ -698,8 +725,9 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
         Request r = make_request("r" + std::to_string(next_id++), p, uniform(1, 40));
         if (uniform(0, 3) == 0) r.eos_token_id = uniform(0, kVocab - 1);
         if (uniform(0, 5) == 0) r.cache_salt = "salt" + std::to_string(uniform(0, 1));
-        const int64_t need = (static_cast<int64_t>(p.size()) + r.max_tokens - 1 + c.kv.block_size - 1) /
-                             c.kv.block_size;
+        const int64_t need =
+            seed < 5 ? (static_cast<int64_t>(p.size()) + r.max_tokens - 1 + c.kv.block_size - 1) / c.kv.block_size
+                     : kv::max_blocks_held(c.kv, static_cast<int64_t>(p.size()) + r.max_tokens - 1, max_step);
         const bool fits = need <= c.kv.n_blocks - 1;
         Status st = s.add_request(r);
         EXPECT_EQ(st.ok(), fits) << (st.ok() ? "" : st.error().message);
@@ -738,6 +766,7 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
     total_rejected += rejected;
     total_preemptions += st.preemptions;
     total_hits += st.prefix_cache.hit_tokens;
+    if (seed >= 5) window_hits += st.prefix_cache.hit_tokens;
     std::printf("seed %u: %lld steps, %lld preemptions, %lld hit tokens, %d refused\n", seed,
                 static_cast<long long>(st.steps), static_cast<long long>(st.preemptions),
                 static_cast<long long>(st.prefix_cache.hit_tokens), rejected);
@@ -746,6 +775,94 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
   EXPECT_GT(total_rejected, 0);
   EXPECT_GT(total_preemptions, 0);
   EXPECT_GT(total_hits, 0);
+  EXPECT_GT(window_hits, 0);
+}
+
+// Gemma 3's shape in small: one full-attention group and two windowed ones.
+SchedulerConfig windowed_config(int64_t budget, int32_t max_seqs, int32_t n_blocks, int32_t block_size,
+                                int64_t window, bool caching = true) {
+  SchedulerConfig c = config(budget, max_seqs, n_blocks, block_size, caching);
+  c.kv.group_windows = {0, window, window};
+  return c;
+}
+
+TEST(EngineScheduler, WindowedGroupsGiveBackOutOfWindowBlocksAsARequestGrows) {
+  // Blocks of 4 tokens, a 10-token window, 8-token chunks: a windowed group
+  // holds at most (10 + 8 - 2) / 4 + 2 = 6 blocks, the full group all of them.
+  const SchedulerConfig c = windowed_config(8, 1, 400, 4, 10);
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  const Request r = make_request("long", prompt(150, 7), 50);
+  ASSERT_TRUE(s.add_request(r).ok());
+  const kv::KVCacheManager& kv = s.kv_cache();
+  int64_t max_windowed = 0;
+  while (s.has_unfinished_requests()) {
+    step(s, runner, rec);
+    ASSERT_FALSE(HasFatalFailure());
+    if (!kv.holds_blocks("long")) continue;
+    const int64_t n = s.find("long")->num_computed_tokens;
+    auto live = [&](int32_t g) {
+      const std::span<const int32_t> t = kv.block_table("long", g);
+      return std::count_if(t.begin(), t.end(), [](int32_t b) { return b != kv::BlockPool::kNullBlock; });
+    };
+    EXPECT_EQ(live(0), (n + 3) / 4) << "the full group keeps every block";
+    for (int32_t g : {1, 2}) {
+      EXPECT_LE(live(g), 6) << "at " << n << " tokens";
+      max_windowed = std::max<int64_t>(max_windowed, live(g));
+      // Blocks wholly before the window of the next token are null.
+      const std::span<const int32_t> t = kv.block_table("long", g);
+      for (int64_t i = 0; i < static_cast<int64_t>(t.size()); ++i)
+        if ((i + 1) * 4 <= n + 1 - 10 - 8) EXPECT_EQ(t[i], kv::BlockPool::kNullBlock) << "block " << i;
+    }
+    EXPECT_EQ(kv.num_used_blocks(), kv.num_blocks_held("long"));
+  }
+  EXPECT_GE(max_windowed, 4);
+  EXPECT_EQ(rec.outputs.at("long"), reference_output(r));
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, WindowedGroupsFreeBlocksSoLongRequestsFitWhereFullOnesCannot) {
+  // 199 tokens need 50 blocks per group: 150 for three full groups, but with
+  // two windowed groups 50 + 2 * 6 = 62, so a 70-block pool runs it.
+  const Request r = make_request("long", prompt(150, 8), 50);
+  Scheduler full(config(8, 1, 71, 4));
+  EXPECT_TRUE(full.add_request(r).ok());  // one full group: 50 blocks
+  SchedulerConfig three_full = config(8, 1, 71, 4);
+  three_full.kv.group_windows = {0, 0, 0};
+  Scheduler refused(three_full);
+  EXPECT_FALSE(refused.add_request(r).ok());
+  SchedulerStats st;
+  const Recorder rec = run_all(windowed_config(8, 1, 71, 4, 10), {r}, &st);
+  EXPECT_EQ(rec.outputs.at("long"), reference_output(r));
+}
+
+TEST(EngineScheduler, WindowedGroupsKeepOutputsUnderPreemptionAndPrefixCaching) {
+  std::vector<Request> reqs;
+  const std::vector<int32_t> shared = prompt(40, 99);
+  for (int i = 0; i < 16; ++i) {
+    std::vector<int32_t> p = i % 2 ? shared : std::vector<int32_t>{};
+    const std::vector<int32_t> tail = prompt(20 + 7 * i, 50 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    reqs.push_back(make_request("r" + std::to_string(i), p, 60));
+  }
+  SchedulerStats big_stats, tiny_stats, nocache_stats;
+  // The largest (165 + 59 tokens) holds 56 blocks in the full group and, in
+  // 16-token steps, at most (12 + 16 - 2) / 4 + 2 = 8 in each windowed one:
+  // a 75-block pool (74 usable) holds it and little else.
+  const Recorder big = run_all(windowed_config(16, 16, 3000, 4, 12), reqs, &big_stats);
+  const Recorder tiny = run_all(windowed_config(16, 16, 75, 4, 12), reqs, &tiny_stats);
+  const Recorder nocache = run_all(windowed_config(16, 16, 75, 4, 12, false), reqs, &nocache_stats);
+  EXPECT_EQ(big_stats.preemptions, 0);
+  EXPECT_GT(tiny_stats.preemptions, 0);
+  EXPECT_GT(nocache_stats.preemptions, 0);
+  EXPECT_GT(big_stats.prefix_cache.hit_tokens, 0);
+  EXPECT_GT(tiny_stats.prefix_cache.hit_tokens, 0);
+  for (const Request& r : reqs) {
+    EXPECT_EQ(big.outputs.at(r.id), reference_output(r)) << r.id;
+    EXPECT_EQ(tiny.outputs.at(r.id), big.outputs.at(r.id)) << r.id;
+    EXPECT_EQ(nocache.outputs.at(r.id), big.outputs.at(r.id)) << r.id;
+  }
 }
 
 }  // namespace

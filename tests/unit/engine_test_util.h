@@ -115,9 +115,17 @@ class ModelTest : public ::testing::Test {
     return p;
   }
 
+  // The KV blocks one request of n_tokens holds at most on this model (every
+  // KV group counted), in steps of at most max_step_tokens.
+  static int64_t blocks_held_alone(int64_t n_tokens, int64_t max_step_tokens, int32_t block_size = 16) {
+    const KVLayout layout = KVLayout::plan(model_->config());
+    kv::KVCacheConfig c{.n_blocks = 2, .block_size = block_size, .group_windows = layout.group_windows};
+    return kv::max_blocks_held(c, n_tokens, max_step_tokens);
+  }
+
   // A KV budget of exactly n_blocks blocks (the reserved one included).
   static int64_t kv_bytes_for_blocks(int64_t n_blocks, int64_t block_size = 16) {
-    return n_blocks * block_size * static_cast<int64_t>(KVCache::bytes_per_token(model_->config()));
+    return n_blocks * static_cast<int64_t>(KVCache::block_bytes(model_->config(), block_size));
   }
 
   static EngineConfig engine_config(int64_t budget, int32_t max_seqs, int64_t n_blocks,
