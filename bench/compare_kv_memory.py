@@ -49,7 +49,8 @@ def llama_cpp_kv(model, n_tokens, ubatch, threads):
     env = dict(os.environ, LD_LIBRARY_PATH=str(LLAMA_BIN))
     with tempfile.TemporaryFile(mode="w+") as log:
         p = subprocess.Popen([str(LLAMA_BIN / "llama-server"), "-m", str(model), "-c", str(n_tokens), "-np", "1",
-                              "-ub", str(ubatch), "-t", str(threads), "--port", "18997", "--host", "127.0.0.1"],
+                              "-ub", str(ubatch), "-t", str(threads), "--port", "18997", "--host", "127.0.0.1",
+                              "-v"],  # the KV cache sizes are logged only with -v
                              stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             deadline = time.time() + 300
