@@ -1,9 +1,9 @@
-// A loaded model: its file, hyper-parameters, weights, tokenizer and the CPU
-// forward pass over a ForwardBatch.
+// A loaded model: what is backend-neutral (its file, hyper-parameters, weights
+// as views of the file, tokenizer, chat template), and the executor that runs
+// its forward pass. Loading never depends on the executor: a backend is one
+// more Executor and one more case in make_executor.
 #pragma once
-#include <array>
 #include <functional>
-#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,12 +15,12 @@
 #include "model/config.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
-#include "model/linear.h"
-#include "model/weight_prefetch.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {
+
+enum class Backend { kCpu };
 
 struct LoadOptions {
   // Called with the fraction of weight data paged in so far (for a progress bar).
@@ -29,7 +29,24 @@ struct LoadOptions {
   // Which llama.cpp CPU build's rounding the forward pass reproduces
   // (kernels/cpu/flavour.h): by default the one llama.cpp builds on this CPU.
   kernels::GgmlFlavour ggml_flavour = kernels::native_ggml_flavour();
+  Backend backend = Backend::kCpu;
 };
+
+class Model;
+
+// Runs forward passes of one model: owns whatever the backend keeps beside the
+// model's weights (weights copied into its own layouts, scratch, prefetch
+// plans). The KV cache memory is passed in; so is the CPU thread pool, which a
+// backend that needs no host threads ignores.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits,
+                       ThreadPool& pool) = 0;
+};
+
+// The executor of `backend` for a loaded model (which must outlive it).
+std::unique_ptr<Executor> make_executor(Backend backend, const Model& model);
 
 class Model {
  public:
@@ -47,83 +64,22 @@ class Model {
   // architecture's default, else empty.
   std::string chat_template() const;
 
-  // Runs the batch through the network, writing each token's keys and values
-  // into `cache` at its slot, and returns logits for batch.logit_rows
-  // (logit_rows.size() x n_vocab, row-major) in `logits`.
-  // Not thread-safe: one forward pass at a time per Model.
+  // Runs the batch through the network on the model's executor (see
+  // Executor), writing each token's keys and values into `cache` at its slot,
+  // and returns logits for batch.logit_rows (logit_rows.size() x n_vocab,
+  // row-major) in `logits`. Not thread-safe: one forward pass at a time per Model.
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits,
                ThreadPool& pool);
 
  private:
   Model() = default;
-  struct Pass;
-  void prepare_scratch(const ForwardBatch& batch, int n_threads);
-  // One thread's part of the whole forward pass; phases end at pool barriers.
-  void forward_thread(const Pass& pass, int thread_index, int n_threads);
-  void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
-  struct NormTarget {
-    const Linear* linear;
-    LinearInput* in;
-  };
-  // whole_rows: this thread normalizes every row into its own xn and targets
-  // (Scratch::own), and writes only its share of x_out. h_weight: h is
-  // RMS-normalized with these weights before it is added (sandwich norms).
-  // h_by_row: h holds the phase's rows, not the batch's tokens.
-  void norm_phase(int thread_index, int n_threads, const StepTokens& rows, const int32_t* row_token, const float* x,
-                  const float* h, const float* h_weight, float* x_out, const float* weight, float* xn,
-                  std::initializer_list<NormTarget> all_targets, bool whole_rows = false, bool h_by_row = false);
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
   kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
-
-  // A layer's projections (the layer plan, model/weights.h), in the form the
-  // kernels run fastest (repacked or mapped).
-  struct LayerLinears {
-    std::array<Linear, kNumProjections> proj;
-    const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
-  };
-  // The row alignment of gate/up's thread shares: the down projection's input
-  // block when each thread can run SwiGLU and that quantize on its own rows
-  // right after gate/up, else 1.
-  int64_t own_rows_align(const LayerLinears& L) const;
-  // The query, key and value heads [q0, q1), [k0, k1), [v0, v1) a thread
-  // computes and then rotates and writes to the cache.
-  struct QkvHeads {
-    int64_t q0, q1, k0, k1, v0, v1;
-  };
-  QkvHeads qkv_heads(int thread_index, int n_threads) const;
-  // Builds s_.prefetch for a pool of n_threads (see forward_thread).
-  void plan_prefetch(int n_threads);
-  std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
-  std::vector<LayerLinears> linears_;
-  Linear output_;
-
-  // A norm's output rows and the quantized projection inputs made from them;
-  // k, v and up are used only when those weights want another form than wq/gate.
-  struct NormOutputs {
-    std::vector<float> xn;
-    LinearInput q, k, v, gate, up;
-  };
-  void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
-
-  // Activations for the current step, grown on demand and then reused.
-  struct Scratch {
-    std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
-    // Per RoPE table (ModelConfig::ropes), per token, rope_dim/2 each.
-    std::vector<std::vector<float>> rope_cos, rope_sin;
-    // The norms' outputs, shared by the threads; in steps of at most
-    // kOwnNormMaxTokens tokens each thread has its own instead (`own`, one per
-    // thread, empty otherwise; see forward_thread).
-    NormOutputs norm;
-    std::vector<NormOutputs> own;
-    // The other quantized projection inputs.
-    LinearInput in_o, in_down, in_out;
-    std::vector<WeightPrefetcher> prefetch;  // one per thread
-    std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
-  } s_;
+  std::unique_ptr<Executor> executor_;  // null when the model cannot generate
 };
 
 }  // namespace inferd

@@ -1,0 +1,509 @@
+// The CPU executor: the hand-fused forward pass (see model/cpu_executor.h).
+#include "model/cpu_executor.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <numeric>
+#include <tuple>
+
+#include "kernels/cpu/activation.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rope.h"
+
+namespace inferd {
+
+CpuExecutor::CpuExecutor(const Model& model)
+    : config_(model.config()), weights_(model.weights()), flavour_(model.ggml_flavour()) {
+  // Repack the projections for the packed kernels (a copy of the weights;
+  // the embedding table is still read from the file for token lookups).
+  size_t packed_bytes = Linear::packed_bytes(weights_.output);
+  for (const LayerWeights& L : weights_.layers)
+    for (const WeightView& w : L.proj) packed_bytes += Linear::packed_bytes(w);
+  if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
+  kernels::PackedArena* arena = packed_arena_.get();
+  for (const LayerWeights& L : weights_.layers) {
+    LayerLinears& linears = linears_.emplace_back();
+    for (int p = 0; p < kNumProjections; ++p) linears.proj[p] = Linear::make(L.proj[p], arena);
+  }
+  output_ = Linear::make(weights_.output, arena);
+}
+
+namespace {
+
+void add_bias(float* y, const float* bias, int64_t n) {
+  for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
+}
+
+// The block size by which `linear` can quantize a row of `cols`, or 0 if it
+// quantizes whole rows only (then a row is not split between threads).
+int64_t quantize_block_of(const Linear& linear, int64_t cols) {
+  const int64_t b = linear.quantize_block();
+  return b > 0 && cols % b == 0 ? b : 0;
+}
+
+// A waiting thread prefetches its next weights (WeightPrefetcher) at most this
+// far ahead of its reading, well inside its L2, a few lines between two polls
+// of the barrier.
+constexpr size_t kPrefetchLead = size_t{256} << 10;
+constexpr int kPrefetchLinesPerPoll = 4;
+
+// Steps of at most this many tokens (decode) have every thread normalize the
+// whole row and quantize it into its own copy of the next projections' input:
+// the thread then goes on to its rows of those projections without waiting
+// for the others, two barriers less per layer. The norm and quantization are
+// repeated by each thread, which costs less than a barrier for a few rows.
+constexpr int64_t kOwnNormMaxTokens = 4;
+
+bool prefetch_while_waiting(void* prefetcher) {
+  return static_cast<WeightPrefetcher*>(prefetcher)->advance(kPrefetchLinesPerPoll, kPrefetchLead);
+}
+
+}  // namespace
+
+int64_t CpuExecutor::own_rows_align(const LayerLinears& L) const {
+  const int64_t down_block = quantize_block_of(L[Projection::kDown], config_.n_ff);
+  return down_block > 0 && L[Projection::kGate].packed() && L[Projection::kUp].packed() ? down_block : 1;
+}
+
+// Q, K and V heads taken as one list (query heads, then key heads, then value
+// heads) split evenly over the threads in units that keep every share on whole
+// 16-row groups of the packed weights (one head when head_dim % 16 == 0).
+CpuExecutor::QkvHeads CpuExecutor::qkv_heads(int ti, int nt) const {
+  const int64_t H = config_.n_head, Hkv = config_.n_head_kv;
+  const int64_t unit = kernels::kPackRows / std::gcd(config_.head_dim, int64_t{kernels::kPackRows});
+  const int64_t uq = (H + unit - 1) / unit, ukv = (Hkv + unit - 1) / unit;
+  const auto [u0, u1] = ThreadPool::split(uq + 2 * ukv, ti, nt);
+  // This thread's heads of the matrix whose units start at `first` and that has n heads.
+  auto heads = [&](int64_t first, int64_t n_units, int64_t n) {
+    const int64_t a = std::clamp(u0 - first, int64_t{0}, n_units), b = std::clamp(u1 - first, int64_t{0}, n_units);
+    return std::pair{std::min(a * unit, n), std::min(b * unit, n)};
+  };
+  const auto [q0, q1] = heads(0, uq, H);
+  const auto [k0, k1] = heads(uq, ukv, Hkv);
+  const auto [v0, v1] = heads(uq + ukv, ukv, Hkv);
+  return {q0, q1, k0, k1, v0, v1};
+}
+
+// Each thread's share of every projection in the order forward_thread reads
+// them: the layer plan's projections per layer, then the output projection.
+// Fixed for a thread count.
+void CpuExecutor::plan_prefetch(int n_threads) {
+  s_.prefetch.resize(n_threads);
+  for (int ti = 0; ti < n_threads; ++ti) {
+    WeightPrefetcher& pf = s_.prefetch[ti];
+    pf.clear();
+    const QkvHeads mine = qkv_heads(ti, n_threads);
+    const int64_t D = config_.head_dim;
+    for (const LayerLinears& L : linears_) {
+      for (const ProjectionSpec& spec : kLayerPlan) {
+        const Linear& linear = L[spec.id];
+        std::pair<const void*, size_t> range;
+        switch (spec.id) {
+          case Projection::kQ: range = linear.rows_bytes(mine.q0 * D, mine.q1 * D); break;
+          case Projection::kK: range = linear.rows_bytes(mine.k0 * D, mine.k1 * D); break;
+          case Projection::kV: range = linear.rows_bytes(mine.v0 * D, mine.v1 * D); break;
+          case Projection::kGate:
+          case Projection::kUp: range = linear.thread_bytes(ti, n_threads, own_rows_align(L)); break;
+          default: range = linear.thread_bytes(ti, n_threads); break;
+        }
+        pf.add(range.first, range.second);
+      }
+    }
+    const auto [bytes, n] = output_.thread_bytes(ti, n_threads);
+    pf.add(bytes, n);
+  }
+}
+
+// What every thread of one forward pass reads.
+struct CpuExecutor::Pass {
+  const ForwardBatch* batch;
+  KVCache* cache;
+  float* logits;
+  ThreadPool* pool;
+  StepTokens tokens;   // every token of the batch
+  StepTokens outputs;  // the rows whose logits are returned, one per sequence
+};
+
+void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o_block) {
+  const ModelConfig& c = config_;
+  const ForwardBatch& batch = *pass.batch;
+  const int64_t D = c.head_dim, H = c.n_head, group = c.n_head / c.n_head_kv;
+  const int64_t window = c.layers[layer].sliding_window;
+  const uint16_t* kc = pass.cache->k(layer);
+  const uint16_t* vc = pass.cache->v(layer);
+  const int32_t kv_group = pass.cache->group(layer);
+  const Linear& wo = linears_[layer][Projection::kO];
+  // One work item per (token, head); items are dealt out in contiguous runs,
+  // and the heads of a run that share a key/value head are computed together.
+  const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
+  size_t seq = 0;
+  for (int64_t item = begin, n_heads = 0; item < end; item += n_heads) {
+    const int64_t t = item / H, h = item % H;
+    n_heads = std::min(end - item, group - h % group);
+    while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
+    const SequenceSlice& sl = batch.sequences[seq];
+    kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_tables[kv_group].data()};
+    const int64_t pos = batch.positions[t];
+    const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
+    const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
+    kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
+                          c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_);
+    if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, s_.in_o);
+  }
+}
+
+void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
+  const ModelConfig& c = config_;
+  const int64_t T = batch.size(), R = static_cast<int64_t>(batch.logit_rows.size());
+  s_.x.resize(T * c.n_embd);
+  s_.x2.resize(T * c.n_embd);
+  s_.h.resize(T * c.n_embd);
+  s_.q.resize(T * c.q_dim());
+  s_.k.resize(T * c.kv_dim());
+  s_.v.resize(T * c.kv_dim());
+  s_.attn.resize(T * c.q_dim());
+  s_.gate.resize(T * c.n_ff);
+  s_.up.resize(T * c.n_ff);
+  s_.logits_in.resize(R * c.n_embd);
+  s_.rope_cos.resize(c.ropes.size());
+  s_.rope_sin.resize(c.ropes.size());
+  for (size_t r = 0; r < c.ropes.size(); ++r) {
+    s_.rope_cos[r].resize(T * (c.rope_dim / 2));
+    s_.rope_sin[r].resize(T * (c.rope_dim / 2));
+  }
+  for (const LayerLinears& L : linears_) {
+    L[Projection::kO].prepare(s_.in_o, T);
+    L[Projection::kDown].prepare(s_.in_down, T);
+  }
+  output_.prepare(s_.in_out, R);
+  prepare_norm_outputs(s_.norm, T);
+  s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
+  for (NormOutputs& own : s_.own) prepare_norm_outputs(own, T);
+}
+
+void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
+  out.xn.resize(T * config_.n_embd);
+  for (const LayerLinears& L : linears_) {
+    const Linear &wq = L[Projection::kQ], &gate = L[Projection::kGate];
+    wq.prepare(out.q, T);
+    if (!L[Projection::kK].same_input(wq)) L[Projection::kK].prepare(out.k, T);
+    if (!L[Projection::kV].same_input(wq)) L[Projection::kV].prepare(out.v, T);
+    gate.prepare(out.gate, T);
+    if (!L[Projection::kUp].same_input(gate)) L[Projection::kUp].prepare(out.up, T);
+  }
+}
+
+void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
+  prepare_scratch(batch, pool.size());
+  logits.resize(batch.logit_rows.size() * config_.n_vocab);
+  if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
+  // Each token's place in its sequence's share of the step, and the output
+  // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its
+  // last layer's FFN on the output rows only (Linear, StepTokens).
+  s_.places.resize(batch.size());
+  for (const SequenceSlice& sl : batch.sequences)
+    for (int32_t i = 0; i < sl.n_tokens; ++i) s_.places[sl.first_token + i] = {sl.n_tokens, i};
+  s_.output_places.assign(batch.logit_rows.size(), kernels::TokenPlace{1, 0});
+  const Pass pass{&batch,
+                  &cache,
+                  logits.data(),
+                  &pool,
+                  {batch.size(), s_.places.data()},
+                  {static_cast<int64_t>(batch.logit_rows.size()), s_.output_places.data()}};
+  const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
+  pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
+}
+
+// RMSNorm rows, each row r reading token row_token[r] (or r): x + h (when h is
+// given; h RMS-normalized with h_weight first when that is given) into x_out
+// (when given), the normalized row into xn[r], then the inputs of `targets`
+// quantized from xn (a target whose input an earlier one already fills,
+// Linear::same_input, is skipped). When every target quantizes by 32-column
+// blocks, threads split (row, block) items, so one token keeps both busy;
+// x_out must then not alias x (another thread may still be reading it).
+void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32_t* row_token, const float* x,
+                       const float* h, const float* h_weight, float* x_out, const float* weight, float* xn,
+                       std::initializer_list<NormTarget> all_targets, bool whole_rows, bool h_by_row) {
+  const int64_t n_rows = rows.n;
+  const int64_t E = config_.n_embd;
+  const float eps = config_.rms_eps;
+  NormTarget targets[4] = {};
+  int n_targets = 0;
+  assert(all_targets.size() <= std::size(targets));
+  for (const NormTarget& tg : all_targets) {
+    bool filled = false;
+    for (int i = 0; i < n_targets; ++i) filled = filled || targets[i].in == tg.in;
+    if (!filled) targets[n_targets++] = tg;
+  }
+  // The block every target quantizes by, or 0 when they differ or one
+  // quantizes whole rows only.
+  int64_t block = quantize_block_of(*targets[0].linear, E);
+  for (int i = 1; i < n_targets; ++i)
+    if (quantize_block_of(*targets[i].linear, E) != block) block = 0;
+  auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
+  // Token t's h as it is added: a sandwich norm's output is needed whole (its
+  // scale reads every column) by each thread that touches the row, so each
+  // makes its own copy rather than waiting at a barrier for a shared one.
+  thread_local std::vector<float> h_normed;
+  auto h_row = [&](int64_t r) -> const float* {
+    if (!h) return nullptr;
+    const float* hr = h + (h_by_row ? r : token(r)) * E;
+    if (!h_weight) return hr;
+    h_normed.resize(E);
+    kernels::rms_norm_row(hr, nullptr, h_weight, E, eps, 0, E, nullptr, h_normed.data());
+    return h_normed.data();
+  };
+  if (whole_rows) {
+    const auto [c0, c1] = ThreadPool::split(E, ti, nt);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t t = token(r);
+      const float* hr = h_row(r);
+      kernels::rms_norm_row(x + t * E, hr, weight, E, eps, 0, E, nullptr, xn + r * E);
+      if (!x_out) continue;
+      for (int64_t i = c0; i < c1; ++i) x_out[t * E + i] = hr ? x[t * E + i] + hr[i] : x[t * E + i];
+    }
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, 0, n_rows, rows, *targets[i].in);
+    return;
+  }
+  if (block == 0) {
+    const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t t = token(r);
+      kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr, xn + r * E);
+    }
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, rows, *targets[i].in);
+    return;
+  }
+  // Items are (row, block) pairs, row-major; this thread's run [i0, i1) covers
+  // blocks [b0, b1) of each row it touches.
+  const int64_t nb = E / block;
+  const auto [i0, i1] = ThreadPool::split(n_rows * nb, ti, nt);
+  for (int64_t r = i0 / nb; r < n_rows && r * nb < i1; ++r) {
+    const int64_t b0 = std::max(i0 - r * nb, int64_t{0}), b1 = std::min(i1 - r * nb, nb);
+    const int64_t t = token(r);
+    kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, b0 * block, b1 * block, x_out ? x_out + t * E : nullptr,
+                          xn + r * E);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, *targets[i].in);
+  }
+}
+
+namespace {
+
+// Rotary angles of one table for one position, as GGML's rope cache computes
+// them: theta_i = pos * theta_scale^i by repeated multiplication, divided by
+// the dimension's factor, times the frequency scale.
+void rope_angles(const RopeConfig& rope, const float* factors, int64_t half, int64_t rope_dim, int32_t pos,
+                 float* cos_out, float* sin_out) {
+  const float theta_scale = std::pow(rope.freq_base, -2.0f / static_cast<float>(rope_dim));
+  float theta = static_cast<float>(pos);
+  for (int64_t i = 0; i < half; ++i) {
+    const float extrapolated = rope.freq_factors ? theta / factors[i] : theta;
+    const float angle = rope.freq_scale * extrapolated;
+    cos_out[i] = std::cos(angle);
+    sin_out[i] = std::sin(angle);
+    theta *= theta_scale;
+  }
+}
+
+// gate <- act(gate) * up over n elements, act as the architecture says.
+void gated_activation(Activation act, float* gate, const float* up, int64_t n, kernels::GgmlFlavour flavour) {
+  if (act == Activation::kGeGLU) {
+    kernels::geglu(gate, up, gate, n, flavour);
+  } else {
+    kernels::swiglu(gate, up, gate, n, flavour);
+  }
+}
+
+}  // namespace
+
+// Phases alternate between splitting tokens, or (token, column block) items,
+// across threads (norms, the gated activation, quantizing a projection's
+// input) and splitting weight rows (projections) or (token, head) pairs
+// (RoPE, attention), with a barrier between. The residual stream alternates
+// between two buffers, so a norm phase can read one while writing the other.
+// What differs between architectures and layers is read from config_ once per
+// phase (ModelConfig, LayerConfig), never inside the kernels' loops.
+void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
+  const ModelConfig& c = config_;
+  const ForwardBatch& batch = *pass.batch;
+  ThreadPool& pool = *pass.pool;
+  const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
+  const int64_t half = c.rope_dim / 2, D = c.head_dim;
+  const auto rope_pairs = c.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
+  float* x = s_.x.data();
+  float* x_next = s_.x2.data();
+
+  // This thread's weights, prefetched while it waits at barriers;
+  // read_weights(n) tells it the next n projections have been read.
+  WeightPrefetcher& pf = s_.prefetch[ti];
+  pf.restart();
+  const BarrierIdle idle{prefetch_while_waiting, &pf};
+  size_t ranges_read = 0;
+  auto read_weights = [&](size_t n) {
+    ranges_read += n;
+    pf.read_first(ranges_read);
+  };
+
+  // Token embeddings (scaled where the architecture says) and rotary angles.
+  const auto [t0, t1] = ThreadPool::split(T, ti, nt);
+  const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
+  const float* rope_factors = weights_.rope_freqs ? weights_.rope_freqs.f32() : nullptr;
+  for (int64_t t = t0; t < t1; ++t) {
+    const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
+                      static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
+    kernels::dequantize_row(weights_.tok_embd.dtype, row, x + t * E, E);
+    if (c.embedding_scale != 0.0f)
+      for (int64_t i = 0; i < E; ++i) x[t * E + i] *= c.embedding_scale;
+    for (size_t r = 0; r < c.ropes.size(); ++r)
+      rope_angles(c.ropes[r], rope_factors, half, c.rope_dim, batch.positions[t], &s_.rope_cos[r][t * half],
+                  &s_.rope_sin[r][t * half]);
+  }
+  pool.barrier(idle);
+
+  // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
+  const bool own = !s_.own.empty();
+  NormOutputs& norm = own ? s_.own[ti] : s_.norm;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& W = weights_.layers[l];
+    const LayerLinears& L = linears_[l];
+    const Linear &wq = L[Projection::kQ], &wk = L[Projection::kK], &wv = L[Projection::kV];
+    const Linear &wo = L[Projection::kO], &gate = L[Projection::kGate], &up = L[Projection::kUp];
+    const Linear& down = L[Projection::kDown];
+    // The previous layer's FFN output, and its sandwich norm when it has one.
+    const float* h_prev = l > 0 ? s_.h.data() : nullptr;
+    const float* h_prev_weight = l > 0 && c.sandwich_norms ? weights_.layers[l - 1].post_ffn_norm.f32() : nullptr;
+    float* xn = norm.xn.data();
+    LinearInput& in_q = norm.q;
+    LinearInput& in_k = wk.same_input(wq) ? norm.q : norm.k;
+    LinearInput& in_v = wv.same_input(wq) ? norm.q : norm.v;
+    LinearInput& in_gate = norm.gate;
+    LinearInput& in_up = up.same_input(gate) ? norm.gate : norm.up;
+
+    // (The previous layer's residual,) attention norm, Q/K/V input.
+    norm_phase(ti, nt, pass.tokens, nullptr, x, h_prev, h_prev_weight, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
+               xn, {{&wq, &in_q}, {&wk, &in_k}, {&wv, &in_v}}, own);
+    if (l > 0) std::swap(x, x_next);
+    if (!own) pool.barrier(idle);
+
+    // Q, K and V split by whole heads, so that each thread goes on to the
+    // biases, per-head norms, RoPE and cache writes of the heads it computed
+    // without a barrier.
+    const QkvHeads mine = qkv_heads(ti, nt);
+    wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
+    wk.compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
+    wv.compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
+    read_weights(3);
+    const int rope = c.layers[l].rope;
+    const float* q_norm = W.q_norm ? W.q_norm.f32() : nullptr;
+    const float* k_norm = W.k_norm ? W.k_norm.f32() : nullptr;
+    for (int64_t t = 0; t < T; ++t) {
+      const float* cos_t = &s_.rope_cos[rope][t * half];
+      const float* sin_t = &s_.rope_sin[rope][t * half];
+      for (int64_t h = mine.q0; h < mine.q1; ++h) {
+        float* q = s_.q.data() + t * QD + h * D;
+        if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
+        if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
+        kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+        if (c.query_scale != 1.0f)
+          for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
+      }
+      const int64_t slot = batch.slots[pass.cache->group(l)][t];
+      // The next position's slot is most often the next one: have its cache
+      // lines owned by the time that token writes them (a write to a line not
+      // in cache waits for memory, and the barrier after this phase drains it).
+      auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
+        if (slot + 1 >= pass.cache->n_slots()) return;
+        for (int64_t byte = 0; byte < D * 2; byte += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
+      };
+      for (int64_t g = mine.k0; g < mine.k1; ++g) {
+        float* k = s_.k.data() + t * KVD + g * D;
+        if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
+        if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
+        kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+        kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
+        prefetch_next_slot(pass.cache->k(l), g * D);
+      }
+      for (int64_t g = mine.v0; g < mine.v1; ++g) {
+        float* v = s_.v.data() + t * KVD + g * D;
+        if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
+        kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
+        prefetch_next_slot(pass.cache->v(l), g * D);
+      }
+    }
+    pool.barrier(idle);
+
+    // Attention; each head's output is quantized for the output projection
+    // right away when its columns are whole quantize blocks.
+    const int64_t o_block = quantize_block_of(wo, D);
+    attention(pass, l, ti, nt, o_block);
+    if (o_block == 0) {
+      pool.barrier(idle);
+      wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
+    }
+    pool.barrier(idle);
+    wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
+    read_weights(1);
+    pool.barrier(idle);
+
+    // Residual (through the post-attention norm where there is one), FFN
+    // norm, gate/up input. The last layer's FFN runs on the output rows only,
+    // as llama.cpp's graphs do: no other row is read again (its h is then
+    // indexed by output row).
+    const bool last = l + 1 == c.n_layer;
+    const StepTokens& ffn = last ? pass.outputs : pass.tokens;
+    const int64_t TF = ffn.n;
+    norm_phase(ti, nt, ffn, last ? batch.logit_rows.data() : nullptr, x, s_.h.data(),
+               c.sandwich_norms ? W.post_attn_norm.f32() : nullptr, x_next, W.ffn_norm.f32(), xn,
+               {{&gate, &in_gate}, {&up, &in_up}}, own);
+    std::swap(x, x_next);
+    if (!own) pool.barrier(idle);
+
+    // Gate and up, then the gated activation and the down-projection input.
+    // When the input quantizes by blocks and gate and up are packed, each
+    // thread goes on to its own rows' outputs (split on whole blocks) without
+    // a barrier.
+    const int64_t align = own_rows_align(L);  // the down projection's input block, or 1
+    const bool own_rows = align > 1;
+    gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
+    up.compute(in_up, ffn, s_.up.data(), ti, nt, align);
+    read_weights(2);
+    if (own_rows) {
+      // Shares start on whole blocks, so a share's tail is the row's tail.
+      const auto [r0, r1] = gate.thread_rows(ti, nt, align);
+      for (int64_t t = 0; t < TF && r0 < r1; ++t) {
+        gated_activation(c.activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0, flavour_);
+        down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, s_.in_down);
+      }
+    } else {
+      pool.barrier(idle);
+      const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
+      // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
+      for (int64_t t = f0; t < f1; ++t)
+        gated_activation(c.activation, s_.gate.data() + t * F, s_.up.data() + t * F, F, flavour_);
+      down.quantize(s_.gate.data(), f0, f1, ffn, s_.in_down);
+    }
+    pool.barrier(idle);
+    down.compute(s_.in_down, ffn, s_.h.data(), ti, nt);
+    read_weights(1);
+    pool.barrier(idle);
+  }
+
+  // The last residual (through the last post-FFN norm where there is one),
+  // the final norm and the output projection's input, for the rows whose
+  // logits are wanted.
+  const float* h_last_weight = c.sandwich_norms ? weights_.layers.back().post_ffn_norm.f32() : nullptr;
+  norm_phase(ti, nt, pass.outputs, batch.logit_rows.data(), x, s_.h.data(), h_last_weight, nullptr,
+             weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false, /*h_by_row=*/true);
+  pool.barrier(idle);
+  assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
+  output_.compute(s_.in_out, pass.outputs, pass.logits, ti, nt);
+}
+
+}  // namespace inferd

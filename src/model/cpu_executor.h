@@ -1,0 +1,95 @@
+// The CPU executor: one hand-fused, barrier-synchronised forward pass over a
+// ForwardBatch on a thread pool (GUIDE section 6). It owns what only the CPU
+// needs beside the model's weights: the projections repacked for the packed
+// kernels, the activations' scratch and each thread's weight-prefetch plan.
+// It reads the model's per-layer data (ModelConfig, the layer plan) once per
+// phase, never in the kernels' inner loops.
+#pragma once
+#include <array>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/flavour.h"
+#include "model/linear.h"
+#include "model/model.h"
+#include "model/weight_prefetch.h"
+
+namespace inferd {
+
+class CpuExecutor final : public Executor {
+ public:
+  explicit CpuExecutor(const Model& model);
+
+  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) override;
+
+ private:
+  const ModelConfig& config_;
+  const ModelWeights& weights_;   // views of the model's file
+  kernels::GgmlFlavour flavour_;  // whose rounding the kernels reproduce
+
+  struct Pass;
+  void prepare_scratch(const ForwardBatch& batch, int n_threads);
+  // One thread's part of the whole forward pass; phases end at pool barriers.
+  void forward_thread(const Pass& pass, int thread_index, int n_threads);
+  void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
+  struct NormTarget {
+    const Linear* linear;
+    LinearInput* in;
+  };
+  // whole_rows: this thread normalizes every row into its own xn and targets
+  // (Scratch::own), and writes only its share of x_out. h_weight: h is
+  // RMS-normalized with these weights before it is added (sandwich norms).
+  // h_by_row: h holds the phase's rows, not the batch's tokens.
+  void norm_phase(int thread_index, int n_threads, const StepTokens& rows, const int32_t* row_token, const float* x,
+                  const float* h, const float* h_weight, float* x_out, const float* weight, float* xn,
+                  std::initializer_list<NormTarget> all_targets, bool whole_rows = false, bool h_by_row = false);
+
+  // A layer's projections (the layer plan, model/weights.h), in the form the
+  // kernels run fastest (repacked or mapped).
+  struct LayerLinears {
+    std::array<Linear, kNumProjections> proj;
+    const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
+  };
+  // The row alignment of gate/up's thread shares: the down projection's input
+  // block when each thread can run SwiGLU and that quantize on its own rows
+  // right after gate/up, else 1.
+  int64_t own_rows_align(const LayerLinears& L) const;
+  // The query, key and value heads [q0, q1), [k0, k1), [v0, v1) a thread
+  // computes and then rotates and writes to the cache.
+  struct QkvHeads {
+    int64_t q0, q1, k0, k1, v0, v1;
+  };
+  QkvHeads qkv_heads(int thread_index, int n_threads) const;
+  // Builds s_.prefetch for a pool of n_threads (see forward_thread).
+  void plan_prefetch(int n_threads);
+  std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
+  std::vector<LayerLinears> linears_;
+  Linear output_;
+
+  // A norm's output rows and the quantized projection inputs made from them;
+  // k, v and up are used only when those weights want another form than wq/gate.
+  struct NormOutputs {
+    std::vector<float> xn;
+    LinearInput q, k, v, gate, up;
+  };
+  void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
+
+  // Activations for the current step, grown on demand and then reused.
+  struct Scratch {
+    std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
+    // Per RoPE table (ModelConfig::ropes), per token, rope_dim/2 each.
+    std::vector<std::vector<float>> rope_cos, rope_sin;
+    // The norms' outputs, shared by the threads; in steps of at most
+    // kOwnNormMaxTokens tokens each thread has its own instead (`own`, one per
+    // thread, empty otherwise; see forward_thread).
+    NormOutputs norm;
+    std::vector<NormOutputs> own;
+    // The other quantized projection inputs.
+    LinearInput in_o, in_down, in_out;
+    std::vector<WeightPrefetcher> prefetch;  // one per thread
+    std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
+  } s_;
+};
+
+}  // namespace inferd
