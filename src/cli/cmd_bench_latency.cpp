@@ -31,6 +31,7 @@ struct BenchLatencyFlags {
   int64_t max_model_len = 0;
   std::string kv_cache_memory = "256M";
   bool enable_prefix_caching = false;
+  bool warm_up = true;
   float temperature = 0.0f;
   int threads = default_threads();
   int64_t seed = 0;
@@ -70,6 +71,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   ec.max_num_batched_tokens = f.max_num_batched_tokens;
   ec.max_model_len = f.max_model_len;
   ec.enable_prefix_caching = f.enable_prefix_caching;
+  ec.warm_up = f.warm_up;
   ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
   if (ec.kv_cache_bytes <= 0) {
     std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 256M or 1G\n");
@@ -202,6 +204,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
                    {"num_iters_warmup", f.num_iters_warmup},
                    {"max_num_batched_tokens", f.max_num_batched_tokens},
                    {"enable_prefix_caching", f.enable_prefix_caching},
+                   {"warm_up", f.warm_up},
                    {"temperature", f.temperature},
                    {"threads", f.threads},
                    {"seed", f.seed}};
@@ -228,6 +231,9 @@ void register_bench_latency(CLI::App& bench, int& exit_code) {
   sub->add_option("--max-model-len", flags->max_model_len, "0 = the model's context length")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 256M")->capture_default_str();
+  sub->add_flag("--warm-up,!--no-warm-up", flags->warm_up,
+                "Run a prefill and a decode pass when the engine starts, before the first request")
+      ->capture_default_str();
   sub->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", flags->enable_prefix_caching,
                 "Reuse cached KV blocks (default off: every iteration computes its whole prompt)");
   sub->add_option("--temp,--temperature", flags->temperature, "Sampling temperature; 0 = greedy")

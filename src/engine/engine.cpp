@@ -30,6 +30,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
   rc.block_size = config.block_size;
   rc.kv_cache_bytes = config.kv_cache_bytes;
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
+  rc.warm_up = config.warm_up;
   // More blocks than every running request at full length needs would only
   // ever hold cached prefixes; a budget given as a fraction of memory stops there.
   const KVLayout kv_layout = KVLayout::plan(model.config());

@@ -52,6 +52,9 @@ struct EngineConfig {
   int64_t kv_cache_bytes = 0;
   double kv_cache_memory_fraction = 0.25;
   int32_t max_logprobs = 20;  // largest `logprobs` a request may ask for
+  // Run a prefill-shaped and a decode-shaped pass at creation, so the first
+  // request is as fast as the next (ModelRunnerConfig::warm_up).
+  bool warm_up = true;
 };
 
 // What a client asks for.
