@@ -2,9 +2,9 @@
 
 #include <array>
 #include <cmath>
-#include <cstring>
 
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 
 namespace inferd::kernels {
@@ -46,29 +46,22 @@ void geglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
 
 }  // namespace detail
 
-namespace {
-bool level_is(const char* name) { return std::strcmp(simd_level(), name) == 0; }
-}  // namespace
+void fill_activation_kernels(FloatKernels& ops, SimdLevel level) {
+  // GGML's AVX2 build: AVX-512 CPUs run the AVX2 kernel too.
+  ops.swiglu[static_cast<int>(GgmlFlavour::kAvx2)] =
+      level >= SimdLevel::kAvx2 ? detail::swiglu_ggml_avx2_fma : detail::swiglu_ggml_avx2_scalar;
+  ops.swiglu[static_cast<int>(GgmlFlavour::kAvx512)] = level == SimdLevel::kAvx512 ? detail::swiglu_avx512
+                                                       : level == SimdLevel::kAvx2 ? detail::swiglu_fma
+                                                                                   : detail::swiglu_scalar;
+  ops.geglu = level >= SimdLevel::kAvx2 ? detail::geglu_f16c : detail::geglu_scalar;
+}
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour) {
-  using Fn = void (*)(const float*, const float*, float*, int64_t);
-  if (flavour == GgmlFlavour::kAvx2) {
-    // AVX-512 CPUs run the AVX2 kernel: the flavour is GGML's AVX2 build.
-    static const Fn fn = level_is("avx512vnni") || level_is("avx2") ? detail::swiglu_ggml_avx2_fma
-                                                                    : detail::swiglu_ggml_avx2_scalar;
-    fn(gate, up, out, n);
-    return;
-  }
-  static const Fn fn = level_is("avx512vnni") ? detail::swiglu_avx512
-                       : level_is("avx2")     ? detail::swiglu_fma
-                                              : detail::swiglu_scalar;
-  fn(gate, up, out, n);
+  kernel_table().ops.swiglu[static_cast<int>(flavour)](gate, up, out, n);
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour /*flavour: same bits*/) {
-  using Fn = void (*)(const float*, const float*, float*, int64_t);
-  static const Fn fn = level_is("avx512vnni") || level_is("avx2") ? detail::geglu_f16c : detail::geglu_scalar;
-  fn(gate, up, out, n);
+  kernel_table().ops.geglu(gate, up, out, n);
 }
 
 }  // namespace inferd::kernels

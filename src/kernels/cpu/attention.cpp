@@ -1,11 +1,11 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/attention_ggml_avx2_impl.h"
 #include "kernels/cpu/attention_portable_impl.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 
 namespace inferd::kernels {
@@ -33,9 +33,6 @@ void softmax_ggml_avx2_scalar(float* w, int64_t n) {
 
 namespace {
 
-using AttendHeadsFn = void (*)(const float*, int64_t, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
-                               AttentionPass, float*);
-
 // A one-head kernel run head by head (the levels without a grouped kernel).
 template <auto kOneHead>
 void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
@@ -43,22 +40,19 @@ void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_
   for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
 }
 
-// Same level as the quantized kernels (CPU features and INFERD_SIMD).
-AttendHeadsFn pick_attention() {
-  if (std::strcmp(simd_level(), "avx512vnni") == 0) return detail::attend_heads_avx512;
-  if (std::strcmp(simd_level(), "avx2") == 0) return detail::attend_heads_avx2;
-  return each_head<detail::attend_one_head_scalar>;
-}
-
-// GGML's AVX2 build: the AVX2 kernel wherever the CPU has it (AVX-512 CPUs
-// included), else the portable one.
-AttendHeadsFn pick_attention_ggml_avx2() {
-  if (std::strcmp(simd_level(), "avx512vnni") == 0 || std::strcmp(simd_level(), "avx2") == 0)
-    return detail::attend_heads_ggml_avx2;
-  return each_head<detail::attend_one_head_ggml_avx2_scalar>;
-}
-
 }  // namespace
+
+void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
+  AttendHeadsFn& avx512_build = ops.attend_heads[static_cast<int>(GgmlFlavour::kAvx512)];
+  AttendHeadsFn& avx2_build = ops.attend_heads[static_cast<int>(GgmlFlavour::kAvx2)];
+  avx512_build = level == SimdLevel::kAvx512 ? detail::attend_heads_avx512
+                 : level == SimdLevel::kAvx2 ? detail::attend_heads_avx2
+                                             : each_head<detail::attend_one_head_scalar>;
+  // GGML's AVX2 build: the AVX2 kernel wherever the CPU has it (AVX-512 CPUs
+  // included), else the portable one.
+  avx2_build = level >= SimdLevel::kAvx2 ? detail::attend_heads_ggml_avx2
+                                         : each_head<detail::attend_one_head_ggml_avx2_scalar>;
+}
 
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                      int64_t pos_end, float scale, AttentionPass pass, float* out, GgmlFlavour flavour) {
@@ -68,13 +62,8 @@ void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                   GgmlFlavour flavour) {
-  if (flavour == GgmlFlavour::kAvx2) {
-    static const AttendHeadsFn fn = pick_attention_ggml_avx2();
-    fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
-    return;
-  }
-  static const AttendHeadsFn fn = pick_attention();
-  fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+  kernel_table().ops.attend_heads[static_cast<int>(flavour)](q, n_heads, kv, head_offset, D, pos_begin, pos_end,
+                                                             scale, pass, out);
 }
 
 }  // namespace inferd::kernels

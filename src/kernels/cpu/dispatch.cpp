@@ -71,6 +71,10 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_scalar_packed_kernels(t);
   if (level >= SimdLevel::kAvx2) fill_avx2_kernels(t);
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
+  fill_attention_kernels(t.ops, level);
+  fill_activation_kernels(t.ops, level);
+  fill_rms_norm_kernels(t.ops, level);
+  fill_rope_kernels(t.ops, level);
   return t;
 }
 

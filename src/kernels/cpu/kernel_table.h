@@ -32,6 +32,28 @@ using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 using PackedQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* qs, float* d, float* s, int32_t* sum);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
 
+// The float kernels around the matmuls (attention.h, activation.h, rms_norm.h,
+// rope.h), chosen with the same level so tests and INFERD_SIMD pick them alike.
+struct PagedKV;
+enum class AttentionPass;
+enum class RopePairs;
+using AttendHeadsFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+using GatedActivationFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
+using SumSquaresLanesFn = double (*)(const float* x, const float* h, int64_t n);
+using RopeHeadFn = void (*)(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t);
+
+constexpr int kNumGgmlFlavours = 2;
+
+// Indexed by GgmlFlavour where the two GGML builds round differently.
+struct FloatKernels {
+  AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};
+  GatedActivationFn swiglu[kNumGgmlFlavours] = {};
+  GatedActivationFn geglu = nullptr;  // the same bits in both builds
+  SumSquaresLanesFn sum_squares_lanes = nullptr;  // RMSNorm's lane sums (rms_norm.h)
+  RopeHeadFn rope_head = nullptr;
+};
+
 // Largest tile any kernel is asked for.
 constexpr int kMaxTileRows = 4;
 constexpr int kMaxTileTokens = 4;
@@ -69,6 +91,7 @@ struct KernelTable {
   // Q8_0 as GGML's CPU backend quantizes activations (127/amax, ties to even);
   // quantize_row(Q8_0) stays the reference quantizer gguf-py writes files with.
   QuantizeRowFn quantize_q8_0_cpu = nullptr;
+  FloatKernels ops;
   const char* level = "scalar";
 };
 
@@ -89,5 +112,10 @@ void fill_scalar_kernels(KernelTable& t);                   // quants_ref.cpp
 void fill_avx2_kernels(KernelTable& t);                     // quants_avx2.cpp
 void fill_avx512_kernels(KernelTable& t);                   // quants_avx512.cpp
 void fill_scalar_packed_kernels(KernelTable& t);            // packed_ref.cpp
+// The float kernels of a level, one filler per kernel family.
+void fill_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention.cpp
+void fill_activation_kernels(FloatKernels& ops, SimdLevel level);  // activation.cpp
+void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.cpp
+void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp
 
 }  // namespace inferd::kernels

@@ -1,8 +1,8 @@
 #include "kernels/cpu/rms_norm.h"
 
 #include <cmath>
-#include <cstring>
 
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 
 namespace inferd::kernels {
@@ -38,11 +38,12 @@ std::optional<float> mean_square_if_settled(double lane_sum, int64_t n) {
 
 }  // namespace detail
 
+void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level) {
+  ops.sum_squares_lanes = level == SimdLevel::kAvx512 ? detail::sum_squares_lanes_avx512 : detail::sum_squares_lanes_scalar;
+}
+
 float rms_norm_scale(const float* x, const float* h, int64_t n, float eps) {
-  using Fn = double (*)(const float*, const float*, int64_t);
-  static const Fn lanes =
-      std::strcmp(simd_level(), "avx512vnni") == 0 ? detail::sum_squares_lanes_avx512 : detail::sum_squares_lanes_scalar;
-  std::optional<float> mean = detail::mean_square_if_settled(lanes(x, h, n), n);
+  std::optional<float> mean = detail::mean_square_if_settled(kernel_table().ops.sum_squares_lanes(x, h, n), n);
   if (!mean) mean = static_cast<float>(detail::sum_squares_in_order(x, h, n) / static_cast<double>(n));
   return 1.0f / std::sqrt(*mean + eps);
 }

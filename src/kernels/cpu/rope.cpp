@@ -1,7 +1,6 @@
 #include "kernels/cpu/rope.h"
 
-#include <cstring>
-
+#include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/rope_impl.h"
 
@@ -13,13 +12,12 @@ void rope_head_scalar(float* x, int64_t rope_dim, RopePairs pairs, const float* 
 }
 }  // namespace detail
 
+void fill_rope_kernels(FloatKernels& ops, SimdLevel level) {
+  ops.rope_head = level >= SimdLevel::kAvx2 ? detail::rope_head_fma : detail::rope_head_scalar;  // AVX2 and up have FMA
+}
+
 void rope_head(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t) {
-  static const bool fma = std::strcmp(simd_level(), "scalar") != 0;  // AVX2 and above have FMA
-  if (fma) {
-    detail::rope_head_fma(x, rope_dim, pairs, cos_t, sin_t);
-  } else {
-    detail::rope_head_scalar(x, rope_dim, pairs, cos_t, sin_t);
-  }
+  kernel_table().ops.rope_head(x, rope_dim, pairs, cos_t, sin_t);
 }
 
 }  // namespace inferd::kernels
