@@ -2,7 +2,8 @@
 // /health answers 503 while the model loads, 200 when ready), loads the model
 // on a side thread, then serves until SIGINT or SIGTERM: it stops accepting,
 // ends unfinished requests with finish_reason "abort" (streams still get their
-// last chunk and [DONE]), gives connections a moment to drain, and exits 0.
+// last chunk and [DONE]), answers requests that arrive meanwhile on open
+// connections with 503, gives connections a moment to drain, and exits 0.
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -42,6 +43,7 @@ struct ServeFlags {
   std::string max_request_body = "16M";
   bool log_prompts = false;
   int64_t max_log_len = 256;
+  bool chat_special_tokens_in_content = false;
 };
 
 // Everything the loader thread builds; torn down in reverse order.
@@ -124,6 +126,7 @@ int run_serve(const ServeFlags& f) {
   options.max_queued_requests = f.max_queued_requests;
   options.log_prompts = f.log_prompts;
   options.max_log_len = static_cast<size_t>(std::max<int64_t>(0, f.max_log_len));
+  options.special_tokens_in_chat_content = f.chat_special_tokens_in_content;
   options.limits.max_n = static_cast<int32_t>(f.max_n);
   options.limits.max_logprobs = static_cast<int32_t>(f.max_logprobs);
   server::OpenAIServer api(options);
@@ -156,11 +159,13 @@ int run_serve(const ServeFlags& f) {
   if (!load_failed) spdlog::info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
 
   http->stop_accepting();
+  api.begin_shutdown();  // before the engine stops: nothing may enter it after
   if (loaded.engine) {
     loaded.engine->stop();
     loaded.engine->abort_all();
   }
   http->stop(std::chrono::seconds(2));
+  api.join_workers();  // their callers' frames live until the HTTP server goes
   http.reset();
   loaded.engine.reset();
   return load_failed ? 1 : 0;
@@ -180,6 +185,9 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--served-model-name", flags->served_model_name,
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
+  sub->add_flag("--chat-special-tokens-in-content", flags->chat_special_tokens_in_content,
+                "Read special-token text in chat messages (e.g. <|im_end|>) as the special token, as before; "
+                "by default it is plain text, so a message cannot forge the template's turns");
   flags->engine.add_to(*sub);
   sub->add_option("-t,--threads", flags->threads, "Compute threads")->capture_default_str();
   sub->add_option("--io-threads", flags->io_threads, "HTTP I/O threads")->capture_default_str();

@@ -66,7 +66,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool gone() const { return gone_; }
   auto executor() { return stream_.get_executor(); }
   unsigned version() const { return version_; }
-  bool keep_alive() const { return keep_alive_; }
+  // Whether the connection stays open after this response: not once the
+  // server has begun shutting down.
+  bool keep_alive() const { return keep_alive_ && !server_.stopping_.load(); }
+  // This response ends when the connection closes (an HTTP/1.0 stream).
+  void close_after_response() { keep_alive_ = false; }
 
   std::function<void()> waker() {
     std::weak_ptr<Connection> weak = weak_from_this();
@@ -117,8 +121,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
     while (watching_) {
       beast::error_code ec;
       stream_.socket().cancel(ec);
-      co_await wait(std::chrono::milliseconds(100));
+      // Suspend even when the client is gone (wait() would not): the read's
+      // completion runs on this strand, so spinning here would never let it
+      // run, and would freeze the I/O thread with it.
+      wake_.expires_after(std::chrono::milliseconds(100));
+      co_await wake_.async_wait(redirect(ec));
     }
+    notified_ = false;
   }
   net::awaitable<void> reject(http::status status, std::string message) {
     http::response<http::string_body> res{status, version_ ? version_ : 11};
@@ -184,7 +193,13 @@ net::awaitable<void> Connection::run() {
       break;
     }
     stream_.expires_never();
-    keep_alive_ = parser.get().keep_alive() && !server_.stopping_.load();
+    if (server_.stopping_.load()) {
+      // Shutting down: the engine takes no more requests. The body was read
+      // first, so that closing does not reset the connection under the reply.
+      co_await reject(http::status::service_unavailable, "the server is shutting down");
+      break;
+    }
+    keep_alive_ = parser.get().keep_alive();
 
     Exchange exchange(*this, parser.release());
     start_watch();
@@ -207,7 +222,7 @@ net::awaitable<void> Connection::run() {
       break;
     }
     co_await stop_watch();
-    if (failure || gone_ || !exchange.responded() || !keep_alive_) break;
+    if (failure || gone_ || !exchange.responded() || !keep_alive()) break;
   }
   beast::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
@@ -244,21 +259,28 @@ net::awaitable<bool> Exchange::begin_stream(http::status status, std::string_vie
   res.set(http::field::server, "inferd");
   res.set(http::field::content_type, beast::string_view(content_type.data(), content_type.size()));
   res.set(http::field::cache_control, "no-cache");
-  res.keep_alive(conn_.keep_alive());
-  res.chunked(true);
+  chunked_ = conn_.version() >= 11;
+  if (chunked_) {
+    res.keep_alive(conn_.keep_alive());
+    res.chunked(true);
+  } else {
+    conn_.close_after_response();
+    res.set(http::field::connection, "close");
+  }
   co_return co_await conn_.write_stream_header(res);
 }
 
 net::awaitable<bool> Exchange::write_chunk(std::string data) {
   if (state_ != State::kStreaming) co_return false;
   if (data.empty()) co_return !conn_.gone();  // an empty chunk would end the body
+  if (!chunked_) co_return co_await conn_.write_raw(net::buffer(data));
   co_return co_await conn_.write_raw(http::make_chunk(net::buffer(data)));
 }
 
 net::awaitable<void> Exchange::end_stream() {
   if (state_ != State::kStreaming) co_return;
   state_ = State::kDone;
-  co_await conn_.write_raw(http::make_chunk_last());
+  if (chunked_) co_await conn_.write_raw(http::make_chunk_last());
 }
 
 bool Exchange::client_gone() const { return conn_.gone(); }

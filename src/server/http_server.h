@@ -8,6 +8,10 @@
 // away (a read completing with EOF or an error), so a request can be aborted
 // the moment its client disconnects — whether it is queued, prefilling or
 // decoding, streaming or not.
+//
+// Once stop_accepting() has been called, a request that still arrives on an
+// open connection gets 503 with Connection: close instead of its handler, and
+// responses already under way close their connection when done.
 #pragma once
 #include <utility>  // before Asio: its awaitable.hpp uses std::exchange unincluded
 
@@ -58,8 +62,10 @@ class Exchange {
   // A whole response at once.
   boost::asio::awaitable<void> respond(http::status status, std::string_view content_type,
                                        std::string body, const Headers& extra = {});
-  // A chunked response written piece by piece (server-sent events). Each
-  // returns false once the client is gone; the handler should stop then.
+  // A response written piece by piece (server-sent events): chunked for
+  // HTTP/1.1; for HTTP/1.0, which has no chunked encoding, the body runs
+  // until the server closes the connection. Each returns false once the
+  // client is gone; the handler should stop then.
   boost::asio::awaitable<bool> begin_stream(http::status status, std::string_view content_type);
   boost::asio::awaitable<bool> write_chunk(std::string data);
   boost::asio::awaitable<void> end_stream();
@@ -79,6 +85,7 @@ class Exchange {
   Connection& conn_;
   HttpRequest request_;
   State state_ = State::kNone;
+  bool chunked_ = false;
 };
 
 using Handler = std::function<boost::asio::awaitable<void>(Exchange&)>;

@@ -254,6 +254,22 @@ ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, std:
                      "max_tokens");
 }
 
+ApiError context_length_error_by_bytes(int64_t max_model_len, int64_t min_prompt_tokens, size_t prompt_bytes,
+                                       std::optional<int64_t> max_tokens) {
+  const std::string n = std::to_string(max_model_len);
+  const std::string at_least = "at least " + std::to_string(min_prompt_tokens);
+  const std::string bytes = " (the prompt is " + std::to_string(prompt_bytes) + " bytes long)";
+  if (!max_tokens || min_prompt_tokens >= max_model_len)
+    return bad_request("This model's maximum context length is " + n + " tokens. However, your request has " +
+                           at_least + " input tokens" + bytes + ". Please reduce the length of the input messages.",
+                       "messages");
+  return bad_request("This model's maximum context length is " + n + " tokens. However, you requested at least " +
+                         std::to_string(min_prompt_tokens + *max_tokens) + " tokens (" + at_least +
+                         " in the messages" + bytes + ", " + std::to_string(*max_tokens) +
+                         " in the completion). Please reduce the length of the messages or completion.",
+                     "max_tokens");
+}
+
 ParseResult parse_completion_request(std::string_view text, const ProtocolLimits& limits) {
   try {
     const json body = parse_body(text);

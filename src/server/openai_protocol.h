@@ -4,6 +4,7 @@
 // with an HTTP status. Everything here is pure (no engine, no tokenizer), so
 // every bad-input case is unit-tested without a model.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -70,5 +71,9 @@ ParseResult parse_chat_request(std::string_view body, const ProtocolLimits& limi
 
 // vLLM's words for a request beyond the context, so clients that parse them work.
 ApiError context_length_error(int64_t max_model_len, int64_t prompt_tokens, std::optional<int64_t> max_tokens);
+// The same words for a prompt refused by its size in bytes before it was
+// tokenized: it has at least `min_prompt_tokens` tokens.
+ApiError context_length_error_by_bytes(int64_t max_model_len, int64_t min_prompt_tokens, size_t prompt_bytes,
+                                       std::optional<int64_t> max_tokens);
 
 }  // namespace inferd::server

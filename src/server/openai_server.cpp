@@ -12,6 +12,30 @@ namespace inferd::server {
 using json = nlohmann::json;
 namespace net = boost::asio;
 
+// One choice: an engine request and what has come back from it so far.
+struct Choice {
+  std::string engine_id;
+  std::shared_ptr<RequestStream> stream;
+  int32_t index = 0;
+  size_t prompt_index = 0;
+  std::string text;
+  int64_t num_tokens = 0;
+  std::vector<SampledLogprobs> logprobs;
+  size_t logprob_text_offset = 0;  // completions: where the next token's text starts
+  bool finished = false;
+  bool sent_role = false;  // chat streaming: the first delta carries the role
+  std::string finish_reason;
+  std::string error;
+  RequestMetrics metrics;
+};
+
+struct PreparedGeneration {
+  GenerationRequest req;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> prompt_texts;  // for the log (log_prompts)
+  std::vector<int64_t> max_tokens;        // per prompt
+};
+
 namespace {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -63,6 +87,9 @@ ApiError overloaded(int64_t waiting, int64_t bound) {
                       " requests are waiting (--max-queued-requests " + std::to_string(bound) + "). Retry later.",
                   "server_error", {}, "server_overloaded"};
 }
+ApiError shutting_down() {
+  return ApiError{503, "the server is shutting down", "server_error", {}, "server_shutting_down"};
+}
 Headers retry_after() { return {{"Retry-After", "1"}}; }
 
 struct Route {
@@ -78,23 +105,6 @@ const Route* find_route(const std::string& path) {
     if (path == r.path) return &r;
   return nullptr;
 }
-
-// One choice: an engine request and what has come back from it so far.
-struct Choice {
-  std::string engine_id;
-  std::shared_ptr<RequestStream> stream;
-  int32_t index = 0;
-  size_t prompt_index = 0;
-  std::string text;
-  int64_t num_tokens = 0;
-  std::vector<SampledLogprobs> logprobs;
-  size_t logprob_text_offset = 0;  // completions: where the next token's text starts
-  bool finished = false;
-  bool sent_role = false;  // chat streaming: the first delta carries the role
-  std::string finish_reason;
-  std::string error;
-  RequestMetrics metrics;
-};
 
 
 // Builds the JSON of responses and stream chunks (kept out of the coroutines:
@@ -228,7 +238,12 @@ std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
 }  // namespace
 
 OpenAIServer::OpenAIServer(ServerOptions options)
-    : options_(std::move(options)), metrics_(options_.served_model_name) {}
+    : options_(std::move(options)), metrics_(options_.served_model_name), workers_(options_.worker_threads) {}
+
+void OpenAIServer::begin_shutdown() {
+  std::lock_guard<std::mutex> lock(admit_mu_);
+  shutting_down_ = true;
+}
 
 void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTemplate> tmpl) {
   model_ = &model;
@@ -240,7 +255,8 @@ void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTempla
 std::string OpenAIServer::rejection_body(http::status status, std::string_view message) const {
   ApiError e{static_cast<int>(status), std::string(message), "invalid_request_error", {}, {}};
   if (status == http::status::payload_too_large) e.code = "request_too_large";
-  if (status == http::status::internal_server_error) e.type = "server_error";
+  if (static_cast<int>(status) >= 500) e.type = "server_error";
+  if (status == http::status::service_unavailable) e.code = "server_shutting_down";  // the HTTP layer's only 503
   return error_json(e);
 }
 
@@ -315,7 +331,10 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
     co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                         metrics_.render(stats, not_yet_scheduled));
   } else if (path == "/tokenize" || path == "/detokenize") {
-    auto result = path == "/tokenize" ? tokenize(ex.request().body()) : detokenize(ex.request().body());
+    const std::string& body = ex.request().body();
+    const bool to_ids = path == "/tokenize";
+    auto work = [this, &body, to_ids] { return to_ids ? tokenize(body) : detokenize(body); };
+    std::variant<std::string, ApiError> result = co_await workers_.run(std::move(work));
     if (auto* e = std::get_if<ApiError>(&result)) co_await send_error(ex, *e);
     else co_await ex.respond(http::status::ok, "application/json", std::get<std::string>(result));
   } else {
@@ -323,23 +342,27 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   }
 }
 
-std::variant<std::vector<int32_t>, ApiError> OpenAIServer::chat_prompt(const std::vector<ChatMessage>& messages,
-                                                                         bool add_generation_prompt,
-                                                                         const std::string& kwargs) const {
+std::variant<ChatPrompt, ApiError> OpenAIServer::render_chat(const std::vector<ChatMessage>& messages,
+                                                             bool add_generation_prompt,
+                                                             const std::string& kwargs) const {
   if (!template_)
     return bad_request("this model has no chat template; start the server with --chat-template FILE, or use "
                        "/v1/completions");
-  const Tokenizer& tok = model_->tokenizer();
-  ChatTemplateOptions topts;
-  topts.add_generation_prompt = add_generation_prompt;
-  if (tok.bos_id() >= 0) topts.bos_token = tok.token_text(tok.bos_id());
-  if (tok.eos_id() >= 0) topts.eos_token = tok.token_text(tok.eos_id());
-  topts.extra_context_json = kwargs;
-  auto text = template_->render(messages, topts);
-  if (!text) return bad_request("the chat template refused these messages: " + text.error().message, "messages");
-  // A template that writes the BOS token itself must not get a second one.
-  const bool has_bos = !topts.bos_token.empty() && text->rfind(topts.bos_token, 0) == 0;
-  return tok.encode(*text, /*add_special=*/!has_bos, /*parse_special=*/true);
+  ChatPromptOptions copts;
+  copts.add_generation_prompt = add_generation_prompt;
+  copts.extra_context_json = kwargs;
+  copts.special_tokens_in_content = options_.special_tokens_in_chat_content;
+  Result<ChatPrompt> prompt = render_chat_prompt(*template_, model_->tokenizer(), messages, copts);
+  if (!prompt) return bad_request(prompt.error().message, "messages");
+  return std::move(prompt.value());
+}
+
+std::optional<ApiError> OpenAIServer::surely_too_long(std::string_view prompt, std::optional<int64_t> max_tokens) const {
+  const int64_t max_model_len = engine_->config().max_model_len;
+  const auto at_least = static_cast<int64_t>(model_->tokenizer().min_tokens(prompt));
+  if (at_least >= max_model_len || (max_tokens && at_least + *max_tokens > max_model_len))
+    return context_length_error_by_bytes(max_model_len, at_least, prompt.size(), max_tokens);
+  return std::nullopt;
 }
 
 namespace {
@@ -371,9 +394,9 @@ std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& te
     auto agp = body.find("add_generation_prompt");
     if (agp != body.end() && !agp->is_boolean())
       return bad_request("'add_generation_prompt' must be a boolean", "add_generation_prompt");
-    auto prompt = chat_prompt(std::get<GenerationRequest>(parsed).messages, agp == body.end() || agp->get<bool>(), "");
+    auto prompt = render_chat(std::get<GenerationRequest>(parsed).messages, agp == body.end() || agp->get<bool>(), "");
     if (auto* e = std::get_if<ApiError>(&prompt)) return *e;
-    ids = std::move(std::get<std::vector<int32_t>>(prompt));
+    ids = tokenize_chat_prompt(model_->tokenizer(), std::get<ChatPrompt>(prompt));
   } else {
     auto it = body.find("prompt");
     if (it == body.end() || !it->is_string()) return bad_request("'prompt' (a string) or 'messages' is required", "prompt");
@@ -403,75 +426,120 @@ std::variant<std::string, ApiError> OpenAIServer::detokenize(const std::string& 
   return dump(json{{"prompt", model_->tokenizer().decode(ids, /*render_special=*/false)}});
 }
 
-net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
-  const std::string& body = ex.request().body();
+std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(const std::string& body, bool chat) const {
   ParseResult parsed = chat ? parse_chat_request(body, options_.limits) : parse_completion_request(body, options_.limits);
-  if (auto* e = std::get_if<ApiError>(&parsed)) {
-    co_await send_error(ex, *e);
-    co_return;
-  }
-  GenerationRequest& req = std::get<GenerationRequest>(parsed);
-  if (!req.model.empty() && req.model != options_.served_model_name) {
-    co_await send_error(ex, not_found("The model `" + req.model + "` does not exist.", "model_not_found"));
-    co_return;
-  }
+  if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
+  PreparedGeneration pg;
+  pg.req = std::move(std::get<GenerationRequest>(parsed));
+  GenerationRequest& req = pg.req;
+  if (!req.model.empty() && req.model != options_.served_model_name)
+    return not_found("The model `" + req.model + "` does not exist.", "model_not_found");
 
   // ---- prompts as token ids ----
   const Tokenizer& tok = model_->tokenizer();
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<std::string> prompt_texts;  // for the log
   if (chat) {
-    auto prompt = chat_prompt(req.messages, req.add_generation_prompt, req.chat_template_kwargs);
-    if (auto* e = std::get_if<ApiError>(&prompt)) {
-      co_await send_error(ex, *e);
-      co_return;
-    }
-    prompts.push_back(std::move(std::get<std::vector<int32_t>>(prompt)));
-    if (options_.log_prompts) prompt_texts.push_back(tok.decode(prompts.back(), true));
+    auto prompt = render_chat(req.messages, req.add_generation_prompt, req.chat_template_kwargs);
+    if (auto* e = std::get_if<ApiError>(&prompt)) return *e;
+    const ChatPrompt& cp = std::get<ChatPrompt>(prompt);
+    if (auto e = surely_too_long(cp.text, req.max_tokens)) return *e;
+    pg.prompts.push_back(tokenize_chat_prompt(tok, cp));
+    if (options_.log_prompts) pg.prompt_texts.push_back(tok.decode(pg.prompts.back(), true));
   } else {
     for (PromptInput& p : req.prompts) {
       if (p.is_tokens) {
         for (int32_t id : p.token_ids)
-          if (id >= tok.n_vocab()) {
-            co_await send_error(ex, bad_request("token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary of " +
-                                                    std::to_string(tok.n_vocab()) + " tokens",
-                                                "prompt"));
-            co_return;
-          }
-        prompts.push_back(std::move(p.token_ids));
+          if (id >= tok.n_vocab())
+            return bad_request("token id " + std::to_string(id) + " in 'prompt' is outside the vocabulary of " +
+                                   std::to_string(tok.n_vocab()) + " tokens",
+                               "prompt");
+        pg.prompts.push_back(std::move(p.token_ids));
       } else {
-        prompts.push_back(tok.encode(p.text, /*add_special=*/true, /*parse_special=*/true));
+        if (auto e = surely_too_long(p.text, req.max_tokens)) return *e;
+        pg.prompts.push_back(tok.encode(p.text, /*add_special=*/true, /*parse_special=*/true));
       }
-      if (options_.log_prompts) prompt_texts.push_back(p.is_tokens ? tok.decode(prompts.back(), true) : p.text);
-      if (prompts.back().empty()) {
-        co_await send_error(ex, bad_request("'prompt' must not be empty", "prompt"));
-        co_return;
-      }
+      if (options_.log_prompts) pg.prompt_texts.push_back(p.is_tokens ? tok.decode(pg.prompts.back(), true) : p.text);
+      if (pg.prompts.back().empty()) return bad_request("'prompt' must not be empty", "prompt");
     }
   }
 
-  // ---- admission: context length, then the queue bound ----
+  // ---- the context length ----
   const int64_t max_model_len = engine_->config().max_model_len;
-  std::vector<int64_t> max_tokens(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const int64_t n_prompt = static_cast<int64_t>(prompts[i].size());
-    if (n_prompt >= max_model_len) {
-      co_await send_error(ex, context_length_error(max_model_len, n_prompt, req.max_tokens));
-      co_return;
-    }
-    if (req.max_tokens && n_prompt + *req.max_tokens > max_model_len) {
-      co_await send_error(ex, context_length_error(max_model_len, n_prompt, req.max_tokens));
-      co_return;
-    }
+  for (const std::vector<int32_t>& prompt : pg.prompts) {
+    const int64_t n_prompt = static_cast<int64_t>(prompt.size());
+    if (n_prompt >= max_model_len || (req.max_tokens && n_prompt + *req.max_tokens > max_model_len))
+      return context_length_error(max_model_len, n_prompt, req.max_tokens);
     const int64_t room = max_model_len - n_prompt;
-    max_tokens[i] = req.max_tokens ? *req.max_tokens : chat ? room : std::min(options_.default_max_tokens, room);
+    pg.max_tokens.push_back(req.max_tokens ? *req.max_tokens
+                            : chat         ? room
+                                           : std::min(options_.default_max_tokens, room));
   }
-  const int64_t new_requests = static_cast<int64_t>(prompts.size()) * req.n;
+  return pg;
+}
+
+std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::string& api_id,
+                                            const std::function<void()>& wake, std::vector<Choice>& choices) {
+  const GenerationRequest& req = pg.req;
+  // Checked and added under one lock: no request enters the engine once
+  // begin_shutdown() has returned (the engine may be stopped by then), and
+  // concurrent requests cannot overshoot the queue bound together.
+  std::lock_guard<std::mutex> lock(admit_mu_);
+  if (shutting_down_) return shutting_down();
+  const int64_t new_requests = static_cast<int64_t>(pg.prompts.size()) * req.n;
   const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running;
-  if (waiting + new_requests > options_.max_queued_requests) {
-    co_await send_error(ex, overloaded(waiting, options_.max_queued_requests), retry_after());
+  if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
+
+  for (size_t p = 0; p < pg.prompts.size(); ++p) {
+    for (int32_t k = 0; k < req.n; ++k) {
+      GenerationParams gp;
+      const int32_t index = static_cast<int32_t>(p) * req.n + k;
+      gp.request_id = api_id + "-" + std::to_string(index);
+      gp.prompt_token_ids = pg.prompts[p];
+      gp.sampling = req.sampling;
+      // Choices of one seeded request differ from each other, yet repeat exactly.
+      if (gp.sampling.seed) gp.sampling.seed = *gp.sampling.seed + static_cast<uint64_t>(k);
+      gp.max_tokens = pg.max_tokens[p];
+      gp.stop_token_ids = req.stop_token_ids;
+      gp.stop = req.stop;
+      gp.ignore_eos = req.ignore_eos;
+      gp.logprobs = req.logprobs;
+      gp.cache_salt = req.cache_salt;
+      if (options_.log_prompts) {
+        std::lock_guard<std::mutex> log_lock(log_mu_);
+        prompt_log_[gp.request_id] = pg.prompt_texts[p].substr(0, options_.max_log_len);
+      }
+      const std::string engine_id = gp.request_id;
+      auto handle = engine_->add_request(std::move(gp));
+      if (!handle) {
+        if (options_.log_prompts) {
+          std::lock_guard<std::mutex> log_lock(log_mu_);
+          prompt_log_.erase(engine_id);
+        }
+        return bad_request(handle.error().message);  // the caller aborts the choices added so far
+      }
+      ++unfinished_;
+      Choice c;
+      c.engine_id = handle->request_id;
+      c.stream = handle->stream;
+      c.index = index;
+      c.prompt_index = p;
+      c.stream->set_listener(wake);
+      choices.push_back(std::move(c));
+    }
+  }
+  return std::nullopt;
+}
+
+net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
+  const std::string& body = ex.request().body();
+  auto work = [this, &body, chat] { return prepare_generation(body, chat); };
+  std::variant<PreparedGeneration, ApiError> prepared = co_await workers_.run(std::move(work));
+  if (auto* e = std::get_if<ApiError>(&prepared)) {
+    co_await send_error(ex, *e);
     co_return;
   }
+  PreparedGeneration& pg = std::get<PreparedGeneration>(prepared);
+  const GenerationRequest& req = pg.req;
+  const std::vector<std::vector<int32_t>>& prompts = pg.prompts;
 
   // ---- into the engine: one request per prompt and choice ----
   const std::string api_id = (chat ? "chatcmpl-" : "cmpl-") + random_hex(24);
@@ -486,48 +554,15 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
         if (!c.finished) engine.abort(c.engine_id);
     }
   } abort_unfinished{*engine_, choices};
-  const auto wake = ex.waker();
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    for (int32_t k = 0; k < req.n; ++k) {
-      GenerationParams gp;
-      const int32_t index = static_cast<int32_t>(p) * req.n + k;
-      gp.request_id = api_id + "-" + std::to_string(index);
-      gp.prompt_token_ids = prompts[p];
-      gp.sampling = req.sampling;
-      // Choices of one seeded request differ from each other, yet repeat exactly.
-      if (gp.sampling.seed) gp.sampling.seed = *gp.sampling.seed + static_cast<uint64_t>(k);
-      gp.max_tokens = max_tokens[p];
-      gp.stop_token_ids = req.stop_token_ids;
-      gp.stop = req.stop;
-      gp.ignore_eos = req.ignore_eos;
-      gp.logprobs = req.logprobs;
-      gp.cache_salt = req.cache_salt;
-      if (options_.log_prompts) {
-        std::lock_guard<std::mutex> lock(log_mu_);
-        prompt_log_[gp.request_id] = prompt_texts[p].substr(0, options_.max_log_len);
-      }
-      const std::string engine_id = gp.request_id;
-      auto handle = engine_->add_request(std::move(gp));
-      if (!handle) {
-        if (options_.log_prompts) {
-          std::lock_guard<std::mutex> lock(log_mu_);
-          prompt_log_.erase(engine_id);
-        }
-        co_await send_error(ex, bad_request(handle.error().message));
-        co_return;  // the choices added so far are aborted
-      }
-      ++unfinished_;
-      Choice c;
-      c.engine_id = handle->request_id;
-      c.stream = handle->stream;
-      c.index = index;
-      c.prompt_index = p;
-      c.stream->set_listener(wake);
-      choices.push_back(std::move(c));
-    }
+  const std::function<void()> wake = ex.waker();
+  if (std::optional<ApiError> refused = admit(pg, api_id, wake, choices)) {
+    const Headers extra = refused->code == "server_overloaded" ? retry_after() : Headers();
+    co_await send_error(ex, *refused, extra);
+    co_return;
   }
 
   // ---- outputs back to the client ----
+  const Tokenizer& tok = model_->tokenizer();
   const ResponseWriter writer(tok, chat, req.include_usage, api_id, options_.served_model_name);
   const bool want_logprobs = req.logprobs >= 0;
   if (req.stream && !co_await ex.begin_stream(http::status::ok, "text/event-stream")) co_return;

@@ -6,6 +6,10 @@
 // A request's engine work is tied to its HTTP exchange: when the client goes
 // away, or the handler ends for any reason, every unfinished choice is
 // aborted, so its KV blocks are freed within one engine step.
+//
+// Everything that costs CPU per request byte (JSON parsing, validation, chat
+// templates, tokenization) runs on a small worker pool, never on the I/O
+// threads, so one large upload cannot stall other connections.
 #pragma once
 #include <utility>
 
@@ -13,17 +17,23 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
+#include <variant>
+#include <vector>
 
 #include "chat/chat_template.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
+#include "server/worker_pool.h"
 
 namespace inferd::server {
 
@@ -34,8 +44,15 @@ struct ServerOptions {
   int64_t default_max_tokens = 16;         // /v1/completions without max_tokens (OpenAI's default)
   bool log_prompts = false;                // put prompt text in the per-request log line
   size_t max_log_len = 256;                // of that text
+  // Read special-token text in chat message content as the token (the old
+  // behaviour, which lets a message forge the template's turns).
+  bool special_tokens_in_chat_content = false;
+  size_t worker_threads = 2;  // parse, render and tokenize requests (off the I/O threads)
   ProtocolLimits limits;
 };
+
+struct Choice;              // one engine request of a response (openai_server.cpp)
+struct PreparedGeneration;  // a generation request parsed, checked and tokenized (openai_server.cpp)
 
 class OpenAIServer {
  public:
@@ -46,6 +63,12 @@ class OpenAIServer {
   // The model and engine must outlive every handler.
   void attach(Model& model, Engine& engine, std::optional<ChatTemplate> tmpl);
   bool ready() const { return ready_.load(); }
+  // Shutdown has begun: from now on no request enters the engine; those not
+  // yet in it get 503. Call before stopping the engine.
+  void begin_shutdown();
+  // Waits for request preparation in flight. Call after the HTTP server's I/O
+  // threads have stopped and before it (and the model) are destroyed.
+  void join_workers() { workers_.join(); }
 
   boost::asio::awaitable<void> handle(Exchange& ex);
   // Body for a request the HTTP layer refused itself (413, 400).
@@ -55,16 +78,25 @@ class OpenAIServer {
 
  private:
   boost::asio::awaitable<void> generate(Exchange& ex, bool chat);
+  // Worker thread: the body parsed and validated, prompts tokenized, the
+  // context checked.
+  std::variant<PreparedGeneration, ApiError> prepare_generation(const std::string& body, bool chat) const;
+  // The prompt's bytes alone show it cannot fit the context: refused before
+  // it is tokenized.
+  std::optional<ApiError> surely_too_long(std::string_view prompt, std::optional<int64_t> max_tokens) const;
+  // Adds one engine request per prompt and choice (into `choices`), unless
+  // the server is shutting down or the queue is full.
+  std::optional<ApiError> admit(PreparedGeneration& prepared, const std::string& api_id,
+                                const std::function<void()>& wake, std::vector<Choice>& choices);
   // /tokenize and /detokenize: the response body, or the error.
   std::variant<std::string, ApiError> tokenize(const std::string& body) const;
   std::variant<std::string, ApiError> detokenize(const std::string& body) const;
   boost::asio::awaitable<void> send_error(Exchange& ex, const ApiError& e, const Headers& extra = {});
   std::optional<ApiError> check_auth(const HttpRequest& req) const;
   std::string models_json() const;
-  // Prompt token ids of a chat request (template rendered, then tokenized).
-  std::variant<std::vector<int32_t>, ApiError> chat_prompt(const std::vector<ChatMessage>& messages,
-                                                            bool add_generation_prompt,
-                                                            const std::string& kwargs) const;
+  // A chat request's prompt, rendered (see chat_prompt.h); tokenized by the caller.
+  std::variant<ChatPrompt, ApiError> render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                                 const std::string& kwargs) const;
 
   ServerOptions options_;
   std::atomic<bool> ready_{false};
@@ -76,6 +108,11 @@ class OpenAIServer {
 
   std::mutex log_mu_;
   std::unordered_map<std::string, std::string> prompt_log_;  // engine id -> prompt text (log_prompts)
+
+  std::mutex admit_mu_;         // shutdown and the queue bound are checked and requests added under it
+  bool shutting_down_ = false;  // guarded by admit_mu_
+
+  WorkerPool workers_;  // last: its work uses the members above, so it is joined first
 };
 
 }  // namespace inferd::server

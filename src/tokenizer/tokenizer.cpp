@@ -8,6 +8,7 @@
 //    then leftmost, first), byte fallback through <0xXX> tokens.
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <queue>
 #include <unordered_map>
@@ -101,12 +102,40 @@ class GgufTokenizer final : public Tokenizer {
     }
     t->build_byte_tokens();
     t->build_pieces();
+    t->measure_tokens();
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
 
   std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override {
+    return encode_fragments(text, add_special, vocab_.partition(text, parse_special));
+  }
+
+  std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
+                                            std::span<const TextSpan> literal) const override {
+    return encode_fragments(text, add_special, vocab_.partition(text, /*parse_special=*/true, literal));
+  }
+
+  std::vector<TextSpan> find_special(std::string_view text) const override {
+    std::vector<TextSpan> spans;
+    for (const tok::Fragment& f : vocab_.partition(text, /*parse_special=*/true))
+      if (f.token >= 0 && vocab_.has(f.token, tok::kAttrControl | tok::kAttrUnknown))
+        spans.push_back(TextSpan{f.offset, f.length});
+    return spans;
+  }
+
+  size_t min_tokens(std::string_view text) const override {
+    // Invalid UTF-8 is re-encoded before BPE (an overlong form shrinks, a bad
+    // byte becomes U+FFFD); the server only ever has valid text.
+    if (max_token_bytes_ == 0 || !tok::is_valid_utf8(text)) return 0;
+    size_t kept = text.size();
+    if (any_droppable_byte_)
+      for (char c : text) kept -= droppable_byte_[static_cast<uint8_t>(c)] ? 1 : 0;
+    return (kept + max_token_bytes_ - 1) / max_token_bytes_;
+  }
+
+  std::vector<int32_t> encode_fragments(std::string_view text, bool add_special,
+                                        const std::vector<tok::Fragment>& frags) const {
     std::vector<int32_t> out;
-    const std::vector<tok::Fragment> frags = vocab_.partition(text, parse_special);
     if (add_special && vocab_.add_bos) out.push_back(vocab_.bos);
     bool prev_special = true;  // SPM: a space prefix goes before the first text
     for (const tok::Fragment& f : frags) {
@@ -186,10 +215,13 @@ class GgufTokenizer final : public Tokenizer {
       const std::string_view first = std::string_view(line).substr(0, sp);
       const std::string_view second = std::string_view(line).substr(sp + 1);
       const int32_t a = vocab_.find(first), b = vocab_.find(second);
+      every_merge_is_token_ = every_merge_is_token_ && a >= 0 && b >= 0;
       if (a >= 0 && b >= 0) {
         std::string merged(first);
         merged += second;
-        pair_merges_.emplace(pair_key(a, b), Merge{rank, vocab_.find(merged)});
+        const int32_t merged_id = vocab_.find(merged);
+        every_merge_is_token_ = every_merge_is_token_ && merged_id >= 0;
+        pair_merges_.emplace(pair_key(a, b), Merge{rank, merged_id});
       }
     }
     const auto& map = tok::byte_level_map();
@@ -206,6 +238,27 @@ class GgufTokenizer final : public Tokenizer {
       if (id < 0) id = vocab_.find(std::string(1, static_cast<char>(b)));
       byte_token_[b] = id;
     }
+  }
+
+  // For min_tokens(): a token never covers more input bytes than its text
+  // (byte-level BPE text is at least as long as the bytes it stands for;
+  // SentencePiece text matches the input with spaces widened to 3 bytes), so
+  // the bytes that end up in tokens need at least (bytes / longest text)
+  // tokens. Bytes can also vanish: llama.cpp drops a BPE byte whose byte-level
+  // symbol is no token (SmolLM2 lacks 21 of them, control characters among
+  // them), and a SentencePiece byte with neither a byte token nor an unknown
+  // token; those are not counted. BPE bytes merged into a symbol that is no
+  // token vanish too, so the bound needs every merge to join tokens into a
+  // token (then such a symbol never forms).
+  void measure_tokens() {
+    for (int b = 0; b < 256; ++b) {
+      droppable_byte_[b] = vocab_.type == VocabType::kBpe ? byte_symbol_id_[b] < 0
+                                                          : byte_token_[b] < 0 && vocab_.unk < 0;
+      any_droppable_byte_ = any_droppable_byte_ || droppable_byte_[b];
+    }
+    max_token_bytes_ = 0;
+    if (vocab_.type == VocabType::kBpe && !every_merge_is_token_) return;
+    for (const std::string& t : vocab_.text) max_token_bytes_ = std::max(max_token_bytes_, t.size());
   }
 
   // Pieces with render_special = true; token_to_piece blanks control tokens.
@@ -496,12 +549,24 @@ class GgufTokenizer final : public Tokenizer {
   int32_t byte_token_[256] = {};
   std::vector<std::string> pieces_;
   std::string name_;
+  // For min_tokens().
+  bool every_merge_is_token_ = true;  // BPE: every merge joins two tokens into a token
+  bool droppable_byte_[256] = {};     // the byte may give no token
+  bool any_droppable_byte_ = false;
+  size_t max_token_bytes_ = 0;        // 0: no sound bound
 };
 
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const gguf::File& file) {
   return GgufTokenizer::create(file);
+}
+
+std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, bool add_special,
+                                                     std::span<const TextSpan> literal) const {
+  // A tokenizer without special tokens to find: nothing can be forged, but
+  // with literal spans given, no text is trusted to be special either.
+  return encode(text, add_special, /*parse_special=*/literal.empty());
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,12 @@
 #include "gguf/gguf.h"
 
 namespace inferd {
+
+// A byte range [offset, offset + length) of a text.
+struct TextSpan {
+  size_t offset = 0;
+  size_t length = 0;
+};
 
 class Tokenizer {
  public:
@@ -23,6 +30,24 @@ class Tokenizer {
   // of being tokenized as plain text.
   virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                       bool parse_special) const = 0;
+
+  // encode(text, add_special, parse_special = true), except that special-token
+  // text overlapping a `literal` span (sorted, disjoint byte ranges of `text`)
+  // is read as ordinary characters, as parse_special = false reads it. The text
+  // is not cut at the spans' edges, so where no special token is involved the
+  // ids are encode()'s. Chat prompts use it to keep text that came from a
+  // message from posing as the template's control tokens.
+  virtual std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
+                                                    std::span<const TextSpan> literal) const;
+  // Where encode(text, _, parse_special = true) reads special-token text that
+  // parse_special = false would leave as text (control tokens), in order.
+  virtual std::vector<TextSpan> find_special(std::string_view text) const { return {}; }
+
+  // A lower bound on encode(text, ...).size() (any flags) from the text's
+  // length alone: no token covers more input bytes than the longest token
+  // text. Cheap, so a caller can refuse a text that cannot fit a context
+  // without tokenizing it. 0 where the vocabulary allows no sound bound.
+  virtual size_t min_tokens(std::string_view text) const { return 0; }
 
   // Raw bytes of one token as it appears in decoded text (byte tokens give one
   // byte, which may be part of a UTF-8 character). Control tokens give "" unless

@@ -270,7 +270,17 @@ void Vocab::build_special_trie() {
   }
 }
 
-std::vector<Fragment> Vocab::partition(std::string_view s, bool parse_special) const {
+namespace {
+// Whether [pos, pos + n) overlaps one of the sorted, disjoint spans.
+bool overlaps(std::span<const TextSpan> spans, size_t pos, size_t n) {
+  auto it = std::partition_point(spans.begin(), spans.end(),
+                                 [pos](const TextSpan& sp) { return sp.offset + sp.length <= pos; });
+  return it != spans.end() && it->offset < pos + n;
+}
+}  // namespace
+
+std::vector<Fragment> Vocab::partition(std::string_view s, bool parse_special,
+                                       std::span<const TextSpan> literal) const {
   std::vector<Fragment> frags;
   if (s.empty()) return frags;
   frags.push_back(Fragment{-1, 0, s.size()});
@@ -299,7 +309,9 @@ std::vector<Fragment> Vocab::partition(std::string_view s, bool parse_special) c
   std::vector<Fragment> next;
   for (int32_t r : ranks) {
     const int32_t id = special_order[static_cast<size_t>(r)];
-    if (!parse_special && (attr[id] & (kAttrControl | kAttrUnknown))) continue;
+    const bool control = (attr[id] & (kAttrControl | kAttrUnknown)) != 0;
+    if (!parse_special && control) continue;
+    const bool check_literal = control && !literal.empty();
     const std::string& tok = text[id];
     next.clear();
     for (const Fragment& f : frags) {
@@ -307,14 +319,19 @@ std::vector<Fragment> Vocab::partition(std::string_view s, bool parse_special) c
         next.push_back(f);
         continue;
       }
-      size_t off = f.offset;
+      size_t off = f.offset;  // start of the text not yet passed on
+      size_t from = off;      // where the next occurrence may start
       const size_t end = f.offset + f.length;
-      while (off < end) {
-        const size_t m = s.substr(0, end).find(tok, off);
+      while (from < end) {
+        const size_t m = s.substr(0, end).find(tok, from);
         if (m == std::string_view::npos) break;
+        if (check_literal && overlaps(literal, m, tok.size())) {
+          from = m + 1;
+          continue;
+        }
         if (m > off) next.push_back(Fragment{-1, off, m - off});
         next.push_back(Fragment{id, m, tok.size()});
-        off = m + tok.size();
+        off = from = m + tok.size();
       }
       if (off < end) next.push_back(Fragment{-1, off, end - off});
     }

@@ -12,6 +12,7 @@
 
 #include "core/result.h"
 #include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
 
 namespace inferd::tok {
 
@@ -78,8 +79,11 @@ struct Vocab {
                             bool clean_spaces_default, bool bos_disabled);
 
   // Splits `text` around special-token text. Without parse_special only
-  // user-defined tokens are carved out (as llama.cpp does).
-  std::vector<Fragment> partition(std::string_view text, bool parse_special) const;
+  // user-defined tokens are carved out (as llama.cpp does). With it, control
+  // and unknown tokens are carved too, except where they overlap a `literal`
+  // span (sorted, disjoint): there they stay text.
+  std::vector<Fragment> partition(std::string_view text, bool parse_special,
+                                  std::span<const TextSpan> literal = {}) const;
 
  private:
   void finish_special_tokens();

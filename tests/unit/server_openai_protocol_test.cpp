@@ -123,6 +123,26 @@ TEST(OpenAIProtocol, ContextLengthMessageUsesVllmWords) {
   EXPECT_NE(context_length_error(2048, 3000, std::nullopt).message.find("3000 input tokens"), std::string::npos);
 }
 
+TEST(OpenAIProtocol, ContextLengthByBytesSaysAtLeast) {
+  // Refused before tokenizing: the same words, with a lower bound.
+  ApiError e = context_length_error_by_bytes(2048, 98766, 16000000, std::nullopt);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_EQ(e.message, "This model's maximum context length is 2048 tokens. However, your request has at least "
+                       "98766 input tokens (the prompt is 16000000 bytes long). Please reduce the length of the "
+                       "input messages.");
+  // The prompt fits alone but not with max_tokens.
+  ApiError m = context_length_error_by_bytes(2048, 2000, 300000, 100);
+  EXPECT_EQ(m.param, "max_tokens");
+  EXPECT_EQ(m.message.rfind("This model's maximum context length is 2048 tokens. However, you requested at least "
+                            "2100 tokens (at least 2000 in the messages (the prompt is 300000 bytes long), 100 in "
+                            "the completion).",
+                            0),
+            0u);
+  // A prompt over the context alone is reported as such, max_tokens or not.
+  EXPECT_EQ(context_length_error_by_bytes(2048, 5000, 900000, 10).param, "messages");
+}
+
 TEST(OpenAIProtocol, ErrorJsonShape) {
   auto j = nlohmann::json::parse(error_json(bad_request("bad \xff thing", "n")));
   EXPECT_EQ(j["error"]["param"], "n");

@@ -11,6 +11,7 @@
 // built as in-memory GGUF images, plus the UTF-8 helpers and regex splitter.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -190,6 +191,48 @@ TEST_P(TokenizerReference, IdsMatchLlamaCppInBothModes) {
         << "\n    ours:      " << ids_str(m.got);
   }
   EXPECT_TRUE(bad.empty()) << bad.size() << " mismatches out of " << 2 * corpus_.size() << ":" << msg.str();
+}
+
+TEST_P(TokenizerReference, LiteralSpecialTextMatchesLlamaCppPlain) {
+  // Special-token text marked literal reads exactly as llama.cpp reads it
+  // with parse_special = false.
+  size_t with_specials = 0, bad = 0;
+  std::ostringstream msg;
+  for (size_t i = 0; i < corpus_.size(); ++i) {
+    const std::string text = entry_text(corpus_[i]);
+    const std::vector<TextSpan> spans = tok_->find_special(text);
+    with_specials += spans.empty() ? 0 : 1;
+    const auto want = expected_[i]["p"].get<std::vector<int32_t>>();
+    const auto got = tok_->encode_with_literals(text, false, spans);
+    if (got != want && bad++ < 5)
+      msg << "\n  #" << i << " " << escaped(text) << "\n    llama.cpp: " << ids_str(want)
+          << "\n    ours:      " << ids_str(got);
+  }
+  EXPECT_GT(with_specials, 10u) << "the corpus should hold special-token text";
+  EXPECT_EQ(bad, 0u) << msg.str();
+}
+
+TEST_P(TokenizerReference, MinTokensIsALowerBound) {
+  // Sound: a prompt refused by its bytes could never have fit.
+  std::string all;
+  for (size_t i = 0; i < corpus_.size(); ++i) {
+    const std::string text = entry_text(corpus_[i]);
+    const size_t bound = tok_->min_tokens(text);
+    EXPECT_LE(bound, tok_->encode(text, false, true).size()) << "#" << i << " " << escaped(text);
+    EXPECT_LE(bound, tok_->encode(text, false, false).size()) << "#" << i << " " << escaped(text);
+    if (tok::is_valid_utf8(text)) all += text;
+  }
+  // And useful: a long text gets a bound in the thousands.
+  const size_t bound = tok_->min_tokens(all);
+  EXPECT_GT(bound, all.size() / 300) << all.size() << " bytes";
+  EXPECT_LE(bound, tok_->encode(all, false, true).size());
+  // Each vocabulary's longest token, repeated, is the tightest case.
+  size_t longest = 0;
+  for (int32_t id = 0; id < tok_->n_vocab(); ++id)
+    if (tok_->token_text(id).size() > tok_->token_text(longest).size()) longest = static_cast<size_t>(id);
+  std::string repeated;
+  for (int k = 0; k < 50; ++k) repeated += tok_->token_to_piece(static_cast<int32_t>(longest), true);
+  EXPECT_LE(tok_->min_tokens(repeated), tok_->encode(repeated, false, true).size());
 }
 
 TEST_P(TokenizerReference, DecodeMatchesLlamaDetokenize) {
@@ -414,12 +457,15 @@ using MemoryModel = std::unique_ptr<MemoryModelHolder>;
 MemoryModel load_memory(const gguf::testing::Writer& w) { return std::make_unique<MemoryModelHolder>(w); }
 
 // Byte-level BPE: the 256 byte symbols, then merged tokens, then specials.
-MemoryModel tiny_bpe(const std::string& pre) {
+// Optionally one byte has no symbol, and one more merge rule has no token for
+// its result (vocabularies like that exist: SmolLM2 lacks 21 byte symbols).
+MemoryModel tiny_bpe(const std::string& pre, int missing_byte = -1, const std::string& tokenless_merge = "") {
   const auto& map = tok::byte_level_map();
   std::vector<std::string> tokens;
-  for (int b = 0; b < 256; ++b) tokens.push_back(map.byte_to_utf8[b]);
-  const std::vector<std::string> merges = {"Ġ t", "h e", "Ġt he", "l l", "e ll", "he ll", "o r", "1 2"};
+  for (int b = 0; b < 256; ++b) tokens.push_back(b == missing_byte ? "<missing>" : map.byte_to_utf8[b]);
+  std::vector<std::string> merges = {"Ġ t", "h e", "Ġt he", "l l", "e ll", "he ll", "o r", "1 2"};
   for (const std::string& m : merges) tokens.push_back(m.substr(0, m.find(' ')) + m.substr(m.find(' ') + 1));
+  if (!tokenless_merge.empty()) merges.push_back(tokenless_merge);
   tokens.push_back("<|im_start|>");
   tokens.push_back("<|im_end|>");
   std::vector<int32_t> types(tokens.size(), 1);
@@ -474,6 +520,70 @@ TEST(TokenizerTinyBpe, SpecialTokensOnlyWithParseSpecial) {
   EXPECT_TRUE(t.is_eog(end));  // the EOS token, and "<|im_end|>" by name
   EXPECT_TRUE(t.is_control(start));
   EXPECT_EQ(t.model_name(), "gpt2 (gpt2)");
+}
+
+TEST(TokenizerTinyBpe, LiteralSpansReadSpecialTextAsText) {
+  MemoryModel m = tiny_bpe("gpt2");
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
+  const int32_t start = t.n_vocab() - 2, end = t.n_vocab() - 1;
+  const std::string text = "<|im_start|>the<|im_end|>";
+  const std::vector<TextSpan> spans = t.find_special(text);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].offset, 0u);
+  EXPECT_EQ(spans[0].length, 12u);
+  EXPECT_EQ(spans[1].offset, 15u);
+  EXPECT_EQ(spans[1].length, 10u);
+  EXPECT_TRUE(t.find_special("the <|im_end").empty());
+
+  // The second marker is literal: the first stays special, the second is the
+  // characters it is made of, tokenized exactly as plain text would be.
+  const std::vector<TextSpan> second = {spans[1]};
+  std::vector<int32_t> want = {start};
+  for (int32_t id : t.encode("the<|im_end|>", false, false)) want.push_back(id);
+  EXPECT_EQ(t.encode_with_literals(text, false, second), want);
+  // A span that covers part of the marker is enough to keep all of it text.
+  const std::vector<TextSpan> one_byte = {{17, 1}};
+  EXPECT_EQ(t.encode_with_literals(text, false, one_byte), want);
+  // Everything literal reads as parse_special = false; nothing literal as true.
+  EXPECT_EQ(t.encode_with_literals(text, false, spans), t.encode(text, false, false));
+  EXPECT_EQ(t.encode_with_literals(text, true, {}), t.encode(text, true, true));
+  // The same marker twice, the literal one second: only that one is text.
+  const std::string twice = "<|im_end|><|im_end|>";
+  const std::vector<TextSpan> later = {{10, 10}};
+  const auto ids = t.encode_with_literals(twice, false, later);
+  EXPECT_EQ(ids.front(), end);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), end), 1);
+}
+
+TEST(TokenizerTinyBpe, MinTokensFromTheLongestToken) {
+  MemoryModel m = tiny_bpe("gpt2");
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
+  // The longest token text is "<|im_start|>", 12 bytes.
+  EXPECT_EQ(t.min_tokens(std::string(120, 'a')), 10u);
+  EXPECT_EQ(t.min_tokens(std::string(121, 'a')), 11u);
+  EXPECT_EQ(t.min_tokens(""), 0u);
+  EXPECT_LE(t.min_tokens(std::string(120, 'a')), t.encode(std::string(120, 'a'), false, true).size());
+  const std::string markers = "<|im_start|><|im_start|><|im_start|>";
+  EXPECT_EQ(t.min_tokens(markers), 3u);
+  EXPECT_EQ(t.encode(markers, false, true).size(), 3u);
+  EXPECT_EQ(t.min_tokens("\xC0\x80"), 0u);  // invalid UTF-8: no bound
+}
+
+TEST(TokenizerTinyBpe, MinTokensLeavesOutBytesThatMayVanish) {
+  // Byte 0x04 has no symbol: llama.cpp drops it, so it must not count.
+  MemoryModel m = tiny_bpe("gpt2", 0x04);
+  ASSERT_TRUE(m->tok);
+  const Tokenizer& t = *m->tok;
+  const std::string vanishing(240, '\x04');
+  EXPECT_TRUE(t.encode(vanishing, false, false).empty());
+  EXPECT_EQ(t.min_tokens(vanishing), 0u);
+  EXPECT_EQ(t.min_tokens(vanishing + std::string(24, 'a')), 2u);
+  // A merge without a token for its result drops bytes too: no bound at all.
+  MemoryModel m2 = tiny_bpe("gpt2", -1, "a b");
+  ASSERT_TRUE(m2->tok);
+  EXPECT_EQ(m2->tok->min_tokens(std::string(1000, 'a')), 0u);
 }
 
 TEST(TokenizerTinyBpe, RejectsUnknownPreTokenizer) {
