@@ -9,6 +9,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "server/chat_prompt.h"
 
 namespace inferd::cli {
 
@@ -38,9 +39,6 @@ int run_chat(const ChatFlags& f) {
   }
   ChatTemplate tmpl = std::move(selected.value());
   const Tokenizer& tok = model->tokenizer();
-  ChatTemplateOptions topts;
-  if (tok.bos_id() >= 0) topts.bos_token = tok.token_text(tok.bos_id());
-  if (tok.eos_id() >= 0) topts.eos_token = tok.token_text(tok.eos_id());
 
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
   ThreadPool pool(f.threads);
@@ -71,14 +69,14 @@ int run_chat(const ChatFlags& f) {
     }
     if (line.empty()) continue;
     messages.push_back({"user", line});
-    auto prompt_text = tmpl.render(messages, topts);
-    if (!prompt_text) {
-      std::fprintf(stderr, "error: chat template: %s\n", prompt_text.error().message.c_str());
+    // As the server does: special-token text typed into a message is text,
+    // only the template's own markers are control tokens.
+    auto chat_prompt = server::render_chat_prompt(tmpl, tok, messages, {});
+    if (!chat_prompt) {
+      std::fprintf(stderr, "error: chat template: %s\n", chat_prompt.error().message.c_str());
       return 1;
     }
-    // A template that writes the BOS token itself must not get a second one.
-    const bool has_bos = !topts.bos_token.empty() && prompt_text->rfind(topts.bos_token, 0) == 0;
-    std::vector<int32_t> prompt = tok.encode(*prompt_text, /*add_special=*/!has_bos, true);
+    std::vector<int32_t> prompt = server::tokenize_chat_prompt(tok, *chat_prompt);
     GenerationParams params;
     params.prompt_token_ids = prompt;
     params.sampling = f.sampling.params();
