@@ -26,6 +26,21 @@ MODEL_NAME = "smollm2"
 MAX_MODEL_LEN = 2048
 
 
+def port_of(srv) -> int:
+    return int(srv.base_url.rsplit(":", 1)[1])
+
+
+def read_until(s: socket.socket, needle: bytes, limit: float = 30.0) -> bytes:
+    """What the socket gives until `needle` arrives, the peer closes or `limit` seconds pass."""
+    data, deadline = b"", time.time() + limit
+    while needle not in data and time.time() < deadline:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,26 +13,12 @@ import time
 
 import requests
 
-from conftest import MAX_MODEL_LEN
-
-
-def port_of(srv) -> int:
-    return int(srv.base_url.rsplit(":", 1)[1])
+from conftest import MAX_MODEL_LEN, port_of, read_until
 
 
 def raw_request(method: str, path: str, body: bytes = b"", version: str = "HTTP/1.1", headers: str = "") -> bytes:
     return (f"{method} {path} {version}\r\nHost: localhost\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\n{headers}\r\n").encode() + body
-
-
-def read_until(s: socket.socket, needle: bytes, limit: float = 30.0) -> bytes:
-    data, deadline = b"", time.time() + limit
-    while needle not in data and time.time() < deadline:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def read_to_eof(s: socket.socket, limit: float = 60.0) -> tuple[bytes, bool]:

@@ -13,9 +13,7 @@ import openai
 import pytest
 import requests
 
-
-def port_of(srv) -> int:
-    return int(srv.base_url.rsplit(":", 1)[1])
+from conftest import port_of, read_until
 
 
 def open_stream(srv, prompt: str, max_tokens: int) -> socket.socket:
@@ -25,16 +23,6 @@ def open_stream(srv, prompt: str, max_tokens: int) -> socket.socket:
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
               b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
     return s
-
-
-def read_some(s: socket.socket, needle: bytes, limit: float = 30.0) -> bytes:
-    data, deadline = b"", time.time() + limit
-    while needle not in data and time.time() < deadline:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def baseline(srv):
@@ -51,7 +39,7 @@ def test_killed_streaming_clients_free_their_blocks_within_a_second(start_server
         sockets.append(open_stream(srv, f"Client {i} asks for a very long story about the sea.", 2000))
     # The first four are decoding: wait until each has streamed some tokens.
     for s in sockets[:4]:
-        assert b"data: {" in read_some(s, b"data: {")
+        assert b"data: {" in read_until(s, b"data: {")
     assert srv.metric("inferd:num_requests_running") == 4
     assert srv.metric("inferd:kv_cache_usage_perc") > kv0
     for i, s in enumerate(sockets):
@@ -147,10 +135,10 @@ def test_sigterm_ends_open_streams_cleanly(start_server, tmp_path):
     srv = start_server("--log-prompts")
     sockets = [open_stream(srv, f"Stream {i} tells a long tale.", 1500) for i in range(3)]
     for s in sockets:
-        assert b"data: {" in read_some(s, b"data: {")
+        assert b"data: {" in read_until(s, b"data: {")
     srv.process.send_signal(signal.SIGTERM)
     for s in sockets:
-        tail = read_some(s, b"data: [DONE]", limit=10)
+        tail = read_until(s, b"data: [DONE]", limit=10)
         assert b"data: [DONE]" in tail
         assert b'"finish_reason":"abort"' in tail
         s.close()
