@@ -55,10 +55,8 @@ Status Scheduler::validate_request(const Request& r, const SchedulerConfig& conf
   // most prompt + max_tokens - 1 tokens; with that many it can always run
   // alone, which is what makes preemption terminate.
   const int64_t block_size = config.kv.block_size;
-  const int64_t max_step_tokens = config.long_prefill_token_threshold > 0
-                                      ? std::min(config.long_prefill_token_threshold, config.max_num_batched_tokens)
-                                      : config.max_num_batched_tokens;
-  const int64_t blocks_needed = kv::max_blocks_held(config.kv, n_prompt + r.max_tokens - 1, max_step_tokens);
+  const int64_t blocks_needed =
+      kv::max_blocks_held(config.kv, n_prompt + r.max_tokens - 1, config.max_request_step_tokens());
   const int64_t usable = int64_t{config.kv.n_blocks} - 1;  // one block is reserved
   if (blocks_needed > usable)
     return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +

@@ -22,6 +22,7 @@
 // Not thread-safe: the engine loop owns the scheduler and applies abort and
 // add messages between steps.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -47,6 +48,11 @@ struct SchedulerConfig {
   kv::KVCacheConfig kv;
 
   Status validate() const;  // error naming the first bad field
+  // The most tokens one request computes in a step.
+  int64_t max_request_step_tokens() const {
+    return long_prefill_token_threshold > 0 ? std::min(long_prefill_token_threshold, max_num_batched_tokens)
+                                            : max_num_batched_tokens;
+  }
 };
 
 // What update() did to one request that sampled this step.

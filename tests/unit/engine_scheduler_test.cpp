@@ -703,9 +703,7 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
       c.kv.n_blocks = 1 + uniform(200, 320) / bs;  // about as tight for two or three groups
 
     }
-    const int64_t max_step = c.long_prefill_token_threshold > 0
-                                 ? std::min(c.long_prefill_token_threshold, c.max_num_batched_tokens)
-                                 : c.max_num_batched_tokens;
+    const int64_t max_step = c.max_request_step_tokens();
     Scheduler s(c);
     FakeRunner runner(s);
     Recorder rec;
