@@ -4,6 +4,7 @@
 #include <cassert>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/kquant_layout.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
@@ -14,10 +15,14 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena) {
   Linear l;
   l.view_ = w;
   if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
+  if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena);
   return l;
 }
 
 size_t Linear::packed_bytes(const WeightView& w) {
+  if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) {
+    return kernels::PackedArena::space_for(kernels::RepackedQ4K::packed_bytes(w.rows, w.cols));
+  }
   if (!kernels::can_pack(w.dtype)) return 0;
   return kernels::PackedArena::space_for(kernels::PackedMatrix::packed_bytes(w.dtype, w.rows, w.cols));
 }
@@ -78,6 +83,10 @@ void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float
     kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows(), tokens.n);
     return;
   }
+  if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) {
+    kernels::repacked_q4k_rows(q4k_, in.rows.data(), tokens.n, tokens.places, y, rows(), r0, r1);
+    return;
+  }
   kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), in.rows.data(), tokens.n, tokens.places, y, r0, r1);
 }
 
@@ -87,6 +96,7 @@ std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const 
     const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
     return {packed_.group(g0), static_cast<size_t>(packed_.group(g1) - packed_.group(g0))};
   }
+  if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) return q4k_.rows_bytes(r0, r1);
   const size_t rb = row_bytes(view_.dtype, cols());
   return {static_cast<const uint8_t*>(view_.data) + r0 * rb, (r1 - r0) * rb};
 }

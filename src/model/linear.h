@@ -3,7 +3,9 @@
 // input rows (threads split tokens), then multiply (threads split weight rows).
 //
 // Q4_0/Q4_1/Q8_0 weights are repacked at load time into row-interleaved groups
-// (kernels/cpu/packed.h); other types run on their GGML rows in the mapped file.
+// (kernels/cpu/packed.h), and so are the Q4_K weights llama.cpp repacks
+// (kernels/cpu/kquant_pack.h, its own layout and GGML's orders); other types
+// run on their GGML rows in the mapped file.
 // Either way each product is summed in the order llama.cpp's CPU backend uses
 // for that weight (kernels/cpu/matmul.h, matmul_rows_ggml; Q4_0 excepted), so
 // for some types it depends on each token's place in its sequence's share of
@@ -13,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
 #include "model/weights.h"
@@ -78,6 +81,7 @@ class Linear {
  private:
   WeightView view_;
   kernels::PackedMatrix packed_;
+  kernels::RepackedQ4K q4k_;  // GGML-order Q4_K in eight-row groups (its input as for view_)
 };
 
 }  // namespace inferd

@@ -14,6 +14,8 @@
 #include <string>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kquant_layout.h"
+#include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
 #include "kernels/cpu/packed_layout.h"
@@ -108,9 +110,11 @@ bool matched(DType t) {
 }
 
 // y (n x rows) as Linear computes it with `table`: the packed kernels for the
-// types Linear packs, else GGML rows; the rows split at `split` (two threads).
+// types Linear packs, repacked Q4_K for the weights llama.cpp repacks (or,
+// with ggml_rows, the same weights on their GGML rows), else GGML rows; the
+// rows split at `split` (two threads).
 std::vector<float> linear_matmul(const KernelTable& table, const Case& c, const std::vector<float>& x, int n,
-                                 int64_t split) {
+                                 int64_t split, bool ggml_rows = false) {
   std::vector<float> y(static_cast<size_t>(n) * c.rows, -1.0f);
   if (can_pack(c.type) && c.type != DType::Q4_0) {
     const PackedMatrix w = PackedMatrix::pack(c.type, c.w.data(), c.rows, c.cols);
@@ -125,6 +129,13 @@ std::vector<float> linear_matmul(const KernelTable& table, const Case& c, const 
   std::vector<uint8_t> act(matmul_act_row_bytes(c.type, c.cols) * n);
   const std::vector<TokenPlace> places = one_chunk(n);  // the reference runs n tokens in one matmul
   matmul_quantize_rows_ggml_with(table, c.type, c.rows, x.data(), c.cols, 0, n, places.data(), act.data());
+  if (RepackedQ4K::applies(c.type, c.rows) && !ggml_rows) {
+    const RepackedQ4K w = RepackedQ4K::pack(c.w.data(), c.rows, c.cols);
+    const int64_t s = split / kQ4KGroupRows * kQ4KGroupRows;
+    repacked_q4k_rows_with(table, w, act.data(), n, places.data(), y.data(), c.rows, 0, s);
+    repacked_q4k_rows_with(table, w, act.data(), n, places.data(), y.data(), c.rows, s, c.rows);
+    return y;
+  }
   matmul_rows_ggml_with(table, c.type, c.w.data(), c.rows, c.cols, act.data(), n, places.data(), y.data(), 0, split);
   matmul_rows_ggml_with(table, c.type, c.w.data(), c.rows, c.cols, act.data(), n, places.data(), y.data(), split,
                         c.rows);
@@ -146,13 +157,16 @@ TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
       const KernelTable table = build_kernel_table(level);
       for (const MatmulRun& run : c.runs) {
         for (int64_t split : {int64_t{0}, int64_t{c.rows / 2}, int64_t{c.rows}}) {
-          const std::vector<float> y = linear_matmul(table, c, x, run.n, split);
-          int bad = 0;
-          for (size_t i = 0; i < y.size(); ++i) {
-            if (bits_of(y[i]) != bits_of(run.y[i]) && bad++ < 3) {
-              ADD_FAILURE() << c.name << " at " << testing::level_name(level) << " N=" << run.n << " split=" << split
-                            << ": token " << i / c.rows << " row " << i % c.rows << " got " << y[i] << " want "
-                            << run.y[i];
+          for (bool ggml_rows : {false, true}) {
+            if (ggml_rows && !RepackedQ4K::applies(c.type, c.rows)) continue;
+            const std::vector<float> y = linear_matmul(table, c, x, run.n, split, ggml_rows);
+            int bad = 0;
+            for (size_t i = 0; i < y.size(); ++i) {
+              if (bits_of(y[i]) != bits_of(run.y[i]) && bad++ < 3) {
+                ADD_FAILURE() << c.name << " at " << testing::level_name(level) << " N=" << run.n
+                              << " split=" << split << (ggml_rows ? " (GGML rows)" : "") << ": token " << i / c.rows
+                              << " row " << i % c.rows << " got " << y[i] << " want " << run.y[i];
+              }
             }
           }
         }

@@ -69,6 +69,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   KernelTable t;
   fill_scalar_kernels(t);
   fill_scalar_packed_kernels(t);
+  fill_scalar_kquant_kernels(t);
   if (level >= SimdLevel::kAvx2) fill_avx2_kernels(t);
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
   fill_attention_kernels(t.ops, level);

@@ -31,6 +31,13 @@ using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // d and s rounded to f16 and widened back, and the sum of its quants.
 using PackedQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* qs, float* d, float* s, int32_t* sum);
 using DequantizeRowFn = void (*)(const void* src, float* dst, int64_t n);
+// Groups [0, n_groups) of eight repacked Q4_K rows (kquant_layout.h), one after
+// the other, against nt Q8_K activation rows `act_stride` bytes apart, in
+// GGML's repacked gemm order (gemm) or its gemv order:
+// out[t * out_stride + 8 * g + r]. Per (row, token) the same float steps at
+// every level and for every nt and n_groups, so results are bit-identical.
+using Q4KGroupsFn = void (*)(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act,
+                             size_t act_stride, int64_t nt, bool gemm, float* out, size_t out_stride);
 
 // The float kernels around the matmuls (attention.h, activation.h, rms_norm.h,
 // rope.h), chosen with the same level so tests and INFERD_SIMD pick them alike.
@@ -91,6 +98,8 @@ struct KernelTable {
   // Q8_0 as GGML's CPU backend quantizes activations (127/amax, ties to even);
   // quantize_row(Q8_0) stays the reference quantizer gguf-py writes files with.
   QuantizeRowFn quantize_q8_0_cpu = nullptr;
+  // Repacked Q4_K (kquant_pack.h).
+  Q4KGroupsFn q4k_groups = nullptr;
   FloatKernels ops;
   const char* level = "scalar";
 };
@@ -117,5 +126,11 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention.
 void fill_activation_kernels(FloatKernels& ops, SimdLevel level);  // activation.cpp
 void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.cpp
 void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp
+void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
+
+// The scalar reference's repacked Q4_K orders on one GGML row pair (quants_ref.cpp).
+namespace ref {
+float repacked_q4k_dot(int64_t n, const void* a, const void* b, bool gemm);
+}  // namespace ref
 
 }  // namespace inferd::kernels

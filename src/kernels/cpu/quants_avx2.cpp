@@ -2,6 +2,7 @@
 // called after dispatch.cpp has checked the CPU supports them).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -9,6 +10,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kquant_layout.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants_blocks.h"
 
@@ -17,12 +19,14 @@ namespace {
 #define INFERD_X86_AVX512 0
 #include "kernels/cpu/quants_x86_impl.h"
 #include "kernels/cpu/packed_x86_impl.h"
+#include "kernels/cpu/kquant_x86_impl.h"
 #undef INFERD_X86_AVX512
 }  // namespace
 
 void fill_avx2_kernels(KernelTable& table) {
   fill_x86(table);
   fill_x86_packed(table);
+  fill_x86_kquant(table);
   table.level = "avx2";
 }
 

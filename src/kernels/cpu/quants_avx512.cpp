@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kquant_layout.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants_blocks.h"
 
@@ -21,12 +23,14 @@ namespace {
 #define INFERD_X86_AVX512 1
 #include "kernels/cpu/quants_x86_impl.h"
 #include "kernels/cpu/packed_x86_impl.h"
+#include "kernels/cpu/kquant_x86_impl.h"
 #undef INFERD_X86_AVX512
 }  // namespace
 
 void fill_avx512_kernels(KernelTable& table) {
   fill_x86(table);
   fill_x86_packed(table);
+  fill_x86_kquant(table);
   table.level = "avx512vnni";
 }
 

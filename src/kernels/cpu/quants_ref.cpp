@@ -904,6 +904,9 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n) {
 float vec_dot(DType t, int64_t n, const void* a, const void* b) {
   return scalar_kernels(t).vec_dot(n, a, b);
 }
+float repacked_q4k_dot(int64_t n, const void* a, const void* b, bool gemm) {
+  return gemm ? dot_q4_k_x8_gemm(n, a, b) : dot_q4_k_x8(n, a, b);
+}
 
 }  // namespace ref
 
