@@ -809,7 +809,20 @@ Result<std::vector<int32_t>> File::get_i32_array(std::string_view key) const {
   return out;
 }
 
-// ---- prefault ---------------------------------------------------------------
+// ---- prefault and release ---------------------------------------------------
+
+void File::release_pages(const void* p, uint64_t n) const {
+  if (!mapped_ || n == 0) return;
+  const long sys_page = ::sysconf(_SC_PAGESIZE);
+  const uintptr_t page = sys_page > 0 ? static_cast<uintptr_t>(sys_page) : 4096;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + page - 1) & ~(page - 1);  // whole pages only: a
+  const uintptr_t last = (begin + n) & ~(page - 1);          // neighbour may share the edges
+  if (last <= first) return;
+  // The mapping is private and read-only, so its pages are clean copies of the
+  // file: MADV_DONTNEED only unmaps them.
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
 
 void File::prefault(const ProgressFn& progress) const {
   if (data_size_ == 0) {

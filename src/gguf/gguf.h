@@ -100,6 +100,11 @@ class File {
   // Touches every page of the tensor data (so the first forward pass does not
   // fault), reporting progress.
   void prefault(const ProgressFn& progress) const;
+  // Drops the mapped file pages wholly inside [p, p + n) from this process
+  // (a copy of those bytes now lives elsewhere, e.g. repacked weights). They
+  // stay readable: a later read faults them back in from the file. Nothing
+  // happens when the file was read into memory rather than mapped.
+  void release_pages(const void* p, uint64_t n) const;
 
  private:
   File() = default;

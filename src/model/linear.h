@@ -48,6 +48,8 @@ class Linear {
   int64_t rows() const { return view_.rows; }
   int64_t cols() const { return view_.cols; }
   bool packed() const { return static_cast<bool>(packed_); }
+  // True when the kernels read a repacked copy, not the weight's bytes in the file.
+  bool reads_copy() const { return packed() || static_cast<bool>(q4k_); }
   // True when `other` wants its input quantized exactly as this one does.
   bool same_input(const Linear& other) const;
 

@@ -39,6 +39,7 @@ uint8_t* PackedArena::take(size_t n) {
   if (size > bytes_.size() - used_) return nullptr;
   uint8_t* p = bytes_.data() + used_;
   used_ += size;
+  std::memset(p, 0, size);
   return p;
 }
 

@@ -28,7 +28,9 @@ bool can_pack(DType t);
 // 4 KiB, and the matrices are too small to get huge pages one by one.
 class PackedArena {
  public:
-  explicit PackedArena(size_t bytes) : bytes_(bytes, /*huge_pages=*/true) {}
+  // Not zeroed here: take() zeroes what it hands out, so pages are touched
+  // only as weights are repacked into them (while the file's copy is released).
+  explicit PackedArena(size_t bytes) : bytes_(bytes, /*huge_pages=*/true, /*zeroed=*/false) {}
   // n bytes of the buffer (zeroed), or null when it has no room left.
   uint8_t* take(size_t n);
   // What take(n) uses of the buffer (n rounded up to 64): size an arena by these.
