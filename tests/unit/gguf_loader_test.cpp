@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -116,6 +117,41 @@ TEST(GgufRealModel, PrefaultReportsProgress) {
   EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
   EXPECT_GE(seen.front(), 0.0);
   EXPECT_EQ(seen.back(), 1.0);
+}
+
+// The process's resident pages of mapped files, in KiB (/proc/self/status).
+long rss_file_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  long value = 0;
+  while (status >> key) {
+    if (key == "RssFile:" && status >> value) return value;
+    status.ignore(1 << 20, '\n');
+  }
+  return -1;
+}
+
+TEST(GgufRealModel, ReleasedPagesLeaveTheProcessAndStayReadable) {
+  const std::string path = model_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "model not found: " << path;
+  auto f = File::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const File& file = **f;
+  const TensorInfo* largest = &file.tensors().front();
+  for (const TensorInfo& t : file.tensors()) {
+    if (t.n_bytes > largest->n_bytes) largest = &t;
+  }
+  ASSERT_GT(largest->n_bytes, uint64_t{8} << 20);
+  file.prefault(nullptr);
+  const uint8_t* data = file.tensor_data(*largest);
+  const std::vector<uint8_t> copy(data, data + largest->n_bytes);
+  const long before = rss_file_kib();
+  if (before < 0) GTEST_SKIP() << "no RssFile in /proc/self/status";
+  file.release_pages(data, largest->n_bytes);
+  const long after = rss_file_kib();
+  // All but the two edge pages go (the threshold leaves room for other activity).
+  EXPECT_LT(after, before - static_cast<long>(largest->n_bytes / 1024) * 3 / 4) << before << " -> " << after;
+  EXPECT_EQ(0, std::memcmp(copy.data(), data, copy.size()));  // faulted back in from the file
 }
 
 // ---- well-formed images --------------------------------------------------
