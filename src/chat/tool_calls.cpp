@@ -1,0 +1,372 @@
+#include "chat/tool_calls.h"
+
+#include <nlohmann/json.hpp>
+
+#include <utility>
+
+namespace inferd {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+size_t skip_space(std::string_view s, size_t i) {
+  while (i < s.size() && is_space(s[i])) ++i;
+  return i;
+}
+
+std::string_view trim(std::string_view s) {
+  const size_t b = skip_space(s, 0);
+  size_t e = s.size();
+  while (e > b && is_space(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+// The length of the longest end of `text` that begins `marker` (but is not all
+// of it): text that may turn out to be a marker once more arrives.
+size_t partial_marker_at_end(std::string_view text, std::string_view marker) {
+  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
+    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
+  }
+  return 0;
+}
+
+std::string compact(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// A call from one parsed JSON object: a non-empty string "name" and an object
+// of arguments under "arguments" (or "parameters", Llama 3's key), given as an
+// object or as a string holding one; missing arguments are {}.
+std::optional<ParsedToolCall> call_from_json(const json& j) {
+  if (!j.is_object()) return std::nullopt;
+  const auto name = j.find("name");
+  if (name == j.end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return std::nullopt;
+  ParsedToolCall call;
+  call.name = name->get<std::string>();
+  auto args = j.find("arguments");
+  if (args == j.end()) args = j.find("parameters");
+  if (args == j.end()) {
+    call.arguments = "{}";
+  } else if (args->is_object()) {
+    call.arguments = compact(*args);
+  } else if (args->is_string()) {
+    const json inner = json::parse(args->get_ref<const std::string&>(), nullptr, /*allow_exceptions=*/false);
+    if (!inner.is_object()) return std::nullopt;
+    call.arguments = compact(inner);
+  } else {
+    return std::nullopt;
+  }
+  return call;
+}
+
+std::optional<json> parse_json(std::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+std::optional<ParsedToolCall> parse_call(std::string_view text) {
+  // Bounded nesting first: the parse below recurses.
+  const JsonScan scan = scan_json_value(text, 0);
+  if (scan.status != JsonScan::kComplete || skip_space(text, scan.end) != text.size()) return std::nullopt;
+  const std::optional<json> j = parse_json(text);
+  return j ? call_from_json(*j) : std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
+  if (name == "hermes") return ToolCallFormat::kHermes;
+  if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
+  if (name == "mistral") return ToolCallFormat::kMistral;
+  return std::nullopt;
+}
+
+const char* tool_call_format_name(ToolCallFormat format) {
+  switch (format) {
+    case ToolCallFormat::kHermes: return "hermes";
+    case ToolCallFormat::kLlama3Json: return "llama3_json";
+    case ToolCallFormat::kMistral: return "mistral";
+  }
+  return "";
+}
+
+std::optional<ToolCallFormat> detect_tool_call_format(std::string_view source) {
+  // Checked from the most specific marker: a template names the markers it
+  // asks the model to write.
+  if (source.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
+  if (source.find(kMistralCalls) != std::string_view::npos) return ToolCallFormat::kMistral;
+  if (source.find(kPythonTag) != std::string_view::npos ||
+      source.find("Environment: ipython") != std::string_view::npos) {
+    return ToolCallFormat::kLlama3Json;
+  }
+  return std::nullopt;
+}
+
+JsonScan scan_json_value(std::string_view text, size_t begin, int max_depth) {
+  size_t i = skip_space(text, begin);
+  if (i == text.size()) return {JsonScan::kIncomplete, 0};
+  if (text[i] != '{' && text[i] != '[') return {JsonScan::kInvalid, 0};
+  std::string closers;  // the brackets still open, innermost last
+  bool in_string = false, escaped = false;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (static_cast<int>(closers.size()) >= max_depth) return {JsonScan::kInvalid, 0};
+      closers.push_back(c == '{' ? '}' : ']');
+    } else if (c == '}' || c == ']') {
+      if (closers.empty() || closers.back() != c) return {JsonScan::kInvalid, 0};
+      closers.pop_back();
+      if (closers.empty()) return {JsonScan::kComplete, i + 1};
+    }
+  }
+  return {JsonScan::kIncomplete, 0};
+}
+
+// ---- the stream parser ------------------------------------------------------
+
+void ToolCallStreamParser::emit_content(std::vector<ToolCallDelta>& out, std::string_view text) {
+  if (text.empty()) return;
+  if (!out.empty() && !out.back().call) {
+    out.back().content += text;
+  } else {
+    out.push_back({std::string(text), std::nullopt, -1});
+  }
+}
+
+void ToolCallStreamParser::emit_calls(std::vector<ToolCallDelta>& out, std::vector<ParsedToolCall> calls) {
+  for (ParsedToolCall& call : calls) out.push_back({"", std::move(call), calls_++});
+}
+
+std::vector<ToolCallDelta> ToolCallStreamParser::feed(std::string_view text) {
+  buffer_ += text;
+  std::vector<ToolCallDelta> out;
+  step(out, /*at_end=*/false);
+  return out;
+}
+
+std::vector<ToolCallDelta> ToolCallStreamParser::finish() {
+  std::vector<ToolCallDelta> out;
+  step(out, /*at_end=*/true);
+  return out;
+}
+
+void ToolCallStreamParser::step(std::vector<ToolCallDelta>& out, bool at_end) {
+  for (;;) {
+    bool progressed = false;
+    switch (state_) {
+      case State::kStart: {
+        // Only Llama 3's calls must open the answer; the others may come anywhere.
+        if (format_ != ToolCallFormat::kLlama3Json) {
+          state_ = State::kContent;
+          progressed = true;
+          break;
+        }
+        const size_t i = skip_space(buffer_, 0);
+        const std::string_view rest = std::string_view(buffer_).substr(i);
+        if (rest.empty() && !at_end) return;  // only whitespace so far
+        if (!at_end && rest.size() < kPythonTag.size() && kPythonTag.substr(0, rest.size()) == rest) return;
+        size_t call_start = i;
+        if (rest.substr(0, kPythonTag.size()) == kPythonTag) call_start = skip_space(buffer_, i + kPythonTag.size());
+        if (call_start == buffer_.size() && !at_end) return;
+        if (call_start < buffer_.size() && buffer_[call_start] == '{') {
+          raw_prefix_ = buffer_.substr(0, call_start);
+          buffer_.erase(0, call_start);
+          state_ = State::kInCall;
+        } else {
+          state_ = State::kContent;
+        }
+        progressed = true;
+        break;
+      }
+      case State::kContent: progressed = step_content(out, at_end); break;
+      case State::kInCall: progressed = step_in_call(out, at_end); break;
+      case State::kAfterJsonCall: progressed = step_after_json_call(at_end); break;
+    }
+    if (!progressed) return;
+  }
+}
+
+bool ToolCallStreamParser::step_content(std::vector<ToolCallDelta>& out, bool at_end) {
+  if (buffer_.empty()) return false;
+  const std::string_view marker = format_ == ToolCallFormat::kHermes    ? kHermesOpen
+                                  : format_ == ToolCallFormat::kMistral ? kMistralCalls
+                                                                        : std::string_view();
+  if (marker.empty()) {  // Llama 3: once the answer is text, it is text to the end
+    emit_content(out, buffer_);
+    buffer_.clear();
+    return false;
+  }
+  const size_t at = buffer_.find(marker);
+  if (at != std::string::npos) {
+    emit_content(out, std::string_view(buffer_).substr(0, at));
+    raw_prefix_ = std::string(marker);
+    buffer_.erase(0, at + marker.size());
+    state_ = State::kInCall;
+    return true;
+  }
+  const size_t held = at_end ? 0 : partial_marker_at_end(buffer_, marker);
+  emit_content(out, std::string_view(buffer_).substr(0, buffer_.size() - held));
+  buffer_.erase(0, buffer_.size() - held);
+  return false;
+}
+
+// The call's text as the model wrote it becomes content (it did not parse).
+void ToolCallStreamParser::reject_call(std::vector<ToolCallDelta>& out, size_t end) {
+  emit_content(out, raw_prefix_);
+  emit_content(out, std::string_view(buffer_).substr(0, end));
+  raw_prefix_.clear();
+  buffer_.erase(0, end);
+}
+
+bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at_end) {
+  switch (format_) {
+    case ToolCallFormat::kHermes: {
+      const size_t close = buffer_.find(kHermesClose);
+      if (close == std::string::npos && !at_end) return false;
+      // At the end, a call whose closing tag alone is missing still counts.
+      const size_t inner_end = close == std::string::npos ? buffer_.size() : close;
+      const size_t end = close == std::string::npos ? buffer_.size() : close + kHermesClose.size();
+      if (std::optional<ParsedToolCall> call = parse_call(trim(std::string_view(buffer_).substr(0, inner_end)))) {
+        std::vector<ParsedToolCall> calls;
+        calls.push_back(std::move(*call));
+        emit_calls(out, std::move(calls));
+        raw_prefix_.clear();
+        buffer_.erase(0, end);
+      } else {
+        reject_call(out, end);
+      }
+      state_ = State::kContent;
+      return true;
+    }
+    case ToolCallFormat::kLlama3Json: {
+      const JsonScan scan = scan_json_value(buffer_, 0);
+      if (scan.status == JsonScan::kIncomplete && !at_end) return false;
+      std::optional<ParsedToolCall> call;
+      if (scan.status == JsonScan::kComplete) call = parse_call(std::string_view(buffer_).substr(0, scan.end));
+      if (!call) {  // not a call after all: the rest of the answer is text
+        reject_call(out, buffer_.size());
+        state_ = State::kContent;
+        return true;
+      }
+      std::vector<ParsedToolCall> calls;
+      calls.push_back(std::move(*call));
+      emit_calls(out, std::move(calls));
+      raw_prefix_.clear();
+      buffer_.erase(0, scan.end);
+      state_ = State::kAfterJsonCall;
+      return true;
+    }
+    case ToolCallFormat::kMistral: {
+      const size_t i = skip_space(buffer_, 0);
+      if (i == buffer_.size() && !at_end) return false;
+      std::vector<ParsedToolCall> calls;
+      size_t end = buffer_.size();
+      bool ok = false;
+      if (i < buffer_.size() && buffer_[i] == '[') {  // [TOOL_CALLS] [{...}, ...]
+        const JsonScan scan = scan_json_value(buffer_, i);
+        if (scan.status == JsonScan::kIncomplete && !at_end) return false;
+        if (scan.status == JsonScan::kComplete) {
+          end = scan.end;
+          if (const std::optional<json> j = parse_json(std::string_view(buffer_).substr(i, end - i))) {
+            ok = j->is_array() && !j->empty();
+            for (const json& item : *j) {
+              std::optional<ParsedToolCall> call = call_from_json(item);
+              if (!call) ok = false;
+              if (ok) calls.push_back(std::move(*call));
+            }
+          }
+        }
+      } else {  // [TOOL_CALLS]name[ARGS]{...}
+        const size_t args = buffer_.find(kMistralArgs, i);
+        if (args == std::string::npos) {
+          // A name is one short word: anything else is not a call.
+          std::string_view head = std::string_view(buffer_).substr(i);
+          head.remove_suffix(partial_marker_at_end(head, kMistralArgs));
+          const bool may_be_name = head.size() <= 256 && head.find_first_of(" \t\r\n{}[]\"") == std::string_view::npos;
+          if (may_be_name && !at_end) return false;
+        } else {
+          const std::string_view name = std::string_view(buffer_).substr(i, args - i);
+          const JsonScan scan = scan_json_value(buffer_, args + kMistralArgs.size());
+          if (scan.status == JsonScan::kIncomplete && !at_end) return false;
+          if (scan.status == JsonScan::kComplete && !name.empty() &&
+              name.find_first_of(" \t\r\n{}[]\"") == std::string_view::npos) {
+            end = scan.end;
+            const size_t body = args + kMistralArgs.size();
+            const std::optional<json> j = parse_json(std::string_view(buffer_).substr(body, end - body));
+            if (j && j->is_object()) {
+              calls.push_back({std::string(name), compact(*j)});
+              ok = true;
+            }
+          }
+        }
+      }
+      if (ok) {
+        emit_calls(out, std::move(calls));
+        raw_prefix_.clear();
+        buffer_.erase(0, end);
+      } else {
+        reject_call(out, end);
+      }
+      state_ = State::kContent;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ToolCallStreamParser::step_after_json_call(bool at_end) {
+  // Llama 3: calls are separated by ';'; anything else after them is text.
+  const size_t i = skip_space(buffer_, 0);
+  if (i == buffer_.size()) {
+    if (at_end) buffer_.clear();  // trailing whitespace
+    return false;
+  }
+  if (buffer_[i] == ';') {
+    const size_t next = skip_space(buffer_, i + 1);
+    if (next == buffer_.size() && !at_end) return false;
+    if (next < buffer_.size() && buffer_[next] == '{') {
+      raw_prefix_ = buffer_.substr(0, next);
+      buffer_.erase(0, next);
+      state_ = State::kInCall;
+      return true;
+    }
+  }
+  buffer_.erase(0, i);
+  state_ = State::kContent;
+  return true;
+}
+
+ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output) {
+  ToolCallStreamParser parser(format);
+  std::vector<ToolCallDelta> deltas = parser.feed(output);
+  for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
+  ParsedAssistantMessage message;
+  for (ToolCallDelta& d : deltas) {
+    message.content += d.content;
+    if (d.call) message.tool_calls.push_back(std::move(*d.call));
+  }
+  message.content = std::string(trim(message.content));
+  return message;
+}
+
+}  // namespace inferd

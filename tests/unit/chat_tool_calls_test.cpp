@@ -1,0 +1,270 @@
+// Tool-call parsing (chat/tool_calls.h) on outputs written the way each model
+// family writes them: whole calls, several calls, text around them, calls cut
+// by max_tokens, malformed JSON, and every way of splitting a stream.
+#include "chat/tool_calls.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <random>
+#include <string>
+#include <vector>
+
+namespace inferd {
+namespace {
+
+using nlohmann::json;
+
+ParsedAssistantMessage parse(ToolCallFormat f, const std::string& text) { return parse_tool_calls(f, text); }
+
+void expect_call(const ParsedToolCall& call, const std::string& name, const json& args) {
+  EXPECT_EQ(call.name, name);
+  EXPECT_EQ(json::parse(call.arguments), args) << call.arguments;
+}
+
+// The message a stream of pieces gives, deltas joined.
+ParsedAssistantMessage parse_in_pieces(ToolCallFormat f, const std::string& text, const std::vector<size_t>& cuts) {
+  ToolCallStreamParser parser(f);
+  std::vector<ToolCallDelta> deltas;
+  size_t at = 0;
+  for (size_t cut : cuts) {
+    for (ToolCallDelta& d : parser.feed(std::string_view(text).substr(at, cut - at))) deltas.push_back(std::move(d));
+    at = cut;
+  }
+  for (ToolCallDelta& d : parser.feed(std::string_view(text).substr(at))) deltas.push_back(std::move(d));
+  for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
+  ParsedAssistantMessage m;
+  int next_index = 0;
+  for (ToolCallDelta& d : deltas) {
+    m.content += d.content;
+    if (d.call) {
+      EXPECT_EQ(d.call_index, next_index++);
+      m.tool_calls.push_back(std::move(*d.call));
+    }
+  }
+  const size_t b = m.content.find_first_not_of(" \t\r\n");
+  m.content = b == std::string::npos ? "" : m.content.substr(b, m.content.find_last_not_of(" \t\r\n") - b + 1);
+  return m;
+}
+
+// Fed one byte at a time, and in random pieces, the parser gives what the
+// whole-text parse gives.
+void expect_stream_agrees(ToolCallFormat f, const std::string& text) {
+  const ParsedAssistantMessage whole = parse(f, text);
+  std::vector<size_t> every;
+  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
+  std::mt19937 rng(static_cast<uint32_t>(text.size()));
+  std::vector<std::vector<size_t>> splits = {every, {}};
+  for (int k = 0; k < 20; ++k) {
+    std::vector<size_t> cuts;
+    for (size_t i = 1; i < text.size(); ++i) {
+      if (rng() % 5 == 0) cuts.push_back(i);
+    }
+    splits.push_back(cuts);
+  }
+  for (const std::vector<size_t>& cuts : splits) {
+    const ParsedAssistantMessage m = parse_in_pieces(f, text, cuts);
+    EXPECT_EQ(m.content, whole.content) << text;
+    ASSERT_EQ(m.tool_calls.size(), whole.tool_calls.size()) << text;
+    for (size_t i = 0; i < m.tool_calls.size(); ++i) {
+      EXPECT_EQ(m.tool_calls[i].name, whole.tool_calls[i].name);
+      EXPECT_EQ(m.tool_calls[i].arguments, whole.tool_calls[i].arguments);
+    }
+  }
+}
+
+// ---- hermes (Qwen2.5's template asks for exactly this) -----------------------
+
+TEST(ToolCallsHermes, OneCallAsQwenWritesIt) {
+  const std::string out = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  EXPECT_EQ(m.content, "");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  expect_call(m.tool_calls[0], "get_weather", {{"city", "Paris"}});
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"city":"Paris"})");  // compact, as OpenAI sends it
+  expect_stream_agrees(ToolCallFormat::kHermes, out);
+}
+
+TEST(ToolCallsHermes, ParallelCallsWithTextAround) {
+  const std::string out =
+      "I will look both up.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+      "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\", \"h24\": true}}\n"
+      "</tool_call>";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  EXPECT_EQ(m.content, "I will look both up.");
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  expect_call(m.tool_calls[0], "get_weather", {{"city", "Paris"}});
+  expect_call(m.tool_calls[1], "get_time", {{"zone", "CET"}, {"h24", true}});
+  expect_stream_agrees(ToolCallFormat::kHermes, out);
+}
+
+TEST(ToolCallsHermes, PlainAnswerIsContent) {
+  const std::string out = "The weather tool is not needed: 2 + 2 = 4. Tags like <tool or <b> stay text.";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  EXPECT_EQ(m.content, out);
+  EXPECT_TRUE(m.tool_calls.empty());
+  expect_stream_agrees(ToolCallFormat::kHermes, out);
+}
+
+TEST(ToolCallsHermes, MissingClosingTagAtTheEndStillCounts) {
+  const std::string out = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  expect_call(m.tool_calls[0], "f", json::object());
+  expect_stream_agrees(ToolCallFormat::kHermes, out);
+}
+
+TEST(ToolCallsHermes, CallCutByMaxTokensIsContent) {
+  const std::string out = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_EQ(m.content, out);
+  expect_stream_agrees(ToolCallFormat::kHermes, out);
+}
+
+TEST(ToolCallsHermes, MalformedCallStaysTextAndTheNextOneParses) {
+  const std::string bad = "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1,}}\n</tool_call>";
+  const std::string no_name = "<tool_call>{\"arguments\": {}}</tool_call>";
+  const std::string array_args = "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>";
+  const std::string good = "<tool_call>{\"name\": \"g\", \"arguments\": \"{\\\"y\\\": [1, 2]}\"}</tool_call>";
+  const std::string out = bad + "\n" + no_name + array_args + good;
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  EXPECT_EQ(m.content, bad + "\n" + no_name + array_args);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  expect_call(m.tool_calls[0], "g", {{"y", {1, 2}}});  // arguments given as a string of JSON
+  expect_stream_agrees(ToolCallFormat::kHermes, out);
+}
+
+TEST(ToolCallsHermes, HostileNestingIsTextNotACrash) {
+  const std::string out = "<tool_call>" + std::string(100000, '[') + "</tool_call>";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kHermes, out);
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_EQ(m.content.size(), out.size());
+}
+
+TEST(ToolCallsHermes, StreamHoldsBackOnlyWhatMayBeAMarker) {
+  ToolCallStreamParser p(ToolCallFormat::kHermes);
+  std::vector<ToolCallDelta> d = p.feed("Checking <tool_");
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d[0].content, "Checking ");  // "<tool_" may open a call
+  d = p.feed("call>{\"name\": \"f\", \"arguments\": {\"a\": \"</tool\"}}");
+  EXPECT_TRUE(d.empty());  // inside a call: nothing until it closes
+  d = p.feed("</tool_call> done");
+  ASSERT_EQ(d.size(), 2u);
+  ASSERT_TRUE(d[0].call.has_value());
+  EXPECT_EQ(d[0].call_index, 0);
+  expect_call(*d[0].call, "f", {{"a", "</tool"}});
+  EXPECT_EQ(d[1].content, " done");
+  EXPECT_TRUE(p.finish().empty());
+}
+
+// ---- llama3_json ----------------------------------------------------------
+
+TEST(ToolCallsLlama3, JsonAnswerIsACall) {
+  for (const std::string& out : {std::string("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
+                                std::string("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": "
+                                            "\"Paris\"}}"),
+                                std::string("\n {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n")}) {
+    const ParsedAssistantMessage m = parse(ToolCallFormat::kLlama3Json, out);
+    EXPECT_EQ(m.content, "") << out;
+    ASSERT_EQ(m.tool_calls.size(), 1u) << out;
+    expect_call(m.tool_calls[0], "get_weather", {{"city", "Paris"}});
+    expect_stream_agrees(ToolCallFormat::kLlama3Json, out);
+  }
+}
+
+TEST(ToolCallsLlama3, SeveralCallsSeparatedBySemicolons) {
+  const std::string out = "{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"k\": \"v;}\"}}";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kLlama3Json, out);
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  expect_call(m.tool_calls[0], "a", json::object());
+  expect_call(m.tool_calls[1], "b", {{"k", "v;}"}});
+  EXPECT_EQ(m.content, "");
+  expect_stream_agrees(ToolCallFormat::kLlama3Json, out);
+}
+
+TEST(ToolCallsLlama3, TextAndNonCallJsonAreContent) {
+  for (const std::string& out :
+       {std::string("The answer is {\"name\": \"x\"}."), std::string("{\"city\": \"Paris\"}"),
+        std::string("{\"name\": \"f\", \"parameters\": {\"a\": 1"), std::string("<|python_tag|>print(1)")}) {
+    const ParsedAssistantMessage m = parse(ToolCallFormat::kLlama3Json, out);
+    EXPECT_TRUE(m.tool_calls.empty()) << out;
+    EXPECT_EQ(m.content, out);
+    expect_stream_agrees(ToolCallFormat::kLlama3Json, out);
+  }
+}
+
+TEST(ToolCallsLlama3, TextAfterTheCallsIsContent) {
+  const std::string out = "{\"name\": \"a\", \"parameters\": {}}\nThat is all.";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kLlama3Json, out);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.content, "That is all.");
+  expect_stream_agrees(ToolCallFormat::kLlama3Json, out);
+}
+
+// ---- mistral ----------------------------------------------------------------
+
+TEST(ToolCallsMistral, ArrayOfCalls) {
+  const std::string out =
+      "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+      "{\"name\": \"get_time\", \"arguments\": {}}]";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kMistral, out);
+  EXPECT_EQ(m.content, "");
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  expect_call(m.tool_calls[0], "get_weather", {{"city", "Paris"}});
+  expect_call(m.tool_calls[1], "get_time", json::object());
+  expect_stream_agrees(ToolCallFormat::kMistral, out);
+}
+
+TEST(ToolCallsMistral, NameThenArgsPerCall) {
+  const std::string out = "Sure.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\"}[TOOL_CALLS]get_time[ARGS]{}";
+  const ParsedAssistantMessage m = parse(ToolCallFormat::kMistral, out);
+  EXPECT_EQ(m.content, "Sure.");
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  expect_call(m.tool_calls[0], "get_weather", {{"city", "Paris"}});
+  expect_call(m.tool_calls[1], "get_time", json::object());
+  expect_stream_agrees(ToolCallFormat::kMistral, out);
+}
+
+TEST(ToolCallsMistral, BrokenCallsAreContent) {
+  for (const std::string& out : {std::string("[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": {}}, {\"arguments\": {}}]"),
+                                std::string("[TOOL_CALLS] [{\"name\": \"f\""),
+                                std::string("[TOOL_CALLS] I cannot call tools here."),
+                                std::string("[TOOL_CALLS]f[ARGS]{\"a\":")}) {
+    const ParsedAssistantMessage m = parse(ToolCallFormat::kMistral, out);
+    EXPECT_TRUE(m.tool_calls.empty()) << out;
+    EXPECT_EQ(m.content, out);
+    expect_stream_agrees(ToolCallFormat::kMistral, out);
+  }
+}
+
+// ---- formats and the JSON scanner ---------------------------------------------
+
+TEST(ToolCallFormats, NamesAndDetectionFromTemplates) {
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    EXPECT_EQ(tool_call_format_from_name(tool_call_format_name(f)), f);
+  }
+  EXPECT_FALSE(tool_call_format_from_name("pythonic").has_value());
+  // Excerpts of the tool sections of Qwen2.5's, Llama 3.1's and Mistral's templates.
+  EXPECT_EQ(detect_tool_call_format("return a json object with function name and arguments within "
+                                    "<tool_call></tool_call> XML tags"),
+            ToolCallFormat::kHermes);
+  EXPECT_EQ(detect_tool_call_format("{{- \"Environment: ipython\\n\" }} ... {{- \"<|python_tag|>\" + "
+                                    "tool_call.name }}"),
+            ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(detect_tool_call_format("{{- \"[TOOL_CALLS] [\" }}"), ToolCallFormat::kMistral);
+  EXPECT_FALSE(detect_tool_call_format("{% for message in messages %}{{ message.content }}{% endfor %}"));
+}
+
+TEST(ToolCallFormats, JsonScanFollowsStringsAndNesting) {
+  EXPECT_EQ(scan_json_value(R"(  {"a": "}{\"", "b": [1, {"c": "]"}]} tail)", 0).end, 37u);
+  EXPECT_EQ(scan_json_value(R"({"a": [1, 2)", 0).status, JsonScan::kIncomplete);
+  EXPECT_EQ(scan_json_value(R"({"a": [1, 2}])", 0).status, JsonScan::kInvalid);
+  EXPECT_EQ(scan_json_value("x{}", 0).status, JsonScan::kInvalid);
+  EXPECT_EQ(scan_json_value("   ", 0).status, JsonScan::kIncomplete);
+  EXPECT_EQ(scan_json_value("[[[]]]", 0, 3).status, JsonScan::kComplete);
+  EXPECT_EQ(scan_json_value("[[[[]]]]", 0, 3).status, JsonScan::kInvalid);
+}
+
+}  // namespace
+}  // namespace inferd
