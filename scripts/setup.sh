@@ -15,8 +15,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-# Chat templates are rendered by a Rust crate: use the rustup toolchain if
-# present, else Debian's.
+# Chat templates (minijinja) and structured outputs (llguidance) are Rust
+# crates: use the rustup toolchain if present, else Debian's.
 if ! command -v cargo >/dev/null; then
   [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
@@ -24,12 +24,22 @@ if ! command -v cargo >/dev/null; then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq cargo rustc >/dev/null
 fi
+# llguidance needs Rust 1.87 or newer; Debian 12's is 1.63 (too old for
+# minijinja too). rustup's toolchains cannot be fetched from here (only package
+# registries are reachable), so say what is missing instead of failing later.
+RUST_MIN=1.87
+rust_version() { rustc --version 2>/dev/null | awk '{print $2}'; }
+if [[ "$(printf '%s\n%s\n' "$RUST_MIN" "$(rust_version)" | sort -V | head -1)" != "$RUST_MIN" ]]; then
+  echo "error: Rust $RUST_MIN or newer is needed (found: $(rust_version || true)); install it with rustup" >&2
+  exit 1
+fi
 
 scripts/fetch_models.sh ${INFERD_FETCH_ALL_MODELS:+--all}
 
-# The end-to-end tests talk to the server through the official OpenAI client.
-PY_PACKAGES=(openai pytest requests)
-if ! python3 -c "import openai, pytest, requests" 2>/dev/null; then
+# The end-to-end tests talk to the server through the official OpenAI client;
+# the structured-output tests validate its answers with pydantic and jsonschema.
+PY_PACKAGES=(openai pytest requests pydantic jsonschema)
+if ! python3 -c "import openai, pytest, requests, pydantic, jsonschema" 2>/dev/null; then
   python3 -m pip install -q "${PY_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PY_PACKAGES[@]}"
 fi

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 
 namespace inferd {
 
@@ -104,6 +105,15 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   if (p.logprobs > config_.max_logprobs)
     return make_error("logprobs is " + str(p.logprobs) + "; at most " + str(config_.max_logprobs) +
                       " are allowed");
+  std::unique_ptr<GrammarMatcher> matcher;
+  if (p.grammar) {
+    if (p.grammar->n_vocab() > n_vocab)
+      return make_error("the grammar was compiled for a vocabulary of " + str(p.grammar->n_vocab()) +
+                        " tokens; the model has " + str(n_vocab));
+    auto m = p.grammar->new_matcher();  // on the caller's thread, not the loop's
+    if (!m) return m.error();
+    matcher = std::move(*m);
+  }
 
   Request r;
   r.prompt_token_ids = std::move(p.prompt_token_ids);
@@ -126,7 +136,8 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     r.id = p.request_id.empty() ? str(static_cast<int64_t>(next_id_++)) : std::move(p.request_id);
     h.request_id = r.id;
     h.stream = std::make_shared<RequestStream>(r.id);
-    commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs)});
+    commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs),
+                                      std::move(matcher)});
   }
   cmd_cv_.notify_one();
   return h;
@@ -153,7 +164,8 @@ void Engine::apply(Command& cmd) {
       return;
     }
     Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
-              std::move(add->stop), add->logprobs, {}, {}};
+              std::move(add->stop), add->logprobs, {}, {}, {}};
+    live.matcher = std::move(add->matcher);
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     const int64_t n_prompt = add->request.num_prompt_tokens();
@@ -278,6 +290,7 @@ std::vector<RequestOutput> Engine::run_step() {
   const int64_t n_vocab = runner_->n_vocab();
   sampled_.assign(out.scheduled.size(), -1);
   std::vector<SampledLogprobs> step_logprobs(out.scheduled.size());
+  grammar_errors_.assign(out.scheduled.size(), std::string());
   int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
@@ -285,15 +298,34 @@ std::vector<RequestOutput> Engine::run_step() {
     float* lg = logits.data() + row++ * n_vocab;
     Live& live = live_.at(s.request_id);
     const Request& r = *scheduler_.find(s.request_id);
-    // Logprobs describe the model's distribution; the sampler's penalties
-    // change the row in place, so keep the raw values.
+    // Structured output: tokens the grammar does not allow get -inf before
+    // anything else sees the row, so every sampling parameter (penalties,
+    // temperature, top-k/p, min-p, seed) works on the allowed tokens only.
+    if (live.matcher) {
+      auto mask = live.matcher->compute_mask();
+      if (mask) {
+        apply_token_mask(*mask, live.matcher->n_vocab(), lg, n_vocab);
+      } else {
+        grammar_errors_[i] = mask.error().message;  // the request ends after update()
+      }
+    }
+    // Logprobs describe the model's distribution before the sampler's
+    // penalties and temperature (which change the row in place, so the values
+    // are kept first) but after the grammar's mask: for a structured output
+    // they are the constrained distribution, renormalised over the allowed
+    // tokens, and disallowed tokens never appear among the alternatives.
     if (live.logprobs >= 0) logprob_row_.assign(lg, lg + n_vocab);
     sampled_[i] = live.sampler.sample(lg, n_vocab, r.prompt_token_ids, r.output_token_ids);
+    if (live.matcher && grammar_errors_[i].empty()) {
+      if (Status st = live.matcher->commit(sampled_[i]); !st) grammar_errors_[i] = st.error().message;
+    }
     if (live.logprobs >= 0) {
       SampledLogprobs& lp = step_logprobs[i];
       lp.token = sampled_[i];
       lp.logprob = token_logprob(logprob_row_.data(), n_vocab, sampled_[i]);
       lp.top = top_logprobs(logprob_row_.data(), n_vocab, live.logprobs);
+      if (live.matcher)  // fewer tokens may be allowed than alternatives asked for
+        std::erase_if(lp.top, [](const TokenLogprob& t) { return std::isinf(t.logprob); });
     }
   }
 
@@ -328,6 +360,23 @@ std::vector<RequestOutput> Engine::run_step() {
     o.token_ids = std::move(u.new_token_ids);
     if (live.logprobs >= 0) o.logprobs.push_back(std::move(step_logprobs[k]));
 
+    if (!grammar_errors_[k].empty()) {
+      // The grammar engine failed (e.g. a step ran out of its resource limits):
+      // end the request with the reason rather than continue unconstrained.
+      if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedAborted);
+      std::string unused;
+      o.text = release_text(live, true, &unused);
+      o.error = std::move(grammar_errors_[k]);
+      finish(u.request_id, RequestStatus::kFinishedAborted, std::move(o));
+      continue;
+    }
+    // A complete grammar finishes the request with "stop", also when the same
+    // token reached max_tokens (the output is whole).
+    const bool grammar_done = live.matcher && live.matcher->is_stopped();
+    if (grammar_done && u.status != RequestStatus::kFinishedStopped) {
+      if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
+      u.status = RequestStatus::kFinishedStopped;
+    }
     const bool finished = is_finished(u.status);
     std::string stop_at;
     o.text = release_text(live, finished, &stop_at);

@@ -36,6 +36,7 @@
 #include "engine/scheduler.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
+#include "structured/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd {
@@ -68,6 +69,12 @@ struct GenerationParams {
   bool ignore_eos = false;              // do not stop at end-of-generation tokens
   int32_t logprobs = -1;                // >= 0: each token's logprob plus this many alternatives
   std::string cache_salt;               // prefixes are shared only between equal salts
+  // Structured output: when set, every token is sampled from the tokens the
+  // grammar allows next (the others' logits are -inf before the sampler), and
+  // the request finishes with "stop" once the grammar is complete. Compiled
+  // for this model's tokenizer (GrammarCompiler); each request gets its own
+  // matcher, so n > 1 choices share one compiled grammar.
+  std::shared_ptr<const CompiledGrammar> grammar;
 };
 
 struct EngineStats {
@@ -143,6 +150,7 @@ class Engine {
     std::shared_ptr<RequestStream> stream;
     std::vector<std::string> stop;
     int32_t logprobs;
+    std::unique_ptr<GrammarMatcher> matcher;  // structured output, if any
   };
   struct AbortCommand {
     std::string request_id;
@@ -158,6 +166,10 @@ class Engine {
     int32_t logprobs = -1;
     std::string held;  // decoded text not yet emitted (a stop string could start in it)
     RequestMetrics metrics;
+    // Structured output: the grammar state, which follows the output tokens
+    // (one commit per sampled token; a preempted request keeps its output, so
+    // its matcher simply continues after the recompute).
+    std::unique_ptr<GrammarMatcher> matcher;
   };
 
   Engine(Model& model, ThreadPool& pool, const EngineConfig& config, const SchedulerConfig& sched,
@@ -187,6 +199,7 @@ class Engine {
   std::vector<int32_t> sampled_;        // per step, reused
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
   std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
+  std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
   std::function<void(const RequestOutput&)> finished_listener_;
 
   // Counters kept by the loop, published with the stats snapshot.

@@ -99,7 +99,8 @@ void ServingMetrics::observe_finished(const RequestOutput& out) {
   e2e_.observe(m.e2e_latency());
 }
 
-std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting_extra) const {
+std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting_extra,
+                                  const GrammarCompilerStats* grammars) const {
   std::string out;
   out.reserve(16384);
   const SchedulerStats& s = stats.scheduler;
@@ -125,6 +126,15 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
   counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", s.prefix_cache.hit_tokens);
   counter("num_preemptions_total", "Requests preempted for lack of KV-cache space.", s.preemptions);
   counter("engine_steps_total", "Engine steps (forward passes).", s.steps);
+  if (grammars) {
+    counter("structured_output_compiles_total",
+            "Structured-output constraints compiled (one per distinct schema or grammar while cached).",
+            grammars->compiles);
+    counter("structured_output_compile_cache_hits_total",
+            "Structured-output constraints served by an earlier compilation.", grammars->cache_hits);
+    counter("structured_output_compile_failures_total", "Structured-output constraints refused as invalid.",
+            grammars->failures);
+  }
 
   std::lock_guard<std::mutex> lock(mu_);
   {

@@ -38,7 +38,9 @@ class ServingMetrics {
   // Thread-safe. Records a finished request's latencies and finish reason.
   void observe_finished(const RequestOutput& final_output);
   // Thread-safe. The whole exposition, engine gauges included.
-  std::string render(const EngineStats& stats, int64_t num_waiting_extra) const;
+  // `grammars`: the structured-output compiler's counters, if it exists.
+  std::string render(const EngineStats& stats, int64_t num_waiting_extra,
+                     const GrammarCompilerStats* grammars = nullptr) const;
 
  private:
   const std::string labels_;  // model_name="..."

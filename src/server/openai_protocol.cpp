@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "structured/gbnf.h"
+
 namespace inferd::server {
 
 using json = nlohmann::json;
@@ -222,6 +224,150 @@ std::string message_content(const json& content, const std::string& where) {
        "messages");
 }
 
+// ---- structured outputs ----
+
+// A JSON schema as text with its keys in the client's order (the order of
+// "properties" is the order the fields are generated in; nlohmann's json sorts
+// keys, so the schema is read again from the body as an ordered_json).
+// `path` leads from the body to the schema; a schema given as a string (as
+// vLLM allows) is parsed first.
+std::string schema_text(std::string_view body_text, std::initializer_list<const char*> path, const std::string& param) {
+  nlohmann::ordered_json v = nlohmann::ordered_json::parse(body_text.begin(), body_text.end());
+  for (const char* key : path) v = nlohmann::ordered_json(v.at(key));
+  if (v.is_string()) {
+    const std::string inner = v.get<std::string>();
+    try {
+      v = nlohmann::ordered_json::parse(inner);
+    } catch (const nlohmann::ordered_json::exception& e) {
+      fail("'" + param + "' is a string that is not valid JSON: " + e.what(), param);
+    }
+  }
+  if (!v.is_object() && !v.is_boolean())
+    fail("'" + param + "' must be a JSON schema (an object)", param);
+  return v.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string grammar_string(const json& v, const std::string& param) {
+  if (!v.is_string()) fail("'" + param + "' must be a string, not " + std::string(type_name(v)), param);
+  std::string text = v.get<std::string>();
+  if (text.empty()) fail("'" + param + "' must not be empty", param);
+  return text;
+}
+
+// vLLM's grammar fields take Lark; a grammar written in GBNF (with "::=")
+// is read as GBNF, as vLLM's guidance backend does.
+GrammarKind lark_or_gbnf(const std::string& text) {
+  return text.find("::=") != std::string::npos ? GrammarKind::kGbnf : GrammarKind::kLark;
+}
+
+StructuredOutputRequest choice_constraint(const json& v, const std::string& param) {
+  if (!v.is_array() || v.empty()) fail("'" + param + "' must be a non-empty array of strings", param);
+  std::vector<std::string> choices;
+  for (const json& c : v) {
+    if (!c.is_string()) fail("'" + param + "' must be a non-empty array of strings", param);
+    choices.push_back(c.get<std::string>());
+  }
+  auto lark = choices_to_lark(choices);
+  if (!lark) fail("'" + param + "': " + lark.error().message, param);
+  return {GrammarKind::kLark, std::move(*lark), param};
+}
+
+void parse_structured(const json& body, std::string_view text, GenerationRequest& r) {
+  std::vector<StructuredOutputRequest> found;
+  bool no_whitespace = false;  // structured_outputs.disable_any_whitespace
+  if (const json* rf = field(body, "response_format")) {
+    if (!rf->is_object()) fail("'response_format' must be an object", "response_format");
+    const std::string type = get_string(*rf, "type");
+    if (type == "json_object") {
+      found.push_back({GrammarKind::kJsonObject, "", "response_format"});
+    } else if (type == "json_schema") {
+      const json* js = field(*rf, "json_schema");
+      if (!js || !js->is_object())
+        fail("'response_format.json_schema' must be an object with a 'schema'", "response_format");
+      if (const json* strict = field(*js, "strict"); strict && !strict->is_boolean())
+        fail("'response_format.json_schema.strict' must be a boolean", "response_format");
+      if (const json* name = field(*js, "name"); name && !name->is_string())
+        fail("'response_format.json_schema.name' must be a string", "response_format");
+      // Without a schema (OpenAI makes it optional), any JSON object.
+      if (!field(*js, "schema"))
+        found.push_back({GrammarKind::kJsonObject, "", "response_format"});
+      else
+        found.push_back({GrammarKind::kJsonSchema,
+                         schema_text(text, {"response_format", "json_schema", "schema"}, "response_format.json_schema.schema"),
+                         "response_format"});
+    } else if (type != "text") {
+      fail("'response_format.type' is '" + type + "'; it must be 'text', 'json_object' or 'json_schema'",
+           "response_format");
+    }
+  }
+  if (const json* so = field(body, "structured_outputs")) {
+    if (!so->is_object()) fail("'structured_outputs' must be an object", "structured_outputs");
+    for (const auto& [key, v] : so->items()) {
+      if (v.is_null()) continue;
+      const std::string param = "structured_outputs." + key;
+      if (key == "json") {
+        found.push_back({GrammarKind::kJsonSchema, schema_text(text, {"structured_outputs", "json"}, param), param});
+      } else if (key == "regex") {
+        found.push_back({GrammarKind::kRegex, grammar_string(v, param), param});
+      } else if (key == "choice") {
+        found.push_back(choice_constraint(v, param));
+      } else if (key == "grammar") {
+        std::string g = grammar_string(v, param);
+        const GrammarKind kind = lark_or_gbnf(g);
+        found.push_back({kind, std::move(g), param});
+      } else if (key == "json_object") {
+        if (!v.is_boolean()) fail("'" + param + "' must be a boolean", param);
+        if (v.get<bool>()) found.push_back({GrammarKind::kJsonObject, "", param});
+      } else if (key == "disable_any_whitespace") {
+        if (!v.is_boolean()) fail("'" + param + "' must be a boolean", param);
+        no_whitespace = v.get<bool>();
+      } else if (key == "backend" || key == "disable_fallback" || key == "disable_additional_properties") {
+        // Choices among vLLM's engines; inferd has one (llguidance).
+      } else {
+        fail("'" + param + "' is not supported", param);
+      }
+    }
+  }
+  if (field(body, "guided_json"))
+    found.push_back({GrammarKind::kJsonSchema, schema_text(text, {"guided_json"}, "guided_json"), "guided_json"});
+  if (const json* v = field(body, "guided_regex"))
+    found.push_back({GrammarKind::kRegex, grammar_string(*v, "guided_regex"), "guided_regex"});
+  if (const json* v = field(body, "guided_choice")) found.push_back(choice_constraint(*v, "guided_choice"));
+  if (const json* v = field(body, "guided_grammar")) {
+    std::string g = grammar_string(*v, "guided_grammar");
+    const GrammarKind kind = lark_or_gbnf(g);
+    found.push_back({kind, std::move(g), "guided_grammar"});
+  }
+  if (field(body, "guided_whitespace_pattern"))
+    fail("'guided_whitespace_pattern' is not supported", "guided_whitespace_pattern");
+  (void)get_string(body, "guided_decoding_backend");  // accepted, unused (one engine)
+  // llama-server's fields.
+  if (field(body, "json_schema"))
+    found.push_back({GrammarKind::kJsonSchema, schema_text(text, {"json_schema"}, "json_schema"), "json_schema"});
+  if (const json* v = field(body, "grammar"))
+    found.push_back({GrammarKind::kGbnf, grammar_string(*v, "grammar"), "grammar"});
+
+  if (found.size() > 1)
+    fail("only one structured output constraint is allowed per request; got '" + found[0].param + "' and '" +
+             found[1].param + "'",
+         found[1].param);
+  if (found.empty()) return;
+  r.structured = std::move(found[0]);
+  StructuredOutputRequest& so = *r.structured;
+  if (no_whitespace && (so.kind == GrammarKind::kJsonSchema || so.kind == GrammarKind::kJsonObject)) {
+    // JSON with no whitespace between tokens, through llguidance's own option.
+    nlohmann::ordered_json schema = so.kind == GrammarKind::kJsonObject
+                                        ? nlohmann::ordered_json{{"type", "object"}}
+                                        : nlohmann::ordered_json::parse(so.text);
+    if (schema.is_boolean()) schema = nlohmann::ordered_json::object();
+    if (schema.is_object() && !schema.contains("x-guidance")) {
+      schema["x-guidance"] = {{"whitespace_flexible", false}};
+      so.kind = GrammarKind::kJsonSchema;
+      so.text = schema.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    }
+  }
+}
+
 }  // namespace
 
 std::string error_json(const ApiError& e) {
@@ -276,6 +422,7 @@ ParseResult parse_completion_request(std::string_view text, const ProtocolLimits
     GenerationRequest r;
     parse_common(body, r, limits);
     parse_max_tokens(body, "max_tokens", r);
+    parse_structured(body, text, r);
 
     const json* prompt = field(body, "prompt");
     if (!prompt) fail("'prompt' is required", "prompt");
@@ -325,6 +472,7 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
     parse_common(body, r, limits);
     parse_max_tokens(body, "max_tokens", r);
     parse_max_tokens(body, "max_completion_tokens", r);  // the newer name wins
+    parse_structured(body, text, r);
 
     const json* messages = field(body, "messages");
     if (!messages) fail("'messages' is required", "messages");
@@ -361,10 +509,6 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
     }
     if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
       fail("'tools' is not supported", "tools");
-    if (const json* rf = field(body, "response_format")) {
-      if (!rf->is_object() || get_string(*rf, "type") != "text")
-        fail("'response_format' other than {\"type\": \"text\"} is not supported", "response_format");
-    }
     r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
     if (const json* kw = field(body, "chat_template_kwargs")) {
       if (!kw->is_object()) fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");

@@ -14,6 +14,7 @@
 
 #include "chat/chat_template.h"
 #include "sampling/sampler.h"
+#include "structured/grammar.h"
 
 namespace inferd::server {
 
@@ -43,6 +44,19 @@ struct ProtocolLimits {
   size_t max_prompts = 64;     // prompts in one /v1/completions request
 };
 
+// A structured-output constraint as the request gave it; compiled later (off
+// the I/O threads) by the server's GrammarCompiler. Fields that give one:
+// response_format (json_object, json_schema), vLLM's structured_outputs
+// (json, regex, choice, grammar, json_object) and its older guided_json,
+// guided_regex, guided_choice, guided_grammar, and llama-server's json_schema
+// and grammar (GBNF). vLLM's grammar fields take Lark, or GBNF when the text
+// has GBNF's "::=".
+struct StructuredOutputRequest {
+  GrammarKind kind = GrammarKind::kJsonObject;
+  std::string text;   // a JSON schema's text (key order kept), a regex, a grammar
+  std::string param;  // the request field it came from (named in errors)
+};
+
 struct GenerationRequest {
   bool chat = false;
   std::string model;                  // empty: the served model
@@ -60,6 +74,7 @@ struct GenerationRequest {
   bool ignore_eos = false;
   int32_t logprobs = -1;                // alternatives per token; -1: no logprobs
   std::string cache_salt;
+  std::optional<StructuredOutputRequest> structured;  // at most one constraint
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

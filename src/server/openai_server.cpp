@@ -34,6 +34,7 @@ struct PreparedGeneration {
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> prompt_texts;  // for the log (log_prompts)
   std::vector<int64_t> max_tokens;        // per prompt
+  std::shared_ptr<const CompiledGrammar> grammar;  // structured output, compiled (shared by every choice)
 };
 
 namespace {
@@ -249,6 +250,13 @@ void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTempla
   model_ = &model;
   engine_ = &engine;
   template_ = std::move(tmpl);
+  // Structured outputs: the vocabulary as llguidance sees it, built once.
+  if (auto gt = GrammarTokenizer::create(model.tokenizer())) {
+    grammars_ = std::make_unique<GrammarCompiler>(std::move(*gt));
+  } else {
+    grammar_error_ = gt.error().message;
+    spdlog::warn("structured outputs are unavailable: {}", grammar_error_);
+  }
   ready_.store(true);
 }
 
@@ -328,8 +336,10 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
     const EngineStats stats = engine_->stats();
     const int64_t not_yet_scheduled =
         std::max<int64_t>(0, unfinished_.load() - stats.scheduler.num_running - stats.scheduler.num_waiting);
+    const std::optional<GrammarCompilerStats> grammar_stats =
+        grammars_ ? std::optional(grammars_->stats()) : std::nullopt;
     co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
-                        metrics_.render(stats, not_yet_scheduled));
+                        metrics_.render(stats, not_yet_scheduled, grammar_stats ? &*grammar_stats : nullptr));
   } else if (path == "/tokenize" || path == "/detokenize") {
     const std::string& body = ex.request().body();
     const bool to_ids = path == "/tokenize";
@@ -462,6 +472,14 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
     }
   }
 
+  // ---- the structured-output constraint, compiled (or found in the cache) ----
+  if (req.structured) {
+    if (!grammars_) return bad_request("structured outputs are unavailable: " + grammar_error_, req.structured->param);
+    auto compiled = grammars_->compile(req.structured->kind, req.structured->text);
+    if (!compiled) return bad_request(compiled.error().message, req.structured->param);
+    pg.grammar = std::move(*compiled);
+  }
+
   // ---- the context length ----
   const int64_t max_model_len = engine_->config().max_model_len;
   for (const std::vector<int32_t>& prompt : pg.prompts) {
@@ -503,6 +521,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.ignore_eos = req.ignore_eos;
       gp.logprobs = req.logprobs;
       gp.cache_salt = req.cache_salt;
+      gp.grammar = pg.grammar;  // each choice gets its own matcher
       if (options_.log_prompts) {
         std::lock_guard<std::mutex> log_lock(log_mu_);
         prompt_log_[gp.request_id] = pg.prompt_texts[p].substr(0, options_.max_log_len);

@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -103,6 +104,8 @@ class OpenAIServer {
   Model* model_ = nullptr;
   Engine* engine_ = nullptr;
   std::optional<ChatTemplate> template_;
+  std::unique_ptr<GrammarCompiler> grammars_;  // structured outputs; null if the vocabulary was refused
+  std::string grammar_error_;                  // why grammars_ is null
   ServingMetrics metrics_;
   std::atomic<int64_t> unfinished_{0};  // requests added and not yet finished
 
