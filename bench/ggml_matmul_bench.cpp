@@ -40,8 +40,8 @@ double now_s() {
 }
 
 bool parse_type(const std::string& s, DType* t) {
-  for (DType c : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K, DType::F16, DType::F32}) {
+  for (DType c : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q2_K, DType::Q3_K,
+                  DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16, DType::BF16, DType::F32}) {
     if (s == dtype_name(c)) {
       *t = c;
       return true;

@@ -198,9 +198,9 @@ TEST(KernelsGgmlOrderTiles, MatchScalarAtEveryShape) {
                                   {"repack gemm", k.repack_gemm_tile, want_k.repack_gemm_tile}};
           for (const Order& o : orders) {
             const bool vec_dot = std::string(o.name) == "vec_dot";
-            // The vec_dot order is GGML's for Q6_K only (the scalar table has
-            // no tile for it: its vec_dot per pair).
-            if (o.got == nullptr || (vec_dot && t != DType::Q6_K) || (!vec_dot && o.want == nullptr)) continue;
+            // The vec_dot order: the scalar table has no tile for it, its
+            // vec_dot per pair.
+            if (o.got == nullptr || (!vec_dot && o.want == nullptr)) continue;
             for (int nr : {1, 7, 8, 9, 16, 17, 25}) {
               for (int nt : {1, 2, 3, 5, 8, 9, 33, 64, 70}) {
                 for (bool rows_inner : {true, false}) {
@@ -283,6 +283,77 @@ TEST(KernelsGgmlOrderTiles, SymmetricTilesMatchScalarVecDot) {
                         << dtype_name(t) << " n=" << n << (extreme ? " extreme" : "") << " tile " << nr << "x" << nt
                         << " row " << r << " token " << tk << " at " << level_name(level);
                     ASSERT_EQ(bits_of(k.vec_dot(n, a.data() + r * as, b.data() + tk * bs)), bits_of(want));
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Q5_1's tiles (GGML's vec_dot order at every step size) and the float
+// weights' tinyBLAS tiles of every level against the scalar table, at tile
+// shapes past the 4-row and 3-token register blocks, rows whose length is not
+// a multiple of the kernels' steps (Q5_1: odd block counts; floats: 8-element
+// steps with and without a 32-element remainder), and extreme values.
+TEST(KernelsGgmlOrderTiles, Q5_1AndFloatTilesMatchScalar) {
+  std::mt19937 rng(6);
+  const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
+  const int max_rows = 11, max_tokens = 8;
+  for (DType t : {DType::Q5_1, DType::F32, DType::F16, DType::BF16}) {
+    const bool q = t == DType::Q5_1;
+    for (const int64_t n : q ? std::vector<int64_t>{32, 96, 1056} : std::vector<int64_t>{8, 24, 40, 1040}) {
+      for (bool extreme : {false, true}) {
+        const DType at = vec_dot_type(t);
+        const size_t as = row_bytes(t, n), bs = row_bytes(at, n);
+        std::vector<uint8_t> a(as * max_rows), b(bs * max_tokens);
+        for (int r = 0; r < max_rows; ++r) {
+          std::vector<float> x = random_floats(rng, n, 0.1f);
+          if (extreme && r % 2 == 0) {
+            for (int64_t i = 0; i < n; ++i) x[i] = (i % 3 == 0) ? 6e4f : -1e-7f * static_cast<float>(i);
+          }
+          ref::quantize_row(t, x.data(), a.data() + r * as, n);
+        }
+        for (int tok = 0; tok < max_tokens; ++tok) {
+          std::vector<float> x = random_floats(rng, n);
+          if (extreme && tok % 2 == 0) {
+            for (int64_t i = 0; i < n; ++i) x[i] = (i % 5 == 0) == (tok % 4 == 0) ? 2.0f : -2.0f;
+          }
+          ref::quantize_row(at, x.data(), b.data() + tok * bs, n);
+        }
+        const TypeKernels& want_k = scalar.type[static_cast<uint32_t>(t)];
+        for (SimdLevel level : runnable_levels()) {
+          const TypeKernels& k = build_kernel_table(level).type[static_cast<uint32_t>(t)];
+          for (bool tinyblas : {false, true}) {
+            if (tinyblas && q) continue;
+            const GemmTileFn got_fn = tinyblas ? k.tinyblas_tile : k.gemm_tile;
+            ASSERT_TRUE(!tinyblas || (got_fn != nullptr && want_k.tinyblas_tile != nullptr)) << dtype_name(t);
+            for (int nr : {1, 3, 4, 5, 8, 11}) {
+              for (int nt : {1, 2, 3, 4, 7, 8}) {
+                std::vector<float> got(static_cast<size_t>(max_rows) * max_tokens, NAN), want = got;
+                if (tinyblas) {
+                  got_fn(n, a.data(), as, nr, b.data(), bs, nt, got.data(), 1, max_rows);
+                  want_k.tinyblas_tile(n, a.data(), as, nr, b.data(), bs, nt, want.data(), 1, max_rows);
+                } else {
+                  for (int r = 0; r < nr; ++r) {
+                    for (int tk = 0; tk < nt; ++tk) {
+                      const uint8_t* ar = a.data() + r * as;
+                      const uint8_t* bt = b.data() + tk * bs;
+                      want[tk * max_rows + r] = want_k.vec_dot(n, ar, bt);
+                      if (got_fn == nullptr) got[tk * max_rows + r] = k.vec_dot(n, ar, bt);
+                    }
+                  }
+                  if (got_fn != nullptr) got_fn(n, a.data(), as, nr, b.data(), bs, nt, got.data(), 1, max_rows);
+                }
+                for (int r = 0; r < nr; ++r) {
+                  for (int tk = 0; tk < nt; ++tk) {
+                    ASSERT_EQ(bits_of(got[tk * max_rows + r]), bits_of(want[tk * max_rows + r]))
+                        << dtype_name(t) << (tinyblas ? " tinyBLAS" : " vec_dot") << " n=" << n
+                        << (extreme ? " extreme" : "") << " tile " << nr << "x" << nt << " row " << r << " token "
+                        << tk << " at " << level_name(level);
                   }
                 }
               }

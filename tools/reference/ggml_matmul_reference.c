@@ -161,18 +161,18 @@ static int load_rows(const char* dir, const char* file, const char* tensor, stru
   return 1;
 }
 
-static void random_rows(enum ggml_type type, int cols, uint32_t seed, struct Case* c) {
+static void random_rows(enum ggml_type type, int rows, int cols, uint32_t seed, struct Case* c) {
   c->type = type;
-  c->rows = kRandomRows;
+  c->rows = rows;
   c->cols = cols;
-  float* src = malloc(sizeof(float) * kRandomRows * cols);
-  for (int r = 0; r < kRandomRows; ++r) {
+  float* src = malloc(sizeof(float) * rows * cols);
+  for (int r = 0; r < rows; ++r) {
     make_activations(seed + 7777u, r, cols, src + (size_t)r * cols);
     for (int i = 0; i < cols; ++i) src[(size_t)r * cols + i] *= 0.02f * (1 + r % 3);
   }
-  c->wbytes = ggml_row_size(type, cols) * kRandomRows;
+  c->wbytes = ggml_row_size(type, cols) * rows;
   c->w = malloc(c->wbytes);
-  ggml_quantize_chunk(type, src, c->w, 0, kRandomRows, cols, NULL);
+  ggml_quantize_chunk(type, src, c->w, 0, rows, cols, NULL);
   free(src);
 }
 
@@ -219,7 +219,26 @@ int main(int argc, char** argv) {
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, "random.%s", ggml_type_name(rnd[i]));
     c->seed = 200 + (uint32_t)i;
-    random_rows(rnd[i], 512, c->seed, c);
+    random_rows(rnd[i], kRandomRows, 512, c->seed, c);
+  }
+  // Appended later (the cases above keep their content): longer rows, and row
+  // counts that keep Q4_K out of the repack buffer (rows % 8 != 0), so its
+  // vec_dot and tiled orders are checked too.
+  static const struct {
+    enum ggml_type type;
+    int rows, cols;
+  } more[] = {
+      {GGML_TYPE_Q4_K, 12, 1024}, {GGML_TYPE_Q5_K, 16, 2048}, {GGML_TYPE_Q5_K, 11, 1280},
+      {GGML_TYPE_Q2_K, 13, 1536}, {GGML_TYPE_Q3_K, 13, 1536}, {GGML_TYPE_Q6_K, 13, 1536},
+      {GGML_TYPE_Q5_1, 13, 1056}, {GGML_TYPE_Q4_0, 12, 1056}, {GGML_TYPE_F16, 13, 1040},
+      {GGML_TYPE_BF16, 13, 1040}, {GGML_TYPE_F32, 13, 1040},
+  };
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i) {
+    struct Case* c = &cases[nc++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "random.%s.%dx%d", ggml_type_name(more[i].type), more[i].rows, more[i].cols);
+    c->seed = 300 + (uint32_t)i;
+    random_rows(more[i].type, more[i].rows, more[i].cols, c->seed, c);
   }
 
   FILE* out = fopen(argv[2], "wb");

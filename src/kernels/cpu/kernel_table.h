@@ -80,8 +80,11 @@ struct TypeKernels {
   // it has none (matmul.h, matmul_rows_ggml, says which runs when):
   //   tiled_tile   its tiled K-quant matmul, steps of 8 tokens or more;
   //   repack_tile  its CPU repack gemv (Q4_K in 8-row interleaved blocks);
-  //   repack_gemm_tile  its CPU repack gemm, which takes the tokens in fours.
+  //   repack_gemm_tile  its CPU repack gemm, which takes the tokens in fours;
+  //   tinyblas_tile  llamafile's tinyBLAS on float weights (F32/F16/BF16),
+  //                  steps of 2 tokens or more where it takes the shape.
   GemmTileFn tiled_tile = nullptr;
+  GemmTileFn tinyblas_tile = nullptr;
   GemmTileFn repack_tile = nullptr;
   GemmTileFn repack_gemm_tile = nullptr;
   // Row-interleaved weights (packed_layout.h); null where the type has none.

@@ -103,9 +103,12 @@ void repacked_q4k_rows_with(const KernelTable& table, const RepackedQ4K& w, cons
   const int64_t rows = w.rows();
   // Runs of consecutive tokens in the same order, each in one call.
   for (int64_t t0 = 0; t0 < n_tokens;) {
-    const bool gemm = ggml_order_for(DType::Q4_K, rows, places[t0]) == GgmlOrder::kRepackGemm;
+    auto is_gemm = [&](int64_t t) {
+      return ggml_order_for(DType::Q4_K, rows, w.cols(), places[t]) == GgmlOrder::kRepackGemm;
+    };
+    const bool gemm = is_gemm(t0);
     int64_t t1 = t0 + 1;
-    while (t1 < n_tokens && (ggml_order_for(DType::Q4_K, rows, places[t1]) == GgmlOrder::kRepackGemm) == gemm) ++t1;
+    while (t1 < n_tokens && is_gemm(t1) == gemm) ++t1;
     table.q4k_groups(w.group(r0 / 8), (r1 - r0) / 8, w.cols(), act + t0 * act_row, act_row, t1 - t0, gemm,
                      y + t0 * ldy + r0, static_cast<size_t>(ldy));
     t0 = t1;

@@ -168,7 +168,11 @@ bool ggml_repacked(DType wtype, int64_t rows) {
   return wtype == DType::Q4_K && rows % 8 == 0;
 }
 
-GgmlOrder ggml_order_for(DType wtype, int64_t rows, TokenPlace place) {
+GgmlOrder ggml_order_for(DType wtype, int64_t rows, int64_t cols, TokenPlace place) {
+  // llamafile_sgemm on AVX2: float weights from 2 tokens, when its 4-row tiles
+  // and 8-element steps fit the matrix (it declines otherwise, and vec_dot runs).
+  if (wtype == DType::F32 || wtype == DType::F16 || wtype == DType::BF16)
+    return place.chunk >= 2 && rows % 4 == 0 && cols % 8 == 0 ? GgmlOrder::kTinyBlas : GgmlOrder::kVecDot;
   if (ggml_repacked(wtype, rows))
     return place.index < place.chunk - place.chunk % 4 ? GgmlOrder::kRepackGemm : GgmlOrder::kRepackGemv;
   // ggml_compute_forward_mul_mat_tiled: K-quants outside that buffer, 8 tokens or more.
@@ -191,7 +195,7 @@ void matmul_quantize_rows_ggml_with(const KernelTable& table, DType wtype, int64
   for (int64_t t = t0; t < t1; ++t) {
     if (atype == DType::F32) {
       std::memcpy(act + t * row, x + t * cols, row);
-    } else if (ggml_order_for(wtype, rows, places[t]) == GgmlOrder::kRepackGemm) {
+    } else if (ggml_order_for(wtype, rows, cols, places[t]) == GgmlOrder::kRepackGemm) {
       // The repacked gemm's tokens are quantized in fours (ggml_quantize_mat_q8_K_4x8).
       table.quantize_q8_k_x4(x + t * cols, act + t * row, cols);
     } else if (atype == DType::Q8_0) {
@@ -217,14 +221,15 @@ void matmul_rows_ggml_with(const KernelTable& table, DType wtype, const void* W,
   // over the rows (a batch of decoding sequences is one run: the weights are
   // read once for all of them).
   for (int64_t t0 = 0; t0 < n_tokens;) {
-    const GgmlOrder order = ggml_order_for(wtype, rows, places[t0]);
+    const GgmlOrder order = ggml_order_for(wtype, rows, cols, places[t0]);
     int64_t t1 = t0 + 1;
-    while (t1 < n_tokens && ggml_order_for(wtype, rows, places[t1]) == order) ++t1;
+    while (t1 < n_tokens && ggml_order_for(wtype, rows, cols, places[t1]) == order) ++t1;
     GemmTileFn gemm = wk.gemm_tile;
     switch (order) {
       case GgmlOrder::kRepackGemm: gemm = wk.repack_gemm_tile; break;
       case GgmlOrder::kRepackGemv: gemm = wk.repack_tile; break;
       case GgmlOrder::kTiled: gemm = wk.tiled_tile; break;
+      case GgmlOrder::kTinyBlas: gemm = wk.tinyblas_tile; break;
       case GgmlOrder::kVecDot: break;
     }
     const Job job{&wk, gemm, static_cast<const uint8_t*>(W), row_bytes(wtype, cols), act + t0 * act_row, act_row,

@@ -58,8 +58,9 @@ enum class GgmlOrder {
   kTiled,       // its tiled K-quant matmul: Q2_K..Q6_K outside the repack buffer, chunks of 8 tokens or more
   kRepackGemm,  // its repacked gemm (Q4_K, rows % 8 == 0): a chunk's first chunk - chunk % 4 tokens
   kRepackGemv,  // its repacked gemv: the rest of the chunk
+  kTinyBlas,    // tinyBLAS on F32/F16/BF16: chunks of 2+ tokens, rows % 4 == 0, cols % 8 == 0
 };
-GgmlOrder ggml_order_for(DType wtype, int64_t rows, TokenPlace place);
+GgmlOrder ggml_order_for(DType wtype, int64_t rows, int64_t cols, TokenPlace place);
 // Whether llama.cpp puts such a weight in its CPU repack buffer (its input is
 // then quantized its own way for some tokens).
 bool ggml_repacked(DType wtype, int64_t rows);

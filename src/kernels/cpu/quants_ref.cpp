@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
@@ -110,6 +111,13 @@ int nearest_int(float v) {
 }
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
+
+// GGML's horizontal sum of eight float lanes (hsum_float_8 / tinyBLAS hsum):
+// upper half onto lower half, then pairs two apart, then the last two.
+float hsum8(const float* a) {
+  const float s0 = a[4] + a[0], s1 = a[5] + a[1], s2 = a[6] + a[2], s3 = a[7] + a[3];
+  return (s0 + s2) + (s1 + s3);
+}
 
 // ---- legacy 32-element formats -------------------------------------------
 
@@ -376,36 +384,6 @@ void dequantize_k(const void* src, float* y, int64_t n) {
   }
 }
 
-template <class Block>
-float vec_dot_k(int64_t n, const void* va, const void* vb) {
-  const Block* x = static_cast<const Block*>(va);
-  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
-  KUnpacked u;
-  float sumf = 0.0f;
-  for (int64_t i = 0; i < n / kQK_K; ++i) {
-    unpack(x[i], u);
-    const int gsize = kQK_K / u.groups;
-    int32_t isum = 0, msum = 0;
-    for (int g = 0; g < u.groups; ++g) {
-      int32_t dot = 0, q8sum = 0;
-      for (int e = g * gsize; e < (g + 1) * gsize; ++e) dot += u.q[e] * y[i].qs[e];
-      for (int s = g * gsize / 16; s < (g + 1) * gsize / 16; ++s) q8sum += y[i].bsums[s];
-      isum += u.scale[g] * dot;
-      msum += u.min[g] * q8sum;
-    }
-    sumf += (u.d * y[i].d) * static_cast<float>(isum) -
-            (u.dmin * y[i].d) * static_cast<float>(msum);
-  }
-  return sumf;
-}
-
-// GGML's horizontal sum of eight float lanes (hsum_float_8 / tinyBLAS hsum):
-// upper half onto lower half, then pairs two apart, then the last two.
-float hsum8(const float* a) {
-  const float s0 = a[4] + a[0], s1 = a[5] + a[1], s2 = a[6] + a[2], s3 = a[7] + a[3];
-  return (s0 + s2) + (s1 + s3);
-}
-
 // Q6_K . Q8_K in the order of GGML's AVX2 ggml_vec_dot_q6_K_q8_K (what
 // llama.cpp runs for steps of fewer than 8 tokens): eight int32 lanes, lane L
 // holding elements 4L..4L+3 of each 32-element run times that run's sub-block
@@ -431,6 +409,66 @@ float vec_dot_q6_k_lanes(int64_t n, const void* va, const void* vb) {
       acc[L] = std::fma(static_cast<float>(lane), d, acc[L]);
     }
   }
+  return hsum8(acc);
+}
+
+// Q2_K..Q5_K . Q8_K in the orders of GGML's AVX2 ggml_vec_dot_q{2,3,4,5}_K_q8_K
+// (what llama.cpp runs on these weights outside the repack buffer for steps of
+// fewer than 8 tokens). All keep eight int32 lanes per super-block, lane L
+// holding elements 4L..4L+3 of each 32-element run times that element's
+// sub-block scale (true signed quants: the integers are exact), and
+// acc[L] = fma(dy * d, float(lane), acc[L]). They differ in where the mins go
+// (dmin' = -dy * dmin, as GGML negates it):
+//   Q2_K  first, per lane: acc[L] = fma(dmin', float(min[2L] * bsum[2L] +
+//         min[2L+1] * bsum[2L+1]), acc[L]); result hsum8(acc)
+//   Q3_K  none; result hsum8(acc)
+//   Q4_K  four lanes of their own: m[k] = fma(dmin', float(min[2k] * S[2k] +
+//         min[2k+1] * S[2k+1]), m[k]), S[j] the activation sum of 32-run j;
+//         result hsum8(acc) + ((m0 + m2) + (m1 + m3))
+//   Q5_K  one float: s = fma(dmin', float(sum_j min[j] * S[j]), s) (GCC fuses
+//         GGML's `summs += dmin * msum`); result hsum8(acc) + s
+template <class Block>
+float vec_dot_k_lanes(int64_t n, const void* va, const void* vb) {
+  const Block* x = static_cast<const Block*>(va);
+  const BlockQ8_K* y = static_cast<const BlockQ8_K*>(vb);
+  constexpr bool kQ2 = std::is_same_v<Block, BlockQ2_K>, kQ4 = std::is_same_v<Block, BlockQ4_K>;
+  constexpr bool kQ5 = std::is_same_v<Block, BlockQ5_K>;
+  KUnpacked u;
+  float acc[8] = {}, accm[4] = {}, summs = 0.0f;
+  for (int64_t i = 0; i < n / kQK_K; ++i) {
+    unpack(x[i], u);
+    const int gsize = kQK_K / u.groups;
+    const float d = y[i].d * u.d, dmin = -y[i].d * u.dmin;
+    int32_t S[8];  // activation sums per 32-run
+    for (int j = 0; j < 8; ++j) S[j] = y[i].bsums[2 * j] + y[i].bsums[2 * j + 1];
+    if constexpr (kQ2) {
+      for (int L = 0; L < 8; ++L) {
+        const int32_t m = u.min[2 * L] * y[i].bsums[2 * L] + u.min[2 * L + 1] * y[i].bsums[2 * L + 1];
+        acc[L] = std::fma(dmin, static_cast<float>(m), acc[L]);
+      }
+    } else if constexpr (kQ4) {
+      for (int k = 0; k < 4; ++k) {
+        const int32_t m = u.min[2 * k] * S[2 * k] + u.min[2 * k + 1] * S[2 * k + 1];
+        accm[k] = std::fma(dmin, static_cast<float>(m), accm[k]);
+      }
+    } else if constexpr (kQ5) {
+      int32_t m = 0;
+      for (int j = 0; j < 8; ++j) m += u.min[j] * S[j];
+      summs = std::fma(dmin, static_cast<float>(m), summs);
+    }
+    for (int L = 0; L < 8; ++L) {
+      int32_t lane = 0;
+      for (int k = 0; k < 8; ++k) {
+        const int e0 = 32 * k + 4 * L;
+        int32_t dot = 0;
+        for (int e = e0; e < e0 + 4; ++e) dot += u.q[e] * y[i].qs[e];
+        lane += u.scale[e0 / gsize] * dot;
+      }
+      acc[L] = std::fma(d, static_cast<float>(lane), acc[L]);
+    }
+  }
+  if constexpr (kQ4) return hsum8(acc) + ((accm[0] + accm[2]) + (accm[1] + accm[3]));
+  if constexpr (kQ5) return hsum8(acc) + summs;
   return hsum8(acc);
 }
 
@@ -726,45 +764,97 @@ float vec_dot_q4_1(int64_t n, const void* va, const void* vb) {
   return sumf;
 }
 
+// Q5_1 . Q8_1 in GGML's order (AVX2 ggml_vec_dot_q5_1_q8_1, which llama.cpp
+// runs for every step: tinyBLAS takes no Q5_1): eight float lanes, lane j
+// holding the integer dot of elements 4j..4j+3 of each block,
+// lane += float(dot) * (dx * dy) by fma, and the offsets in one float,
+// s = fma(m, s_y, s) (GCC fuses GGML's `summs += m * s`); hsum8(lanes) + s.
 float vec_dot_q5_1(int64_t n, const void* va, const void* vb) {
   const BlockQ5_1* x = static_cast<const BlockQ5_1*>(va);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vb);
-  float sumf = 0.0f;
+  float acc[8] = {}, summs = 0.0f;
   for (int64_t i = 0; i < n / kQK; ++i) {
-    int sumi = 0;
-    for (int j = 0; j < kQK; ++j) sumi += q5_value(x[i].qs, x[i].qh, j) * y[i].qs[j];
-    sumf += (fp16(x[i].d) * fp16(y[i].d)) * static_cast<float>(sumi) + fp16(x[i].m) * fp16(y[i].s);
+    summs = std::fma(fp16(x[i].m), fp16(y[i].s), summs);
+    const float d = fp16(x[i].d) * fp16(y[i].d);
+    for (int j = 0; j < 8; ++j) {
+      int32_t dot = 0;
+      for (int e = 4 * j; e < 4 * j + 4; ++e) dot += q5_value(x[i].qs, x[i].qh, e) * y[i].qs[e];
+      acc[j] = std::fma(static_cast<float>(dot), d, acc[j]);
+    }
   }
-  return sumf;
+  return hsum8(acc) + summs;
 }
 
 float vec_dot_q8_0(int64_t n, const void* va, const void* vb) {
   return vec_dot_symmetric_lanes<BlockQ8_0, value_q8_0>(n, va, vb);
 }
 
-// Float dot products accumulate in double, as GGML's scalar path does.
+// Float dot products in the orders of GGML's AVX2 build (the activations
+// already in the weight's type, as GGML converts them first).
+//
+// ggml_vec_dot_f32 / _f16 (one-token steps, and every step when tinyBLAS
+// declines): four accumulators of 8 lanes over 32-element steps, acc[j] =
+// fma(x, y, acc[j]) for elements 32i + 8j + lane; folded (0+2) + (1+3), the
+// lanes summed as GGML_F32x8_REDUCE ends (t[l] = v[l] + v[l+4], then
+// (t0+t1) + (t2+t3)); elements past the last whole step follow, for F32 as
+// s += x * y in float, the product rounded (not fused: GGML's build does not
+// contract it; this file is compiled without FMA), for F16 in double.
+// ggml_vec_dot_bf16: the same four accumulators (GCC fuses its mul + add),
+// folded the same way but summed as hsum8, then the rest in double.
+template <class T, float (*Load)(T), bool kHsum8, bool kTailDouble>
+float vec_dot_float_lanes(int64_t n, const void* va, const void* vb) {
+  const T* a = static_cast<const T*>(va);
+  const T* b = static_cast<const T*>(vb);
+  float acc[4][8] = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 8; ++l) acc[j][l] = std::fma(Load(a[i + 8 * j + l]), Load(b[i + 8 * j + l]), acc[j][l]);
+    }
+  }
+  float v[8];
+  for (int l = 0; l < 8; ++l) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+  float sum;
+  if (kHsum8) {
+    sum = hsum8(v);
+  } else {
+    float t[4];
+    for (int l = 0; l < 4; ++l) t[l] = v[l] + v[l + 4];
+    sum = (t[0] + t[1]) + (t[2] + t[3]);
+  }
+  if (!kTailDouble) {
+    for (; i < n; ++i) sum += Load(a[i]) * Load(b[i]);
+    return sum;
+  }
+  double sumd = sum;
+  for (; i < n; ++i) sumd += static_cast<double>(Load(a[i]) * Load(b[i]));
+  return static_cast<float>(sumd);
+}
+float load_f32(float v) { return v; }
+float load_f16(uint16_t v) { return f16_to_f32(v); }
+float load_bf16(uint16_t v) { return bf16_to_f32(v); }
 float vec_dot_f32(int64_t n, const void* va, const void* vb) {
-  const float* a = static_cast<const float*>(va);
-  const float* b = static_cast<const float*>(vb);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(a[i] * b[i]);
-  return static_cast<float>(sum);
+  return vec_dot_float_lanes<float, load_f32, false, false>(n, va, vb);
 }
-
 float vec_dot_f16(int64_t n, const void* va, const void* vb) {
-  const uint16_t* a = static_cast<const uint16_t*>(va);
-  const uint16_t* b = static_cast<const uint16_t*>(vb);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(f16_to_f32(a[i]) * f16_to_f32(b[i]));
-  return static_cast<float>(sum);
+  return vec_dot_float_lanes<uint16_t, load_f16, false, true>(n, va, vb);
+}
+float vec_dot_bf16(int64_t n, const void* va, const void* vb) {
+  return vec_dot_float_lanes<uint16_t, load_bf16, true, true>(n, va, vb);
 }
 
-float vec_dot_bf16(int64_t n, const void* va, const void* vb) {
-  const uint16_t* a = static_cast<const uint16_t*>(va);
-  const uint16_t* b = static_cast<const uint16_t*>(vb);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(bf16_to_f32(a[i]) * bf16_to_f32(b[i]));
-  return static_cast<float>(sum);
+// tinyBLAS on AVX2 (llamafile_sgemm, which llama.cpp runs on F32/F16/BF16
+// weights for steps of two tokens or more when rows % 4 == 0 and n % 8 == 0):
+// one accumulator of 8 lanes, acc = fma(a, b, acc) per 8 elements, hsum8.
+template <class T, float (*Load)(T)>
+float dot_tinyblas(int64_t n, const void* va, const void* vb) {
+  const T* a = static_cast<const T*>(va);
+  const T* b = static_cast<const T*>(vb);
+  float acc[8] = {};
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] = std::fma(Load(a[i + l]), Load(b[i + l]), acc[l]);
+  }
+  return hsum8(acc);
 }
 
 // ---- dequantizers of the legacy formats ---------------------------------------
@@ -867,19 +957,19 @@ TypeKernels scalar_kernels(DType t) {
       k = {nullptr, nullptr, quantize_as<BlockQ8_1, quantize_q8_1, kQK>, dequantize_q8_1};
       break;
     case DType::Q2_K:
-      k = {vec_dot_k<BlockQ2_K>, nullptr, quantize_as<BlockQ2_K, quantize_q2_k, kQK_K>,
+      k = {vec_dot_k_lanes<BlockQ2_K>, nullptr, quantize_as<BlockQ2_K, quantize_q2_k, kQK_K>,
            dequantize_k<BlockQ2_K>};
       break;
     case DType::Q3_K:
-      k = {vec_dot_k<BlockQ3_K>, nullptr, quantize_as<BlockQ3_K, quantize_q3_k, kQK_K>,
+      k = {vec_dot_k_lanes<BlockQ3_K>, nullptr, quantize_as<BlockQ3_K, quantize_q3_k, kQK_K>,
            dequantize_k<BlockQ3_K>};
       break;
     case DType::Q4_K:
-      k = {vec_dot_k<BlockQ4_K>, nullptr, quantize_as<BlockQ4_K, quantize_q4_k, kQK_K>,
+      k = {vec_dot_k_lanes<BlockQ4_K>, nullptr, quantize_as<BlockQ4_K, quantize_q4_k, kQK_K>,
            dequantize_k<BlockQ4_K>};
       break;
     case DType::Q5_K:
-      k = {vec_dot_k<BlockQ5_K>, nullptr, quantize_as<BlockQ5_K, quantize_q5_k, kQK_K>,
+      k = {vec_dot_k_lanes<BlockQ5_K>, nullptr, quantize_as<BlockQ5_K, quantize_q5_k, kQK_K>,
            dequantize_k<BlockQ5_K>};
       break;
     case DType::Q6_K:
@@ -922,6 +1012,9 @@ void fill_scalar_kernels(KernelTable& table) {
   at(DType::Q4_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ4_K, true>>;
   at(DType::Q5_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ5_K, true>>;
   at(DType::Q6_K).tiled_tile = ref::tile_by_pairs<ref::dot_k_tiled<BlockQ6_K, false>>;
+  at(DType::F32).tinyblas_tile = ref::tile_by_pairs<ref::dot_tinyblas<float, ref::load_f32>>;
+  at(DType::F16).tinyblas_tile = ref::tile_by_pairs<ref::dot_tinyblas<uint16_t, ref::load_f16>>;
+  at(DType::BF16).tinyblas_tile = ref::tile_by_pairs<ref::dot_tinyblas<uint16_t, ref::load_bf16>>;
   at(DType::Q4_K).repack_tile = ref::tile_by_pairs<ref::dot_q4_k_x8>;
   at(DType::Q4_K).repack_gemm_tile = ref::tile_by_pairs<ref::dot_q4_k_x8_gemm>;
   table.quantize_q8_k_x4 = ref::quantize_as<BlockQ8_K, ref::quantize_q8_k<true>, kQK_K>;

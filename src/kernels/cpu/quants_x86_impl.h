@@ -106,9 +106,9 @@ inline const B& block_at(const uint8_t* row, int64_t i) {
 
 // Signed formats (Q4_0/Q5_0/Q8_0) follow GGML's order (ggml_vec_dot_*_q8_0 and
 // tinyBLAS_Q0_AVX, the same per pair): eight float lanes, one FMA per block,
-// block after block, hsum at the end. The unsigned-offset formats (Q4_1/Q5_1)
-// consume blocks in pairs (the two blocks' terms combined first, then added).
-// Same order in every tile.
+// block after block, hsum at the end; so does Q5_1 (KQ5_1). Q4_1's row kernel
+// consumes blocks in pairs (the two blocks' terms combined first, then added;
+// Linear runs Q4_1 packed, in GGML's order). Same order in every tile.
 
 // Signed weights (Q4_0/Q5_0/Q8_0) against Q8_0. The format's Unpack gives the
 // weights biased to unsigned bytes u = q + kBias. With VNNI each pair costs one
@@ -177,7 +177,7 @@ struct LegacySymmetric {
   }
 };
 
-// Unsigned weights x in [0, 31] with an offset m (Q4_1/Q5_1) against Q8_1:
+// Unsigned weights x in [0, 15] with an offset m (Q4_1) against Q8_1:
 // x.y = d*dy*sum(q*qy) + m*s, with s = dy*sum(qy) precomputed in the Q8_1 block.
 // (d, m) * (dy, s) is one vector multiply; lane 1 accumulates the m*s terms.
 struct LegacyAsymmetric {
@@ -280,14 +280,45 @@ struct KQ4_1 {
   }
 };
 
+// Q5_1 in GGML's order (ggml_vec_dot_q5_1_q8_1, quants_ref.cpp): eight lanes
+// of four products per block, acc = fma(lanes, dx * dy, acc); the offsets in
+// one float chain, s = fma(m, s_y, s); hsum(acc) + s. (d, m) times (dy, s_y)
+// as two-lane vectors: lane 0 of their product is dx * dy, lane 1 of an fma
+// onto accm is the offsets' chain (its lane 0 is never read).
 struct KQ5_1 {
   static constexpr int kMaxRows = 4;
   template <int NR, int NT>
   static void run(INFERD_TILE_ARGS) {
-    LegacyAsymmetric::run<NR, NT, BlockQ5_1>(INFERD_TILE_PASS, [](const BlockQ5_1& x) {
-      const __m256i high = _mm256_and_si256(bits_to_bytes(x.qh), _mm256_set1_epi8(0x10));
-      return _mm256_or_si256(unpack_nibbles(x.qs), high);
-    });
+    const int64_t nb = n / kQK;
+    __m256 acc[NR][NT];
+    __m128 accm[NR][NT];
+    for (int r = 0; r < NR; ++r) {
+      for (int t = 0; t < NT; ++t) acc[r][t] = _mm256_setzero_ps(), accm[r][t] = _mm_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      __m256i yq[NT];
+      __m128 ydm[NT];
+      for (int t = 0; t < NT; ++t) {
+        const BlockQ8_1& y = block_at<BlockQ8_1>(b + t * bs, i);
+        yq[t] = load256(y.qs), ydm[t] = load_f16_pair(&y.d);
+      }
+      for (int r = 0; r < NR; ++r) {
+        const BlockQ5_1& x = block_at<BlockQ5_1>(a + r * as, i);
+        const __m256i high = _mm256_and_si256(bits_to_bytes(x.qh), _mm256_set1_epi8(0x10));
+        const __m256i q = _mm256_or_si256(unpack_nibbles(x.qs), high);
+        const __m128 xdm = load_f16_pair(&x.d);
+        for (int t = 0; t < NT; ++t) {
+          accm[r][t] = _mm_fmadd_ps(xdm, ydm[t], accm[r][t]);
+          const __m256 d = _mm256_broadcastss_ps(_mm_mul_ps(xdm, ydm[t]));
+          acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_u8s8(q, yq[t])), d, acc[r][t]);
+        }
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      for (int t = 0; t < NT; ++t) {
+        out[r * ors + t * ots] = hsum(acc[r][t]) + _mm_cvtss_f32(_mm_movehdup_ps(accm[r][t]));
+      }
+    }
   }
 };
 
@@ -445,28 +476,121 @@ struct KQuantDriver {
       run_token_lanes<NT, Block, kOrder>(n, a, b, bs, out, unpack);
       return;
     }
+    // GGML's AVX2 vec_dot orders (quants_ref.cpp, vec_dot_k_lanes and
+    // vec_dot_q6_k_lanes): lane L of the isum holds elements 4L..4L+3 of each
+    // 32-run, as superblock_isum builds it; the mins go per format. Q4_K's
+    // four min lanes of two tokens share a vector (mins2), Q5_K's one min
+    // chain of up to four tokens one (lane t: token t), so that their
+    // horizontal integer sums share instructions.
+    static_assert(NT >= 1 && NT <= 4);
+    constexpr bool kQ2 = std::is_same_v<Block, BlockQ2_K>, kQ3 = std::is_same_v<Block, BlockQ3_K>;
+    constexpr bool kQ4 = std::is_same_v<Block, BlockQ4_K>, kQ5 = std::is_same_v<Block, BlockQ5_K>;
     const Block* x = static_cast<const Block*>(a);
     const int64_t nb = n / kQK_K;
     const BlockQ8_K* yr[NT];
     __m256 acc[NT];
+    __m256 mins2[(NT + 1) / 2];  // Q4_K: token 2u in the low half, 2u + 1 in the high
+    __m128 mins4 = _mm_setzero_ps();  // Q5_K
+    __m256i blk[4];  // Q5_K, one token: the last blocks' min products
+    float blk_dmin[4], summs1 = 0.0f;
     for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps(), yr[t] = yrow<BlockQ8_K>(b, bs, t);
-    __m256i q[8], sc[8];
+    for (int u = 0; u < (NT + 1) / 2; ++u) mins2[u] = _mm256_setzero_ps();
+    __m256i q[8], sc[8], qabs[8];
     for (int64_t i = 0; i < nb; ++i) {
+      if constexpr (NT == 1) {
+        // Decode streams the rows one after the other: fetch the weights ahead.
+        const char* p = reinterpret_cast<const char*>(x + i);
+        for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + kPackedPrefetchAhead + off, _MM_HINT_T0);
+      }
       KBlockInfo info;
       unpack(x[i], q, sc, info);
+      if constexpr (kQ3) {
+        // The unpacked quants are signed here (the stored bias must leave each
+        // lane's own elements): maddubs on |q| and y with q's sign (|q| <= 4:
+        // exact in int16).
+        for (int k = 0; k < 8; ++k) qabs[k] = _mm256_abs_epi8(q[k]);
+      }
+      __m256i mm[2];  // min_j * bsum_j of the last tokens
+      __m256i pair[2];  // Q5_K: pairs of tokens' sums, halfway
+      float dmin[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int t = 0; t < NT; ++t) {
         const BlockQ8_K& y = yr[t][i];
-        __m256i p = superblock_isum(q, sc, y);
+        const float d = y.d * info.d;
+        dmin[t] = -y.d * info.dmin;
+        __m256i p;
+        if constexpr (kQ3) {
+          __m256i p0 = dot_u8s8_scaled(qabs[0], _mm256_sign_epi8(load256(y.qs), q[0]), sc[0]);
+          __m256i p1 = dot_u8s8_scaled(qabs[1], _mm256_sign_epi8(load256(y.qs + 32), q[1]), sc[1]);
+          for (int k = 2; k < 8; k += 2) {
+            p0 = _mm256_add_epi32(p0, dot_u8s8_scaled(qabs[k], _mm256_sign_epi8(load256(y.qs + 32 * k), q[k]), sc[k]));
+            p1 = _mm256_add_epi32(
+                p1, dot_u8s8_scaled(qabs[k + 1], _mm256_sign_epi8(load256(y.qs + 32 * k + 32), q[k + 1]), sc[k + 1]));
+          }
+          p = _mm256_add_epi32(p0, p1);
+        } else {
+          p = superblock_isum(q, sc, y);
+        }
         const __m256i bsums = load256(y.bsums);
-        if (kHasOffset) p = _mm256_sub_epi32(p, _mm256_madd_epi16(bsums, info.offset));
-        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(info.d * y.d), _mm256_cvtepi32_ps(p), acc[t]);
-        if (kHasMin) {
-          const __m256 mins = _mm256_cvtepi32_ps(_mm256_madd_epi16(bsums, info.min));
-          acc[t] = _mm256_fnmadd_ps(_mm256_set1_ps(info.dmin * y.d), mins, acc[t]);
+        if constexpr (kHasOffset && !kQ3) p = _mm256_sub_epi32(p, _mm256_madd_epi16(bsums, info.offset));
+        if constexpr (kHasMin) {
+          // Q2_K: lane L holds groups 2L and 2L+1; Q4_K/Q5_K: 32-run L.
+          mm[t % 2] = _mm256_madd_epi16(bsums, info.min);
+          if constexpr (kQ2) acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dmin[t]), _mm256_cvtepi32_ps(mm[t % 2]), acc[t]);
+        }
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[t]);
+        if constexpr (kQ4 || kQ5) {
+          // Tokens in pairs, as soon as both are there (fewer live registers).
+          if (t % 2 == 0 && t + 1 < NT) continue;
+          const int u = t / 2;
+          // hadd gives [a 01, a 23, b 01, b 23 | a 45, a 67, b 45, b 67] (run sums).
+          const __m256i h = _mm256_hadd_epi32(mm[0], t % 2 ? mm[1] : _mm256_setzero_si256());
+          if constexpr (kQ4) {
+            // Lane k of a token: runs 2k and 2k+1; the permute puts token a's
+            // four lanes in the low half, b's in the high.
+            const __m256 m = _mm256_cvtepi32_ps(_mm256_permute4x64_epi64(h, 0xD8));
+            const __m256 dm = _mm256_setr_m128(_mm_set1_ps(dmin[2 * u]), _mm_set1_ps(dmin[t]));
+            mins2[u] = _mm256_fmadd_ps(dm, m, mins2[u]);
+          } else if constexpr (NT == 1) {
+            pair[0] = mm[0];
+          } else {
+            pair[u] = h;
+          }
         }
       }
+      if constexpr (kQ5 && NT == 1) {
+        // One token: four blocks' sums share the reduction, then their fmas
+        // run in block order.
+        const int64_t j = i % 4;
+        blk[j] = pair[0];
+        blk_dmin[j] = dmin[0];
+        if (j == 3 || i == nb - 1) {
+          for (int64_t z = j + 1; z < 4; ++z) blk[z] = _mm256_setzero_si256();
+          const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(blk[0], blk[1]), _mm256_hadd_epi32(blk[2], blk[3]));
+          alignas(16) float m[4];
+          _mm_store_ps(m, _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))));
+          for (int64_t z = 0; z <= j; ++z) summs1 = std::fma(blk_dmin[z], m[z], summs1);
+        }
+      } else if constexpr (kQ5) {
+        // Each token's whole sum: [a, b, c, d] after one more hadd and the halves added.
+        const __m256i h = _mm256_hadd_epi32(pair[0], NT > 2 ? pair[(NT - 1) / 2] : _mm256_setzero_si256());
+        const __m128 m = _mm_cvtepi32_ps(_mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1)));
+        mins4 = _mm_fmadd_ps(_mm_setr_ps(dmin[0], dmin[1], dmin[2], dmin[3]), m, mins4);
+      }
     }
-    for (int t = 0; t < NT; ++t) out[t] = hsum(acc[t]);
+    alignas(16) float s5[4];
+    _mm_store_ps(s5, mins4);
+    for (int t = 0; t < NT; ++t) {
+      if constexpr (kQ4) {
+        __m128 m = t % 2 ? _mm256_extractf128_ps(mins2[t / 2], 1) : _mm256_castps256_ps128(mins2[t / 2]);
+        m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));  // (m0 + m2) + (m1 + m3)
+        out[t] = hsum(acc[t]) + _mm_cvtss_f32(m);
+      } else if constexpr (kQ5) {
+        out[t] = hsum(acc[t]) + (NT == 1 ? summs1 : s5[t]);
+      } else {
+        out[t] = hsum(acc[t]);
+      }
+    }
   }
 };
 
@@ -478,16 +602,6 @@ struct KOrdered {
     K::template run<NT, kOrder>(n, a, b, bs, out);
   }
 };
-
-// 16 int16 lanes from ints.
-inline __m256i int16x16(const int* v) {
-  return _mm256_setr_epi16(
-      static_cast<int16_t>(v[0]), static_cast<int16_t>(v[1]), static_cast<int16_t>(v[2]), static_cast<int16_t>(v[3]),
-      static_cast<int16_t>(v[4]), static_cast<int16_t>(v[5]), static_cast<int16_t>(v[6]), static_cast<int16_t>(v[7]),
-      static_cast<int16_t>(v[8]), static_cast<int16_t>(v[9]), static_cast<int16_t>(v[10]), static_cast<int16_t>(v[11]),
-      static_cast<int16_t>(v[12]), static_cast<int16_t>(v[13]), static_cast<int16_t>(v[14]), static_cast<int16_t>(v[15]));
-}
-
 
 // Q4_K/Q5_K's 12 packed bytes -> 8 6-bit scales (bytes of *sc) and 8 mins
 // (bytes of *mn). Scales/mins 0-3 are the low 6 bits of bytes 0-3 / 4-7;
@@ -507,8 +621,8 @@ inline void k4_unpack_scales(const uint8_t* p, uint64_t* sc, uint64_t* mn) {
 inline void broadcast_scales8(uint64_t scales, __m256i* sc) {
   const __m256i v = _mm256_broadcastsi128_si256(_mm_cvtsi64_si128(static_cast<long long>(scales)));
   for (int k = 0; k < 8; ++k) {
-    // Every byte takes byte k; the int16 lane (s << 8 | s) >> 8 is s.
-    sc[k] = _mm256_srli_epi16(_mm256_shuffle_epi8(v, _mm256_set1_epi8(static_cast<char>(k))), 8);
+    // Each int16 lane's low byte takes byte k, its high byte 0 (index 0x80).
+    sc[k] = _mm256_shuffle_epi8(v, _mm256_set1_epi16(static_cast<int16_t>(0x8000 | k)));
   }
 }
 
@@ -607,18 +721,32 @@ struct KQ3_K {
         const __m256i v = load256(x.qs + 32 * (k / 4));
         const __m256i low = _mm256_and_si256(_mm256_srli_epi16(v, 2 * (k % 4)), m2);
         const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << k));
-        const __m256i high = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit), _mm256_set1_epi8(4));
-        q[k] = _mm256_or_si256(low, high);  // stored value q+4 in [0, 7]
+        const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+        if constexpr (kOrder == kVecDotOrder) {
+          q[k] = _mm256_add_epi8(low, _mm256_andnot_si256(set, _mm256_set1_epi8(-4)));  // signed q in [-4, 3]
+        } else {
+          q[k] = _mm256_or_si256(low, _mm256_and_si256(set, _mm256_set1_epi8(4)));  // stored value q+4 in [0, 7]
+        }
       }
-      int s[16], off[16];
-      for (int g = 0; g < 16; ++g) {
-        const int lo = (g < 8 ? x.scales[g] : x.scales[g - 8] >> 4) & 0xf;
-        const int hi = (x.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
-        s[g] = (lo | (hi << 4)) - 32;
-        off[g] = 4 * s[g];  // stored quants are q+4
+      // The 16 6-bit scales (low 4 bits in bytes 0-7, two bits each in 8-11), less 32.
+      uint32_t u[3];
+      std::memcpy(u, x.scales, 12);
+      const uint32_t k4 = 0x0f0f0f0fu, k2 = 0x03030303u;
+      const __m128i s8 = _mm_sub_epi8(
+          _mm_setr_epi32(static_cast<int>((u[0] & k4) | ((u[2] & k2) << 4)),
+                         static_cast<int>((u[1] & k4) | (((u[2] >> 2) & k2) << 4)),
+                         static_cast<int>(((u[0] >> 4) & k4) | (((u[2] >> 4) & k2) << 4)),
+                         static_cast<int>(((u[1] >> 4) & k4) | (((u[2] >> 6) & k2) << 4))),
+          _mm_set1_epi8(32));
+      // sc[k]: scale 2k in int16 lanes 0-7, 2k+1 in 8-15 (even scales widened
+      // into the low half, odd into the high, one shuffle each).
+      const __m128i even_odd =
+          _mm_shuffle_epi8(s8, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15));
+      const __m256i t = _mm256_cvtepi8_epi16(even_odd);
+      for (int k = 0; k < 8; ++k) {
+        sc[k] = _mm256_shuffle_epi8(t, _mm256_set1_epi16(static_cast<int16_t>(((2 * k + 1) << 8) | (2 * k))));
       }
-      info.offset = int16x16(off);
-      for (int k = 0; k < 8; ++k) sc[k] = scale_pair(s[2 * k], s[2 * k + 1]);
+      info.offset = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 2);  // stored quants are q+4
       info.d = fp16(x.d);
       info.dmin = 0.0f;
     });
@@ -645,100 +773,123 @@ struct KQ2_K {
 
 // ---- float dot products ------------------------------------------------------
 
-#if INFERD_X86_AVX512
-inline float hsum512(__m512 v) {
-  return hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
+
+// Elements of the float weight types as 8 float lanes, or one float.
+struct ElemF32 {
+  using T = float;
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float one(float v) { return v; }
+};
+struct ElemF16 {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static float one(uint16_t v) { return fp16(v); }
+};
+struct ElemBF16 {
+  using T = uint16_t;
+  static __m256 load8(const uint16_t* p) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  static float one(uint16_t v) {
+    const uint32_t u = static_cast<uint32_t>(v) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+  }
+};
+
+// Float weights in the order of GGML's AVX2 ggml_vec_dot_f32 / _f16 / _bf16
+// (quants_ref.cpp, vec_dot_float_lanes): four 8-lane accumulators over
+// 32-element steps, folded (0+2) + (1+3) and summed as GGML_F32x8_REDUCE
+// (kHsum8 false) or as hsum_float_8 (BF16), then the rest element by element
+// (in float for F32, in double for F16/BF16). 8-lane vectors at every
+// level: the AVX-512 build of the kernel keeps the AVX2 build's bits.
+template <class E, bool kHsum8, bool kTailDouble>
+struct KFloatVecDot {
+  template <int NT>
+  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
+    using T = typename E::T;
+    const T* a = static_cast<const T*>(va);
+    for (int t = 0; t < NT; ++t) {
+      const T* b = reinterpret_cast<const T*>(static_cast<const uint8_t*>(vb) + bs * t);
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      int64_t i = 0;
+      for (; i + 32 <= n; i += 32) {
+        for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(E::load8(a + i + 8 * j), E::load8(b + i + 8 * j), acc[j]);
+      }
+      const __m256 v = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+      float sum;
+      if constexpr (kHsum8) {
+        sum = hsum(v);
+      } else {
+        const __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        const __m128 t1 = _mm_hadd_ps(t0, t0);
+        sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));  // (t0 + t1) + (t2 + t3)
+      }
+      if constexpr (kTailDouble) {
+        double sumd = sum;
+        for (; i < n; ++i) sumd += static_cast<double>(E::one(a[i]) * E::one(b[i]));
+        sum = static_cast<float>(sumd);
+      } else {
+        // Rounded product, then sum, as GGML's build does it: by intrinsics, so
+        // that GCC does not contract them into an fma here.
+        __m128 s = _mm_set_ss(sum);
+        for (; i < n; ++i) s = _mm_add_ss(s, _mm_mul_ss(_mm_set_ss(E::one(a[i])), _mm_set_ss(E::one(b[i]))));
+        sum = _mm_cvtss_f32(s);
+      }
+      out[t] = sum;
+    }
+  }
+};
+using KF32 = KFloatVecDot<ElemF32, false, false>;
+using KF16 = KFloatVecDot<ElemF16, false, true>;
+using KBF16 = KFloatVecDot<ElemBF16, true, true>;
+
+// tinyBLAS's order on float weights (quants_ref.cpp, dot_tinyblas): per
+// (row, token) one 8-lane accumulator, fma per 8 elements, hsum. RM rows by
+// RN tokens share each load, as tinyBLAS's own 4 x 3 register blocks do.
+template <class E, int RM, int RN>
+inline void tinyblas_block(int64_t n, const uint8_t* a, size_t as, const uint8_t* b, size_t bs, float* out, size_t ors,
+                           size_t ots) {
+  using T = typename E::T;
+  __m256 acc[RM][RN];
+  for (int r = 0; r < RM; ++r) {
+    for (int t = 0; t < RN; ++t) acc[r][t] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i + 8 <= n; i += 8) {
+    __m256 bv[RN];
+    for (int t = 0; t < RN; ++t) bv[t] = E::load8(reinterpret_cast<const T*>(b + t * bs) + i);
+    for (int r = 0; r < RM; ++r) {
+      const __m256 av = E::load8(reinterpret_cast<const T*>(a + r * as) + i);
+      for (int t = 0; t < RN; ++t) acc[r][t] = _mm256_fmadd_ps(av, bv[t], acc[r][t]);
+    }
+  }
+  for (int r = 0; r < RM; ++r) {
+    for (int t = 0; t < RN; ++t) out[r * ors + t * ots] = hsum(acc[r][t]);
+  }
 }
-#endif
 
-struct KF16 {
-  template <int NT>
-  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
-    const uint16_t* a = static_cast<const uint16_t*>(va);
-    for (int t = 0; t < NT; ++t) {
-      const uint16_t* b = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(vb) + bs * t);
-      int64_t i = 0;
-      float sum = 0.0f;
-#if INFERD_X86_AVX512
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-      for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_cvtph_ps(load256(a + i)), _mm512_cvtph_ps(load256(b + i)), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_cvtph_ps(load256(a + i + 16)), _mm512_cvtph_ps(load256(b + i + 16)), acc1);
-      }
-      sum = hsum512(_mm512_add_ps(acc0, acc1));
-#else
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-      for (; i + 16 <= n; i += 16) {
-        const __m128i* pa = reinterpret_cast<const __m128i*>(a + i);
-        const __m128i* pb = reinterpret_cast<const __m128i*>(b + i);
-        acc0 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(pa)), _mm256_cvtph_ps(_mm_loadu_si128(pb)), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(pa + 1)), _mm256_cvtph_ps(_mm_loadu_si128(pb + 1)), acc1);
-      }
-      sum = hsum(_mm256_add_ps(acc0, acc1));
-#endif
-      for (; i < n; ++i) sum += fp16(a[i]) * fp16(b[i]);
-      out[t] = sum;
-    }
-  }
-};
+template <class E, int RM>
+inline void tinyblas_rows(int64_t n, const uint8_t* a, size_t as, const uint8_t* b, size_t bs, int nt, float* out,
+                          size_t ors, size_t ots) {
+  int t = 0;
+  for (; t + 3 <= nt; t += 3) tinyblas_block<E, RM, 3>(n, a, as, b + t * bs, bs, out + t * ots, ors, ots);
+  if (nt - t == 2) tinyblas_block<E, RM, 2>(n, a, as, b + t * bs, bs, out + t * ots, ors, ots);
+  if (nt - t == 1) tinyblas_block<E, RM, 1>(n, a, as, b + t * bs, bs, out + t * ots, ors, ots);
+}
 
-struct KF32 {
-  template <int NT>
-  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
-    const float* a = static_cast<const float*>(va);
-    for (int t = 0; t < NT; ++t) {
-      const float* b = reinterpret_cast<const float*>(static_cast<const uint8_t*>(vb) + bs * t);
-      int64_t i = 0;
-      float sum = 0.0f;
-#if INFERD_X86_AVX512
-      __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-      for (; i + 32 <= n; i += 32) {
-        acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc0);
-        acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), acc1);
-      }
-      sum = hsum512(_mm512_add_ps(acc0, acc1));
-#else
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-      for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-      }
-      sum = hsum(_mm256_add_ps(acc0, acc1));
-#endif
-      for (; i < n; ++i) sum += a[i] * b[i];
-      out[t] = sum;
-    }
-  }
-};
-
-struct KBF16 {
-  template <int NT>
-  static void run(int64_t n, const void* va, const void* vb, size_t bs, float* out) {
-    const uint16_t* a = static_cast<const uint16_t*>(va);
-    auto widen = [](const uint16_t* p) {
-      const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-      return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-    };
-    for (int t = 0; t < NT; ++t) {
-      const uint16_t* b = reinterpret_cast<const uint16_t*>(static_cast<const uint8_t*>(vb) + bs * t);
-      __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-      int64_t i = 0;
-      for (; i + 16 <= n; i += 16) {
-        acc0 = _mm256_fmadd_ps(widen(a + i), widen(b + i), acc0);
-        acc1 = _mm256_fmadd_ps(widen(a + i + 8), widen(b + i + 8), acc1);
-      }
-      float sum = hsum(_mm256_add_ps(acc0, acc1));
-      for (; i < n; ++i) {
-        uint32_t ua = static_cast<uint32_t>(a[i]) << 16, ub = static_cast<uint32_t>(b[i]) << 16;
-        float fa, fb;
-        std::memcpy(&fa, &ua, 4);
-        std::memcpy(&fb, &ub, 4);
-        sum += fa * fb;
-      }
-      out[t] = sum;
-    }
-  }
-};
+template <class E>
+void tinyblas_tile(int64_t n, const void* va, size_t as, int nr, const void* vb, size_t bs, int nt, float* out,
+                   size_t ors, size_t ots) {
+  const uint8_t* a = static_cast<const uint8_t*>(va);
+  const uint8_t* b = static_cast<const uint8_t*>(vb);
+  int r = 0;
+  for (; r + 4 <= nr; r += 4) tinyblas_rows<E, 4>(n, a + r * as, as, b, bs, nt, out + r * ors, ors, ots);
+  for (; r < nr; ++r) tinyblas_rows<E, 1>(n, a + r * as, as, b, bs, nt, out + r * ors, ors, ots);
+}
 
 template <class K>
 float vec_dot_one(int64_t n, const void* a, const void* b) {
@@ -1096,6 +1247,11 @@ void fill_x86(KernelTable& table) {
   at(DType::Q4_K).repack_tile = gemm_tile<RowByRow<KOrdered<KQ4_K, kRepackOrder>>>;
   at(DType::Q4_K).repack_gemm_tile = gemm_tile<RowByRow<KOrdered<KQ4_K, kRepackGemmOrder>>>;
   table.type[static_cast<uint32_t>(DType::F16)].quantize_row = quantize_row_f16;
+  // tinyBLAS on float weights: calls of 4 rows x 3 tokens, its register block.
+  at(DType::F32).tinyblas_tile = tinyblas_tile<ElemF32>;
+  at(DType::F16).tinyblas_tile = tinyblas_tile<ElemF16>;
+  at(DType::BF16).tinyblas_tile = tinyblas_tile<ElemBF16>;
+  for (DType t : {DType::F32, DType::F16, DType::BF16}) at(t).tile_rows = 4, at(t).tile_tokens = 3;
 }
 
 #undef INFERD_TILE_ARGS
