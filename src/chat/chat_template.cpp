@@ -62,11 +62,23 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
   Json context = Json::object();
   Json& list = context["messages"] = Json::array();
   for (const ChatMessage& m : messages) {
-    list.push_back(Json{{"role", m.role}, {"content", m.content}});
+    Json message = Json{{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls_json.empty()) {
+      Json calls = Json::parse(m.tool_calls_json, nullptr, /*allow_exceptions=*/false);
+      if (calls.is_discarded() || !calls.is_array()) return make_error("chat template: tool_calls is not a JSON array");
+      message["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    list.push_back(std::move(message));
   }
   context["add_generation_prompt"] = options.add_generation_prompt;
   context["bos_token"] = options.bos_token;
   context["eos_token"] = options.eos_token;
+  if (!options.tools_json.empty()) {
+    Json tools = Json::parse(options.tools_json, nullptr, /*allow_exceptions=*/false);
+    if (tools.is_discarded() || !tools.is_array()) return make_error("chat template: tools is not a JSON array");
+    context["tools"] = std::move(tools);
+  }
   if (!options.extra_context_json.empty()) {
     Json extra = Json::parse(options.extra_context_json, nullptr, /*allow_exceptions=*/false);
     if (extra.is_discarded() || !extra.is_object()) {

@@ -20,6 +20,12 @@ namespace inferd {
 struct ChatMessage {
   std::string role;
   std::string content;
+  // An assistant's tool calls: the text of a JSON array of OpenAI's
+  // {"id", "type": "function", "function": {"name", "arguments"}} objects, as
+  // templates expect them (`arguments` an object where the client's string
+  // parsed as one); empty: the message has none.
+  std::string tool_calls_json = {};
+  std::string tool_call_id = {};  // role "tool": the call it answers; empty: none
 };
 
 // Bounds on one render, so a hostile or broken template errors out instead of
@@ -39,6 +45,10 @@ struct ChatTemplateOptions {
   bool add_generation_prompt = true;
   std::string bos_token;
   std::string eos_token;
+  // The tools offered to the model (the Jinja variable `tools`): the text of a
+  // JSON array of OpenAI's {"type": "function", "function": {...}} objects;
+  // empty: the variable is left undefined.
+  std::string tools_json;
   // Further template variables as the text of a JSON object, e.g.
   // {"tools": [...], "enable_thinking": false}; empty for none. Its keys are
   // set after the ones above, so they win on a clash.

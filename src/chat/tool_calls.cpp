@@ -176,6 +176,21 @@ void ToolCallStreamParser::step(std::vector<ToolCallDelta>& out, bool at_end) {
     switch (state_) {
       case State::kStart: {
         // Only Llama 3's calls must open the answer; the others may come anywhere.
+        if (format_ == ToolCallFormat::kHermes && !bare_call_names_.empty()) {
+          // A call without its tags may open a hermes answer.
+          const size_t i = skip_space(buffer_, 0);
+          if (i == buffer_.size() && !at_end) return;
+          if (i < buffer_.size() && buffer_[i] == '{') {
+            raw_prefix_ = buffer_.substr(0, i);
+            buffer_.erase(0, i);
+            bare_ = true;
+            state_ = State::kInCall;
+          } else {
+            state_ = State::kContent;
+          }
+          progressed = true;
+          break;
+        }
         if (format_ != ToolCallFormat::kLlama3Json) {
           state_ = State::kContent;
           progressed = true;
@@ -241,6 +256,26 @@ void ToolCallStreamParser::reject_call(std::vector<ToolCallDelta>& out, size_t e
 bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at_end) {
   switch (format_) {
     case ToolCallFormat::kHermes: {
+      if (bare_) {
+        const JsonScan scan = scan_json_value(buffer_, 0);
+        if (scan.status == JsonScan::kIncomplete && !at_end) return false;
+        std::optional<ParsedToolCall> call;
+        if (scan.status == JsonScan::kComplete) call = parse_call(std::string_view(buffer_).substr(0, scan.end));
+        bool known = false;
+        for (const std::string& name : bare_call_names_) known = known || (call && call->name == name);
+        bare_ = false;
+        state_ = State::kContent;
+        if (!known) {  // an answer that happens to be JSON: content
+          reject_call(out, scan.status == JsonScan::kComplete ? scan.end : buffer_.size());
+          return true;
+        }
+        std::vector<ParsedToolCall> calls;
+        calls.push_back(std::move(*call));
+        emit_calls(out, std::move(calls));
+        raw_prefix_.clear();
+        buffer_.erase(0, scan.end);
+        return true;
+      }
       const size_t close = buffer_.find(kHermesClose);
       if (close == std::string::npos && !at_end) return false;
       // At the end, a call whose closing tag alone is missing still counts.
@@ -356,8 +391,9 @@ bool ToolCallStreamParser::step_after_json_call(bool at_end) {
   return true;
 }
 
-ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output) {
-  ToolCallStreamParser parser(format);
+ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output,
+                                        std::vector<std::string> bare_call_names) {
+  ToolCallStreamParser parser(format, std::move(bare_call_names));
   std::vector<ToolCallDelta> deltas = parser.feed(output);
   for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
   ParsedAssistantMessage message;

@@ -53,7 +53,13 @@ struct ToolCallDelta {
 
 class ToolCallStreamParser {
  public:
-  explicit ToolCallStreamParser(ToolCallFormat format) : format_(format) {}
+  // `bare_call_names` (hermes only): an answer that opens with a call's JSON
+  // object alone, {"name": ..., "arguments": {...}} without the <tool_call>
+  // tags, naming one of these functions, counts as a call too. Small Qwen
+  // models often write their calls so; llama.cpp's hermes parser accepts
+  // them as well. Empty: only tagged calls.
+  explicit ToolCallStreamParser(ToolCallFormat format, std::vector<std::string> bare_call_names = {})
+      : format_(format), bare_call_names_(std::move(bare_call_names)) {}
   // The deltas that text (the next piece of output) completes. Text that may
   // start a call is held back until it is known whether it does.
   std::vector<ToolCallDelta> feed(std::string_view text);
@@ -73,6 +79,8 @@ class ToolCallStreamParser {
   void reject_call(std::vector<ToolCallDelta>& out, size_t end);
 
   ToolCallFormat format_;
+  std::vector<std::string> bare_call_names_;
+  bool bare_ = false;  // the call in buffer_ has no tags (hermes)
   State state_ = State::kStart;
   std::string buffer_;      // output not yet turned into deltas
   std::string raw_prefix_;  // the text that opened the call in buffer_ (content if it fails)
@@ -80,7 +88,8 @@ class ToolCallStreamParser {
 };
 
 // The whole output at once.
-ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output);
+ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output,
+                                        std::vector<std::string> bare_call_names = {});
 
 // Where the JSON object or array that starts at text[begin] (after
 // whitespace) ends: string escapes and nesting are followed, nothing else is

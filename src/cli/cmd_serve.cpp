@@ -44,6 +44,7 @@ struct ServeFlags {
   bool log_prompts = false;
   int64_t max_log_len = 256;
   bool chat_special_tokens_in_content = false;
+  std::string tool_call_parser;
 };
 
 // Everything the loader thread builds; torn down in reverse order.
@@ -127,6 +128,7 @@ int run_serve(const ServeFlags& f) {
   options.log_prompts = f.log_prompts;
   options.max_log_len = static_cast<size_t>(std::max<int64_t>(0, f.max_log_len));
   options.special_tokens_in_chat_content = f.chat_special_tokens_in_content;
+  if (!f.tool_call_parser.empty()) options.tool_call_parser = tool_call_format_from_name(f.tool_call_parser);
   options.limits.max_n = static_cast<int32_t>(f.max_n);
   options.limits.max_logprobs = static_cast<int32_t>(f.max_logprobs);
   server::OpenAIServer api(options);
@@ -185,6 +187,9 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--served-model-name", flags->served_model_name,
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
+  sub->add_option("--tool-call-parser", flags->tool_call_parser,
+                  "Tool-call format of the model's output (vLLM's names; default: from the chat template)")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
   sub->add_flag("--chat-special-tokens-in-content", flags->chat_special_tokens_in_content,
                 "Read special-token text in chat messages (e.g. <|im_end|>) as the special token, as before; "
                 "by default it is plain text, so a message cannot forge the template's turns");

@@ -1,5 +1,7 @@
 #include "server/chat_prompt.h"
 
+#include <nlohmann/json.hpp>
+
 #include <string_view>
 
 namespace inferd::server {
@@ -46,6 +48,59 @@ void restore(std::string_view marked, const std::vector<std::string>& originals,
   out.text.append(marked, pos, std::string_view::npos);
 }
 
+// Swaps the special-token text of strings for placeholders, noting the
+// originals; `changed` is set when anything was swapped.
+class Escaper {
+ public:
+  explicit Escaper(const Tokenizer& tok) : tok_(tok) {}
+
+  std::string text(const std::string& s) {
+    const std::vector<TextSpan> spans = tok_.find_special(s);
+    if (spans.empty()) return s;
+    std::string e;
+    size_t pos = 0;
+    for (const TextSpan& sp : spans) {
+      e.append(s, pos, sp.offset - pos);
+      e += placeholder(originals.size());
+      originals.emplace_back(s, sp.offset, sp.length);
+      pos = sp.offset + sp.length;
+    }
+    e.append(s, pos, std::string::npos);
+    return e;
+  }
+
+  // Every string and key of a JSON value's text (object key order kept).
+  std::string json_text(const std::string& text) {
+    if (text.empty()) return text;
+    const size_t before = originals.size();
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return text;
+    j = walk(j);
+    if (originals.size() == before) return text;
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  }
+
+  std::vector<std::string> originals;
+
+ private:
+  nlohmann::ordered_json walk(const nlohmann::ordered_json& v) {
+    if (v.is_string()) return text(v.get<std::string>());
+    if (v.is_array()) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::array();
+      for (const auto& item : v) out.push_back(walk(item));
+      return out;
+    }
+    if (v.is_object()) {
+      nlohmann::ordered_json out = nlohmann::ordered_json::object();
+      for (auto it = v.begin(); it != v.end(); ++it) out[text(it.key())] = walk(it.value());
+      return out;
+    }
+    return v;
+  }
+
+  const Tokenizer& tok_;
+};
+
 }  // namespace
 
 Result<ChatPrompt> render_chat_prompt(const ChatTemplate& tmpl, const Tokenizer& tok,
@@ -55,37 +110,31 @@ Result<ChatPrompt> render_chat_prompt(const ChatTemplate& tmpl, const Tokenizer&
   if (tok.bos_id() >= 0) topts.bos_token = tok.token_text(tok.bos_id());
   if (tok.eos_id() >= 0) topts.eos_token = tok.token_text(tok.eos_id());
   topts.extra_context_json = options.extra_context_json;
+  topts.tools_json = options.tools_json;
 
   Result<std::string> text = tmpl.render(messages, topts);
   if (!text) return make_error("the chat template refused these messages: " + text.error().message);
 
-  // The messages with their special-token text swapped for placeholders.
+  // The messages (and tools) with their special-token text swapped for placeholders.
   std::vector<ChatMessage> escaped;
-  std::vector<std::string> originals;
+  ChatTemplateOptions escaped_opts = topts;
+  Escaper esc(tok);
   if (!options.special_tokens_in_content) {
-    for (size_t i = 0; i < messages.size(); ++i) {
-      const std::string& content = messages[i].content;
-      const std::vector<TextSpan> spans = tok.find_special(content);
-      if (spans.empty()) continue;
-      if (escaped.empty()) escaped = messages;
-      std::string& e = escaped[i].content;
-      e.clear();
-      size_t pos = 0;
-      for (const TextSpan& sp : spans) {
-        e.append(content, pos, sp.offset - pos);
-        e += placeholder(originals.size());
-        originals.emplace_back(content, sp.offset, sp.length);
-        pos = sp.offset + sp.length;
-      }
-      e.append(content, pos, std::string::npos);
+    escaped = messages;
+    for (ChatMessage& m : escaped) {
+      m.content = esc.text(m.content);
+      m.tool_call_id = esc.text(m.tool_call_id);
+      m.tool_calls_json = esc.json_text(m.tool_calls_json);
     }
+    escaped_opts.tools_json = esc.json_text(topts.tools_json);
   }
+  const std::vector<std::string>& originals = esc.originals;
 
   ChatPrompt out;
-  if (escaped.empty()) {
+  if (originals.empty()) {
     out.text = std::move(*text);
   } else {
-    Result<std::string> marked = tmpl.render(escaped, topts);
+    Result<std::string> marked = tmpl.render(escaped, escaped_opts);
     if (marked) restore(*marked, originals, out);
     if (!marked || out.text != *text)
       return make_error("a message holds special-token text (such as '" + originals.front() +

@@ -10,7 +10,9 @@
 // (Tokenizer::encode_with_literals). Placeholders survive what templates do to
 // contents (trimming, moving the system message, dropping turns); the
 // conversation is then rendered again as it is, and the two must agree, or the
-// request is refused rather than guessed at.
+// request is refused rather than guessed at. The same holds for every string
+// of an assistant's tool calls (names, arguments, keys included), a tool
+// message's call id, and the tool definitions.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -25,6 +27,7 @@ namespace inferd::server {
 struct ChatPromptOptions {
   bool add_generation_prompt = true;
   std::string extra_context_json;  // chat_template_kwargs, a JSON object's text (or empty)
+  std::string tools_json;          // the Jinja variable `tools`, a JSON array's text (or empty)
   // The old behaviour: special-token text in a message is read as the token.
   bool special_tokens_in_content = false;
 };

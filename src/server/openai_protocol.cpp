@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
 #include <cmath>
 #include <limits>
 
@@ -368,6 +369,132 @@ void parse_structured(const json& body, std::string_view text, GenerationRequest
   }
 }
 
+// ---- tools ----
+
+using ordered = nlohmann::ordered_json;
+
+std::string dump_ordered(const ordered& v) { return v.dump(-1, ' ', false, ordered::error_handler_t::replace); }
+
+// OpenAI's rule for function names: letters, digits, '_' and '-', at most 64.
+bool valid_function_name(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-')) return false;
+  return true;
+}
+
+// `tools`, `tool_choice` and `parallel_tool_calls`. `ordered_body` is the body
+// read again with its key order (schemas and the template's `tools` keep it).
+void parse_tools(const json& body, const ordered& ordered_body, GenerationRequest& r) {
+  const json* tools = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  const bool parallel = get_bool(body, "parallel_tool_calls", true);
+  if (tools && !tools->is_array()) fail("'tools' must be an array, not " + std::string(type_name(*tools)), "tools");
+  if (!tools || tools->empty()) {
+    // Without tools only "none" (or "auto", which then means none) makes sense.
+    if (choice && !(choice->is_string() && (*choice == "none" || *choice == "auto")))
+      fail("'tool_choice' needs 'tools'", "tool_choice");
+    return;
+  }
+  ToolsRequest t;
+  t.parallel = parallel;
+  const ordered& otools = ordered_body.at("tools");
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& tool = (*tools)[i];
+    const std::string at = "tools[" + std::to_string(i) + "]";
+    if (!tool.is_object()) fail("'" + at + "' must be an object", "tools");
+    const json* type = field(tool, "type");
+    if (!type || !type->is_string() || *type != "function")
+      fail("'" + at + ".type' must be 'function'", "tools");
+    const json* fn = field(tool, "function");
+    if (!fn || !fn->is_object()) fail("'" + at + ".function' must be an object", "tools");
+    const json* name = field(*fn, "name");
+    if (!name || !name->is_string()) fail("'" + at + ".function.name' is required and must be a string", "tools");
+    ToolSpec spec;
+    spec.name = name->get<std::string>();
+    if (!valid_function_name(spec.name))
+      fail("'" + at + ".function.name' must be 1 to 64 letters, digits, '_' or '-'", "tools");
+    for (const ToolSpec& other : t.tools)
+      if (other.name == spec.name) fail("'tools' has two functions named '" + spec.name + "'", "tools");
+    if (const json* d = field(*fn, "description"); d && !d->is_string())
+      fail("'" + at + ".function.description' must be a string", "tools");
+    if (const json* strict = field(*fn, "strict"); strict && !strict->is_boolean())
+      fail("'" + at + ".function.strict' must be a boolean", "tools");
+    if (const json* params = field(*fn, "parameters")) {
+      if (!params->is_object()) fail("'" + at + ".function.parameters' must be a JSON schema (an object)", "tools");
+      spec.parameters = dump_ordered(otools.at(i).at("function").at("parameters"));
+    } else {
+      spec.parameters = R"({"type":"object","properties":{}})";
+    }
+    t.tools.push_back(std::move(spec));
+  }
+  t.tools_json = dump_ordered(otools);
+
+  if (!choice || (choice->is_string() && *choice == "auto")) {
+    t.choice = ToolChoice::kAuto;
+  } else if (choice->is_string() && *choice == "none") {
+    t.choice = ToolChoice::kNone;
+  } else if (choice->is_string() && *choice == "required") {
+    t.choice = ToolChoice::kRequired;
+  } else if (choice->is_object()) {
+    const json* type = field(*choice, "type");
+    const json* fn = field(*choice, "function");
+    const json* name = fn && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (!type || *type != "function" || !name || !name->is_string())
+      fail("'tool_choice' as an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}",
+           "tool_choice");
+    t.choice = ToolChoice::kNamed;
+    t.named = name->get<std::string>();
+    bool known = false;
+    for (const ToolSpec& spec : t.tools) known = known || spec.name == t.named;
+    if (!known) fail("'tool_choice' names the function '" + t.named + "', which is not in 'tools'", "tool_choice");
+  } else {
+    fail("'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": "
+         "{\"name\": ...}}",
+         "tool_choice");
+  }
+  if ((t.choice == ToolChoice::kRequired || t.choice == ToolChoice::kNamed) && r.structured)
+    fail("'tool_choice' " + std::string(t.choice == ToolChoice::kRequired ? "'required'" : "naming a function") +
+             " cannot be combined with '" + r.structured->param + "'",
+         "tool_choice");
+  r.tools = std::move(t);
+}
+
+// An assistant message's tool_calls, as the template gets them: each
+// function's `arguments` string turned into the object it holds (templates
+// write `arguments | tojson`); a string that is not a JSON object stays a string.
+std::string tool_calls_for_template(const json& calls, const ordered& ocalls, const std::string& at) {
+  if (!calls.is_array()) fail("'" + at + ".tool_calls' must be an array", "messages");
+  ordered out = ordered::array();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const json& call = calls[k];
+    const std::string where = at + ".tool_calls[" + std::to_string(k) + "]";
+    if (!call.is_object()) fail("'" + where + "' must be an object", "messages");
+    if (const json* type = field(call, "type"); type && *type != "function")
+      fail("'" + where + ".type' must be 'function'", "messages");
+    if (const json* id = field(call, "id"); id && !id->is_string())
+      fail("'" + where + ".id' must be a string", "messages");
+    const json* fn = field(call, "function");
+    if (!fn || !fn->is_object()) fail("'" + where + ".function' must be an object", "messages");
+    const json* name = field(*fn, "name");
+    if (!name || !name->is_string()) fail("'" + where + ".function.name' must be a string", "messages");
+    const json* args = field(*fn, "arguments");
+    if (args && !args->is_string() && !args->is_object())
+      fail("'" + where + ".function.arguments' must be a string (JSON)", "messages");
+    ordered c = ocalls.at(k);
+    if (!c.contains("type")) c["type"] = "function";
+    ordered& f = c["function"];
+    if (!args) {
+      f["arguments"] = ordered::object();
+    } else if (args->is_string()) {
+      ordered parsed = ordered::parse(args->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (!parsed.is_discarded() && parsed.is_object()) f["arguments"] = std::move(parsed);
+    }
+    out.push_back(std::move(c));
+  }
+  return dump_ordered(out);
+}
+
 }  // namespace
 
 std::string error_json(const ApiError& e) {
@@ -473,6 +600,12 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
     parse_max_tokens(body, "max_tokens", r);
     parse_max_tokens(body, "max_completion_tokens", r);  // the newer name wins
     parse_structured(body, text, r);
+    // The body again with its key order, read only when needed (tools, tool calls).
+    std::optional<ordered> ordered_cache;
+    auto ordered_body = [&]() -> const ordered& {
+      if (!ordered_cache) ordered_cache = ordered::parse(text.begin(), text.end());
+      return *ordered_cache;
+    };
 
     const json* messages = field(body, "messages");
     if (!messages) fail("'messages' is required", "messages");
@@ -491,8 +624,17 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
              "messages");
       const json* content = field(m, "content");
       if (!content && role_name != "assistant") fail("'" + at + ".content' is required", "messages");
-      if (field(m, "tool_calls")) fail("'" + at + ".tool_calls' is not supported", "messages");
-      r.messages.push_back(ChatMessage{role_name, content ? message_content(*content, at + ".content") : ""});
+      ChatMessage message{role_name, content ? message_content(*content, at + ".content") : ""};
+      if (const json* calls = field(m, "tool_calls")) {
+        if (role_name != "assistant") fail("'" + at + ".tool_calls' is only allowed in assistant messages", "messages");
+        if (!calls->is_array()) fail("'" + at + ".tool_calls' must be an array", "messages");
+        if (!calls->empty()) message.tool_calls_json = tool_calls_for_template(*calls, ordered_body().at("messages").at(i).at("tool_calls"), at);
+      }
+      if (const json* id = field(m, "tool_call_id")) {
+        if (!id->is_string()) fail("'" + at + ".tool_call_id' must be a string", "messages");
+        if (role_name == "tool") message.tool_call_id = id->get<std::string>();
+      }
+      r.messages.push_back(std::move(message));
     }
 
     if (get_bool(body, "logprobs", false)) {
@@ -507,8 +649,8 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
     } else if (const auto top = get_int(body, "top_logprobs"); top && *top > 0) {
       fail("'top_logprobs' needs 'logprobs' to be true", "top_logprobs");
     }
-    if (const json* tools = field(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-      fail("'tools' is not supported", "tools");
+    if (field(body, "tools") || field(body, "tool_choice")) parse_tools(body, ordered_body(), r);
+    else (void)get_bool(body, "parallel_tool_calls", true);
     r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
     if (const json* kw = field(body, "chat_template_kwargs")) {
       if (!kw->is_object()) fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");

@@ -57,6 +57,25 @@ struct StructuredOutputRequest {
   std::string param;  // the request field it came from (named in errors)
 };
 
+// Tool calling (chat only). tool_choice: "none" renders the tools but parses
+// nothing; "auto" lets the model choose and parses what it wrote; "required"
+// and a named function are enforced by a grammar built from the tools'
+// parameter schemas.
+enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+
+struct ToolSpec {
+  std::string name;
+  std::string parameters;  // its JSON schema's text, client key order ({"type": "object"} when absent)
+};
+
+struct ToolsRequest {
+  std::string tools_json;        // the tools as the client gave them (the template's `tools`)
+  std::vector<ToolSpec> tools;   // in the client's order, names unique
+  ToolChoice choice = ToolChoice::kAuto;
+  std::string named;             // kNamed: the function
+  bool parallel = true;          // parallel_tool_calls
+};
+
 struct GenerationRequest {
   bool chat = false;
   std::string model;                  // empty: the served model
@@ -75,6 +94,7 @@ struct GenerationRequest {
   int32_t logprobs = -1;                // alternatives per token; -1: no logprobs
   std::string cache_salt;
   std::optional<StructuredOutputRequest> structured;  // at most one constraint
+  std::optional<ToolsRequest> tools;                  // chat: a non-empty 'tools'
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <random>
 
+#include "server/tool_calling.h"
+
 namespace inferd::server {
 
 using json = nlohmann::json;
@@ -27,6 +29,12 @@ struct Choice {
   std::string finish_reason;
   std::string error;
   RequestMetrics metrics;
+  // Tool calls: the parser of this choice's output (null: none parsed), and
+  // the calls found so far, in OpenAI's shape.
+  std::shared_ptr<ToolCallStreamParser> tool_parser;
+  json tool_calls = json::array();
+  std::string content;     // chat with tools: the content outside the calls
+  std::string held_space;  // streaming with tools: whitespace not yet sent
 };
 
 struct PreparedGeneration {
@@ -35,6 +43,8 @@ struct PreparedGeneration {
   std::vector<std::string> prompt_texts;  // for the log (log_prompts)
   std::vector<int64_t> max_tokens;        // per prompt
   std::shared_ptr<const CompiledGrammar> grammar;  // structured output, compiled (shared by every choice)
+  std::optional<ToolCallFormat> tool_format;       // tool calls are parsed from the output in this format
+  std::vector<std::string> tool_names;             // the request's functions (untagged hermes calls)
 };
 
 namespace {
@@ -173,6 +183,66 @@ class ResponseWriter {
     return sse(j);
   }
 
+  // Chat with tool parsing: the SSE events for what the parser made of one
+  // engine output. Content as usual (whitespace alone is held back until
+  // more text follows, and dropped after calls); each call as OpenAI streams
+  // it, its id, type and name first, then its arguments; finish_reason
+  // "tool_calls" once there was a call.
+  std::string tool_events(Choice& c, const std::vector<ToolCallDelta>& deltas, const RequestOutput& out,
+                          bool want_logprobs) const {
+    std::string& held_space = c.held_space;
+    std::string events;
+    json lp = nullptr;
+    if (want_logprobs && !out.logprobs.empty()) lp = logprobs(c, out.logprobs);
+    auto emit = [&](json delta, bool last) {
+      if (!c.sent_role) {
+        delta["role"] = "assistant";
+        c.sent_role = true;
+      }
+      json choice = {{"index", c.index}, {"logprobs", lp}, {"delta", std::move(delta)},
+                     {"finish_reason", last ? json(c.finish_reason) : json(nullptr)}};
+      lp = nullptr;  // sent once
+      json j = base();
+      j["choices"] = json::array({choice});
+      events += sse(j);
+    };
+    for (const ToolCallDelta& d : deltas) {
+      if (!d.content.empty()) {
+        if (d.content.find_first_not_of(" \t\r\n") == std::string::npos) {
+          held_space += d.content;
+        } else {
+          emit(json{{"content", held_space + d.content}}, false);
+          held_space.clear();
+        }
+      }
+      if (d.call) {
+        held_space.clear();
+        const std::string id = new_tool_call_id();
+        const int index = static_cast<int>(c.tool_calls.size());
+        c.tool_calls.push_back(
+            {{"id", id}, {"type", "function"}, {"function", {{"name", d.call->name}, {"arguments", d.call->arguments}}}});
+        json head = {{"index", index},
+                     {"id", id},
+                     {"type", "function"},
+                     {"function", {{"name", d.call->name}, {"arguments", ""}}}};
+        emit(json{{"tool_calls", json::array({head})}}, false);
+        json args = {{"index", index}, {"function", {{"arguments", d.call->arguments}}}};
+        emit(json{{"tool_calls", json::array({args})}}, false);
+      }
+    }
+    if (out.finished) {
+      if (!c.tool_calls.empty() && (c.finish_reason == "stop" || c.finish_reason == "length"))
+        c.finish_reason = "tool_calls";
+      else if (!held_space.empty())
+        emit(json{{"content", held_space}}, false);
+      held_space.clear();
+      emit(json::object(), true);
+    } else if (!lp.is_null()) {
+      emit(json::object(), false);  // logprobs of tokens held back by the parser
+    }
+    return events;
+  }
+
   std::string usage_chunk(const json& usage) const {
     json j = base();
     j["choices"] = json::array();
@@ -193,7 +263,11 @@ class ResponseWriter {
         lp = logprobs(c, c.logprobs);
       }
       json choice = {{"index", c.index}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
-      if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (chat_ && c.tool_parser) {
+        json message = {{"role", "assistant"}, {"content", c.content.empty() ? json(nullptr) : json(c.content)}};
+        if (!c.tool_calls.empty()) message["tool_calls"] = c.tool_calls;
+        choice["message"] = std::move(message);
+      } else if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
       else choice["text"] = c.text;
       out_choices.push_back(std::move(choice));
     }
@@ -234,6 +308,31 @@ class ResponseWriter {
   const int64_t created_;
 };
 
+// Tool calls (plain functions, out of the coroutines for GCC 12's sake).
+// Streaming: what one engine output of the choice adds.
+std::vector<ToolCallDelta> parse_streamed(Choice& c, const RequestOutput& out) {
+  std::vector<ToolCallDelta> deltas = c.tool_parser->feed(out.text);
+  if (out.finished)
+    for (ToolCallDelta& d : c.tool_parser->finish()) deltas.push_back(std::move(d));
+  return deltas;
+}
+
+// Whole: the calls of the choice's output and the content around them;
+// content null (empty) when only whitespace remains beside the calls.
+void finish_tool_calls(Choice& c, ToolCallFormat format, const std::vector<std::string>& names) {
+  ParsedAssistantMessage m = parse_tool_calls(format, c.text, names);
+  if (m.tool_calls.empty()) {
+    c.content = c.text;
+    return;
+  }
+  c.content = std::move(m.content);
+  for (ParsedToolCall& call : m.tool_calls) {
+    json fn = {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}};
+    c.tool_calls.push_back(json{{"id", new_tool_call_id()}, {"type", "function"}, {"function", std::move(fn)}});
+  }
+  if (c.finish_reason == "stop" || c.finish_reason == "length") c.finish_reason = "tool_calls";
+}
+
 std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
 
 }  // namespace
@@ -250,6 +349,11 @@ void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTempla
   model_ = &model;
   engine_ = &engine;
   template_ = std::move(tmpl);
+  tool_format_ = options_.tool_call_parser;
+  if (!tool_format_ && template_) tool_format_ = detect_tool_call_format(template_->source());
+  if (template_ && template_supports_tools(template_->source()))
+    spdlog::info("tool calling: {} format{}", tool_format_ ? tool_call_format_name(*tool_format_) : "no known",
+                 options_.tool_call_parser ? " (--tool-call-parser)" : " (from the chat template)");
   // Structured outputs: the vocabulary as llguidance sees it, built once.
   if (auto gt = GrammarTokenizer::create(model.tokenizer())) {
     grammars_ = std::make_unique<GrammarCompiler>(std::move(*gt));
@@ -354,13 +458,15 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
 
 std::variant<ChatPrompt, ApiError> OpenAIServer::render_chat(const std::vector<ChatMessage>& messages,
                                                              bool add_generation_prompt,
-                                                             const std::string& kwargs) const {
+                                                             const std::string& kwargs,
+                                                             const std::string& tools_json) const {
   if (!template_)
     return bad_request("this model has no chat template; start the server with --chat-template FILE, or use "
                        "/v1/completions");
   ChatPromptOptions copts;
   copts.add_generation_prompt = add_generation_prompt;
   copts.extra_context_json = kwargs;
+  copts.tools_json = tools_json;
   copts.special_tokens_in_content = options_.special_tokens_in_chat_content;
   Result<ChatPrompt> prompt = render_chat_prompt(*template_, model_->tokenizer(), messages, copts);
   if (!prompt) return bad_request(prompt.error().message, "messages");
@@ -448,7 +554,10 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
   // ---- prompts as token ids ----
   const Tokenizer& tok = model_->tokenizer();
   if (chat) {
-    auto prompt = render_chat(req.messages, req.add_generation_prompt, req.chat_template_kwargs);
+    if (req.tools)
+      if (auto e = prepare_tools(pg)) return *e;
+    auto prompt = render_chat(req.messages, req.add_generation_prompt, req.chat_template_kwargs,
+                              req.tools ? req.tools->tools_json : std::string());
     if (auto* e = std::get_if<ApiError>(&prompt)) return *e;
     const ChatPrompt& cp = std::get<ChatPrompt>(prompt);
     if (auto e = surely_too_long(cp.text, req.max_tokens)) return *e;
@@ -492,6 +601,39 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
                                            : std::min(options_.default_max_tokens, room));
   }
   return pg;
+}
+
+std::optional<ApiError> OpenAIServer::prepare_tools(PreparedGeneration& pg) const {
+  const ToolsRequest& tools = *pg.req.tools;
+  if (!template_)
+    return bad_request("this model has no chat template; start the server with --chat-template FILE", "tools");
+  if (!template_supports_tools(template_->source()))
+    return bad_request("this model's chat template does not support tools (it never reads the variable 'tools'); "
+                       "start the server with --chat-template FILE of a template that does",
+                       "tools");
+  if (tools.choice == ToolChoice::kNone) return std::nullopt;  // rendered, not parsed (as vLLM)
+  if (!tool_format_)
+    return bad_request("the tool-call format of this model's chat template is unknown; start the server with "
+                       "--tool-call-parser hermes|llama3_json|mistral",
+                       "tools");
+  pg.tool_format = tool_format_;
+  for (const ToolSpec& spec : tools.tools) pg.tool_names.push_back(spec.name);
+  if (tools.choice == ToolChoice::kAuto) return std::nullopt;
+  // "required" or a named function: a grammar admits only such calls (a
+  // named function is called once, as vLLM does; "required" calls one or,
+  // with parallel_tool_calls, several).
+  const bool named = tools.choice == ToolChoice::kNamed;
+  auto lark = forced_tool_call_grammar(*tool_format_, tools.tools, named ? tools.named : std::string(),
+                                       !named && tools.parallel);
+  if (!lark) return bad_request(lark.error().message, "tool_choice");
+  if (!grammars_)
+    return bad_request(std::string(named ? "a named tool_choice" : "tool_choice 'required'") +
+                           " is unavailable: " + grammar_error_,
+                       "tool_choice");
+  auto compiled = grammars_->compile(GrammarKind::kLark, *lark);
+  if (!compiled) return bad_request("the tools' parameter schemas cannot be enforced: " + compiled.error().message, "tools");
+  pg.grammar = std::move(*compiled);
+  return std::nullopt;
 }
 
 std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::string& api_id,
@@ -541,6 +683,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       c.stream = handle->stream;
       c.index = index;
       c.prompt_index = p;
+      if (pg.tool_format) c.tool_parser = std::make_shared<ToolCallStreamParser>(*pg.tool_format, pg.tool_names);
       c.stream->set_listener(wake);
       choices.push_back(std::move(c));
     }
@@ -607,6 +750,12 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
         }
         if (!c.error.empty() && !co_await ex.write_chunk(writer.error_event("generation failed: " + c.error)))
           co_return;
+        if (c.tool_parser) {
+          const std::vector<ToolCallDelta> deltas = parse_streamed(c, *out);
+          std::string events = writer.tool_events(c, deltas, *out, want_logprobs);
+          if (!events.empty() && !co_await ex.write_chunk(std::move(events))) co_return;
+          continue;
+        }
         std::string event = writer.chunk(c, *out, want_logprobs);
         if (!event.empty() && !co_await ex.write_chunk(std::move(event))) co_return;
       }
@@ -631,6 +780,8 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
       co_await send_error(ex, server_error("generation failed: " + c.error));
       co_return;
     }
+  for (Choice& c : choices)
+    if (c.tool_parser) finish_tool_calls(c, *pg.tool_format, pg.tool_names);
   co_await ex.respond(http::status::ok, "application/json",
                       writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n)));
 }

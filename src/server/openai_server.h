@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/tool_calls.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/chat_prompt.h"
@@ -48,6 +49,9 @@ struct ServerOptions {
   // Read special-token text in chat message content as the token (the old
   // behaviour, which lets a message forge the template's turns).
   bool special_tokens_in_chat_content = false;
+  // The tool-call format (vLLM's --tool-call-parser); nullopt: the one the
+  // chat template shows (detect_tool_call_format).
+  std::optional<ToolCallFormat> tool_call_parser;
   size_t worker_threads = 2;  // parse, render and tokenize requests (off the I/O threads)
   ProtocolLimits limits;
 };
@@ -97,7 +101,11 @@ class OpenAIServer {
   std::string models_json() const;
   // A chat request's prompt, rendered (see chat_prompt.h); tokenized by the caller.
   std::variant<ChatPrompt, ApiError> render_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                                                 const std::string& kwargs) const;
+                                                 const std::string& kwargs, const std::string& tools_json = {}) const;
+  // A chat request's tools checked against the model: the format its output
+  // is parsed in (nullopt for tool_choice "none"), and the grammar of a
+  // forced call compiled into pg.
+  std::optional<ApiError> prepare_tools(PreparedGeneration& pg) const;
 
   ServerOptions options_;
   std::atomic<bool> ready_{false};
@@ -106,6 +114,7 @@ class OpenAIServer {
   std::optional<ChatTemplate> template_;
   std::unique_ptr<GrammarCompiler> grammars_;  // structured outputs; null if the vocabulary was refused
   std::string grammar_error_;                  // why grammars_ is null
+  std::optional<ToolCallFormat> tool_format_;  // the parser's flag, or the template's format
   ServingMetrics metrics_;
   std::atomic<int64_t> unfinished_{0};  // requests added and not yet finished
 

@@ -160,6 +160,47 @@ TEST(ToolCallsHermes, StreamHoldsBackOnlyWhatMayBeAMarker) {
 
 // ---- llama3_json ----------------------------------------------------------
 
+TEST(ToolCallsHermes, UntaggedCallOfAKnownFunction) {
+  // Qwen2.5-Coder-0.5B answers "auto" requests so, without the tags.
+  const std::string bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
+  const std::vector<std::string> names = {"get_time", "get_weather"};
+  ParsedAssistantMessage m = parse_tool_calls(ToolCallFormat::kHermes, "\n" + bare + "\n", names);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  expect_call(m.tool_calls[0], "get_weather", {{"city", "Paris"}});
+  EXPECT_EQ(m.content, "");
+  // Without the names (the default), or naming another function, it is content.
+  EXPECT_TRUE(parse_tool_calls(ToolCallFormat::kHermes, bare).tool_calls.empty());
+  m = parse_tool_calls(ToolCallFormat::kHermes, bare, {"get_time"});
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_EQ(m.content, bare);
+  // JSON that is not a call, or a call cut short, is content too.
+  m = parse_tool_calls(ToolCallFormat::kHermes, "{\"city\": \"Paris\"} is the answer", names);
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_EQ(m.content, "{\"city\": \"Paris\"} is the answer");
+  m = parse_tool_calls(ToolCallFormat::kHermes, bare.substr(0, 30), names);
+  EXPECT_TRUE(m.tool_calls.empty());
+  EXPECT_EQ(m.content, bare.substr(0, 30));
+  // A tagged call may follow; in pieces the result is the same.
+  const std::string two = bare + "\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+  m = parse_tool_calls(ToolCallFormat::kHermes, two, names);
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  EXPECT_EQ(m.tool_calls[1].name, "get_time");
+  for (size_t cut = 1; cut < two.size(); cut += 7) {
+    ToolCallStreamParser parser(ToolCallFormat::kHermes, names);
+    std::vector<ToolCallDelta> deltas = parser.feed(std::string_view(two).substr(0, cut));
+    for (ToolCallDelta& d : parser.feed(std::string_view(two).substr(cut))) deltas.push_back(std::move(d));
+    for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
+    int calls = 0;
+    std::string content;
+    for (const ToolCallDelta& d : deltas) {
+      calls += d.call ? 1 : 0;
+      content += d.content;
+    }
+    EXPECT_EQ(calls, 2) << cut;
+    EXPECT_EQ(content.find_first_not_of(" \n"), std::string::npos) << cut << ": " << content;
+  }
+}
+
 TEST(ToolCallsLlama3, JsonAnswerIsACall) {
   for (const std::string& out : {std::string("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
                                 std::string("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": "

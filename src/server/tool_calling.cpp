@@ -1,0 +1,67 @@
+#include "server/tool_calling.h"
+
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+namespace inferd::server {
+
+namespace {
+
+using ordered = nlohmann::ordered_json;
+
+// JSON whitespace inside a call: as for JSON schemas (structured/grammar.cpp),
+// one space or a newline and a bounded indent, so a small model cannot run
+// away in newlines.
+constexpr const char* kWhitespace = "(?: |\\n[ \\t]{0,20})";
+
+}  // namespace
+
+Result<std::string> forced_tool_call_grammar(ToolCallFormat format, const std::vector<ToolSpec>& tools,
+                                             const std::string& only, bool parallel) {
+  if (format == ToolCallFormat::kMistral)
+    return make_error("tool_choice 'required' or a named function is not supported for the mistral tool-call "
+                      "format (use 'auto')");
+  const char* args_key = format == ToolCallFormat::kHermes ? "arguments" : "parameters";
+  ordered alternatives = ordered::array();
+  for (const ToolSpec& tool : tools) {
+    if (!only.empty() && tool.name != only) continue;
+    ordered params = ordered::parse(tool.parameters, nullptr, /*allow_exceptions=*/false);
+    if (params.is_discarded() || !(params.is_object() || params.is_boolean()))
+      return make_error("the parameters of '" + tool.name + "' are not a JSON schema");
+    ordered call = ordered::object();
+    call["type"] = "object";
+    call["properties"] = ordered::object();
+    call["properties"]["name"] = ordered{{"const", tool.name}};
+    call["properties"][args_key] = std::move(params);
+    call["required"] = ordered::array({"name", args_key});
+    call["additionalProperties"] = false;
+    alternatives.push_back(std::move(call));
+  }
+  if (alternatives.empty()) return make_error("no tool named '" + only + "'");
+  ordered schema = alternatives.size() == 1 ? alternatives[0] : ordered{{"anyOf", alternatives}};
+  schema["x-guidance"] = ordered{{"whitespace_pattern", kWhitespace}};
+  const std::string body = schema.dump(-1, ' ', false, ordered::error_handler_t::replace);
+
+  std::string lark;
+  if (format == ToolCallFormat::kHermes) {
+    lark += parallel ? "start: call (\"\\n\" call)*\n" : "start: call\n";
+    lark += "call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n";
+  } else {
+    lark += parallel ? "start: body (\"; \" body)*\n" : "start: body\n";
+  }
+  lark += "body: %json " + body + "\n";
+  return lark;
+}
+
+std::string new_tool_call_id() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
+  return id;
+}
+
+bool template_supports_tools(const std::string& source) { return source.find("tools") != std::string::npos; }
+
+}  // namespace inferd::server
