@@ -153,8 +153,12 @@ void ToolCallStreamParser::emit_content(std::vector<ToolCallDelta>& out, std::st
   }
 }
 
-void ToolCallStreamParser::emit_calls(std::vector<ToolCallDelta>& out, std::vector<ParsedToolCall> calls) {
+// The calls parsed from buffer_[0, end) (opened by raw_prefix_) are reported.
+void ToolCallStreamParser::accept_calls(std::vector<ToolCallDelta>& out, std::vector<ParsedToolCall> calls,
+                                        size_t end) {
   for (ParsedToolCall& call : calls) out.push_back({"", std::move(call), calls_++});
+  raw_prefix_.clear();
+  buffer_.erase(0, end);
 }
 
 std::vector<ToolCallDelta> ToolCallStreamParser::feed(std::string_view text) {
@@ -269,11 +273,7 @@ bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at
           reject_call(out, scan.status == JsonScan::kComplete ? scan.end : buffer_.size());
           return true;
         }
-        std::vector<ParsedToolCall> calls;
-        calls.push_back(std::move(*call));
-        emit_calls(out, std::move(calls));
-        raw_prefix_.clear();
-        buffer_.erase(0, scan.end);
+        accept_calls(out, {std::move(*call)}, scan.end);
         return true;
       }
       const size_t close = buffer_.find(kHermesClose);
@@ -282,11 +282,7 @@ bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at
       const size_t inner_end = close == std::string::npos ? buffer_.size() : close;
       const size_t end = close == std::string::npos ? buffer_.size() : close + kHermesClose.size();
       if (std::optional<ParsedToolCall> call = parse_call(trim(std::string_view(buffer_).substr(0, inner_end)))) {
-        std::vector<ParsedToolCall> calls;
-        calls.push_back(std::move(*call));
-        emit_calls(out, std::move(calls));
-        raw_prefix_.clear();
-        buffer_.erase(0, end);
+        accept_calls(out, {std::move(*call)}, end);
       } else {
         reject_call(out, end);
       }
@@ -303,11 +299,7 @@ bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at
         state_ = State::kContent;
         return true;
       }
-      std::vector<ParsedToolCall> calls;
-      calls.push_back(std::move(*call));
-      emit_calls(out, std::move(calls));
-      raw_prefix_.clear();
-      buffer_.erase(0, scan.end);
+      accept_calls(out, {std::move(*call)}, scan.end);
       state_ = State::kAfterJsonCall;
       return true;
     }
@@ -356,9 +348,7 @@ bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at
         }
       }
       if (ok) {
-        emit_calls(out, std::move(calls));
-        raw_prefix_.clear();
-        buffer_.erase(0, end);
+        accept_calls(out, std::move(calls), end);
       } else {
         reject_call(out, end);
       }

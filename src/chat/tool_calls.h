@@ -75,7 +75,7 @@ class ToolCallStreamParser {
   bool step_in_call(std::vector<ToolCallDelta>& out, bool at_end);
   bool step_after_json_call(bool at_end);
   void emit_content(std::vector<ToolCallDelta>& out, std::string_view text);
-  void emit_calls(std::vector<ToolCallDelta>& out, std::vector<ParsedToolCall> calls);
+  void accept_calls(std::vector<ToolCallDelta>& out, std::vector<ParsedToolCall> calls, size_t end);
   void reject_call(std::vector<ToolCallDelta>& out, size_t end);
 
   ToolCallFormat format_;
