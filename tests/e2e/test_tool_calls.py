@@ -244,3 +244,32 @@ def test_template_without_tools_is_a_400(server):
     error = r.json()["error"]
     assert "template" in error["message"] and "tools" in error["message"], error
     assert error["param"] == "tools"
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sampled"])
+def test_json_schemas_on_qwen(client, qwen, mode):
+    """The structured-output schemas (test_structured_outputs.py) on this model too:
+    every answer finishes by the grammar and validates."""
+    from test_structured_outputs import RAW_SCHEMAS, run_all, sampling
+
+    def job(i, name):
+        def call():
+            return client.chat.completions.create(
+                model=qwen.model, max_tokens=300, messages=[{"role": "user", "content": f"Example {name} JSON."}],
+                response_format={"type": "json_schema", "json_schema": {"name": name, "schema": RAW_SCHEMAS[name]}},
+                **sampling(mode, i))
+        return call
+
+    names = list(RAW_SCHEMAS)
+    failures = []
+    for name, r in zip(names, run_all([job(i, n) for i, n in enumerate(names)])):
+        if isinstance(r, Exception):
+            failures.append(f"{name}: {type(r).__name__}: {r}")
+            continue
+        choice = r.choices[0]
+        try:
+            assert choice.finish_reason == "stop", choice.finish_reason
+            jsonschema.validate(json.loads(choice.message.content), RAW_SCHEMAS[name])
+        except (AssertionError, ValueError, jsonschema.ValidationError) as e:
+            failures.append(f"{name}: {e}: {choice.message.content!r}")
+    assert not failures, "\n".join(failures)
