@@ -251,7 +251,11 @@ def test_raw_json_schemas_validate(client, server, mode):
                                  "json_schema": {"name": name, "schema": RAW_SCHEMAS[name], "strict": True}})
         return call
 
-    results = run_all([job(i, n) for i, n in enumerate(names)])
+    check_schema_answers(names, run_all([job(i, n) for i, n in enumerate(names)]))
+
+
+def check_schema_answers(names, results):
+    """Each answer (or exception) to RAW_SCHEMAS[name] finished by its grammar and validates."""
     failures = []
     for name, r in zip(names, results):
         if isinstance(r, Exception):

@@ -250,7 +250,7 @@ def test_template_without_tools_is_a_400(server):
 def test_json_schemas_on_qwen(client, qwen, mode):
     """The structured-output schemas (test_structured_outputs.py) on this model too:
     every answer finishes by the grammar and validates."""
-    from test_structured_outputs import RAW_SCHEMAS, run_all, sampling
+    from test_structured_outputs import RAW_SCHEMAS, check_schema_answers, run_all, sampling
 
     def job(i, name):
         def call():
@@ -261,15 +261,4 @@ def test_json_schemas_on_qwen(client, qwen, mode):
         return call
 
     names = list(RAW_SCHEMAS)
-    failures = []
-    for name, r in zip(names, run_all([job(i, n) for i, n in enumerate(names)])):
-        if isinstance(r, Exception):
-            failures.append(f"{name}: {type(r).__name__}: {r}")
-            continue
-        choice = r.choices[0]
-        try:
-            assert choice.finish_reason == "stop", choice.finish_reason
-            jsonschema.validate(json.loads(choice.message.content), RAW_SCHEMAS[name])
-        except (AssertionError, ValueError, jsonschema.ValidationError) as e:
-            failures.append(f"{name}: {e}: {choice.message.content!r}")
-    assert not failures, "\n".join(failures)
+    check_schema_answers(names, run_all([job(i, n) for i, n in enumerate(names)]))
