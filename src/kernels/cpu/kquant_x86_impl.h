@@ -177,21 +177,6 @@ inline void q6k_scales(const int8_t* scales, __m256i* sc, __m256i* offset) {
   *offset = _mm256_slli_epi16(_mm256_cvtepi8_epi16(s8), 5);
 }
 
-// Super-block x's quants (+32, 0..63) as 8 vectors of 32: elements 32k..32k+31.
-inline void q6k_unpack(const BlockQ6_K& x, __m256i* q) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
-  for (int h = 0; h < 2; ++h) {
-    const __m256i l0 = load256(x.ql + 64 * h), l1 = load256(x.ql + 64 * h + 32);
-    const __m256i qh = load256(x.qh + 32 * h);
-    __m256i* qq = q + 4 * h;
-    qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m3));
-    qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3));
-    qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m3));
-    qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
-  }
-}
-
 template <int NT>
 inline void q6k_vec_dot_row(int64_t nb, const BlockQ6_K* x, const uint8_t* b, size_t bs, float* out, size_t ots) {
   __m256 acc[NT];

@@ -677,23 +677,26 @@ struct KQ5_K {
   }
 };
 
+// Super-block x's quants (+32, 0..63) as 8 vectors of 32: elements 32k..32k+31.
+inline void q6k_unpack(const BlockQ6_K& x, __m256i* q) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load256(x.ql + 64 * h), l1 = load256(x.ql + 64 * h + 32);
+    const __m256i qh = load256(x.qh + 32 * h);
+    __m256i* qq = q + 4 * h;
+    qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m3));
+    qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3));
+    qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m3));
+    qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                            _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
+  }
+}
+
 struct KQ6_K {
   template <int NT, int kOrder = kVecDotOrder>
   static void run(int64_t n, const void* a, const void* b, size_t bs, float* out) {
     KQuantDriver<true, false>::run<NT, BlockQ6_K, kOrder>(n, a, b, bs, out, [](const BlockQ6_K& x, __m256i* q, __m256i* sc, KBlockInfo& info) {
-      const __m256i m4 = _mm256_set1_epi8(0x0f);
-      const __m256i m3 = _mm256_set1_epi8(0x30);
-      for (int h = 0; h < 2; ++h) {
-        const __m256i l0 = load256(x.ql + 64 * h);
-        const __m256i l1 = load256(x.ql + 64 * h + 32);
-        const __m256i qh = load256(x.qh + 32 * h);
-        __m256i* qq = q + 4 * h;
-        qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m3));
-        qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m3));
-        qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m3));
-        qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                _mm256_and_si256(_mm256_srli_epi16(qh, 2), m3));
-      }
+      q6k_unpack(x, q);
       // Signed scale per 16: vector k needs scale 2k in lanes 0-7 and 2k+1 in 8-15.
       const __m128i s8 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
       const __m256i sb = _mm256_broadcastsi128_si256(s8);
