@@ -60,7 +60,7 @@ void print_row(const char* name, const char* unit, const bench::Summary& s, doub
 }
 
 int run_bench_latency(const BenchLatencyFlags& f) {
-  auto model = load_model_or_report(f.model, false);
+  auto model = load_model_or_report(f.model, false, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -77,8 +77,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 256M or 1G\n");
     return 1;
   }
-  ThreadPool pool(f.threads);
-  auto engine = Engine::create(*model, pool, ec);
+  auto engine = Engine::create(*model, ec);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;

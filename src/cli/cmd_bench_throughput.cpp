@@ -42,7 +42,7 @@ int64_t spread(int64_t len, double r, std::mt19937_64& rng) {
 }
 
 int run_bench_throughput(const BenchThroughputFlags& f) {
-  auto model = load_model_or_report(f.model, false);
+  auto model = load_model_or_report(f.model, false, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -53,8 +53,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
     std::fprintf(stderr, "error: %s\n", ec.error().message.c_str());
     return 1;
   }
-  ThreadPool pool(f.threads);
-  auto engine = Engine::create(*model, pool, *ec);
+  auto engine = Engine::create(*model, *ec);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;

@@ -26,7 +26,7 @@ struct ChatFlags {
 
 // The chat template: --chat-template FILE, else the model's own.
 int run_chat(const ChatFlags& f) {
-  auto model = load_model_or_report(f.model, false);
+  auto model = load_model_or_report(f.model, false, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -41,9 +41,8 @@ int run_chat(const ChatFlags& f) {
   const Tokenizer& tok = model->tokenizer();
 
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
-  ThreadPool pool(f.threads);
   // Earlier turns are prefix-cache hits of the engine, not recomputed.
-  auto engine = SingleRequestEngine::create(*model, pool, ctx);
+  auto engine = SingleRequestEngine::create(*model, ctx);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;

@@ -25,7 +25,7 @@ struct GenerateFlags {
 };
 
 int run_generate(const GenerateFlags& f) {
-  auto model = load_model_or_report(f.model, f.json);
+  auto model = load_model_or_report(f.model, f.json, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -38,8 +38,7 @@ int run_generate(const GenerateFlags& f) {
     return 1;
   }
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
-  ThreadPool pool(f.threads);
-  auto engine = SingleRequestEngine::create(*model, pool, ctx);
+  auto engine = SingleRequestEngine::create(*model, ctx);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;

@@ -50,12 +50,11 @@ struct ServeFlags {
 // Everything the loader thread builds; torn down in reverse order.
 struct Loaded {
   std::unique_ptr<Model> model;
-  std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Engine> engine;
 };
 
 bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
-  out.model = load_model_or_report(f.model, false);
+  out.model = load_model_or_report(f.model, false, f.threads);
   if (!out.model) return false;
   if (!out.model->can_generate()) {
     spdlog::error("{}", unsupported_architecture_message(out.model->config().architecture));
@@ -80,8 +79,7 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
     return false;
   }
   ec->max_logprobs = static_cast<int32_t>(f.max_logprobs);
-  out.pool = std::make_unique<ThreadPool>(f.threads);
-  auto engine = Engine::create(*out.model, *out.pool, *ec);
+  auto engine = Engine::create(*out.model, *ec);
   if (!engine) {
     spdlog::error("engine: {}", engine.error().message);
     return false;
@@ -194,7 +192,7 @@ void register_serve(CLI::App& app, int& exit_code) {
                 "Read special-token text in chat messages (e.g. <|im_end|>) as the special token, as before; "
                 "by default it is plain text, so a message cannot forge the template's turns");
   flags->engine.add_to(*sub);
-  sub->add_option("-t,--threads", flags->threads, "Compute threads")->capture_default_str();
+  sub->add_option("-t,--threads", flags->threads, "Compute threads")->capture_default_str()->check(CLI::Range(1, 1024));
   sub->add_option("--io-threads", flags->io_threads, "HTTP I/O threads")->capture_default_str();
   sub->add_option("--max-queued-requests", flags->max_queued_requests,
                   "Waiting requests at most; beyond it requests get 503")

@@ -85,14 +85,12 @@ bool write_json_file(const std::string& path, const nlohmann::json& j) {
   return true;
 }
 
-int default_threads() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
+int default_threads() { return ThreadPool::hardware_threads(); }
 
-std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet) {
+std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads) {
   const bool tty = isatty(STDERR_FILENO) && !quiet;
   LoadOptions options;
+  options.n_threads = n_threads;
   int last_percent = -1;
   options.progress = [&](double fraction) {
     if (!tty) return;
@@ -142,7 +140,7 @@ SamplingParams SamplingFlags::params() const {
   return p;
 }
 
-Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, ThreadPool& pool, int64_t max_model_len) {
+Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t max_model_len) {
   EngineConfig config;
   config.max_num_seqs = 1;
   config.max_model_len = max_model_len;
@@ -152,7 +150,7 @@ Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, ThreadPool
   config.kv_cache_bytes =
       static_cast<int64_t>(KVCache::block_bytes(model.config(), config.block_size)) *
       (KVLayout::plan(model.config()).blocks_for_request(max_model_len, config.block_size) + 2);
-  auto engine = Engine::create(model, pool, config);
+  auto engine = Engine::create(model, config);
   if (!engine) return engine.error();
   return SingleRequestEngine(std::move(*engine));
 }

@@ -21,7 +21,8 @@ std::string default_model_path();
 
 // Loads a model, drawing a progress bar on stderr when it is a terminal.
 // Prints the error and returns nullptr on failure.
-std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet);
+// n_threads: the forward pass's threads (0: one per hardware thread).
+std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads = 0);
 
 struct SamplingFlags {
   float temperature = 0.8f;
@@ -57,7 +58,7 @@ struct EngineFlags {
 class SingleRequestEngine {
  public:
   // An engine for one request of up to `max_model_len` tokens.
-  static Result<SingleRequestEngine> create(Model& model, ThreadPool& pool, int64_t max_model_len);
+  static Result<SingleRequestEngine> create(Model& model, int64_t max_model_len);
   // Runs `params` to the end, calling on_delta with each output as it comes;
   // returns the final output with every token id and the whole text.
   Result<RequestOutput> run(GenerationParams params, const std::function<void(const RequestOutput&)>& on_delta);

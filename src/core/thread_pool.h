@@ -30,6 +30,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  // One per hardware thread (at least 1): the default pool size.
+  static int hardware_threads();
   void run(const std::function<void(int thread_index, int n_threads)>& fn);
 
   // Called by every thread inside run(): returns once all of them have called

@@ -17,8 +17,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
-Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
-                                               const EngineConfig& config) {
+Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig& config) {
   if (!model.can_generate())
     return make_error(unsupported_architecture_message(model.config().architecture));
   if (config.max_num_seqs < 1) return make_error("max_num_seqs must be at least 1");
@@ -37,7 +36,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
   const KVLayout kv_layout = KVLayout::plan(model.config());
   if (max_model_len > 0 && config.kv_cache_bytes <= 0)
     rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
-  auto runner = ModelRunner::create(model, pool, rc);
+  auto runner = ModelRunner::create(model, rc);
   if (!runner) return runner.error();
 
   SchedulerConfig sc;
@@ -52,11 +51,11 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, ThreadPool& pool,
   if (Status s = sc.validate(); !s) return s.error();
   EngineConfig effective = config;
   effective.max_model_len = max_model_len;
-  return std::unique_ptr<Engine>(new Engine(model, pool, effective, sc, std::move(*runner)));
+  return std::unique_ptr<Engine>(new Engine(model, effective, sc, std::move(*runner)));
 }
 
-Engine::Engine(Model& model, ThreadPool& pool, const EngineConfig& config,
-               const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner)
+Engine::Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched,
+               std::unique_ptr<ModelRunner> runner)
     : model_(model),
       tokenizer_(model.tokenizer()),
       config_(config),

@@ -30,7 +30,6 @@
 #include <vector>
 
 #include "core/result.h"
-#include "core/thread_pool.h"
 #include "engine/model_runner.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
@@ -94,10 +93,10 @@ struct EngineStats {
 
 class Engine {
  public:
-  // The model and pool must outlive the engine. Fails for a model that cannot
-  // generate, a bad config, or a KV budget too small for one block.
-  static Result<std::unique_ptr<Engine>> create(Model& model, ThreadPool& pool,
-                                                const EngineConfig& config);
+  // The model must outlive the engine (its executor owns the threads the
+  // forward passes run on). Fails for a model that cannot generate, a bad
+  // config, or a KV budget too small for one block.
+  static Result<std::unique_ptr<Engine>> create(Model& model, const EngineConfig& config);
   ~Engine();  // stops the loop; unfinished requests end with finish reason "abort"
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -172,8 +171,7 @@ class Engine {
     std::unique_ptr<GrammarMatcher> matcher;
   };
 
-  Engine(Model& model, ThreadPool& pool, const EngineConfig& config, const SchedulerConfig& sched,
-         std::unique_ptr<ModelRunner> runner);
+  Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner);
   void loop();
   std::vector<RequestOutput> run_step();  // step() without the check
   void apply(Command& cmd);

@@ -47,13 +47,12 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
   return static_cast<int32_t>(n);
 }
 
-Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, ThreadPool& pool,
-                                                         const ModelRunnerConfig& config) {
+Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const ModelRunnerConfig& config) {
   if (!model.can_generate())
     return make_error(unsupported_architecture_message(model.config().architecture));
   auto n_blocks = kv_blocks_for_budget(model.config(), config);
   if (!n_blocks) return n_blocks.error();
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, pool, *n_blocks, config.block_size));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, *n_blocks, config.block_size));
   if (config.warm_up) runner->warm_up();
   return runner;
 }
@@ -75,14 +74,14 @@ void ModelRunner::warm_up() {
     }
     batch_.logit_rows.push_back(static_cast<int32_t>(n_tokens - 1));
     batch_.sequences.push_back(std::move(slice));
-    model_.forward(batch_, cache_, logits_, pool_);
+    model_.forward(batch_, cache_, logits_);
   }
   batch_.clear();
   logits_.clear();
 }
 
-ModelRunner::ModelRunner(Model& model, ThreadPool& pool, int32_t n_blocks, int32_t block_size)
-    : model_(model), pool_(pool), cache_(model.config(), n_blocks, block_size) {}
+ModelRunner::ModelRunner(Model& model, int32_t n_blocks, int32_t block_size)
+    : model_(model), cache_(model.config(), n_blocks, block_size) {}
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();
@@ -116,7 +115,7 @@ std::vector<float>& ModelRunner::execute(const SchedulerOutput& out) {
     logits_.clear();
     return logits_;
   }
-  model_.forward(batch_, cache_, logits_, pool_);
+  model_.forward(batch_, cache_, logits_);
   return logits_;
 }
 

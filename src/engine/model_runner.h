@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/result.h"
-#include "core/thread_pool.h"
 #include "engine/scheduler_output.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
@@ -42,8 +41,7 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
 
 class ModelRunner {
  public:
-  static Result<std::unique_ptr<ModelRunner>> create(Model& model, ThreadPool& pool,
-                                                     const ModelRunnerConfig& config);
+  static Result<std::unique_ptr<ModelRunner>> create(Model& model, const ModelRunnerConfig& config);
 
   // Fills `batch` from a step: per scheduled request, its new tokens at
   // positions num_computed_tokens.., their slots through the block table, its
@@ -62,12 +60,11 @@ class ModelRunner {
   Model& model() { return model_; }
 
  private:
-  ModelRunner(Model& model, ThreadPool& pool, int32_t n_blocks, int32_t block_size);
+  ModelRunner(Model& model, int32_t n_blocks, int32_t block_size);
   // Forward passes over the reserved null block, whose contents nothing reads.
   void warm_up();
 
   Model& model_;
-  ThreadPool& pool_;
   KVCache cache_;
   ForwardBatch batch_;  // reused across steps
   std::vector<float> logits_;

@@ -13,9 +13,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-SequenceGenerator::SequenceGenerator(Model& model, ThreadPool& pool, int64_t max_context)
+SequenceGenerator::SequenceGenerator(Model& model, int64_t max_context)
     : model_(model),
-      pool_(pool),
       max_context_(max_context),
       cache_(model.config(), KVLayout::plan(model.config()).blocks_for_request(max_context, kBlockSize),
              kBlockSize) {
@@ -44,7 +43,7 @@ void SequenceGenerator::run(const std::vector<int32_t>& tokens, int64_t from, in
     s.block_tables.emplace_back(table.begin(), table.begin() + (to + kBlockSize - 1) / kBlockSize);
   batch_.sequences.push_back(std::move(s));
   if (want_logits) batch_.logit_rows.push_back(static_cast<int32_t>(to - from - 1));
-  model_.forward(batch_, cache_, logits_, pool_);
+  model_.forward(batch_, cache_, logits_);
 }
 
 Result<std::vector<float>> SequenceGenerator::prompt_logits(const std::vector<int32_t>& prompt) {

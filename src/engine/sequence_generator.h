@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "core/result.h"
-#include "core/thread_pool.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -35,7 +34,7 @@ struct GenerationStats {
 
 class SequenceGenerator {
  public:
-  SequenceGenerator(Model& model, ThreadPool& pool, int64_t max_context);
+  SequenceGenerator(Model& model, int64_t max_context);
 
   // on_token is called with each new token; returning false stops generation.
   // Returns the generated tokens (the stopping end-of-generation token included).
@@ -54,7 +53,6 @@ class SequenceGenerator {
   void run(const std::vector<int32_t>& tokens, int64_t from, int64_t to, bool want_logits);
 
   Model& model_;
-  ThreadPool& pool_;
   int64_t max_context_;
   KVCache cache_;
   std::vector<std::vector<int32_t>> block_tables_;  // per KV group

@@ -18,8 +18,9 @@
 
 namespace inferd {
 
-CpuExecutor::CpuExecutor(const Model& model)
-    : config_(model.config()), weights_(model.weights()), flavour_(model.ggml_flavour()) {
+CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
+    : pool_(std::move(pool)),
+      config_(model.config()), weights_(model.weights()), flavour_(model.ggml_flavour()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   size_t packed_bytes = Linear::packed_bytes(weights_.output);
@@ -209,7 +210,8 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   }
 }
 
-void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
+void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) {
+  ThreadPool& pool = *pool_;
   prepare_scratch(batch, pool.size());
   logits.resize(batch.logit_rows.size() * config_.n_vocab);
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());

@@ -1,7 +1,8 @@
 // The CPU executor: one hand-fused, barrier-synchronised forward pass over a
 // ForwardBatch on a thread pool (GUIDE section 6). It owns what only the CPU
-// needs beside the model's weights: the projections repacked for the packed
-// kernels, the activations' scratch and each thread's weight-prefetch plan.
+// needs beside the model's weights: the thread pool, the projections repacked
+// for the packed kernels, the activations' scratch and each thread's
+// weight-prefetch plan.
 // It reads the model's per-layer data (ModelConfig, the layer plan) once per
 // phase, never in the kernels' inner loops.
 #pragma once
@@ -19,11 +20,12 @@ namespace inferd {
 
 class CpuExecutor final : public Executor {
  public:
-  explicit CpuExecutor(const Model& model);
+  CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool);
 
-  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) override;
+  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override;
 
  private:
+  std::shared_ptr<ThreadPool> pool_;  // possibly shared with another model's executor
   const ModelConfig& config_;
   const ModelWeights& weights_;   // views of the model's file
   kernels::GgmlFlavour flavour_;  // whose rounding the kernels reproduce

@@ -23,7 +23,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   }
   if (options.prefault) m->file_->prefault(options.progress ? options.progress : [](double) {});
   // The executor is made last: it may copy the weights into its own layouts.
-  if (m->can_generate()) m->executor_ = make_executor(options.backend, *m);
+  if (m->can_generate()) m->executor_ = make_executor(*m, options);
   return m;
 }
 
@@ -33,13 +33,19 @@ std::string Model::chat_template() const {
   return config_.traits ? std::string(config_.traits->default_chat_template) : std::string();
 }
 
-void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits, ThreadPool& pool) {
-  executor_->forward(batch, cache, logits, pool);
+void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) {
+  executor_->forward(batch, cache, logits);
 }
 
-std::unique_ptr<Executor> make_executor(Backend backend, const Model& model) {
-  switch (backend) {
-    case Backend::kCpu: return std::make_unique<CpuExecutor>(model);
+std::unique_ptr<Executor> make_executor(const Model& model, const LoadOptions& options) {
+  switch (options.backend) {
+    case Backend::kCpu: {
+      auto pool = options.thread_pool ? options.thread_pool
+                                      : std::make_shared<ThreadPool>(options.n_threads > 0
+                                                                         ? options.n_threads
+                                                                         : ThreadPool::hardware_threads());
+      return std::make_unique<CpuExecutor>(model, std::move(pool));
+    }
   }
   return nullptr;
 }

@@ -30,23 +30,27 @@ struct LoadOptions {
   // (kernels/cpu/flavour.h): by default the one llama.cpp builds on this CPU.
   kernels::GgmlFlavour ggml_flavour = kernels::native_ggml_flavour();
   Backend backend = Backend::kCpu;
+  // The CPU executor's threads: a pool of its own with n_threads (0: one per
+  // hardware thread), or `thread_pool` when given, so that two models run one
+  // after the other (a draft model and its target) share the cores instead of
+  // two pools spinning against each other.
+  int n_threads = 0;
+  std::shared_ptr<ThreadPool> thread_pool;
 };
 
 class Model;
 
 // Runs forward passes of one model: owns whatever the backend keeps beside the
 // model's weights (weights copied into its own layouts, scratch, prefetch
-// plans). The KV cache memory is passed in; so is the CPU thread pool, which a
-// backend that needs no host threads ignores.
+// plans, the host threads it runs on). The KV cache memory is passed in.
 class Executor {
  public:
   virtual ~Executor() = default;
-  virtual void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits,
-                       ThreadPool& pool) = 0;
+  virtual void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) = 0;
 };
 
-// The executor of `backend` for a loaded model (which must outlive it).
-std::unique_ptr<Executor> make_executor(Backend backend, const Model& model);
+// The executor of options.backend for a loaded model (which must outlive it).
+std::unique_ptr<Executor> make_executor(const Model& model, const LoadOptions& options);
 
 class Model {
  public:
@@ -68,8 +72,7 @@ class Model {
   // Executor), writing each token's keys and values into `cache` at its slot,
   // and returns logits for batch.logit_rows (logit_rows.size() x n_vocab,
   // row-major) in `logits`. Not thread-safe: one forward pass at a time per Model.
-  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits,
-               ThreadPool& pool);
+  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits);
 
  private:
   Model() = default;

@@ -84,10 +84,10 @@ TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
   LoadOptions lo;
   lo.prefault = false;
   lo.ggml_flavour = *flavour;
+  lo.n_threads = 2;
   auto loaded = Model::load(path, lo);
   ASSERT_TRUE(loaded.ok()) << path << ": " << loaded.error().message;
   std::unique_ptr<Model> model = std::move(*loaded);
-  ThreadPool pool(2);
 
   const nlohmann::json prompts = read_json(dir + "/prompts.json");
   const nlohmann::json greedy = read_json(dir + "/greedy.json");
@@ -126,7 +126,7 @@ TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
     o.sampling.temperature = 0.0f;
     o.stop_at_end_of_generation = false;
     o.prompt_logits = &prompt_logits;
-    SequenceGenerator fresh(*model, pool, max_context);
+    SequenceGenerator fresh(*model, max_context);
     auto got = fresh.generate(ids, o, [](int32_t) { return true; });
     ASSERT_TRUE(got.ok()) << name << ": " << got.error().message;
     ASSERT_EQ(static_cast<int64_t>(prompt_logits.size()), n_vocab);

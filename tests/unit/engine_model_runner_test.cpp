@@ -139,7 +139,7 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   ModelRunnerConfig rc;
   rc.block_size = 16;
   rc.kv_cache_bytes = kv_bytes_for_blocks(64);
-  auto runner = ModelRunner::create(*model_, *pool_, rc);
+  auto runner = ModelRunner::create(*model_, rc);
   ASSERT_TRUE(runner.ok()) << runner.error().message;
   EXPECT_EQ((*runner)->n_blocks(), 64);
 
@@ -156,7 +156,7 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   ASSERT_EQ(static_cast<int64_t>(batched.size()), 3 * V);
 
   for (size_t i = 0; i < prompts.size(); ++i) {
-    SequenceGenerator gen(*model_, *pool_, static_cast<int64_t>(prompts[i].size()) + 1);
+    SequenceGenerator gen(*model_, static_cast<int64_t>(prompts[i].size()) + 1);
     auto alone = gen.prompt_logits(prompts[i]);
     ASSERT_TRUE(alone.ok()) << alone.error().message;
     ASSERT_EQ(static_cast<int64_t>(alone->size()), V);
@@ -170,7 +170,7 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   const std::vector<float> next = (*runner)->execute(decode);
   std::vector<int32_t> longer = prompts[0];
   longer.push_back(prompts[1][0]);
-  SequenceGenerator gen(*model_, *pool_, 72);
+  SequenceGenerator gen(*model_, 72);
   auto alone = gen.prompt_logits(longer);
   ASSERT_TRUE(alone.ok());
   EXPECT_EQ(std::memcmp(alone->data(), next.data(), V * sizeof(float)), 0);

@@ -365,7 +365,7 @@ TEST_F(EngineRequests, LogprobsArePresentWhenAskedAndMatchTheModel) {
     EXPECT_LE(lps[i].logprob, 0.0f);
   }
   // The first token's logprob is the prompt's last-position distribution.
-  SequenceGenerator gen(*model_, *pool_, 64);
+  SequenceGenerator gen(*model_, 64);
   auto logits = gen.prompt_logits(prompt);
   ASSERT_TRUE(logits.ok());
   EXPECT_EQ(lps[0].logprob, token_logprob(logits->data(), model_->config().n_vocab, lps[0].token));
@@ -421,7 +421,7 @@ TEST_F(EngineRequests, RefusesRequestsThatCanNeverRun) {
   EXPECT_TRUE(ok.ok()) << ok.error().message;
 
   EngineConfig tiny = engine_config(64, 4, 1);
-  auto refused = Engine::create(*model_, *pool_, tiny);
+  auto refused = Engine::create(*model_, tiny);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("at least 2 blocks"), std::string::npos)
       << refused.error().message;

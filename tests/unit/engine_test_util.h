@@ -46,18 +46,13 @@ class ModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (model_ || !std::ifstream(model_path())) return;
-    LoadOptions o;
-    o.prefault = false;
-    auto m = Model::load(model_path(), o);
+    auto m = Model::load(model_path(), load_options());
     ASSERT_TRUE(m.ok()) << m.error().message;
     model_ = std::move(*m).release();
-    pool_ = new ThreadPool(2);
   }
   static void TearDownTestSuite() {
     delete model_;
-    delete pool_;
     model_ = nullptr;
-    pool_ = nullptr;
     model_file_.clear();
   }
   // Makes `file` (looked up by find_model_file) the model the helpers below
@@ -68,14 +63,18 @@ class ModelTest : public ::testing::Test {
     const std::string path = find_model_file(file);
     ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << INFERD_TEST_DATA_DIR
                                << "/models: run scripts/fetch_models.sh --all";
-    LoadOptions o;
-    o.prefault = false;
-    auto m = Model::load(path, o);
+    auto m = Model::load(path, load_options());
     ASSERT_TRUE(m.ok()) << m.error().message;
     delete model_;
     model_ = std::move(*m).release();
     model_file_ = file;
-    if (!pool_) pool_ = new ThreadPool(2);
+  }
+  // Every model a suite loads runs on 2 threads, whatever the machine has.
+  static LoadOptions load_options() {
+    LoadOptions o;
+    o.prefault = false;
+    o.n_threads = 2;
+    return o;
   }
   void SetUp() override {
     if (!model_)
@@ -99,7 +98,7 @@ class ModelTest : public ::testing::Test {
   // The request run alone by the single-sequence generator, never stopping early.
   static std::vector<int32_t> run_alone(const std::vector<int32_t>& prompt, int64_t max_tokens,
                                         const SamplingParams& sampling = greedy()) {
-    SequenceGenerator gen(*model_, *pool_, static_cast<int64_t>(prompt.size()) + max_tokens);
+    SequenceGenerator gen(*model_, static_cast<int64_t>(prompt.size()) + max_tokens);
     GenerationOptions o;
     o.max_tokens = max_tokens;
     o.sampling = sampling;
@@ -139,7 +138,7 @@ class ModelTest : public ::testing::Test {
   }
 
   static std::unique_ptr<Engine> make_engine(const EngineConfig& c) {
-    auto e = Engine::create(*model_, *pool_, c);
+    auto e = Engine::create(*model_, c);
     EXPECT_TRUE(e.ok()) << e.error().message;
     return e.ok() ? std::move(*e) : nullptr;
   }
@@ -162,7 +161,6 @@ class ModelTest : public ::testing::Test {
 
   inline static Model* model_ = nullptr;
   inline static std::string model_file_;  // set by use_model
-  inline static ThreadPool* pool_ = nullptr;
 };
 
 // Everything a request emitted, joined.
