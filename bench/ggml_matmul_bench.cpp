@@ -1,5 +1,7 @@
-// One GGML-order projection (matmul_rows_ggml, what Linear runs for weights it
-// does not pack) timed on its own: a decode-shaped step streams its weights
+// One GGML-order projection timed on its own, on the kernels Linear runs for
+// it (packed groups for Q4_0/Q4_1/Q8_0, repacked Q4_K where llama.cpp repacks
+// it, else matmul_rows_ggml on the GGML rows; INFERD_BENCH_GGML_ROWS=1: the
+// GGML rows for every type): a decode-shaped step streams its weights
 // from memory (copies of the matrix cycled, so no call finds them in cache)
 // and is reported as GB/s of weights; a prefill-shaped step as GFLOP/s.
 //
@@ -28,6 +30,7 @@
 #define INFERD_BENCH_REPACKED_Q4K 1
 #endif
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
 #include "kernels/cpu/quants.h"
 
 using namespace inferd;
@@ -106,11 +109,30 @@ int main(int argc, char** argv) {
 #else
   const std::vector<int> repacked;
 #endif
+  // Packed (row-interleaved) weights, as Linear keeps Q4_0/Q4_1/Q8_0, with
+  // their own activation rows.
+  std::vector<PackedMatrix> packed;
+  std::unique_ptr<PackedArena> packed_arena;
+  PackedActivations packed_act;
+  double packed_quantize_s = 0.0;
+  if (can_pack(type) && std::getenv("INFERD_BENCH_GGML_ROWS") == nullptr) {
+    packed_arena = std::make_unique<PackedArena>(PackedArena::space_for(PackedMatrix::packed_bytes(type, rows, cols)) * copies);
+    for (size_t c = 0; c < copies; ++c) packed.push_back(PackedMatrix::pack(type, w.data() + c * wbytes, rows, cols, packed_arena.get()));
+    packed_act.resize(n, cols);
+    const double p0 = now_s();
+    quantize_packed_rows(x.data(), 0, n, packed_act);
+    packed_quantize_s = now_s() - p0;
+  }
   size_t c = 0;
   auto call = [&] {
     const size_t ci = c++ % copies;
     const uint8_t* wc = w.data() + ci * wbytes;
     pool.run([&](int ti, int nt) {
+      if (!packed.empty()) {
+        const auto [g0, g1] = ThreadPool::split(packed[ci].groups(), ti, nt);
+        packed_matmul_groups(packed[ci], packed_act, g0, g1, y.data(), rows);
+        return;
+      }
       const auto [r0, r1] = matmul_row_split(rows, ti, nt);
 #ifdef INFERD_BENCH_REPACKED_Q4K
       if (!repacked.empty()) {
@@ -133,9 +155,9 @@ int main(int argc, char** argv) {
   const double med = per[per.size() / 2], best = per.front();
   std::printf("%s%s %lldx%lld N=%lld threads=%d level=%s %s: median %.1f us (best %.1f), %.2f GB/s (best %.2f), "
               "%.1f GFLOP/s; quantize %.1f us; checksum %g\n",
-              argv[1], repacked.empty() ? "" : " (repacked)", static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), threads,
+              argv[1], !packed.empty() ? " (packed)" : repacked.empty() ? "" : " (repacked)", static_cast<long long>(rows), static_cast<long long>(cols), static_cast<long long>(n), threads,
               simd_level(), copies > 1 ? "streaming" : "hot", med * 1e6, best * 1e6, wbytes / med / 1e9,
-              wbytes / best / 1e9, 2.0 * rows * cols * n / med / 1e9, quantize_s * 1e6,
-              static_cast<double>(y[0] + y[y.size() / 2] + y.back()));
+              wbytes / best / 1e9, 2.0 * rows * cols * n / med / 1e9,
+              (packed.empty() ? quantize_s : packed_quantize_s) * 1e6, static_cast<double>(y[0] + y[y.size() / 2] + y.back()));
   return 0;
 }

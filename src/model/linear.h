@@ -7,7 +7,7 @@
 // (kernels/cpu/kquant_pack.h, its own layout and GGML's orders); other types
 // run on their GGML rows in the mapped file.
 // Either way each product is summed in the order llama.cpp's CPU backend uses
-// for that weight (kernels/cpu/matmul.h, matmul_rows_ggml; Q4_0 excepted), so
+// for that weight (kernels/cpu/matmul.h, matmul_rows_ggml), so
 // for some types it depends on each token's place in its sequence's share of
 // the step (StepTokens), never on other sequences or the threads.
 #pragma once

@@ -1,13 +1,15 @@
 // Whole matmuls against GGML's CPU backend, bit for bit: the kernels Linear
-// runs (model/linear.cpp: packed groups for Q4_1/Q8_0, matmul_rows_ggml on
-// GGML rows for the rest) for steps of N = 1, 2, 3, 4, 5, 8, 17 tokens, at every
-// SIMD level this machine has, with the rows split between "threads" in two
-// ways. Data: tests/data/kernels/ggml_matmul_avx2.bin, made by
+// runs (model/linear.cpp: packed groups for Q4_0/Q4_1/Q8_0, repacked Q4_K,
+// matmul_rows_ggml on GGML rows for the rest; for Q4_K and Q4_0 also their
+// GGML rows) for steps of N = 1, 2, 3, 4, 5, 8, 17 tokens (Q4_0's last cases:
+// N = 1..9, 12, 16, 17), at every SIMD level this machine has, with the rows
+// split between "threads" in two ways. Data: tests/data/kernels/ggml_matmul_avx2.bin, made by
 // tools/reference/ggml_matmul_reference.c from ggml_mul_mat on llama.cpp's CPU
 // backend (AVX2 build, tinyBLAS and the repack buffer on), real rows of the
 // Qwen2.5-Coder and Gemma 3 Q4_K_M files and random rows of other types.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -102,7 +104,7 @@ void make_activations(uint32_t seed, int t, int cols, float* x) {
 // The types whose every path (GgmlKernel of matmul.h) follows GGML's order.
 bool matched(DType t) {
   switch (t) {
-    case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
+    case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::F16: case DType::BF16: case DType::F32:
       return true;
@@ -113,12 +115,12 @@ bool matched(DType t) {
 
 // y (n x rows) as Linear computes it with `table`: the packed kernels for the
 // types Linear packs, repacked Q4_K for the weights llama.cpp repacks (or,
-// with ggml_rows, the same weights on their GGML rows), else GGML rows; the
-// rows split at `split` (two threads).
+// with ggml_rows, Q4_K and Q4_0 on their GGML rows), else GGML rows; the rows
+// split at `split` (two threads).
 std::vector<float> linear_matmul(const KernelTable& table, const Case& c, const std::vector<float>& x, int n,
                                  int64_t split, bool ggml_rows = false) {
   std::vector<float> y(static_cast<size_t>(n) * c.rows, -1.0f);
-  if (can_pack(c.type) && c.type != DType::Q4_0) {
+  if (can_pack(c.type) && !ggml_rows) {
     const PackedMatrix w = PackedMatrix::pack(c.type, c.w.data(), c.rows, c.cols);
     PackedActivations a;
     a.resize(n, c.cols);
@@ -150,17 +152,20 @@ TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
   int checked = 0;
   for (const Case& c : cases) {
     // The reference's idea of the repack buffer is ours.
-    EXPECT_EQ(c.repacked, (c.type == DType::Q4_0 && c.rows % 8 == 0) || ggml_repacked(c.type, c.rows))
-        << c.name;
+    EXPECT_EQ(c.repacked, ggml_repacked(c.type, c.rows)) << c.name;
     if (!matched(c.type)) continue;
-    std::vector<float> x(static_cast<size_t>(17) * c.cols);
-    for (int t = 0; t < 17; ++t) make_activations(c.seed, t, c.cols, x.data() + static_cast<size_t>(t) * c.cols);
+    int max_n = 0;
+    for (const MatmulRun& run : c.runs) max_n = std::max(max_n, run.n);
+    std::vector<float> x(static_cast<size_t>(max_n) * c.cols);
+    for (int t = 0; t < max_n; ++t) make_activations(c.seed, t, c.cols, x.data() + static_cast<size_t>(t) * c.cols);
     for (SimdLevel level : runnable_levels()) {
       const KernelTable table = build_kernel_table(level);
       for (const MatmulRun& run : c.runs) {
         for (int64_t split : {int64_t{0}, int64_t{c.rows / 2}, int64_t{c.rows}}) {
           for (bool ggml_rows : {false, true}) {
-            if (ggml_rows && !RepackedQ4K::applies(c.type, c.rows)) continue;
+            // Q4_K and Q4_0 have a kernel of GGML's order on the GGML rows too
+            // (Q4_1's row kernel pairs blocks: Linear runs it packed only).
+            if (ggml_rows && !RepackedQ4K::applies(c.type, c.rows) && c.type != DType::Q4_0) continue;
             const std::vector<float> y = linear_matmul(table, c, x, run.n, split, ggml_rows);
             int bad = 0;
             for (size_t i = 0; i < y.size(); ++i) {

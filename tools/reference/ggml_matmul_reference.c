@@ -7,7 +7,8 @@
 // weight in that buffer type, as llama-model-loader decides), else into a
 // plain CPU buffer; the backend then picks vec_dot, llamafile's tinyBLAS, the
 // tiled K-quant kernels or the repacked gemv/gemm, for N = 1, 2, 3, 4, 5, 8, 17
-// activation rows. Every case is run with 1 and 3 threads, which must agree.
+// activation rows (the Q4_0 cases appended last: N = 1..9, 12, 16, 17). Every
+// case is run with 1 and 3 threads, which must agree.
 //
 // Weights: the first 8 rows of real tensors of the model files when present,
 // plus random rows quantized by GGML (ggml_quantize_chunk) for the other types.
@@ -37,6 +38,10 @@
 enum { kRealRows = 8, kRandomRows = 16, kMaxN = 17 };
 static const int kNs[] = {1, 2, 3, 4, 5, 8, 17};
 enum { kNumNs = sizeof(kNs) / sizeof(kNs[0]) };
+// Every step size up to 9 (the repacked gemm takes a step's first N - N % 4
+// tokens, the gemv the rest), and some larger.
+static const int kQ4_0Ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17};
+enum { kNumQ4_0Ns = sizeof(kQ4_0Ns) / sizeof(kQ4_0Ns[0]) };
 
 // Activation row t of a case (cols floats), repeated by the test: an xorshift32
 // stream per row, each value one exact int times one power-of-two-based scale
@@ -126,6 +131,8 @@ struct Case {
   uint32_t seed;
   void* w;
   size_t wbytes;
+  const int* ns;  // the step sizes run (NULL: kNs)
+  int n_ns;
 };
 
 // The first kRealRows rows of a model tensor, or 0 when the file is not there.
@@ -241,15 +248,33 @@ int main(int argc, char** argv) {
     random_rows(more[i].type, more[i].rows, more[i].cols, c->seed, c);
   }
 
+  // Appended later still: Q4_0 at every small step size, in the repack buffer
+  // (rows % 8 == 0: GGML's q4_0_8x8 gemv/gemm) and outside it (vec_dot and
+  // tinyBLAS), with row counts that leave part of a 16-row group.
+  static const struct {
+    int rows, cols;
+  } q4_0[] = {{24, 2048}, {64, 4096}, {8, 896}, {20, 1024}, {7, 640}};
+  for (size_t i = 0; i < sizeof q4_0 / sizeof q4_0[0]; ++i) {
+    struct Case* c = &cases[nc++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "random.q4_0.%dx%d.steps", q4_0[i].rows, q4_0[i].cols);
+    c->seed = 400 + (uint32_t)i;
+    random_rows(GGML_TYPE_Q4_0, q4_0[i].rows, q4_0[i].cols, c->seed, c);
+    c->ns = kQ4_0Ns;
+    c->n_ns = kNumQ4_0Ns;
+  }
+
   FILE* out = fopen(argv[2], "wb");
   fwrite("IFMM0001", 1, 8, out);
   const uint32_t n32 = (uint32_t)nc;
   fwrite(&n32, 4, 1, out);
   float* x = malloc(sizeof(float) * kMaxN * 16384);
-  float* y1 = malloc(sizeof(float) * kMaxN * kRandomRows);
-  float* y3 = malloc(sizeof(float) * kMaxN * kRandomRows);
   for (int i = 0; i < nc; ++i) {
     struct Case* c = &cases[i];
+    float* y1 = malloc(sizeof(float) * kMaxN * c->rows);
+    float* y3 = malloc(sizeof(float) * kMaxN * c->rows);
+    const int* ns = c->ns ? c->ns : kNs;
+    const int n_ns = c->ns ? c->n_ns : kNumNs;
     const int rep = goes_to_repack(dev, rbuft, c->type, c->rows, c->cols);
     for (int t = 0; t < kMaxN; ++t) make_activations(c->seed, t, c->cols, x + (size_t)t * c->cols);
     fwrite(c->name, 1, 48, out);
@@ -258,10 +283,10 @@ int main(int argc, char** argv) {
     const uint64_t wb = c->wbytes;
     fwrite(&wb, 8, 1, out);
     fwrite(c->w, 1, c->wbytes, out);
-    const uint32_t nn = kNumNs;
+    const uint32_t nn = (uint32_t)n_ns;
     fwrite(&nn, 4, 1, out);
-    for (int k = 0; k < kNumNs; ++k) {
-      const int n = kNs[k];
+    for (int k = 0; k < n_ns; ++k) {
+      const int n = ns[k];
       run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 1, y1);
       run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 3, y3);
       if (memcmp(y1, y3, sizeof(float) * n * c->rows) != 0) {
@@ -272,6 +297,8 @@ int main(int argc, char** argv) {
       fwrite(y1, sizeof(float), (size_t)n * c->rows, out);
     }
     printf("%-26s %-5s %2dx%-5d %s\n", c->name, ggml_type_name(c->type), c->rows, c->cols, rep ? "repack" : "cpu");
+    free(y1);
+    free(y3);
   }
   fclose(out);
   ggml_backend_free(backend);

@@ -79,8 +79,9 @@ struct TypeKernels {
   // in, as GemmTileFn (GGML-layout rows, vec_dot_type activations); null where
   // it has none (matmul.h, matmul_rows_ggml, says which runs when):
   //   tiled_tile   its tiled K-quant matmul, steps of 8 tokens or more;
-  //   repack_tile  its CPU repack gemv (Q4_K in 8-row interleaved blocks);
-  //   repack_gemm_tile  its CPU repack gemm, which takes the tokens in fours;
+  //   repack_tile  its CPU repack gemv (Q4_K, Q4_0 in 8-row interleaved blocks);
+  //   repack_gemm_tile  its CPU repack gemm, which takes the tokens in fours
+  //                (Q4_0: the same float steps as its gemv);
   //   tinyblas_tile  llamafile's tinyBLAS on float weights (F32/F16/BF16),
   //                  steps of 2 tokens or more where it takes the shape.
   GemmTileFn tiled_tile = nullptr;
@@ -90,6 +91,11 @@ struct TypeKernels {
   // Row-interleaved weights (packed_layout.h); null where the type has none.
   PackedTileFn packed_tile = nullptr;
   int packed_tokens = 1;  // activation rows per packed_tile call that fit the registers
+  // Q4_0 packed from rows llama.cpp does not repack (rows % 8 != 0): its
+  // vec_dot order (eight lanes, hsum at the end) instead of packed_tile's one
+  // chain per row, which is its repacked kernels' order (packed_ref.cpp).
+  PackedTileFn packed_lanes_tile = nullptr;
+  int packed_lanes_tokens = 1;
 };
 
 struct KernelTable {

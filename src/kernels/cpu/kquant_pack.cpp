@@ -54,7 +54,7 @@ void q4k_groups_ref(const uint8_t* groups, int64_t n_groups, int64_t cols, const
 
 }  // namespace
 
-bool RepackedQ4K::applies(DType t, int64_t rows) { return ggml_repacked(t, rows); }
+bool RepackedQ4K::applies(DType t, int64_t rows) { return t == DType::Q4_K && ggml_repacked(t, rows); }
 
 size_t RepackedQ4K::packed_bytes(int64_t rows, int64_t cols) { return row_bytes(DType::Q4_K, cols) * rows; }
 

@@ -28,7 +28,7 @@ struct KernelTable;
 class RepackedQ4K {
  public:
   RepackedQ4K() = default;
-  // Whether a weight of this type and row count is repacked (ggml_repacked).
+  // Whether a weight of this type and row count is repacked here (Q4_K where ggml_repacked).
   static bool applies(DType t, int64_t rows);
   // The bytes pack() takes for such a matrix (the GGML rows' bytes).
   static size_t packed_bytes(int64_t rows, int64_t cols);

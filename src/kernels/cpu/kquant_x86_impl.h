@@ -1,4 +1,4 @@
-// Faster x86 kernels for GGML's orders on K-quants, Q5_0 and Q8_0 (internal;
+// Faster x86 kernels for GGML's orders on K-quants, Q4_0, Q5_0 and Q8_0 (internal;
 // textually included by quants_avx2.cpp and quants_avx512.cpp after
 // quants_x86_impl.h, whose helpers it uses; fill_x86_kquant at the end puts
 // them in the table).
@@ -158,6 +158,91 @@ void q4k_repack_gemv_tile(int64_t n, const void* va, size_t as, int nr, const vo
   }
 }
 
+
+// ---- Q4_0 in GGML's repacked order (dot_q4_0_x8) on GGML rows ------------------
+// Per (row, token) one float chain, acc = fma(float(isum), dx * dy, acc) per
+// block (ggml_gemv/gemm_q4_0_8x8_q8_0: the same steps in both). Eight rows at a
+// time: the integer lanes of each row's block are reduced into one lane per
+// row (RowReduce8, exact), so the chain runs for eight rows in one fma. Linear
+// runs such weights packed (packed_ref.cpp, the same order); this is the GGML
+// rows' kernel for matmul_rows_ggml.
+
+// A Q4_0 block's quants minus 8 as signed bytes, in element order.
+inline __m256i q4_0_signed(const BlockQ4_0& x) { return _mm256_sub_epi8(unpack_nibbles(x.qs), _mm256_set1_epi8(8)); }
+
+// Products of signed bytes q and y, summed in fours: eight int32 lanes (exact).
+inline __m256i dot_i8_quads(__m256i q, __m256i y) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(y, q)),
+                           _mm256_set1_epi16(1));
+}
+
+template <int NT>
+void q4_0_repack8(int64_t n, const uint8_t* a, size_t as, const uint8_t* b, size_t bs, float* out, size_t ors,
+                  size_t ots) {
+  const int64_t nb = n / kQK;
+  const BlockQ8_0* yr[NT];
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) yr[t] = yrow<BlockQ8_0>(b, bs, t), acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    __m256i yv[NT];
+    for (int t = 0; t < NT; ++t) yv[t] = load256(yr[t][i].qs);
+    RowReduce8 isum[NT];
+    alignas(16) uint16_t d16[8];
+    auto row = [&]<int R>() {
+      const BlockQ4_0& x = block_at<BlockQ4_0>(a + R * as, i);
+      d16[R] = x.d;
+      const __m256i q = q4_0_signed(x);
+      for (int t = 0; t < NT; ++t) isum[t].template add<R>(dot_i8_quads(q, yv[t]));
+    };
+    row.template operator()<0>();
+    row.template operator()<1>();
+    row.template operator()<2>();
+    row.template operator()<3>();
+    row.template operator()<4>();
+    row.template operator()<5>();
+    row.template operator()<6>();
+    row.template operator()<7>();
+    const __m256 dx = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16)));
+    for (int t = 0; t < NT; ++t) {
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t].result()), _mm256_mul_ps(dx, _mm256_set1_ps(fp16(yr[t][i].d))),
+                               acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    alignas(32) float res[8];
+    _mm256_store_ps(res, acc[t]);
+    for (int r = 0; r < 8; ++r) out[r * ors + t * ots] = res[r];
+  }
+}
+
+// One row against one token, the same steps.
+inline float q4_0_repack_one(int64_t n, const uint8_t* a, const uint8_t* b) {
+  const BlockQ4_0* x = reinterpret_cast<const BlockQ4_0*>(a);
+  const BlockQ8_0* y = reinterpret_cast<const BlockQ8_0*>(b);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    const int32_t isum = hsum_epi32(dot_i8_quads(q4_0_signed(x[i]), load256(y[i].qs)));
+    acc = std::fma(static_cast<float>(isum), fp16(x[i].d) * fp16(y[i].d), acc);
+  }
+  return acc;
+}
+
+// GemmTileFn for that order: eight rows at a time (two tokens per pass), the
+// rest (fewer than eight rows) one pair at a time.
+void q4_0_repack_tile(int64_t n, const void* va, size_t as, int nr, const void* vb, size_t bs, int nt, float* out,
+                      size_t ors, size_t ots) {
+  const uint8_t* a = static_cast<const uint8_t*>(va);
+  const uint8_t* b = static_cast<const uint8_t*>(vb);
+  int r = 0;
+  for (; r + 8 <= nr; r += 8) {
+    int t = 0;
+    for (; t + 2 <= nt; t += 2) q4_0_repack8<2>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
+    if (t < nt) q4_0_repack8<1>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
+  }
+  for (; r < nr; ++r) {
+    for (int t = 0; t < nt; ++t) out[r * ors + t * ots] = q4_0_repack_one(n, a + r * as, b + t * bs);
+  }
+}
 
 // ---- Q6_K in GGML's vec_dot order (ggml_vec_dot_q6_K_q8_K, AVX2) ----------------
 // The order of KQ6_K's vec_dot (eight int32 lanes per row and token, one fma
@@ -856,6 +941,12 @@ void fill_x86_kquant(KernelTable& table) {
   q4k.gemv_rows = 8;
   q4k.tile_rows = 8;
   table.q4k_groups = q4k_groups_x86;
+  TypeKernels& q40 = table.type[static_cast<uint32_t>(DType::Q4_0)];
+  q40.repack_tile = q40.repack_gemm_tile = q4_0_repack_tile;  // the same float steps in both
+  // Rows per call, so the repacked order's calls get eight rows (a multiple of
+  // eight also for the vec_dot order's tiles: AVX2 16, AVX-512 8).
+  q40.gemv_rows = 8;
+  q40.tile_rows = (q40.tile_rows + 7) / 8 * 8;
   TypeKernels& q6k = table.type[static_cast<uint32_t>(DType::Q6_K)];
   q6k.vec_dot = q6k_vec_dot_one;
   q6k.gemm_tile = q6k_vec_dot_tile;

@@ -162,10 +162,11 @@ void matmul_rows(DType wtype, const void* W, int64_t rows, int64_t cols, const u
 }
 
 bool ggml_repacked(DType wtype, int64_t rows) {
-  // ggml_repack_get_optimal_repack_type on an AVX2 CPU: Q4_K with rows % 8 == 0
-  // (Q4_0 too, not followed here); llama.cpp puts every such matmul weight in
-  // the repack buffer, and its kernels then run for any number of tokens.
-  return wtype == DType::Q4_K && rows % 8 == 0;
+  // ggml_repack_get_optimal_repack_type on an AVX2 CPU: Q4_K (q4_K_8x8) and
+  // Q4_0 (q4_0_8x8) with rows % 8 == 0; llama.cpp puts every such matmul
+  // weight in the repack buffer, and its kernels then run for any number of
+  // tokens.
+  return (wtype == DType::Q4_K || wtype == DType::Q4_0) && rows % 8 == 0;
 }
 
 GgmlOrder ggml_order_for(DType wtype, int64_t rows, int64_t cols, TokenPlace place) {
@@ -195,8 +196,10 @@ void matmul_quantize_rows_ggml_with(const KernelTable& table, DType wtype, int64
   for (int64_t t = t0; t < t1; ++t) {
     if (atype == DType::F32) {
       std::memcpy(act + t * row, x + t * cols, row);
-    } else if (ggml_order_for(wtype, rows, cols, places[t]) == GgmlOrder::kRepackGemm) {
-      // The repacked gemm's tokens are quantized in fours (ggml_quantize_mat_q8_K_4x8).
+    } else if (atype == DType::Q8_K && ggml_order_for(wtype, rows, cols, places[t]) == GgmlOrder::kRepackGemm) {
+      // The repacked Q4_K gemm's tokens are quantized in fours
+      // (ggml_quantize_mat_q8_K_4x8). Q4_0's (ggml_quantize_mat_q8_0_4x8) get
+      // the same bytes as quantize_row_q8_0, reordered: the branch below.
       table.quantize_q8_k_x4(x + t * cols, act + t * row, cols);
     } else if (atype == DType::Q8_0) {
       table.quantize_q8_0_cpu(x + t * cols, act + t * row, cols);

@@ -56,17 +56,17 @@ std::vector<TokenPlace> one_chunk(int64_t n);
 enum class GgmlOrder {
   kVecDot,      // ggml_vec_dot_* (tinyBLAS sums each pair the same way)
   kTiled,       // its tiled K-quant matmul: Q2_K..Q6_K outside the repack buffer, chunks of 8 tokens or more
-  kRepackGemm,  // its repacked gemm (Q4_K, rows % 8 == 0): a chunk's first chunk - chunk % 4 tokens
+  kRepackGemm,  // its repacked gemm (Q4_K, Q4_0; rows % 8 == 0): a chunk's first chunk - chunk % 4 tokens
   kRepackGemv,  // its repacked gemv: the rest of the chunk
   kTinyBlas,    // tinyBLAS on F32/F16/BF16: chunks of 2+ tokens, rows % 4 == 0, cols % 8 == 0
 };
 GgmlOrder ggml_order_for(DType wtype, int64_t rows, int64_t cols, TokenPlace place);
-// Whether llama.cpp puts such a weight in its CPU repack buffer (its input is
-// then quantized its own way for some tokens).
+// Whether llama.cpp puts such a weight in its CPU repack buffer (Q4_K's input
+// is then quantized its own way for some tokens; Q4_0's gets the same bytes).
 bool ggml_repacked(DType wtype, int64_t rows);
 // Rows [t0, t1) of x into act, quantized as GGML quantizes them for weights of
-// `rows` rows of wtype (the repacked gemm's tokens have a Q8_K quantizer of
-// their own); places[t] for each token.
+// `rows` rows of wtype (the repacked Q4_K gemm's tokens have a Q8_K quantizer
+// of their own); places[t] for each token.
 void matmul_quantize_rows_ggml(DType wtype, int64_t rows, const float* x, int64_t cols, int64_t t0, int64_t t1,
                                const TokenPlace* places, uint8_t* act);
 // Weight rows [r0, r1) against all n_tokens activation rows, in GGML's order.

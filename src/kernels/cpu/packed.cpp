@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/quants_blocks.h"
@@ -50,6 +51,7 @@ size_t PackedMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
 PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
   PackedMatrix m;
   m.type_ = t;
+  m.vec_dot_order_ = t == DType::Q4_0 && !ggml_repacked(t, rows);
   m.rows_ = rows;
   m.cols_ = cols;
   const int64_t nb = cols / kQK;
@@ -123,7 +125,8 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
                                int64_t g0, int64_t g1, float* y, int64_t ldy, int64_t first_tokens) {
   const TypeKernels& k = table.type[static_cast<uint32_t>(w.type())];
   const int64_t n_tokens = first_tokens < 0 ? a.n_tokens() : std::min(first_tokens, a.n_tokens());
-  const int step = std::clamp(k.packed_tokens, 1, kMaxPackedTokens);
+  const PackedTileFn tile = w.vec_dot_order() ? k.packed_lanes_tile : k.packed_tile;
+  const int step = std::clamp(w.vec_dot_order() ? k.packed_lanes_tokens : k.packed_tokens, 1, kMaxPackedTokens);
   float tail[kMaxPackedTokens * kPackRows];
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t r0 = g * kPackRows;
@@ -132,10 +135,10 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
     for (int64_t t = 0; t < n_tokens; t += step) {
       const int nt = static_cast<int>(std::min<int64_t>(step, n_tokens - t));
       if (full) {
-        k.packed_tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, y + t * ldy + r0, static_cast<size_t>(ldy));
+        tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, y + t * ldy + r0, static_cast<size_t>(ldy));
         continue;
       }
-      k.packed_tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, tail, kPackRows);
+      tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, tail, kPackRows);
       for (int i = 0; i < nt; ++i) std::memcpy(y + (t + i) * ldy + r0, tail + i * kPackRows, (w.rows() - r0) * sizeof(float));
     }
   }

@@ -5,8 +5,10 @@
 // (Q4_0, Q4_1, Q8_0): decode reads each weight byte once with a few
 // instructions per 16 rows, and batched steps unpack a weight block once for
 // up to kMaxPackedTokens tokens. Results are bit-identical across SIMD levels,
-// batch sizes and thread splits (see PackedTileFn); they differ from the GGML-
-// layout kernels (matmul.h) only in the order of the float additions.
+// batch sizes and thread splits (see PackedTileFn), and to GGML's CPU backend
+// (AVX2 build): each type's products are summed in the order llama.cpp runs
+// for that weight (packed_ref.cpp; for Q4_0 it depends on the row count, as
+// ggml_repacked says), the same for every step size.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -57,9 +59,13 @@ class PackedMatrix {
   int64_t groups() const { return (rows_ + 15) / 16; }
   const uint8_t* group(int64_t g) const { return data_ + g * group_bytes_; }
   size_t bytes() const { return size_; }
+  // Q4_0 of rows llama.cpp does not repack (rows % 8 != 0): summed in its
+  // vec_dot order (KernelTable packed_lanes_tile), else in its repacked one.
+  bool vec_dot_order() const { return vec_dot_order_; }
 
  private:
   DType type_ = DType::F32;
+  bool vec_dot_order_ = false;
   int64_t rows_ = 0, cols_ = 0;
   size_t group_bytes_ = 0;
   uint8_t* data_ = nullptr;  // in owned_, or in an arena

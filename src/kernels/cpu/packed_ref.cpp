@@ -1,20 +1,24 @@
 // Scalar reference of the packed (row-interleaved) kernels: the specification
 // the SIMD versions must match bit for bit. Per (row, token), block by block:
-//   Q4_0:       isum = exact integer dot of the block's quants (signed values)
+//   Q4_0 (packed_tile): GGML's repacked order (ggml_gemv_q4_0_8x8_q8_0 and
+//               ggml_gemm_q4_0_8x8_q8_0, which llama.cpp runs for every step
+//               size on Q4_0 weights of rows % 8 == 0):
+//               isum = exact integer dot of the block's quants (signed values)
 //               acc  = fma(float(isum), d_row * d_act, acc)       result acc
-//   Q4_1, Q8_0: GGML's own order (ggml_vec_dot_q4_1_q8_1, which llama.cpp runs
-//               for every Q4_1 product; for Q8_0 ggml_vec_dot_q8_0_q8_0 and
+//   Q4_1, Q8_0, and Q4_0 of rows % 8 != 0 (packed_lanes_tile): GGML's vec_dot
+//               order (ggml_vec_dot_q4_1_q8_1, which llama.cpp runs for every
+//               Q4_1 product; for Q8_0 and such Q4_0 ggml_vec_dot_*_q8_0 and
 //               tinyBLAS, the same per pair): eight lanes, lane j holding
 //               elements 4j..4j+3 of each block,
 //                 acc[j] = fma(float(isum_j), d_row * d_act, acc[j])
 //                 accm   = fma(m_row, s_act, accm)                 (Q4_1)
 //               result ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)) (+ accm).
-// (GGML computes the scale as d_act * d_row; the product is the same.)
-// Why Q4_1 follows GGML to the bit: the activations are re-quantized to int8
+// (GGML computes the scale as d_act * d_row; the product is the same. Its
+// Q8_0 activations have the quants and f16 scale of our Q8_1 ones.)
+// Why these follow GGML to the bit: the activations are re-quantized to int8
 // before every projection, so one rounding step of difference anywhere flips
 // a quant and grows layer by layer; a tolerance cannot bound it (see
-// docs/design.md, "Logit tolerance"). For Q4_0 llama.cpp uses its repacked
-// kernels where the row count allows, an order not followed here.
+// docs/design.md, "Logit tolerance").
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
@@ -59,7 +63,7 @@ int quant_q8(const uint8_t* q, int r, int e) {
   return static_cast<int8_t>(q[64 * (e / 4) + 4 * r + e % 4]);
 }
 
-template <DType kType>
+template <DType kType, bool kLanes = kType != DType::Q4_0>
 void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride, int nt,
                      float* out, size_t out_stride) {
   constexpr size_t kBlockBytes = kType == DType::Q4_0   ? kPackedQ4_0BlockBytes
@@ -77,11 +81,14 @@ void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, siz
         const uint8_t* q = p + kQuantOffset;
         const int8_t* yq = y.qs + 32 * b;
         const float scale = f16_at(p, r) * y.d[b];
-        if constexpr (kType != DType::Q4_0) {
+        if constexpr (kLanes) {
           for (int j = 0; j < 8; ++j) {
             int32_t isum = 0;
             for (int e = 4 * j; e < 4 * j + 4; ++e) {
-              isum += (kType == DType::Q8_0 ? quant_q8(q, r, e) : quant_q4(q, r, e, 0)) * yq[e];
+              const int w = kType == DType::Q8_0   ? quant_q8(q, r, e)
+                            : kType == DType::Q4_0 ? quant_q4(q, r, e, 8)
+                                                   : quant_q4(q, r, e, 0);
+              isum += w * yq[e];
             }
             lanes[j] = std::fma(static_cast<float>(isum), scale, lanes[j]);
           }
@@ -92,7 +99,7 @@ void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, siz
           acc = std::fma(static_cast<float>(isum), scale, acc);
         }
       }
-      if constexpr (kType != DType::Q4_0) {
+      if constexpr (kLanes) {
         acc = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
         if constexpr (kType == DType::Q4_1) acc += accm;
       }
@@ -123,6 +130,8 @@ void fill_scalar_packed_kernels(KernelTable& table) {
   table.type[static_cast<uint32_t>(DType::Q4_1)].packed_tile = packed_tile_ref<DType::Q4_1>;
   table.type[static_cast<uint32_t>(DType::Q8_0)].packed_tile = packed_tile_ref<DType::Q8_0>;
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) table.type[static_cast<uint32_t>(t)].packed_tokens = 4;
+  table.type[static_cast<uint32_t>(DType::Q4_0)].packed_lanes_tile = packed_tile_ref<DType::Q4_0, true>;
+  table.type[static_cast<uint32_t>(DType::Q4_0)].packed_lanes_tokens = 4;
 }
 
 }  // namespace inferd::kernels

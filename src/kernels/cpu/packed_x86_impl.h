@@ -58,7 +58,8 @@ struct PackedFormat {
 
 // Q4_1 and Q8_0 in GGML's lane order (packed_ref.cpp), rows 8h..8h+7: one
 // float accumulator per lane j = elements 4j..4j+3 of each block, summed at the
-// end like hsum_float_8. Plain AVX2, so the AVX-512 level runs it too for Q8_0.
+// end like hsum_float_8. Plain AVX2, so the AVX-512 level runs it too for Q8_0
+// (Q4_0 of rows % 8 != 0 has a kernel of its own below, in the same order).
 template <DType kType, int NT>
 void packed_half_lanes_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
                             size_t os) {
@@ -326,6 +327,65 @@ void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t 
 
 #endif
 
+// Q4_0 of rows GGML does not repack, in its vec_dot lane order
+// (packed_ref.cpp), rows 8h..8h+7 against one token: the stored nibbles
+// u = q + 8 go through maddubs unsigned as they are, and lane j's int32 sum
+// gets bias[j] = -8 * (the token's four quants of lane j) added, so each lane
+// holds the reference's exact isum_j without moving signs. Eight accumulators
+// per token fill the registers: a token at a time.
+void packed_q4_0_lanes_half(const uint8_t* group, int h, int64_t cols, const PackedAct& y, const int32_t* bias,
+                            float* out) {
+  using F = PackedFormat<DType::Q4_0>;
+  const int64_t nb = cols / 32;
+  __m256 acc[8];
+  for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * F::kBlockBytes;
+    const uint8_t* q = p + F::kQuantOffset + 32 * h;
+    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+    const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d[b]));
+    const int8_t* yq = y.qs + 32 * b;
+    const int32_t* bj = bias + 8 * b;
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = load256(q + 64 * j);
+      const __m256i u[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+      for (int k = 0; k < 2; ++k) {  // lane j (low nibbles), lane j + 4 (high)
+        const int lane = j + 4 * k;
+        const __m256i pairs = _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(load_i32(yq + 4 * lane)));
+        const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(bj[lane]));
+        acc[lane] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[lane]);
+      }
+    }
+  }
+  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
+                                   _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
+  _mm256_storeu_ps(out + 8 * h, sum);
+}
+
+// PackedTileFn: the biases of each token's lanes (-8 times the sum of each
+// four quants, eight per block) once per call, then both halves.
+void packed_q4_0_lanes_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
+                            size_t os) {
+  const int64_t nb = cols / 32;
+  thread_local std::vector<int32_t> bias;
+  if (bias.size() < static_cast<size_t>(8 * nb)) bias.resize(static_cast<size_t>(8 * nb));
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int t = 0; t < nt; ++t) {
+    const PackedAct y = packed_act(act + t * as, cols);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(y.qs + 32 * b)), ones16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias.data() + 8 * b),
+                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(quads, 3)));
+    }
+    packed_q4_0_lanes_half(group, 0, cols, y, bias.data(), out + t * os);
+    packed_q4_0_lanes_half(group, 1, cols, y, bias.data(), out + t * os);
+  }
+}
+
 template <DType kType>
 void set_packed(KernelTable& table) {
   TypeKernels& k = table.type[static_cast<uint32_t>(kType)];
@@ -337,4 +397,7 @@ void fill_x86_packed(KernelTable& table) {
   set_packed<DType::Q4_0>(table);
   set_packed<DType::Q4_1>(table);
   set_packed<DType::Q8_0>(table);
+  TypeKernels& q4 = table.type[static_cast<uint32_t>(DType::Q4_0)];
+  q4.packed_lanes_tile = packed_q4_0_lanes_tile;
+  q4.packed_lanes_tokens = 4;
 }

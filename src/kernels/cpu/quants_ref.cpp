@@ -752,6 +752,25 @@ float vec_dot_q5_0(int64_t n, const void* va, const void* vb) {
   return vec_dot_symmetric_lanes<BlockQ5_0, value_q5_0>(n, va, vb);
 }
 
+// Q4_0 . Q8_0 in the order of GGML's repacked Q4_0 kernels (AVX2
+// ggml_gemv_q4_0_8x8_q8_0 and ggml_gemm_q4_0_8x8_q8_0, which llama.cpp runs on
+// weights of rows % 8 == 0 for every step size; the same per pair in both):
+// no lanes, one float chain per (row, token), acc = fma(float(isum), dx * dy,
+// acc) block after block, isum the block's exact integer dot. The gemm's
+// activations (ggml_quantize_mat_q8_0_4x8) are quantize_row_q8_0's bytes
+// interleaved, so the quants and scales are those of the Q8_0 rows.
+float dot_q4_0_x8(int64_t n, const void* va, const void* vb) {
+  const BlockQ4_0* x = static_cast<const BlockQ4_0*>(va);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    int32_t isum = 0;
+    for (int e = 0; e < kQK; ++e) isum += value_q4_0(x[i], e) * y[i].qs[e];
+    acc = std::fma(static_cast<float>(isum), fp16(x[i].d) * fp16(y[i].d), acc);
+  }
+  return acc;
+}
+
 float vec_dot_q4_1(int64_t n, const void* va, const void* vb) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(va);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vb);
@@ -1017,6 +1036,8 @@ void fill_scalar_kernels(KernelTable& table) {
   at(DType::BF16).tinyblas_tile = ref::tile_by_pairs<ref::dot_tinyblas<uint16_t, ref::load_bf16>>;
   at(DType::Q4_K).repack_tile = ref::tile_by_pairs<ref::dot_q4_k_x8>;
   at(DType::Q4_K).repack_gemm_tile = ref::tile_by_pairs<ref::dot_q4_k_x8_gemm>;
+  at(DType::Q4_0).repack_tile = ref::tile_by_pairs<ref::dot_q4_0_x8>;
+  at(DType::Q4_0).repack_gemm_tile = ref::tile_by_pairs<ref::dot_q4_0_x8>;
   table.quantize_q8_k_x4 = ref::quantize_as<BlockQ8_K, ref::quantize_q8_k<true>, kQK_K>;
   table.quantize_q8_0_cpu = ref::quantize_as<BlockQ8_0, ref::quantize_q8_0_cpu, kQK>;
   table.level = "scalar";
