@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
@@ -45,6 +46,7 @@ struct ServeFlags {
   int64_t max_log_len = 256;
   bool chat_special_tokens_in_content = false;
   std::string tool_call_parser;
+  std::string reasoning_parser = "auto";
 };
 
 // Everything the loader thread builds; torn down in reverse order.
@@ -127,6 +129,7 @@ int run_serve(const ServeFlags& f) {
   options.max_log_len = static_cast<size_t>(std::max<int64_t>(0, f.max_log_len));
   options.special_tokens_in_chat_content = f.chat_special_tokens_in_content;
   if (!f.tool_call_parser.empty()) options.tool_call_parser = tool_call_format_from_name(f.tool_call_parser);
+  options.reasoning_parser = reasoning_parser_from_name(f.reasoning_parser).value_or(ReasoningParser::kNone);
   options.limits.max_n = static_cast<int32_t>(f.max_n);
   options.limits.max_logprobs = static_cast<int32_t>(f.max_logprobs);
   server::OpenAIServer api(options);
@@ -188,6 +191,12 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--tool-call-parser", flags->tool_call_parser,
                   "Tool-call format of the model's output (vLLM's names; default: from the chat template)")
       ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+  sub->add_option("--reasoning-parser", flags->reasoning_parser,
+                  "Return the thinking of <think>...</think> models as reasoning_content, and apply grammars "
+                  "after it: qwen3 (the output opens <think>), deepseek_r1 (the prompt opened it), none, or auto "
+                  "(qwen3 when the chat template writes </think>)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"none", "auto", "qwen3", "deepseek_r1"}));
   sub->add_flag("--chat-special-tokens-in-content", flags->chat_special_tokens_in_content,
                 "Read special-token text in chat messages (e.g. <|im_end|>) as the special token, as before; "
                 "by default it is plain text, so a message cannot forge the template's turns");

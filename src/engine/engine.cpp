@@ -125,6 +125,8 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   r.ignore_eos = p.ignore_eos;
   r.cache_salt = std::move(p.cache_salt);
   r.arrival_time = arrival;
+  if (p.reasoning && p.reasoning->end.empty()) return make_error("the reasoning end marker is empty");
+  r.reasoning = std::move(p.reasoning);
   r.id = "pending";  // validated before an id is spent on it
   // The scheduler's config never changes after construction: safe to read here.
   if (Status s = Scheduler::validate_request(r, scheduler_.config()); !s) return s.error();
@@ -163,8 +165,14 @@ void Engine::apply(Command& cmd) {
       return;
     }
     Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
-              std::move(add->stop), add->logprobs, {}, {}, {}};
+              std::move(add->stop), add->logprobs, {}, {}, {}, Live::Gate::kOpen, {}, {}, false, true};
     live.matcher = std::move(add->matcher);
+    if (live.matcher && add->request.reasoning) {
+      live.reasoning = add->request.reasoning;
+      live.gate = live.reasoning->starts_inside ? Live::Gate::kThinking
+                  : live.reasoning->start.empty() ? Live::Gate::kOpen
+                                                  : Live::Gate::kMaybe;
+    }
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     const int64_t n_prompt = add->request.num_prompt_tokens();
@@ -249,6 +257,96 @@ std::string Engine::release_text(Live& live, bool final, std::string* stop_at) {
   return out;
 }
 
+const std::vector<std::vector<int32_t>>& Engine::start_continuations(const std::string& start) {
+  auto it = start_continuations_.find(start);
+  if (it != start_continuations_.end()) return it->second;
+  std::vector<std::vector<int32_t>> sets(start.size());
+  const std::string_view marker(start);
+  for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id) {
+    const std::string piece = tokenizer_.token_to_piece(id, /*render_special=*/true);
+    if (piece.empty()) continue;
+    for (size_t k = 0; k < marker.size(); ++k) {
+      const std::string_view rest = marker.substr(k);
+      if (rest.starts_with(piece) || std::string_view(piece).starts_with(rest)) sets[k].push_back(id);
+    }
+  }
+  return start_continuations_.emplace(start, std::move(sets)).first->second;
+}
+
+Status Engine::apply_maybe_thinking_mask(Live& live, float* logits, int64_t n_vocab) {
+  const std::vector<int32_t>& cont = start_continuations(live.reasoning->start)[live.gate_text.size()];
+  gate_mask_.assign(static_cast<size_t>((n_vocab + 31) / 32), 0u);
+  if (live.gate_grammar_ok) {
+    // What was written so far (a piece of the marker, or nothing) is also a
+    // valid start of the answer: the answer may go on from here.
+    auto mask = live.matcher->compute_mask();
+    if (!mask) return mask.error();
+    gate_grammar_mask_.assign(mask->begin(), mask->end());  // for advance_grammar, right after sampling
+    const size_t words = std::min(mask->size(), gate_mask_.size());
+    for (size_t w = 0; w < words; ++w) gate_mask_[w] = (*mask)[w];
+  }
+  for (int32_t id : cont)
+    if (id < n_vocab) gate_mask_[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+  apply_token_mask(gate_mask_, static_cast<int32_t>(n_vocab), logits, n_vocab);
+  return {};
+}
+
+Status Engine::advance_grammar(Live& live, int32_t token) {
+  switch (live.gate) {
+    case Live::Gate::kOpen:
+      return live.matcher->commit(token);
+    case Live::Gate::kMaybe: {
+      const std::string& start = live.reasoning->start;
+      const std::string piece = tokenizer_.token_to_piece(token, /*render_special=*/true);
+      const std::string text = live.gate_text + piece;
+      if (piece.empty() || !(std::string_view(start).starts_with(text) || text.starts_with(start))) {
+        // Not the thinking: the answer began (the mask allowed this token only
+        // if the grammar does).
+        live.gate = Live::Gate::kOpen;
+        live.gate_text.clear();
+        return live.matcher->commit(token);
+      }
+      // A piece of the marker. It may still be the answer's start too (a
+      // grammar that begins with '<'): the grammar follows it while it can.
+      // (A token the grammar does not allow is never given to it: that would
+      // leave the matcher in error.)
+      if (live.gate_grammar_ok) {
+        if (token_allowed(gate_grammar_mask_, token)) {
+          live.gate_grammar_used = true;
+          if (Status st = live.matcher->commit(token); !st) return st;
+        } else {
+          live.gate_grammar_ok = false;
+        }
+      }
+      if (text.size() < start.size()) {
+        live.gate_text = text;  // more of the marker to come
+        return {};
+      }
+      // The thinking opened: the grammar starts afresh after it.
+      if (live.gate_grammar_used) {
+        auto fresh = live.matcher->grammar()->new_matcher();
+        if (!fresh) return fresh.error();
+        live.matcher = std::move(*fresh);
+      }
+      live.gate = Live::Gate::kThinking;
+      live.gate_text = text.substr(start.size());
+      break;
+    }
+    case Live::Gate::kThinking:
+      live.gate_text += tokenizer_.token_to_piece(token, /*render_special=*/true);
+      break;
+  }
+  // Inside the thinking: has the end marker been written?
+  const std::string& end = live.reasoning->end;
+  if (live.gate_text.find(end) != std::string::npos) {
+    live.gate = Live::Gate::kOpen;  // the grammar starts at the next token
+    live.gate_text.clear();
+  } else if (live.gate_text.size() >= end.size()) {
+    live.gate_text.erase(0, live.gate_text.size() - (end.size() - 1));
+  }
+  return {};
+}
+
 std::vector<RequestOutput> Engine::step() {
   // The loop thread owns the engine's state while it runs.
   assert(!loop_running_.load());
@@ -300,13 +398,16 @@ std::vector<RequestOutput> Engine::run_step() {
     // Structured output: tokens the grammar does not allow get -inf before
     // anything else sees the row, so every sampling parameter (penalties,
     // temperature, top-k/p, min-p, seed) works on the allowed tokens only.
-    if (live.matcher) {
+    // While the output thinks (Live::Gate), the grammar waits for its end.
+    if (live.matcher && live.gate == Live::Gate::kOpen) {
       auto mask = live.matcher->compute_mask();
       if (mask) {
         apply_token_mask(*mask, live.matcher->n_vocab(), lg, n_vocab);
       } else {
         grammar_errors_[i] = mask.error().message;  // the request ends after update()
       }
+    } else if (live.matcher && live.gate == Live::Gate::kMaybe) {
+      if (Status st = apply_maybe_thinking_mask(live, lg, n_vocab); !st) grammar_errors_[i] = st.error().message;
     }
     // Logprobs describe the model's distribution before the sampler's
     // penalties and temperature (which change the row in place, so the values
@@ -316,7 +417,7 @@ std::vector<RequestOutput> Engine::run_step() {
     if (live.logprobs >= 0) logprob_row_.assign(lg, lg + n_vocab);
     sampled_[i] = live.sampler.sample(lg, n_vocab, r.prompt_token_ids, r.output_token_ids);
     if (live.matcher && grammar_errors_[i].empty()) {
-      if (Status st = live.matcher->commit(sampled_[i]); !st) grammar_errors_[i] = st.error().message;
+      if (Status st = advance_grammar(live, sampled_[i]); !st) grammar_errors_[i] = st.error().message;
     }
     if (live.logprobs >= 0) {
       SampledLogprobs& lp = step_logprobs[i];

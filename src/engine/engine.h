@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -31,6 +32,7 @@
 
 #include "core/result.h"
 #include "engine/model_runner.h"
+#include "engine/request.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
 #include "model/model.h"
@@ -74,6 +76,12 @@ struct GenerationParams {
   // for this model's tokenizer (GrammarCompiler); each request gets its own
   // matcher, so n > 1 choices share one compiled grammar.
   std::shared_ptr<const CompiledGrammar> grammar;
+  // The output may think before it answers (see ReasoningSpec): a grammar
+  // then applies from the token after the thinking's end marker. An output
+  // that opens `start` (several tokens, or one) is read as thinking; while it
+  // may still be opening it, the allowed tokens are the grammar's plus those
+  // that continue `start`. Nothing without a grammar.
+  std::optional<ReasoningSpec> reasoning;
 };
 
 struct EngineStats {
@@ -169,6 +177,17 @@ class Engine {
     // (one commit per sampled token; a preempted request keeps its output, so
     // its matcher simply continues after the recompute).
     std::unique_ptr<GrammarMatcher> matcher;
+    // Reasoning before a grammar's answer: kOpen, the grammar applies;
+    // kMaybe, the output may still be opening `reasoning->start` (gate_text
+    // is what it wrote of it so far); kThinking, inside the thinking
+    // (gate_text keeps the last bytes, where `end` may begin).
+    enum class Gate { kOpen, kMaybe, kThinking };
+    Gate gate = Gate::kOpen;
+    std::optional<ReasoningSpec> reasoning;
+    std::string gate_text;
+    // kMaybe: the matcher has taken the marker's tokens written so far
+    // (used), and allowed them all (ok: the answer could still begin so).
+    bool gate_grammar_used = false, gate_grammar_ok = true;
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner);
@@ -185,6 +204,15 @@ class Engine {
   // Text of `live.held` that can be emitted now; sets *stop_at to a matched
   // stop string, if any (the text before it is returned, the rest dropped).
   std::string release_text(Live& live, bool final, std::string* stop_at);
+  // The mask for a sequence that may still open its thinking: the tokens
+  // that continue `start`, plus the grammar's allowed tokens while what was
+  // written so far is also a valid start of the answer. Applied to the row.
+  Status apply_maybe_thinking_mask(Live& live, float* logits, int64_t n_vocab);
+  // After sampling `token`: gives it to the grammar, or to the thinking gate.
+  Status advance_grammar(Live& live, int32_t token);
+  // Token ids whose text continues `start` after its first k bytes, for each
+  // k < start.size() (built once per marker, on the loop thread).
+  const std::vector<std::vector<int32_t>>& start_continuations(const std::string& start);
   void publish_stats();
 
   Model& model_;
@@ -198,6 +226,9 @@ class Engine {
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
   std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
   std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
+  std::unordered_map<std::string, std::vector<std::vector<int32_t>>> start_continuations_;
+  std::vector<uint32_t> gate_mask_;          // reused
+  std::vector<uint32_t> gate_grammar_mask_;  // the grammar's part of gate_mask_, reused
   std::function<void(const RequestOutput&)> finished_listener_;
 
   // Counters kept by the loop, published with the stats snapshot.

@@ -651,6 +651,12 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
     }
     if (field(body, "tools") || field(body, "tool_choice")) parse_tools(body, ordered_body(), r);
     else (void)get_bool(body, "parallel_tool_calls", true);
+    if (field(body, "reasoning_format")) {
+      const std::string name = get_string(body, "reasoning_format");
+      r.reasoning_format = reasoning_parser_from_name(name);
+      if (!r.reasoning_format)
+        fail("'reasoning_format' must be one of none, auto, deepseek, qwen3, deepseek_r1", "reasoning_format");
+    }
     r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
     if (const json* kw = field(body, "chat_template_kwargs")) {
       if (!kw->is_object()) fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");

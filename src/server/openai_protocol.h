@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
 
@@ -95,6 +96,9 @@ struct GenerationRequest {
   std::string cache_salt;
   std::optional<StructuredOutputRequest> structured;  // at most one constraint
   std::optional<ToolsRequest> tools;                  // chat: a non-empty 'tools'
+  // chat: llama-server's per-request `reasoning_format` ("none", "auto",
+  // "deepseek", and the server flag's "qwen3", "deepseek_r1"); absent: the server's.
+  std::optional<ReasoningParser> reasoning_format;
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

@@ -35,6 +35,10 @@ struct Choice {
   json tool_calls = json::array();
   std::string content;     // chat with tools: the content outside the calls
   std::string held_space;  // streaming with tools: whitespace not yet sent
+  // Reasoning: the parser that splits the thinking from the answer (null: not
+  // split), and the thinking found (whole responses).
+  std::shared_ptr<ReasoningStreamParser> reasoning_parser;
+  std::string reasoning;
 };
 
 struct PreparedGeneration {
@@ -45,6 +49,7 @@ struct PreparedGeneration {
   std::shared_ptr<const CompiledGrammar> grammar;  // structured output, compiled (shared by every choice)
   std::optional<ToolCallFormat> tool_format;       // tool calls are parsed from the output in this format
   std::vector<std::string> tool_names;             // the request's functions (untagged hermes calls)
+  std::optional<ReasoningSpec> reasoning;          // chat: the thinking is split from the answer
 };
 
 namespace {
@@ -183,6 +188,25 @@ class ResponseWriter {
     return sse(j);
   }
 
+  // Chat with reasoning: a delta of thinking (with the logprobs of its
+  // tokens); "" when there is nothing to say.
+  std::string reasoning_chunk(Choice& c, const std::string& text, const std::vector<SampledLogprobs>& lps,
+                              bool want_logprobs) const {
+    json lp = nullptr;
+    if (want_logprobs && !lps.empty()) lp = logprobs(c, lps);
+    if (text.empty() && lp.is_null()) return {};
+    json delta = json::object();
+    if (!c.sent_role) {
+      delta["role"] = "assistant";
+      c.sent_role = true;
+    }
+    if (!text.empty()) delta["reasoning_content"] = text;
+    json choice = {{"index", c.index}, {"logprobs", lp}, {"delta", std::move(delta)}, {"finish_reason", nullptr}};
+    json j = base();
+    j["choices"] = json::array({choice});
+    return sse(j);
+  }
+
   // Chat with tool parsing: the SSE events for what the parser made of one
   // engine output. Content as usual (whitespace alone is held back until
   // more text follows, and dropped after calls); each call as OpenAI streams
@@ -263,8 +287,9 @@ class ResponseWriter {
         lp = logprobs(c, c.logprobs);
       }
       json choice = {{"index", c.index}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
-      if (chat_ && c.tool_parser) {
+      if (chat_ && (c.tool_parser || c.reasoning_parser)) {
         json message = {{"role", "assistant"}, {"content", c.content.empty() ? json(nullptr) : json(c.content)}};
+        if (c.reasoning_parser) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
         if (!c.tool_calls.empty()) message["tool_calls"] = c.tool_calls;
         choice["message"] = std::move(message);
       } else if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -319,10 +344,11 @@ std::vector<ToolCallDelta> parse_streamed(Choice& c, const RequestOutput& out) {
 
 // Whole: the calls of the choice's output and the content around them;
 // content null (empty) when only whitespace remains beside the calls.
-void finish_tool_calls(Choice& c, ToolCallFormat format, const std::vector<std::string>& names) {
-  ParsedAssistantMessage m = parse_tool_calls(format, c.text, names);
+void finish_tool_calls(Choice& c, const std::string& text, ToolCallFormat format,
+                       const std::vector<std::string>& names) {
+  ParsedAssistantMessage m = parse_tool_calls(format, text, names);
   if (m.tool_calls.empty()) {
-    c.content = c.text;
+    c.content = text;
     return;
   }
   c.content = std::move(m.content);
@@ -331,6 +357,45 @@ void finish_tool_calls(Choice& c, ToolCallFormat format, const std::vector<std::
     c.tool_calls.push_back(json{{"id", new_tool_call_id()}, {"type", "function"}, {"function", std::move(fn)}});
   }
   if (c.finish_reason == "stop" || c.finish_reason == "length") c.finish_reason = "tool_calls";
+}
+
+// Whole: the thinking split from the answer, then the answer's tool calls.
+void finish_message(Choice& c, const PreparedGeneration& pg) {
+  std::string text = c.text;
+  if (c.reasoning_parser) {
+    ReasoningDelta d = parse_reasoning(pg.reasoning->starts_inside, c.text);
+    c.reasoning = std::move(d.reasoning);
+    text = std::move(d.content);
+    c.content = text;
+  }
+  if (c.tool_parser) finish_tool_calls(c, text, *pg.tool_format, pg.tool_names);
+}
+
+// Streaming with reasoning: thinking deltas first, then the answer's deltas as
+// without reasoning (tool calls parsed from the answer alone).
+std::string reasoning_events(const ResponseWriter& writer, Choice& c, const RequestOutput& out, bool want_logprobs) {
+  ReasoningDelta d = c.reasoning_parser->feed(out.text);
+  if (out.finished) {
+    ReasoningDelta tail = c.reasoning_parser->finish();
+    d.reasoning += tail.reasoning;
+    d.content += tail.content;
+  }
+  RequestOutput answer = out;
+  answer.text = std::move(d.content);
+  std::string events;
+  if (!d.reasoning.empty() || (answer.text.empty() && !answer.finished)) {
+    // The step's logprobs go with its thinking (or alone, for tokens held back).
+    events += writer.reasoning_chunk(c, d.reasoning, out.logprobs, want_logprobs);
+    answer.logprobs.clear();
+    if (answer.text.empty() && !answer.finished) return events;
+  }
+  if (c.tool_parser) {
+    const std::vector<ToolCallDelta> deltas = parse_streamed(c, answer);
+    events += writer.tool_events(c, deltas, answer, want_logprobs);
+  } else {
+    events += writer.chunk(c, answer, want_logprobs);
+  }
+  return events;
 }
 
 std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
@@ -351,6 +416,13 @@ void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTempla
   template_ = std::move(tmpl);
   tool_format_ = options_.tool_call_parser;
   if (!tool_format_ && template_) tool_format_ = detect_tool_call_format(template_->source());
+  reasoning_ = options_.reasoning_parser;
+  if (reasoning_ == ReasoningParser::kAuto)
+    reasoning_ = template_ && template_thinks(template_->source()) ? ReasoningParser::kQwen3 : ReasoningParser::kNone;
+  if (reasoning_ != ReasoningParser::kNone)
+    spdlog::info("reasoning: {} parser{}", reasoning_parser_name(reasoning_),
+                 options_.reasoning_parser == ReasoningParser::kAuto ? " (the chat template writes </think>)"
+                                                                    : " (--reasoning-parser)");
   if (template_ && template_supports_tools(template_->source()))
     spdlog::info("tool calling: {} format{}", tool_format_ ? tool_call_format_name(*tool_format_) : "no known",
                  options_.tool_call_parser ? " (--tool-call-parser)" : " (from the chat template)");
@@ -562,6 +634,20 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
     const ChatPrompt& cp = std::get<ChatPrompt>(prompt);
     if (auto e = surely_too_long(cp.text, req.max_tokens)) return *e;
     pg.prompts.push_back(tokenize_chat_prompt(tok, cp));
+    // Reasoning: the request's format, or the server's parser; the rendered
+    // prompt tells whether the output starts inside the thinking (the
+    // template opened <think>) or has none to split (it closed it, as Qwen3's
+    // enable_thinking=false does).
+    ReasoningParser rp = req.reasoning_format.value_or(reasoning_);
+    if (rp == ReasoningParser::kAuto) rp = reasoning_ != ReasoningParser::kNone ? reasoning_ : ReasoningParser::kQwen3;
+    const PromptThinking pt = prompt_thinking(cp.text);
+    if (rp != ReasoningParser::kNone && pt != PromptThinking::kClosed) {
+      ReasoningSpec spec;
+      spec.start = std::string(kThinkStart);
+      spec.end = std::string(kThinkEnd);
+      spec.starts_inside = rp == ReasoningParser::kDeepSeekR1 || pt == PromptThinking::kOpen;
+      pg.reasoning = std::move(spec);
+    }
     if (options_.log_prompts) pg.prompt_texts.push_back(tok.decode(pg.prompts.back(), true));
   } else {
     for (PromptInput& p : req.prompts) {
@@ -664,6 +750,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.logprobs = req.logprobs;
       gp.cache_salt = req.cache_salt;
       gp.grammar = pg.grammar;  // each choice gets its own matcher
+      gp.reasoning = pg.reasoning;  // the grammar applies after the thinking
       if (options_.log_prompts) {
         std::lock_guard<std::mutex> log_lock(log_mu_);
         prompt_log_[gp.request_id] = pg.prompt_texts[p].substr(0, options_.max_log_len);
@@ -684,6 +771,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       c.index = index;
       c.prompt_index = p;
       if (pg.tool_format) c.tool_parser = std::make_shared<ToolCallStreamParser>(*pg.tool_format, pg.tool_names);
+      if (pg.reasoning) c.reasoning_parser = std::make_shared<ReasoningStreamParser>(pg.reasoning->starts_inside);
       c.stream->set_listener(wake);
       choices.push_back(std::move(c));
     }
@@ -750,6 +838,11 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
         }
         if (!c.error.empty() && !co_await ex.write_chunk(writer.error_event("generation failed: " + c.error)))
           co_return;
+        if (c.reasoning_parser) {
+          std::string events = reasoning_events(writer, c, *out, want_logprobs);
+          if (!events.empty() && !co_await ex.write_chunk(std::move(events))) co_return;
+          continue;
+        }
         if (c.tool_parser) {
           const std::vector<ToolCallDelta> deltas = parse_streamed(c, *out);
           std::string events = writer.tool_events(c, deltas, *out, want_logprobs);
@@ -780,8 +873,7 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
       co_await send_error(ex, server_error("generation failed: " + c.error));
       co_return;
     }
-  for (Choice& c : choices)
-    if (c.tool_parser) finish_tool_calls(c, *pg.tool_format, pg.tool_names);
+  for (Choice& c : choices) finish_message(c, pg);
   co_await ex.respond(http::status::ok, "application/json",
                       writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n)));
 }

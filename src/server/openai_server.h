@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -52,6 +53,10 @@ struct ServerOptions {
   // The tool-call format (vLLM's --tool-call-parser); nullopt: the one the
   // chat template shows (detect_tool_call_format).
   std::optional<ToolCallFormat> tool_call_parser;
+  // Reasoning output (vLLM's --reasoning-parser): chat answers return the
+  // thinking as `reasoning_content`, and a grammar applies after it. kAuto:
+  // qwen3 when the chat template writes </think>, else none.
+  ReasoningParser reasoning_parser = ReasoningParser::kAuto;
   size_t worker_threads = 2;  // parse, render and tokenize requests (off the I/O threads)
   ProtocolLimits limits;
 };
@@ -115,6 +120,7 @@ class OpenAIServer {
   std::unique_ptr<GrammarCompiler> grammars_;  // structured outputs; null if the vocabulary was refused
   std::string grammar_error_;                  // why grammars_ is null
   std::optional<ToolCallFormat> tool_format_;  // the parser's flag, or the template's format
+  ReasoningParser reasoning_ = ReasoningParser::kNone;  // options_.reasoning_parser, auto resolved
   ServingMetrics metrics_;
   std::atomic<int64_t> unfinished_{0};  // requests added and not yet finished
 
