@@ -17,28 +17,9 @@ namespace {
 using test::Collected;
 using test::Outputs;
 
-class EngineReasoning : public test::ModelTest {
+class EngineReasoning : public test::GrammarModelTest {
  protected:
-  void SetUp() override {
-    test::ModelTest::SetUp();
-    if (IsSkipped()) return;
-    if (!compiler_) {
-      auto gt = GrammarTokenizer::create(model_->tokenizer());
-      ASSERT_TRUE(gt.ok()) << gt.error().message;
-      compiler_ = new GrammarCompiler(*gt);
-    }
-  }
-  static void TearDownTestSuite() {
-    delete compiler_;
-    compiler_ = nullptr;
-    test::ModelTest::TearDownTestSuite();
-  }
-
-  static std::shared_ptr<const CompiledGrammar> regex(const std::string& text) {
-    auto g = compiler_->compile(GrammarKind::kRegex, text);
-    EXPECT_TRUE(g.ok()) << g.error().message;
-    return g.ok() ? *g : nullptr;
-  }
+  static std::shared_ptr<const CompiledGrammar> regex(const std::string& text) { return compile(GrammarKind::kRegex, text); }
 
   // The greedy request, constrained by `g` after the thinking `spec` describes.
   static Collected run(std::shared_ptr<const CompiledGrammar> g, const ReasoningSpec& spec, int64_t max_tokens = 24) {
@@ -86,7 +67,6 @@ class EngineReasoning : public test::ModelTest {
     EXPECT_TRUE((*m)->is_stopped() || (*m)->is_accepting()) << c.text;
   }
 
-  inline static GrammarCompiler* compiler_ = nullptr;
 };
 
 TEST_F(EngineReasoning, GrammarStartsAfterAMultiTokenEndMarker) {

@@ -74,29 +74,8 @@ void expect_valid_person(const std::string& text) {
   if (j.contains("email")) EXPECT_TRUE(j["email"].is_null() || j["email"].is_string());
 }
 
-class EngineStructured : public test::ModelTest {
+class EngineStructured : public test::GrammarModelTest {
  protected:
-  void SetUp() override {
-    test::ModelTest::SetUp();
-    if (IsSkipped()) return;
-    if (!compiler_) {
-      auto gt = GrammarTokenizer::create(model_->tokenizer());
-      ASSERT_TRUE(gt.ok()) << gt.error().message;
-      compiler_ = new GrammarCompiler(*gt);
-    }
-  }
-  static void TearDownTestSuite() {
-    delete compiler_;
-    compiler_ = nullptr;
-    test::ModelTest::TearDownTestSuite();
-  }
-
-  static std::shared_ptr<const CompiledGrammar> compile(GrammarKind kind, const std::string& text) {
-    auto g = compiler_->compile(kind, text);
-    EXPECT_TRUE(g.ok()) << g.error().message;
-    return g.ok() ? *g : nullptr;
-  }
-
   static std::vector<int32_t> prompt(const std::string& text) {
     return model_->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
   }
@@ -126,7 +105,6 @@ class EngineStructured : public test::ModelTest {
     return std::move(*m);
   }
 
-  inline static GrammarCompiler* compiler_ = nullptr;
 };
 
 const char* kPersonPrompt =

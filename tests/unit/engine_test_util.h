@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "engine/sequence_generator.h"
+#include "structured/grammar.h"
 
 namespace inferd::test {
 
@@ -161,6 +162,34 @@ class ModelTest : public ::testing::Test {
 
   inline static Model* model_ = nullptr;
   inline static std::string model_file_;  // set by use_model
+};
+
+// A ModelTest with one grammar compiler for the suite's model (structured
+// output and reasoning tests).
+class GrammarModelTest : public ModelTest {
+ protected:
+  void SetUp() override {
+    ModelTest::SetUp();
+    if (IsSkipped()) return;
+    if (!compiler_) {
+      auto gt = GrammarTokenizer::create(model_->tokenizer());
+      ASSERT_TRUE(gt.ok()) << gt.error().message;
+      compiler_ = new GrammarCompiler(*gt);
+    }
+  }
+  static void TearDownTestSuite() {
+    delete compiler_;
+    compiler_ = nullptr;
+    ModelTest::TearDownTestSuite();
+  }
+
+  static std::shared_ptr<const CompiledGrammar> compile(GrammarKind kind, const std::string& text) {
+    auto g = compiler_->compile(kind, text);
+    EXPECT_TRUE(g.ok()) << g.error().message;
+    return g.ok() ? *g : nullptr;
+  }
+
+  inline static GrammarCompiler* compiler_ = nullptr;
 };
 
 // Everything a request emitted, joined.
