@@ -53,6 +53,34 @@ struct RowReduce8 {
   __m256i result() const { return h01; }
 };
 
+// row.operator()<R>() for R = 0..7, in order (RowReduce8 wants them so).
+template <class Row>
+inline void for_rows8(Row&& row) {
+  [&]<int... R>(std::integer_sequence<int, R...>) { (row.template operator()<R>(), ...); }(
+      std::make_integer_sequence<int, 8>{});
+}
+
+// Lane r of v (row r's result) to out[r * ors].
+inline void store_rows8(__m256 v, float* out, size_t ors) {
+  alignas(32) float res[8];
+  _mm256_store_ps(res, v);
+  for (int r = 0; r < 8; ++r) out[r * ors] = res[r];
+}
+
+// A GemmTileFn's walk for the eight-row kernels: eight(NT, r, t) on rows
+// r..r+7 and NT (std::integral_constant 1 or 2) tokens from t, two tokens per
+// pass; the last nr % 8 rows by rest(r) from row r on.
+template <class Eight, class Rest>
+inline void by_eight_rows(int nr, int nt, Eight&& eight, Rest&& rest) {
+  int r = 0;
+  for (; r + 8 <= nr; r += 8) {
+    int t = 0;
+    for (; t + 2 <= nt; t += 2) eight(std::integral_constant<int, 2>{}, r, t);
+    if (t < nt) eight(std::integral_constant<int, 1>{}, r, t);
+  }
+  if (r < nr) rest(r);
+}
+
 // Fields shared by eight Q4_K rows' super-block i: d and dmin as float lanes.
 inline void q4k_d_dmin8(const uint8_t* a, size_t as, int64_t i, __m256* d, __m256* dmin) {
   uint32_t w[8];
@@ -114,14 +142,7 @@ void q4k_repack_gemv8(int64_t n, const uint8_t* a, size_t as, const uint8_t* b, 
         for (int t = 0; t < NT; ++t) mpair[t][R / 2] = _mm256_madd_epi16(m16, ysum[t]);
       }
     };
-    row.template operator()<0>();
-    row.template operator()<1>();
-    row.template operator()<2>();
-    row.template operator()<3>();
-    row.template operator()<4>();
-    row.template operator()<5>();
-    row.template operator()<6>();
-    row.template operator()<7>();
+    for_rows8(row);
     __m256 d, dmin;
     q4k_d_dmin8(a, as, i, &d, &dmin);
     for (int t = 0; t < NT; ++t) {
@@ -134,11 +155,7 @@ void q4k_repack_gemv8(int64_t n, const uint8_t* a, size_t as, const uint8_t* b, 
       accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dmin, dy), accm[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    alignas(32) float res[8];
-    _mm256_store_ps(res, _mm256_sub_ps(acc[t], accm[t]));
-    for (int r = 0; r < 8; ++r) out[r * ors + t * ots] = res[r];
-  }
+  for (int t = 0; t < NT; ++t) store_rows8(_mm256_sub_ps(acc[t], accm[t]), out + t * ots, ors);
 }
 
 // GemmTileFn for the repacked Q4_K gemv order: eight rows at a time, the rest
@@ -147,15 +164,14 @@ void q4k_repack_gemv_tile(int64_t n, const void* va, size_t as, int nr, const vo
                           size_t ors, size_t ots) {
   const uint8_t* a = static_cast<const uint8_t*>(va);
   const uint8_t* b = static_cast<const uint8_t*>(vb);
-  int r = 0;
-  for (; r + 8 <= nr; r += 8) {
-    int t = 0;
-    for (; t + 2 <= nt; t += 2) q4k_repack_gemv8<2>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
-    if (t < nt) q4k_repack_gemv8<1>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
-  }
-  if (r < nr) {
-    gemm_tile<RowByRow<KOrdered<KQ4_K, kRepackOrder>>>(n, a + r * as, as, nr - r, vb, bs, nt, out + r * ors, ors, ots);
-  }
+  by_eight_rows(
+      nr, nt,
+      [&](auto nt_pass, int r, int t) {
+        q4k_repack_gemv8<decltype(nt_pass)::value>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
+      },
+      [&](int r) {
+        gemm_tile<RowByRow<KOrdered<KQ4_K, kRepackOrder>>>(n, a + r * as, as, nr - r, vb, bs, nt, out + r * ors, ors, ots);
+      });
 }
 
 
@@ -194,25 +210,14 @@ void q4_0_repack8(int64_t n, const uint8_t* a, size_t as, const uint8_t* b, size
       const __m256i q = q4_0_signed(x);
       for (int t = 0; t < NT; ++t) isum[t].template add<R>(dot_i8_quads(q, yv[t]));
     };
-    row.template operator()<0>();
-    row.template operator()<1>();
-    row.template operator()<2>();
-    row.template operator()<3>();
-    row.template operator()<4>();
-    row.template operator()<5>();
-    row.template operator()<6>();
-    row.template operator()<7>();
+    for_rows8(row);
     const __m256 dx = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d16)));
     for (int t = 0; t < NT; ++t) {
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t].result()), _mm256_mul_ps(dx, _mm256_set1_ps(fp16(yr[t][i].d))),
                                acc[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    alignas(32) float res[8];
-    _mm256_store_ps(res, acc[t]);
-    for (int r = 0; r < 8; ++r) out[r * ors + t * ots] = res[r];
-  }
+  for (int t = 0; t < NT; ++t) store_rows8(acc[t], out + t * ots, ors);
 }
 
 // One row against one token, the same steps.
@@ -233,15 +238,15 @@ void q4_0_repack_tile(int64_t n, const void* va, size_t as, int nr, const void* 
                       size_t ors, size_t ots) {
   const uint8_t* a = static_cast<const uint8_t*>(va);
   const uint8_t* b = static_cast<const uint8_t*>(vb);
-  int r = 0;
-  for (; r + 8 <= nr; r += 8) {
-    int t = 0;
-    for (; t + 2 <= nt; t += 2) q4_0_repack8<2>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
-    if (t < nt) q4_0_repack8<1>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
-  }
-  for (; r < nr; ++r) {
-    for (int t = 0; t < nt; ++t) out[r * ors + t * ots] = q4_0_repack_one(n, a + r * as, b + t * bs);
-  }
+  by_eight_rows(
+      nr, nt,
+      [&](auto nt_pass, int r, int t) {
+        q4_0_repack8<decltype(nt_pass)::value>(n, a + r * as, as, b + t * bs, bs, out + r * ors + t * ots, ors, ots);
+      },
+      [&](int r0) {
+        for (int r = r0; r < nr; ++r)
+          for (int t = 0; t < nt; ++t) out[r * ors + t * ots] = q4_0_repack_one(n, a + r * as, b + t * bs);
+      });
 }
 
 // ---- Q6_K in GGML's vec_dot order (ggml_vec_dot_q6_K_q8_K, AVX2) ----------------
