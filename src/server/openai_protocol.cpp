@@ -323,7 +323,8 @@ void parse_structured(const json& body, std::string_view text, GenerationRequest
         if (!v.is_boolean()) fail("'" + param + "' must be a boolean", param);
         no_whitespace = v.get<bool>();
       } else if (key == "backend" || key == "disable_fallback" || key == "disable_additional_properties") {
-        // Choices among vLLM's engines; inferd has one (llguidance).
+        // Choices among vLLM's engines; inferd has one (llguidance), and it
+        // closes objects without additionalProperties already (structured/json_schema.h).
       } else {
         fail("'" + param + "' is not supported", param);
       }

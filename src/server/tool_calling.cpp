@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include "structured/json_schema.h"
+
 namespace inferd::server {
 
 namespace {
@@ -29,6 +31,7 @@ Result<std::string> forced_tool_call_grammar(ToolCallFormat format, const std::v
     ordered params = ordered::parse(tool.parameters, nullptr, /*allow_exceptions=*/false);
     if (params.is_discarded() || !(params.is_object() || params.is_boolean()))
       return make_error("the parameters of '" + tool.name + "' are not a JSON schema");
+    close_json_schema_objects(params);  // as response_format's schemas are
     ordered call = ordered::object();
     call["type"] = "object";
     call["properties"] = ordered::object();

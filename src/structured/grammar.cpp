@@ -8,6 +8,7 @@
 
 #include "llguidance.h"
 #include "structured/gbnf.h"
+#include "structured/json_schema.h"
 
 namespace inferd {
 
@@ -153,13 +154,15 @@ bool GrammarMatcher::is_accepting() { return llg_matcher_is_accepting(m_); }
 
 namespace {
 
-// llguidance lets JSON have any run of whitespace between tokens by default,
-// and a small model can fall into emitting newlines until max_tokens. Unless a
-// schema sets its own "x-guidance" options, whitespace between JSON tokens is
-// one space, or one newline and up to 20 spaces or tabs of indentation: enough
-// for pretty-printed JSON, never a runaway. Text that is not a JSON object is
+// A JSON schema as it goes to llguidance. Its objects are closed as llama.cpp
+// and vLLM read schemas (close_json_schema_objects). And llguidance lets JSON
+// have any run of whitespace between tokens by default, so a small model can
+// fall into emitting newlines until max_tokens: unless a schema sets its own
+// "x-guidance" options, whitespace between JSON tokens is one space, or one
+// newline and up to 20 spaces or tabs of indentation, enough for
+// pretty-printed JSON, never a runaway. Text that is not a JSON object is
 // passed on unchanged (llguidance names the error).
-std::string with_bounded_whitespace(const std::string& schema) {
+std::string prepared_json_schema(const std::string& schema) {
   nlohmann::ordered_json j;
   try {
     j = nlohmann::ordered_json::parse(schema);
@@ -167,8 +170,9 @@ std::string with_bounded_whitespace(const std::string& schema) {
     return schema;
   }
   if (j.is_boolean() && j.get<bool>()) j = nlohmann::ordered_json::object();
-  if (!j.is_object() || j.contains("x-guidance")) return schema;
-  j["x-guidance"] = {{"whitespace_pattern", "(?: |\\n[ \\t]{0,20})"}};
+  if (!j.is_object()) return schema;
+  close_json_schema_objects(j);
+  if (!j.contains("x-guidance")) j["x-guidance"] = {{"whitespace_pattern", "(?: |\\n[ \\t]{0,20})"}};
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
@@ -230,10 +234,10 @@ Result<std::shared_ptr<const CompiledGrammar>> GrammarCompiler::compile_uncached
   const char* type = nullptr;
   std::string data = text;
   switch (kind) {
-    case GrammarKind::kJsonSchema: type = "json_schema"; data = with_bounded_whitespace(text); break;
+    case GrammarKind::kJsonSchema: type = "json_schema"; data = prepared_json_schema(text); break;
     case GrammarKind::kJsonObject:
       type = "json_schema";
-      data = with_bounded_whitespace(R"({"type":"object"})");
+      data = prepared_json_schema(R"({"type":"object"})");
       break;
     case GrammarKind::kRegex: type = "regex"; break;
     case GrammarKind::kLark: type = "lark"; break;

@@ -14,6 +14,7 @@
 
 #include "structured/gbnf.h"
 #include "structured/grammar.h"
+#include "structured/json_schema.h"
 
 namespace inferd {
 namespace {
@@ -196,6 +197,53 @@ TEST_F(StructuredGrammar, JsonSchemaMatcherAcceptsValidAndRefusesInvalidDocument
   auto any = compile(GrammarKind::kJsonObject, "");
   EXPECT_TRUE(matches(any, R"({"a":[1,true,null,{"b":"c"}]})"));
   EXPECT_FALSE(matches(any, "[1]"));
+}
+
+TEST_F(StructuredGrammar, ObjectsWithoutAdditionalPropertiesAreClosedAsLlamaCppAndVllmReadThem) {
+  // Listed keys only, at every depth, unless the schema asks for others.
+  auto closed = compile(GrammarKind::kJsonSchema,
+                        R"({"type":"object","properties":{"a":{"type":"integer"},)"
+                        R"("o":{"type":"object","properties":{"b":{"type":"integer"}}}}})");
+  ASSERT_TRUE(closed);
+  EXPECT_TRUE(matches(closed, R"({"a":1,"o":{"b":2}})"));
+  EXPECT_FALSE(matches(closed, R"({"a":1,"c":2})"));
+  EXPECT_FALSE(matches(closed, R"({"a":1,"o":{"b":2,"c":3}})"));
+  auto open = compile(GrammarKind::kJsonSchema,
+                      R"({"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":true})");
+  ASSERT_TRUE(open);
+  EXPECT_TRUE(matches(open, R"({"a":1,"c":2})"));
+  auto any = compile(GrammarKind::kJsonObject, "");  // no "properties": any object
+  EXPECT_TRUE(matches(any, R"({"c":2})"));
+}
+
+TEST(JsonSchemaClosing, ClosesEverySubschemaWithPropertiesButAllOfMembersAndExplicitRules) {
+  auto schema = nlohmann::ordered_json::parse(R"({
+    "type": "object",
+    "properties": {
+      "items": {"type": "object", "properties": {"x": {}}},
+      "list": {"type": "array", "items": {"properties": {"y": {}}}},
+      "either": {"anyOf": [{"properties": {"z": {}}}, {"type": "null"}]},
+      "free": {"properties": {"w": {}}, "additionalProperties": {"type": "string"}},
+      "pattern": {"properties": {"v": {}}, "patternProperties": {"^p": {}}},
+      "both": {"allOf": [{"properties": {"u": {}}}, {"properties": {"t": {"properties": {"s": {}}}}}]}
+    },
+    "$defs": {"Node": {"properties": {"r": {}}}}
+  })");
+  close_json_schema_objects(schema);
+  const auto closed = [&](const nlohmann::ordered_json::json_pointer& p) {
+    return schema.at(p).value("additionalProperties", nlohmann::ordered_json(true)) == false;
+  };
+  using ptr = nlohmann::ordered_json::json_pointer;
+  EXPECT_TRUE(closed(ptr("")));
+  EXPECT_TRUE(closed(ptr("/properties/items")));  // a property named like a keyword is a schema
+  EXPECT_TRUE(closed(ptr("/properties/list/items")));
+  EXPECT_TRUE(closed(ptr("/properties/either/anyOf/0")));
+  EXPECT_EQ(schema.at(ptr("/properties/free/additionalProperties")), nlohmann::ordered_json({{"type", "string"}}));
+  EXPECT_FALSE(schema.at(ptr("/properties/pattern")).contains("additionalProperties"));
+  EXPECT_FALSE(schema.at(ptr("/properties/both/allOf/0")).contains("additionalProperties"));
+  EXPECT_TRUE(closed(ptr("/properties/both/allOf/1/properties/t")));
+  EXPECT_TRUE(closed(ptr("/$defs/Node")));
+  EXPECT_FALSE(schema.at(ptr("/properties/either/anyOf/1")).contains("additionalProperties"));  // no properties
 }
 
 // ---------------------------------------------------------------------------
