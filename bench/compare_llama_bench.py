@@ -5,8 +5,9 @@ machine, same thread count, in one run.
   prompt processing: a 512-token prompt from an empty cache (llama-bench pp512)
   decode:            128 tokens after a 1-token prompt      (llama-bench tg128)
 
-  floor:             read bandwidth of a buffer the size of the model file
-                     (build/memory_bandwidth, 2 threads, its best pass),
+  floor:             read bandwidth of a buffer the size of the weights a
+                     decode step reads (every tensor but an untied token-
+                     embedding table; build/memory_bandwidth, its best pass),
                      measured just before and after each decode run; decode
                      tokens/s at that bandwidth if a step read only the
                      weights, once. The share of the median pass is printed
@@ -63,6 +64,18 @@ def prompt_of(binary, model, n_tokens, threads):
     return text_of(lo)
 
 
+def decode_bytes(path):
+    """The weight bytes one decode step reads: every tensor, except a token-embedding table beside an output
+    matrix of its own (untied: a step reads one row of it). The file size when the gguf package is missing."""
+    try:
+        import gguf
+    except ImportError:
+        return Path(path).stat().st_size
+    tensors = {t.name: int(t.n_bytes) for t in gguf.GGUFReader(path).tensors}
+    untied = tensors.get("token_embd.weight", 0) if "output.weight" in tensors else 0
+    return sum(tensors.values()) - untied
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(MODEL_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"))
@@ -71,7 +84,7 @@ def main():
     ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
     ap.add_argument("--bandwidth-tool", default=str(ROOT / "build" / "memory_bandwidth"))
     args = ap.parse_args()
-    model_bytes = Path(args.model).stat().st_size
+    model_bytes = decode_bytes(args.model)
 
     def bandwidth():
         """GB/s reading a buffer the size of the model: the best pass (the floor) and the median pass (the tool
