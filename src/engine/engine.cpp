@@ -126,7 +126,6 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   r.cache_salt = std::move(p.cache_salt);
   r.arrival_time = arrival;
   if (p.reasoning && p.reasoning->end.empty()) return make_error("the reasoning end marker is empty");
-  r.reasoning = std::move(p.reasoning);
   r.id = "pending";  // validated before an id is spent on it
   // The scheduler's config never changes after construction: safe to read here.
   if (Status s = Scheduler::validate_request(r, scheduler_.config()); !s) return s.error();
@@ -138,7 +137,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     h.request_id = r.id;
     h.stream = std::make_shared<RequestStream>(r.id);
     commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs),
-                                      std::move(matcher)});
+                                      std::move(matcher), std::move(p.reasoning)});
   }
   cmd_cv_.notify_one();
   return h;
@@ -167,8 +166,8 @@ void Engine::apply(Command& cmd) {
     Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
               std::move(add->stop), add->logprobs, {}, {}, {}, Live::Gate::kOpen, {}, {}, false, true};
     live.matcher = std::move(add->matcher);
-    if (live.matcher && add->request.reasoning) {
-      live.reasoning = add->request.reasoning;
+    if (live.matcher && add->reasoning) {
+      live.reasoning = std::move(add->reasoning);
       live.gate = live.reasoning->starts_inside ? Live::Gate::kThinking
                   : live.reasoning->start.empty() ? Live::Gate::kOpen
                                                   : Live::Gate::kMaybe;

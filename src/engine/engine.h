@@ -60,6 +60,18 @@ struct EngineConfig {
 };
 
 // What a client asks for.
+// Reasoning before the answer, as thinking models write it (<think> ... </think>).
+// With a grammar (structured output, forced tool calls), the grammar constrains
+// only the answer: while the output is inside the thinking, no token is masked
+// or given to the grammar, and the grammar starts at the token after the one
+// that completes `end`. The markers are matched on the tokens' text, so they
+// work whether a marker is one special token (Qwen3) or several ordinary ones.
+struct ReasoningSpec {
+  std::string start = "<think>";  // an output that opens with this thinks (empty: only starts_inside)
+  std::string end = "</think>";
+  bool starts_inside = false;  // the prompt opened the thinking: the output begins in it
+};
+
 struct GenerationParams {
   std::string request_id;  // empty: the engine numbers it; else unique among live requests
   std::vector<int32_t> prompt_token_ids;
@@ -158,6 +170,7 @@ class Engine {
     std::vector<std::string> stop;
     int32_t logprobs;
     std::unique_ptr<GrammarMatcher> matcher;  // structured output, if any
+    std::optional<ReasoningSpec> reasoning;   // the grammar waits for the thinking's end
   };
   struct AbortCommand {
     std::string request_id;

@@ -33,18 +33,6 @@ inline const char* finish_reason(RequestStatus s) {
   }
 }
 
-// Reasoning before the answer, as thinking models write it (<think> ... </think>).
-// With a grammar (structured output, forced tool calls), the grammar constrains
-// only the answer: while the output is inside the thinking, no token is masked
-// or given to the grammar, and the grammar starts at the token after the one
-// that completes `end`. The markers are matched on the tokens' text, so they
-// work whether a marker is one special token (Qwen3) or several ordinary ones.
-struct ReasoningSpec {
-  std::string start = "<think>";  // an output that opens with this thinks (empty: only starts_inside)
-  std::string end = "</think>";
-  bool starts_inside = false;  // the prompt opened the thinking: the output begins in it
-};
-
 struct Request {
   // ---- inputs, set by the caller of Scheduler::add_request ----
   std::string id;
@@ -56,7 +44,6 @@ struct Request {
   bool ignore_eos = false;
   std::string cache_salt;     // requests share cached prefixes only with equal salts
   double arrival_time = 0.0;  // seconds (steady clock); 0: set by add_request
-  std::optional<ReasoningSpec> reasoning;  // the output may think first (used by the engine's grammar gate)
 
   // ---- state, kept by the scheduler ----
   std::vector<int32_t> output_token_ids;
