@@ -1,32 +1,14 @@
 #include "chat/reasoning.h"
 
+#include "chat/text_scan.h"
+
 namespace inferd {
 
 namespace {
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-
-size_t first_non_space(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size() && is_space(s[i])) ++i;
-  return i;
-}
-
-size_t trailing_space(std::string_view s) {
-  size_t n = 0;
-  while (n < s.size() && is_space(s[s.size() - 1 - n])) ++n;
-  return n;
-}
-
-// The longest proper prefix of `marker` that `text` ends with (it could be
-// completed by the next piece).
-size_t partial_marker_suffix(std::string_view text, std::string_view marker) {
-  for (size_t k = std::min(text.size(), marker.size() - 1); k > 0; --k)
-    if (text.substr(text.size() - k) == marker.substr(0, k)) return k;
-  return 0;
-}
-
-std::string_view trim_right(std::string_view s) { return s.substr(0, s.size() - trailing_space(s)); }
+using text_scan::partial_marker_at_end;
+using text_scan::skip_space;
+using text_scan::trim_right;
 
 }  // namespace
 
@@ -76,7 +58,7 @@ ReasoningDelta ReasoningStreamParser::finish() {
 void ReasoningStreamParser::run(ReasoningDelta& out, bool at_end) {
   auto emit_reasoning = [&](std::string_view r) {
     if (!reasoning_started_) {
-      r.remove_prefix(first_non_space(r));
+      r.remove_prefix(skip_space(r));
       if (r.empty()) return;
       reasoning_started_ = true;
     }
@@ -86,7 +68,7 @@ void ReasoningStreamParser::run(ReasoningDelta& out, bool at_end) {
     switch (state_) {
       case State::kStart: {
         // Leading whitespace, then either <think> (or a piece of it) or not.
-        const size_t p = first_non_space(buffer_);
+        const size_t p = skip_space(buffer_);
         const std::string_view rest = std::string_view(buffer_).substr(p);
         if (rest.starts_with(kThinkStart)) {
           buffer_.erase(0, p + kThinkStart.size());
@@ -118,8 +100,8 @@ void ReasoningStreamParser::run(ReasoningDelta& out, bool at_end) {
         // Hold back what may be the start of </think>, and trailing whitespace
         // (dropped if the thinking ends right after it).
         std::string_view ready(buffer_);
-        ready.remove_suffix(partial_marker_suffix(ready, kThinkEnd));
-        ready.remove_suffix(trailing_space(ready));
+        ready.remove_suffix(partial_marker_at_end(ready, kThinkEnd));
+        ready = trim_right(ready);
         const size_t n = ready.size();
         emit_reasoning(ready);
         buffer_.erase(0, n);
@@ -127,7 +109,7 @@ void ReasoningStreamParser::run(ReasoningDelta& out, bool at_end) {
       }
       case State::kContent: {
         if (!content_started_) {
-          const size_t p = first_non_space(buffer_);
+          const size_t p = skip_space(buffer_);
           buffer_.erase(0, p);
           if (buffer_.empty()) return;
           content_started_ = true;

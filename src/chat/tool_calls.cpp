@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "chat/text_scan.h"
+
 namespace inferd {
 
 namespace {
@@ -16,28 +18,10 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 
-bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-size_t skip_space(std::string_view s, size_t i) {
-  while (i < s.size() && is_space(s[i])) ++i;
-  return i;
-}
-
-std::string_view trim(std::string_view s) {
-  const size_t b = skip_space(s, 0);
-  size_t e = s.size();
-  while (e > b && is_space(s[e - 1])) --e;
-  return s.substr(b, e - b);
-}
-
-// The length of the longest end of `text` that begins `marker` (but is not all
-// of it): text that may turn out to be a marker once more arrives.
-size_t partial_marker_at_end(std::string_view text, std::string_view marker) {
-  for (size_t n = std::min(text.size(), marker.size() - 1); n > 0; --n) {
-    if (text.substr(text.size() - n) == marker.substr(0, n)) return n;
-  }
-  return 0;
-}
+using text_scan::is_space;
+using text_scan::partial_marker_at_end;
+using text_scan::skip_space;
+using text_scan::trim;
 
 std::string compact(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
