@@ -22,6 +22,7 @@ struct ChatFlags {
   int64_t ctx_size = 4096;
   int threads = default_threads();
   SamplingFlags sampling;
+  std::string speculative_config;  // vLLM's JSON; empty: off
 };
 
 // The chat template: --chat-template FILE, else the model's own.
@@ -42,7 +43,16 @@ int run_chat(const ChatFlags& f) {
 
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
   // Earlier turns are prefix-cache hits of the engine, not recomputed.
-  auto engine = SingleRequestEngine::create(*model, ctx);
+  SpeculativeConfig speculative;
+  if (!f.speculative_config.empty()) {
+    auto spec = parse_speculative_config(f.speculative_config);
+    if (!spec) {
+      std::fprintf(stderr, "error: %s\n", spec.error().message.c_str());
+      return 1;
+    }
+    speculative = *spec;
+  }
+  auto engine = SingleRequestEngine::create(*model, ctx, speculative);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;
@@ -118,6 +128,7 @@ void register_chat(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  add_speculative_option(*sub, flags->speculative_config);
   flags->sampling.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_chat(*flags); });
 }

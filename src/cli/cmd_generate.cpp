@@ -22,6 +22,7 @@ struct GenerateFlags {
   bool ignore_eos = false;
   bool no_special = false;
   SamplingFlags sampling;
+  std::string speculative_config;  // vLLM's JSON; empty: off
 };
 
 int run_generate(const GenerateFlags& f) {
@@ -38,7 +39,16 @@ int run_generate(const GenerateFlags& f) {
     return 1;
   }
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
-  auto engine = SingleRequestEngine::create(*model, ctx);
+  SpeculativeConfig speculative;
+  if (!f.speculative_config.empty()) {
+    auto spec = parse_speculative_config(f.speculative_config);
+    if (!spec) {
+      std::fprintf(stderr, "error: %s\n", spec.error().message.c_str());
+      return 1;
+    }
+    speculative = *spec;
+  }
+  auto engine = SingleRequestEngine::create(*model, ctx, speculative);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;
@@ -104,6 +114,7 @@ void register_generate(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  add_speculative_option(*sub, flags->speculative_config);
   sub->add_flag("--json", flags->json, "Print prompt ids, generated ids and text as JSON");
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Do not stop at end-of-generation tokens");
   sub->add_flag("--no-special", flags->no_special, "Tokenize special-token text as plain text");

@@ -57,6 +57,50 @@ void EngineFlags::add_to(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)");
+  add_speculative_option(app, speculative_config);
+}
+
+void add_speculative_option(CLI::App& app, std::string& json) {
+  app.add_option("--speculative-config", json,
+                 "Speculative decoding, as vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                 "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8}");
+}
+
+Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return make_error("--speculative-config: expected a JSON object");
+  SpeculativeConfig c;
+  const auto int_field = [&](const char* key, int32_t& out) -> Status {
+    if (!j.contains(key)) return {};
+    const nlohmann::json& v = j[key];
+    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
+      return make_error(std::string("--speculative-config: '") + key + "' must be an integer");
+    out = v.get<int32_t>();
+    return {};
+  };
+  for (const auto& [key, value] : j.items()) {
+    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
+        key != "prompt_lookup_max" && key != "disable_by_batch_size")
+      return make_error("--speculative-config: unknown key '" + key + "'");
+  }
+  if (!j.contains("method") || !j["method"].is_string())
+    return make_error("--speculative-config: 'method' must be given (\"ngram\")");
+  const std::string method = j["method"].get<std::string>();
+  if (method != "ngram")
+    return make_error("--speculative-config: method '" + method + "' is not supported (supported: ngram)");
+  c.method = SpeculativeConfig::Method::kNgram;
+  if (!j.contains("num_speculative_tokens"))
+    return make_error("--speculative-config: 'num_speculative_tokens' must be given");
+  for (auto [key, field] : {std::pair<const char*, int32_t*>{"num_speculative_tokens", &c.num_speculative_tokens},
+                            {"prompt_lookup_min", &c.prompt_lookup_min},
+                            {"prompt_lookup_max", &c.prompt_lookup_max},
+                            {"disable_by_batch_size", &c.disable_by_batch_size}})
+    if (Status st = int_field(key, *field); !st) return st.error();
+  // vLLM: a missing bound takes the other's value.
+  if (!j.contains("prompt_lookup_max") && j.contains("prompt_lookup_min")) c.prompt_lookup_max = c.prompt_lookup_min;
+  if (!j.contains("prompt_lookup_min") && j.contains("prompt_lookup_max")) c.prompt_lookup_min = c.prompt_lookup_max;
+  if (Status st = c.validate(); !st) return make_error("--speculative-config: " + st.error().message);
+  return c;
 }
 
 Result<EngineConfig> EngineFlags::config() const {
@@ -71,6 +115,11 @@ Result<EngineConfig> EngineFlags::config() const {
     ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
     if (ec.kv_cache_bytes <= 0)
       return make_error("--kv-cache-memory '" + kv_cache_memory + "': expected a size such as 512M or 2G");
+  }
+  if (!speculative_config.empty()) {
+    auto spec = parse_speculative_config(speculative_config);
+    if (!spec) return spec.error();
+    ec.speculative = *spec;
   }
   return ec;
 }
@@ -140,8 +189,10 @@ SamplingParams SamplingFlags::params() const {
   return p;
 }
 
-Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t max_model_len) {
+Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t max_model_len,
+                                                        const SpeculativeConfig& speculative) {
   EngineConfig config;
+  config.speculative = speculative;
   config.max_num_seqs = 1;
   config.max_model_len = max_model_len;
   config.max_num_batched_tokens = std::max<int64_t>(512, std::min<int64_t>(max_model_len, 2048));

@@ -46,10 +46,16 @@ struct EngineFlags {
   double kv_cache_memory_fraction = 0.25;
   int64_t block_size = 16;
   bool enable_prefix_caching = true;
+  std::string speculative_config;  // vLLM's JSON; empty: no speculation
   void add_to(CLI::App& app);
-  // Error naming a malformed --kv-cache-memory.
+  // Error naming a malformed --kv-cache-memory or --speculative-config.
   Result<EngineConfig> config() const;
 };
+
+// --speculative-config, vLLM's JSON: {"method": "ngram", "num_speculative_tokens": K,
+// "prompt_lookup_min": A, "prompt_lookup_max": B, "disable_by_batch_size": N}.
+Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
+void add_speculative_option(CLI::App& app, std::string& json);
 
 // One request at a time through the serving engine, driven step by step on
 // the calling thread: `generate` and `chat` use the same loop, sampler, stop
@@ -58,7 +64,8 @@ struct EngineFlags {
 class SingleRequestEngine {
  public:
   // An engine for one request of up to `max_model_len` tokens.
-  static Result<SingleRequestEngine> create(Model& model, int64_t max_model_len);
+  static Result<SingleRequestEngine> create(Model& model, int64_t max_model_len,
+                                            const SpeculativeConfig& speculative = {});
   // Runs `params` to the end, calling on_delta with each output as it comes;
   // returns the final output with every token id and the whole text.
   Result<RequestOutput> run(GenerationParams params, const std::function<void(const RequestOutput&)>& on_delta);

@@ -23,6 +23,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   if (config.max_num_seqs < 1) return make_error("max_num_seqs must be at least 1");
   if (config.block_size < 1) return make_error("the KV block size must be at least 1");
   if (config.max_logprobs < 0) return make_error("max_logprobs must be >= 0");
+  if (Status s = config.speculative.validate(); !s) return make_error("speculative config: " + s.error().message);
   const int64_t max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model.config().context_length;
 
@@ -137,7 +138,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     h.request_id = r.id;
     h.stream = std::make_shared<RequestStream>(r.id);
     commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs),
-                                      std::move(matcher), std::move(p.reasoning)});
+                                      std::move(matcher), std::move(p.reasoning), p.render_special});
   }
   cmd_cv_.notify_one();
   return h;
@@ -163,8 +164,9 @@ void Engine::apply(Command& cmd) {
       emit(add->stream, std::move(out));
       return;
     }
-    Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_),
-              std::move(add->stop), add->logprobs, {}, {}, {}, Live::Gate::kOpen, {}, {}, false, true};
+    Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_, add->render_special),
+              add->render_special, std::move(add->stop), add->logprobs, {}, {}, {}, Live::Gate::kOpen, {}, {},
+              false, true};
     live.matcher = std::move(add->matcher);
     if (live.matcher && add->reasoning) {
       live.reasoning = std::move(add->reasoning);
@@ -382,49 +384,76 @@ std::vector<RequestOutput> Engine::run_step() {
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double t_token = now_seconds();
 
-  // Sample, one request at a time, each from its own random stream.
+  // Sample, one request at a time, each from its own random stream. A
+  // request that verifies drafts samples its rows in order while the token
+  // sampled equals the draft at its position (speculative.h).
   const int64_t n_vocab = runner_->n_vocab();
-  sampled_.assign(out.scheduled.size(), -1);
-  std::vector<SampledLogprobs> step_logprobs(out.scheduled.size());
+  sampled_.resize(out.scheduled.size());
+  std::vector<std::vector<SampledLogprobs>> step_logprobs(out.scheduled.size());
   grammar_errors_.assign(out.scheduled.size(), std::string());
   int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
+    std::vector<int32_t>& tokens = sampled_[i];
+    tokens.clear();
     if (!s.sample) continue;
-    float* lg = logits.data() + row++ * n_vocab;
     Live& live = live_.at(s.request_id);
     const Request& r = *scheduler_.find(s.request_id);
-    // Structured output: tokens the grammar does not allow get -inf before
-    // anything else sees the row, so every sampling parameter (penalties,
-    // temperature, top-k/p, min-p, seed) works on the allowed tokens only.
-    // While the output thinks (Live::Gate), the grammar waits for its end.
-    if (live.matcher && live.gate == Live::Gate::kOpen) {
-      auto mask = live.matcher->compute_mask();
-      if (mask) {
-        apply_token_mask(*mask, live.matcher->n_vocab(), lg, n_vocab);
-      } else {
-        grammar_errors_[i] = mask.error().message;  // the request ends after update()
+    assert(!(live.matcher && s.num_draft_tokens > 0));  // requests with a grammar do not speculate
+    const int32_t* drafts = s.token_ids.data() + (s.num_new_tokens - s.num_draft_tokens);
+    for (int64_t j = 0; j <= s.num_draft_tokens; ++j) {
+      float* lg = logits.data() + row++ * n_vocab;
+      // Row j follows draft j - 1: used only while every draft so far was accepted.
+      if (j > 0 && (static_cast<int64_t>(tokens.size()) != j || tokens.back() != drafts[j - 1])) continue;
+      // Structured output: tokens the grammar does not allow get -inf before
+      // anything else sees the row, so every sampling parameter (penalties,
+      // temperature, top-k/p, min-p, seed) works on the allowed tokens only.
+      // While the output thinks (Live::Gate), the grammar waits for its end.
+      if (live.matcher && live.gate == Live::Gate::kOpen) {
+        auto mask = live.matcher->compute_mask();
+        if (mask) {
+          apply_token_mask(*mask, live.matcher->n_vocab(), lg, n_vocab);
+        } else {
+          grammar_errors_[i] = mask.error().message;  // the request ends after update()
+        }
+      } else if (live.matcher && live.gate == Live::Gate::kMaybe) {
+        if (Status st = apply_maybe_thinking_mask(live, lg, n_vocab); !st) grammar_errors_[i] = st.error().message;
       }
-    } else if (live.matcher && live.gate == Live::Gate::kMaybe) {
-      if (Status st = apply_maybe_thinking_mask(live, lg, n_vocab); !st) grammar_errors_[i] = st.error().message;
+      // Logprobs describe the model's distribution before the sampler's
+      // penalties and temperature (which change the row in place, so the values
+      // are kept first) but after the grammar's mask: for a structured output
+      // they are the constrained distribution, renormalised over the allowed
+      // tokens, and disallowed tokens never appear among the alternatives.
+      if (live.logprobs >= 0) logprob_row_.assign(lg, lg + n_vocab);
+      // Penalties see the accepted drafts as output, as the plain steps would have.
+      const std::vector<int32_t>* output = &r.output_token_ids;
+      if (!tokens.empty()) {
+        spec_output_.assign(r.output_token_ids.begin(), r.output_token_ids.end());
+        spec_output_.insert(spec_output_.end(), tokens.begin(), tokens.end());
+        output = &spec_output_;
+      }
+      const int32_t token = live.sampler.sample(lg, n_vocab, r.prompt_token_ids, *output);
+      tokens.push_back(token);
+      if (live.matcher && grammar_errors_[i].empty()) {
+        if (Status st = advance_grammar(live, token); !st) grammar_errors_[i] = st.error().message;
+      }
+      if (live.logprobs >= 0) {
+        SampledLogprobs& lp = step_logprobs[i].emplace_back();
+        lp.token = token;
+        lp.logprob = token_logprob(logprob_row_.data(), n_vocab, token);
+        lp.top = top_logprobs(logprob_row_.data(), n_vocab, live.logprobs);
+        if (live.matcher)  // fewer tokens may be allowed than alternatives asked for
+          std::erase_if(lp.top, [](const TokenLogprob& t) { return std::isinf(t.logprob); });
+      }
     }
-    // Logprobs describe the model's distribution before the sampler's
-    // penalties and temperature (which change the row in place, so the values
-    // are kept first) but after the grammar's mask: for a structured output
-    // they are the constrained distribution, renormalised over the allowed
-    // tokens, and disallowed tokens never appear among the alternatives.
-    if (live.logprobs >= 0) logprob_row_.assign(lg, lg + n_vocab);
-    sampled_[i] = live.sampler.sample(lg, n_vocab, r.prompt_token_ids, r.output_token_ids);
-    if (live.matcher && grammar_errors_[i].empty()) {
-      if (Status st = advance_grammar(live, sampled_[i]); !st) grammar_errors_[i] = st.error().message;
-    }
-    if (live.logprobs >= 0) {
-      SampledLogprobs& lp = step_logprobs[i];
-      lp.token = sampled_[i];
-      lp.logprob = token_logprob(logprob_row_.data(), n_vocab, sampled_[i]);
-      lp.top = top_logprobs(logprob_row_.data(), n_vocab, live.logprobs);
-      if (live.matcher)  // fewer tokens may be allowed than alternatives asked for
-        std::erase_if(lp.top, [](const TokenLogprob& t) { return std::isinf(t.logprob); });
+    if (s.num_draft_tokens > 0) {
+      const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
+      ++spec_stats_.drafts;
+      spec_stats_.draft_tokens += s.num_draft_tokens;
+      spec_stats_.accepted_tokens += accepted;
+      if (spec_stats_.accepted_per_position.size() < static_cast<size_t>(s.num_draft_tokens))
+        spec_stats_.accepted_per_position.resize(static_cast<size_t>(s.num_draft_tokens));
+      for (int64_t j = 0; j < accepted; ++j) ++spec_stats_.accepted_per_position[static_cast<size_t>(j)];
     }
   }
 
@@ -447,17 +476,31 @@ std::vector<RequestOutput> Engine::run_step() {
     Live& live = live_.at(u.request_id);
     RequestOutput o;
     o.request_id = u.request_id;
-    for (int32_t token : u.new_token_ids) {
+    for (size_t t = 0; t < u.new_token_ids.size(); ++t) {
       o.token_times.push_back(t_token);
       live.metrics.token_times.push_back(t_token);
       if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
       live.metrics.last_token_time = t_token;
       ++live.metrics.num_output_tokens;
       ++generation_tokens_;
-      live.held += live.decoder.push(token);
+      // The token that stopped the request (the scheduler's kFinishedStopped:
+      // EOS, an end-of-generation or stop token) is not text; rendered, "</s>"
+      // would end the answer (vLLM leaves it out of the text as well).
+      const bool stop_token = u.status == RequestStatus::kFinishedStopped && t + 1 == u.new_token_ids.size();
+      if (live.render_special && stop_token) continue;
+      live.held += live.decoder.push(u.new_token_ids[t]);
+      // Several tokens (accepted drafts): a stop string completed by one of
+      // them ends the request at that token, as a plain step would have.
+      if (t + 1 < u.new_token_ids.size() && holds_stop_string(live)) {
+        u.new_token_ids.resize(t + 1);
+        u.status = RequestStatus::kRunning;  // the stop string decides below
+      }
+    }
+    if (live.logprobs >= 0) {
+      step_logprobs[k].resize(u.new_token_ids.size());
+      for (SampledLogprobs& lp : step_logprobs[k]) o.logprobs.push_back(std::move(lp));
     }
     o.token_ids = std::move(u.new_token_ids);
-    if (live.logprobs >= 0) o.logprobs.push_back(std::move(step_logprobs[k]));
 
     if (!grammar_errors_[k].empty()) {
       // The grammar engine failed (e.g. a step ran out of its resource limits):
@@ -490,7 +533,29 @@ std::vector<RequestOutput> Engine::run_step() {
       emit(live.stream, std::move(o));
     }
   }
+  propose_drafts(*updates);
   return end_step();
+}
+
+bool Engine::holds_stop_string(const Live& live) {
+  for (const std::string& stop : live.stop)
+    if (live.held.find(stop) != std::string::npos) return true;
+  return false;
+}
+
+void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
+  const SpeculativeConfig& spec = config_.speculative;
+  if (!spec.enabled()) return;
+  if (spec.disable_by_batch_size > 0 && scheduler_.num_running() >= spec.disable_by_batch_size) return;
+  for (const RequestUpdate& u : updates) {
+    const Request* r = scheduler_.find(u.request_id);
+    if (!r || r->status != RequestStatus::kRunning) continue;
+    auto it = live_.find(u.request_id);
+    if (it == live_.end() || it->second.matcher) continue;  // a grammar's mask follows each token: no drafts
+    std::vector<int32_t> drafts =
+        propose_ngram(r->all_token_ids, spec.prompt_lookup_min, spec.prompt_lookup_max, spec.num_speculative_tokens);
+    if (!drafts.empty()) scheduler_.set_draft_tokens(u.request_id, std::move(drafts));
+  }
 }
 
 bool Engine::has_pending_work() {
@@ -542,6 +607,7 @@ void Engine::publish_stats() {
   s.generation_tokens = generation_tokens_;
   s.computed_tokens = computed_tokens_;
   s.forward_seconds = forward_seconds_;
+  s.speculative = spec_stats_;
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(s);
 }

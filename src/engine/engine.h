@@ -35,6 +35,7 @@
 #include "engine/request.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
@@ -57,6 +58,9 @@ struct EngineConfig {
   // Run a prefill-shaped and a decode-shaped pass at creation, so the first
   // request is as fast as the next (ModelRunnerConfig::warm_up).
   bool warm_up = true;
+  // Draft tokens verified with each decode (speculative.h); off by default.
+  // Requests with a grammar do not speculate.
+  SpeculativeConfig speculative;
 };
 
 // What a client asks for.
@@ -94,6 +98,11 @@ struct GenerationParams {
   // may still be opening it, the allowed tokens are the grammar's plus those
   // that continue `start`. Nothing without a grammar.
   std::optional<ReasoningSpec> reasoning;
+  // The text shows control tokens too ([TOOL_CALLS], <|im_start|>, ...), as
+  // vLLM's skip_special_tokens=false does; a Mistral tool-call parser needs
+  // its marker. The token that stops the request (EOS, a stop token) is still
+  // left out of the text.
+  bool render_special = false;
 };
 
 struct EngineStats {
@@ -105,6 +114,7 @@ struct EngineStats {
   int64_t generation_tokens = 0;       // tokens sampled
   int64_t computed_tokens = 0;         // all positions run through the model
   double forward_seconds = 0.0;        // time in ModelRunner::execute
+  SpeculativeStats speculative;        // drafts verified and accepted
 
   double mean_tokens_per_step() const {
     return scheduler.steps ? static_cast<double>(scheduler.scheduled_tokens) / scheduler.steps : 0.0;
@@ -171,6 +181,7 @@ class Engine {
     int32_t logprobs;
     std::unique_ptr<GrammarMatcher> matcher;  // structured output, if any
     std::optional<ReasoningSpec> reasoning;   // the grammar waits for the thinking's end
+    bool render_special = false;              // the decoder writes control tokens' text
   };
   struct AbortCommand {
     std::string request_id;
@@ -182,6 +193,7 @@ class Engine {
     std::shared_ptr<RequestStream> stream;
     Sampler sampler;
     IncrementalDecoder decoder;
+    bool render_special = false;  // the decoder renders control tokens (not the stop token)
     std::vector<std::string> stop;
     int32_t logprobs = -1;
     std::string held;  // decoded text not yet emitted (a stop string could start in it)
@@ -227,6 +239,10 @@ class Engine {
   // k < start.size() (built once per marker, on the loop thread).
   const std::vector<std::vector<int32_t>>& start_continuations(const std::string& start);
   void publish_stats();
+  // Drafts for the requests that just sampled and go on decoding.
+  void propose_drafts(const std::vector<RequestUpdate>& updates);
+  // True when `live.held` contains one of its stop strings.
+  static bool holds_stop_string(const Live& live);
 
   Model& model_;
   const Tokenizer& tokenizer_;
@@ -235,7 +251,8 @@ class Engine {
   Scheduler scheduler_;
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
-  std::vector<int32_t> sampled_;        // per step, reused
+  std::vector<std::vector<int32_t>> sampled_;  // per scheduled request: its tokens this step, reused
+  std::vector<int32_t> spec_output_;    // output so far plus accepted drafts, reused
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
   std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
   std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
@@ -243,6 +260,7 @@ class Engine {
   std::vector<uint32_t> gate_mask_;          // reused
   std::vector<uint32_t> gate_grammar_mask_;  // the grammar's part of gate_mask_, reused
   std::function<void(const RequestOutput&)> finished_listener_;
+  SpeculativeStats spec_stats_;
 
   // Counters kept by the loop, published with the stats snapshot.
   int64_t prompt_tokens_ = 0, computed_prompt_tokens_ = 0, generation_tokens_ = 0;

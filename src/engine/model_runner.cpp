@@ -89,6 +89,7 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
     SequenceSlice slice;
     slice.first_token = static_cast<int32_t>(batch.size());
     slice.n_tokens = static_cast<int32_t>(s.num_new_tokens);
+    slice.decode_each = s.num_draft_tokens > 0;
     // Attention reads positions [0, last new position]: only that much of the tables.
     const int64_t last = s.num_computed_tokens + s.num_new_tokens - 1;
     const size_t n_groups = s.block_tables.size();
@@ -104,7 +105,9 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
       batch.tokens.push_back(s.token_ids[i]);
       batch.positions.push_back(static_cast<int32_t>(s.num_computed_tokens + i));
     }
-    if (s.sample) batch.logit_rows.push_back(static_cast<int32_t>(batch.size() - 1));
+    if (s.sample)
+      for (int64_t row = batch.size() - 1 - s.num_draft_tokens; row < batch.size(); ++row)
+        batch.logit_rows.push_back(static_cast<int32_t>(row));
     batch.sequences.push_back(std::move(slice));
   }
 }

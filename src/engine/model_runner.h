@@ -45,11 +45,12 @@ class ModelRunner {
 
   // Fills `batch` from a step: per scheduled request, its new tokens at
   // positions num_computed_tokens.., their slots through the block table, its
-  // slice of the batch, and (when it samples) the row of its last token.
+  // slice of the batch, and (when it samples) the row of its last token, or
+  // of its last num_draft_tokens + 1 tokens when it verifies drafts.
   static void build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch);
 
-  // Runs the step. Returns one row of n_vocab() logits per scheduled request
-  // with `sample` set, in the order of out.scheduled. The rows stay valid (and
+  // Runs the step. Returns num_draft_tokens + 1 rows of n_vocab() logits per
+  // scheduled request with `sample` set, in the order of out.scheduled. The rows stay valid (and
   // may be modified, e.g. by a sampler) until the next execute().
   std::vector<float>& execute(const SchedulerOutput& out);
 

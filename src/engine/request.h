@@ -56,6 +56,9 @@ struct Request {
   int64_t num_cached_prompt_tokens = 0;  // prefix-cache hit at first admission
   int32_t num_preemptions = 0;
   uint64_t cache_key = 0;  // hash of cache_salt, the extra key of block hashes
+  // Draft tokens proposed to follow all_token_ids, verified by the next step
+  // that schedules the request as a decode (Scheduler::set_draft_tokens).
+  std::vector<int32_t> draft_token_ids;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }

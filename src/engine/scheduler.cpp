@@ -89,15 +89,17 @@ int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, in
   return std::min(n, budget);
 }
 
-void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
+void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n, int64_t n_drafts,
                               std::vector<int32_t> new_blocks, bool is_new, bool resumed,
                               int64_t num_cached) {
   ScheduledRequest s;
   s.request_id = r.id;
   s.num_computed_tokens = r.num_computed_tokens;
   s.num_new_tokens = n;
+  s.num_draft_tokens = n_drafts;
   s.token_ids.assign(r.all_token_ids.begin() + r.num_computed_tokens,
-                     r.all_token_ids.begin() + r.num_computed_tokens + n);
+                     r.all_token_ids.begin() + r.num_computed_tokens + (n - n_drafts));
+  s.token_ids.insert(s.token_ids.end(), r.draft_token_ids.begin(), r.draft_token_ids.begin() + n_drafts);
   s.block_tables.resize(kv_.num_groups());
   for (int32_t g = 0; g < kv_.num_groups(); ++g) {
     const std::span<const int32_t> table = kv_.block_table(r.id, g);
@@ -106,7 +108,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
   s.new_block_ids = std::move(new_blocks);
   s.is_new = is_new;
   s.resumed = resumed;
-  s.sample = r.num_computed_tokens + n == r.num_tokens();
+  s.sample = r.num_computed_tokens + (n - n_drafts) == r.num_tokens();
   s.num_cached_tokens = num_cached;
   out.total_num_scheduled_tokens += n;
   out.scheduled.push_back(std::move(s));
@@ -114,6 +116,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
 
 void Scheduler::preempt(Request& r) {
   kv_.free(r.id);
+  r.draft_token_ids.clear();
   r.num_computed_tokens = 0;
   r.status = RequestStatus::kPreempted;
   ++r.num_preemptions;
@@ -132,7 +135,15 @@ SchedulerOutput Scheduler::schedule() {
   // requests not yet scheduled this step (or the current one itself).
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request& r = *running_[i];
-    const int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget);
+    int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget);
+    // A decode verifies its drafts in the same step, as far as the budget
+    // and the per-request cap allow.
+    int64_t n_drafts = 0;
+    if (n == 1 && r.num_tokens() - r.num_computed_tokens == 1) {
+      n_drafts = std::min({static_cast<int64_t>(r.draft_token_ids.size()), budget - 1,
+                           config_.max_request_step_tokens() - 1});
+      n += n_drafts;
+    }
     std::optional<std::vector<int32_t>> blocks;
     while (!(blocks = kv_.allocate_slots(r.id, r.num_computed_tokens, n))) {
       Request& victim = *running_.back();
@@ -142,7 +153,8 @@ SchedulerOutput Scheduler::schedule() {
       if (&victim == &r) break;
     }
     if (!blocks) break;  // the request needing space was the newest: stop here
-    add_scheduled(out, r, n, std::move(*blocks), false, false, 0);
+    add_scheduled(out, r, n, n_drafts, std::move(*blocks), false, false, 0);
+    r.draft_token_ids.clear();  // verified now, or not at all
     budget -= n;
     ++i;
   }
@@ -162,7 +174,7 @@ SchedulerOutput Scheduler::schedule() {
     r.num_computed_tokens = hit.num_tokens;
     r.status = RequestStatus::kRunning;
     running_.push_back(&r);
-    add_scheduled(out, r, n, std::move(*blocks), true, resumed, hit.num_tokens);
+    add_scheduled(out, r, n, 0, std::move(*blocks), true, resumed, hit.num_tokens);
     budget -= n;
   }
 
@@ -177,18 +189,36 @@ SchedulerOutput Scheduler::schedule() {
 
 Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
                                                      std::span<const int32_t> sampled_token_ids) {
+  std::vector<std::vector<int32_t>> one_each;
+  one_each.reserve(sampled_token_ids.size());
+  for (int32_t token : sampled_token_ids) one_each.push_back({token});
+  return update(out, one_each);
+}
+
+Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
+                                                     std::span<const std::vector<int32_t>> sampled_token_ids) {
   if (sampled_token_ids.size() != out.scheduled.size())
     return make_error("update: " + str(static_cast<int64_t>(sampled_token_ids.size())) +
                       " sampled tokens for " + str(static_cast<int64_t>(out.scheduled.size())) +
                       " scheduled requests");
   // Check first, so a mismatched output changes nothing.
-  for (const ScheduledRequest& s : out.scheduled) {
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const ScheduledRequest& s = out.scheduled[i];
     auto it = requests_.find(s.request_id);
     if (it == requests_.end()) continue;  // finished or aborted since schedule()
     const Request& r = *it->second;
     if (r.status != RequestStatus::kRunning || r.num_computed_tokens != s.num_computed_tokens)
       return make_error("update: the output for request '" + s.request_id +
                         "' does not match its state (applied twice, or from an older step?)");
+    if (!s.sample) continue;
+    const std::vector<int32_t>& tokens = sampled_token_ids[i];
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    if (n < 1 || n > s.num_draft_tokens + 1)
+      return make_error("update: " + str(n) + " tokens for request '" + s.request_id + "', which verified " +
+                        str(s.num_draft_tokens) + " drafts");
+    const auto drafts = s.token_ids.end() - s.num_draft_tokens;
+    if (!std::equal(tokens.begin(), tokens.end() - 1, drafts))
+      return make_error("update: the tokens accepted for request '" + s.request_id + "' are not its drafts");
   }
 
   std::vector<RequestUpdate> updates;
@@ -198,19 +228,27 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     auto it = requests_.find(s.request_id);
     if (it == requests_.end()) continue;
     Request& r = *it->second;
-    r.num_computed_tokens += s.num_new_tokens;
-    kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
-    if (!s.sample) continue;  // mid-prefill: nothing sampled
-
-    const int32_t token = sampled_token_ids[i];
-    r.append_output_token(token);
-    RequestUpdate u{r.id, {token}, RequestStatus::kRunning};
-    if ((!r.ignore_eos && r.eos_token_id && token == *r.eos_token_id) ||
-        contains(r.stop_token_ids, token))
-      u.status = RequestStatus::kFinishedStopped;
-    else if (r.num_output_tokens() >= r.max_tokens ||
-             (config_.max_model_len > 0 && r.num_tokens() >= config_.max_model_len))
-      u.status = RequestStatus::kFinishedLength;
+    const std::vector<int32_t>& tokens = sampled_token_ids[i];
+    // Valid keys/values: the tokens before the drafts and the accepted drafts.
+    const int64_t accepted = s.sample ? static_cast<int64_t>(tokens.size()) - 1 : 0;
+    r.num_computed_tokens += s.num_new_tokens - s.num_draft_tokens + accepted;
+    if (!s.sample) {  // mid-prefill: nothing sampled
+      kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
+      continue;
+    }
+    RequestUpdate u{r.id, {}, RequestStatus::kRunning};
+    for (int32_t token : tokens) {
+      r.append_output_token(token);
+      u.new_token_ids.push_back(token);
+      if ((!r.ignore_eos && r.eos_token_id && token == *r.eos_token_id) || contains(r.stop_token_ids, token))
+        u.status = RequestStatus::kFinishedStopped;
+      else if (r.num_output_tokens() >= r.max_tokens ||
+               (config_.max_model_len > 0 && r.num_tokens() >= config_.max_model_len))
+        u.status = RequestStatus::kFinishedLength;
+      if (is_finished(u.status)) break;
+    }
+    // Hashed only now: every computed token is a verified one.
+    kv_.cache_full_blocks(r.id, r.all_token_ids, std::min(r.num_computed_tokens, r.num_tokens()), r.cache_key);
     if (is_finished(u.status)) {
       r.status = u.status;
       finished.push_back(&r);
@@ -222,6 +260,18 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     for (Request* r : finished) retire(*r, r->status);
   }
   return updates;
+}
+
+bool Scheduler::set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || it->second->status != RequestStatus::kRunning) return false;
+  Request& r = *it->second;
+  // The drafts and the token sampled after them all become output.
+  int64_t room = r.max_tokens - r.num_output_tokens() - 1;
+  if (config_.max_model_len > 0) room = std::min(room, config_.max_model_len - r.num_tokens() - 1);
+  if (static_cast<int64_t>(draft_token_ids.size()) > room) draft_token_ids.resize(static_cast<size_t>(std::max<int64_t>(0, room)));
+  r.draft_token_ids = std::move(draft_token_ids);
+  return true;
 }
 
 void Scheduler::retire(Request& r, RequestStatus reason) {

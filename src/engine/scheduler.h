@@ -95,15 +95,28 @@ class Scheduler {
   // Decides the next step. Allocates the step's KV slots; changes no tokens.
   SchedulerOutput schedule();
 
-  // Applies a computed step. sampled_token_ids[i] is the token sampled for
-  // out.scheduled[i] (ignored where that request's `sample` is false).
-  // Advances num_computed_tokens, makes newly full blocks findable, appends the
-  // sampled tokens, checks max_tokens / EOS / stop tokens, and frees finished
-  // requests. Requests aborted since schedule() are skipped. Refuses, changing
-  // nothing, an output that does not match the current state (wrong size,
-  // applied twice).
+  // Applies a computed step. sampled_token_ids[i] holds the tokens sampled
+  // for out.scheduled[i] (ignored where that request's `sample` is false): one,
+  // or for a request that verified k drafts, the j <= k drafts accepted (equal
+  // to the first j drafts) and then the token sampled after them. Advances
+  // num_computed_tokens past the tokens whose keys/values are now valid (the
+  // rejected drafts' slots are simply computed again later), makes newly full
+  // blocks findable, appends the tokens one by one, checks max_tokens / EOS /
+  // stop tokens after each (a stop ends the request there: later tokens are
+  // dropped), and frees finished requests. Requests aborted since schedule()
+  // are skipped. Refuses, changing nothing, an output that does not match the
+  // current state (wrong size, drafts that were not scheduled, applied twice).
+  Result<std::vector<RequestUpdate>> update(const SchedulerOutput& out,
+                                            std::span<const std::vector<int32_t>> sampled_token_ids);
+  // The same with one token per request (no drafts scheduled).
   Result<std::vector<RequestUpdate>> update(const SchedulerOutput& out,
                                             std::span<const int32_t> sampled_token_ids);
+
+  // Drafts to verify after a running request's tokens when it is next
+  // scheduled as a decode (replacing any not yet scheduled). Cut to what the
+  // request can still use: max_tokens and max_model_len count the drafts and
+  // the token sampled after them. False for an id that is not running.
+  bool set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids);
 
   // Ends a request in any state, freeing its blocks now. False if unknown.
   bool abort(const std::string& request_id);
@@ -130,7 +143,7 @@ class Scheduler {
  private:
   int64_t tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const;
   void preempt(Request& r);
-  void add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
+  void add_scheduled(SchedulerOutput& out, const Request& r, int64_t n, int64_t n_drafts,
                      std::vector<int32_t> new_blocks, bool is_new, bool resumed,
                      int64_t num_cached);
   // Frees and forgets a request; the caller has removed it from its queue.

@@ -5,7 +5,8 @@
 // position) of each KV group's table; the request's attention reads positions
 // [0, that position] through the tables (a sliding-window group's table has the
 // null block where the window no longer reaches). When `sample` is set the runner samples one token
-// from the logits of the request's last scheduled token.
+// from the logits of the request's last scheduled token, or, for a request
+// that verifies drafts, from each of its last num_draft_tokens + 1 tokens.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,6 +27,10 @@ struct ScheduledRequest {
   bool is_new = false;   // admitted this step: the runner has no state for it yet
   bool resumed = false;  // admitted after a preemption: recomputes prompt and earlier output
   bool sample = false;   // this step reaches the request's last token: sample one
+  // The last num_draft_tokens of token_ids are speculative drafts to verify
+  // (after the request's last real token); each of them and the token before
+  // them gets a row of logits, computed as a one-token decode would be.
+  int64_t num_draft_tokens = 0;
   int64_t num_cached_tokens = 0;  // if is_new: tokens taken from the prefix cache
 };
 

@@ -162,7 +162,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int
     kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_tables[kv_group].data()};
     const int64_t pos = batch.positions[t];
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-    const auto attn_pass = sl.n_tokens > 1 ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
+    const auto attn_pass =
+        sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
                           c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_);
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, s_.in_o);
@@ -217,10 +218,12 @@ void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
   // Each token's place in its sequence's share of the step, and the output
   // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its
-  // last layer's FFN on the output rows only (Linear, StepTokens).
+  // last layer's FFN on the output rows only (Linear, StepTokens). Tokens
+  // verified as decodes are each alone too.
   s_.places.resize(batch.size());
   for (const SequenceSlice& sl : batch.sequences)
-    for (int32_t i = 0; i < sl.n_tokens; ++i) s_.places[sl.first_token + i] = {sl.n_tokens, i};
+    for (int32_t i = 0; i < sl.n_tokens; ++i)
+      s_.places[sl.first_token + i] = sl.decode_each ? kernels::TokenPlace{1, 0} : kernels::TokenPlace{sl.n_tokens, i};
   s_.output_places.assign(batch.logit_rows.size(), kernels::TokenPlace{1, 0});
   const Pass pass{&batch,
                   &cache,

@@ -11,6 +11,10 @@ namespace inferd {
 struct SequenceSlice {
   int32_t first_token = 0;  // index of the sequence's first token in the batch
   int32_t n_tokens = 0;     // its tokens are consecutive in the batch and in position
+  // Each token is computed with the arithmetic of a one-token decode step
+  // (kernel orders, attention pass) rather than as one chunk: speculative
+  // verification, whose logits must equal plain decoding's to the bit.
+  bool decode_each = false;
   // Per KV group, the cache blocks holding positions [0, last position]; a
   // windowed group may have the null block where the window no longer reaches.
   std::vector<std::vector<int32_t>> block_tables;

@@ -126,6 +126,18 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
   counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", s.prefix_cache.hit_tokens);
   counter("num_preemptions_total", "Requests preempted for lack of KV-cache space.", s.preemptions);
   counter("engine_steps_total", "Engine steps (forward passes).", s.steps);
+  const SpeculativeStats& spec = stats.speculative;
+  counter("spec_decode_num_drafts_total", "Speculative verifications (one per request and step with drafts).",
+          spec.drafts);
+  counter("spec_decode_num_draft_tokens_total", "Draft tokens verified.", spec.draft_tokens);
+  counter("spec_decode_num_accepted_tokens_total", "Draft tokens accepted.", spec.accepted_tokens);
+  {
+    const std::string n = "inferd:spec_decode_num_accepted_tokens_per_pos_total";
+    header(out, n, "counter", "Draft tokens accepted, by position in the draft.");
+    for (size_t pos = 0; pos < spec.accepted_per_position.size(); ++pos)
+      out += n + "{" + labels_ + ",position=\"" + std::to_string(pos) + "\"} " +
+             std::to_string(spec.accepted_per_position[pos]) + "\n";
+  }
   if (grammars) {
     counter("structured_output_compiles_total",
             "Structured-output constraints compiled (one per distinct schema or grammar while cached).",

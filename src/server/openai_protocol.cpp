@@ -167,6 +167,7 @@ void parse_common(const json& body, GenerationRequest& r, const ProtocolLimits& 
     r.stop_token_ids = token_ids(*ids, "stop_token_ids");
   }
   r.ignore_eos = get_bool(body, "ignore_eos", false);
+  r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
   r.cache_salt = get_string(body, "cache_salt");
   if (field(body, "cache_salt") && r.cache_salt.empty()) fail("'cache_salt' must not be empty", "cache_salt");
 

@@ -92,6 +92,9 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  // vLLM's skip_special_tokens: false puts control tokens' text in the output
+  // (never the token that ended it).
+  bool skip_special_tokens = true;
   int32_t logprobs = -1;                // alternatives per token; -1: no logprobs
   std::string cache_salt;
   std::optional<StructuredOutputRequest> structured;  // at most one constraint

@@ -50,6 +50,7 @@ struct PreparedGeneration {
   std::optional<ToolCallFormat> tool_format;       // tool calls are parsed from the output in this format
   std::vector<std::string> tool_names;             // the request's functions (untagged hermes calls)
   std::optional<ReasoningSpec> reasoning;          // chat: the thinking is split from the answer
+  bool render_special = false;                     // the output's text shows control tokens
 };
 
 namespace {
@@ -416,6 +417,7 @@ void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTempla
   template_ = std::move(tmpl);
   tool_format_ = options_.tool_call_parser;
   if (!tool_format_ && template_) tool_format_ = detect_tool_call_format(template_->source());
+  if (tool_format_) tool_marker_token_ = tool_call_marker_token(*tool_format_, model.tokenizer());
   reasoning_ = options_.reasoning_parser;
   if (reasoning_ == ReasoningParser::kAuto)
     reasoning_ = template_ && template_thinks(template_->source()) ? ReasoningParser::kQwen3 : ReasoningParser::kNone;
@@ -703,6 +705,10 @@ std::optional<ApiError> OpenAIServer::prepare_tools(PreparedGeneration& pg) cons
                        "--tool-call-parser hermes|llama3_json|mistral",
                        "tools");
   pg.tool_format = tool_format_;
+  // Mistral's calls open with the control token [TOOL_CALLS], which the
+  // parser must see in the text (vLLM's mistral parser turns
+  // skip_special_tokens off likewise).
+  if (*tool_format_ == ToolCallFormat::kMistral) pg.render_special = true;
   for (const ToolSpec& spec : tools.tools) pg.tool_names.push_back(spec.name);
   if (tools.choice == ToolChoice::kAuto) return std::nullopt;
   // "required" or a named function: a grammar admits only such calls (a
@@ -710,7 +716,7 @@ std::optional<ApiError> OpenAIServer::prepare_tools(PreparedGeneration& pg) cons
   // with parallel_tool_calls, several).
   const bool named = tools.choice == ToolChoice::kNamed;
   auto lark = forced_tool_call_grammar(*tool_format_, tools.tools, named ? tools.named : std::string(),
-                                       !named && tools.parallel);
+                                       !named && tools.parallel, tool_marker_token_);
   if (!lark) return bad_request(lark.error().message, "tool_choice");
   if (!grammars_)
     return bad_request(std::string(named ? "a named tool_choice" : "tool_choice 'required'") +
@@ -751,6 +757,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.cache_salt = req.cache_salt;
       gp.grammar = pg.grammar;  // each choice gets its own matcher
       gp.reasoning = pg.reasoning;  // the grammar applies after the thinking
+      gp.render_special = pg.render_special || !req.skip_special_tokens;
       if (options_.log_prompts) {
         std::lock_guard<std::mutex> log_lock(log_mu_);
         prompt_log_[gp.request_id] = pg.prompt_texts[p].substr(0, options_.max_log_len);

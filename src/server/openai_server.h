@@ -120,6 +120,7 @@ class OpenAIServer {
   std::unique_ptr<GrammarCompiler> grammars_;  // structured outputs; null if the vocabulary was refused
   std::string grammar_error_;                  // why grammars_ is null
   std::optional<ToolCallFormat> tool_format_;  // the parser's flag, or the template's format
+  int32_t tool_marker_token_ = -1;             // the control token opening the format's calls ([TOOL_CALLS])
   ReasoningParser reasoning_ = ReasoningParser::kNone;  // options_.reasoning_parser, auto resolved
   ServingMetrics metrics_;
   std::atomic<int64_t> unfinished_{0};  // requests added and not yet finished

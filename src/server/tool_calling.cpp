@@ -20,11 +20,8 @@ constexpr const char* kWhitespace = "(?: |\\n[ \\t]{0,20})";
 }  // namespace
 
 Result<std::string> forced_tool_call_grammar(ToolCallFormat format, const std::vector<ToolSpec>& tools,
-                                             const std::string& only, bool parallel) {
-  if (format == ToolCallFormat::kMistral)
-    return make_error("tool_choice 'required' or a named function is not supported for the mistral tool-call "
-                      "format (use 'auto')");
-  const char* args_key = format == ToolCallFormat::kHermes ? "arguments" : "parameters";
+                                             const std::string& only, bool parallel, int32_t marker_token) {
+  const char* args_key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
   ordered alternatives = ordered::array();
   for (const ToolSpec& tool : tools) {
     if (!only.empty() && tool.name != only) continue;
@@ -43,18 +40,42 @@ Result<std::string> forced_tool_call_grammar(ToolCallFormat format, const std::v
   }
   if (alternatives.empty()) return make_error("no tool named '" + only + "'");
   ordered schema = alternatives.size() == 1 ? alternatives[0] : ordered{{"anyOf", alternatives}};
+  if (format == ToolCallFormat::kMistral) {
+    // The calls are one JSON array: its length says one call or several.
+    ordered array = ordered{{"type", "array"}, {"items", std::move(schema)}, {"minItems", 1}};
+    if (!parallel) array["maxItems"] = 1;
+    schema = std::move(array);
+  }
   schema["x-guidance"] = ordered{{"whitespace_pattern", kWhitespace}};
   const std::string body = schema.dump(-1, ' ', false, ordered::error_handler_t::replace);
 
   std::string lark;
-  if (format == ToolCallFormat::kHermes) {
-    lark += parallel ? "start: call (\"\\n\" call)*\n" : "start: call\n";
-    lark += "call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n";
-  } else {
-    lark += parallel ? "start: body (\"; \" body)*\n" : "start: body\n";
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      lark += parallel ? "start: call (\"\\n\" call)*\n" : "start: call\n";
+      lark += "call: \"<tool_call>\\n\" body \"\\n</tool_call>\"\n";
+      break;
+    case ToolCallFormat::kLlama3Json:
+      lark += parallel ? "start: body (\"; \" body)*\n" : "start: body\n";
+      break;
+    case ToolCallFormat::kMistral:
+      // llguidance names a token by id as <[id]> (its <name> form looks up a
+      // special token spelled <...>, which [TOOL_CALLS] is not). Mistral's
+      // template writes "[TOOL_CALLS] [": the space is allowed, not forced.
+      lark += "start: " +
+              (marker_token >= 0 ? "<[" + std::to_string(marker_token) + "]>" : std::string("\"[TOOL_CALLS]\"")) +
+              " \" \"? body\n";
+      break;
   }
   lark += "body: %json " + body + "\n";
   return lark;
+}
+
+int32_t tool_call_marker_token(ToolCallFormat format, const Tokenizer& tokenizer) {
+  if (format != ToolCallFormat::kMistral) return -1;
+  for (int32_t id = 0; id < tokenizer.n_vocab(); ++id)
+    if (tokenizer.is_control(id) && tokenizer.token_text(id) == "[TOOL_CALLS]") return id;
+  return -1;
 }
 
 std::string new_tool_call_id() {

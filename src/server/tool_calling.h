@@ -8,6 +8,7 @@
 #include "chat/tool_calls.h"
 #include "core/result.h"
 #include "server/openai_protocol.h"
+#include "tokenizer/tokenizer.h"
 
 namespace inferd::server {
 
@@ -16,10 +17,19 @@ namespace inferd::server {
 // with arguments valid against the function's parameter schema; with
 // `parallel`, one or more calls. hermes: <tool_call>\n{"name", "arguments"}\n</tool_call>
 // (calls separated by a newline); llama3_json: {"name", "parameters"}
-// (calls separated by "; "). Mistral's format is refused: its calls begin with
-// a control token, which inferd cannot check without a Mistral model.
+// (calls separated by "; "); mistral: [TOOL_CALLS], an optional space, then a
+// JSON array of {"name", "arguments"} (one item, or with `parallel` one or
+// more). `marker_token` is the id of the vocabulary's control token for the
+// format's marker (tool_call_marker_token), matched as that token; -1: the
+// marker is matched as text.
 Result<std::string> forced_tool_call_grammar(ToolCallFormat format, const std::vector<ToolSpec>& tools,
-                                             const std::string& only, bool parallel);
+                                             const std::string& only, bool parallel, int32_t marker_token = -1);
+
+// The control token whose text is the marker that opens the format's calls
+// (mistral's [TOOL_CALLS]); -1 for the other formats, whose markers are text
+// (Qwen2.5's <tool_call> is a user-defined token, which the detokenizer keeps),
+// and where the vocabulary has no such control token.
+int32_t tool_call_marker_token(ToolCallFormat format, const Tokenizer& tokenizer);
 
 // "call_" and 24 random letters and digits.
 std::string new_tool_call_id();

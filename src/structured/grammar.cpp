@@ -28,15 +28,16 @@ const char* grammar_kind_name(GrammarKind kind) {
 namespace {
 
 // llguidance's tokenize callback: the bytes as inferd's tokenizer reads plain
-// text (no BOS/EOS, special-token text stays text). llguidance uses it to
-// tokenize forced text and to check token boundaries; it must be thread-safe,
-// which encode() is (it is const and keeps no state).
+// text (no BOS/EOS, special-token text stays text) that continues an output,
+// so without SentencePiece's space prefix: llguidance wants the bytes' tokens
+// and nothing more. It uses them to tokenize forced text and to check token
+// boundaries; it must be thread-safe, which encode_continuation() is (it is
+// const and keeps no state).
 size_t tokenize_callback(const void* user_data, const uint8_t* bytes, size_t bytes_len,
                          uint32_t* output_tokens, size_t output_tokens_len) {
   const auto* tok = static_cast<const Tokenizer*>(user_data);
   const std::vector<int32_t> ids =
-      tok->encode(std::string_view(reinterpret_cast<const char*>(bytes), bytes_len),
-                  /*add_special=*/false, /*parse_special=*/false);
+      tok->encode_continuation(std::string_view(reinterpret_cast<const char*>(bytes), bytes_len));
   for (size_t i = 0; i < ids.size() && i < output_tokens_len; ++i)
     output_tokens[i] = static_cast<uint32_t>(ids[i]);
   return ids.size();

@@ -115,6 +115,11 @@ class GgufTokenizer final : public Tokenizer {
     return encode_fragments(text, add_special, vocab_.partition(text, /*parse_special=*/true, literal));
   }
 
+  std::vector<int32_t> encode_continuation(std::string_view text) const override {
+    return encode_fragments(text, /*add_special=*/false, vocab_.partition(text, /*parse_special=*/false),
+                            /*space_prefix=*/false);
+  }
+
   std::vector<TextSpan> find_special(std::string_view text) const override {
     std::vector<TextSpan> spans;
     for (const tok::Fragment& f : vocab_.partition(text, /*parse_special=*/true))
@@ -134,10 +139,10 @@ class GgufTokenizer final : public Tokenizer {
   }
 
   std::vector<int32_t> encode_fragments(std::string_view text, bool add_special,
-                                        const std::vector<tok::Fragment>& frags) const {
+                                        const std::vector<tok::Fragment>& frags, bool space_prefix = true) const {
     std::vector<int32_t> out;
     if (add_special && vocab_.add_bos) out.push_back(vocab_.bos);
-    bool prev_special = true;  // SPM: a space prefix goes before the first text
+    bool prev_special = space_prefix;  // SPM: a space prefix goes before the first text, unless it continues one
     for (const tok::Fragment& f : frags) {
       if (f.token >= 0) {
         out.push_back(f.token);

@@ -39,6 +39,10 @@ class Tokenizer {
   // message from posing as the template's control tokens.
   virtual std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
                                                     std::span<const TextSpan> literal) const;
+  // encode(text, false, false) for text that continues other text rather
+  // than starting one: no SentencePiece space prefix (with it, " [" would
+  // read as two spaces). What a grammar engine tokenizes is such text.
+  virtual std::vector<int32_t> encode_continuation(std::string_view text) const { return encode(text, false, false); }
   // Where encode(text, _, parse_special = true) reads special-token text that
   // parse_special = false would leave as text (control tokens), in order.
   virtual std::vector<TextSpan> find_special(std::string_view text) const { return {}; }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <cstdio>
 #include <map>
 #include <numeric>
@@ -54,7 +55,10 @@ class FakeRunner {
   // Runs one step: all writes first (as the real forward pass writes every
   // token's keys and values before attention), then one sample per request
   // whose chunk reaches its last token.
-  std::vector<int32_t> execute(const SchedulerOutput& out) {
+  std::vector<int32_t> execute(const SchedulerOutput& out) { return execute_writes_and_reads(out, true); }
+
+  // Writes and checks the reads of a step; with `sample`, samples (no drafts).
+  std::vector<int32_t> execute_writes_and_reads(const SchedulerOutput& out, bool sample = false) {
     const kv::BlockPool& pool = s_.kv_cache().pool();
     const kv::KVCacheConfig& kv = s_.config().kv;
     for (const ScheduledRequest& sr : out.scheduled) {
@@ -91,19 +95,43 @@ class FakeRunner {
             const int64_t slot = kv_slot(sr.block_tables[g], bs_, q);
             EXPECT_EQ(pos_[slot], q) << "request " << sr.request_id << " (group " << g
                                      << ") reads a slot it never wrote at position " << q;
-            EXPECT_EQ(token_[slot], r->all_token_ids[q])
+            // Past the request's tokens: its drafts.
+            const int32_t want = q < r->num_tokens() ? r->all_token_ids[q]
+                                                     : sr.token_ids[q - sr.num_computed_tokens];
+            EXPECT_EQ(token_[slot], want)
                 << "request " << sr.request_id << " (group " << g << ") sees another token at " << q;
           }
         }
       }
     }
     std::vector<int32_t> sampled(out.scheduled.size(), -1);
+    for (size_t k = 0; k < out.scheduled.size() && sample; ++k) {
+      const ScheduledRequest& sr = out.scheduled[k];
+      if (!sr.sample) continue;
+      EXPECT_EQ(sr.num_draft_tokens, 0) << "drafts scheduled: call execute_verifying";
+      const Request* r = s_.find(sr.request_id);
+      const int64_t n = sr.num_computed_tokens + sr.num_new_tokens;
+      sampled[k] = next_token(std::span<const int32_t>(r->all_token_ids).first(n));
+    }
+    return sampled;
+  }
+
+  // The same for steps that may verify drafts: a request's rows are sampled
+  // in order while the token equals the draft at its place (the engine's rule).
+  std::vector<std::vector<int32_t>> execute_verifying(const SchedulerOutput& out) {
+    std::vector<int32_t> one = execute_writes_and_reads(out);
+    std::vector<std::vector<int32_t>> sampled(out.scheduled.size());
     for (size_t k = 0; k < out.scheduled.size(); ++k) {
       const ScheduledRequest& sr = out.scheduled[k];
       if (!sr.sample) continue;
       const Request* r = s_.find(sr.request_id);
-      const int64_t n = sr.num_computed_tokens + sr.num_new_tokens;
-      sampled[k] = next_token(std::span<const int32_t>(r->all_token_ids).first(n));
+      std::vector<int32_t> history = r->all_token_ids;
+      const int64_t first_draft = sr.num_new_tokens - sr.num_draft_tokens;
+      for (int64_t j = 0; j <= sr.num_draft_tokens; ++j) {
+        sampled[k].push_back(next_token(history));
+        if (j == sr.num_draft_tokens || sampled[k].back() != sr.token_ids[first_draft + j]) break;
+        history.push_back(sampled[k].back());
+      }
     }
     return sampled;
   }
@@ -133,7 +161,9 @@ void expect_step_ok(const Scheduler& s, const SchedulerOutput& out) {
           << "step " << out.step << ": the table of " << sr.request_id << " does not cover its tokens";
     const Request* r = s.find(sr.request_id);
     ASSERT_NE(r, nullptr);
-    EXPECT_EQ(sr.sample, sr.num_computed_tokens + sr.num_new_tokens == r->num_tokens());
+    EXPECT_EQ(sr.sample, sr.num_computed_tokens + sr.num_new_tokens - sr.num_draft_tokens == r->num_tokens());
+    // Drafts only follow a decode's one token, and only as many as were set.
+    if (sr.num_draft_tokens > 0) EXPECT_EQ(sr.num_new_tokens, sr.num_draft_tokens + 1);
   }
   EXPECT_EQ(total, out.total_num_scheduled_tokens);
   Status st = s.check_output(out);
@@ -168,25 +198,49 @@ struct Recorder {
   }
 };
 
-// One step: schedule, check, run, update, check.
-void step(Scheduler& s, FakeRunner& runner, Recorder& rec) {
+// Drafts for a running request after its step (speculative decoding's proposer).
+using Proposer = std::function<std::vector<int32_t>(const Request&)>;
+
+// One step: schedule, check, run, update, check; then drafts, if proposed.
+void step(Scheduler& s, FakeRunner& runner, Recorder& rec, const Proposer& propose = nullptr) {
   SchedulerOutput out = s.schedule();
   expect_step_ok(s, out);
   expect_invariants(s);
-  const std::vector<int32_t> sampled = runner.execute(out);
-  auto updates = s.update(out, sampled);
+  auto updates = s.update(out, runner.execute_verifying(out));
   ASSERT_TRUE(updates.ok()) << updates.error().message;
   rec.record(*updates);
   expect_invariants(s);
   rec.steps.push_back(std::move(out));
+  if (!propose) return;
+  for (const RequestUpdate& u : *updates)
+    if (const Request* r = s.find(u.request_id); r && r->status == RequestStatus::kRunning)
+      EXPECT_TRUE(s.set_draft_tokens(u.request_id, propose(*r)));
 }
 
-void run_until_idle(Scheduler& s, FakeRunner& runner, Recorder& rec, int max_steps = 100000) {
+void run_until_idle(Scheduler& s, FakeRunner& runner, Recorder& rec, int max_steps = 100000,
+                    const Proposer& propose = nullptr) {
   for (int i = 0; i < max_steps && s.has_unfinished_requests(); ++i) {
-    step(s, runner, rec);
+    step(s, runner, rec, propose);
     if (testing::Test::HasFatalFailure()) return;
   }
   ASSERT_FALSE(s.has_unfinished_requests()) << "requests did not finish in " << max_steps << " steps";
+}
+
+// Up to k drafts: the true continuation for a random number of tokens, then
+// wrong guesses, so that every acceptance length occurs.
+Proposer guessing_proposer(std::mt19937& rng, int k) {
+  return [&rng, k](const Request& r) {
+    std::vector<int32_t> history = r.all_token_ids, drafts;
+    const int n = std::uniform_int_distribution<int>(0, k)(rng);
+    const int right = std::uniform_int_distribution<int>(0, n)(rng);
+    for (int i = 0; i < n; ++i) {
+      int32_t t = next_token(history);
+      if (i >= right) t = (t + 1 + static_cast<int32_t>(rng() % (kVocab - 1))) % kVocab;  // any other token
+      drafts.push_back(t);
+      history.push_back(t);
+    }
+    return drafts;
+  };
 }
 
 std::vector<int32_t> prompt(int32_t n, uint32_t seed) {
@@ -682,7 +736,9 @@ TEST(EngineScheduler, UpdateRefusesAMismatchedOutputAndChangesNothing) {
 
 // Thousands of random operations on a small pool: invariants after every
 // step, outputs equal to the reference, and a clean pool at the end.
-TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
+// with_drafts: every running request gets random drafts after each step,
+// some right and some wrong, so rejected drafts are rolled back all the time.
+void randomized_operations(bool with_drafts) {
   int64_t total_rejected = 0, total_preemptions = 0, total_hits = 0;
   int64_t window_hits = 0;
   for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
@@ -708,6 +764,8 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
     FakeRunner runner(s);
     Recorder rec;
     const std::vector<int32_t> shared = prompt(48, seed);  // common prefixes make cache hits
+    std::mt19937 draft_rng(seed + 100);
+    const Proposer propose = with_drafts ? guessing_proposer(draft_rng, 1 + static_cast<int>(seed % 6)) : nullptr;
     std::map<std::string, Request> added;
     std::map<std::string, std::string> ended_early;  // aborted or finished by hook
     int rejected = 0, next_id = 0;
@@ -744,11 +802,11 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
           expect_invariants(s);
         }
       } else {
-        step(s, runner, rec);
+        step(s, runner, rec, propose);
       }
-      if (HasFatalFailure()) return;
+      if (testing::Test::HasFatalFailure()) return;
     }
-    run_until_idle(s, runner, rec);
+    run_until_idle(s, runner, rec, 100000, propose);
     expect_idle_and_clean(s);
     for (const auto& [id, r] : added) {
       const std::vector<int32_t> ref = reference_output(r);
@@ -775,6 +833,87 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) {
   EXPECT_GT(total_hits, 0);
   EXPECT_GT(window_hits, 0);
 }
+
+TEST(EngineScheduler, DraftsAreVerifiedWithLookaheadSlotsAndRejectedOnesRolledBack) {
+  Scheduler s(config(64, 4, 100, 4));
+  FakeRunner runner(s);
+  Recorder rec;
+  const Request a = make_request("a", prompt(6, 1), 20);
+  ASSERT_TRUE(s.add_request(a).ok());
+  step(s, runner, rec);  // the prompt, and the first token
+  const std::vector<int32_t> ref = reference_output(a);
+  ASSERT_EQ(s.find("a")->num_tokens(), 7);
+
+  // Five drafts: two right, then wrong ones.
+  std::vector<int32_t> drafts = {ref[1], ref[2], (ref[3] + 1) % kVocab, 0, 0};
+  ASSERT_TRUE(s.set_draft_tokens("a", drafts));
+  SchedulerOutput out = s.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  const ScheduledRequest& sr = out.scheduled[0];
+  EXPECT_EQ(sr.num_computed_tokens, 6);
+  EXPECT_EQ(sr.num_new_tokens, 6);
+  EXPECT_EQ(sr.num_draft_tokens, 5);
+  EXPECT_TRUE(sr.sample);
+  EXPECT_EQ(std::vector<int32_t>(sr.token_ids.begin() + 1, sr.token_ids.end()), drafts);
+  EXPECT_EQ(sr.block_tables[0].size(), 3u);  // slots for positions 0..11: lookahead included
+  expect_step_ok(s, out);
+  const std::vector<std::vector<int32_t>> sampled = runner.execute_verifying(out);
+  EXPECT_EQ(sampled[0], (std::vector<int32_t>{ref[1], ref[2], ref[3]}));
+  // An output claiming a draft that was not scheduled is refused.
+  EXPECT_FALSE(s.update(out, std::vector<std::vector<int32_t>>{{ref[1], 5, ref[3]}}).ok());
+  auto updates = s.update(out, sampled);
+  ASSERT_TRUE(updates.ok()) << updates.error().message;
+  rec.record(*updates);
+  const Request& r = *s.find("a");
+  EXPECT_EQ(r.num_computed_tokens, 9);  // the token before the drafts and the two accepted ones
+  EXPECT_EQ(r.num_tokens(), 10);
+  // Blocks 0 and 1 hold verified tokens and are findable; block 2 holds the
+  // rejected drafts' keys at positions 9..11 and is not.
+  const kv::BlockPool& pool = s.kv_cache().pool();
+  const std::span<const int32_t> table = s.kv_cache().block_table("a");
+  ASSERT_EQ(table.size(), 3u);
+  EXPECT_TRUE(pool.block_hash(table[1]).has_value());
+  EXPECT_FALSE(pool.block_hash(table[2]).has_value());
+  expect_invariants(s);
+
+  // Drafts are cut to what max_tokens leaves (the token after them counts too).
+  ASSERT_TRUE(s.set_draft_tokens("a", std::vector<int32_t>(40, 1)));
+  EXPECT_EQ(s.find("a")->draft_token_ids.size(), 20u - 4u - 1u);
+  // And to the step's budget.
+  out = s.schedule();
+  EXPECT_EQ(out.scheduled[0].num_draft_tokens, 15);
+  updates = s.update(out, runner.execute_verifying(out));
+  ASSERT_TRUE(updates.ok()) << updates.error().message;
+  rec.record(*updates);
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["a"], ref);
+  expect_idle_and_clean(s);
+  EXPECT_FALSE(s.set_draft_tokens("a", {1}));  // finished: no longer running
+}
+
+TEST(EngineScheduler, AStopTokenInsideAcceptedDraftsEndsTheRequestThere) {
+  Scheduler s(config(64, 4, 100, 4));
+  FakeRunner runner(s);
+  Recorder rec;
+  Request a = make_request("a", prompt(6, 2), 20);
+  const std::vector<int32_t> plain = reference_output(a);
+  a.eos_token_id = plain[2];  // the third token stops it
+  ASSERT_TRUE(s.add_request(a).ok());
+  step(s, runner, rec);
+  ASSERT_TRUE(s.set_draft_tokens("a", {plain[1], plain[2], plain[3]}));
+  step(s, runner, rec);
+  EXPECT_EQ(rec.outputs["a"], (std::vector<int32_t>{plain[0], plain[1], plain[2]}));
+  EXPECT_EQ(rec.finished["a"], RequestStatus::kFinishedStopped);
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, RandomizedOperationsKeepInvariants) { randomized_operations(false); }
+
+// The same with drafts: outputs still equal the reference (a rolled-back
+// draft never shows), every write lands in an unhashed block of the writer's
+// own (FakeRunner: a rejected draft's block is never findable), and the pool
+// ends clean.
+TEST(EngineScheduler, RandomizedOperationsWithDraftsKeepInvariants) { randomized_operations(true); }
 
 // Gemma 3's shape in small: one full-attention group and two windowed ones.
 SchedulerConfig windowed_config(int64_t budget, int32_t max_seqs, int32_t n_blocks, int32_t block_size,

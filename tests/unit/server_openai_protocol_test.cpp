@@ -37,10 +37,12 @@ TEST(OpenAIProtocol, CompletionDefaultsAndFields) {
   EXPECT_EQ(r.n, 1);
   EXPECT_FLOAT_EQ(r.sampling.temperature, 1.0f);
   EXPECT_EQ(r.logprobs, -1);
+  EXPECT_TRUE(r.skip_special_tokens);
 
   r = completion_ok(R"({"prompt": [1, 2, 3], "max_tokens": 16.0, "temperature": 0, "top_p": 0.5, "top_k": 5,
       "min_p": 0.1, "seed": 7, "stop": "x", "n": 2, "stream": true, "stream_options": {"include_usage": true},
-      "logprobs": 2, "ignore_eos": true, "repetition_penalty": 1.1, "stop_token_ids": [4]})");
+      "logprobs": 2, "ignore_eos": true, "repetition_penalty": 1.1, "stop_token_ids": [4],
+      "skip_special_tokens": false})");
   ASSERT_EQ(r.prompts.size(), 1u);
   EXPECT_TRUE(r.prompts[0].is_tokens);
   EXPECT_EQ(r.prompts[0].token_ids, (std::vector<int32_t>{1, 2, 3}));
@@ -52,6 +54,7 @@ TEST(OpenAIProtocol, CompletionDefaultsAndFields) {
   EXPECT_TRUE(r.stream && r.include_usage && r.ignore_eos);
   EXPECT_EQ(r.logprobs, 2);
   EXPECT_EQ(r.stop_token_ids, (std::vector<int32_t>{4}));
+  EXPECT_FALSE(r.skip_special_tokens);
 
   r = completion_ok(R"({"prompt": ["a", [5, 6]], "max_tokens": null})");
   ASSERT_EQ(r.prompts.size(), 2u);
@@ -71,6 +74,9 @@ TEST(OpenAIProtocol, CompletionErrorsNameTheField) {
   EXPECT_EQ(completion_error(R"({"prompt": "x", "logprobs": 21})").param, "logprobs");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "stop": [1]})").param, "stop");
   EXPECT_EQ(completion_error(R"({"prompt": "x", "stream_options": {}})").param, "stream_options");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "skip_special_tokens": "false"})").param, "skip_special_tokens");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "skip_special_tokens": 0})").param,
+            "skip_special_tokens");
   EXPECT_EQ(completion_error(R"({"prompt": [1, -1]})").param, "prompt");
   EXPECT_EQ(completion_error(R"({"prompt": ""})").param, "prompt");
   EXPECT_EQ(completion_error(R"({"max_tokens": 3})").param, "prompt");

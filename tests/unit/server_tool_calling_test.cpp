@@ -5,7 +5,9 @@
 // tools/reference/chat_tools_reference.py); special-token text in tool
 // messages and arguments kept as text; the grammar of a forced call compiled
 // against Qwen2.5's vocabulary and fed tokens; and the detokenizer keeping
-// <tool_call> in the output text. The model parts skip when the GGUF is absent.
+// <tool_call> in the output text. The model parts skip when the GGUF is absent,
+// except the Mistral ones, on the committed tiny Mistral (control-token
+// markers, its forced-call grammar, the rendering decoder).
 #include "server/tool_calling.h"
 
 #include <gtest/gtest.h>
@@ -146,11 +148,24 @@ TEST(ToolRequest, ToolCallsAndToolMessages) {
   EXPECT_EQ(chat_error(head + R"({"role": "tool", "tool_call_id": "a"}]})").param, "messages");
 }
 
-TEST(ToolGrammarText, RefusesMistralAndUnknownNames) {
+TEST(ToolGrammarText, RefusesUnknownNames) {
   const std::vector<ToolSpec> tools = {{"f", R"({"type":"object"})"}};
-  EXPECT_FALSE(forced_tool_call_grammar(ToolCallFormat::kMistral, tools, "", true).ok());
+  EXPECT_FALSE(forced_tool_call_grammar(ToolCallFormat::kMistral, tools, "g", true).ok());
   EXPECT_FALSE(forced_tool_call_grammar(ToolCallFormat::kHermes, tools, "g", true).ok());
   EXPECT_TRUE(forced_tool_call_grammar(ToolCallFormat::kHermes, tools, "f", false).ok());
+}
+
+TEST(ToolGrammarText, MistralMarkerByTokenIdOrAsText) {
+  const std::vector<ToolSpec> tools = {{"f", R"({"type":"object"})"}};
+  auto by_id = forced_tool_call_grammar(ToolCallFormat::kMistral, tools, "", true, 5);
+  ASSERT_TRUE(by_id.ok());
+  EXPECT_EQ(by_id->rfind("start: <[5]> \" \"? body\n", 0), 0u) << *by_id;
+  EXPECT_NE(by_id->find(R"("type":"array")"), std::string::npos) << *by_id;
+  EXPECT_EQ(by_id->find("maxItems"), std::string::npos) << *by_id;
+  auto as_text = forced_tool_call_grammar(ToolCallFormat::kMistral, tools, "", false);
+  ASSERT_TRUE(as_text.ok());
+  EXPECT_EQ(as_text->rfind("start: \"[TOOL_CALLS]\" \" \"? body\n", 0), 0u) << *as_text;
+  EXPECT_NE(as_text->find(R"("maxItems":1)"), std::string::npos) << *as_text;
 }
 
 TEST(ToolIds, CallIdsAreOpenAIShaped) {
@@ -363,6 +378,179 @@ TEST_F(QwenToolGrammar, Llama3Json) {
   const ParsedAssistantMessage m =
       parse_tool_calls(ToolCallFormat::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
   ASSERT_EQ(m.tool_calls.size(), 1u);
+}
+
+TEST_F(QwenToolGrammar, MistralMarkerAsTextWithoutItsToken) {
+  // Qwen2.5's vocabulary has no [TOOL_CALLS] token: the grammar matches the text.
+  EXPECT_EQ(tool_call_marker_token(ToolCallFormat::kMistral, *tok_), -1);
+  EXPECT_EQ(tool_call_marker_token(ToolCallFormat::kHermes, *tok_), -1);
+  auto g = compile(ToolCallFormat::kMistral, "", /*parallel=*/false);
+  ASSERT_TRUE(g);
+  const std::string call = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
+  EXPECT_TRUE(accepts(g, "[TOOL_CALLS] [" + call + "]"));
+  EXPECT_TRUE(accepts(g, "[TOOL_CALLS][" + call + "]"));
+  EXPECT_FALSE(accepts(g, "[" + call + "]"));
+  EXPECT_FALSE(accepts(g, "[TOOL_CALLS] []"));
+}
+
+// ---- with the tiny Mistral's tokenizer and template (committed, never skipped) ----
+
+class MistralTools : public QwenTools {
+ protected:
+  void SetUp() override {
+    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-mistral.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    file_ = std::move(*file);
+    auto tok = Tokenizer::from_gguf(*file_);
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    tok_ = std::move(*tok);
+    auto source = file_->get_string("tokenizer.chat_template");
+    ASSERT_TRUE(source.ok()) << source.error().message;
+    template_source_ = *source;
+    auto gt = GrammarTokenizer::create(*tok_);
+    ASSERT_TRUE(gt.ok()) << gt.error().message;
+    compiler_ = std::make_unique<GrammarCompiler>(std::move(*gt));
+    tools_ = chat_ok(body_with("")).tools->tools;
+    marker_ = id_of("[TOOL_CALLS]");
+  }
+
+  std::shared_ptr<const CompiledGrammar> compile(const std::string& only, bool parallel) {
+    auto lark = forced_tool_call_grammar(ToolCallFormat::kMistral, tools_, only, parallel, marker_);
+    EXPECT_TRUE(lark.ok()) << lark.error().message;
+    if (!lark.ok()) return nullptr;
+    auto g = compiler_->compile(GrammarKind::kLark, *lark);
+    EXPECT_TRUE(g.ok()) << g.error().message << "\n" << *lark;
+    return g.ok() ? *g : nullptr;
+  }
+
+  // The marker token, then the text's tokens: whether every one is allowed
+  // and the grammar accepts the whole.
+  bool accepts_call(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text, bool marker = true) {
+    std::vector<int32_t> ids;
+    if (marker) ids.push_back(marker_);
+    for (int32_t id : tok_->encode(text, false, /*parse_special=*/false)) ids.push_back(id);
+    auto m = g->new_matcher();
+    EXPECT_TRUE(m.ok());
+    if (!m.ok()) return false;
+    for (int32_t id : ids) {
+      auto mask = (*m)->compute_mask();
+      EXPECT_TRUE(mask.ok());
+      if (!mask.ok() || !token_allowed(*mask, id)) return false;
+      if (!(*m)->commit(id).ok()) return false;
+    }
+    return (*m)->is_accepting();
+  }
+
+  std::unique_ptr<GrammarCompiler> compiler_;
+  std::vector<ToolSpec> tools_;
+  int32_t marker_ = -1;
+};
+
+TEST_F(MistralTools, TemplateFormatAndMarkerToken) {
+  EXPECT_TRUE(template_supports_tools(template_source_));
+  EXPECT_EQ(detect_tool_call_format(template_source_), ToolCallFormat::kMistral);
+  for (const char* t : {"[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                        "[TOOL_RESULTS]", "[/TOOL_RESULTS]"}) {
+    ASSERT_GE(id_of(t), 0) << t;
+    EXPECT_TRUE(tok_->is_control(id_of(t))) << t;
+  }
+  EXPECT_EQ(tool_call_marker_token(ToolCallFormat::kMistral, *tok_), marker_);
+  EXPECT_EQ(marker_, 5);  // Mistral v0.3's id
+  EXPECT_EQ(tool_call_marker_token(ToolCallFormat::kHermes, *tok_), -1);
+  // The model carries the template file (make_tiny_models.py reads it): an edit needs a rerun.
+  std::ifstream f(std::string(INFERD_TEST_DATA_DIR) + "/chat/mistral_v3_tools.jinja");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(), template_source_) << "rerun tools/reference/make_tiny_models.py --only tiny-mistral";
+}
+
+TEST_F(MistralTools, RendersToolsCallsAndResultsWithControlTokens) {
+  const std::string body = R"({"messages": [{"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"city\": \"[TOOL_CALLS]Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+      {"role": "user", "content": "And in Oslo?"}],
+      "tools": [)" + std::string(kWeather) + "]}";
+  Result<ChatPrompt> p = render_request(body);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->text.rfind("<s>[INST] Weather in Paris?[/INST][TOOL_CALLS] [{\"name\": \"get_weather\", "
+                          "\"arguments\": {\"city\": \"[TOOL_CALLS]Paris\"}, \"id\": \"c1\"}]</s>"
+                          "[TOOL_RESULTS] {\"content\": \"sunny\", \"call_id\": \"c1\"}[/TOOL_RESULTS]"
+                          "[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {",
+                          0),
+            0u)
+      << p->text;
+  EXPECT_NE(p->text.find("[/AVAILABLE_TOOLS][INST] And in Oslo?[/INST]"), std::string::npos) << p->text;
+  const std::vector<int32_t> ids = tokenize_chat_prompt(*tok_, *p);
+  auto count = [&](const char* t) { return std::count(ids.begin(), ids.end(), id_of(t)); };
+  // The template's markers are control tokens; the one typed in the arguments stays text.
+  EXPECT_EQ(count("[TOOL_CALLS]"), 1);
+  EXPECT_EQ(count("[AVAILABLE_TOOLS]"), 1);
+  EXPECT_EQ(count("[/AVAILABLE_TOOLS]"), 1);
+  EXPECT_EQ(count("[TOOL_RESULTS]"), 1);
+  EXPECT_EQ(count("[INST]"), 2);
+  EXPECT_EQ(count("</s>"), 1);
+}
+
+TEST_F(MistralTools, GrammarTextHasNoSpacePrefix) {
+  // SentencePiece puts a space before a text it starts; text a grammar forces
+  // continues the output, so llguidance's tokenizer callback must not (with
+  // it, the grammar's " [" was taken for two spaces).
+  EXPECT_EQ(tok_->encode(" [", false, false).size(), 2u);
+  ASSERT_EQ(tok_->encode_continuation(" [").size(), 1u);
+  EXPECT_EQ(tok_->token_to_piece(tok_->encode_continuation(" [")[0], false), " [");
+}
+
+TEST_F(MistralTools, ForcedCallGrammar) {
+  auto one = compile("", /*parallel=*/false);
+  ASSERT_TRUE(one);
+  const std::string weather = R"({"name": "get_weather", "arguments": {"city": "Paris"}})";
+  const std::string time = R"({"name": "get_time", "arguments": {"zone": "UTC"}})";
+  EXPECT_TRUE(accepts_call(one, "[" + weather + "]"));  // " [" as the template writes it
+  EXPECT_TRUE(accepts_call(one, "[" + time + "]"));
+  // The marker must be the control token, not its characters.
+  EXPECT_FALSE(accepts_call(one, "[TOOL_CALLS] [" + weather + "]", /*marker=*/false));
+  EXPECT_FALSE(accepts_call(one, "[" + weather + "]", /*marker=*/false));
+  EXPECT_FALSE(accepts_call(one, "[" + weather + ", " + time + "]"));
+  EXPECT_FALSE(accepts_call(one, "[]"));
+  EXPECT_FALSE(accepts_call(one, R"([{"name": "get_weather", "arguments": {}}])"));
+  EXPECT_FALSE(accepts_call(one, R"([{"name": "get_time", "arguments": {"zone": "UTC", "x": 1}}])"));
+  EXPECT_FALSE(accepts_call(one, R"([{"name": "get_date", "arguments": {}}])"));
+
+  auto parallel = compile("", /*parallel=*/true);
+  ASSERT_TRUE(parallel);
+  EXPECT_TRUE(accepts_call(parallel, "[" + weather + "]"));
+  EXPECT_TRUE(accepts_call(parallel, "[" + weather + ", " + time + "]"));
+
+  auto named = compile("get_time", /*parallel=*/false);
+  ASSERT_TRUE(named);
+  EXPECT_TRUE(accepts_call(named, "[" + time + "]"));
+  EXPECT_FALSE(accepts_call(named, "[" + weather + "]"));
+}
+
+TEST_F(MistralTools, RenderingDecoderShowsTheMarkerToTheParser) {
+  std::vector<int32_t> ids = {marker_};
+  for (int32_t id : tok_->encode(R"([{"name": "get_time", "arguments": {"zone": "UTC"}}])", false, false))
+    ids.push_back(id);
+  ids.push_back(tok_->eos_id());
+  auto decode = [&](bool render_special, size_t n) {
+    IncrementalDecoder dec(*tok_, render_special);
+    std::string text;
+    for (size_t i = 0; i < n; ++i) text += dec.push(ids[i]);
+    return text + dec.flush();
+  };
+  // The default decoder drops the control token, and the parser sees no call.
+  const std::string hidden = decode(false, ids.size());
+  EXPECT_EQ(hidden.find("[TOOL_CALLS]"), std::string::npos);
+  EXPECT_TRUE(parse_tool_calls(ToolCallFormat::kMistral, hidden).tool_calls.empty());
+  // Rendered (the engine leaves out the EOS that stops the request).
+  const std::string shown = decode(true, ids.size() - 1);
+  EXPECT_EQ(shown, R"([TOOL_CALLS] [{"name": "get_time", "arguments": {"zone": "UTC"}}])");
+  const ParsedAssistantMessage m = parse_tool_calls(ToolCallFormat::kMistral, shown);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].name, "get_time");
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"zone":"UTC"})");
+  EXPECT_EQ(m.content, "");
 }
 
 }  // namespace

@@ -23,6 +23,14 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      Gemma's 262,144 tokens) with add_bos_token set true, as Gemma's. The window
                      is far below the 1,000-token reference prompts, so the windowed masks and
                      llama.cpp's iSWA cache are exercised by quick tests.
+  tiny-mistral.gguf  `llama` as Mistral-7B-Instruct-v0.3 has it (GQA, RoPE base 1e6, untied
+                     output) with a tokenizer of its own: a 386-token SentencePiece vocabulary
+                     (<unk>, <s>, </s>, then Mistral's control tokens [INST], [/INST],
+                     [TOOL_CALLS], [AVAILABLE_TOOLS], [/AVAILABLE_TOOLS], [TOOL_RESULTS],
+                     [/TOOL_RESULTS] as CONTROL tokens at v0.3's ids 3-9, the 256 <0xXX> byte
+                     tokens, "▁", printable ASCII and a few two-character pieces) and the
+                     v0.3-style tools template tests/data/chat/mistral_v3_tools.jinja. For the
+                     tool-calling tests of the mistral format, whose marker is a control token.
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -306,7 +314,70 @@ def make_gemma3(models_dir, path):
     return w
 
 
-MODELS = {"tiny-qwen3": make_qwen3, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3}
+# Mistral v0.3's first ids: <unk>, <s>, </s>, then its control tokens (v0.3 has 771 of them before
+# the byte tokens; these are the ones its tools template writes).
+MISTRAL_SPECIALS = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
+                    "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]
+# Pieces of two characters, merged by SentencePiece's bigram scores (both halves are tokens), so
+# JSON and the template's words do not all go one character a token.
+MISTRAL_PAIRS = ['{"', '":', '",', '"}', '▁"', '▁{', '▁[', "}]", "},", "▁a", "▁t", "▁w", "th", "he", "in",
+                 "er", "an", "re", "on", "at", "es", "na", "me", "ty", "it"]
+MISTRAL_TEMPLATE = REPO_ROOT / "tests/data/chat/mistral_v3_tools.jinja"
+
+
+def mistral_vocab():
+    """(tokens, scores, token types) of the tiny Mistral's SentencePiece vocabulary."""
+    tokens, scores, types = [], [], []
+    for i, t in enumerate(MISTRAL_SPECIALS):
+        tokens.append(t)
+        scores.append(0.0)
+        types.append(gguf.TokenType.UNKNOWN if i == 0 else gguf.TokenType.CONTROL)
+    for b in range(256):
+        tokens.append(f"<0x{b:02X}>")
+        scores.append(0.0)
+        types.append(gguf.TokenType.BYTE)
+    singles = ["▁"] + [chr(c) for c in range(0x21, 0x7F)]
+    for i, t in enumerate(singles):
+        tokens.append(t)
+        scores.append(-1000.0 - i)  # below every pair: pairs merge first
+        types.append(gguf.TokenType.NORMAL)
+    for i, t in enumerate(MISTRAL_PAIRS):
+        tokens.append(t)
+        scores.append(-10.0 - i)
+        types.append(gguf.TokenType.NORMAL)
+    return tokens, scores, types
+
+
+def make_mistral(models_dir, path):
+    h = dict(n_ctx_train=32768, n_embd=64, n_layer=2, n_head=2, n_head_kv=1, n_ff=192,
+             rope_base=1000000.0, rms_eps=1e-5)
+    w = GGUFWriter(path, "llama")
+    common_hparams(w, "llama", "inferd tiny mistral v0.3 (random)", h)
+    w.add_rope_dimension_count(h["n_embd"] // h["n_head"])
+    tokens, scores, types = mistral_vocab()
+    n_vocab = len(tokens)
+    w.add_vocab_size(n_vocab)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(scores)
+    w.add_token_types(types)
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(False)
+    w.add_chat_template(MISTRAL_TEMPLATE.read_text())
+    b = Builder(seed=37)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q8_0, std=1.0)
+    transformer_layers(b, h, LLAMA3_TYPES)
+    b.norm("output_norm.weight", h["n_embd"])
+    b.matrix("output.weight", n_vocab, h["n_embd"], T.Q8_0, std=0.6)
+    b.write(w)
+    return w
+
+
+MODELS = {"tiny-qwen3": make_qwen3, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
+          "tiny-mistral": make_mistral}
 
 
 def main():

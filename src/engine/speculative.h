@@ -1,0 +1,63 @@
+// Speculative decoding: what proposes draft tokens, and how many.
+//
+// The engine verifies a request's drafts in its next step (vLLM v1's way): the
+// scheduler feeds the request's last token and its k drafts together, the
+// runner returns k + 1 rows of logits, each computed with a decode step's
+// arithmetic, and the engine samples the rows in order, keeping each draft
+// while the token sampled at its position equals it. The first position that
+// differs gives the sampled token instead, and the rest are dropped by moving
+// num_computed_tokens back (scheduler). A draft that is a single token (the
+// n-gram proposer's, q one-hot) is accepted with probability p(draft), and on
+// rejection the token comes from p without it, renormalised: exactly
+// Leviathan et al.'s rejection sampling for a one-hot q. Sampling first and
+// comparing after draws each position's token from the same random stream a
+// plain step would, so greedy and seeded outputs are token-identical with
+// speculation and without.
+//
+// Proposers are pure functions of a request's token ids and run outside the
+// scheduler.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/result.h"
+
+namespace inferd {
+
+struct SpeculativeConfig {
+  enum class Method { kNone, kNgram };
+  Method method = Method::kNone;
+  int32_t num_speculative_tokens = 0;  // k, drafts per step at most
+  // N-gram (prompt lookup): the longest suffix of the sequence of between
+  // prompt_lookup_min and prompt_lookup_max tokens that occurred earlier
+  // proposes the tokens that followed its latest earlier occurrence.
+  int32_t prompt_lookup_min = 1;
+  int32_t prompt_lookup_max = 4;
+  // No drafts while this many requests or more run (speculation spends
+  // compute that a large batch already uses); 0: always speculate.
+  int32_t disable_by_batch_size = 0;
+
+  bool enabled() const { return method != Method::kNone && num_speculative_tokens > 0; }
+  Status validate() const;  // error naming the first bad field
+};
+
+// Up to k tokens that followed the latest earlier occurrence of the longest
+// suffix of `tokens` that is between min_n and max_n tokens long (longer
+// suffixes first); empty when no such suffix occurs earlier.
+std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k);
+
+// Acceptance counters, vLLM's spec_decode metrics.
+struct SpeculativeStats {
+  int64_t drafts = 0;                // steps that verified drafts (one per request)
+  int64_t draft_tokens = 0;          // drafts proposed and verified
+  int64_t accepted_tokens = 0;       // drafts accepted
+  std::vector<int64_t> accepted_per_position;  // [i]: drafts accepted at position i
+  // Mean tokens a verifying request gains per step (accepted + the sampled one).
+  double mean_acceptance_length() const {
+    return drafts ? 1.0 + static_cast<double>(accepted_tokens) / static_cast<double>(drafts) : 0.0;
+  }
+};
+
+}  // namespace inferd
