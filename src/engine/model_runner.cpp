@@ -85,30 +85,38 @@ ModelRunner::ModelRunner(Model& model, int32_t n_blocks, int32_t block_size)
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();
-  for (const ScheduledRequest& s : out.scheduled) {
+  // One slice: the request's new tokens at positions [p0, p1).
+  auto add_slice = [&](const ScheduledRequest& s, int64_t p0, int64_t p1, bool decode_each) {
     SequenceSlice slice;
     slice.first_token = static_cast<int32_t>(batch.size());
-    slice.n_tokens = static_cast<int32_t>(s.num_new_tokens);
-    slice.decode_each = s.num_draft_tokens > 0;
-    // Attention reads positions [0, last new position]: only that much of the tables.
-    const int64_t last = s.num_computed_tokens + s.num_new_tokens - 1;
+    slice.n_tokens = static_cast<int32_t>(p1 - p0);
+    slice.decode_each = decode_each;
+    // Attention reads positions [0, p1 - 1]: only that much of the tables.
     const size_t n_groups = s.block_tables.size();
     if (batch.slots.size() < n_groups) batch.slots.resize(n_groups);
     slice.block_tables.resize(n_groups);
     for (size_t g = 0; g < n_groups; ++g) {
       const std::vector<int32_t>& table = s.block_tables[g];
-      slice.block_tables[g].assign(table.begin(), table.begin() + last / block_size + 1);
-      for (int64_t pos = s.num_computed_tokens; pos <= last; ++pos)
-        batch.slots[g].push_back(kv_slot(table, block_size, pos));
+      slice.block_tables[g].assign(table.begin(), table.begin() + (p1 - 1) / block_size + 1);
+      for (int64_t pos = p0; pos < p1; ++pos) batch.slots[g].push_back(kv_slot(table, block_size, pos));
     }
-    for (int64_t i = 0; i < s.num_new_tokens; ++i) {
-      batch.tokens.push_back(s.token_ids[i]);
-      batch.positions.push_back(static_cast<int32_t>(s.num_computed_tokens + i));
+    for (int64_t pos = p0; pos < p1; ++pos) {
+      batch.tokens.push_back(s.token_ids[pos - s.num_computed_tokens]);
+      batch.positions.push_back(static_cast<int32_t>(pos));
     }
+    batch.sequences.push_back(std::move(slice));
+  };
+  for (const ScheduledRequest& s : out.scheduled) {
+    const int64_t begin = s.num_computed_tokens, end = begin + s.num_new_tokens;
+    // Output tokens recomputed after a preemption were first computed each as
+    // a decode (or a verified draft): recomputed the same way, their keys and
+    // values are the same bits, and so is everything sampled after them.
+    const int64_t outputs_from = s.num_draft_tokens > 0 ? begin : std::clamp(s.num_prompt_tokens, begin, end);
+    if (outputs_from > begin) add_slice(s, begin, outputs_from, false);
+    if (end > outputs_from) add_slice(s, outputs_from, end, end - outputs_from > 1);
     if (s.sample)
       for (int64_t row = batch.size() - 1 - s.num_draft_tokens; row < batch.size(); ++row)
         batch.logit_rows.push_back(static_cast<int32_t>(row));
-    batch.sequences.push_back(std::move(slice));
   }
 }
 

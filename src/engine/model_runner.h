@@ -46,7 +46,9 @@ class ModelRunner {
   // Fills `batch` from a step: per scheduled request, its new tokens at
   // positions num_computed_tokens.., their slots through the block table, its
   // slice of the batch, and (when it samples) the row of its last token, or
-  // of its last num_draft_tokens + 1 tokens when it verifies drafts.
+  // of its last num_draft_tokens + 1 tokens when it verifies drafts. Drafts
+  // and output tokens recomputed after a preemption go in a decode_each slice
+  // (the prompt part of a chunk in a slice of its own before it).
   static void build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch);
 
   // Runs the step. Returns num_draft_tokens + 1 rows of n_vocab() logits per

@@ -97,6 +97,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
   s.num_computed_tokens = r.num_computed_tokens;
   s.num_new_tokens = n;
   s.num_draft_tokens = n_drafts;
+  s.num_prompt_tokens = r.num_prompt_tokens();
   s.token_ids.assign(r.all_token_ids.begin() + r.num_computed_tokens,
                      r.all_token_ids.begin() + r.num_computed_tokens + (n - n_drafts));
   s.token_ids.insert(s.token_ids.end(), r.draft_token_ids.begin(), r.draft_token_ids.begin() + n_drafts);

@@ -9,6 +9,7 @@
 // that verifies drafts, from each of its last num_draft_tokens + 1 tokens.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct ScheduledRequest {
   // (after the request's last real token); each of them and the token before
   // them gets a row of logits, computed as a one-token decode would be.
   int64_t num_draft_tokens = 0;
+  // Positions from here on hold output tokens (the default: none does).
+  int64_t num_prompt_tokens = std::numeric_limits<int64_t>::max();
   int64_t num_cached_tokens = 0;  // if is_new: tokens taken from the prefix cache
 };
 

@@ -61,6 +61,42 @@ TEST(EngineModelRunner, BuildBatchLaysOutTokensPositionsSlotsAndLogitRows) {
   EXPECT_EQ(b.slots[0], (std::vector<int64_t>{1 * 4 + 0}));
 }
 
+TEST(EngineModelRunner, DraftsAndRecomputedOutputTokensAreComputedAsDecodes) {
+  SchedulerOutput out;
+  // A decode at position 6 verifying two drafts: three rows, one decode_each slice.
+  ScheduledRequest v = scheduled("v", 6, {40, 41, 42}, {3, 7}, true);
+  v.num_draft_tokens = 2;
+  v.num_prompt_tokens = 5;
+  out.scheduled.push_back(v);
+  // A resumed request recomputing positions 2..6 of a 4-token prompt and two
+  // output tokens, the last sampling: the prompt part as a chunk, the outputs
+  // each as a decode.
+  ScheduledRequest r = scheduled("r", 2, {1, 2, 3, 4, 5}, {9, 4}, true);
+  r.num_prompt_tokens = 4;
+  out.scheduled.push_back(r);
+  // A plain prefill chunk of a prompt.
+  ScheduledRequest p = scheduled("p", 0, {6, 7}, {2}, false);
+  p.num_prompt_tokens = 9;
+  out.scheduled.push_back(p);
+  ForwardBatch b;
+  ModelRunner::build_batch(out, 4, b);
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{40, 41, 42, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(b.positions, (std::vector<int32_t>{6, 7, 8, 2, 3, 4, 5, 6, 0, 1}));
+  ASSERT_EQ(b.sequences.size(), 4u);
+  EXPECT_TRUE(b.sequences[0].decode_each);
+  EXPECT_EQ(b.sequences[0].n_tokens, 3);
+  EXPECT_FALSE(b.sequences[1].decode_each);  // prompt positions 2..3
+  EXPECT_EQ(b.sequences[1].first_token, 3);
+  EXPECT_EQ(b.sequences[1].n_tokens, 2);
+  EXPECT_EQ(b.sequences[1].block_tables[0], (std::vector<int32_t>{9}));
+  EXPECT_TRUE(b.sequences[2].decode_each);  // output positions 4..6
+  EXPECT_EQ(b.sequences[2].first_token, 5);
+  EXPECT_EQ(b.sequences[2].n_tokens, 3);
+  EXPECT_EQ(b.sequences[2].block_tables[0], (std::vector<int32_t>{9, 4}));
+  EXPECT_FALSE(b.sequences[3].decode_each);
+  EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0, 1, 2, 7}));
+}
+
 TEST(EngineModelRunner, BuildBatchGivesEachKvGroupItsSlotsAndTable) {
   // Two groups: a full-attention table and a windowed one whose first block
   // has gone back to the pool (the null block stands in).
