@@ -1,5 +1,5 @@
 // One GGML-order projection timed on its own, on the kernels Linear runs for
-// it (packed groups for Q4_0/Q4_1/Q8_0, repacked Q4_K where llama.cpp repacks
+// it (packed groups for Q4_0/Q4_1/Q5_0/Q8_0, repacked Q4_K where llama.cpp repacks
 // it, else matmul_rows_ggml on the GGML rows; INFERD_BENCH_GGML_ROWS=1: the
 // GGML rows for every type): a decode-shaped step streams its weights
 // from memory (copies of the matrix cycled, so no call finds them in cache)
@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
 #else
   const std::vector<int> repacked;
 #endif
-  // Packed (row-interleaved) weights, as Linear keeps Q4_0/Q4_1/Q8_0, with
+  // Packed (row-interleaved) weights, as Linear keeps Q4_0/Q4_1/Q5_0/Q8_0, with
   // their own activation rows.
   std::vector<PackedMatrix> packed;
   std::unique_ptr<PackedArena> packed_arena;

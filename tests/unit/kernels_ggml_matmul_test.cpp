@@ -1,9 +1,10 @@
 // Whole matmuls against GGML's CPU backend, bit for bit: the kernels Linear
-// runs (model/linear.cpp: packed groups for Q4_0/Q4_1/Q8_0, repacked Q4_K,
-// matmul_rows_ggml on GGML rows for the rest; for Q4_K and Q4_0 also their
-// GGML rows) for steps of N = 1, 2, 3, 4, 5, 8, 17 tokens (Q4_0's last cases:
-// N = 1..9, 12, 16, 17), at every SIMD level this machine has, with the rows
-// split between "threads" in two ways. Data: tests/data/kernels/ggml_matmul_avx2.bin, made by
+// runs (model/linear.cpp: packed groups for Q4_0/Q4_1/Q5_0/Q8_0, repacked
+// Q4_K, matmul_rows_ggml on GGML rows for the rest; for Q4_K, Q4_0 and Q5_0
+// also their GGML rows) for steps of N = 1, 2, 3, 4, 5, 8, 17 tokens (the Q4_0
+// and Q5_0 cases at the end: N = 1..9, 12, 16, 17), at every SIMD level this
+// machine has, with the rows split between "threads" in two ways. Data:
+// tests/data/kernels/ggml_matmul_avx2.bin, made by
 // tools/reference/ggml_matmul_reference.c from ggml_mul_mat on llama.cpp's CPU
 // backend (AVX2 build, tinyBLAS and the repack buffer on), real rows of the
 // Qwen2.5-Coder and Gemma 3 Q4_K_M files and random rows of other types.
@@ -163,9 +164,12 @@ TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
       for (const MatmulRun& run : c.runs) {
         for (int64_t split : {int64_t{0}, int64_t{c.rows / 2}, int64_t{c.rows}}) {
           for (bool ggml_rows : {false, true}) {
-            // Q4_K and Q4_0 have a kernel of GGML's order on the GGML rows too
-            // (Q4_1's row kernel pairs blocks: Linear runs it packed only).
-            if (ggml_rows && !RepackedQ4K::applies(c.type, c.rows) && c.type != DType::Q4_0) continue;
+            // Q4_K, Q4_0 and Q5_0 have a kernel of GGML's order on the GGML rows
+            // too (Q4_1's row kernel pairs blocks: Linear runs it packed only).
+            if (ggml_rows && !RepackedQ4K::applies(c.type, c.rows) && c.type != DType::Q4_0 &&
+                c.type != DType::Q5_0) {
+              continue;
+            }
             const std::vector<float> y = linear_matmul(table, c, x, run.n, split, ggml_rows);
             int bad = 0;
             for (size_t i = 0; i < y.size(); ++i) {

@@ -31,21 +31,24 @@ std::vector<float> run(const KernelTable& table, const PackedMatrix& m, const Pr
   return y;
 }
 
-const DType kPackable[] = {DType::Q4_0, DType::Q4_1, DType::Q8_0};
+const DType kPackable[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0};
 
 TEST(KernelsPacked, EveryLevelMatchesTheScalarReferenceBitForBit) {
   std::mt19937 rng(7);
   const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
   for (DType t : kPackable) {
-    // 37 rows: two full groups and a partial one; 11 blocks; 11 tokens: tiles of 8 and 3.
+    // 37 rows: two full groups and a partial one; 11 blocks; steps of 1 to 11
+    // tokens (tiles of up to 8 and the rest).
     const Problem p = make_problem(rng, t, 37, 352, 11);
     const PackedMatrix m = PackedMatrix::pack(t, p.w.data(), p.rows, p.cols);
-    const std::vector<float> want = run(scalar, m, p, 0, p.n_tokens);
-    for (SimdLevel level : runnable_levels()) {
-      const std::vector<float> got = run(build_kernel_table(level), m, p, 0, p.n_tokens);
-      for (size_t i = 0; i < want.size(); ++i) {
-        ASSERT_EQ(testing::bits_of(got[i]), testing::bits_of(want[i]))
-            << dtype_name(t) << " " << level_name(level) << " element " << i;
+    for (int64_t n = 1; n <= p.n_tokens; ++n) {
+      const std::vector<float> want = run(scalar, m, p, 0, n);
+      for (SimdLevel level : runnable_levels()) {
+        const std::vector<float> got = run(build_kernel_table(level), m, p, 0, n);
+        for (size_t i = 0; i < want.size(); ++i) {
+          ASSERT_EQ(testing::bits_of(got[i]), testing::bits_of(want[i]))
+              << dtype_name(t) << " " << level_name(level) << " n=" << n << " element " << i;
+        }
       }
     }
   }
@@ -128,15 +131,19 @@ TEST(KernelsPacked, AgreesWithGgmlLayoutDotProducts) {
 
 TEST(KernelsPacked, ThreadSplitDoesNotChangeResults) {
   std::mt19937 rng(10);
-  const Problem p = make_problem(rng, DType::Q4_1, 100, 192, 5);
-  const PackedMatrix m = PackedMatrix::pack(p.type, p.w.data(), p.rows, p.cols);
-  const std::vector<float> want = run(kernel_table(), m, p, 0, p.n_tokens);
-  for (int threads : {1, 2, 3}) {
-    ThreadPool pool(threads);
-    PackedActivations scratch;
-    std::vector<float> y(want.size(), NAN);
-    packed_matmul(m, p.x.data(), p.n_tokens, y.data(), pool, scratch);
-    for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(testing::bits_of(y[i]), testing::bits_of(want[i])) << threads;
+  for (DType t : kPackable) {
+    const Problem p = make_problem(rng, t, 100, 192, 5);
+    const PackedMatrix m = PackedMatrix::pack(p.type, p.w.data(), p.rows, p.cols);
+    const std::vector<float> want = run(kernel_table(), m, p, 0, p.n_tokens);
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      PackedActivations scratch;
+      std::vector<float> y(want.size(), NAN);
+      packed_matmul(m, p.x.data(), p.n_tokens, y.data(), pool, scratch);
+      for (size_t i = 0; i < y.size(); ++i) {
+        ASSERT_EQ(testing::bits_of(y[i]), testing::bits_of(want[i])) << dtype_name(t) << " " << threads;
+      }
+    }
   }
 }
 
@@ -166,6 +173,7 @@ TEST(KernelsPacked, ArenaSizedBySpaceForHoldsEveryMatrix) {
 TEST(KernelsPacked, PacksOnlyTheSimpleBlockFormats) {
   EXPECT_TRUE(can_pack(DType::Q4_0));
   EXPECT_TRUE(can_pack(DType::Q4_1));
+  EXPECT_TRUE(can_pack(DType::Q5_0));
   EXPECT_TRUE(can_pack(DType::Q8_0));
   EXPECT_FALSE(can_pack(DType::Q4_K));
   EXPECT_FALSE(can_pack(DType::F32));

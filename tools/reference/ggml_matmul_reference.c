@@ -7,7 +7,7 @@
 // weight in that buffer type, as llama-model-loader decides), else into a
 // plain CPU buffer; the backend then picks vec_dot, llamafile's tinyBLAS, the
 // tiled K-quant kernels or the repacked gemv/gemm, for N = 1, 2, 3, 4, 5, 8, 17
-// activation rows (the Q4_0 cases appended last: N = 1..9, 12, 16, 17). Every
+// activation rows (the Q4_0 and Q5_0 cases appended last: N = 1..9, 12, 16, 17). Every
 // case is run with 1 and 3 threads, which must agree.
 //
 // Weights: the first 8 rows of real tensors of the model files when present,
@@ -40,8 +40,8 @@ static const int kNs[] = {1, 2, 3, 4, 5, 8, 17};
 enum { kNumNs = sizeof(kNs) / sizeof(kNs[0]) };
 // Every step size up to 9 (the repacked gemm takes a step's first N - N % 4
 // tokens, the gemv the rest), and some larger.
-static const int kQ4_0Ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17};
-enum { kNumQ4_0Ns = sizeof(kQ4_0Ns) / sizeof(kQ4_0Ns[0]) };
+static const int kStepNs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17};
+enum { kNumStepNs = sizeof(kStepNs) / sizeof(kStepNs[0]) };
 
 // Activation row t of a case (cols floats), repeated by the test: an xorshift32
 // stream per row, each value one exact int times one power-of-two-based scale
@@ -250,18 +250,25 @@ int main(int argc, char** argv) {
 
   // Appended later still: Q4_0 at every small step size, in the repack buffer
   // (rows % 8 == 0: GGML's q4_0_8x8 gemv/gemm) and outside it (vec_dot and
-  // tinyBLAS), with row counts that leave part of a 16-row group.
+  // tinyBLAS), with row counts that leave part of a 16-row group; then (later
+  // again) Q5_0 the same way, in the shapes of Qwen2.5 0.5B and Gemma 3 270M.
   static const struct {
+    enum ggml_type type;
     int rows, cols;
-  } q4_0[] = {{24, 2048}, {64, 4096}, {8, 896}, {20, 1024}, {7, 640}};
-  for (size_t i = 0; i < sizeof q4_0 / sizeof q4_0[0]; ++i) {
+  } steps[] = {
+      {GGML_TYPE_Q4_0, 24, 2048}, {GGML_TYPE_Q4_0, 64, 4096}, {GGML_TYPE_Q4_0, 8, 896},
+      {GGML_TYPE_Q4_0, 20, 1024}, {GGML_TYPE_Q4_0, 7, 640},   {GGML_TYPE_Q5_0, 37, 896},
+      {GGML_TYPE_Q5_0, 20, 640},  {GGML_TYPE_Q5_0, 7, 2048},
+  };
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; ++i) {
     struct Case* c = &cases[nc++];
     memset(c, 0, sizeof *c);
-    snprintf(c->name, sizeof c->name, "random.q4_0.%dx%d.steps", q4_0[i].rows, q4_0[i].cols);
+    snprintf(c->name, sizeof c->name, "random.%s.%dx%d.steps", ggml_type_name(steps[i].type), steps[i].rows,
+             steps[i].cols);
     c->seed = 400 + (uint32_t)i;
-    random_rows(GGML_TYPE_Q4_0, q4_0[i].rows, q4_0[i].cols, c->seed, c);
-    c->ns = kQ4_0Ns;
-    c->n_ns = kNumQ4_0Ns;
+    random_rows(steps[i].type, steps[i].rows, steps[i].cols, c->seed, c);
+    c->ns = kStepNs;
+    c->n_ns = kNumStepNs;
   }
 
   FILE* out = fopen(argv[2], "wb");

@@ -20,7 +20,7 @@ using GemmTileFn = void (*)(int64_t n, const void* a, size_t a_stride, int nr, c
                             size_t b_stride, int nt, float* out, size_t out_row_stride,
                             size_t out_tok_stride);
 // One group of kPackRows packed weight rows (packed_layout.h) against `nt`
-// (1..kMaxPackedTokens) packed activation rows, `act_stride` bytes apart:
+// (1..the type's packed_tokens) packed activation rows, `act_stride` bytes apart:
 // out[t * out_stride + r] for r < kPackRows. Per (row, token) the arithmetic is
 // the same at every level and for every nt, so results are bit-identical.
 using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* act,
@@ -90,7 +90,7 @@ struct TypeKernels {
   GemmTileFn repack_gemm_tile = nullptr;
   // Row-interleaved weights (packed_layout.h); null where the type has none.
   PackedTileFn packed_tile = nullptr;
-  int packed_tokens = 1;  // activation rows per packed_tile call that fit the registers
+  int packed_tokens = 1;  // activation rows per packed_tile call its kernel runs best (<= kMaxPackedTokens)
   // Q4_0 packed from rows llama.cpp does not repack (rows % 8 != 0): its
   // vec_dot order (eight lanes, hsum at the end) instead of packed_tile's one
   // chain per row, which is its repacked kernels' order (packed_ref.cpp).

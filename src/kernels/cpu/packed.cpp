@@ -20,12 +20,13 @@ size_t packed_block_bytes(DType t) {
   switch (t) {
     case DType::Q4_0: return kPackedQ4_0BlockBytes;
     case DType::Q4_1: return kPackedQ4_1BlockBytes;
+    case DType::Q5_0: return kPackedQ5_0BlockBytes;
     case DType::Q8_0: return kPackedQ8_0BlockBytes;
     default: return 0;
   }
 }
 
-// Writes row r's 32 quant bytes (Q8_0) or 16 nibble bytes (Q4_x) into the
+// Writes row r's 32 quant bytes (Q8_0) or 16 nibble bytes (Q4_x, Q5_0) into the
 // group-block's quant area as 4-byte chunks: chunk j of row r at 64*j + 4*r.
 void scatter_quants(const uint8_t* qs, int n_bytes, int r, uint8_t* dst) {
   for (int j = 0; j < n_bytes / 4; ++j) std::memcpy(dst + 64 * j + 4 * r, qs + 4 * j, 4);
@@ -82,6 +83,16 @@ PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t co
           std::memcpy(dst + 2 * r, &x.d, 2);
           std::memcpy(dst + 32 + 2 * r, &x.m, 2);
           scatter_quants(x.qs, 16, r, dst + 64);
+          break;
+        }
+        case DType::Q5_0: {
+          const auto& x = reinterpret_cast<const BlockQ5_0*>(src)[b];
+          std::memcpy(dst + 2 * r, &x.d, 2);
+          uint32_t qh, lanes = 0;
+          std::memcpy(&qh, x.qh, 4);
+          for (int e = 0; e < kQK; ++e) lanes |= ((qh >> e) & 1u) << (8 * (e % 4) + e / 4);
+          std::memcpy(dst + 32 + 4 * r, &lanes, 4);
+          scatter_quants(x.qs, 16, r, dst + 96);
           break;
         }
         default: {  // Q8_0

@@ -2,7 +2,7 @@
 // integer matmul over them (layouts and the reasons in packed_layout.h).
 //
 // Used for the formats whose blocks are 32 quants with one or two scales
-// (Q4_0, Q4_1, Q8_0): decode reads each weight byte once with a few
+// (Q4_0, Q4_1, Q5_0, Q8_0): decode reads each weight byte once with a few
 // instructions per 16 rows, and batched steps unpack a weight block once for
 // up to kMaxPackedTokens tokens. Results are bit-identical across SIMD levels,
 // batch sizes and thread splits (see PackedTileFn), and to GGML's CPU backend

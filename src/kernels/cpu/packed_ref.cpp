@@ -5,10 +5,11 @@
 //               size on Q4_0 weights of rows % 8 == 0):
 //               isum = exact integer dot of the block's quants (signed values)
 //               acc  = fma(float(isum), d_row * d_act, acc)       result acc
-//   Q4_1, Q8_0, and Q4_0 of rows % 8 != 0 (packed_lanes_tile): GGML's vec_dot
-//               order (ggml_vec_dot_q4_1_q8_1, which llama.cpp runs for every
-//               Q4_1 product; for Q8_0 and such Q4_0 ggml_vec_dot_*_q8_0 and
-//               tinyBLAS, the same per pair): eight lanes, lane j holding
+//   Q4_1, Q5_0, Q8_0, and Q4_0 of rows % 8 != 0 (packed_lanes_tile): GGML's
+//               vec_dot order (ggml_vec_dot_q4_1_q8_1, which llama.cpp runs for
+//               every Q4_1 product; for Q5_0, Q8_0 and such Q4_0
+//               ggml_vec_dot_*_q8_0 and tinyBLAS, the same per pair): eight
+//               lanes, lane j holding
 //               elements 4j..4j+3 of each block,
 //                 acc[j] = fma(float(isum_j), d_row * d_act, acc[j])
 //                 accm   = fma(m_row, s_act, accm)                 (Q4_1)
@@ -62,14 +63,21 @@ int quant_q4(const uint8_t* q, int r, int e, int bias) {
 int quant_q8(const uint8_t* q, int r, int e) {
   return static_cast<int8_t>(q[64 * (e / 4) + 4 * r + e % 4]);
 }
+// Q5_0: the nibble as Q4_0's, the high bit from the row's rearranged qh word.
+int quant_q5(const uint8_t* p, int r, int e) {
+  uint32_t qh;
+  std::memcpy(&qh, p + 32 + 4 * r, 4);
+  return quant_q4(p + 96, r, e, 0) + static_cast<int>(((qh >> (8 * (e % 4) + e / 4)) & 1u) << 4) - 16;
+}
 
 template <DType kType, bool kLanes = kType != DType::Q4_0>
 void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride, int nt,
                      float* out, size_t out_stride) {
   constexpr size_t kBlockBytes = kType == DType::Q4_0   ? kPackedQ4_0BlockBytes
                                  : kType == DType::Q4_1 ? kPackedQ4_1BlockBytes
+                                 : kType == DType::Q5_0 ? kPackedQ5_0BlockBytes
                                                         : kPackedQ8_0BlockBytes;
-  constexpr size_t kQuantOffset = kType == DType::Q4_1 ? 64 : 32;
+  constexpr size_t kQuantOffset = kType == DType::Q4_1 ? 64 : kType == DType::Q5_0 ? 96 : 32;
   const int64_t nb = cols / 32;
   for (int t = 0; t < nt; ++t) {
     const ActRow y = act_row(act + t * act_stride, cols);
@@ -86,6 +94,7 @@ void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, siz
             int32_t isum = 0;
             for (int e = 4 * j; e < 4 * j + 4; ++e) {
               const int w = kType == DType::Q8_0   ? quant_q8(q, r, e)
+                            : kType == DType::Q5_0 ? quant_q5(p, r, e)
                             : kType == DType::Q4_0 ? quant_q4(q, r, e, 8)
                                                    : quant_q4(q, r, e, 0);
               isum += w * yq[e];
@@ -128,8 +137,9 @@ void fill_scalar_packed_kernels(KernelTable& table) {
   table.packed_quantize = quantize_packed_ref;
   table.type[static_cast<uint32_t>(DType::Q4_0)].packed_tile = packed_tile_ref<DType::Q4_0>;
   table.type[static_cast<uint32_t>(DType::Q4_1)].packed_tile = packed_tile_ref<DType::Q4_1>;
+  table.type[static_cast<uint32_t>(DType::Q5_0)].packed_tile = packed_tile_ref<DType::Q5_0>;
   table.type[static_cast<uint32_t>(DType::Q8_0)].packed_tile = packed_tile_ref<DType::Q8_0>;
-  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q8_0}) table.type[static_cast<uint32_t>(t)].packed_tokens = 4;
+  for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0}) table.type[static_cast<uint32_t>(t)].packed_tokens = 4;
   table.type[static_cast<uint32_t>(DType::Q4_0)].packed_lanes_tile = packed_tile_ref<DType::Q4_0, true>;
   table.type[static_cast<uint32_t>(DType::Q4_0)].packed_lanes_tokens = 4;
 }

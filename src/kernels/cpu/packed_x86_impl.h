@@ -327,31 +327,70 @@ void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t 
 
 #endif
 
-// Q4_0 of rows GGML does not repack, in its vec_dot lane order
-// (packed_ref.cpp), rows 8h..8h+7 against one token: the stored nibbles
-// u = q + 8 go through maddubs unsigned as they are, and lane j's int32 sum
-// gets bias[j] = -8 * (the token's four quants of lane j) added, so each lane
-// holds the reference's exact isum_j without moving signs. Eight accumulators
-// per token fill the registers: a token at a time.
-void packed_q4_0_lanes_half(const uint8_t* group, int h, int64_t cols, const PackedAct& y, const int32_t* bias,
-                            float* out) {
-  using F = PackedFormat<DType::Q4_0>;
+// Q4_0 of rows GGML does not repack, and Q5_0, in GGML's vec_dot lane order
+// (packed_ref.cpp), rows 8h..8h+7 against one token: the quants go through
+// maddubs unsigned, as u = q + kBias (at most 2 * 31 * 127 per pair: no
+// saturation), and lane j's int32 sum gets bias[j] = -kBias * (the token's four
+// quants of lane j) added, so each lane holds the reference's exact isum_j
+// without moving signs. Eight accumulators per token fill the registers: a
+// token at a time. A source type gives a block's u for lanes j and j + 4 (its
+// scales are at 16h, f16, in every layout).
+struct LanesQ4_0 {
+  static constexpr size_t kBlockBytes = kPackedQ4_0BlockBytes;
+  static constexpr int kBiasShift = 3;      // u = q + 8
+  static constexpr bool kStreamed = true;  // read once, from memory: prefetched ahead
+  static void lanes(const uint8_t* p, int h, int j, __m256i u[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i v = load256(p + 32 + 32 * h + 64 * j);
+    u[0] = _mm256_and_si256(v, m4);
+    u[1] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  }
+};
+// Q5_0: Q4_0's nibbles, and each row's high bits rearranged (packed_layout.h)
+// so that one shift and one AND per lane put them at bit 4 of the lane's bytes.
+struct LanesQ5_0 {
+  static constexpr size_t kBlockBytes = kPackedQ5_0BlockBytes;
+  static constexpr int kBiasShift = 4;  // u = q + 16
+  static constexpr bool kStreamed = true;
+  static void lanes(const uint8_t* p, int h, int j, __m256i u[2]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+    const __m256i v = load256(p + 96 + 32 * h + 64 * j);
+    const __m256i qh = load256(p + 32 + 32 * h);
+    u[0] = _mm256_or_si256(_mm256_and_si256(v, m4),
+                           _mm256_and_si256(_mm256_sllv_epi32(qh, _mm256_set1_epi32(4 - j)), m10));
+    u[1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                           _mm256_and_si256(_mm256_srlv_epi32(qh, _mm256_set1_epi32(j)), m10));
+  }
+};
+// Q5_0 blocks of one half expanded by packed_q5_0_tile: the 8 rows' d at 0,
+// lane j's u (8 rows x 4 bytes) at 32 + 32j.
+struct LanesExpanded {
+  static constexpr size_t kBlockBytes = 32 + 256;
+  static constexpr int kBiasShift = 4;
+  static constexpr bool kStreamed = false;  // just written: in L1
+  static void lanes(const uint8_t* p, int, int j, __m256i u[2]) {
+    u[0] = load256(p + 32 + 32 * j);
+    u[1] = load256(p + 32 + 32 * (j + 4));
+  }
+};
+
+template <class Src>
+void packed_lanes_half(const uint8_t* group, int h, int64_t cols, const PackedAct& y, const int32_t* bias,
+                       float* out) {
   const int64_t nb = cols / 32;
   __m256 acc[8];
   for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-  const __m256i m4 = _mm256_set1_epi8(0x0f);
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* p = group + b * F::kBlockBytes;
-    const uint8_t* q = p + F::kQuantOffset + 32 * h;
-    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
+    const uint8_t* p = group + b * Src::kBlockBytes;
+    if (Src::kStreamed && h == 0) prefetch_ahead<Src::kBlockBytes>(p);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d[b]));
     const int8_t* yq = y.qs + 32 * b;
     const int32_t* bj = bias + 8 * b;
     for (int j = 0; j < 4; ++j) {
-      const __m256i v = load256(q + 64 * j);
-      const __m256i u[2] = {_mm256_and_si256(v, m4), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4)};
+      __m256i u[2];
+      Src::lanes(p, h, j, u);
       for (int k = 0; k < 2; ++k) {  // lane j (low nibbles), lane j + 4 (high)
         const int lane = j + 4 * k;
         const __m256i pairs = _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(load_i32(yq + 4 * lane)));
@@ -362,27 +401,73 @@ void packed_q4_0_lanes_half(const uint8_t* group, int h, int64_t cols, const Pac
   }
   const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
                                    _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
-  _mm256_storeu_ps(out + 8 * h, sum);
+  _mm256_storeu_ps(out, sum);
 }
 
-// PackedTileFn: the biases of each token's lanes (-8 times the sum of each
-// four quants, eight per block) once per call, then both halves.
-void packed_q4_0_lanes_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
-                            size_t os) {
+// The lane biases of nt tokens (-(1 << kShift) times the sum of each four
+// quants, eight per block), token t's at 8 * nb * t.
+template <int kShift>
+const int32_t* packed_lane_biases(const uint8_t* act, size_t as, int nt, int64_t cols) {
   const int64_t nb = cols / 32;
   thread_local std::vector<int32_t> bias;
-  if (bias.size() < static_cast<size_t>(8 * nb)) bias.resize(static_cast<size_t>(8 * nb));
+  if (bias.size() < static_cast<size_t>(8 * nb * nt)) bias.resize(static_cast<size_t>(8 * nb * nt));
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int t = 0; t < nt; ++t) {
     const PackedAct y = packed_act(act + t * as, cols);
     for (int64_t b = 0; b < nb; ++b) {
       const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(y.qs + 32 * b)), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias.data() + 8 * b),
-                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(quads, 3)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias.data() + 8 * (nb * t + b)),
+                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(quads, kShift)));
     }
-    packed_q4_0_lanes_half(group, 0, cols, y, bias.data(), out + t * os);
-    packed_q4_0_lanes_half(group, 1, cols, y, bias.data(), out + t * os);
+  }
+  return bias.data();
+}
+
+// PackedTileFn: the biases once per call, then each token on both halves.
+template <class Src>
+void packed_lanes_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
+                       size_t os) {
+  const int64_t nb = cols / 32;
+  const int32_t* bias = packed_lane_biases<Src::kBiasShift>(act, as, nt, cols);
+  for (int t = 0; t < nt; ++t) {
+    const PackedAct y = packed_act(act + t * as, cols);
+    for (int h = 0; h < 2; ++h) packed_lanes_half<Src>(group, h, cols, y, bias + 8 * nb * t, out + t * os + 8 * h);
+  }
+}
+
+// PackedTileFn for Q5_0: one token straight from the packed blocks; several
+// from each half's blocks expanded once into u bytes (LanesExpanded), which
+// then cost every token what Q8_0's do.
+void packed_q5_0_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
+                      size_t os) {
+  if (nt == 1) {
+    packed_lanes_tile<LanesQ5_0>(group, cols, act, as, nt, out, os);
+    return;
+  }
+  const int64_t nb = cols / 32;
+  const int32_t* bias = packed_lane_biases<LanesQ5_0::kBiasShift>(act, as, nt, cols);
+  thread_local std::vector<Vec256> expanded;
+  constexpr size_t kVecs = LanesExpanded::kBlockBytes / 32;
+  if (expanded.size() < kVecs * nb) expanded.resize(kVecs * nb);
+  uint8_t* e = reinterpret_cast<uint8_t*>(expanded.data());
+  for (int h = 0; h < 2; ++h) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* p = group + b * LanesQ5_0::kBlockBytes;
+      uint8_t* eb = e + b * LanesExpanded::kBlockBytes;
+      if (h == 0) prefetch_ahead<LanesQ5_0::kBlockBytes>(p);
+      std::memcpy(eb, p + 16 * h, 16);
+      for (int j = 0; j < 4; ++j) {
+        __m256i u[2];
+        LanesQ5_0::lanes(p, h, j, u);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(eb + 32 + 32 * j), u[0]);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(eb + 32 + 32 * (j + 4)), u[1]);
+      }
+    }
+    for (int t = 0; t < nt; ++t) {
+      packed_lanes_half<LanesExpanded>(e, 0, cols, packed_act(act + t * as, cols), bias + 8 * nb * t,
+                                       out + t * os + 8 * h);
+    }
   }
 }
 
@@ -398,6 +483,11 @@ void fill_x86_packed(KernelTable& table) {
   set_packed<DType::Q4_1>(table);
   set_packed<DType::Q8_0>(table);
   TypeKernels& q4 = table.type[static_cast<uint32_t>(DType::Q4_0)];
-  q4.packed_lanes_tile = packed_q4_0_lanes_tile;
+  q4.packed_lanes_tile = packed_lanes_tile<LanesQ4_0>;
   q4.packed_lanes_tokens = 4;
+  // Q5_0 at every level by the AVX2 kernel, like Q8_0; as many tokens per call
+  // as it may take, for fewer expansions of its blocks (and lane biases).
+  TypeKernels& q5 = table.type[static_cast<uint32_t>(DType::Q5_0)];
+  q5.packed_tile = packed_q5_0_tile;
+  q5.packed_tokens = kMaxPackedTokens;
 }
