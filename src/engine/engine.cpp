@@ -448,6 +448,9 @@ std::vector<RequestOutput> Engine::run_step() {
     }
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
+      const int32_t k = config_.speculative.num_speculative_tokens;
+      if (accepted == 0) live.draft_len = std::max(1, live.draft_len / 2);
+      else if (accepted == s.num_draft_tokens) live.draft_len = std::min(k, live.draft_len * 2);
       ++spec_stats_.drafts;
       spec_stats_.draft_tokens += s.num_draft_tokens;
       spec_stats_.accepted_tokens += accepted;
@@ -552,8 +555,10 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
     if (!r || r->status != RequestStatus::kRunning) continue;
     auto it = live_.find(u.request_id);
     if (it == live_.end() || it->second.matcher) continue;  // a grammar's mask follows each token: no drafts
+    Live& live = it->second;
+    if (live.draft_len < 0) live.draft_len = spec.num_speculative_tokens;
     std::vector<int32_t> drafts =
-        propose_ngram(r->all_token_ids, spec.prompt_lookup_min, spec.prompt_lookup_max, spec.num_speculative_tokens);
+        propose_ngram(r->all_token_ids, spec.prompt_lookup_min, spec.prompt_lookup_max, live.draft_len);
     if (!drafts.empty()) scheduler_.set_draft_tokens(u.request_id, std::move(drafts));
   }
 }

@@ -213,6 +213,11 @@ class Engine {
     // kMaybe: the matcher has taken the marker's tokens written so far
     // (used), and allowed them all (ok: the answer could still begin so).
     bool gate_grammar_used = false, gate_grammar_ok = true;
+    // Speculation: drafts to propose next (SpeculativeConfig's k at first;
+    // halved when none of a verification's drafts is accepted, doubled back
+    // towards k when all are), so a request whose output stopped following
+    // the prompt wastes little compute on drafts.
+    int32_t draft_len = -1;  // -1: not speculated yet
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner);
