@@ -39,16 +39,9 @@ int run_generate(const GenerateFlags& f) {
     return 1;
   }
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
-  SpeculativeConfig speculative;
-  if (!f.speculative_config.empty()) {
-    auto spec = parse_speculative_config(f.speculative_config);
-    if (!spec) {
-      std::fprintf(stderr, "error: %s\n", spec.error().message.c_str());
-      return 1;
-    }
-    speculative = *spec;
-  }
-  auto engine = SingleRequestEngine::create(*model, ctx, speculative);
+  auto speculative = parse_speculative_config(f.speculative_config);
+  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative)
+                            : Result<SingleRequestEngine>(speculative.error());
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;

@@ -67,6 +67,7 @@ void add_speculative_option(CLI::App& app, std::string& json) {
 }
 
 Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
+  if (text.empty()) return SpeculativeConfig{};  // off
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return make_error("--speculative-config: expected a JSON object");
   SpeculativeConfig c;
@@ -116,11 +117,9 @@ Result<EngineConfig> EngineFlags::config() const {
     if (ec.kv_cache_bytes <= 0)
       return make_error("--kv-cache-memory '" + kv_cache_memory + "': expected a size such as 512M or 2G");
   }
-  if (!speculative_config.empty()) {
-    auto spec = parse_speculative_config(speculative_config);
-    if (!spec) return spec.error();
-    ec.speculative = *spec;
-  }
+  auto spec = parse_speculative_config(speculative_config);
+  if (!spec) return spec.error();
+  ec.speculative = *spec;
   return ec;
 }
 

@@ -53,7 +53,8 @@ struct EngineFlags {
 };
 
 // --speculative-config, vLLM's JSON: {"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_min": A, "prompt_lookup_max": B, "disable_by_batch_size": N}.
+// "prompt_lookup_min": A, "prompt_lookup_max": B, "disable_by_batch_size": N};
+// "" turns speculation off.
 Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
 void add_speculative_option(CLI::App& app, std::string& json);
 

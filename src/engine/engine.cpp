@@ -448,9 +448,7 @@ std::vector<RequestOutput> Engine::run_step() {
     }
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
-      const int32_t k = config_.speculative.num_speculative_tokens;
-      if (accepted == 0) live.draft_len = std::max(1, live.draft_len / 2);
-      else if (accepted == s.num_draft_tokens) live.draft_len = std::min(k, live.draft_len * 2);
+      adapt_draft_length(live, accepted, s.num_draft_tokens);
       ++spec_stats_.drafts;
       spec_stats_.draft_tokens += s.num_draft_tokens;
       spec_stats_.accepted_tokens += accepted;
@@ -546,6 +544,20 @@ bool Engine::holds_stop_string(const Live& live) {
   return false;
 }
 
+void Engine::adapt_draft_length(Live& live, int64_t accepted, int64_t drafted) const {
+  const int32_t k = config_.speculative.num_speculative_tokens;
+  if (accepted == drafted) {
+    live.draft_len = std::min(k, live.draft_len * 2);
+    live.draft_pause = 0;
+  } else if (accepted > 0) {
+    live.draft_len = static_cast<int32_t>(std::min<int64_t>(k, accepted + 1));
+    live.draft_pause = 0;
+  } else if ((live.draft_len /= 2) == 0) {
+    live.draft_pause = live.draft_pause == 0 ? 4 : std::min(64, live.draft_pause * 2);
+    live.draft_pause_left = live.draft_pause;
+  }
+}
+
 void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
   const SpeculativeConfig& spec = config_.speculative;
   if (!spec.enabled()) return;
@@ -557,6 +569,8 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
     if (it == live_.end() || it->second.matcher) continue;  // a grammar's mask follows each token: no drafts
     Live& live = it->second;
     if (live.draft_len < 0) live.draft_len = spec.num_speculative_tokens;
+    if (live.draft_pause_left > 0 && --live.draft_pause_left > 0) continue;
+    if (live.draft_len == 0) live.draft_len = 1;  // the pause is over: a probe
     std::vector<int32_t> drafts =
         propose_ngram(r->all_token_ids, spec.prompt_lookup_min, spec.prompt_lookup_max, live.draft_len);
     if (!drafts.empty()) scheduler_.set_draft_tokens(u.request_id, std::move(drafts));

@@ -213,11 +213,14 @@ class Engine {
     // kMaybe: the matcher has taken the marker's tokens written so far
     // (used), and allowed them all (ok: the answer could still begin so).
     bool gate_grammar_used = false, gate_grammar_ok = true;
-    // Speculation: drafts to propose next (SpeculativeConfig's k at first;
-    // halved when none of a verification's drafts is accepted, doubled back
-    // towards k when all are), so a request whose output stopped following
-    // the prompt wastes little compute on drafts.
+    // Speculation: the most drafts to propose next. k at first; after a
+    // verification, doubled back towards k when every draft was accepted,
+    // the accepted count + 1 when some were, halved when none was; below 1,
+    // no drafts for draft_pause steps (4, doubling to 64 while probes keep
+    // failing), then a probe of 1. A request whose output does not follow
+    // its prompt so spends little compute on drafts.
     int32_t draft_len = -1;  // -1: not speculated yet
+    int32_t draft_pause = 0, draft_pause_left = 0;
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner);
@@ -246,6 +249,9 @@ class Engine {
   void publish_stats();
   // Drafts for the requests that just sampled and go on decoding.
   void propose_drafts(const std::vector<RequestUpdate>& updates);
+  // After a verification of `drafted` drafts of which `accepted` were: the
+  // request's next draft length (Live::draft_len).
+  void adapt_draft_length(Live& live, int64_t accepted, int64_t drafted) const;
   // True when `live.held` contains one of its stop strings.
   static bool holds_stop_string(const Live& live);
 

@@ -9,7 +9,6 @@
 // chunking, as in llama.cpp.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -222,17 +221,10 @@ TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput
   }
 }
 
-std::string model_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param.substr(0, info.param.find(".gguf"));
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
 INSTANTIATE_TEST_SUITE_P(Models, EngineBatching,
                          ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-llama3.gguf",
                                            "tiny-gemma3.gguf"),
-                         model_name);
+                         test::model_name);
 
 }  // namespace
 }  // namespace inferd

@@ -6,7 +6,6 @@
 // accepted, so that it exercises verification rather than plain decoding.
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <cmath>
 #include <cstdio>
 
@@ -157,13 +156,6 @@ TEST_P(EngineSpeculative, SeededSamplingLogprobsAndStopStringsAreAsWithoutDrafts
   expect_same_with_speculation(c, reqs);
 }
 
-std::string model_name(const ::testing::TestParamInfo<std::string>& info) {
-  std::string n = info.param.substr(0, info.param.find(".gguf"));
-  for (char& c : n)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return n;
-}
-
 // SmolLM2 and the tiny Qwen3 model sum in the same order whatever the
 // chunking, so their batched runs can be compared (the tiny Llama 3 and
 // Gemma 3 models' random outputs rarely repeat, so their drafts are almost
@@ -171,7 +163,8 @@ std::string model_name(const ::testing::TestParamInfo<std::string>& info) {
 // llama.cpp's chunk-dependent kernels (kernels/cpu/matmul.h), so it runs one
 // request at a time below, where both runs chunk alike.
 INSTANTIATE_TEST_SUITE_P(Models, EngineSpeculative,
-                         ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf"), model_name);
+                         ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf"),
+                         test::model_name);
 
 // A Q4_K_M file, whose K-quant matmuls sum in an order that depends on a
 // token's place in its chunk: the verified drafts must still give the logits
@@ -184,7 +177,8 @@ TEST_P(EngineSpeculativeQ4KM, VerifiedDraftsAreComputedAsDecodeSteps) {
   expect_same_with_speculation(engine_config(256, 1, 200), reqs);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineSpeculativeQ4KM, ::testing::Values("gemma-3-270m-q4_k_m.gguf"), model_name);
+INSTANTIATE_TEST_SUITE_P(Models, EngineSpeculativeQ4KM, ::testing::Values("gemma-3-270m-q4_k_m.gguf"),
+                         test::model_name);
 
 }  // namespace
 }  // namespace inferd

@@ -4,6 +4,7 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -245,6 +246,14 @@ inline void expect_idle_and_clean(const Engine& e) {
   EXPECT_EQ(s.scheduler.kv_free_blocks, s.kv_total_blocks);
   Status st = e.check_invariants();
   EXPECT_TRUE(st.ok()) << st.error().message;
+}
+
+// A parametrized suite's test name for a model file: "gemma-3.gguf" -> "gemma_3".
+inline std::string model_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param.substr(0, info.param.find(".gguf"));
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
 }
 
 }  // namespace inferd::test
