@@ -95,7 +95,7 @@ class Bench:
     def __init__(self, args):
         self.a = args
         self.out = Path(args.out)
-        ns = types.SimpleNamespace(model=args.model, inferd=args.inferd, out=args.out, threads=args.threads)
+        ns = types.SimpleNamespace(model=args.model, inferd=args.inferd, out=args.out, threads=args.threads, seed=0)
         self.cmp = cs.Comparison(ns)
 
     def server(self, kind: str, spec: bool) -> cs.Server:
@@ -113,7 +113,7 @@ class Bench:
         return srv
 
     def speculative_config(self) -> dict:
-        return {"method": "ngram", "num_speculative_tokens": self.a.k, "prompt_lookup_min": 1,
+        return {"method": "ngram", "num_speculative_tokens": self.a.k, "prompt_lookup_min": self.a.ngram_min,
                 "prompt_lookup_max": self.a.ngram_max}
 
     def body(self, prompt: str) -> dict:
@@ -186,6 +186,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--k", type=int, default=8, help="drafts per step at most, both servers")
+    ap.add_argument("--ngram-min", type=int, default=1, help="inferd's prompt_lookup_min")
     ap.add_argument("--ngram-max", type=int, default=3, help="inferd's prompt_lookup_max")
     ap.add_argument("--llama-ngram-n", type=int, default=3, help="llama-server's --spec-ngram-simple-size-n")
     ap.add_argument("--streams", type=int, default=16, help="0: skip the concurrent run")
@@ -199,6 +200,7 @@ def main() -> int:
         for spec in (False, True):
             with b.server(kind, spec) as srv:
                 results[f"{kind} {'spec' if spec else 'plain'}"] = b.run_workloads(srv, kind)
+    (Path(a.out) / "results.json").write_text(json.dumps({"results": results}, indent=2))
     streams = {}
     if a.streams > 0:
         for spec in (False, True):
@@ -212,7 +214,7 @@ def main() -> int:
         log(f"{kind}: greedy texts {'identical' if same else 'DIFFER'} with speculation")
 
     lines = [f"Model {Path(a.model).name}, {a.threads} threads, batch 1, greedy, max_tokens {a.max_tokens}, "
-             f"median of {a.reps}; k = {a.k}; inferd prompt_lookup 1..{a.ngram_max}, llama-server "
+             f"median of {a.reps}; k = {a.k}; inferd prompt_lookup {a.ngram_min}..{a.ngram_max}, llama-server "
              f"ngram-simple size-n {a.llama_ngram_n}; {cs.cpu_name()}; {datetime.date.today()}", "",
              "| workload | inferd plain | inferd ngram | speedup | llama-server plain | llama-server ngram | speedup "
              "| inferd ngram / llama-server ngram |", "|---|---|---|---|---|---|---|---|"]
