@@ -154,6 +154,11 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
               100.0 * kv_waste);
   std::printf("Mean TTFT %.1f ms, mean time per output token %.1f ms, mean e2e latency %.1f ms\n",
               1e3 * mean(ttft), 1e3 * mean(tpot), 1e3 * mean(e2e));
+  const SpeculativeStats& spec = st.speculative;
+  if (spec.drafts > 0)
+    std::printf("Speculation: %lld of %lld drafts accepted, mean acceptance length %.2f\n",
+                static_cast<long long>(spec.accepted_tokens), static_cast<long long>(spec.draft_tokens),
+                spec.mean_acceptance_length());
   if (total_output != generated)
     std::fprintf(stderr, "warning: %lld output tokens expected, %lld generated\n",
                  static_cast<long long>(total_output), static_cast<long long>(generated));
@@ -175,6 +180,9 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                    {"mean_tokens_per_step", st.mean_tokens_per_step()},
                    {"max_step_tokens", st.scheduler.max_step_tokens},
                    {"preemptions", st.scheduler.preemptions},
+                   {"spec_draft_tokens", st.speculative.draft_tokens},
+                   {"spec_accepted_tokens", st.speculative.accepted_tokens},
+                   {"spec_mean_acceptance_length", st.speculative.mean_acceptance_length()},
                    {"prefix_cache_queried_tokens", pc.queried_tokens},
                    {"prefix_cache_hit_tokens", pc.hit_tokens},
                    {"computed_prompt_tokens", st.computed_prompt_tokens},

@@ -449,6 +449,9 @@ std::vector<RequestOutput> Engine::run_step() {
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
       adapt_draft_length(live, accepted, s.num_draft_tokens);
+      ++live.metrics.num_spec_verifications;
+      live.metrics.num_draft_tokens += s.num_draft_tokens;
+      live.metrics.num_accepted_tokens += accepted;
       ++spec_stats_.drafts;
       spec_stats_.draft_tokens += s.num_draft_tokens;
       spec_stats_.accepted_tokens += accepted;

@@ -901,10 +901,14 @@ void OpenAIServer::on_finished(const RequestOutput& out) {
       prompt_log_.erase(it);
     }
   }
+  const std::string spec =
+      m.num_draft_tokens > 0 ? fmt::format(", drafts {} accepted of {} (mean acceptance length {:.2f})",
+                                           m.num_accepted_tokens, m.num_draft_tokens, m.mean_acceptance_length())
+                             : std::string();
   spdlog::info("request {} {}: prompt {} tokens ({} cached), generated {}, queue {:.1f} ms, TTFT {:.1f} ms, "
-               "TPOT {:.2f} ms, e2e {:.1f} ms{}{}{}",
+               "TPOT {:.2f} ms, e2e {:.1f} ms{}{}{}{}",
                out.request_id, out.finish_reason(), m.num_prompt_tokens, m.num_cached_tokens, m.num_output_tokens,
-               m.first_scheduled_time > 0 ? ms(m.queue_time()) : 0.0, ttft, tpot, ms(m.e2e_latency()),
+               m.first_scheduled_time > 0 ? ms(m.queue_time()) : 0.0, ttft, tpot, ms(m.e2e_latency()), spec,
                out.error.empty() ? "" : ", error: ", out.error,
                options_.log_prompts ? ", prompt: " + json(prompt).dump(-1, ' ', false, json::error_handler_t::replace)
                                     : std::string());

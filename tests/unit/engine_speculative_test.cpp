@@ -98,6 +98,16 @@ class EngineSpeculative : public test::ModelTest, public ::testing::WithParamInt
         EXPECT_EQ(lp_spec[t].top.size(), lp_plain[t].top.size());
       }
     }
+    // The requests' own counts add up to the engine's.
+    int64_t verifications = 0, drafted = 0, accepted = 0;
+    for (const test::Collected& c : spec) {
+      verifications += c.final_output.metrics.num_spec_verifications;
+      drafted += c.final_output.metrics.num_draft_tokens;
+      accepted += c.final_output.metrics.num_accepted_tokens;
+    }
+    EXPECT_EQ(verifications, st.speculative.drafts);
+    EXPECT_EQ(drafted, st.speculative.draft_tokens);
+    EXPECT_EQ(accepted, st.speculative.accepted_tokens);
     std::printf("%lld drafts, %lld draft tokens, %lld accepted (mean acceptance length %.2f), %lld steps\n",
                 static_cast<long long>(st.speculative.drafts), static_cast<long long>(st.speculative.draft_tokens),
                 static_cast<long long>(st.speculative.accepted_tokens), st.speculative.mean_acceptance_length(),
