@@ -449,15 +449,8 @@ std::vector<RequestOutput> Engine::run_step() {
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
       adapt_draft_length(live, accepted, s.num_draft_tokens);
-      ++live.metrics.num_spec_verifications;
-      live.metrics.num_draft_tokens += s.num_draft_tokens;
-      live.metrics.num_accepted_tokens += accepted;
-      ++spec_stats_.drafts;
-      spec_stats_.draft_tokens += s.num_draft_tokens;
-      spec_stats_.accepted_tokens += accepted;
-      if (spec_stats_.accepted_per_position.size() < static_cast<size_t>(s.num_draft_tokens))
-        spec_stats_.accepted_per_position.resize(static_cast<size_t>(s.num_draft_tokens));
-      for (int64_t j = 0; j < accepted; ++j) ++spec_stats_.accepted_per_position[static_cast<size_t>(j)];
+      live.metrics.speculative.record(s.num_draft_tokens, accepted);
+      spec_stats_.record(s.num_draft_tokens, accepted);
     }
   }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "engine/speculative.h"
 #include "sampling/sampler.h"
 
 namespace inferd {
@@ -38,16 +39,12 @@ struct RequestMetrics {
   int64_t num_cached_tokens = 0;  // prompt tokens served by the prefix cache
   int64_t num_output_tokens = 0;
   int32_t num_preemptions = 0;
-  // Speculative decoding: steps that verified drafts, drafts verified, drafts accepted.
-  int64_t num_spec_verifications = 0, num_draft_tokens = 0, num_accepted_tokens = 0;
+  SpeculativeStats speculative;  // this request's verifications, drafts and accepted drafts
 
   double queue_time() const { return first_scheduled_time - arrival_time; }
   double time_to_first_token() const { return first_token_time - arrival_time; }
   double e2e_latency() const { return finished_time - arrival_time; }
-  // Tokens a verifying step gained on average (accepted drafts + the sampled one).
-  double mean_acceptance_length() const {
-    return num_spec_verifications ? 1.0 + static_cast<double>(num_accepted_tokens) / num_spec_verifications : 0.0;
-  }
+
   std::vector<double> inter_token_latencies() const {
     std::vector<double> d;
     for (size_t i = 1; i < token_times.size(); ++i) d.push_back(token_times[i] - token_times[i - 1]);

@@ -54,6 +54,14 @@ struct SpeculativeStats {
   int64_t draft_tokens = 0;          // drafts proposed and verified
   int64_t accepted_tokens = 0;       // drafts accepted
   std::vector<int64_t> accepted_per_position;  // [i]: drafts accepted at position i
+  // One verification of `drafted` drafts, the first `accepted` of them kept.
+  void record(int64_t drafted, int64_t accepted) {
+    ++drafts;
+    draft_tokens += drafted;
+    accepted_tokens += accepted;
+    if (accepted_per_position.size() < static_cast<size_t>(drafted)) accepted_per_position.resize(static_cast<size_t>(drafted));
+    for (int64_t j = 0; j < accepted; ++j) ++accepted_per_position[static_cast<size_t>(j)];
+  }
   // Mean tokens a verifying request gains per step (accepted + the sampled one).
   double mean_acceptance_length() const {
     return drafts ? 1.0 + static_cast<double>(accepted_tokens) / static_cast<double>(drafts) : 0.0;

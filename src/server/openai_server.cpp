@@ -902,9 +902,10 @@ void OpenAIServer::on_finished(const RequestOutput& out) {
     }
   }
   const std::string spec =
-      m.num_draft_tokens > 0 ? fmt::format(", drafts {} accepted of {} (mean acceptance length {:.2f})",
-                                           m.num_accepted_tokens, m.num_draft_tokens, m.mean_acceptance_length())
-                             : std::string();
+      m.speculative.draft_tokens > 0
+          ? fmt::format(", drafts {} accepted of {} (mean acceptance length {:.2f})", m.speculative.accepted_tokens,
+                        m.speculative.draft_tokens, m.speculative.mean_acceptance_length())
+          : std::string();
   spdlog::info("request {} {}: prompt {} tokens ({} cached), generated {}, queue {:.1f} ms, TTFT {:.1f} ms, "
                "TPOT {:.2f} ms, e2e {:.1f} ms{}{}{}{}",
                out.request_id, out.finish_reason(), m.num_prompt_tokens, m.num_cached_tokens, m.num_output_tokens,

@@ -101,9 +101,9 @@ class EngineSpeculative : public test::ModelTest, public ::testing::WithParamInt
     // The requests' own counts add up to the engine's.
     int64_t verifications = 0, drafted = 0, accepted = 0;
     for (const test::Collected& c : spec) {
-      verifications += c.final_output.metrics.num_spec_verifications;
-      drafted += c.final_output.metrics.num_draft_tokens;
-      accepted += c.final_output.metrics.num_accepted_tokens;
+      verifications += c.final_output.metrics.speculative.drafts;
+      drafted += c.final_output.metrics.speculative.draft_tokens;
+      accepted += c.final_output.metrics.speculative.accepted_tokens;
     }
     EXPECT_EQ(verifications, st.speculative.drafts);
     EXPECT_EQ(drafted, st.speculative.draft_tokens);
