@@ -63,7 +63,9 @@ void EngineFlags::add_to(CLI::App& app) {
 void add_speculative_option(CLI::App& app, std::string& json) {
   app.add_option("--speculative-config", json,
                  "Speculative decoding, as vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
-                 "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8}");
+                 "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8} or "
+                 "{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4, "
+                 "\"draft_p_min\": 0.75}");
 }
 
 Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
@@ -81,15 +83,33 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   };
   for (const auto& [key, value] : j.items()) {
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
-        key != "prompt_lookup_max" && key != "disable_by_batch_size")
+        key != "prompt_lookup_max" && key != "disable_by_batch_size" && key != "model" && key != "draft_p_min")
       return make_error("--speculative-config: unknown key '" + key + "'");
   }
+  if (j.contains("model") && !j["model"].is_string())
+    return make_error("--speculative-config: 'model' must be a path (a string)");
+  // vLLM: a draft model given without a method is the draft-model method.
+  if (!j.contains("method") && j.contains("model")) j["method"] = "draft_model";
   if (!j.contains("method") || !j["method"].is_string())
-    return make_error("--speculative-config: 'method' must be given (\"ngram\")");
+    return make_error("--speculative-config: 'method' must be given (\"ngram\" or \"draft_model\")");
   const std::string method = j["method"].get<std::string>();
-  if (method != "ngram")
-    return make_error("--speculative-config: method '" + method + "' is not supported (supported: ngram)");
-  c.method = SpeculativeConfig::Method::kNgram;
+  if (method == "ngram") {
+    c.method = SpeculativeConfig::Method::kNgram;
+    if (j.contains("model") || j.contains("draft_p_min"))
+      return make_error("--speculative-config: 'model' and 'draft_p_min' are for method \"draft_model\"");
+  } else if (method == "draft_model") {
+    c.method = SpeculativeConfig::Method::kDraftModel;
+    if (!j.contains("model")) return make_error("--speculative-config: method \"draft_model\" needs 'model' (a GGUF path)");
+    c.draft_model = j["model"].get<std::string>();
+    if (j.contains("prompt_lookup_min") || j.contains("prompt_lookup_max"))
+      return make_error("--speculative-config: 'prompt_lookup_min' and 'prompt_lookup_max' are for method \"ngram\"");
+    if (j.contains("draft_p_min")) {
+      if (!j["draft_p_min"].is_number()) return make_error("--speculative-config: 'draft_p_min' must be a number");
+      c.draft_p_min = j["draft_p_min"].get<double>();
+    }
+  } else {
+    return make_error("--speculative-config: method '" + method + "' is not supported (supported: ngram, draft_model)");
+  }
   if (!j.contains("num_speculative_tokens"))
     return make_error("--speculative-config: 'num_speculative_tokens' must be given");
   for (auto [key, field] : {std::pair<const char*, int32_t*>{"num_speculative_tokens", &c.num_speculative_tokens},

@@ -52,16 +52,45 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   if (Status s = sc.validate(); !s) return s.error();
   EngineConfig effective = config;
   effective.max_model_len = max_model_len;
-  return std::unique_ptr<Engine>(new Engine(model, effective, sc, std::move(*runner)));
+
+  std::unique_ptr<DraftModelProposer> drafter;
+  if (config.speculative.enabled() && config.speculative.method == SpeculativeConfig::Method::kDraftModel) {
+    LoadOptions options;
+    options.thread_pool = model.thread_pool();  // one after the other on the same cores
+    options.ggml_flavour = model.ggml_flavour();
+    auto draft = Model::load(config.speculative.draft_model, options);
+    if (!draft) return make_error("cannot load the draft model: " + draft.error().message);
+    // Room for every token the target's cache holds, plus each running
+    // request's drafts: the draft's cache is never what stops a request.
+    const KVLayout draft_layout = KVLayout::plan((*draft)->config());
+    const int64_t target_tokens = int64_t{sc.kv.n_blocks} / kv_layout.num_groups() * config.block_size;
+    const int64_t draft_blocks =
+        draft_layout.blocks_for_request(target_tokens, config.block_size) +
+        int64_t{config.max_num_seqs} *
+            draft_layout.blocks_for_request(config.speculative.num_speculative_tokens + config.block_size, config.block_size) +
+        1;
+    DraftProposerConfig dc;
+    dc.block_size = config.block_size;
+    dc.n_blocks = static_cast<int32_t>(std::min<int64_t>(draft_blocks, INT32_MAX));
+    dc.max_batch_tokens = config.max_num_batched_tokens;
+    dc.p_min = config.speculative.draft_p_min;
+    dc.enable_prefix_caching = config.enable_prefix_caching;
+    dc.warm_up = config.warm_up;
+    auto proposer = DraftModelProposer::create(model, std::move(*draft), dc);
+    if (!proposer) return proposer.error();
+    drafter = std::move(*proposer);
+  }
+  return std::unique_ptr<Engine>(new Engine(model, effective, sc, std::move(*runner), std::move(drafter)));
 }
 
 Engine::Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched,
-               std::unique_ptr<ModelRunner> runner)
+               std::unique_ptr<ModelRunner> runner, std::unique_ptr<DraftModelProposer> drafter)
     : model_(model),
       tokenizer_(model.tokenizer()),
       config_(config),
       runner_(std::move(runner)),
-      scheduler_(sched) {
+      scheduler_(sched),
+      drafter_(std::move(drafter)) {
   for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id)
     if (tokenizer_.is_eog(id)) eog_tokens_.push_back(id);
   publish_stats();
@@ -221,6 +250,7 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
   out.metrics = std::move(live.metrics);
   emit(live.stream, std::move(out));
   live_.erase(it);
+  if (drafter_) drafter_->forget(id);
 }
 
 std::string Engine::release_text(Live& live, bool final, std::string* stop_at) {
@@ -558,6 +588,7 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
   const SpeculativeConfig& spec = config_.speculative;
   if (!spec.enabled()) return;
   if (spec.disable_by_batch_size > 0 && scheduler_.num_running() >= spec.disable_by_batch_size) return;
+  std::vector<DraftInput> inputs;
   for (const RequestUpdate& u : updates) {
     const Request* r = scheduler_.find(u.request_id);
     if (!r || r->status != RequestStatus::kRunning) continue;
@@ -567,10 +598,31 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
     if (live.draft_len < 0) live.draft_len = spec.num_speculative_tokens;
     if (live.draft_pause_left > 0 && --live.draft_pause_left > 0) continue;
     if (live.draft_len == 0) live.draft_len = 1;  // the pause is over: a probe
-    std::vector<int32_t> drafts =
-        propose_ngram(r->all_token_ids, spec.prompt_lookup_min, spec.prompt_lookup_max, live.draft_len);
-    if (!drafts.empty()) scheduler_.set_draft_tokens(u.request_id, std::move(drafts));
+    inputs.push_back({&r->id, r->all_token_ids, live.draft_len, r->cache_key});
   }
+  if (inputs.empty()) return;
+  if (drafter_) {
+    // Every request's drafts in the same batched passes of the draft model.
+    std::vector<std::vector<int32_t>> drafts = drafter_->propose(inputs);
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (!drafts[i].empty()) scheduler_.set_draft_tokens(*inputs[i].request_id, std::move(drafts[i]));
+    return;
+  }
+  for (const DraftInput& in : inputs) {
+    std::vector<int32_t> drafts =
+        propose_ngram(in.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, in.max_drafts);
+    if (!drafts.empty()) scheduler_.set_draft_tokens(*in.request_id, std::move(drafts));
+  }
+}
+
+Status Engine::check_invariants() const {
+  if (Status s = scheduler_.check_invariants(); !s) return s;
+  if (!drafter_) return {};
+  if (Status s = drafter_->check_invariants(); !s) return make_error("the draft model's KV cache: " + s.error().message);
+  for (const std::string& id : drafter_->sequence_ids())
+    if (!scheduler_.find(id))
+      return make_error("the draft model keeps KV for request '" + id + "', which has ended");
+  return {};
 }
 
 bool Engine::has_pending_work() {
@@ -622,6 +674,7 @@ void Engine::publish_stats() {
   s.generation_tokens = generation_tokens_;
   s.computed_tokens = computed_tokens_;
   s.forward_seconds = forward_seconds_;
+  if (drafter_) s.draft_forward_seconds = drafter_->forward_seconds();
   s.speculative = spec_stats_;
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(s);

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/draft_model_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/request_output.h"
@@ -59,7 +60,8 @@ struct EngineConfig {
   // request is as fast as the next (ModelRunnerConfig::warm_up).
   bool warm_up = true;
   // Draft tokens verified with each decode (speculative.h); off by default.
-  // Requests with a grammar do not speculate.
+  // Requests with a grammar do not speculate. A draft model is loaded by
+  // create(), on the target's threads.
   SpeculativeConfig speculative;
 };
 
@@ -114,6 +116,7 @@ struct EngineStats {
   int64_t generation_tokens = 0;       // tokens sampled
   int64_t computed_tokens = 0;         // all positions run through the model
   double forward_seconds = 0.0;        // time in ModelRunner::execute
+  double draft_forward_seconds = 0.0;  // time in the draft model's passes
   SpeculativeStats speculative;        // drafts verified and accepted
 
   double mean_tokens_per_step() const {
@@ -170,8 +173,9 @@ class Engine {
   EngineStats stats() const;  // any thread: a snapshot taken after the last step
   const EngineConfig& config() const { return config_; }
   const SchedulerConfig& scheduler_config() const { return scheduler_.config(); }
-  // Scheduler and KV invariants (synchronous use).
-  Status check_invariants() const { return scheduler_.check_invariants(); }
+  // Scheduler and KV invariants, the draft model's cache's too, which holds
+  // only running or waiting requests' sequences (synchronous use).
+  Status check_invariants() const;
 
  private:
   struct AddCommand {
@@ -223,7 +227,8 @@ class Engine {
     int32_t draft_pause = 0, draft_pause_left = 0;
   };
 
-  Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner);
+  Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner,
+         std::unique_ptr<DraftModelProposer> drafter);
   void loop();
   std::vector<RequestOutput> run_step();  // step() without the check
   void apply(Command& cmd);
@@ -260,6 +265,7 @@ class Engine {
   EngineConfig config_;
   std::unique_ptr<ModelRunner> runner_;
   Scheduler scheduler_;
+  std::unique_ptr<DraftModelProposer> drafter_;  // the draft model's proposer, if one drafts
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
   std::vector<std::vector<int32_t>> sampled_;  // per scheduled request: its tokens this step, reused

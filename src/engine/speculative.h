@@ -27,9 +27,15 @@
 namespace inferd {
 
 struct SpeculativeConfig {
-  enum class Method { kNone, kNgram };
+  enum class Method { kNone, kNgram, kDraftModel };
   Method method = Method::kNone;
   int32_t num_speculative_tokens = 0;  // k, drafts per step at most
+  // Draft model (draft_model_proposer.h): a smaller GGUF with the target's
+  // vocabulary, run greedily. Its drafts stop at the first token whose
+  // probability under the draft is below draft_p_min (llama.cpp's
+  // --draft-p-min): an unsure draft is seldom accepted, and each costs a pass.
+  std::string draft_model;
+  double draft_p_min = 0.75;
   // N-gram (prompt lookup): the longest suffix of the sequence of between
   // prompt_lookup_min and prompt_lookup_max tokens that occurred earlier
   // proposes the tokens that followed its latest earlier occurrence.

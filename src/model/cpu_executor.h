@@ -23,6 +23,7 @@ class CpuExecutor final : public Executor {
   CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool);
 
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override;
+  std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
 
  private:
   std::shared_ptr<ThreadPool> pool_;  // possibly shared with another model's executor

@@ -47,6 +47,8 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) = 0;
+  // The host threads it runs on, for a second model to share (null: none).
+  virtual std::shared_ptr<ThreadPool> thread_pool() const { return nullptr; }
 };
 
 // The executor of options.backend for a loaded model (which must outlive it).
@@ -73,6 +75,9 @@ class Model {
   // and returns logits for batch.logit_rows (logit_rows.size() x n_vocab,
   // row-major) in `logits`. Not thread-safe: one forward pass at a time per Model.
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits);
+  // The threads its forward passes run on (LoadOptions::thread_pool for a
+  // draft model), or null for a model that cannot generate.
+  std::shared_ptr<ThreadPool> thread_pool() const { return executor_ ? executor_->thread_pool() : nullptr; }
 
  private:
   Model() = default;
