@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Speculative decoding: `inferd serve --speculative-config` beside llama.cpp's
-`llama-server --spec-type ngram-simple`, same GGUF, same threads, one server at a
-time, one request at a time (batch 1), greedy, the same chat requests.
+`llama-server --spec-type ngram-simple` (or, with --draft-model, inferd's
+draft_model method beside `llama-server --spec-type draft-simple --model-draft`),
+same GGUFs, same threads, one server at a time, one request at a time (batch 1),
+greedy, the same chat requests.
 
 Workloads
   input-grounded  the answer copies much of the prompt: edit a given function,
@@ -17,6 +19,7 @@ random prompts through `inferd bench serve`, with and without speculation.
 
   python3 bench/compare_speculative.py [--model GGUF] [--threads 2] [--reps 3]
       [--max-tokens 256] [--k 8] [--streams 16] [--out DIR]
+      [--draft-model GGUF --draft-p-min P]
 """
 from __future__ import annotations
 
@@ -103,7 +106,11 @@ class Bench:
         if kind == cs.LLAMA:
             srv = self.cmp.llama_server(1, CTX, tag)
             srv.args += ["--jinja"]
-            if spec:
+            if spec and self.a.draft_model:
+                srv.args += ["--spec-type", "draft-simple", "--model-draft", self.a.draft_model,
+                             "--spec-draft-n-max", str(self.a.k), "--spec-draft-p-min", str(self.a.draft_p_min),
+                             "--threads-draft", str(self.a.threads), "--threads-batch-draft", str(self.a.threads)]
+            elif spec:
                 srv.args += ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(self.a.llama_ngram_n),
                              "--spec-ngram-simple-size-m", str(self.a.k)]
         else:
@@ -113,6 +120,9 @@ class Bench:
         return srv
 
     def speculative_config(self) -> dict:
+        if self.a.draft_model:
+            return {"method": "draft_model", "model": self.a.draft_model, "num_speculative_tokens": self.a.k,
+                    "draft_p_min": self.a.draft_p_min}
         return {"method": "ngram", "num_speculative_tokens": self.a.k, "prompt_lookup_min": self.a.ngram_min,
                 "prompt_lookup_max": self.a.ngram_max}
 
@@ -189,6 +199,9 @@ def main() -> int:
     ap.add_argument("--ngram-min", type=int, default=1, help="inferd's prompt_lookup_min")
     ap.add_argument("--ngram-max", type=int, default=3, help="inferd's prompt_lookup_max")
     ap.add_argument("--llama-ngram-n", type=int, default=3, help="llama-server's --spec-ngram-simple-size-n")
+    ap.add_argument("--draft-model", default="", help="a draft GGUF: both servers speculate with it, not n-grams")
+    ap.add_argument("--draft-p-min", type=float, default=0.75,
+                    help="the draft's confidence threshold, both servers (draft_p_min, --spec-draft-p-min)")
     ap.add_argument("--streams", type=int, default=16, help="0: skip the concurrent run")
     ap.add_argument("--inferd", default=str(cs.ROOT / "build" / "inferd"))
     ap.add_argument("--out", default="/tmp/inferd-compare-speculative")
@@ -213,11 +226,14 @@ def main() -> int:
         same = all(plain[w]["text"] == spec[w]["text"] for w in plain if not w.startswith("_"))
         log(f"{kind}: greedy texts {'identical' if same else 'DIFFER'} with speculation")
 
+    method = "draft" if a.draft_model else "ngram"
+    how = (f"draft model {Path(a.draft_model).name}, p_min {a.draft_p_min} (llama-server draft-simple)"
+           if a.draft_model else
+           f"inferd prompt_lookup {a.ngram_min}..{a.ngram_max}, llama-server ngram-simple size-n {a.llama_ngram_n}")
     lines = [f"Model {Path(a.model).name}, {a.threads} threads, batch 1, greedy, max_tokens {a.max_tokens}, "
-             f"median of {a.reps}; k = {a.k}; inferd prompt_lookup {a.ngram_min}..{a.ngram_max}, llama-server "
-             f"ngram-simple size-n {a.llama_ngram_n}; {cs.cpu_name()}; {datetime.date.today()}", "",
-             "| workload | inferd plain | inferd ngram | speedup | llama-server plain | llama-server ngram | speedup "
-             "| inferd ngram / llama-server ngram |", "|---|---|---|---|---|---|---|---|"]
+             f"median of {a.reps}; k = {a.k}; {how}; {cs.cpu_name()}; {datetime.date.today()}", "",
+             f"| workload | inferd plain | inferd {method} | speedup | llama-server plain | llama-server {method} "
+             f"| speedup | inferd {method} / llama-server {method} |", "|---|---|---|---|---|---|---|---|"]
     for w, v in results[f"{cs.INFERD} plain"].items():
         if w.startswith("_"):
             continue
@@ -231,7 +247,7 @@ def main() -> int:
                  f"{acc_l if acc_l is None else f'{acc_l:.2f}'}.")
     if streams:
         lines.append(f"{a.streams} streams of random prompts (256 in, 128 out), inferd: plain {streams['plain']:.1f} "
-                     f"tok/s, ngram {streams['spec']:.1f} tok/s ({streams['spec'] / streams['plain']:.2f}x).")
+                     f"tok/s, {method} {streams['spec']:.1f} tok/s ({streams['spec'] / streams['plain']:.2f}x).")
     report = "\n".join(lines)
     print(report)
     (Path(a.out) / "report.md").write_text(report + "\n")

@@ -1,14 +1,17 @@
 """Speculative decoding over HTTP with the official openai client: a server
-with --speculative-config (n-gram drafts) answers exactly as the plain server
-does, greedy and seeded, plain and streamed, and reports its drafts on
-/metrics; a bad config is refused at start-up with a message."""
+with --speculative-config (n-gram drafts, or a draft model) answers exactly as
+the plain server does, greedy and seeded, plain and streamed, and reports its
+drafts on /metrics; a bad config or a draft model with another vocabulary is
+refused at start-up with a message."""
 import re
 import subprocess
 import urllib.request
 
 from openai import OpenAI
 
-from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME
+from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME, REPO
+
+TINY_QWEN3 = REPO / "tests" / "data" / "models" / "tiny-qwen3.gguf"
 
 SPEC = '{"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_min": 2, "prompt_lookup_max": 4}'
 PARAGRAPH = ("The lighthouse stood on a narrow spit of rock at the mouth of the harbour. For more than a century "
@@ -47,8 +50,26 @@ def test_ngram_speculation_answers_exactly_as_plain_decoding(server, start_serve
     assert metric(server, "inferd:spec_decode_num_draft_tokens_total") == 0
 
 
+def test_draft_model_speculation_answers_exactly_as_plain_decoding(server, start_server):
+    # The model drafting for itself: every confident draft is accepted.
+    spec = start_server("--speculative-config",
+                        f'{{"model": "{DEFAULT_MODEL}", "num_speculative_tokens": 4, "draft_p_min": 0.5}}')
+    assert answers(spec) == answers(server)
+    drafts = metric(spec, "inferd:spec_decode_num_draft_tokens_total")
+    accepted = metric(spec, "inferd:spec_decode_num_accepted_tokens_total")
+    assert drafts > 0 and 0 < accepted <= drafts, (drafts, accepted)
+
+
 def test_bad_speculative_config_is_refused_at_start_up():
-    for config, message in (('{"method": "eagle", "num_speculative_tokens": 2}', "method 'eagle' is not supported"),
+    for config, message in (
+            (f'{{"method": "draft_model", "model": "{TINY_QWEN3}", "num_speculative_tokens": 2}}',
+             "vocabulary does not match the target's: the tokenizers differ"),
+            ('{"method": "draft_model", "model": "/no/such/draft.gguf", "num_speculative_tokens": 2}',
+             "cannot load the draft model"),
+            ('{"method": "draft_model", "num_speculative_tokens": 2}', "needs 'model'"),
+            (f'{{"model": "{DEFAULT_MODEL}", "num_speculative_tokens": 2, "draft_p_min": 2}}',
+             "draft_p_min must be between 0 and 1"),
+            ('{"method": "eagle", "num_speculative_tokens": 2}', "method 'eagle' is not supported"),
                             ('{"method": "ngram"}', "'num_speculative_tokens' must be given"),
                             ('{"method": "ngram", "num_speculative_tokens": 0}', "num_speculative_tokens must be"),
                             ("[1]", "expected a JSON object")):
