@@ -325,6 +325,102 @@ TEST_F(EngineDraftModelQwen, GreedyCodeEditsAreTokenIdentical) {
   expect_same_with_speculation(engine_config(256, 1, 64), reqs);
 }
 
+// Sampling with speculation draws each position from the target's
+// distribution (Leviathan et al.'s rejection rule for one-hot drafts): a
+// statistical test over 1000 seeds. Every request samples at temperature 1
+// with no filter, so its token at each position comes from the softmax of the
+// row whose top 20 logprobs the request reports. Counting the sampled tokens
+// by their rank in that list (each rank whose expected count is at least 5,
+// then "any other") and summing each request's probabilities of those
+// categories gives observed and expected counts; under the null hypothesis
+// Pearson's statistic is at most chi-square with (categories - 1) degrees of
+// freedom (the requests' distributions differ, which only narrows the
+// counts' spread). The draft (SmolLM2 drafting greedily for itself, p_min 0)
+// proposes at positions 1 and 2, so there the accept-or-resample path
+// decides. Significance 0.001 per position.
+class EngineSpeculativeSampling : public SpeculativeTest {};
+
+// The chi-square quantile for `df` degrees of freedom at upper tail `z`
+// standard deviations (Wilson-Hilferty's cube-root normal approximation).
+double chi_square_quantile(int df, double z) {
+  const double a = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - a + z * std::sqrt(a), 3.0);
+}
+
+TEST_F(EngineSpeculativeSampling, SampledTokensFollowTheTargetDistribution) {
+  constexpr int kSeeds = 1000, kPositions = 3, kTop = 20;
+  SpeculativeConfig spec;
+  spec.method = SpeculativeConfig::Method::kDraftModel;
+  spec.draft_model = test::model_path();
+  spec.num_speculative_tokens = 2;
+  spec.draft_p_min = 0.0;
+  EngineConfig c = engine_config(4096, 256, 800);
+  c.speculative = spec;
+  const std::vector<int32_t> prompt = model_->tokenizer().encode("Here is a list of random words:", false, false);
+  SamplingParams sp;
+  sp.temperature = 1.0f;
+  std::vector<GenerationParams> reqs;
+  for (int i = 0; i < kSeeds; ++i) {
+    sp.seed = 90000 + i;
+    GenerationParams p = request(prompt, kPositions, sp);
+    p.logprobs = kTop;
+    reqs.push_back(std::move(p));
+  }
+  EngineStats st;
+  const std::vector<test::Collected> out = run_all(c, reqs, &st);
+  ASSERT_EQ(out.size(), static_cast<size_t>(kSeeds));
+  // Drafts were verified, and many rejected: both paths ran.
+  EXPECT_GT(st.speculative.accepted_tokens, kSeeds / 10);
+  EXPECT_LT(st.speculative.accepted_tokens, st.speculative.draft_tokens - kSeeds / 10);
+
+  for (int pos = 0; pos < kPositions; ++pos) {
+    // Per request: the sampled token's rank in the top list (kTop: not in
+    // it), and the list's probabilities.
+    std::vector<int> ranks;
+    std::vector<std::vector<double>> probs;
+    for (const test::Collected& r : out) {
+      std::vector<SampledLogprobs> lps;
+      for (const RequestOutput& o : r.deltas) lps.insert(lps.end(), o.logprobs.begin(), o.logprobs.end());
+      ASSERT_EQ(lps.size(), static_cast<size_t>(kPositions));
+      const SampledLogprobs& lp = lps[static_cast<size_t>(pos)];
+      ASSERT_EQ(lp.top.size(), static_cast<size_t>(kTop));
+      int rank = kTop;
+      std::vector<double>& p = probs.emplace_back();
+      for (int k = 0; k < kTop; ++k) {
+        p.push_back(std::exp(static_cast<double>(lp.top[static_cast<size_t>(k)].logprob)));
+        if (lp.top[static_cast<size_t>(k)].token == lp.token && rank == kTop) rank = k;
+      }
+      ranks.push_back(rank);
+    }
+    // Categories from the expected counts alone: ranks 0..n_ranks-1, then the rest.
+    std::vector<double> expected_by_rank(kTop, 0.0);
+    for (const std::vector<double>& p : probs)
+      for (int k = 0; k < kTop; ++k) expected_by_rank[static_cast<size_t>(k)] += p[static_cast<size_t>(k)];
+    int n_ranks = 0;
+    while (n_ranks < kTop && expected_by_rank[static_cast<size_t>(n_ranks)] >= 5.0) ++n_ranks;
+    ASSERT_GE(n_ranks, 3) << "position " << pos << ": too peaked a distribution to test";
+    std::vector<double> observed(static_cast<size_t>(n_ranks) + 1, 0.0), expected(observed.size(), 0.0);
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      double top_mass = 0.0;
+      for (int k = 0; k < n_ranks; ++k) {
+        expected[static_cast<size_t>(k)] += probs[i][static_cast<size_t>(k)];
+        top_mass += probs[i][static_cast<size_t>(k)];
+      }
+      expected[static_cast<size_t>(n_ranks)] += std::max(0.0, 1.0 - top_mass);
+      observed[static_cast<size_t>(std::min(ranks[i], n_ranks))] += 1.0;
+    }
+    double chi2 = 0.0;
+    for (size_t k = 0; k < observed.size(); ++k) {
+      const double d = observed[k] - expected[k];
+      chi2 += d * d / expected[k];
+    }
+    const double critical = chi_square_quantile(n_ranks, 3.0902);  // z of the upper 0.001 tail
+    std::printf("position %d: chi-square %.2f, critical %.2f at 0.001 with %d degrees of freedom\n", pos, chi2,
+                critical, n_ranks);
+    EXPECT_LT(chi2, critical) << "position " << pos << ": the sampled tokens do not follow the target's distribution";
+  }
+}
+
 class EngineDraftModelRefusal : public test::ModelTest {};
 
 TEST_F(EngineDraftModelRefusal, ADraftWithAnotherVocabularyOrNoFileIsRefusedWithTheReason) {
