@@ -82,6 +82,11 @@ int run_generate(const GenerateFlags& f) {
                     {"prompt_seconds", prompt_seconds},
                     {"generated_tokens", generated},
                     {"decode_seconds", decode_seconds}};
+    if (m.speculative.drafts > 0)
+      j["speculative"] = {{"verifications", m.speculative.drafts},
+                          {"draft_tokens", m.speculative.draft_tokens},
+                          {"accepted_tokens", m.speculative.accepted_tokens},
+                          {"mean_acceptance_length", m.speculative.mean_acceptance_length()}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fprintf(stdout, "\n");
@@ -89,6 +94,11 @@ int run_generate(const GenerateFlags& f) {
                  static_cast<long long>(m.num_prompt_tokens), prompt_seconds,
                  m.num_prompt_tokens / std::max(prompt_seconds, 1e-9), static_cast<long long>(generated),
                  decode_seconds, generated > 1 ? (generated - 1) / std::max(decode_seconds, 1e-9) : 0.0);
+    if (m.speculative.drafts > 0)
+      std::fprintf(stderr, "speculation: %lld of %lld drafts accepted in %lld verifications (mean acceptance length %.2f)\n",
+                   static_cast<long long>(m.speculative.accepted_tokens),
+                   static_cast<long long>(m.speculative.draft_tokens), static_cast<long long>(m.speculative.drafts),
+                   m.speculative.mean_acceptance_length());
   }
   return 0;
 }
