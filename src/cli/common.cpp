@@ -65,7 +65,7 @@ void add_speculative_option(CLI::App& app, std::string& json) {
                  "Speculative decoding, as vLLM's JSON: {\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
                  "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8} or "
                  "{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4, "
-                 "\"draft_p_min\": 0.75}");
+                 "\"draft_p_min\": 0.75, \"draft_vocab_size\": 32768}");
 }
 
 Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
@@ -83,7 +83,8 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   };
   for (const auto& [key, value] : j.items()) {
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
-        key != "prompt_lookup_max" && key != "disable_by_batch_size" && key != "model" && key != "draft_p_min")
+        key != "prompt_lookup_max" && key != "disable_by_batch_size" && key != "model" && key != "draft_p_min" &&
+        key != "draft_vocab_size")
       return make_error("--speculative-config: unknown key '" + key + "'");
   }
   if (j.contains("model") && !j["model"].is_string())
@@ -95,8 +96,9 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
   const std::string method = j["method"].get<std::string>();
   if (method == "ngram") {
     c.method = SpeculativeConfig::Method::kNgram;
-    if (j.contains("model") || j.contains("draft_p_min"))
-      return make_error("--speculative-config: 'model' and 'draft_p_min' are for method \"draft_model\"");
+    if (j.contains("model") || j.contains("draft_p_min") || j.contains("draft_vocab_size"))
+      return make_error("--speculative-config: 'model', 'draft_p_min' and 'draft_vocab_size' are for method "
+                        "\"draft_model\"");
   } else if (method == "draft_model") {
     c.method = SpeculativeConfig::Method::kDraftModel;
     if (!j.contains("model")) return make_error("--speculative-config: method \"draft_model\" needs 'model' (a GGUF path)");
@@ -106,6 +108,11 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
     if (j.contains("draft_p_min")) {
       if (!j["draft_p_min"].is_number()) return make_error("--speculative-config: 'draft_p_min' must be a number");
       c.draft_p_min = j["draft_p_min"].get<double>();
+    }
+    if (j.contains("draft_vocab_size")) {
+      if (!j["draft_vocab_size"].is_number_integer())
+        return make_error("--speculative-config: 'draft_vocab_size' must be an integer");
+      c.draft_vocab_size = j["draft_vocab_size"].get<int64_t>();
     }
   } else {
     return make_error("--speculative-config: method '" + method + "' is not supported (supported: ngram, draft_model)");

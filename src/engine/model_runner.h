@@ -59,7 +59,7 @@ class ModelRunner {
   int32_t n_blocks() const { return static_cast<int32_t>(cache_.n_blocks()); }
   int32_t block_size() const { return static_cast<int32_t>(cache_.block_size()); }
   size_t kv_cache_bytes() const { return cache_.bytes(); }
-  int64_t n_vocab() const { return model_.config().n_vocab; }
+  int64_t n_vocab() const { return model_.n_logits(); }  // logits per row
   Model& model() { return model_; }
 
  private:

@@ -10,6 +10,7 @@ Status SpeculativeConfig::validate() const {
     return make_error("num_speculative_tokens must be between 1 and 64");
   if (method == Method::kDraftModel && draft_model.empty()) return make_error("the draft model's path ('model') is empty");
   if (!(draft_p_min >= 0.0 && draft_p_min <= 1.0)) return make_error("draft_p_min must be between 0 and 1");
+  if (draft_vocab_size < 0) return make_error("draft_vocab_size must be >= 0");
   if (prompt_lookup_min < 1) return make_error("prompt_lookup_min must be at least 1");
   if (prompt_lookup_max < prompt_lookup_min)
     return make_error("prompt_lookup_max must be at least prompt_lookup_min");

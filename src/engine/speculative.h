@@ -36,6 +36,13 @@ struct SpeculativeConfig {
   // --draft-p-min): an unsure draft is seldom accepted, and each costs a pass.
   std::string draft_model;
   double draft_p_min = 0.75;
+  // > 0: the draft proposes only token ids below this, and its output matrix
+  // is read for those rows only (LoadOptions::max_output_rows). BPE and
+  // SentencePiece vocabularies put frequent tokens first, so the first 32k
+  // of Qwen's 152k ids cover nearly every token of ordinary text and code,
+  // while the full head is a third of a 0.5B draft's bytes per step (as
+  // FR-Spec and EAGLE-3's reduced draft vocabularies do). 0: every id.
+  int64_t draft_vocab_size = 0;
   // N-gram (prompt lookup): the longest suffix of the sequence of between
   // prompt_lookup_min and prompt_lookup_max tokens that occurred earlier
   // proposes the tokens that followed its latest earlier occurrence.

@@ -214,7 +214,7 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
 void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) {
   ThreadPool& pool = *pool_;
   prepare_scratch(batch, pool.size());
-  logits.resize(batch.logit_rows.size() * config_.n_vocab);
+  logits.resize(batch.logit_rows.size() * static_cast<size_t>(output_.rows()));
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
   // Each token's place in its sequence's share of the step, and the output
   // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its

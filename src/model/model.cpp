@@ -20,6 +20,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     auto w = ModelWeights::from_gguf(*m->file_, m->config_);
     if (!w) return make_error(path + ": " + w.error().message);
     m->weights_ = std::move(*w);
+    // The first rows of a row-major matrix are a view of their own.
+    if (options.max_output_rows > 0 && options.max_output_rows < m->weights_.output.rows)
+      m->weights_.output.rows = options.max_output_rows;
   }
   if (options.prefault) m->file_->prefault(options.progress ? options.progress : [](double) {});
   // The executor is made last: it may copy the weights into its own layouts.

@@ -36,6 +36,11 @@ struct LoadOptions {
   // two pools spinning against each other.
   int n_threads = 0;
   std::shared_ptr<ThreadPool> thread_pool;
+  // > 0: the forward pass returns logits for the first this many token ids
+  // only (a draft model's head: draft_model_proposer.h). The output matrix's
+  // other rows are never read, which makes a large-vocabulary draft's step
+  // cheaper; the embedding still looks up every id.
+  int64_t max_output_rows = 0;
 };
 
 class Model;
@@ -70,9 +75,12 @@ class Model {
   // architecture's default, else empty.
   std::string chat_template() const;
 
+  // Logits per row: n_vocab, or LoadOptions::max_output_rows where smaller.
+  int64_t n_logits() const { return weights_.output ? weights_.output.rows : config_.n_vocab; }
+
   // Runs the batch through the network on the model's executor (see
   // Executor), writing each token's keys and values into `cache` at its slot,
-  // and returns logits for batch.logit_rows (logit_rows.size() x n_vocab,
+  // and returns logits for batch.logit_rows (logit_rows.size() x n_logits(),
   // row-major) in `logits`. Not thread-safe: one forward pass at a time per Model.
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits);
   // The threads its forward passes run on (LoadOptions::thread_pool for a

@@ -206,7 +206,9 @@ INSTANTIATE_TEST_SUITE_P(Models, EngineSpeculativeQ4KM, ::testing::Values("gemma
                          test::model_name);
 
 // A draft model proposes: SmolLM2 drafting for itself (every confident draft
-// is the target's own greedy token; sampled requests reject some), and a
+// is the target's own greedy token; sampled requests reject some), the same
+// with its head cut to the first 4096 ids (the target's tokens beyond them
+// are never drafted), and a
 // random-weight model with SmolLM2's vocabulary, whose drafts are almost
 // always rejected, and whose sliding-window layers make its draft cache free
 // blocks behind the window.
@@ -215,6 +217,7 @@ struct DraftPair {
   const char* draft;
   double p_min;   // the draft's confidence threshold
   bool accepts;   // the draft guesses the target's tokens
+  int64_t vocab = 0;  // draft_vocab_size (0: the whole vocabulary)
 };
 
 class EngineDraftModel : public SpeculativeTest, public ::testing::WithParamInterface<DraftPair> {
@@ -229,6 +232,7 @@ class EngineDraftModel : public SpeculativeTest, public ::testing::WithParamInte
     spec_.draft_model = draft;
     spec_.num_speculative_tokens = 4;
     spec_.draft_p_min = GetParam().p_min;
+    spec_.draft_vocab_size = GetParam().vocab;
     expect_accepted_ = GetParam().accepts;
   }
 };
@@ -283,6 +287,7 @@ TEST_P(EngineDraftModel, SeededSamplingLogprobsAndAbortsAreAsWithoutDrafts) {
 std::string draft_pair_name(const ::testing::TestParamInfo<DraftPair>& info) {
   std::string n = std::string(info.param.target).substr(0, 7) + "_by_" + info.param.draft;
   n = n.substr(0, n.find(".gguf"));
+  if (info.param.vocab > 0) n += "_vocab" + std::to_string(info.param.vocab);
   for (char& c : n)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return n;
@@ -290,6 +295,8 @@ std::string draft_pair_name(const ::testing::TestParamInfo<DraftPair>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Pairs, EngineDraftModel,
                          ::testing::Values(DraftPair{"SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf", 0.3, true},
+                                           // Its head cut to the first 4096 ids: drafts only among those.
+                                           DraftPair{"SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct.Q4_1.gguf", 0.3, true, 4096},
                                            DraftPair{"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-gemma3.gguf", 0.0, false}),
                          draft_pair_name);
 
