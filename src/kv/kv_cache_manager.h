@@ -147,6 +147,9 @@ class KVCacheManager {
   int32_t num_used_blocks() const { return num_usable_blocks() - num_free_blocks(); }
   double usage() const { return pool_.usage(); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // Puts the admission counts back (a beam group is admitted whole or not at
+  // all: the beams that did fit give their blocks back, and their counts).
+  void restore_prefix_cache_stats(const PrefixCacheStats& stats) { stats_ = stats; }
   const BlockPool& pool() const { return pool_; }
 
   // The pool's invariants, plus: every block's reference count equals the
