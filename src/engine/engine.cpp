@@ -221,6 +221,7 @@ Engine::Live& Engine::owner(const std::string& scheduler_id) {
 }
 
 bool Engine::release(const std::string& request_id) {
+  if (beam_owner_.count(request_id)) return false;  // one beam alone: only its search ends it
   auto it = live_.find(request_id);
   if (it == live_.end() || !it->second.beams) return scheduler_.abort(request_id);
   BeamGroup& g = *it->second.beams;
