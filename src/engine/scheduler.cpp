@@ -442,6 +442,17 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s = stats_;
   s.num_running = num_running();
   s.num_waiting = num_waiting();
+  const auto requests = [](const auto& queue) {
+    int64_t n = 0;
+    const std::string* group = nullptr;
+    for (const Request* r : queue) {
+      if (r->beam_group.empty() || !group || *group != r->beam_group) ++n;
+      group = r->beam_group.empty() ? nullptr : &r->beam_group;
+    }
+    return n;
+  };
+  s.num_running_requests = requests(running_);
+  s.num_waiting_requests = requests(waiting_);
   s.kv_used_blocks = kv_.num_used_blocks();
   s.kv_free_blocks = kv_.num_free_blocks();
   s.kv_usage = kv_.usage();

@@ -80,6 +80,10 @@ struct SchedulerStats {
   int64_t max_step_tokens = 0;
   int64_t num_running = 0;
   int64_t num_waiting = 0;
+  // The same, counting the beams of one beam search as one request (they sit
+  // side by side in their queue).
+  int64_t num_running_requests = 0;
+  int64_t num_waiting_requests = 0;
   int32_t kv_used_blocks = 0;
   int32_t kv_free_blocks = 0;  // empty or evictable
   int64_t kv_held_tokens = 0;  // tokens whose keys/values running requests hold

@@ -537,7 +537,8 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   } else if (path == "/metrics") {
     const EngineStats stats = engine_->stats();
     const int64_t not_yet_scheduled =
-        std::max<int64_t>(0, unfinished_.load() - stats.scheduler.num_running - stats.scheduler.num_waiting);
+        std::max<int64_t>(0, unfinished_.load() - stats.scheduler.num_running_requests -
+                                 stats.scheduler.num_waiting_requests);
     const std::optional<GrammarCompilerStats> grammar_stats =
         grammars_ ? std::optional(grammars_->stats()) : std::nullopt;
     co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
@@ -761,7 +762,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
   std::lock_guard<std::mutex> lock(admit_mu_);
   if (shutting_down_) return shutting_down();
   const int64_t new_requests = static_cast<int64_t>(pg.prompts.size()) * req.n;
-  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running;
+  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running_requests;
   if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
 
   // Beam search: one engine request per prompt, whose n beams are its choices.

@@ -1293,6 +1293,8 @@ TEST(EngineSchedulerBeams, AGroupTakesBeamWidthSeatsAndIsRefusedWhatItCanNeverRu
   EXPECT_EQ(s.num_running(), 2 + 2);  // the root forked into 3 beams; and "a"
   EXPECT_EQ(s.num_waiting(), 1);
   EXPECT_EQ(s.find("b")->status, RequestStatus::kWaiting);
+  EXPECT_EQ(s.stats().num_running_requests, 2);  // the group counts once
+  EXPECT_EQ(s.stats().num_waiting_requests, 1);
 
   Request wide = make_request("w#0", prompt(4, 5), 4);
   wide.beam_group = "w";
