@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -23,7 +24,19 @@ struct GenerateFlags {
   bool no_special = false;
   SamplingFlags sampling;
   std::string speculative_config;  // vLLM's JSON; empty: off
+  int32_t beam_width = 0;          // > 0: beam search with this many beams
+  int32_t n_beams = 1;             // beams printed, best first
+  float length_penalty = 1.0f;
+  std::string early_stopping = "false";
 };
+
+// --early-stopping: HF's / vLLM's true, false or never.
+std::optional<EarlyStopping> parse_early_stopping(const std::string& s) {
+  if (s == "false") return EarlyStopping::kFalse;
+  if (s == "true") return EarlyStopping::kTrue;
+  if (s == "never") return EarlyStopping::kNever;
+  return std::nullopt;
+}
 
 int run_generate(const GenerateFlags& f) {
   auto model = load_model_or_report(f.model, f.json, f.threads);
@@ -39,8 +52,17 @@ int run_generate(const GenerateFlags& f) {
     return 1;
   }
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
+  const std::optional<EarlyStopping> early_stopping = parse_early_stopping(f.early_stopping);
+  if (!early_stopping) {
+    std::fprintf(stderr, "error: --early-stopping must be true, false or never\n");
+    return 1;
+  }
+  if (f.n_beams > std::max(1, f.beam_width)) {
+    std::fprintf(stderr, "error: --n (%d) exceeds the beams searched (--beam-width %d)\n", f.n_beams, f.beam_width);
+    return 1;
+  }
   auto speculative = parse_speculative_config(f.speculative_config);
-  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative)
+  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative, std::max(1, f.beam_width))
                             : Result<SingleRequestEngine>(speculative.error());
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
@@ -53,6 +75,7 @@ int run_generate(const GenerateFlags& f) {
   params.max_tokens = std::max<int64_t>(f.n_predict, 1);
   params.sampling = f.sampling.params();
   params.ignore_eos = f.ignore_eos;
+  if (f.beam_width > 0) params.beam_search = BeamSearchParams{f.beam_width, f.length_penalty, *early_stopping};
 
   if (!f.json) std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
   auto out = engine->run(std::move(params), [&](const RequestOutput& delta) {
@@ -78,6 +101,14 @@ int run_generate(const GenerateFlags& f) {
     j["ids"] = out->token_ids;
     j["text"] = out->text;
     j["finish_reason"] = out->finish_reason();
+    if (f.beam_width > 0) {
+      j["beams"] = nlohmann::json::array();
+      for (size_t k = 0; k < out->beams.size() && k < static_cast<size_t>(f.n_beams); ++k)
+        j["beams"].push_back({{"ids", out->beams[k].token_ids},
+                              {"text", out->beams[k].text},
+                              {"cumulative_logprob", out->beams[k].cumulative_logprob},
+                              {"finish_reason", finish_reason(out->beams[k].status)}});
+    }
     j["timings"] = {{"prompt_tokens", m.num_prompt_tokens},
                     {"prompt_seconds", prompt_seconds},
                     {"generated_tokens", generated},
@@ -90,6 +121,15 @@ int run_generate(const GenerateFlags& f) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fprintf(stdout, "\n");
+    // Beam search: the best beam was printed above; the next ones follow.
+    for (size_t k = 1; k < out->beams.size() && k < static_cast<size_t>(f.n_beams); ++k) {
+      const BeamOutput& b = out->beams[k];
+      std::fprintf(stdout, "--- beam %zu (cumulative logprob %.4f, %s)\n", k + 1, b.cumulative_logprob,
+                   finish_reason(b.status));
+      std::fwrite(f.prompt.data(), 1, f.prompt.size(), stdout);
+      std::fwrite(b.text.data(), 1, b.text.size(), stdout);
+      std::fprintf(stdout, "\n");
+    }
     std::fprintf(stderr, "\nprompt: %lld tokens in %.3f s (%.1f tok/s); generated: %lld tokens in %.3f s (%.1f tok/s)\n",
                  static_cast<long long>(m.num_prompt_tokens), prompt_seconds,
                  m.num_prompt_tokens / std::max(prompt_seconds, 1e-9), static_cast<long long>(generated),
@@ -121,6 +161,19 @@ void register_generate(CLI::App& app, int& exit_code) {
   sub->add_flag("--json", flags->json, "Print prompt ids, generated ids and text as JSON");
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Do not stop at end-of-generation tokens");
   sub->add_flag("--no-special", flags->no_special, "Tokenize special-token text as plain text");
+  sub->add_option("--beam-width", flags->beam_width,
+                  "Beam search with this many beams (sampling flags are then unused); 0 = off")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--n", flags->n_beams, "With --beam-width: print this many best beams")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  sub->add_option("--length-penalty", flags->length_penalty,
+                  "With --beam-width: rank beams by logprob / length^this (> 0 favours longer ones)")
+      ->capture_default_str();
+  sub->add_option("--early-stopping", flags->early_stopping,
+                  "With --beam-width: stop when the beams found cannot be beaten: true, false (heuristic) or never")
+      ->capture_default_str();
   flags->sampling.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_generate(*flags); });
 }

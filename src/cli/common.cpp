@@ -216,17 +216,17 @@ SamplingParams SamplingFlags::params() const {
 }
 
 Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t max_model_len,
-                                                        const SpeculativeConfig& speculative) {
+                                                        const SpeculativeConfig& speculative, int32_t max_sequences) {
   EngineConfig config;
   config.speculative = speculative;
-  config.max_num_seqs = 1;
+  config.max_num_seqs = std::max(1, max_sequences);
   config.max_model_len = max_model_len;
   config.max_num_batched_tokens = std::max<int64_t>(512, std::min<int64_t>(max_model_len, 2048));
-  // The KV cache for one request of max_model_len tokens (the engine caps a
-  // fraction of memory at that anyway).
+  // The KV cache for max_sequences sequences of max_model_len tokens (the
+  // engine caps a fraction of memory at that anyway; beams share most of it).
   config.kv_cache_bytes =
       static_cast<int64_t>(KVCache::block_bytes(model.config(), config.block_size)) *
-      (KVLayout::plan(model.config()).blocks_for_request(max_model_len, config.block_size) + 2);
+      (config.max_num_seqs * KVLayout::plan(model.config()).blocks_for_request(max_model_len, config.block_size) + 2);
   auto engine = Engine::create(model, config);
   if (!engine) return engine.error();
   return SingleRequestEngine(std::move(*engine));
@@ -249,6 +249,7 @@ Result<RequestOutput> SingleRequestEngine::run(GenerationParams params,
         all.stop_string = out->stop_string;
         all.error = out->error;
         all.metrics = out->metrics;
+        all.beams = out->beams;
         if (!all.error.empty()) return make_error(all.error);
         return all;
       }

@@ -64,9 +64,10 @@ void add_speculative_option(CLI::App& app, std::string& json);
 // hits), not a loop of their own.
 class SingleRequestEngine {
  public:
-  // An engine for one request of up to `max_model_len` tokens.
+  // An engine for one request of up to `max_model_len` tokens, run as up to
+  // `max_sequences` sequences (a beam search's beams).
   static Result<SingleRequestEngine> create(Model& model, int64_t max_model_len,
-                                            const SpeculativeConfig& speculative = {});
+                                            const SpeculativeConfig& speculative = {}, int32_t max_sequences = 1);
   // Runs `params` to the end, calling on_delta with each output as it comes;
   // returns the final output with every token id and the whole text.
   Result<RequestOutput> run(GenerationParams params, const std::function<void(const RequestOutput&)>& on_delta);

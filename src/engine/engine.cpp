@@ -112,7 +112,7 @@ void Engine::abort_all() {
   std::vector<std::string> ids;
   for (const auto& [id, live] : live_) ids.push_back(id);
   for (const std::string& id : ids) {
-    scheduler_.abort(id);
+    release(id);
     finish(id, RequestStatus::kFinishedAborted, RequestOutput{});
   }
   end_step();
@@ -157,6 +157,16 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   r.cache_salt = std::move(p.cache_salt);
   r.arrival_time = arrival;
   if (p.reasoning && p.reasoning->end.empty()) return make_error("the reasoning end marker is empty");
+  // A request's beams are named after it (see below): no request may take such a name.
+  if (p.request_id.find(kBeamSuffix) != std::string::npos)
+    return make_error(std::string("a request id may not contain '") + kBeamSuffix + "'");
+  if (p.beam_search) {
+    if (Status s = p.beam_search->validate(); !s) return s.error();
+    if (matcher) return make_error("beam search cannot be combined with structured output (a grammar)");
+    if (p.logprobs >= 0) return make_error("logprobs are not returned with beam search");
+    r.beam_group = "pending";
+    r.beam_width = p.beam_search->beam_width;
+  }
   r.id = "pending";  // validated before an id is spent on it
   // The scheduler's config never changes after construction: safe to read here.
   if (Status s = Scheduler::validate_request(r, scheduler_.config()); !s) return s.error();
@@ -164,11 +174,16 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   Handle h;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
-    r.id = p.request_id.empty() ? str(static_cast<int64_t>(next_id_++)) : std::move(p.request_id);
-    h.request_id = r.id;
-    h.stream = std::make_shared<RequestStream>(r.id);
+    h.request_id = p.request_id.empty() ? str(static_cast<int64_t>(next_id_++)) : std::move(p.request_id);
+    h.stream = std::make_shared<RequestStream>(h.request_id);
+    r.id = h.request_id;
+    if (p.beam_search) {  // the first beam; its forks are numbered on
+      r.beam_group = h.request_id;
+      r.id = h.request_id + kBeamSuffix + "0";
+    }
     commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs),
-                                      std::move(matcher), std::move(p.reasoning), p.render_special});
+                                      std::move(matcher), std::move(p.reasoning), p.render_special,
+                                      p.beam_search});
   }
   cmd_cv_.notify_one();
   return h;
@@ -184,7 +199,8 @@ void Engine::abort(const std::string& request_id) {
 
 void Engine::apply(Command& cmd) {
   if (auto* add = std::get_if<AddCommand>(&cmd)) {
-    const std::string id = add->request.id;
+    // A beam search's request is its beam group; the scheduler runs its beams.
+    const std::string id = add->request.beam_group.empty() ? add->request.id : add->request.beam_group;
     if (live_.count(id)) {  // a caller-chosen id already in use: refuse this one only
       RequestOutput out;
       out.request_id = id;
@@ -207,6 +223,12 @@ void Engine::apply(Command& cmd) {
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     const int64_t n_prompt = add->request.num_prompt_tokens();
+    if (add->beam_search) {
+      live.beams = std::make_unique<BeamGroup>(BeamSearch(*add->beam_search, n_prompt, add->request.max_tokens));
+      live.beams->ids.push_back(add->request.id);
+      if (!live.stop.empty()) live.beams->texts.push_back({IncrementalDecoder(tokenizer_, live.render_special), {}});
+      beam_owner_[add->request.id] = id;
+    }
     Status st = scheduler_.add_request(std::move(add->request));
     live_.emplace(id, std::move(live));
     if (!st) {  // checked in add_request already; only a bug gets here
@@ -219,8 +241,26 @@ void Engine::apply(Command& cmd) {
     prompt_tokens_ += n_prompt;
   } else {
     const std::string& id = std::get<AbortCommand>(cmd).request_id;
-    if (scheduler_.abort(id)) finish(id, RequestStatus::kFinishedAborted, RequestOutput{});
+    if (release(id)) finish(id, RequestStatus::kFinishedAborted, RequestOutput{});
   }
+}
+
+Engine::Live& Engine::owner(const std::string& scheduler_id) {
+  auto it = beam_owner_.find(scheduler_id);
+  return live_.at(it == beam_owner_.end() ? scheduler_id : it->second);
+}
+
+bool Engine::release(const std::string& request_id) {
+  if (beam_owner_.count(request_id)) return false;  // one beam alone: only its search ends it
+  auto it = live_.find(request_id);
+  if (it == live_.end() || !it->second.beams) return scheduler_.abort(request_id);
+  BeamGroup& g = *it->second.beams;
+  for (const std::string& beam : g.ids) {
+    scheduler_.abort(beam);
+    beam_owner_.erase(beam);
+  }
+  g.ids.clear();
+  return true;
 }
 
 void Engine::emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) {
@@ -244,6 +284,8 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = it->second;
+  if (live.beams)
+    for (const std::string& beam : live.beams->ids) beam_owner_.erase(beam);  // released by the caller
   out.request_id = id;
   out.finished = true;
   out.status = status;
@@ -396,9 +438,15 @@ std::vector<RequestOutput> Engine::run_step() {
 
   const SchedulerOutput out = scheduler_.schedule();
   const double t_scheduled = now_seconds();
-  for (const std::string& id : out.preempted_request_ids) ++live_.at(id).metrics.num_preemptions;
+  std::string last_preempted;  // a beam group's beams are preempted together: counted once
+  for (const std::string& id : out.preempted_request_ids) {
+    auto b = beam_owner_.find(id);
+    if (b != beam_owner_.end() && b->second == last_preempted) continue;
+    last_preempted = b != beam_owner_.end() ? b->second : std::string();
+    ++owner(id).metrics.num_preemptions;
+  }
   for (const ScheduledRequest& s : out.scheduled) {
-    RequestMetrics& m = live_.at(s.request_id).metrics;
+    RequestMetrics& m = owner(s.request_id).metrics;
     if (m.first_scheduled_time == 0.0) {
       m.first_scheduled_time = t_scheduled;
       m.num_cached_tokens = s.num_cached_tokens;
@@ -422,12 +470,18 @@ std::vector<RequestOutput> Engine::run_step() {
   sampled_.resize(out.scheduled.size());
   std::vector<std::vector<SampledLogprobs>> step_logprobs(out.scheduled.size());
   grammar_errors_.assign(out.scheduled.size(), std::string());
+  std::vector<int64_t> beam_rows(out.scheduled.size(), -1);  // a beam's row, chosen from by its group
   int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
     std::vector<int32_t>& tokens = sampled_[i];
     tokens.clear();
     if (!s.sample) continue;
+    if (beam_owner_.count(s.request_id)) {
+      beam_rows[i] = row;
+      row += s.num_draft_tokens + 1;
+      continue;
+    }
     Live& live = live_.at(s.request_id);
     const Request& r = *scheduler_.find(s.request_id);
     assert(!(live.matcher && s.num_draft_tokens > 0));  // requests with a grammar do not speculate
@@ -485,15 +539,19 @@ std::vector<RequestOutput> Engine::run_step() {
     }
   }
 
+  const std::vector<BeamAdvance> advanced = select_beams(out, logits, beam_rows);
+
   auto updates = scheduler_.update(out, sampled_);
   if (!updates) {
     // The step does not match the scheduler's state (a bug): end its requests
     // rather than let them continue from a corrupt state.
     for (const ScheduledRequest& s : out.scheduled) {
-      if (!scheduler_.abort(s.request_id)) continue;
+      auto b = beam_owner_.find(s.request_id);
+      const std::string id = b == beam_owner_.end() ? s.request_id : b->second;
+      if (!release(id)) continue;
       RequestOutput o;
       o.error = "internal error: " + updates.error().message;
-      finish(s.request_id, RequestStatus::kFinishedAborted, std::move(o));
+      finish(id, RequestStatus::kFinishedAborted, std::move(o));
     }
     return end_step();
   }
@@ -501,6 +559,7 @@ std::vector<RequestOutput> Engine::run_step() {
   size_t k = 0;  // updates come in the order of out.scheduled
   for (RequestUpdate& u : *updates) {
     while (out.scheduled[k].request_id != u.request_id) ++k;
+    if (beam_owner_.count(u.request_id)) continue;  // a beam: its group's search follows below
     Live& live = live_.at(u.request_id);
     RequestOutput o;
     o.request_id = u.request_id;
@@ -561,6 +620,7 @@ std::vector<RequestOutput> Engine::run_step() {
       emit(live.stream, std::move(o));
     }
   }
+  apply_beams(advanced, t_token);
   propose_drafts(*updates);
   return end_step();
 }
@@ -594,7 +654,9 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
     const Request* r = scheduler_.find(u.request_id);
     if (!r || r->status != RequestStatus::kRunning) continue;
     auto it = live_.find(u.request_id);
-    if (it == live_.end() || it->second.matcher) continue;  // a grammar's mask follows each token: no drafts
+    // A grammar's mask follows each token, a beam search picks each beam's
+    // token itself: no drafts for either.
+    if (it == live_.end() || it->second.matcher || it->second.beams) continue;
     Live& live = it->second;
     if (live.draft_len < 0) live.draft_len = spec.num_speculative_tokens;
     if (live.draft_pause_left > 0 && --live.draft_pause_left > 0) continue;
@@ -624,6 +686,166 @@ Status Engine::check_invariants() const {
     if (!scheduler_.find(id))
       return make_error("the draft model keeps KV for request '" + id + "', which has ended");
   return {};
+}
+
+namespace {
+
+// Where the earliest of `stops` begins in `text` at or after `from` (the
+// longest if several begin there), or npos; *which is set to it.
+size_t find_stop_string(const std::string& text, const std::vector<std::string>& stops, size_t from,
+                        std::string* which) {
+  size_t best = std::string::npos;
+  for (const std::string& stop : stops) {
+    const size_t p = text.find(stop, from);
+    if (p != std::string::npos && (p < best || (p == best && stop.size() > which->size()))) {
+      best = p;
+      *which = stop;
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out, const std::vector<float>& logits,
+                                                      const std::vector<int64_t>& rows) {
+  std::vector<BeamAdvance> advanced;
+  std::unordered_map<std::string, size_t> scheduled_at;  // beams with a row this step
+  std::vector<std::string> groups;                       // their requests, in the order of the step
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    if (rows[i] < 0) continue;
+    scheduled_at[out.scheduled[i].request_id] = i;
+    const std::string& request_id = beam_owner_.at(out.scheduled[i].request_id);
+    if (std::find(groups.begin(), groups.end(), request_id) == groups.end()) groups.push_back(request_id);
+  }
+  const int64_t n_vocab = runner_->n_vocab();
+  for (const std::string& request_id : groups) {
+    Live& live = live_.at(request_id);
+    BeamGroup& g = *live.beams;
+    // A group advances only on a step that gave every live beam a row, so
+    // its beams always have the same length (the others' rows are not used).
+    if (!std::all_of(g.ids.begin(), g.ids.end(), [&](const std::string& b) { return scheduled_at.count(b) > 0; }))
+      continue;
+    std::vector<std::vector<TokenLogprob>> candidates;
+    for (const std::string& b : g.ids)
+      candidates.push_back(top_logprobs(logits.data() + rows[scheduled_at.at(b)] * n_vocab, n_vocab,
+                                        g.search.candidates_per_beam()));
+    const Request& first = *scheduler_.find(g.ids[0]);  // the beams share prompt and stop conditions
+    std::string unused;
+    const auto ends = [&](int32_t beam, int32_t token) {
+      if (first.is_stop_token(token)) return BeamEnd::kStopToken;
+      if (!g.texts.empty()) {
+        // A new match ends in the new token's text (the beam's text had none).
+        BeamGroup::Text t = g.texts[beam];
+        const std::string piece = t.decoder.push(token);
+        if (!piece.empty()) {
+          size_t longest = 0;
+          for (const std::string& stop : live.stop) longest = std::max(longest, stop.size());
+          const std::string text = t.text + piece;
+          const size_t from = t.text.size() >= longest ? t.text.size() - (longest - 1) : 0;
+          if (find_stop_string(text, live.stop, from, &unused) != std::string::npos) return BeamEnd::kStopString;
+        }
+      }
+      return BeamEnd::kNone;
+    };
+    BeamAdvance a{request_id, g.search.step(candidates, ends)};
+    // Each beam's first child is its own next token; update() appends it.
+    std::vector<bool> continued(g.ids.size(), false);
+    for (const BeamChild& c : a.children)
+      if (!continued[c.parent]) {
+        continued[c.parent] = true;
+        sampled_[scheduled_at.at(g.ids[c.parent])] = {c.token};
+      }
+    generation_tokens_ += static_cast<int64_t>(g.ids.size());
+    advanced.push_back(std::move(a));
+  }
+  return advanced;
+}
+
+void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_token) {
+  for (const BeamAdvance& a : advanced) {
+    auto it = live_.find(a.request_id);
+    if (it == live_.end()) continue;
+    Live& live = it->second;
+    BeamGroup& g = *live.beams;
+    std::vector<bool> continued(g.ids.size(), false);
+    for (const BeamChild& c : a.children) continued[c.parent] = true;
+    // Dropped first: a group never holds more than beam_width beams.
+    for (size_t p = 0; p < g.ids.size(); ++p)
+      if (!continued[p]) {
+        scheduler_.drop_beam(g.ids[p]);
+        beam_owner_.erase(g.ids[p]);
+      }
+    std::fill(continued.begin(), continued.end(), false);
+    std::vector<std::string> ids;
+    std::vector<BeamGroup::Text> texts;
+    std::string error;
+    for (const BeamChild& c : a.children) {
+      if (!continued[c.parent]) {
+        continued[c.parent] = true;
+        ids.push_back(g.ids[c.parent]);
+      } else {
+        ids.push_back(a.request_id + kBeamSuffix + str(g.next_beam++));
+        if (Status st = scheduler_.fork(g.ids[c.parent], ids.back(), c.token); !st) {
+          error = st.error().message;  // a bug: end the search rather than go on without a beam
+          ids.pop_back();
+          break;
+        }
+        beam_owner_[ids.back()] = a.request_id;
+      }
+      if (!g.texts.empty()) {
+        texts.push_back(g.texts[c.parent]);
+        texts.back().text += texts.back().decoder.push(c.token);
+      }
+    }
+    // The children live on; parents without children were dropped above.
+    g.ids = std::move(ids);
+    g.texts = std::move(texts);
+    live.metrics.token_times.push_back(t_token);
+    if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
+    live.metrics.last_token_time = t_token;
+    if (!error.empty()) {
+      release(a.request_id);
+      RequestOutput o;
+      o.error = "internal error: " + error;
+      finish(a.request_id, RequestStatus::kFinishedAborted, std::move(o));
+    } else if (g.search.done()) {
+      finish_beam_search(a.request_id);
+    }
+  }
+}
+
+void Engine::finish_beam_search(const std::string& request_id) {
+  Live& live = live_.at(request_id);
+  RequestOutput out;
+  for (const Beam& b : live.beams->search.finished()) {
+    BeamOutput beam;
+    beam.token_ids = b.token_ids;
+    beam.cumulative_logprob = b.cumulative_logprob;
+    beam.status = b.end == BeamEnd::kLength ? RequestStatus::kFinishedLength : RequestStatus::kFinishedStopped;
+    // The text a request with these tokens would have emitted (run_step).
+    IncrementalDecoder decoder(tokenizer_, live.render_special);
+    for (size_t t = 0; t < b.token_ids.size(); ++t) {
+      if (live.render_special && b.end == BeamEnd::kStopToken && t + 1 == b.token_ids.size()) continue;
+      beam.text += decoder.push(b.token_ids[t]);
+    }
+    beam.text += decoder.flush();
+    if (const size_t at = find_stop_string(beam.text, live.stop, 0, &beam.stop_string); at != std::string::npos) {
+      beam.text.resize(at);
+      beam.status = RequestStatus::kFinishedStopped;
+    }
+    out.beams.push_back(std::move(beam));
+  }
+  RequestStatus status = RequestStatus::kFinishedLength;
+  if (!out.beams.empty()) {
+    out.token_ids = out.beams[0].token_ids;
+    out.text = out.beams[0].text;
+    out.stop_string = out.beams[0].stop_string;
+    status = out.beams[0].status;
+  }
+  live.metrics.num_output_tokens = static_cast<int64_t>(out.token_ids.size());
+  release(request_id);  // every beam has been dropped already; this forgets the group
+  finish(request_id, status, std::move(out));
 }
 
 bool Engine::has_pending_work() {

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "engine/beam_search.h"
 #include "engine/draft_model_proposer.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
@@ -105,6 +106,14 @@ struct GenerationParams {
   // its marker. The token that stops the request (EOS, a stop token) is still
   // left out of the text.
   bool render_special = false;
+  // Beam search (vLLM's use_beam_search): the request runs as beam_width
+  // beams, each a scheduler request, sharing their common prefix's KV blocks,
+  // and its final output lists the beam_width best beams (RequestOutput::beams;
+  // beam_search.h says how they are chosen). Sampling parameters are not used
+  // (the candidates come from the raw logits' log-softmax, as vLLM's default
+  // raw logprobs); the stop conditions, max_tokens and ignore_eos are. Not
+  // with a grammar or logprobs; beams are never speculated.
+  std::optional<BeamSearchParams> beam_search;
 };
 
 struct EngineStats {
@@ -186,13 +195,36 @@ class Engine {
     std::unique_ptr<GrammarMatcher> matcher;  // structured output, if any
     std::optional<ReasoningSpec> reasoning;   // the grammar waits for the thinking's end
     bool render_special = false;              // the decoder writes control tokens' text
+    std::optional<BeamSearchParams> beam_search;
   };
   struct AbortCommand {
     std::string request_id;
   };
   using Command = std::variant<AddCommand, AbortCommand>;
 
-  // The engine's side of a request the scheduler tracks.
+  // A beam search's state: the search itself and, for each live beam, the
+  // scheduler request that runs it.
+  struct BeamGroup {
+    explicit BeamGroup(BeamSearch s) : search(std::move(s)) {}
+    BeamSearch search;
+    std::vector<std::string> ids;  // ids[i]: live beam i's scheduler request
+    // With stop strings: live beam i's text so far and its decoder, so that a
+    // candidate token's text is checked without decoding the beam again.
+    struct Text {
+      IncrementalDecoder decoder;
+      std::string text;
+    };
+    std::vector<Text> texts;
+    int64_t next_beam = 1;  // numbers the forks' ids
+  };
+  // A beam group that took a step (before update()): its live beams' children.
+  struct BeamAdvance {
+    std::string request_id;
+    std::vector<BeamChild> children;
+  };
+
+  // The engine's side of a request the scheduler tracks (a beam search: of
+  // all its beams).
   struct Live {
     std::shared_ptr<RequestStream> stream;
     Sampler sampler;
@@ -225,6 +257,7 @@ class Engine {
     // its prompt so spends little compute on drafts.
     int32_t draft_len = -1;  // -1: not speculated yet
     int32_t draft_pause = 0, draft_pause_left = 0;
+    std::unique_ptr<BeamGroup> beams;  // beam search; null for one sequence
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner,
@@ -260,6 +293,27 @@ class Engine {
   // True when `live.held` contains one of its stop strings.
   static bool holds_stop_string(const Live& live);
 
+  // A beam's scheduler id: its request's id, this, and its number.
+  static constexpr char kBeamSuffix[] = "#beam";
+
+  // The Live of a scheduler request: its own, or its beam search's.
+  Live& owner(const std::string& scheduler_id);
+  // Ends a request's work in the scheduler now: its request, or every live
+  // beam of its beam search. False if the scheduler holds none of it.
+  bool release(const std::string& request_id);
+  // Beam search, between sampling and update(): each group whose every live
+  // beam got a row this step (rows[i] >= 0 for out.scheduled[i]) takes its
+  // step; the token of each beam's first child goes to update() in sampled_.
+  // A group missing a row waits: its beams' rows are not used (update() then
+  // feeds their last token again).
+  std::vector<BeamAdvance> select_beams(const SchedulerOutput& out, const std::vector<float>& logits,
+                                        const std::vector<int64_t>& rows);
+  // After update(): drops the beams with no child, forks the others' further
+  // children, and ends the searches that are done.
+  void apply_beams(const std::vector<BeamAdvance>& advanced, double t_token);
+  // A finished search's final output: its beams, best first.
+  void finish_beam_search(const std::string& request_id);
+
   Model& model_;
   const Tokenizer& tokenizer_;
   EngineConfig config_;
@@ -268,6 +322,7 @@ class Engine {
   std::unique_ptr<DraftModelProposer> drafter_;  // the draft model's proposer, if one drafts
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
+  std::unordered_map<std::string, std::string> beam_owner_;  // a live beam's scheduler id -> its request's id
   std::vector<std::vector<int32_t>> sampled_;  // per scheduled request: its tokens this step, reused
   std::vector<int32_t> spec_output_;    // output so far plus accepted drafts, reused
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's

@@ -121,6 +121,8 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
 }
 
 std::vector<float>& ModelRunner::execute(const SchedulerOutput& out) {
+  // Copies on write first: the step may write the copies' destinations.
+  for (const kv::BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
   build_batch(out, cache_.block_size(), batch_);
   if (batch_.size() == 0) {
     logits_.clear();

@@ -51,7 +51,7 @@ class ModelRunner {
   // (the prompt part of a chunk in a slice of its own before it).
   static void build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch);
 
-  // Runs the step. Returns num_draft_tokens + 1 rows of n_vocab() logits per
+  // Runs the step, after the step's block copies (copy on write). Returns num_draft_tokens + 1 rows of n_vocab() logits per
   // scheduled request with `sample` set, in the order of out.scheduled. The rows stay valid (and
   // may be modified, e.g. by a sampler) until the next execute().
   std::vector<float>& execute(const SchedulerOutput& out);

@@ -2,6 +2,7 @@
 // inputs; the scheduler owns the state below them and is the only one that
 // changes it (update() appends tokens and checks stop conditions).
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -44,6 +45,13 @@ struct Request {
   bool ignore_eos = false;
   std::string cache_salt;     // requests share cached prefixes only with equal salts
   double arrival_time = 0.0;  // seconds (steady clock); 0: set by add_request
+  // Beam search: the beams of one request are requests of their own that
+  // share beam_group (empty: a request alone). A group's beams are admitted
+  // and preempted together, stay side by side in the running queue, and take
+  // beam_width seats of max_num_seqs whatever their number (the engine keeps
+  // at most beam_width alive); Scheduler::fork makes a beam's siblings.
+  std::string beam_group;
+  int32_t beam_width = 1;
 
   // ---- state, kept by the scheduler ----
   std::vector<int32_t> output_token_ids;
@@ -64,6 +72,13 @@ struct Request {
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(all_token_ids.size()); }
   bool finished() const { return is_finished(status); }
+
+  // A token that ends the request when it is sampled: EOS (unless
+  // ignore_eos) or one of the stop tokens.
+  bool is_stop_token(int32_t token) const {
+    return (!ignore_eos && eos_token_id && token == *eos_token_id) ||
+           std::find(stop_token_ids.begin(), stop_token_ids.end(), token) != stop_token_ids.end();
+  }
 
   void append_output_token(int32_t token) {
     output_token_ids.push_back(token);

@@ -52,6 +52,18 @@ struct RequestMetrics {
   }
 };
 
+// One beam of a beam search (GenerationParams::beam_search), as the
+// request's final output lists them.
+struct BeamOutput {
+  std::vector<int32_t> token_ids;  // a stop token that ended it included
+  // The text a request with these tokens would have: stop tokens left out,
+  // cut before a stop string.
+  std::string text;
+  double cumulative_logprob = 0.0;  // of its tokens, by the log-softmax of the raw logits
+  RequestStatus status = RequestStatus::kFinishedLength;  // stopped (stop token or string) or length
+  std::string stop_string;                                // the stop string that ended it, if one did
+};
+
 struct RequestOutput {
   std::string request_id;
   std::vector<int32_t> token_ids;  // sampled since the previous output (stop tokens included)
@@ -66,6 +78,10 @@ struct RequestOutput {
   std::string stop_string;  // the stop string that ended it, if one did
   std::string error;        // why the engine refused or gave up on it (status: aborted)
   RequestMetrics metrics;   // filled in the final output
+  // Beam search: the final output alone carries the beams, best score first
+  // (its token_ids, text, status and stop_string are the best beam's); no
+  // output comes before it.
+  std::vector<BeamOutput> beams;
 
   const char* finish_reason() const { return inferd::finish_reason(status); }
 };

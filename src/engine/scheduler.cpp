@@ -17,10 +17,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-bool contains(const std::vector<int32_t>& v, int32_t x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
-}
-
 }  // namespace
 
 Status SchedulerConfig::validate() const {
@@ -62,6 +58,24 @@ Status Scheduler::validate_request(const Request& r, const SchedulerConfig& conf
     return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
                       str(r.max_tokens) + ") needs " + str(blocks_needed) + " KV blocks of " +
                       str(block_size) + " tokens, but the cache has only " + str(usable));
+  if (r.beam_width < 1) return make_error("the beam width must be at least 1");
+  if (r.beam_width > 1 && r.beam_group.empty()) return make_error("a beam width is given without a beam group");
+  if (!r.beam_group.empty()) {
+    // A group advances only on a step that runs all its beams: they must fit
+    // one step, and (counting no shared block) the cache, so that the group
+    // alone always runs, as a request alone does.
+    if (r.beam_width > config.max_num_seqs)
+      return make_error("the beam width (" + str(r.beam_width) + ") exceeds max_num_seqs (" +
+                        str(config.max_num_seqs) + "): every beam runs at once");
+    if (r.beam_width > config.max_num_batched_tokens)
+      return make_error("the beam width (" + str(r.beam_width) + ") exceeds max_num_batched_tokens (" +
+                        str(config.max_num_batched_tokens) + "): every beam runs at once");
+    if (blocks_needed * r.beam_width > usable)
+      return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" + str(r.max_tokens) +
+                        ") needs " + str(blocks_needed) + " KV blocks of " + str(block_size) + " tokens for each of " +
+                        str(r.beam_width) + " beams, " + str(blocks_needed * r.beam_width) +
+                        " in all, but the cache has only " + str(usable));
+  }
   return {};
 }
 
@@ -125,60 +139,142 @@ void Scheduler::preempt(Request& r) {
   waiting_.push_front(&r);
 }
 
+int64_t Scheduler::running_seats() const {
+  int64_t seats = 0;
+  const std::string* group = nullptr;  // a group's beams are side by side
+  for (const Request* r : running_) {
+    if (r->beam_group.empty()) {
+      ++seats;
+    } else if (!group || *group != r->beam_group) {
+      seats += r->beam_width;
+    }
+    group = r->beam_group.empty() ? nullptr : &r->beam_group;
+  }
+  return seats;
+}
+
+bool Scheduler::preempt_newest(const Request& needing, SchedulerOutput& out) {
+  std::vector<Request*> victims{running_.back()};
+  running_.pop_back();
+  const std::string& group = victims[0]->beam_group;
+  while (!group.empty() && !running_.empty() && running_.back()->beam_group == group) {
+    victims.push_back(running_.back());
+    running_.pop_back();
+  }
+  bool needing_went = false;
+  for (Request* v : victims) {  // newest first: push_front keeps the group's order
+    // A beam of the group already scheduled this step gives its tokens back
+    // (its group is contiguous and newest, so it was the last scheduled).
+    for (auto it = out.scheduled.begin(); it != out.scheduled.end(); ++it)
+      if (it->request_id == v->id) {
+        out.total_num_scheduled_tokens -= it->num_new_tokens;
+        out.scheduled.erase(it);
+        break;
+      }
+    preempt(*v);
+    out.preempted_request_ids.push_back(v->id);
+    needing_went = needing_went || v == &needing;
+  }
+  return needing_went;
+}
+
+bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
+  // The front request and, for a beam group, its waiting beams behind it
+  // (preempted together, so side by side).
+  std::vector<Request*> group{waiting_.front()};
+  const std::string& name = group[0]->beam_group;
+  while (!name.empty() && group.size() < waiting_.size() && waiting_[group.size()]->beam_group == name)
+    group.push_back(waiting_[group.size()]);
+  const int64_t need_seats = name.empty() ? 1 : group[0]->beam_width;
+  if (seats + need_seats > config_.max_num_seqs) return false;
+
+  // Each takes its prefix hit and blocks in turn (a later lookup must see
+  // what the earlier allocations evicted); if one does not fit, those that
+  // did give theirs back, so a group never holds blocks while waiting for
+  // the rest of itself.
+  const kv::PrefixCacheStats stats_before = kv_.prefix_cache_stats();
+  std::vector<std::vector<int32_t>> blocks;
+  std::vector<kv::PrefixHit> hits;
+  std::vector<int64_t> n_new;
+  int64_t budget = config_.max_num_batched_tokens - out.total_num_scheduled_tokens;
+  for (size_t k = 0; k < group.size(); ++k) {
+    Request* r = group[k];
+    kv::PrefixHit hit = kv_.get_computed_blocks(r->all_token_ids, r->cache_key);
+    // Each beam behind this one needs a token of the budget too.
+    const int64_t n = tokens_to_schedule(*r, hit.num_tokens, budget - static_cast<int64_t>(group.size() - k - 1));
+    std::optional<std::vector<int32_t>> b;
+    if (n > 0) b = kv_.allocate_slots(r->id, 0, n, hit);
+    if (!b) {
+      for (size_t k = 0; k < blocks.size(); ++k) kv_.free(group[k]->id);
+      kv_.restore_prefix_cache_stats(stats_before);
+      return false;
+    }
+    blocks.push_back(std::move(*b));
+    hits.push_back(std::move(hit));
+    n_new.push_back(n);
+    budget -= n;
+  }
+  for (size_t k = 0; k < group.size(); ++k) {
+    Request& r = *group[k];
+    waiting_.pop_front();
+    const bool resumed = r.status == RequestStatus::kPreempted;
+    if (!resumed) r.num_cached_prompt_tokens = hits[k].num_tokens;
+    r.num_computed_tokens = hits[k].num_tokens;
+    r.status = RequestStatus::kRunning;
+    running_.push_back(&r);
+    add_scheduled(out, r, n_new[k], 0, std::move(blocks[k]), true, resumed, hits[k].num_tokens);
+  }
+  seats += need_seats;
+  return true;
+}
+
 SchedulerOutput Scheduler::schedule() {
   SchedulerOutput out;
   out.step = stats_.steps;
   out.finished_request_ids = std::move(finished_since_schedule_);
   finished_since_schedule_.clear();
-  int64_t budget = config_.max_num_batched_tokens;
+  auto budget = [&] { return config_.max_num_batched_tokens - out.total_num_scheduled_tokens; };
+  // Copies on write, with the request each is for (one preempted later in
+  // the step drops its own).
+  std::vector<std::pair<std::string, kv::BlockCopy>> copies;
 
   // Running requests, oldest first. Victims come from the back, which holds
-  // requests not yet scheduled this step (or the current one itself).
-  for (size_t i = 0; i < running_.size() && budget > 0;) {
+  // requests not yet scheduled this step (or the current one itself, and for
+  // a beam group, its beams scheduled just before it).
+  for (size_t i = 0; i < running_.size() && budget() > 0;) {
     Request& r = *running_[i];
-    int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget);
+    int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget());
     // A decode verifies its drafts in the same step, as far as the budget
     // and the per-request cap allow.
     int64_t n_drafts = 0;
     if (n == 1 && r.num_tokens() - r.num_computed_tokens == 1) {
-      n_drafts = std::min({static_cast<int64_t>(r.draft_token_ids.size()), budget - 1,
+      n_drafts = std::min({static_cast<int64_t>(r.draft_token_ids.size()), budget() - 1,
                            config_.max_request_step_tokens() - 1});
       n += n_drafts;
     }
+    std::vector<kv::BlockCopy> own_copies;
     std::optional<std::vector<int32_t>> blocks;
-    while (!(blocks = kv_.allocate_slots(r.id, r.num_computed_tokens, n))) {
-      Request& victim = *running_.back();
-      running_.pop_back();
-      preempt(victim);
-      out.preempted_request_ids.push_back(victim.id);
-      if (&victim == &r) break;
-    }
-    if (!blocks) break;  // the request needing space was the newest: stop here
+    bool preempted_itself = false;
+    while (!(blocks = kv_.allocate_slots(r.id, r.num_computed_tokens, n, {}, &own_copies)))
+      if ((preempted_itself = preempt_newest(r, out))) break;
+    if (preempted_itself) break;  // the request needing space was the newest: stop here
+    for (const kv::BlockCopy& c : own_copies) copies.emplace_back(r.id, c);
     add_scheduled(out, r, n, n_drafts, std::move(*blocks), false, false, 0);
     r.draft_token_ids.clear();  // verified now, or not at all
-    budget -= n;
     ++i;
   }
 
   // Waiting requests in FIFO order, unless this step had to preempt (there is
   // no room to admit anyone then). The first that does not fit stops admission.
-  while (out.preempted_request_ids.empty() && !waiting_.empty() && budget > 0 &&
-         static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-    Request& r = *waiting_.front();
-    const kv::PrefixHit hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key);
-    const int64_t n = tokens_to_schedule(r, hit.num_tokens, budget);
-    std::optional<std::vector<int32_t>> blocks = kv_.allocate_slots(r.id, 0, n, hit);
-    if (!blocks) break;
-    waiting_.pop_front();
-    const bool resumed = r.status == RequestStatus::kPreempted;
-    if (!resumed) r.num_cached_prompt_tokens = hit.num_tokens;
-    r.num_computed_tokens = hit.num_tokens;
-    r.status = RequestStatus::kRunning;
-    running_.push_back(&r);
-    add_scheduled(out, r, n, 0, std::move(*blocks), true, resumed, hit.num_tokens);
-    budget -= n;
+  int64_t seats = running_seats();
+  while (out.preempted_request_ids.empty() && !waiting_.empty() && budget() > 0 &&
+         admit_front(out, seats)) {
   }
 
+  for (const auto& [id, c] : copies)
+    if (std::any_of(out.scheduled.begin(), out.scheduled.end(),
+                    [&](const ScheduledRequest& s) { return s.request_id == id; }))
+      out.block_copies.push_back(c);
   ++stats_.steps;
   stats_.scheduled_tokens += out.total_num_scheduled_tokens;
   stats_.last_step_tokens = out.total_num_scheduled_tokens;
@@ -214,11 +310,11 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     if (!s.sample) continue;
     const std::vector<int32_t>& tokens = sampled_token_ids[i];
     const int64_t n = static_cast<int64_t>(tokens.size());
-    if (n < 1 || n > s.num_draft_tokens + 1)
+    if (n > s.num_draft_tokens + 1)
       return make_error("update: " + str(n) + " tokens for request '" + s.request_id + "', which verified " +
                         str(s.num_draft_tokens) + " drafts");
     const auto drafts = s.token_ids.end() - s.num_draft_tokens;
-    if (!std::equal(tokens.begin(), tokens.end() - 1, drafts))
+    if (n > 0 && !std::equal(tokens.begin(), tokens.end() - 1, drafts))
       return make_error("update: the tokens accepted for request '" + s.request_id + "' are not its drafts");
   }
 
@@ -230,10 +326,11 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     if (it == requests_.end()) continue;
     Request& r = *it->second;
     const std::vector<int32_t>& tokens = sampled_token_ids[i];
-    // Valid keys/values: the tokens before the drafts and the accepted drafts.
+    // Valid keys/values: the tokens before the drafts and the accepted drafts
+    // (with no token, all but the last: it is fed again).
     const int64_t accepted = s.sample ? static_cast<int64_t>(tokens.size()) - 1 : 0;
     r.num_computed_tokens += s.num_new_tokens - s.num_draft_tokens + accepted;
-    if (!s.sample) {  // mid-prefill: nothing sampled
+    if (!s.sample || tokens.empty()) {  // mid-prefill, or a row not used: nothing appended
       kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
       continue;
     }
@@ -241,7 +338,7 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     for (int32_t token : tokens) {
       r.append_output_token(token);
       u.new_token_ids.push_back(token);
-      if ((!r.ignore_eos && r.eos_token_id && token == *r.eos_token_id) || contains(r.stop_token_ids, token))
+      if (r.is_stop_token(token))
         u.status = RequestStatus::kFinishedStopped;
       else if (r.num_output_tokens() >= r.max_tokens ||
                (config_.max_model_len > 0 && r.num_tokens() >= config_.max_model_len))
@@ -275,11 +372,13 @@ bool Scheduler::set_draft_tokens(const std::string& request_id, std::vector<int3
   return true;
 }
 
-void Scheduler::retire(Request& r, RequestStatus reason) {
+void Scheduler::retire(Request& r, RequestStatus reason, bool counted) {
   kv_.free(r.id);
   r.status = reason;
-  ++stats_.finished;
-  if (reason == RequestStatus::kFinishedAborted) ++stats_.aborted;
+  if (counted) {
+    ++stats_.finished;
+    if (reason == RequestStatus::kFinishedAborted) ++stats_.aborted;
+  }
   finished_since_schedule_.push_back(r.id);
   requests_.erase(requests_.find(r.id));  // destroys r
 }
@@ -299,6 +398,41 @@ bool Scheduler::abort(const std::string& request_id) {
   return finish_request(request_id, RequestStatus::kFinishedAborted).ok();
 }
 
+bool Scheduler::drop_beam(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  Request* r = it->second.get();
+  std::erase(running_, r);
+  std::erase(waiting_, r);
+  retire(*r, RequestStatus::kFinishedAborted, /*counted=*/false);
+  return true;
+}
+
+Status Scheduler::fork(const std::string& parent_id, const std::string& child_id, int32_t last_token) {
+  auto it = requests_.find(parent_id);
+  if (it == requests_.end() || it->second->status != RequestStatus::kRunning)
+    return make_error("fork: request '" + parent_id + "' is not running");
+  const Request& parent = *it->second;
+  if (parent.beam_group.empty()) return make_error("fork: request '" + parent_id + "' is not a beam");
+  if (parent.output_token_ids.empty() || parent.num_computed_tokens != parent.num_tokens() - 1)
+    return make_error("fork: request '" + parent_id + "' has not just sampled a token");
+  if (child_id.empty() || requests_.count(child_id)) return make_error("fork: the id '" + child_id + "' is taken");
+  if (parent.is_stop_token(last_token)) return make_error("fork: the last token would end the request");
+
+  auto child = std::make_unique<Request>(parent);
+  child->id = child_id;
+  child->output_token_ids.back() = last_token;
+  child->all_token_ids.back() = last_token;
+  child->draft_token_ids.clear();
+  kv_.fork(parent_id, child_id, parent.num_computed_tokens);
+  // After the group's last beam: a group stays side by side in the queue.
+  auto pos = std::find(running_.begin(), running_.end(), &parent);
+  while (pos != running_.end() && (*pos)->beam_group == parent.beam_group) ++pos;
+  running_.insert(pos, child.get());
+  requests_.emplace(child_id, std::move(child));
+  return {};
+}
+
 const Request* Scheduler::find(const std::string& request_id) const {
   auto it = requests_.find(request_id);
   return it == requests_.end() ? nullptr : it->second.get();
@@ -308,6 +442,17 @@ SchedulerStats Scheduler::stats() const {
   SchedulerStats s = stats_;
   s.num_running = num_running();
   s.num_waiting = num_waiting();
+  const auto requests = [](const auto& queue) {
+    int64_t n = 0;
+    const std::string* group = nullptr;
+    for (const Request* r : queue) {
+      if (r->beam_group.empty() || !group || *group != r->beam_group) ++n;
+      group = r->beam_group.empty() ? nullptr : &r->beam_group;
+    }
+    return n;
+  };
+  s.num_running_requests = requests(running_);
+  s.num_waiting_requests = requests(waiting_);
   s.kv_used_blocks = kv_.num_used_blocks();
   s.kv_free_blocks = kv_.num_free_blocks();
   s.kv_usage = kv_.usage();
@@ -344,6 +489,31 @@ Status Scheduler::check_invariants() const {
   }
   for (const auto& [id, r] : requests_)
     if (!seen.count(r.get())) return fail("request '" + id + "' is in no queue");
+  // Beam groups: wholly running, side by side, or wholly waiting, and never wider than their width.
+  struct GroupSeen {
+    int64_t running = 0, waiting = 0, width = 0;
+  };
+  std::unordered_map<std::string, GroupSeen> groups;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Request& r = *running_[i];
+    if (r.beam_group.empty()) continue;
+    GroupSeen& g = groups[r.beam_group];
+    if (g.running > 0 && running_[i - 1]->beam_group != r.beam_group)
+      return fail("the beams of group '" + r.beam_group + "' are not side by side in the running queue");
+    ++g.running;
+    g.width = r.beam_width;
+  }
+  for (const Request* r : waiting_)
+    if (!r->beam_group.empty()) {
+      GroupSeen& g = groups[r->beam_group];
+      ++g.waiting;
+      g.width = r->beam_width;
+    }
+  for (const auto& [name, g] : groups) {
+    if (g.running > 0 && g.waiting > 0) return fail("beam group '" + name + "' is partly running, partly waiting");
+    if (g.running + g.waiting > g.width) return fail("beam group '" + name + "' has more beams than its width");
+  }
+  if (running_seats() > config_.max_num_seqs) return fail("the running requests take more seats than max_num_seqs");
   if (kv_.num_requests() > static_cast<int64_t>(running_.size()))
     return fail("blocks are held by requests that are not running");
   return {};

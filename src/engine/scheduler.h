@@ -12,6 +12,17 @@
 // prompt + output) and allocation is retried; if the request needing space is
 // itself the newest, it is preempted and the step stops there.
 //
+// Beam search: a request's beams are requests of one beam group
+// (Request::beam_group). The group counts as beam_width running requests
+// against max_num_seqs, is admitted only whole (every waiting beam gets
+// blocks, or none keeps any), and is preempted whole: its beams stay side by
+// side at the back of the running queue, so when the newest running request
+// must make room, its whole group goes. A beam forks (fork()) into a new
+// request that shares its blocks; the block both write next is copied on
+// write (SchedulerOutput::block_copies). update() may give a sampled request
+// no token: its row was not used (its group did not advance this step) and
+// its last token is fed again.
+//
 // One step is: out = schedule(); the runner computes out and samples a token
 // for each request with `sample` set; update(out, tokens). update() is the
 // only place tokens are appended and stop conditions checked. Blocks become
@@ -69,6 +80,10 @@ struct SchedulerStats {
   int64_t max_step_tokens = 0;
   int64_t num_running = 0;
   int64_t num_waiting = 0;
+  // The same, counting the beams of one beam search as one request (they sit
+  // side by side in their queue).
+  int64_t num_running_requests = 0;
+  int64_t num_waiting_requests = 0;
   int32_t kv_used_blocks = 0;
   int32_t kv_free_blocks = 0;  // empty or evictable
   int64_t kv_held_tokens = 0;  // tokens whose keys/values running requests hold
@@ -98,7 +113,9 @@ class Scheduler {
   // Applies a computed step. sampled_token_ids[i] holds the tokens sampled
   // for out.scheduled[i] (ignored where that request's `sample` is false): one,
   // or for a request that verified k drafts, the j <= k drafts accepted (equal
-  // to the first j drafts) and then the token sampled after them. Advances
+  // to the first j drafts) and then the token sampled after them, or none
+  // (beam search: the row was not used; the request's last token, and any
+  // drafts, will be computed again, and it gets no RequestUpdate). Advances
   // num_computed_tokens past the tokens whose keys/values are now valid (the
   // rejected drafts' slots are simply computed again later), makes newly full
   // blocks findable, appends the tokens one by one, checks max_tokens / EOS /
@@ -118,8 +135,21 @@ class Scheduler {
   // the token sampled after them. False for an id that is not running.
   bool set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids);
 
+  // Beam search: a new running request `child_id` in the parent's beam
+  // group that is the parent but for its last output token, which is
+  // `last_token` (the parent has just sampled its own, as after update()). It
+  // shares the parent's KV blocks (KVCacheManager::fork) and is placed after
+  // the group's last beam in the running queue. Refused, changing nothing,
+  // for a parent that is not a running beam in that state, a child id in use,
+  // or a last token that would have ended the request.
+  Status fork(const std::string& parent_id, const std::string& child_id, int32_t last_token);
+
   // Ends a request in any state, freeing its blocks now. False if unknown.
   bool abort(const std::string& request_id);
+  // Beam search: ends a beam the search dropped, freeing its blocks now (its
+  // shared ones stay with its siblings), without counting a finished request.
+  // False if unknown.
+  bool drop_beam(const std::string& request_id);
   // Ends a request for a reason found outside the scheduler (a stop string):
   // `reason` must be a finished status.
   Status finish_request(const std::string& request_id, RequestStatus reason);
@@ -134,7 +164,9 @@ class Scheduler {
 
   // The KV manager's invariants, plus: every request is in exactly one queue
   // with a matching status; only running requests hold blocks, enough for
-  // their computed tokens; waiting ones have computed nothing.
+  // their computed tokens; waiting ones have computed nothing; a beam group
+  // is wholly running (side by side) or wholly waiting, has at most
+  // beam_width beams, and the running requests' seats fit max_num_seqs.
   Status check_invariants() const;
   // A step's limits: budget, max_num_seqs, per-request chunk cap, and every
   // scheduled request's block table covering its new tokens.
@@ -143,11 +175,22 @@ class Scheduler {
  private:
   int64_t tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const;
   void preempt(Request& r);
+  // Preempts the newest running request, or its whole beam group, taking any
+  // of them already scheduled this step back out of `out`. True when
+  // `needing` (the request that wants room) was among them.
+  bool preempt_newest(const Request& needing, SchedulerOutput& out);
+  // Admits the request at the front of the waiting queue, with the rest of
+  // its beam group if it has one (all or none). False, changing nothing, when
+  // they do not fit (seats, budget, blocks).
+  bool admit_front(SchedulerOutput& out, int64_t& seats);
+  // Running requests' seats of max_num_seqs: one each, beam_width per beam group.
+  int64_t running_seats() const;
   void add_scheduled(SchedulerOutput& out, const Request& r, int64_t n, int64_t n_drafts,
                      std::vector<int32_t> new_blocks, bool is_new, bool resumed,
                      int64_t num_cached);
   // Frees and forgets a request; the caller has removed it from its queue.
-  void retire(Request& r, RequestStatus reason);
+  // `counted`: a finished request in the stats (not a dropped beam).
+  void retire(Request& r, RequestStatus reason, bool counted = true);
 
   SchedulerConfig config_;
   kv::KVCacheManager kv_;

@@ -4,7 +4,9 @@
 // position num_computed_tokens + i, in KV slot kv_slot(block_table, block_size,
 // position) of each KV group's table; the request's attention reads positions
 // [0, that position] through the tables (a sliding-window group's table has the
-// null block where the window no longer reaches). When `sample` is set the runner samples one token
+// null block where the window no longer reaches). Before the step's forward
+// pass the runner copies `block_copies` (beam search: a block shared by forked
+// requests that one of them now writes gets a private copy). When `sample` is set the runner samples one token
 // from the logits of the request's last scheduled token, or, for a request
 // that verifies drafts, from each of its last num_draft_tokens + 1 tokens.
 #pragma once
@@ -12,6 +14,8 @@
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "kv/kv_cache_manager.h"
 
 namespace inferd {
 
@@ -22,7 +26,8 @@ struct ScheduledRequest {
   std::vector<int32_t> token_ids;   // the num_new_tokens tokens to feed
   // The request's whole block table per KV group; each covers every position
   // up to the last new token. Tables only grow at the end while a request
-  // runs (and sliding-window entries turn null).
+  // runs (sliding-window entries turn null, and a shared block a forked
+  // request writes is replaced by its copy).
   std::vector<std::vector<int32_t>> block_tables;
   std::vector<int32_t> new_block_ids;  // appended to the tables this step, group by group
   bool is_new = false;   // admitted this step: the runner has no state for it yet
@@ -41,6 +46,9 @@ struct SchedulerOutput {
   int64_t step = 0;
   std::vector<ScheduledRequest> scheduled;  // running requests first, then admitted ones
   int64_t total_num_scheduled_tokens = 0;
+  // Copy on write, to do before the forward pass, in order: every layer's
+  // keys and values of block src into block dst.
+  std::vector<kv::BlockCopy> block_copies;
   std::vector<std::string> preempted_request_ids;  // preempted this step; not scheduled
   // Finished or aborted since the previous schedule(): the runner may drop
   // whatever it keeps for them.

@@ -120,7 +120,8 @@ void KVCacheManager::free_out_of_window_blocks(RequestBlocks& rb, int64_t first_
 std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::string& request_id,
                                                                    int64_t num_computed_tokens,
                                                                    int64_t num_new_tokens,
-                                                                   const PrefixHit& hit) {
+                                                                   const PrefixHit& hit,
+                                                                   std::vector<BlockCopy>* copies) {
   INFERD_KV_CHECK(num_computed_tokens >= 0 && num_new_tokens >= 0, "negative token count");
   const int32_t n_groups = num_groups();
   auto it = requests_.find(request_id);
@@ -135,9 +136,23 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   const int64_t total_tokens = num_computed_tokens + hit.num_tokens + num_new_tokens;
   const int64_t n_fresh = std::max<int64_t>(0, blocks_for_tokens(total_tokens) - held - hit_len);
 
+  // Copy on write: held blocks the new tokens go into that another request
+  // also holds (after a fork, the partial block they share).
+  std::vector<std::pair<int32_t, int64_t>> to_copy;  // (group, table index)
+  if (holds && num_new_tokens > 0) {
+    const int64_t first = num_computed_tokens / config_.block_size;
+    const int64_t end = std::min(held, blocks_for_tokens(num_computed_tokens + num_new_tokens));
+    for (int32_t g = 0; g < n_groups; ++g)
+      for (int64_t i = first; i < end; ++i) {
+        const int32_t b = it->second.tables[g][i];
+        if (b != BlockPool::kNullBlock && pool_.ref_count(b) > 1) to_copy.emplace_back(g, i);
+      }
+    INFERD_KV_CHECK(to_copy.empty() || copies, "a shared block is written but the caller takes no copies");
+  }
+
   // Hit blocks nobody references are on the free list: taking them uses free
   // blocks just as fresh ones do.
-  int64_t n_from_free = n_fresh * n_groups;
+  int64_t n_from_free = n_fresh * n_groups + static_cast<int64_t>(to_copy.size());
   std::vector<int32_t> hit_blocks;
   for (int32_t g = 0; g < n_groups && hit_len > 0; ++g)
     for (int32_t b : hit.blocks[g])
@@ -150,6 +165,17 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   // Touch the hit first so that allocate() cannot evict it.
   pool_.touch(hit_blocks);
   std::vector<int32_t> fresh = pool_.allocate(static_cast<int32_t>(n_fresh * n_groups));
+  if (!to_copy.empty()) {
+    const std::vector<int32_t> dst = pool_.allocate(static_cast<int32_t>(to_copy.size()));
+    std::vector<int32_t> released;
+    for (size_t k = 0; k < to_copy.size(); ++k) {
+      int32_t& entry = it->second.tables[to_copy[k].first][to_copy[k].second];
+      copies->push_back({entry, dst[k]});
+      released.push_back(entry);  // still held by the other request(s)
+      entry = dst[k];
+    }
+    pool_.free(released);
+  }
 
   if (!holds && hit_len == 0 && fresh.empty()) return std::vector<int32_t>{};
   RequestBlocks& rb = requests_[request_id];
@@ -195,6 +221,30 @@ void KVCacheManager::cache_full_blocks(const std::string& request_id,
       if (b != BlockPool::kNullBlock) pool_.cache(b, group_block_hash(h, g));
     }
   }
+}
+
+void KVCacheManager::fork(const std::string& parent_id, const std::string& child_id, int64_t num_tokens) {
+  auto it = requests_.find(parent_id);
+  INFERD_KV_CHECK(it != requests_.end(), "forking a request that holds no blocks");
+  INFERD_KV_CHECK(requests_.count(child_id) == 0, "forking into a request that already holds blocks");
+  const int64_t n = blocks_for_tokens(num_tokens);
+  INFERD_KV_CHECK(num_tokens >= 0 && n <= static_cast<int64_t>(it->second.tables[0].size()),
+                  "forking more tokens than the parent has slots for");
+  if (n == 0) return;
+  RequestBlocks child;
+  child.tables.resize(num_groups());
+  std::vector<int32_t> shared;
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    const std::vector<int32_t>& table = it->second.tables[g];
+    child.tables[g].assign(table.begin(), table.begin() + n);
+    for (int32_t b : child.tables[g])
+      if (b != BlockPool::kNullBlock) shared.push_back(b);
+  }
+  // The full blocks' hashes come along: the child's later blocks chain on them.
+  const auto n_hashed = std::min<size_t>(it->second.hashes.size(), static_cast<size_t>(num_tokens / config_.block_size));
+  child.hashes.assign(it->second.hashes.begin(), it->second.hashes.begin() + static_cast<std::ptrdiff_t>(n_hashed));
+  pool_.touch(shared);
+  requests_.emplace(child_id, std::move(child));
 }
 
 void KVCacheManager::free(const std::string& request_id) {

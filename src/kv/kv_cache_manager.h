@@ -10,7 +10,16 @@
 // group's layers. A full-attention group keeps every block; a sliding-window
 // group gives back the blocks that fall wholly out of its window and puts the
 // reserved null block in their place, so a long request holds a window's worth
-// of blocks there. Tables only grow at the end; entries only turn null.
+// of blocks there. Tables only grow at the end; entries only turn null, or
+// (copy on write, below) are replaced by a private copy of a shared block.
+//
+// Beam search forks a request: the child references the parent's blocks
+// (reference counts), so beams share their common prefix. A block that a
+// request is about to write while another request also holds it (the last,
+// partial block of a fork) is copied first: allocate_slots gives the writer a
+// fresh block and returns the (source, destination) pair for the runner to
+// copy before the step's forward pass. Full blocks are never written again,
+// so only that partial block is ever copied.
 // Requests are named by id; the token ids are passed in where a call needs
 // them, so this module does not depend on the engine's Request type.
 #pragma once
@@ -55,6 +64,14 @@ struct PrefixHit {
   int64_t num_queried_tokens = 0;  // tokens that were looked up (0: caching off)
 };
 
+// Copy on write: the runner copies every layer's keys and values of block
+// `src` into block `dst` before the forward pass of the step that needs it.
+struct BlockCopy {
+  int32_t src = 0;
+  int32_t dst = 0;
+  bool operator==(const BlockCopy&) const = default;
+};
+
 // Counted in tokens, once per admission (a lookup that is not followed by a
 // successful allocation is not counted).
 struct PrefixCacheStats {
@@ -80,14 +97,27 @@ class KVCacheManager {
   // holds no blocks yet, the cached prefix `hit`, whose blocks it then
   // references). First, sliding-window groups give back the blocks no token
   // from position num_computed_tokens on can see (that happens even when the
-  // allocation then fails: nothing will read them again). Returns the non-null
-  // block ids appended to its tables (group by group, hit blocks first), or
-  // nullopt, changing nothing more, if there are not enough free or evictable
-  // blocks.
+  // allocation then fails: nothing will read them again). A block the new
+  // tokens are written into that another request also holds (a fork's shared
+  // partial block) is replaced by a fresh one, and the pair is appended to
+  // `copies`, which must then be given (a contract check stops a caller that
+  // forks but ignores copies). Returns the non-null block ids appended to its
+  // tables (group by group, hit blocks first), or nullopt, changing nothing
+  // more, if there are not enough free or evictable blocks for the new blocks
+  // and the copies together.
   std::optional<std::vector<int32_t>> allocate_slots(const std::string& request_id,
                                                      int64_t num_computed_tokens,
                                                      int64_t num_new_tokens,
-                                                     const PrefixHit& hit = {});
+                                                     const PrefixHit& hit = {},
+                                                     std::vector<BlockCopy>* copies = nullptr);
+
+  // Beam search: `child_id`, which holds nothing, gets the parent's blocks
+  // that hold its first `num_tokens` tokens, by reference (each block's count
+  // goes up by one; a sliding-window group's null entries stay null), and the
+  // prefix hashes of the full ones. Nothing is copied and nothing can fail:
+  // the shared partial block is copied when one of them first writes it
+  // (allocate_slots). num_tokens must be covered by the parent's tables.
+  void fork(const std::string& parent_id, const std::string& child_id, int64_t num_tokens);
 
   // After the first `num_computed_tokens` of `tokens` are in the cache: hashes
   // the request's blocks that became full and makes them findable.
@@ -117,6 +147,9 @@ class KVCacheManager {
   int32_t num_used_blocks() const { return num_usable_blocks() - num_free_blocks(); }
   double usage() const { return pool_.usage(); }
   const PrefixCacheStats& prefix_cache_stats() const { return stats_; }
+  // Puts the admission counts back (a beam group is admitted whole or not at
+  // all: the beams that did fit give their blocks back, and their counts).
+  void restore_prefix_cache_stats(const PrefixCacheStats& stats) { stats_ = stats; }
   const BlockPool& pool() const { return pool_; }
 
   // The pool's invariants, plus: every block's reference count equals the

@@ -1,6 +1,7 @@
 #include "model/kv_cache.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 namespace inferd {
@@ -40,5 +41,17 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size)
       n_elements_(static_cast<size_t>(layout_.layers_per_block * n_blocks * block_size * kv_dim_)),
       k_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false),
       v_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false) {}
+
+void KVCache::copy_block(int64_t src, int64_t dst) {
+  // A block holds the same slots of each of its layers_per_block slabs.
+  const size_t block_elements = static_cast<size_t>(block_size_ * kv_dim_);
+  for (AlignedBytes* store : {&k_, &v_}) {
+    uint16_t* base = reinterpret_cast<uint16_t*>(store->data());
+    for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab) {
+      uint16_t* s = base + static_cast<size_t>(slab) * n_slots() * kv_dim_;
+      std::memcpy(s + dst * block_elements, s + src * block_elements, block_elements * sizeof(uint16_t));
+    }
+  }
+}
 
 }  // namespace inferd

@@ -60,6 +60,9 @@ class KVCache {
   // A layer's slab: slot s of block b is at (b * block_size + s) * kv_dim.
   uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_.data()) + slab_offset(layer); }
   uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_.data()) + slab_offset(layer); }
+  // Copies every layer's keys and values of block `src` into block `dst`
+  // (copy on write of a block that forked sequences shared).
+  void copy_block(int64_t src, int64_t dst);
   // The KV group whose block table (and slots) a layer reads.
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 

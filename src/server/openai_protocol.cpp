@@ -178,6 +178,35 @@ void parse_common(const json& body, GenerationRequest& r, const ProtocolLimits& 
   if (get_bool(body, "include_stop_str_in_output", false))
     fail("'include_stop_str_in_output' is not supported", "include_stop_str_in_output");
   (void)get_string(body, "user");  // accepted, unused
+
+  // vLLM's beam search (its extra parameters).
+  r.use_beam_search = get_bool(body, "use_beam_search", false);
+  if (const auto lp = get_number(body, "length_penalty")) {
+    if (std::fabs(*lp) > 1e6) fail("'length_penalty' must be in [-1e6, 1e6], got " + fmt(*lp), "length_penalty");
+    r.length_penalty = static_cast<float>(*lp);
+  }
+  if (const json* es = field(body, "early_stopping")) {
+    if (es->is_boolean()) r.early_stopping = es->get<bool>() ? EarlyStopping::kTrue : EarlyStopping::kFalse;
+    else if (es->is_string() && *es == "never") r.early_stopping = EarlyStopping::kNever;
+    else fail("'early_stopping' must be true, false or \"never\"", "early_stopping");
+  }
+  if (!r.use_beam_search) {
+    if (r.length_penalty != 1.0f) fail("'length_penalty' is only used with 'use_beam_search'", "length_penalty");
+    if (r.early_stopping != EarlyStopping::kFalse)
+      fail("'early_stopping' is only used with 'use_beam_search'", "early_stopping");
+  } else if (r.stream) {
+    fail("'stream' is not supported with 'use_beam_search': the beams are ranked when they have all finished",
+         "stream");
+  }
+}
+
+// What beam search cannot be combined with (checked once the whole body is read).
+void check_beam_search(const GenerationRequest& r) {
+  if (!r.use_beam_search) return;
+  if (r.logprobs >= 0) fail("'logprobs' is not supported with 'use_beam_search'", "logprobs");
+  if (r.structured) fail("'" + r.structured->param + "' cannot be combined with 'use_beam_search'", r.structured->param);
+  if (r.tools && (r.tools->choice == ToolChoice::kRequired || r.tools->choice == ToolChoice::kNamed))
+    fail("'tool_choice' that forces a call cannot be combined with 'use_beam_search'", "tool_choice");
 }
 
 void parse_max_tokens(const json& body, const char* name, GenerationRequest& r) {
@@ -587,6 +616,7 @@ ParseResult parse_completion_request(std::string_view text, const ProtocolLimits
     }
     if (get_bool(body, "echo", false)) fail("'echo' is not supported", "echo");
     if (!get_string(body, "suffix").empty()) fail("'suffix' is not supported", "suffix");
+    check_beam_search(r);
     return r;
   } catch (const Invalid& e) {
     return e.error;
@@ -664,6 +694,7 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
       if (!kw->is_object()) fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");
       r.chat_template_kwargs = kw->dump(-1, ' ', false, json::error_handler_t::replace);
     }
+    check_beam_search(r);
     return r;
   } catch (const Invalid& e) {
     return e.error;

@@ -14,6 +14,7 @@
 
 #include "chat/chat_template.h"
 #include "chat/reasoning.h"
+#include "engine/beam_search.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
 
@@ -99,6 +100,12 @@ struct GenerationRequest {
   std::string cache_salt;
   std::optional<StructuredOutputRequest> structured;  // at most one constraint
   std::optional<ToolsRequest> tools;                  // chat: a non-empty 'tools'
+  // vLLM's beam search: `n` beams, returned as the n choices, best first.
+  // Not with streaming, logprobs or a grammar; length_penalty and
+  // early_stopping only with it (as vLLM v0 refused them without).
+  bool use_beam_search = false;
+  float length_penalty = 1.0f;
+  EarlyStopping early_stopping = EarlyStopping::kFalse;
   // chat: llama-server's per-request `reasoning_format` ("none", "auto",
   // "deepseek", and the server flag's "qwen3", "deepseek_r1"); absent: the server's.
   std::optional<ReasoningParser> reasoning_format;

@@ -39,6 +39,7 @@ struct Choice {
   // split), and the thinking found (whole responses).
   std::shared_ptr<ReasoningStreamParser> reasoning_parser;
   std::string reasoning;
+  std::vector<BeamOutput> beams;  // beam search: the engine request's beams (it stands for n choices)
 };
 
 struct PreparedGeneration {
@@ -401,6 +402,29 @@ std::string reasoning_events(const ResponseWriter& writer, Choice& c, const Requ
 
 std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
 
+// Beam search: each engine request (one per prompt) becomes its beams, one
+// choice each, best first, at the indexes the request holds for its prompt.
+std::vector<Choice> beam_choices(const std::vector<Choice>& requests) {
+  std::vector<Choice> out;
+  for (const Choice& c : requests) {
+    for (size_t k = 0; k < c.beams.size(); ++k) {
+      Choice b;
+      b.engine_id = c.engine_id;
+      b.index = c.index + static_cast<int32_t>(k);
+      b.prompt_index = c.prompt_index;
+      b.text = c.beams[k].text;
+      b.num_tokens = static_cast<int64_t>(c.beams[k].token_ids.size());
+      b.finished = true;
+      b.finish_reason = finish_reason(c.beams[k].status);
+      b.metrics = c.metrics;
+      b.tool_parser = c.tool_parser;  // finish_message parses each beam's whole text
+      b.reasoning_parser = c.reasoning_parser;
+      out.push_back(std::move(b));
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 OpenAIServer::OpenAIServer(ServerOptions options)
@@ -513,7 +537,8 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   } else if (path == "/metrics") {
     const EngineStats stats = engine_->stats();
     const int64_t not_yet_scheduled =
-        std::max<int64_t>(0, unfinished_.load() - stats.scheduler.num_running - stats.scheduler.num_waiting);
+        std::max<int64_t>(0, unfinished_.load() - stats.scheduler.num_running_requests -
+                                 stats.scheduler.num_waiting_requests);
     const std::optional<GrammarCompilerStats> grammar_stats =
         grammars_ ? std::optional(grammars_->stats()) : std::nullopt;
     co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
@@ -737,13 +762,16 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
   std::lock_guard<std::mutex> lock(admit_mu_);
   if (shutting_down_) return shutting_down();
   const int64_t new_requests = static_cast<int64_t>(pg.prompts.size()) * req.n;
-  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running;
+  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running_requests;
   if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
 
+  // Beam search: one engine request per prompt, whose n beams are its choices.
+  const int32_t requests_per_prompt = req.use_beam_search ? 1 : req.n;
   for (size_t p = 0; p < pg.prompts.size(); ++p) {
-    for (int32_t k = 0; k < req.n; ++k) {
+    for (int32_t k = 0; k < requests_per_prompt; ++k) {
       GenerationParams gp;
       const int32_t index = static_cast<int32_t>(p) * req.n + k;
+      if (req.use_beam_search) gp.beam_search = BeamSearchParams{req.n, req.length_penalty, req.early_stopping};
       gp.request_id = api_id + "-" + std::to_string(index);
       gp.prompt_token_ids = pg.prompts[p];
       gp.sampling = req.sampling;
@@ -838,6 +866,7 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
           c.finish_reason = out->finish_reason();
           c.error = out->error;
           c.metrics = out->metrics;
+          c.beams = std::move(out->beams);
         }
         if (!req.stream) {
           if (want_logprobs) c.logprobs.insert(c.logprobs.end(), out->logprobs.begin(), out->logprobs.end());
@@ -880,6 +909,7 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
       co_await send_error(ex, server_error("generation failed: " + c.error));
       co_return;
     }
+  if (req.use_beam_search) choices = beam_choices(choices);
   for (Choice& c : choices) finish_message(c, pg);
   co_await ex.respond(http::status::ok, "application/json",
                       writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n)));

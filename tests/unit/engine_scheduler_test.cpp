@@ -12,10 +12,13 @@
 #include <cstdio>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "engine/beam_search.h"
 #include "engine/scheduler.h"
 
 namespace inferd {
@@ -61,6 +64,13 @@ class FakeRunner {
   std::vector<int32_t> execute_writes_and_reads(const SchedulerOutput& out, bool sample = false) {
     const kv::BlockPool& pool = s_.kv_cache().pool();
     const kv::KVCacheConfig& kv = s_.config().kv;
+    // Copies on write first, as the runner makes them before the forward pass.
+    for (const kv::BlockCopy& c : out.block_copies) {
+      EXPECT_GT(pool.ref_count(c.src), 0) << "step " << out.step << " copies a free block";
+      std::copy_n(token_.begin() + c.src * bs_, bs_, token_.begin() + c.dst * bs_);
+      std::copy_n(pos_.begin() + c.src * bs_, bs_, pos_.begin() + c.dst * bs_);
+      ++copied_blocks;
+    }
     for (const ScheduledRequest& sr : out.scheduled) {
       const Request* r = s_.find(sr.request_id);
       EXPECT_EQ(static_cast<int32_t>(sr.block_tables.size()), kv.num_groups());
@@ -138,6 +148,7 @@ class FakeRunner {
 
   int64_t prefilled_prompt_tokens = 0;  // prompt positions computed, recomputes included
   int64_t computed_tokens = 0;
+  int64_t copied_blocks = 0;
 
  private:
   const Scheduler& s_;
@@ -1000,6 +1011,395 @@ TEST(EngineScheduler, WindowedGroupsKeepOutputsUnderPreemptionAndPrefixCaching) 
     EXPECT_EQ(tiny.outputs.at(r.id), big.outputs.at(r.id)) << r.id;
     EXPECT_EQ(nocache.outputs.at(r.id), big.outputs.at(r.id)) << r.id;
   }
+}
+
+// ---------------------------------------------------------------------------
+// Beam search: a request's beams are a group of scheduler requests. The
+// driver below applies the engine's rules (a group advances only on a step
+// that gave every live beam a row; the first child of a beam continues it,
+// others fork it, beams with none are dropped) with the fake model's
+// logprobs, and the result must equal the same search run directly over the
+// fake model, whatever the batching, budget, preemption and pool size.
+
+// The fake model's logprob of `token` after `history`: a hash spread over
+// [-8, 0) in steps of 1/512 (exact in a float, so ties are real ties).
+float fake_logprob(std::span<const int32_t> history, int32_t token) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  for (int32_t t : history) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  h = (h ^ static_cast<uint32_t>(token + 1)) * 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return -static_cast<float>(h % 4096) / 512.0f;
+}
+
+// The k most likely tokens after `history`, most likely first (lower id on ties).
+std::vector<TokenLogprob> fake_candidates(std::span<const int32_t> history, int32_t k) {
+  std::vector<TokenLogprob> all;
+  for (int32_t t = 0; t < kVocab; ++t) all.push_back({t, fake_logprob(history, t)});
+  std::stable_sort(all.begin(), all.end(),
+                   [](const TokenLogprob& a, const TokenLogprob& b) { return a.logprob > b.logprob; });
+  all.resize(std::min<size_t>(static_cast<size_t>(k), all.size()));
+  return all;
+}
+
+struct BeamGroupSpec {
+  std::string name;
+  std::vector<int32_t> prompt;
+  int64_t max_tokens = 8;
+  BeamSearchParams params;
+  std::optional<int32_t> eos;
+};
+
+BeamEnd fake_ends(const BeamGroupSpec& g, int32_t token) {
+  return g.eos && token == *g.eos ? BeamEnd::kStopToken : BeamEnd::kNone;
+}
+
+// The search run directly over the fake model.
+std::vector<Beam> reference_beams(const BeamGroupSpec& g) {
+  BeamSearch bs(g.params, static_cast<int64_t>(g.prompt.size()), g.max_tokens);
+  while (!bs.done()) {
+    std::vector<std::vector<TokenLogprob>> rows;
+    for (const Beam& b : bs.live()) {
+      std::vector<int32_t> history = g.prompt;
+      history.insert(history.end(), b.token_ids.begin(), b.token_ids.end());
+      rows.push_back(fake_candidates(history, bs.candidates_per_beam()));
+    }
+    bs.step(rows, [&](int32_t, int32_t t) { return fake_ends(g, t); });
+  }
+  return bs.finished();
+}
+
+class BeamDriver {
+ public:
+  BeamDriver(Scheduler& s, FakeRunner& runner) : s_(s), runner_(runner) {}
+
+  Status add_group(const BeamGroupSpec& g) {
+    Request r = make_request(g.name + "#0", g.prompt, g.max_tokens);
+    r.beam_group = g.name;
+    r.beam_width = g.params.beam_width;
+    r.eos_token_id = g.eos;
+    if (Status st = s_.add_request(r); !st) return st;
+    groups_.emplace(g.name, Group{g, BeamSearch(g.params, static_cast<int64_t>(g.prompt.size()), g.max_tokens),
+                                  {r.id}, 1});
+    return {};
+  }
+
+  void abort_group(const std::string& name) {
+    for (const std::string& id : groups_.at(name).ids) {
+      EXPECT_TRUE(s_.abort(id));
+      EXPECT_FALSE(s_.kv_cache().holds_blocks(id));
+    }
+    groups_.erase(name);
+  }
+
+  std::vector<std::string> group_names() const {
+    std::vector<std::string> names;
+    for (const auto& [name, g] : groups_) names.push_back(name);
+    return names;
+  }
+
+  void step(Recorder& rec) {
+    const SchedulerOutput out = s_.schedule();
+    expect_step_ok(s_, out);
+    expect_invariants(s_);
+    runner_.execute_writes_and_reads(out);
+    std::map<std::string, size_t> row_of;
+    std::vector<std::vector<int32_t>> sampled(out.scheduled.size());
+    for (size_t k = 0; k < out.scheduled.size(); ++k) {
+      const ScheduledRequest& sr = out.scheduled[k];
+      if (!sr.sample) continue;
+      const Request* r = s_.find(sr.request_id);
+      if (!r->beam_group.empty()) {
+        row_of[sr.request_id] = k;
+        continue;
+      }
+      const int64_t n = sr.num_computed_tokens + sr.num_new_tokens;
+      sampled[k] = {next_token(std::span<const int32_t>(r->all_token_ids).first(n))};
+    }
+    struct Advance {
+      std::string name;
+      std::vector<BeamChild> children;
+    };
+    std::vector<Advance> advanced;
+    for (auto& [name, g] : groups_) {
+      const size_t have = std::count_if(g.ids.begin(), g.ids.end(), [&](const std::string& id) { return row_of.count(id); });
+      if (have < g.ids.size()) {  // rows of some beams only: none is used
+        held_steps += have > 0;
+        continue;
+      }
+      std::vector<std::vector<TokenLogprob>> rows;
+      for (const std::string& id : g.ids) rows.push_back(fake_candidates(s_.find(id)->all_token_ids, g.search.candidates_per_beam()));
+      const BeamGroupSpec& spec = g.spec;
+      std::vector<BeamChild> children = g.search.step(rows, [&](int32_t, int32_t t) { return fake_ends(spec, t); });
+      std::vector<bool> continued(g.ids.size(), false);
+      for (const BeamChild& c : children)
+        if (!continued[c.parent]) {
+          continued[c.parent] = true;
+          sampled[row_of.at(g.ids[c.parent])] = {c.token};
+        }
+      advanced.push_back({name, std::move(children)});
+    }
+    auto updates = s_.update(out, sampled);
+    ASSERT_TRUE(updates.ok()) << updates.error().message;
+    for (const RequestUpdate& u : *updates) {
+      const Request* r = s_.find(u.request_id);
+      if (r && !r->beam_group.empty()) EXPECT_FALSE(is_finished(u.status)) << "a beam ended by the scheduler";
+    }
+    rec.record(*updates);
+    for (const Advance& a : advanced) {
+      Group& g = groups_.at(a.name);
+      std::vector<bool> continued(g.ids.size(), false);
+      for (const BeamChild& c : a.children) continued[c.parent] = true;
+      for (size_t p = 0; p < g.ids.size(); ++p)
+        if (!continued[p]) EXPECT_TRUE(s_.drop_beam(g.ids[p]));
+      std::fill(continued.begin(), continued.end(), false);
+      std::vector<std::string> ids;
+      for (const BeamChild& c : a.children) {
+        if (!continued[c.parent]) {
+          continued[c.parent] = true;
+          ids.push_back(g.ids[c.parent]);
+          continue;
+        }
+        ids.push_back(a.name + "#" + std::to_string(g.next++));
+        Status st = s_.fork(g.ids[c.parent], ids.back(), c.token);
+        ASSERT_TRUE(st.ok()) << st.error().message;
+        ++forks;
+      }
+      g.ids = std::move(ids);
+      if (g.search.done()) {
+        EXPECT_TRUE(g.ids.empty());
+        results[a.name] = g.search.finished();
+        groups_.erase(a.name);
+      }
+    }
+    expect_invariants(s_);
+  }
+
+  std::map<std::string, std::vector<Beam>> results;
+  int64_t held_steps = 0;  // steps where a group had rows for some of its beams only
+  int64_t forks = 0;
+
+ private:
+  struct Group {
+    BeamGroupSpec spec;
+    BeamSearch search;
+    std::vector<std::string> ids;  // live beam i's request
+    int next;
+  };
+  Scheduler& s_;
+  FakeRunner& runner_;
+  std::map<std::string, Group> groups_;
+};
+
+void expect_same_beams(const std::vector<Beam>& got, const std::vector<Beam>& want, const std::string& name) {
+  ASSERT_EQ(got.size(), want.size()) << name;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].token_ids, want[i].token_ids) << name << " beam " << i;
+    EXPECT_EQ(got[i].cumulative_logprob, want[i].cumulative_logprob) << name << " beam " << i;
+    EXPECT_EQ(got[i].end, want[i].end) << name << " beam " << i;
+  }
+}
+
+BeamGroupSpec beam_spec(std::string name, std::vector<int32_t> p, int64_t max_tokens, int32_t width,
+                        std::optional<int32_t> eos = std::nullopt) {
+  BeamGroupSpec g;
+  g.name = std::move(name);
+  g.prompt = std::move(p);
+  g.max_tokens = max_tokens;
+  g.params.beam_width = width;
+  g.eos = eos;
+  return g;
+}
+
+TEST(EngineSchedulerBeams, AForkSharesBlocksAndItsFirstWriteOfTheSharedBlockIsACopy) {
+  Scheduler s(config(64, 4, 100, 4));
+  FakeRunner runner(s);
+  Request root = make_request("g#0", prompt(6, 1), 10);
+  root.beam_group = "g";
+  root.beam_width = 2;
+  ASSERT_TRUE(s.add_request(root).ok());
+  SchedulerOutput out = s.schedule();
+  runner.execute_writes_and_reads(out);
+  ASSERT_TRUE(s.update(out, std::vector<int32_t>{5}).ok());
+
+  ASSERT_TRUE(s.fork("g#0", "g#1", 9).ok());
+  const Request* child = s.find("g#1");
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(child->output_token_ids, std::vector<int32_t>{9});
+  EXPECT_EQ(child->num_computed_tokens, 6);
+  EXPECT_EQ(child->status, RequestStatus::kRunning);
+  const std::vector<int32_t> parent_table(s.kv_cache().block_table("g#0").begin(), s.kv_cache().block_table("g#0").end());
+  ASSERT_EQ(parent_table.size(), 2u);  // positions 0..5: block 1 holds 4 and 5
+  for (int32_t b : parent_table) EXPECT_EQ(s.kv_cache().pool().ref_count(b), 2);
+  EXPECT_EQ(s.num_running(), 2);
+  expect_invariants(s);
+  // Refused: an id in use, a parent that is not a beam, a stop token.
+  EXPECT_FALSE(s.fork("g#0", "g#1", 9).ok());
+  Request plain = make_request("p", prompt(3, 2), 4);
+  plain.eos_token_id = 63;
+  ASSERT_TRUE(s.add_request(plain).ok());
+  EXPECT_FALSE(s.fork("p", "p2", 1).ok());
+
+  // Both write position 6, in the shared block 1: the first gets a copy.
+  out = s.schedule();
+  expect_step_ok(s, out);
+  ASSERT_EQ(out.block_copies.size(), 1u);
+  EXPECT_EQ(out.block_copies[0].src, parent_table[1]);
+  runner.execute_writes_and_reads(out);  // every read sees its own tokens
+  const std::span<const int32_t> a = s.kv_cache().block_table("g#0"), b = s.kv_cache().block_table("g#1");
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_NE(a[1], b[1]);
+  for (const char* id : {"g#0", "g#1", "p"}) EXPECT_TRUE(s.abort(id));
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineSchedulerBeams, ARowNotUsedFeedsTheLastTokenAgain) {
+  Scheduler s(config(64, 4, 100, 4));
+  FakeRunner runner(s);
+  Request root = make_request("g#0", prompt(5, 3), 10);
+  root.beam_group = "g";
+  root.beam_width = 2;
+  ASSERT_TRUE(s.add_request(root).ok());
+  SchedulerOutput out = s.schedule();
+  runner.execute_writes_and_reads(out);
+  ASSERT_TRUE(s.update(out, std::vector<int32_t>{7}).ok());
+  out = s.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].num_computed_tokens, 5);
+  runner.execute_writes_and_reads(out);
+  auto updates = s.update(out, std::vector<std::vector<int32_t>>{{}});
+  ASSERT_TRUE(updates.ok()) << updates.error().message;
+  EXPECT_TRUE(updates->empty());
+  EXPECT_EQ(s.find("g#0")->num_computed_tokens, 5);
+  EXPECT_EQ(s.find("g#0")->num_tokens(), 6);
+  expect_invariants(s);
+  out = s.schedule();
+  ASSERT_EQ(out.scheduled.size(), 1u);
+  EXPECT_EQ(out.scheduled[0].num_computed_tokens, 5);
+  EXPECT_EQ(out.scheduled[0].token_ids, std::vector<int32_t>{7});
+  EXPECT_TRUE(out.scheduled[0].sample);
+  EXPECT_TRUE(s.abort("g#0"));
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineSchedulerBeams, AGroupTakesBeamWidthSeatsAndIsRefusedWhatItCanNeverRun) {
+  Scheduler s(config(64, 4, 100, 4));
+  FakeRunner runner(s);
+  Recorder rec;
+  BeamDriver driver(s, runner);
+  ASSERT_TRUE(driver.add_group(beam_spec("g", prompt(5, 4), 6, 3)).ok());
+  for (const char* id : {"a", "b"}) ASSERT_TRUE(s.add_request(make_request(id, prompt(4, id[0]), 6)).ok());
+  driver.step(rec);
+  // The root alone holds 3 seats of 4: "a" fits beside it, "b" waits.
+  EXPECT_EQ(s.num_running(), 2 + 2);  // the root forked into 3 beams; and "a"
+  EXPECT_EQ(s.num_waiting(), 1);
+  EXPECT_EQ(s.find("b")->status, RequestStatus::kWaiting);
+  EXPECT_EQ(s.stats().num_running_requests, 2);  // the group counts once
+  EXPECT_EQ(s.stats().num_waiting_requests, 1);
+
+  Request wide = make_request("w#0", prompt(4, 5), 4);
+  wide.beam_group = "w";
+  wide.beam_width = 5;
+  Status st = Scheduler::validate_request(wide, s.config());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("max_num_seqs"), std::string::npos) << st.error().message;
+  // 3 beams of 4 + 30 - 1 tokens (9 blocks each) need 27 blocks of the 99.
+  wide.beam_width = 3;
+  wide.max_tokens = 30;
+  EXPECT_TRUE(Scheduler::validate_request(wide, s.config()).ok());
+  wide.max_tokens = 130;  // 34 blocks each
+  st = Scheduler::validate_request(wide, s.config());
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("for each of 3 beams"), std::string::npos) << st.error().message;
+  Request nameless = make_request("n", prompt(4, 6), 4);
+  nameless.beam_width = 2;
+  EXPECT_FALSE(Scheduler::validate_request(nameless, s.config()).ok());
+  while (s.has_unfinished_requests()) driver.step(rec);
+  expect_idle_and_clean(s);
+}
+
+// Random groups (widths 1-4), plain requests and aborts under small budgets,
+// few seats and tight pools: groups are split by the budget (their rows are
+// then not used), preempted whole and re-admitted whole, share and copy
+// blocks; every finished search equals the direct one, every plain request its
+// reference, and the pool ends with every reference count at zero.
+TEST(EngineSchedulerBeams, RandomizedGroupsPlainRequestsAndAbortsGiveTheDirectSearchesBeams) {
+  int64_t total_held = 0, total_preemptions = 0, total_copies = 0, total_forks = 0, total_compared = 0;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937 rng(seed);
+    auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const int32_t bs = uniform(1, 2) * 2;
+    SchedulerConfig c = config(uniform(4, 12), uniform(4, 8), 1 + uniform(50, 90) / bs, bs, seed % 3 != 0);
+    if (seed % 2 == 0) c.long_prefill_token_threshold = 3;
+    if (seed >= 6) {
+      const int64_t w = uniform(3, 12);
+      c.kv.group_windows = {0, w};
+      c.kv.n_blocks = 1 + uniform(90, 160) / bs;
+    }
+    Scheduler s(c);
+    FakeRunner runner(s);
+    Recorder rec;
+    BeamDriver driver(s, runner);
+    const std::vector<int32_t> shared = prompt(12, seed);
+    std::map<std::string, BeamGroupSpec> specs;
+    std::map<std::string, Request> plain;
+    std::set<std::string> aborted;
+    int next_id = 0;
+    for (int op = 0; op < 600; ++op) {
+      const int kind = uniform(0, 99);
+      if (kind < 8) {
+        std::vector<int32_t> p(shared.begin(), shared.begin() + uniform(1, 12));
+        const std::vector<int32_t> tail = prompt(uniform(0, 8), rng());
+        p.insert(p.end(), tail.begin(), tail.end());
+        const int32_t width = std::min<int32_t>({uniform(1, 4), c.max_num_seqs, static_cast<int32_t>(c.max_num_batched_tokens)});
+        BeamGroupSpec g = beam_spec("g" + std::to_string(next_id++), p, uniform(1, 12), width);
+        if (uniform(0, 1)) g.eos = uniform(0, kVocab - 1);
+        g.params.length_penalty = static_cast<float>(uniform(-2, 4)) / 2.0f;
+        g.params.early_stopping = static_cast<EarlyStopping>(uniform(0, 2));
+        if (driver.add_group(g).ok()) specs[g.name] = g;
+      } else if (kind < 14) {
+        Request r = make_request("r" + std::to_string(next_id++), prompt(uniform(1, 30), rng()), uniform(1, 12));
+        if (s.add_request(r).ok()) plain[r.id] = r;
+      } else if (kind < 16) {
+        const std::vector<std::string> names = driver.group_names();
+        if (!names.empty()) {
+          const std::string name = names[uniform(0, static_cast<int>(names.size()) - 1)];
+          driver.abort_group(name);
+          aborted.insert(name);
+          expect_invariants(s);
+        }
+      } else {
+        driver.step(rec);
+      }
+      if (testing::Test::HasFatalFailure()) return;
+    }
+    for (int i = 0; i < 100000 && s.has_unfinished_requests(); ++i) {
+      driver.step(rec);
+      if (testing::Test::HasFatalFailure()) return;
+    }
+    ASSERT_FALSE(s.has_unfinished_requests());
+    expect_idle_and_clean(s);
+    for (const auto& [name, g] : specs) {
+      if (aborted.count(name)) continue;
+      ASSERT_TRUE(driver.results.count(name)) << name;
+      expect_same_beams(driver.results.at(name), reference_beams(g), name);
+      ++total_compared;
+    }
+    for (const auto& [id, r] : plain) EXPECT_EQ(rec.outputs[id], reference_output(r)) << id;
+    total_held += driver.held_steps;
+    total_preemptions += s.stats().preemptions;
+    total_copies += runner.copied_blocks;
+    total_forks += driver.forks;
+  }
+  std::printf("beam groups: %lld compared, %lld forks, %lld copies, %lld preemptions, %lld steps with a group's rows unused\n",
+              static_cast<long long>(total_compared), static_cast<long long>(total_forks),
+              static_cast<long long>(total_copies), static_cast<long long>(total_preemptions),
+              static_cast<long long>(total_held));
+  EXPECT_GT(total_compared, 50);
+  EXPECT_GT(total_forks, 0);
+  EXPECT_GT(total_copies, 0);
+  EXPECT_GT(total_preemptions, 0);
+  EXPECT_GT(total_held, 0);
 }
 
 }  // namespace

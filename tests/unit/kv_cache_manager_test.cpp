@@ -1,10 +1,13 @@
 // KVCacheManager: append-only block tables, allocation that succeeds whole or
 // changes nothing, prefix lookup over full blocks only (capped so the last
 // token is computed), caching of generated tokens, cache salts, eviction order
-// on free, and the invariants that tie reference counts to tables.
+// on free, and the invariants that tie reference counts to tables; beam
+// search's forks, which share blocks, and copy on write of the partial one.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <numeric>
+#include <random>
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
@@ -224,6 +227,263 @@ TEST(KvCacheManager, InvariantCheckSeesAMissingTable) {
       << s.error().message;
 }
 
+// --- Forks (beam search): shared blocks and copy on write.
+
+TEST(KvCacheManager, ForkSharesTheParentsBlocksByReference) {
+  KVCacheManager m({.n_blocks = 20, .block_size = 4});
+  const std::vector<int32_t> t = tokens(10);  // 2 full blocks + a partial one
+  run_sequence(m, "p", t);
+  const std::vector<int32_t> parent = table(m, "p");
+  const int32_t free_before = m.num_free_blocks();
+  m.fork("p", "c", 10);
+  EXPECT_EQ(table(m, "c"), parent);
+  EXPECT_EQ(m.num_free_blocks(), free_before);  // nothing allocated, nothing copied
+  for (int32_t b : parent) EXPECT_EQ(m.pool().ref_count(b), 2);
+  EXPECT_INVARIANTS(m);  // the child's hashes agree with the shared full blocks
+
+  // A shorter fork takes only the blocks its tokens need.
+  m.fork("p", "d", 8);
+  EXPECT_EQ(table(m, "d"), std::vector<int32_t>(parent.begin(), parent.begin() + 2));
+  EXPECT_EQ(m.pool().ref_count(parent[2]), 2);
+  EXPECT_INVARIANTS(m);
+
+  // The shared blocks outlive any one holder.
+  m.free("p");
+  for (int32_t b : parent) EXPECT_GE(m.pool().ref_count(b), 1);
+  m.free("c");
+  EXPECT_EQ(m.pool().ref_count(parent[2]), 0);
+  m.free("d");
+  EXPECT_EQ(m.num_free_blocks(), m.num_usable_blocks());
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManager, TheFirstWriteOfASharedPartialBlockCopiesItAndTheLastWritesInPlace) {
+  KVCacheManager m({.n_blocks = 20, .block_size = 4});
+  std::vector<int32_t> t = tokens(10);
+  run_sequence(m, "p", t);
+  const std::vector<int32_t> parent = table(m, "p");
+  m.fork("p", "c", 10);
+  m.fork("p", "d", 10);
+  EXPECT_EQ(m.pool().ref_count(parent[2]), 3);
+
+  std::vector<BlockCopy> copies;
+  auto appended = m.allocate_slots("c", 10, 1, {}, &copies);  // position 10 is in the shared block 2
+  ASSERT_TRUE(appended);
+  EXPECT_TRUE(appended->empty());  // a copy replaces an entry; nothing is appended
+  ASSERT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].src, parent[2]);
+  const std::vector<int32_t> c = table(m, "c");
+  EXPECT_EQ(copies[0].dst, c[2]);
+  EXPECT_NE(c[2], parent[2]);
+  EXPECT_EQ(std::vector<int32_t>(c.begin(), c.begin() + 2), std::vector<int32_t>(parent.begin(), parent.begin() + 2));
+  EXPECT_EQ(m.pool().ref_count(c[2]), 1);
+  EXPECT_EQ(m.pool().ref_count(parent[2]), 2);
+  EXPECT_INVARIANTS(m);
+
+  ASSERT_TRUE(m.allocate_slots("d", 10, 1, {}, &copies));
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_EQ(copies[1].src, parent[2]);
+  EXPECT_EQ(m.pool().ref_count(parent[2]), 1);
+  // The parent is the last holder: it writes its block in place.
+  ASSERT_TRUE(m.allocate_slots("p", 10, 1, {}, &copies));
+  EXPECT_EQ(copies.size(), 2u);
+  EXPECT_EQ(table(m, "p"), parent);
+  EXPECT_INVARIANTS(m);
+
+  // Writing again where it already wrote (a step computed again) copies nothing.
+  ASSERT_TRUE(m.allocate_slots("c", 10, 1, {}, &copies));
+  EXPECT_EQ(copies.size(), 2u);
+  for (const char* id : {"p", "c", "d"}) m.free(id);
+  EXPECT_EQ(m.num_free_blocks(), m.num_usable_blocks());
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManager, AForkAtABlockBoundaryNeverCopies) {
+  KVCacheManager m({.n_blocks = 20, .block_size = 4});
+  run_sequence(m, "p", tokens(8));
+  m.fork("p", "c", 8);
+  std::vector<BlockCopy> copies;
+  auto a = m.allocate_slots("c", 8, 1, {}, &copies);  // position 8 opens block 2
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->size(), 1u);
+  auto b = m.allocate_slots("p", 8, 1, {}, &copies);
+  ASSERT_TRUE(b);
+  EXPECT_NE((*a)[0], (*b)[0]);
+  EXPECT_TRUE(copies.empty());
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManager, ACopyThatFindsNoFreeBlockChangesNothing) {
+  KVCacheManager m({.n_blocks = 4, .block_size = 4});  // 3 usable
+  run_sequence(m, "p", tokens(6));                      // 2 blocks
+  m.fork("p", "c", 6);
+  ASSERT_TRUE(m.allocate_slots("x", 0, 1));  // the last free block
+  const std::vector<int32_t> before = table(m, "c");
+  std::vector<BlockCopy> copies;
+  EXPECT_FALSE(m.allocate_slots("c", 6, 1, {}, &copies).has_value());
+  EXPECT_TRUE(copies.empty());
+  EXPECT_EQ(table(m, "c"), before);
+  EXPECT_EQ(m.pool().ref_count(before[1]), 2);
+  EXPECT_INVARIANTS(m);
+  m.free("x");
+  ASSERT_TRUE(m.allocate_slots("c", 6, 1, {}, &copies).has_value());
+  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManager, AForkedChildCachesItsOwnFullBlocksChainedOnTheParents) {
+  KVCacheManager m({.n_blocks = 20, .block_size = 4});
+  std::vector<int32_t> p = tokens(6);
+  run_sequence(m, "p", p);
+  m.fork("p", "c", 6);
+  std::vector<int32_t> c = p;
+  std::vector<BlockCopy> copies;
+  // Each writes positions 6 and 7 with tokens of its own, filling block 1.
+  for (int32_t i = 0; i < 2; ++i) {
+    p.push_back(500 + i);
+    c.push_back(600 + i);
+    ASSERT_TRUE(m.allocate_slots("p", 6 + i, 1, {}, &copies));
+    ASSERT_TRUE(m.allocate_slots("c", 6 + i, 1, {}, &copies));
+    m.cache_full_blocks("p", p, 7 + i, 0);
+    m.cache_full_blocks("c", c, 7 + i, 0);
+  }
+  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_INVARIANTS(m);
+  // Both 8-token prefixes are findable, each in its own block.
+  p.push_back(1);
+  c.push_back(1);
+  const PrefixHit hp = m.get_computed_blocks(p, 0), hc = m.get_computed_blocks(c, 0);
+  ASSERT_EQ(hp.num_tokens, 8);
+  ASSERT_EQ(hc.num_tokens, 8);
+  EXPECT_EQ(hp.blocks[0][0], hc.blocks[0][0]);
+  EXPECT_NE(hp.blocks[0][1], hc.blocks[0][1]);
+  const std::vector<int32_t> tp = table(m, "p"), tc = table(m, "c");
+  EXPECT_EQ(hp.blocks[0], std::vector<int32_t>(tp.begin(), tp.begin() + 2));
+  EXPECT_EQ(hc.blocks[0], std::vector<int32_t>(tc.begin(), tc.begin() + 2));
+}
+
+TEST(KvCacheManagerDeathTest, WritingASharedBlockWithoutTakingCopiesIsAContractViolation) {
+  KVCacheManager m({.n_blocks = 10, .block_size = 4});
+  run_sequence(m, "p", tokens(6));
+  m.fork("p", "c", 6);
+  EXPECT_DEATH((void)m.allocate_slots("c", 6, 1), "caller takes no copies");
+}
+
+// Random forks, decodes, new sequences (with shared prefixes) and frees over a
+// fake cache that stores each slot's token: after every operation every
+// request must read its own tokens back through its tables, so a write into a
+// block another request still reads, or a copy not made, shows. At the end
+// every reference count is zero.
+void randomized_forks(const KVCacheConfig& config, uint32_t seed) {
+  KVCacheManager m(config);
+  const int64_t bs = config.block_size;
+  std::vector<int32_t> slot_token(static_cast<size_t>(config.n_blocks * bs), -1);
+  struct Seq {
+    std::vector<int32_t> tokens;  // every one computed
+  };
+  std::map<std::string, Seq> live;
+  std::mt19937 rng(seed);
+  int next_id = 0;
+  int64_t n_copies = 0, n_forks = 0, n_failed = 0;
+
+  auto write = [&](const std::string& id, int64_t pos, int32_t token) {
+    for (int32_t g = 0; g < m.num_groups(); ++g) {
+      const std::span<const int32_t> t = m.block_table(id, g);
+      const int32_t b = t[pos / bs];
+      ASSERT_NE(b, BlockPool::kNullBlock);
+      ASSERT_EQ(m.pool().ref_count(b), 1) << "writing a block another request holds";
+      slot_token[static_cast<size_t>(b * bs + pos % bs)] = token;
+    }
+  };
+  auto check_all = [&] {
+    EXPECT_INVARIANTS(m);
+    for (const auto& [id, seq] : live) {
+      const int64_t n = static_cast<int64_t>(seq.tokens.size());
+      for (int32_t g = 0; g < m.num_groups(); ++g) {
+        const std::span<const int32_t> t = m.block_table(id, g);
+        const int64_t w = config.window(g);
+        // What the next token may still read: all of it, or its window.
+        for (int64_t q = w > 0 ? std::max<int64_t>(0, n + 1 - w) : 0; q < n; ++q) {
+          const int32_t b = t[q / bs];
+          ASSERT_NE(b, BlockPool::kNullBlock) << id << " lost position " << q;
+          ASSERT_EQ(slot_token[static_cast<size_t>(b * bs + q % bs)], seq.tokens[q])
+              << id << " (group " << g << ") reads another token at " << q;
+        }
+      }
+    }
+  };
+
+  for (int op = 0; op < 3000; ++op) {
+    const int kind = static_cast<int>(rng() % 10);
+    auto pick = [&]() -> std::string {
+      auto it = live.begin();
+      std::advance(it, static_cast<long>(rng() % live.size()));
+      return it->first;
+    };
+    if (live.empty() || kind < 2) {  // a new sequence, often sharing a prefix with earlier ones
+      const std::string id = "s" + std::to_string(next_id++);
+      std::vector<int32_t> t(1 + rng() % 14);
+      for (size_t i = 0; i < t.size(); ++i) t[i] = static_cast<int32_t>(i < 6 ? rng() % 2 : rng() % 50);
+      const PrefixHit hit = m.get_computed_blocks(t, 0);
+      const int64_t n = static_cast<int64_t>(t.size()) - hit.num_tokens;
+      if (!m.allocate_slots(id, 0, n, hit)) {
+        ++n_failed;
+        continue;
+      }
+      for (int64_t p = hit.num_tokens; p < static_cast<int64_t>(t.size()); ++p) write(id, p, t[p]);
+      m.cache_full_blocks(id, t, static_cast<int64_t>(t.size()), 0);
+      live[id].tokens = t;
+    } else if (kind < 6) {  // a decode: one more token
+      const std::string id = pick();
+      Seq& seq = live[id];
+      const int64_t n = static_cast<int64_t>(seq.tokens.size());
+      std::vector<BlockCopy> copies;
+      const std::vector<int32_t> before(m.block_table(id).begin(), m.block_table(id).end());
+      if (!m.allocate_slots(id, n, 1, {}, &copies)) {
+        ++n_failed;
+        EXPECT_TRUE(copies.empty());
+        EXPECT_EQ(std::vector<int32_t>(m.block_table(id).begin(), m.block_table(id).begin() + before.size()), before);
+        continue;
+      }
+      // The runner's part: copy, then write.
+      for (const BlockCopy& c : copies)
+        std::copy_n(slot_token.begin() + c.src * bs, bs, slot_token.begin() + c.dst * bs);
+      n_copies += static_cast<int64_t>(copies.size());
+      seq.tokens.push_back(static_cast<int32_t>(rng() % 50));
+      write(id, n, seq.tokens.back());
+      m.cache_full_blocks(id, seq.tokens, n + 1, 0);
+    } else if (kind < 8) {  // a fork
+      const std::string parent = pick();
+      const std::string id = "s" + std::to_string(next_id++);
+      m.fork(parent, id, static_cast<int64_t>(live[parent].tokens.size()));
+      live[id] = live[parent];
+      ++n_forks;
+    } else {
+      const std::string id = pick();
+      m.free(id);
+      live.erase(id);
+    }
+    check_all();
+    if (testing::Test::HasFailure()) return;
+  }
+  for (const auto& [id, seq] : live) m.free(id);
+  for (int32_t b = 0; b < m.pool().num_blocks(); ++b) EXPECT_EQ(m.pool().ref_count(b), 0) << "block " << b;
+  EXPECT_EQ(m.num_free_blocks(), m.num_usable_blocks());
+  EXPECT_EQ(m.num_requests(), 0);
+  EXPECT_INVARIANTS(m);
+  // The run exercised what it is about.
+  EXPECT_GT(n_forks, 100);
+  EXPECT_GT(n_copies, 20);
+  EXPECT_GT(n_failed, 0);
+}
+
+TEST(KvCacheManager, RandomizedForksDecodesAndFreesKeepEveryReaderCorrectAndEndAtZero) {
+  for (uint32_t seed = 1; seed <= 3; ++seed) {
+    randomized_forks({.n_blocks = 40, .block_size = 4}, seed);
+    randomized_forks({.n_blocks = 40, .block_size = 4, .enable_prefix_caching = false}, seed);
+  }
+}
+
 // --- KV groups: one full-attention group and a windowed one (window 6, blocks of 4).
 
 KVCacheConfig windowed(int32_t n_blocks, bool caching = true) {
@@ -311,6 +571,10 @@ TEST(KVCacheManager, MaxBlocksHeldCountsAWindowPerWindowedGroup) {
   EXPECT_EQ(max_blocks_held(c, 100, 8), 25 + 5);
   EXPECT_EQ(max_blocks_held(c, 10, 8), 3 + 3);  // short: no more than the request's blocks
   EXPECT_EQ(max_blocks_held({.n_blocks = 10, .block_size = 4}, 100, 8), 25);
+}
+
+TEST(KVCacheManager, RandomizedForksWithAWindowedGroupKeepEveryReaderCorrectAndEndAtZero) {
+  for (uint32_t seed = 1; seed <= 3; ++seed) randomized_forks(windowed(60), seed);
 }
 
 }  // namespace

@@ -95,6 +95,51 @@ TEST(OpenAIProtocol, CompletionErrorsNameTheField) {
   }
 }
 
+TEST(OpenAIProtocol, BeamSearchFieldsAndWhatTheyCannotBeCombinedWith) {
+  GenerationRequest r = completion_ok(R"({"prompt": "x"})");
+  EXPECT_FALSE(r.use_beam_search);
+  EXPECT_FLOAT_EQ(r.length_penalty, 1.0f);
+  EXPECT_EQ(r.early_stopping, EarlyStopping::kFalse);
+  r = completion_ok(R"({"prompt": "x", "use_beam_search": true, "n": 4, "length_penalty": 0.5,
+      "early_stopping": "never", "best_of": 4})");
+  EXPECT_TRUE(r.use_beam_search);
+  EXPECT_EQ(r.n, 4);
+  EXPECT_FLOAT_EQ(r.length_penalty, 0.5f);
+  EXPECT_EQ(r.early_stopping, EarlyStopping::kNever);
+  EXPECT_EQ(completion_ok(R"({"prompt": "x", "use_beam_search": true, "early_stopping": true})").early_stopping,
+            EarlyStopping::kTrue);
+  // Sampling parameters are accepted and unused, as vLLM's beam search does.
+  EXPECT_TRUE(completion_ok(R"({"prompt": "x", "use_beam_search": true, "temperature": 0.7, "top_p": 0.9})")
+                  .use_beam_search);
+
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": 1})").param, "use_beam_search");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "early_stopping": "always"})").param,
+            "early_stopping");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "length_penalty": "1"})").param,
+            "length_penalty");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "length_penalty": 1e300})").param,
+            "length_penalty");
+  // Only with beam search (vLLM v0 refused them without).
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "length_penalty": 2})").param, "length_penalty");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "early_stopping": "never"})").param, "early_stopping");
+  EXPECT_TRUE(completion_ok(R"({"prompt": "x", "length_penalty": 1.0, "early_stopping": false})").n == 1);
+  // What beam search cannot do.
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "stream": true})").param, "stream");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "logprobs": 1})").param, "logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "guided_choice": ["a", "b"]})").param,
+            "guided_choice");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "use_beam_search": true,
+      "logprobs": true})").param, "logprobs");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "use_beam_search": true,
+      "response_format": {"type": "json_object"}})").param, "response_format");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "use_beam_search": true,
+      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "required"})").param,
+            "tool_choice");
+  auto chat = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "use_beam_search": true,
+      "n": 2, "tools": [{"type": "function", "function": {"name": "f"}}]})", kLimits);
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(chat));  // tool_choice auto: parsed from each beam
+}
+
 TEST(OpenAIProtocol, ChatMessages) {
   auto r = parse_chat_request(R"({"messages": [{"role": "system", "content": "s"},
       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
