@@ -927,14 +927,12 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
     q4k_groups_tokens<true>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
     return;
   }
-  if (nt > 2) {
-    q4k_groups_tokens<false>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
-    return;
-  }
-  if (nt == 2) {
-    q4k_groups_gemv_stream<2>(groups, n_groups, cols, act, act_stride, out, out_stride);
-  } else {
-    q4k_groups_gemv_stream<1>(groups, n_groups, cols, act, act_stride, out, out_stride);
+  switch (nt) {
+    case 1: q4k_groups_gemv_stream<1>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
+    case 2: q4k_groups_gemv_stream<2>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
+    case 3: q4k_groups_gemv_stream<3>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
+    case 4: q4k_groups_gemv_stream<4>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
+    default: q4k_groups_tokens<false>(groups, n_groups, cols, act, act_stride, nt, out, out_stride); return;
   }
 }
 
