@@ -121,8 +121,11 @@ class Bench:
 
     def speculative_config(self) -> dict:
         if self.a.draft_model:
-            return {"method": "draft_model", "model": self.a.draft_model, "num_speculative_tokens": self.a.k,
-                    "draft_p_min": self.a.draft_p_min}
+            c = {"method": "draft_model", "model": self.a.draft_model, "num_speculative_tokens": self.a.k,
+                 "draft_p_min": self.a.draft_p_min}
+            if self.a.draft_vocab_size:
+                c["draft_vocab_size"] = self.a.draft_vocab_size
+            return c
         return {"method": "ngram", "num_speculative_tokens": self.a.k, "prompt_lookup_min": self.a.ngram_min,
                 "prompt_lookup_max": self.a.ngram_max}
 
@@ -202,6 +205,8 @@ def main() -> int:
     ap.add_argument("--draft-model", default="", help="a draft GGUF: both servers speculate with it, not n-grams")
     ap.add_argument("--draft-p-min", type=float, default=0.75,
                     help="the draft's confidence threshold, both servers (draft_p_min, --spec-draft-p-min)")
+    ap.add_argument("--draft-vocab-size", type=int, default=0,
+                    help="inferd's draft_vocab_size (llama-server has no such option)")
     ap.add_argument("--streams", type=int, default=16, help="0: skip the concurrent run")
     ap.add_argument("--inferd", default=str(cs.ROOT / "build" / "inferd"))
     ap.add_argument("--out", default="/tmp/inferd-compare-speculative")
@@ -227,7 +232,8 @@ def main() -> int:
         log(f"{kind}: greedy texts {'identical' if same else 'DIFFER'} with speculation")
 
     method = "draft" if a.draft_model else "ngram"
-    how = (f"draft model {Path(a.draft_model).name}, p_min {a.draft_p_min} (llama-server draft-simple)"
+    how = (f"draft model {Path(a.draft_model).name}, p_min {a.draft_p_min}, inferd draft_vocab_size "
+           f"{a.draft_vocab_size or 'all'} (llama-server draft-simple)"
            if a.draft_model else
            f"inferd prompt_lookup {a.ngram_min}..{a.ngram_max}, llama-server ngram-simple size-n {a.llama_ngram_n}")
     lines = [f"Model {Path(a.model).name}, {a.threads} threads, batch 1, greedy, max_tokens {a.max_tokens}, "

@@ -667,8 +667,17 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
   if (drafter_) {
     // Every request's drafts in the same batched passes of the draft model.
     std::vector<std::vector<int32_t>> drafts = drafter_->propose(inputs);
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (!drafts[i].empty()) scheduler_.set_draft_tokens(*inputs[i].request_id, std::move(drafts[i]));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!drafts[i].empty()) {
+        scheduler_.set_draft_tokens(*inputs[i].request_id, std::move(drafts[i]));
+      } else {
+        // The draft was unsure of its first token: its pass bought nothing,
+        // so back off as after a verification that accepted none (the
+        // n-gram proposer's empty proposal costs nothing and does not).
+        Live& live = live_.at(*inputs[i].request_id);
+        adapt_draft_length(live, 0, live.draft_len);
+      }
+    }
     return;
   }
   for (const DraftInput& in : inputs) {
