@@ -120,6 +120,30 @@ class SpeculativeTest : public test::ModelTest {
       EXPECT_GT(st.speculative.accepted_tokens, 0) << "no draft was ever accepted: verification was not exercised";
     return st;
   }
+
+  // n prompts of 2 to 400 tokens that repeat themselves, prefilled in chunks
+  // (a budget of 96 tokens) beside the decodes that verify drafts.
+  static void expect_same_for_mixed_lengths(int n, uint32_t seed, int64_t max_tokens_base, int max_tokens_mod,
+                                            int64_t n_blocks) {
+    std::vector<GenerationParams> reqs;
+    for (int i = 0; i < n; ++i) {
+      const int64_t len = std::lround(std::pow(200.0, i / (n - 1.0))) * 2;
+      reqs.push_back(request(repeating_prompt(len, seed + i), max_tokens_base + i % max_tokens_mod));
+    }
+    expect_same_with_speculation(engine_config(96, 32, n_blocks), reqs);
+  }
+
+  // Preempted requests recompute their output tokens as decodes (ModelRunner::
+  // build_batch), so their outputs stay the same whatever the pool: eight
+  // requests on a pool that holds the longest one alone and little more.
+  static void expect_same_under_preemption(uint32_t seed) {
+    constexpr int64_t kMaxTokens = 24;
+    std::vector<GenerationParams> reqs;
+    for (int i = 0; i < 8; ++i) reqs.push_back(request(repeating_prompt(20 + 35 * i, seed + i), kMaxTokens));
+    const EngineStats st =
+        expect_same_with_speculation(engine_config(128, 16, blocks_held_alone(265 + kMaxTokens - 1, 128) + 5), reqs);
+    EXPECT_GT(st.scheduler.preemptions, 0);
+  }
 };
 
 class EngineSpeculative : public SpeculativeTest, public ::testing::WithParamInterface<std::string> {
@@ -133,26 +157,10 @@ class EngineSpeculative : public SpeculativeTest, public ::testing::WithParamInt
 };
 
 TEST_P(EngineSpeculative, ConcurrentGreedyRequestsAreTokenIdenticalWithNgramDrafts) {
-  // 24 prompts of 2 to 400 tokens with chunked prefill (a budget of 96
-  // tokens) beside the decodes that verify drafts.
-  std::vector<GenerationParams> reqs;
-  for (int i = 0; i < 24; ++i) {
-    const int64_t len = std::lround(std::pow(200.0, i / 23.0)) * 2;
-    reqs.push_back(request(repeating_prompt(len, 300 + i), 12 + i % 13));
-  }
-  expect_same_with_speculation(engine_config(96, 32, 700), reqs);
+  expect_same_for_mixed_lengths(32, 300, 12, 13, 900);
 }
 
-// Preempted requests recompute their output tokens as decodes (ModelRunner::
-// build_batch), so their outputs stay the same whatever the pool.
-TEST_P(EngineSpeculative, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) {
-  constexpr int64_t kMaxTokens = 24;
-  std::vector<GenerationParams> reqs;
-  for (int i = 0; i < 8; ++i) reqs.push_back(request(repeating_prompt(20 + 35 * i, 400 + i), kMaxTokens));
-  const EngineStats st =
-      expect_same_with_speculation(engine_config(128, 16, blocks_held_alone(265 + kMaxTokens - 1, 128) + 5), reqs);
-  EXPECT_GT(st.scheduler.preemptions, 0);
-}
+TEST_P(EngineSpeculative, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) { expect_same_under_preemption(400); }
 
 TEST_P(EngineSpeculative, SeededSamplingLogprobsAndStopStringsAreAsWithoutDrafts) {
   SamplingParams sp;
@@ -237,24 +245,9 @@ class EngineDraftModel : public SpeculativeTest, public ::testing::WithParamInte
   }
 };
 
-TEST_P(EngineDraftModel, ConcurrentGreedyRequestsAreTokenIdentical) {
-  // 32 prompts of 2 to 400 tokens with chunked prefill (a budget of 96 tokens).
-  std::vector<GenerationParams> reqs;
-  for (int i = 0; i < 32; ++i) {
-    const int64_t len = std::lround(std::pow(200.0, i / 31.0)) * 2;
-    reqs.push_back(request(repeating_prompt(len, 700 + i), 10 + i % 11));
-  }
-  expect_same_with_speculation(engine_config(96, 32, 900), reqs);
-}
+TEST_P(EngineDraftModel, ConcurrentGreedyRequestsAreTokenIdentical) { expect_same_for_mixed_lengths(32, 700, 10, 11, 900); }
 
-TEST_P(EngineDraftModel, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) {
-  constexpr int64_t kMaxTokens = 24;
-  std::vector<GenerationParams> reqs;
-  for (int i = 0; i < 8; ++i) reqs.push_back(request(repeating_prompt(20 + 35 * i, 800 + i), kMaxTokens));
-  const EngineStats st =
-      expect_same_with_speculation(engine_config(128, 16, blocks_held_alone(265 + kMaxTokens - 1, 128) + 5), reqs);
-  EXPECT_GT(st.scheduler.preemptions, 0);
-}
+TEST_P(EngineDraftModel, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) { expect_same_under_preemption(800); }
 
 TEST_P(EngineDraftModel, SeededSamplingLogprobsAndAbortsAreAsWithoutDrafts) {
   SamplingParams sp;
