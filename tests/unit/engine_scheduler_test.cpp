@@ -1210,16 +1210,23 @@ BeamGroupSpec beam_spec(std::string name, std::vector<int32_t> p, int64_t max_to
   return g;
 }
 
-TEST(EngineSchedulerBeams, AForkSharesBlocksAndItsFirstWriteOfTheSharedBlockIsACopy) {
-  Scheduler s(config(64, 4, 100, 4));
-  FakeRunner runner(s);
-  Request root = make_request("g#0", prompt(6, 1), 10);
+// Admits the first beam "g#0" of a width-2 group and computes its prompt,
+// which samples `first_token`.
+void run_beam_root(Scheduler& s, FakeRunner& runner, std::vector<int32_t> prompt_ids, int32_t first_token) {
+  Request root = make_request("g#0", std::move(prompt_ids), 10);
   root.beam_group = "g";
   root.beam_width = 2;
   ASSERT_TRUE(s.add_request(root).ok());
   SchedulerOutput out = s.schedule();
   runner.execute_writes_and_reads(out);
-  ASSERT_TRUE(s.update(out, std::vector<int32_t>{5}).ok());
+  ASSERT_TRUE(s.update(out, std::vector<int32_t>{first_token}).ok());
+}
+
+TEST(EngineSchedulerBeams, AForkSharesBlocksAndItsFirstWriteOfTheSharedBlockIsACopy) {
+  Scheduler s(config(64, 4, 100, 4));
+  FakeRunner runner(s);
+  ASSERT_NO_FATAL_FAILURE(run_beam_root(s, runner, prompt(6, 1), 5));
+  SchedulerOutput out;
 
   ASSERT_TRUE(s.fork("g#0", "g#1", 9).ok());
   const Request* child = s.find("g#1");
@@ -1255,14 +1262,8 @@ TEST(EngineSchedulerBeams, AForkSharesBlocksAndItsFirstWriteOfTheSharedBlockIsAC
 TEST(EngineSchedulerBeams, ARowNotUsedFeedsTheLastTokenAgain) {
   Scheduler s(config(64, 4, 100, 4));
   FakeRunner runner(s);
-  Request root = make_request("g#0", prompt(5, 3), 10);
-  root.beam_group = "g";
-  root.beam_width = 2;
-  ASSERT_TRUE(s.add_request(root).ok());
+  ASSERT_NO_FATAL_FAILURE(run_beam_root(s, runner, prompt(5, 3), 7));
   SchedulerOutput out = s.schedule();
-  runner.execute_writes_and_reads(out);
-  ASSERT_TRUE(s.update(out, std::vector<int32_t>{7}).ok());
-  out = s.schedule();
   ASSERT_EQ(out.scheduled.size(), 1u);
   EXPECT_EQ(out.scheduled[0].num_computed_tokens, 5);
   runner.execute_writes_and_reads(out);
