@@ -188,7 +188,8 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                    {"computed_prompt_tokens", st.computed_prompt_tokens},
                    {"kv_cache_blocks", st.kv_total_blocks},
                    {"kv_allocated_slot_waste", kv_waste},
-                   {"forward_seconds", st.forward_seconds}};
+                   {"forward_seconds", st.forward_seconds},
+                   {"draft_forward_seconds", st.draft_forward_seconds}};
     j["config"] = {{"model", f.model},
                    {"num_prompts", f.num_prompts},
                    {"input_len", f.input_len},

@@ -75,7 +75,6 @@ class DraftModelProposer {
   Status check_invariants() const;
   const kv::KVCacheManager& kv_cache() const { return kv_; }
   double forward_seconds() const { return forward_seconds_; }  // in the draft's passes
-  int64_t computed_tokens() const { return computed_tokens_; }
 
  private:
   DraftModelProposer(std::unique_ptr<Model> draft, std::unique_ptr<ModelRunner> runner,
@@ -105,7 +104,6 @@ class DraftModelProposer {
   int32_t n_target_vocab_ = 0;
   int64_t steps_ = 0;
   double forward_seconds_ = 0.0;
-  int64_t computed_tokens_ = 0;
 };
 
 }  // namespace inferd

@@ -35,6 +35,16 @@ TEST(NgramProposer, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSu
 // Runs requests with and without speculation and compares them.
 class SpeculativeTest : public test::ModelTest {
  protected:
+  static SpeculativeConfig draft_model(const std::string& path, int32_t k, double p_min = 0.75, int64_t vocab = 0) {
+    SpeculativeConfig c;
+    c.method = SpeculativeConfig::Method::kDraftModel;
+    c.draft_model = path;
+    c.num_speculative_tokens = k;
+    c.draft_p_min = p_min;
+    c.draft_vocab_size = vocab;
+    return c;
+  }
+
   static SpeculativeConfig ngram(int32_t k) {
     SpeculativeConfig c;
     c.method = SpeculativeConfig::Method::kNgram;
@@ -235,12 +245,7 @@ class EngineDraftModel : public SpeculativeTest, public ::testing::WithParamInte
     ModelTest::SetUp();
     const std::string draft = test::find_model_file(GetParam().draft);
     ASSERT_FALSE(draft.empty()) << GetParam().draft << " not found";
-    spec_ = {};
-    spec_.method = SpeculativeConfig::Method::kDraftModel;
-    spec_.draft_model = draft;
-    spec_.num_speculative_tokens = 4;
-    spec_.draft_p_min = GetParam().p_min;
-    spec_.draft_vocab_size = GetParam().vocab;
+    spec_ = draft_model(draft, 4, GetParam().p_min, GetParam().vocab);
     expect_accepted_ = GetParam().accepts;
   }
 };
@@ -304,10 +309,7 @@ class EngineDraftModelQwen : public SpeculativeTest {
         test::find_model_file("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").empty())
       GTEST_SKIP() << "the Qwen2.5-Coder pair is not fetched (scripts/fetch_models.sh --all)";
     ASSERT_NO_FATAL_FAILURE(use_model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"));
-    spec_ = {};
-    spec_.method = SpeculativeConfig::Method::kDraftModel;
-    spec_.draft_model = test::find_model_file("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
-    spec_.num_speculative_tokens = 5;
+    spec_ = draft_model(test::find_model_file("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), 5);
     expect_accepted_ = true;
   }
 };
@@ -349,13 +351,8 @@ double chi_square_quantile(int df, double z) {
 
 TEST_F(EngineSpeculativeSampling, SampledTokensFollowTheTargetDistribution) {
   constexpr int kSeeds = 1000, kPositions = 3, kTop = 20;
-  SpeculativeConfig spec;
-  spec.method = SpeculativeConfig::Method::kDraftModel;
-  spec.draft_model = test::model_path();
-  spec.num_speculative_tokens = 2;
-  spec.draft_p_min = 0.0;
   EngineConfig c = engine_config(4096, 256, 800);
-  c.speculative = spec;
+  c.speculative = draft_model(test::model_path(), 2, /*p_min=*/0.0);
   const std::vector<int32_t> prompt = model_->tokenizer().encode("Here is a list of random words:", false, false);
   SamplingParams sp;
   sp.temperature = 1.0f;
