@@ -58,6 +58,11 @@ void EngineFlags::add_to(CLI::App& app) {
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)");
   add_speculative_option(app, speculative_config);
+  app.add_option("--kv-offload-size", kv_offload_size,
+                 "Keep prefix-cache blocks the KV cache evicts in host memory, up to this size (e.g. 4G)");
+  app.add_option("--kv-store-path", kv_store_path,
+                 "Keep evicted prefix-cache blocks on disk in this directory too (found again after a restart)");
+  app.add_option("--kv-store-size", kv_store_size, "Bound of the disk tier")->capture_default_str();
 }
 
 void add_speculative_option(CLI::App& app, std::string& json) {
@@ -152,6 +157,15 @@ Result<EngineConfig> EngineFlags::config() const {
   auto spec = parse_speculative_config(speculative_config);
   if (!spec) return spec.error();
   ec.speculative = *spec;
+  if (!kv_offload_size.empty()) {
+    ec.offload.host_bytes = parse_bytes(kv_offload_size);
+    if (ec.offload.host_bytes <= 0)
+      return make_error("--kv-offload-size '" + kv_offload_size + "': expected a size such as 512M or 4G");
+  }
+  ec.offload.disk_path = kv_store_path;
+  ec.offload.disk_bytes = parse_bytes(kv_store_size);
+  if (ec.offload.disk_bytes <= 0)
+    return make_error("--kv-store-size '" + kv_store_size + "': expected a size such as 512M or 10G");
   return ec;
 }
 

@@ -47,8 +47,11 @@ struct EngineFlags {
   int64_t block_size = 16;
   bool enable_prefix_caching = true;
   std::string speculative_config;  // vLLM's JSON; empty: no speculation
+  std::string kv_offload_size;     // host-memory tier for evicted prefix blocks; empty: none
+  std::string kv_store_path;       // disk tier's directory; empty: none
+  std::string kv_store_size = "10G";
   void add_to(CLI::App& app);
-  // Error naming a malformed --kv-cache-memory or --speculative-config.
+  // Error naming a malformed size, or --speculative-config.
   Result<EngineConfig> config() const;
 };
 

@@ -81,17 +81,32 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
     if (!proposer) return proposer.error();
     drafter = std::move(*proposer);
   }
-  return std::unique_ptr<Engine>(new Engine(model, effective, sc, std::move(*runner), std::move(drafter)));
+  std::unique_ptr<KVCacheBlocks> kv_blocks;
+  std::unique_ptr<kvstore::TieredConnector> offload;
+  if (config.offload.enabled()) {
+    if (!config.enable_prefix_caching) return make_error("KV offload tiers need prefix caching");
+    kv_blocks = std::make_unique<KVCacheBlocks>((*runner)->kv_cache());
+    auto connector = kvstore::TieredConnector::create(config.offload, *kv_blocks,
+                                                      kv_fingerprint(model, (*runner)->kv_cache()));
+    if (!connector) return make_error("KV offload: " + connector.error().message);
+    offload = std::move(*connector);
+  }
+  return std::unique_ptr<Engine>(new Engine(model, effective, sc, std::move(*runner), std::move(drafter),
+                                            std::move(kv_blocks), std::move(offload)));
 }
 
 Engine::Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched,
-               std::unique_ptr<ModelRunner> runner, std::unique_ptr<DraftModelProposer> drafter)
+               std::unique_ptr<ModelRunner> runner, std::unique_ptr<DraftModelProposer> drafter,
+               std::unique_ptr<KVCacheBlocks> kv_blocks, std::unique_ptr<kvstore::TieredConnector> offload)
     : model_(model),
       tokenizer_(model.tokenizer()),
       config_(config),
       runner_(std::move(runner)),
       scheduler_(sched),
-      drafter_(std::move(drafter)) {
+      drafter_(std::move(drafter)),
+      kv_blocks_(std::move(kv_blocks)),
+      offload_(std::move(offload)) {
+  scheduler_.set_connector(offload_.get());
   for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id)
     if (tokenizer_.is_eog(id)) eog_tokens_.push_back(id);
   publish_stats();
@@ -908,6 +923,7 @@ void Engine::publish_stats() {
   s.forward_seconds = forward_seconds_;
   if (drafter_) s.draft_forward_seconds = drafter_->forward_seconds();
   s.speculative = spec_stats_;
+  if (offload_) s.offload = offload_->stats();
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(s);
 }

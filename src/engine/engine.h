@@ -33,11 +33,13 @@
 #include "core/result.h"
 #include "engine/beam_search.h"
 #include "engine/draft_model_proposer.h"
+#include "engine/kv_offload.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
+#include "kvstore/tiered_connector.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
@@ -64,6 +66,11 @@ struct EngineConfig {
   // Requests with a grammar do not speculate. A draft model is loaded by
   // create(), on the target's threads.
   SpeculativeConfig speculative;
+  // Offload tiers for the prefix cache (kvstore/tiered_connector.h): cached
+  // blocks the pool evicts are kept in host memory and on disk and loaded
+  // back for a later prompt with the same prefix. Off by default; needs
+  // prefix caching.
+  kvstore::OffloadConfig offload;
 };
 
 // What a client asks for.
@@ -127,6 +134,7 @@ struct EngineStats {
   double forward_seconds = 0.0;        // time in ModelRunner::execute
   double draft_forward_seconds = 0.0;  // time in the draft model's passes
   SpeculativeStats speculative;        // drafts verified and accepted
+  kvstore::OffloadStats offload;       // the offload tiers, if any
 
   double mean_tokens_per_step() const {
     return scheduler.steps ? static_cast<double>(scheduler.scheduled_tokens) / scheduler.steps : 0.0;
@@ -261,7 +269,8 @@ class Engine {
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner,
-         std::unique_ptr<DraftModelProposer> drafter);
+         std::unique_ptr<DraftModelProposer> drafter, std::unique_ptr<KVCacheBlocks> kv_blocks,
+         std::unique_ptr<kvstore::TieredConnector> offload);
   void loop();
   std::vector<RequestOutput> run_step();  // step() without the check
   void apply(Command& cmd);
@@ -320,6 +329,10 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   Scheduler scheduler_;
   std::unique_ptr<DraftModelProposer> drafter_;  // the draft model's proposer, if one drafts
+  // Offload tiers, if configured: the pool's blocks as the connector sees
+  // them, and the connector the scheduler consults (destroyed before them).
+  std::unique_ptr<KVCacheBlocks> kv_blocks_;
+  std::unique_ptr<kvstore::TieredConnector> offload_;
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, std::string> beam_owner_;  // a live beam's scheduler id -> its request's id

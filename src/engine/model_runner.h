@@ -61,6 +61,7 @@ class ModelRunner {
   size_t kv_cache_bytes() const { return cache_.bytes(); }
   int64_t n_vocab() const { return model_.n_logits(); }  // logits per row
   Model& model() { return model_; }
+  KVCache& kv_cache() { return cache_; }  // the pool's memory (offload tiers copy blocks)
 
  private:
   ModelRunner(Model& model, int32_t n_blocks, int32_t block_size);

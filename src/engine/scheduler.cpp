@@ -178,6 +178,46 @@ bool Scheduler::preempt_newest(const Request& needing, SchedulerOutput& out) {
   return needing_went;
 }
 
+void Scheduler::set_connector(kv::KVConnector* connector) {
+  connector_ = connector;
+  kv_.record_evictions(connector != nullptr);
+}
+
+void Scheduler::save_evictions() {
+  if (!connector_) return;
+  const std::vector<kv::BlockTransfer> evicted = kv_.take_evictions();
+  if (!evicted.empty()) connector_->save(evicted);
+}
+
+std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request& r, int64_t budget,
+                                                                  kv::PrefixHit* hit, int64_t* n) {
+  const kv::PrefixCacheStats stats_before = kv_.prefix_cache_stats();
+  *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key, connector_);
+  *n = tokens_to_schedule(r, hit->num_tokens, budget);
+  if (*n <= 0) return std::nullopt;
+  std::vector<kv::BlockTransfer> loads;
+  std::optional<std::vector<int32_t>> blocks = kv_.allocate_slots(r.id, 0, *n, *hit, nullptr, &loads);
+  if (!blocks) return std::nullopt;
+  save_evictions();  // before a load overwrites a block just evicted
+  if (!hit->consulted_connector) return blocks;
+  const std::vector<bool> loaded = connector_->load(loads, hit->stopped_at_miss);
+  if (std::all_of(loaded.begin(), loaded.end(), [](bool ok) { return ok; })) {
+    kv_.cache_loaded(loads);
+    return blocks;
+  }
+  // A block failed the connector's checks (it dropped it): compute what the
+  // pool does not hold instead. A sliding-window group may need blocks the
+  // longer hit had let go, so the admission is taken again from the start.
+  kv_.free(r.id);
+  kv_.restore_prefix_cache_stats(stats_before);
+  *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key);
+  *n = tokens_to_schedule(r, hit->num_tokens, budget);
+  if (*n <= 0) return std::nullopt;
+  blocks = kv_.allocate_slots(r.id, 0, *n, *hit);
+  save_evictions();
+  return blocks;
+}
+
 bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
   // The front request and, for a beam group, its waiting beams behind it
   // (preempted together, so side by side).
@@ -199,11 +239,11 @@ bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
   int64_t budget = config_.max_num_batched_tokens - out.total_num_scheduled_tokens;
   for (size_t k = 0; k < group.size(); ++k) {
     Request* r = group[k];
-    kv::PrefixHit hit = kv_.get_computed_blocks(r->all_token_ids, r->cache_key);
+    kv::PrefixHit hit;
+    int64_t n = 0;
     // Each beam behind this one needs a token of the budget too.
-    const int64_t n = tokens_to_schedule(*r, hit.num_tokens, budget - static_cast<int64_t>(group.size() - k - 1));
-    std::optional<std::vector<int32_t>> b;
-    if (n > 0) b = kv_.allocate_slots(r->id, 0, n, hit);
+    std::optional<std::vector<int32_t>> b =
+        allocate_admission(*r, budget - static_cast<int64_t>(group.size() - k - 1), &hit, &n);
     if (!b) {
       for (size_t k = 0; k < blocks.size(); ++k) kv_.free(group[k]->id);
       kv_.restore_prefix_cache_stats(stats_before);
@@ -258,6 +298,7 @@ SchedulerOutput Scheduler::schedule() {
     while (!(blocks = kv_.allocate_slots(r.id, r.num_computed_tokens, n, {}, &own_copies)))
       if ((preempted_itself = preempt_newest(r, out))) break;
     if (preempted_itself) break;  // the request needing space was the newest: stop here
+    save_evictions();
     for (const kv::BlockCopy& c : own_copies) copies.emplace_back(r.id, c);
     add_scheduled(out, r, n, n_drafts, std::move(*blocks), false, false, 0);
     r.draft_token_ids.clear();  // verified now, or not at all

@@ -154,6 +154,11 @@ class Scheduler {
   // `reason` must be a finished status.
   Status finish_request(const std::string& request_id, RequestStatus reason);
 
+  // Offloading (kv_connector.h): from now on, cached blocks the pool evicts
+  // are offered to `connector`, and admissions look past the pool's own
+  // prefix blocks into it. The connector must outlive the scheduler.
+  void set_connector(kv::KVConnector* connector);
+
   const Request* find(const std::string& request_id) const;
   bool has_unfinished_requests() const { return !requests_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
@@ -192,8 +197,20 @@ class Scheduler {
   // `counted`: a finished request in the stats (not a dropped beam).
   void retire(Request& r, RequestStatus reason, bool counted = true);
 
+  // Gives the connector the cached blocks evicted since the last call, before
+  // anything writes them again.
+  void save_evictions();
+  // Takes the request's prefix hit and KV slots for n new tokens after it
+  // (n = tokens_to_schedule with budget `budget`), loading the blocks the
+  // connector supplies; when a load fails, the request takes the pool's own
+  // hit instead. Returns the new blocks, or nullopt (nothing held) when they
+  // do not fit; *hit and *n are what was taken.
+  std::optional<std::vector<int32_t>> allocate_admission(const Request& r, int64_t budget, kv::PrefixHit* hit,
+                                                         int64_t* n);
+
   SchedulerConfig config_;
   kv::KVCacheManager kv_;
+  kv::KVConnector* connector_ = nullptr;
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // unfinished ones
   std::deque<Request*> waiting_;  // FIFO; preempted requests re-enter at the front
   std::vector<Request*> running_;  // in admission order: the back is preempted first

@@ -96,6 +96,8 @@ class File {
   const uint8_t* tensor_data(const TensorInfo& t) const { return data_ + t.offset; }
   uint64_t data_section_size() const { return data_size_; }
   uint64_t file_size() const { return size_; }
+  // The whole file's bytes (what identifies it, e.g. for a content hash).
+  const uint8_t* image() const { return base_; }
 
   // Touches every page of the tensor data (so the first forward pass does not
   // fault), reporting progress.

@@ -45,6 +45,7 @@ std::vector<int32_t> BlockPool::allocate(int32_t n) {
       hash_to_block_.erase(blk.hash);
       blk.cached = false;
       ++num_evictions_;
+      if (record_evictions_) evictions_.push_back({blk.hash, b});
     }
     blk.ref_count = 1;
     out.push_back(b);

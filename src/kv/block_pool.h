@@ -12,10 +12,12 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/result.h"
 #include "kv/block_hash.h"
+#include "kv/kv_connector.h"
 
 namespace inferd::kv {
 
@@ -59,6 +61,12 @@ class BlockPool {
   // The free list, head (next to be allocated) first.
   std::vector<int32_t> free_list() const;
 
+  // While on, allocate() notes each cached block it evicts (its hash and id),
+  // for an offload tier to copy before the block is written again.
+  void record_evictions(bool on) { record_evictions_ = on; }
+  // The evictions noted since the last call.
+  std::vector<BlockTransfer> take_evictions() { return std::exchange(evictions_, {}); }
+
   // Reference counts are non-negative; a usable block is on the free list
   // exactly when its count is zero; the list is well linked and its length is
   // num_free_blocks(); the hash map and the blocks' hashes agree both ways.
@@ -83,6 +91,8 @@ class BlockPool {
   int32_t num_free_ = 0;
   int64_t num_evictions_ = 0;
   std::unordered_map<BlockHash, int32_t> hash_to_block_;
+  bool record_evictions_ = false;
+  std::vector<BlockTransfer> evictions_;
 };
 
 }  // namespace inferd::kv

@@ -38,8 +38,8 @@ KVCacheManager::KVCacheManager(const KVCacheConfig& config)
   for (int64_t w : config.group_windows) INFERD_KV_CHECK(w >= 0, "a group's window must be >= 0");
 }
 
-PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
-                                              uint64_t extra_key) const {
+PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens, uint64_t extra_key,
+                                              const KVConnector* connector) const {
   const int32_t n_groups = num_groups();
   PrefixHit hit;
   hit.blocks.resize(n_groups);
@@ -47,6 +47,15 @@ PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
   hit.num_queried_tokens = static_cast<int64_t>(tokens.size());
   const int64_t bs = config_.block_size;
   const int64_t max_blocks = (hit.num_queried_tokens - 1) / bs;
+
+  // A block of the pool, else kExternalBlock when the connector holds it.
+  auto find = [&](BlockHash key) -> std::optional<int32_t> {
+    if (std::optional<int32_t> b = pool_.lookup(key)) return b;
+    if (!connector) return std::nullopt;
+    hit.consulted_connector = true;
+    if (connector->contains(key)) return kExternalBlock;
+    return std::nullopt;
+  };
 
   // The run every full-attention group holds from the start.
   std::vector<std::vector<int32_t>> found(n_groups);
@@ -57,11 +66,14 @@ PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
     bool all = true;
     for (int32_t g = 0; g < n_groups && all; ++g) {
       if (config_.window(g) > 0) continue;
-      const std::optional<int32_t> b = pool_.lookup(group_block_hash(h, g));
+      const std::optional<int32_t> b = find(group_block_hash(h, g));
       if (b) found[g].push_back(*b);
       all = b.has_value();
     }
-    if (!all) break;
+    if (!all) {
+      hit.stopped_at_miss = hit.consulted_connector;
+      break;
+    }
     chain.push_back(h);
     parent = h;
   }
@@ -75,7 +87,7 @@ PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
     found[g].assign(n_hit, BlockPool::kNullBlock);
     run[g].assign(n_hit, 0);
     for (int64_t i = 0; i < n_hit; ++i) {
-      const std::optional<int32_t> b = pool_.lookup(group_block_hash(chain[i], g));
+      const std::optional<int32_t> b = find(group_block_hash(chain[i], g));
       if (b) found[g][i] = *b;
       run[g][i] = b ? (i > 0 ? run[g][i - 1] : 0) + 1 : 0;
     }
@@ -97,6 +109,14 @@ PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens,
     std::fill(hit.blocks[g].begin(), hit.blocks[g].begin() + lo, BlockPool::kNullBlock);
   }
   hit.num_tokens = n_hit * bs;
+  int64_t first_external = n_hit;
+  for (int32_t g = 0; g < n_groups; ++g)
+    for (int64_t i = 0; i < n_hit; ++i)
+      if (hit.blocks[g][i] == kExternalBlock) {
+        hit.external.push_back({g, i, group_block_hash(chain[i], g)});
+        first_external = std::min(first_external, i);
+      }
+  hit.num_external_tokens = (n_hit - first_external) * bs;
   return hit;
 }
 
@@ -121,7 +141,8 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
                                                                    int64_t num_computed_tokens,
                                                                    int64_t num_new_tokens,
                                                                    const PrefixHit& hit,
-                                                                   std::vector<BlockCopy>* copies) {
+                                                                   std::vector<BlockCopy>* copies,
+                                                                   std::vector<BlockTransfer>* loads) {
   INFERD_KV_CHECK(num_computed_tokens >= 0 && num_new_tokens >= 0, "negative token count");
   const int32_t n_groups = num_groups();
   auto it = requests_.find(request_id);
@@ -131,6 +152,7 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
                   "a cached prefix can only be taken by a request that holds no blocks");
   INFERD_KV_CHECK(hit_len == 0 || static_cast<int32_t>(hit.blocks.size()) == n_groups,
                   "a prefix hit from a cache with another number of groups");
+  INFERD_KV_CHECK(hit.external.empty() || loads, "a hit has external blocks but the caller takes no loads");
   if (holds) free_out_of_window_blocks(it->second, num_computed_tokens);
   const int64_t held = holds ? static_cast<int64_t>(it->second.tables[0].size()) : 0;
   const int64_t total_tokens = num_computed_tokens + hit.num_tokens + num_new_tokens;
@@ -151,12 +173,13 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   }
 
   // Hit blocks nobody references are on the free list: taking them uses free
-  // blocks just as fresh ones do.
-  int64_t n_from_free = n_fresh * n_groups + static_cast<int64_t>(to_copy.size());
+  // blocks just as fresh ones do; so does each external block.
+  const int64_t n_external = static_cast<int64_t>(hit.external.size());
+  int64_t n_from_free = n_fresh * n_groups + static_cast<int64_t>(to_copy.size()) + n_external;
   std::vector<int32_t> hit_blocks;
   for (int32_t g = 0; g < n_groups && hit_len > 0; ++g)
     for (int32_t b : hit.blocks[g])
-      if (b != BlockPool::kNullBlock) {
+      if (b != BlockPool::kNullBlock && b != kExternalBlock) {
         hit_blocks.push_back(b);
         n_from_free += pool_.ref_count(b) == 0;
       }
@@ -165,6 +188,7 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   // Touch the hit first so that allocate() cannot evict it.
   pool_.touch(hit_blocks);
   std::vector<int32_t> fresh = pool_.allocate(static_cast<int32_t>(n_fresh * n_groups));
+  const std::vector<int32_t> for_external = pool_.allocate(static_cast<int32_t>(n_external));
   if (!to_copy.empty()) {
     const std::vector<int32_t> dst = pool_.allocate(static_cast<int32_t>(to_copy.size()));
     std::vector<int32_t> released;
@@ -184,7 +208,8 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
     if (hit.num_queried_tokens > 0) {
       ++stats_.requests;
       stats_.queried_tokens += hit.num_queried_tokens;
-      stats_.hit_tokens += hit.num_tokens;
+      stats_.hit_tokens += hit.num_tokens - hit.num_external_tokens;
+      stats_.external_hit_tokens += hit.num_external_tokens;
     }
   }
   rb.hashes.insert(rb.hashes.end(), hit.hashes.begin(), hit.hashes.end());
@@ -192,6 +217,13 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   for (int32_t g = 0; g < n_groups; ++g) {
     std::vector<int32_t>& table = rb.tables[g];
     if (hit_len > 0) table.insert(table.end(), hit.blocks[g].begin(), hit.blocks[g].end());
+    for (int64_t k = 0; k < n_external; ++k)
+      if (hit.external[k].group == g) {
+        int32_t& entry = table[held + hit.external[k].index];
+        INFERD_KV_CHECK(entry == kExternalBlock, "an external block where the hit has none");
+        entry = for_external[k];
+        loads->push_back({hit.external[k].key, entry});
+      }
     const auto group_fresh = fresh.begin() + g * n_fresh;
     table.insert(table.end(), group_fresh, group_fresh + n_fresh);
     for (int64_t i = held; i < static_cast<int64_t>(table.size()); ++i)
@@ -221,6 +253,11 @@ void KVCacheManager::cache_full_blocks(const std::string& request_id,
       if (b != BlockPool::kNullBlock) pool_.cache(b, group_block_hash(h, g));
     }
   }
+}
+
+void KVCacheManager::cache_loaded(std::span<const BlockTransfer> loads) {
+  // false: another block already holds this prefix (it was computed meanwhile)
+  for (const BlockTransfer& l : loads) pool_.cache(l.block, l.key);
 }
 
 void KVCacheManager::fork(const std::string& parent_id, const std::string& child_id, int64_t num_tokens) {

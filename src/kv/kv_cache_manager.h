@@ -33,6 +33,7 @@
 #include "core/result.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
+#include "kv/kv_connector.h"
 
 namespace inferd::kv {
 
@@ -54,6 +55,16 @@ struct KVCacheConfig {
 // free it can always run alone.
 int64_t max_blocks_held(const KVCacheConfig& config, int64_t n_tokens, int64_t max_step_tokens);
 
+// A block of a prefix hit that the pool lacks but a connector holds: its
+// table entry is kExternalBlock until allocate_slots gives it a fresh block,
+// which the connector then fills (KVConnector::load).
+struct ExternalBlock {
+  int32_t group = 0;
+  int64_t index = 0;  // in the group's table
+  BlockHash key = 0;  // the key the pool caches it under
+};
+inline constexpr int32_t kExternalBlock = -1;
+
 // Cached blocks holding a prefix of a request's tokens, found by lookup.
 struct PrefixHit {
   // Per group, the blocks for the prefix's hashes.size() blocks of tokens; a
@@ -62,6 +73,14 @@ struct PrefixHit {
   std::vector<BlockHash> hashes;   // hashes[i]: the chained hash of the prefix's block i
   int64_t num_tokens = 0;          // tokens they hold: hashes.size() * block_size
   int64_t num_queried_tokens = 0;  // tokens that were looked up (0: caching off)
+  // With a connector: the blocks it supplies, the tokens from the first of
+  // them on (those the pool alone would have computed again), whether it was
+  // asked at all (the pool's own run ended before the prompt's last full
+  // block), and whether the lookup then ended at a block nobody held.
+  std::vector<ExternalBlock> external;
+  int64_t num_external_tokens = 0;
+  bool consulted_connector = false;
+  bool stopped_at_miss = false;
 };
 
 // Copy on write: the runner copies every layer's keys and values of block
@@ -77,7 +96,8 @@ struct BlockCopy {
 struct PrefixCacheStats {
   int64_t requests = 0;        // admissions that looked up the cache
   int64_t queried_tokens = 0;  // tokens of those requests
-  int64_t hit_tokens = 0;      // tokens served from the cache
+  int64_t hit_tokens = 0;      // tokens served from the pool's own blocks
+  int64_t external_hit_tokens = 0;  // tokens served through a connector (PrefixHit::num_external_tokens)
 };
 
 class KVCacheManager {
@@ -89,8 +109,11 @@ class KVCacheManager {
   // tokens.size() - 1 tokens so the last token is always computed and yields
   // logits. Every full-attention group must hold the whole run; a
   // sliding-window group only the blocks the next token's window reaches.
-  // Pure lookup: nothing changes until allocate_slots takes the hit.
-  PrefixHit get_computed_blocks(std::span<const int32_t> tokens, uint64_t extra_key) const;
+  // Pure lookup: nothing changes until allocate_slots takes the hit. With a
+  // connector, a block the pool lacks counts as held when the connector has
+  // it (PrefixHit::external).
+  PrefixHit get_computed_blocks(std::span<const int32_t> tokens, uint64_t extra_key,
+                                const KVConnector* connector = nullptr) const;
 
   // Gives the request slots for `num_new_tokens` more tokens after the
   // `num_computed_tokens` it already has slots for (plus, for a request that
@@ -104,12 +127,24 @@ class KVCacheManager {
   // forks but ignores copies). Returns the non-null block ids appended to its
   // tables (group by group, hit blocks first), or nullopt, changing nothing
   // more, if there are not enough free or evictable blocks for the new blocks
-  // and the copies together.
+  // and the copies together. The hit's external blocks get fresh blocks too,
+  // listed in `loads` (which must then be given) for the caller to fill and
+  // then pass to cache_loaded, or to free the request if it cannot.
   std::optional<std::vector<int32_t>> allocate_slots(const std::string& request_id,
                                                      int64_t num_computed_tokens,
                                                      int64_t num_new_tokens,
                                                      const PrefixHit& hit = {},
-                                                     std::vector<BlockCopy>* copies = nullptr);
+                                                     std::vector<BlockCopy>* copies = nullptr,
+                                                     std::vector<BlockTransfer>* loads = nullptr);
+
+  // Blocks filled by a connector (allocate_slots' `loads`) become findable
+  // under their keys, as computed ones do.
+  void cache_loaded(std::span<const BlockTransfer> loads);
+
+  // Evictions of cached blocks since the last call, noted only when
+  // record_evictions is on (an offload tier saves them; BlockPool).
+  void record_evictions(bool on) { pool_.record_evictions(on); }
+  std::vector<BlockTransfer> take_evictions() { return pool_.take_evictions(); }
 
   // Beam search: `child_id`, which holds nothing, gets the parent's blocks
   // that hold its first `num_tokens` tokens, by reference (each block's count

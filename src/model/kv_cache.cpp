@@ -54,4 +54,18 @@ void KVCache::copy_block(int64_t src, int64_t dst) {
   }
 }
 
+void KVCache::read_block(int64_t block, std::byte* dst) const {
+  const size_t bytes = static_cast<size_t>(block_size_ * kv_dim_) * sizeof(uint16_t);
+  for (const AlignedBytes* store : {&k_, &v_})
+    for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, dst += bytes)
+      std::memcpy(dst, store->data() + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, bytes);
+}
+
+void KVCache::write_block(int64_t block, const std::byte* src) {
+  const size_t bytes = static_cast<size_t>(block_size_ * kv_dim_) * sizeof(uint16_t);
+  for (AlignedBytes* store : {&k_, &v_})
+    for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, src += bytes)
+      std::memcpy(store->data() + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, src, bytes);
+}
+
 }  // namespace inferd

@@ -3,6 +3,7 @@
 // sequence is decided elsewhere (the block tables passed in a ForwardBatch);
 // this class only owns the memory and says which layers share a block.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -63,6 +64,10 @@ class KVCache {
   // Copies every layer's keys and values of block `src` into block `dst`
   // (copy on write of a block that forked sequences shared).
   void copy_block(int64_t src, int64_t dst);
+  // A block's bytes whole: its layers' keys, then their values (offload tiers).
+  size_t block_bytes() const { return 2 * static_cast<size_t>(layout_.layers_per_block * block_size_ * kv_dim_) * sizeof(uint16_t); }
+  void read_block(int64_t block, std::byte* dst) const;
+  void write_block(int64_t block, const std::byte* src);
   // The KV group whose block table (and slots) a layer reads.
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 

@@ -124,6 +124,35 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
   counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
           s.prefix_cache.queried_tokens);
   counter("prefix_cache_hits_total", "Prompt tokens found in the prefix cache.", s.prefix_cache.hit_tokens);
+  counter("external_prefix_cache_hits_total", "Prompt tokens loaded from the KV offload tiers.",
+          s.prefix_cache.external_hit_tokens);
+  {
+    // One series per offload tier that is on, labelled tier="host" or "disk".
+    const kvstore::OffloadStats& off = stats.offload;
+    std::vector<std::pair<const char*, const kvstore::TierStats*>> tiers;
+    if (off.host_enabled) tiers.emplace_back("host", &off.host);
+    if (off.disk_enabled) tiers.emplace_back("disk", &off.disk);
+    auto per_tier = [&](const char* name, const char* type, const char* help, int64_t kvstore::TierStats::*field) {
+      if (tiers.empty()) return;
+      const std::string n = std::string("inferd:kv_offload_") + name;
+      header(out, n, type, help);
+      for (const auto& [tier, t] : tiers)
+        out += n + "{" + labels_ + ",tier=\"" + tier + "\"} " + std::to_string(t->*field) + "\n";
+    };
+    per_tier("blocks", "gauge", "KV blocks held by the offload tier.", &kvstore::TierStats::blocks);
+    per_tier("bytes", "gauge", "Bytes held by the offload tier.", &kvstore::TierStats::bytes);
+    per_tier("capacity_bytes", "gauge", "Bound of the offload tier.", &kvstore::TierStats::capacity_bytes);
+    per_tier("hits_total", "counter", "Prefix blocks looked up and found in the tier.", &kvstore::TierStats::hits);
+    per_tier("misses_total", "counter", "Prefix blocks looked up and not found in the tier.",
+             &kvstore::TierStats::misses);
+    per_tier("loads_total", "counter", "Blocks loaded from the tier into the KV cache.", &kvstore::TierStats::loads);
+    per_tier("saves_total", "counter", "Evicted blocks written to the tier.", &kvstore::TierStats::saves);
+    per_tier("evictions_total", "counter", "Blocks the tier dropped to stay within its size.",
+             &kvstore::TierStats::evictions);
+    per_tier("dropped_blocks_total", "counter",
+             "Blocks found bad (size, checksum, fingerprint, I/O) and deleted, never used.",
+             &kvstore::TierStats::dropped);
+  }
   counter("num_preemptions_total", "Requests preempted for lack of KV-cache space.", s.preemptions);
   counter("engine_steps_total", "Engine steps (forward passes).", s.steps);
   const SpeculativeStats& spec = stats.speculative;
