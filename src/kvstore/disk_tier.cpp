@@ -134,12 +134,17 @@ std::string DiskTier::file_path(kv::BlockHash key) const { return dir_ + "/" + h
 
 bool DiskTier::contains(kv::BlockHash key) const {
   std::lock_guard lock(mu_);
-  return index_.count(key) > 0;
+  return index_.count(key) > 0 || queued_.count(key) > 0;
 }
 
 bool DiskTier::read(kv::BlockHash key, std::byte* dst) {
   {
     std::lock_guard lock(mu_);
+    if (auto q = queued_.find(key); q != queued_.end()) {
+      std::memcpy(dst, q->second->data(), q->second->size());
+      ++stats_.loads;
+      return true;
+    }
     if (!index_.count(key)) return false;
   }
   const std::string path = file_path(key);
@@ -174,7 +179,7 @@ void DiskTier::write(kv::BlockHash key, BlockBytes bytes) {
     if (pending_bytes_ + size > config_.max_pending_bytes || size != static_cast<int64_t>(config_.block_bytes))
       return;
     pending_bytes_ += size;
-    queued_.insert(key);
+    queued_.emplace(key, bytes);
     queue_.emplace_back(key, std::move(bytes));
   }
   work_cv_.notify_one();
@@ -220,12 +225,10 @@ void DiskTier::writer_loop() {
     const bool ok = write_file(key, *bytes);
     lock.lock();
     writing_ = false;
+    if (ok) add_locked(key);  // before it leaves queued_: never absent in between
     queued_.erase(key);
     pending_bytes_ -= static_cast<int64_t>(bytes->size());
-    if (ok) {
-      add_locked(key);
-      ++stats_.saves;
-    }
+    if (ok) ++stats_.saves;
     if (queue_.empty()) idle_cv_.notify_all();
   }
   idle_cv_.notify_all();

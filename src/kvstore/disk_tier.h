@@ -24,7 +24,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/result.h"
@@ -55,11 +54,12 @@ class DiskTier {
   DiskTier(const DiskTier&) = delete;
   DiskTier& operator=(const DiskTier&) = delete;
 
-  // A block whose file is written (queued ones are not yet).
+  // A block whose file is written, or queued to be (then read from memory).
   bool contains(kv::BlockHash key) const;
-  // Reads the block into dst (block_bytes), making it the most recently used.
-  // False if it is absent or its file fails a check (then the file is deleted
-  // and counted as dropped; dst may have been written).
+  // Reads the block into dst (block_bytes), making it the most recently used;
+  // a queued block is copied from its queued bytes. False if it is absent or
+  // its file fails a check (then the file is deleted and counted as dropped;
+  // dst may have been written).
   bool read(kv::BlockHash key, std::byte* dst);
   // Queues the block for the writer; nothing if it is on disk or queued
   // already, or the queue is full.
@@ -92,7 +92,7 @@ class DiskTier {
   std::unordered_map<kv::BlockHash, std::list<kv::BlockHash>::iterator> index_;
   TierStats stats_;
   std::deque<std::pair<kv::BlockHash, BlockBytes>> queue_;
-  std::unordered_set<kv::BlockHash> queued_;
+  std::unordered_map<kv::BlockHash, BlockBytes> queued_;  // queue_'s blocks, by key
   int64_t pending_bytes_ = 0;
   bool writing_ = false;  // the writer holds a block taken off the queue
   bool stop_ = false;
