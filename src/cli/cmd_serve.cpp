@@ -93,6 +93,11 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
   spdlog::info("model {} ready: max_model_len {}, KV cache {} blocks of {} tokens, {} threads, prefix caching {}",
                out.model->config().name, out.engine->config().max_model_len, stats.kv_total_blocks,
                out.engine->config().block_size, f.threads, f.engine.enable_prefix_caching ? "on" : "off");
+  if (stats.offload.host_enabled)
+    spdlog::info("KV offload: host tier of {} MiB", stats.offload.host.capacity_bytes >> 20);
+  if (stats.offload.disk_enabled)
+    spdlog::info("KV offload: disk tier in {} of {} MiB, {} blocks found there", out.engine->config().offload.disk_path,
+                 stats.offload.disk.capacity_bytes >> 20, stats.offload.disk.blocks);
   api.attach(*out.model, *out.engine, std::move(tmpl));
   return true;
 }

@@ -180,13 +180,13 @@ bool Scheduler::preempt_newest(const Request& needing, SchedulerOutput& out) {
 
 void Scheduler::set_connector(kv::KVConnector* connector) {
   connector_ = connector;
-  kv_.record_evictions(connector != nullptr);
+  kv_.record_transitions(connector != nullptr);
 }
 
 void Scheduler::save_evictions() {
   if (!connector_) return;
   const std::vector<kv::BlockTransfer> evicted = kv_.take_evictions();
-  if (!evicted.empty()) connector_->save(evicted);
+  if (!evicted.empty()) connector_->save_evicted(evicted);
 }
 
 std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request& r, int64_t budget,
@@ -393,6 +393,10 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
       finished.push_back(&r);
     }
     updates.push_back(std::move(u));
+  }
+  if (connector_) {
+    const std::vector<kv::BlockTransfer> computed = kv_.take_newly_cached();
+    if (!computed.empty()) connector_->save_computed(computed);
   }
   if (!finished.empty()) {
     std::erase_if(running_, [](const Request* r) { return r->finished(); });

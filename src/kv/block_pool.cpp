@@ -45,7 +45,7 @@ std::vector<int32_t> BlockPool::allocate(int32_t n) {
       hash_to_block_.erase(blk.hash);
       blk.cached = false;
       ++num_evictions_;
-      if (record_evictions_) evictions_.push_back({blk.hash, b});
+      if (record_transitions_) evictions_.push_back({blk.hash, b});
     }
     blk.ref_count = 1;
     out.push_back(b);
@@ -84,6 +84,7 @@ bool BlockPool::cache(int32_t block, BlockHash hash) {
   if (!hash_to_block_.emplace(hash, block).second) return false;
   blk.cached = true;
   blk.hash = hash;
+  if (record_transitions_) newly_cached_.push_back({hash, block});
   return true;
 }
 

@@ -62,10 +62,13 @@ class BlockPool {
   std::vector<int32_t> free_list() const;
 
   // While on, allocate() notes each cached block it evicts (its hash and id),
-  // for an offload tier to copy before the block is written again.
-  void record_evictions(bool on) { record_evictions_ = on; }
+  // for an offload tier to copy before the block is written again, and
+  // cache() each block it makes findable.
+  void record_transitions(bool on) { record_transitions_ = on; }
   // The evictions noted since the last call.
   std::vector<BlockTransfer> take_evictions() { return std::exchange(evictions_, {}); }
+  // The blocks made findable since the last call.
+  std::vector<BlockTransfer> take_newly_cached() { return std::exchange(newly_cached_, {}); }
 
   // Reference counts are non-negative; a usable block is on the free list
   // exactly when its count is zero; the list is well linked and its length is
@@ -91,8 +94,8 @@ class BlockPool {
   int32_t num_free_ = 0;
   int64_t num_evictions_ = 0;
   std::unordered_map<BlockHash, int32_t> hash_to_block_;
-  bool record_evictions_ = false;
-  std::vector<BlockTransfer> evictions_;
+  bool record_transitions_ = false;
+  std::vector<BlockTransfer> evictions_, newly_cached_;
 };
 
 }  // namespace inferd::kv

@@ -141,10 +141,12 @@ class KVCacheManager {
   // under their keys, as computed ones do.
   void cache_loaded(std::span<const BlockTransfer> loads);
 
-  // Evictions of cached blocks since the last call, noted only when
-  // record_evictions is on (an offload tier saves them; BlockPool).
-  void record_evictions(bool on) { pool_.record_evictions(on); }
+  // Evictions of cached blocks, and blocks made findable, since the last
+  // call, noted only when record_transitions is on (an offload tier saves
+  // them; BlockPool).
+  void record_transitions(bool on) { pool_.record_transitions(on); }
   std::vector<BlockTransfer> take_evictions() { return pool_.take_evictions(); }
+  std::vector<BlockTransfer> take_newly_cached() { return pool_.take_newly_cached(); }
 
   // Beam search: `child_id`, which holds nothing, gets the parent's blocks
   // that hold its first `num_tokens` tokens, by reference (each block's count

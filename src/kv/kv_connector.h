@@ -53,7 +53,12 @@ class KVConnector {
   // Blocks the pool is about to reuse for other tokens: each still holds the
   // (full, computed) prefix block `key` and keeps it until the forward pass
   // that follows, so the connector copies what it wants to keep now.
-  virtual void save(std::span<const BlockTransfer> evicted) = 0;
+  virtual void save_evicted(std::span<const BlockTransfer> evicted) = 0;
+
+  // Blocks that have just become full, computed and findable in the pool
+  // (after the step that computed them): a durable tier may copy them now,
+  // so that what the pool holds survives a restart.
+  virtual void save_computed(std::span<const BlockTransfer> computed) = 0;
 };
 
 }  // namespace inferd::kv

@@ -75,7 +75,17 @@ std::vector<bool> TieredConnector::load(std::span<const kv::BlockTransfer> loads
   return ok;
 }
 
-void TieredConnector::save(std::span<const kv::BlockTransfer> evicted) {
+void TieredConnector::save_computed(std::span<const kv::BlockTransfer> computed) {
+  if (!disk_) return;
+  for (const kv::BlockTransfer& c : computed) {
+    if (disk_->contains(c.key)) continue;
+    auto bytes = std::make_shared<std::vector<std::byte>>(storage_.block_bytes());
+    storage_.read_block(c.block, bytes->data());
+    disk_->write(c.key, std::move(bytes));
+  }
+}
+
+void TieredConnector::save_evicted(std::span<const kv::BlockTransfer> evicted) {
   for (const kv::BlockTransfer& e : evicted) {
     const bool to_host = host_ && !host_->touch(e.key);
     const bool to_disk = disk_ && !disk_->contains(e.key);

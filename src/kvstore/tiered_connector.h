@@ -2,11 +2,13 @@
 // pool evicts (still hashed) are kept in host memory and on disk, and found
 // again by their key when a later prompt starts with the same prefix.
 //
-// A save copies the evicted block once into a shared buffer, which the host
-// tier keeps and the disk tier's writer thread writes (every saved block goes
-// to both: the disk then holds what the host tier dropped, and what a restart
-// needs). A load takes the host copy, else reads the file (checked) and keeps
-// it in the host tier too. Runs on the engine loop's thread; stats() may be
+// The disk tier is written through: each block the pool computes and caches
+// is copied once and queued for the disk tier's writer thread, so the disk
+// holds what the pool holds too, and a restart (even after a crash) finds
+// every prefix, its hot first blocks included. The host tier takes the blocks
+// the pool evicts (a copy shared with the disk's queue when both want it). A
+// load takes the host copy, else reads the file (checked) and keeps it in the
+// host tier too. Runs on the engine loop's thread; stats() may be
 // read from any thread.
 #pragma once
 #include <cstdint>
@@ -42,7 +44,8 @@ class TieredConnector : public kv::KVConnector {
 
   bool contains(kv::BlockHash key) const override;
   std::vector<bool> load(std::span<const kv::BlockTransfer> loads, bool stopped_at_miss) override;
-  void save(std::span<const kv::BlockTransfer> evicted) override;
+  void save_evicted(std::span<const kv::BlockTransfer> evicted) override;
+  void save_computed(std::span<const kv::BlockTransfer> computed) override;
 
   OffloadStats stats() const;
   // Waits until the disk tier has written every saved block (tests, shutdown).

@@ -94,7 +94,9 @@ def start(tmp_dir: pathlib.Path, extra_args: list[str] | None = None, api_key: s
     port = free_port()
     args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
-            "--kv-cache-memory", "256M", "--threads", "2"]
+            "--threads", "2"]
+    if "--kv-cache-memory" not in (extra_args or []):
+        args += ["--kv-cache-memory", "256M"]
     if api_key:
         args += ["--api-key", api_key]
     args += extra_args or []

@@ -44,7 +44,11 @@ class FakeConnector : public KVConnector {
     }
     return ok;
   }
-  void save(std::span<const BlockTransfer> evicted) override {
+  void save_computed(std::span<const BlockTransfer> computed) override {
+    for (const BlockTransfer& b : computed) EXPECT_EQ(memory_[b.block], b.key) << "block " << b.block;
+    computed_saves += static_cast<int64_t>(computed.size());
+  }
+  void save_evicted(std::span<const BlockTransfer> evicted) override {
     for (const BlockTransfer& e : evicted) {
       // The block must still hold the prefix it was cached under.
       EXPECT_EQ(memory_[e.block], e.key) << "block " << e.block;
@@ -54,7 +58,7 @@ class FakeConnector : public KVConnector {
   }
 
   std::set<BlockHash> held, bad;
-  int64_t loaded = 0, saved = 0;
+  int64_t loaded = 0, saved = 0, computed_saves = 0;
 
  private:
   Memory& memory_;
@@ -78,7 +82,7 @@ bool admit(KVCacheManager& m, FakeConnector& c, const std::string& id, const std
   std::vector<BlockTransfer> loads;
   auto blocks = m.allocate_slots(id, 0, static_cast<int64_t>(t.size()) - hit.num_tokens, hit, nullptr, &loads);
   if (!blocks) return false;
-  c.save(m.take_evictions());
+  c.save_evicted(m.take_evictions());
   const std::vector<bool> ok = c.load(loads, hit.stopped_at_miss);
   if (std::find(ok.begin(), ok.end(), false) != ok.end()) {
     m.free(id);
@@ -86,7 +90,7 @@ bool admit(KVCacheManager& m, FakeConnector& c, const std::string& id, const std
     hit = m.get_computed_blocks(t, 0);
     blocks = m.allocate_slots(id, 0, static_cast<int64_t>(t.size()) - hit.num_tokens, hit);
     if (!blocks) return false;
-    c.save(m.take_evictions());
+    c.save_evicted(m.take_evictions());
   } else {
     m.cache_loaded(loads);
   }
@@ -106,11 +110,14 @@ void compute(KVCacheManager& m, Memory& memory, const std::string& id, const std
   m.cache_full_blocks(id, t, static_cast<int64_t>(t.size()), 0);
 }
 
+// What the scheduler does after a step: newly findable blocks to the connector.
+void offer_computed(KVCacheManager& m, FakeConnector& c) { c.save_computed(m.take_newly_cached()); }
+
 TEST(KvConnector, EvictedPrefixComesBackAsLoads) {
   Memory memory(9, 0);
   FakeConnector c(memory);
   KVCacheManager m({.n_blocks = 9, .block_size = 4});
-  m.record_evictions(true);
+  m.record_transitions(true);
   std::vector<int32_t> a(17), b(32);
   for (int32_t i = 0; i < 17; ++i) a[i] = 100 + i;
   for (int32_t i = 0; i < 32; ++i) b[i] = 500 + i;
@@ -148,7 +155,7 @@ TEST(KvConnector, AFailedLoadFallsBackToThePoolsOwnHit) {
   Memory memory(9, 0);
   FakeConnector c(memory);
   KVCacheManager m({.n_blocks = 9, .block_size = 4});
-  m.record_evictions(true);
+  m.record_transitions(true);
   std::vector<int32_t> a(17), b(32);
   for (int32_t i = 0; i < 17; ++i) a[i] = 100 + i;
   for (int32_t i = 0; i < 32; ++i) b[i] = 500 + i;
@@ -182,7 +189,7 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
     Memory memory(config.n_blocks, 0);
     FakeConnector c(memory);
     KVCacheManager m(config);
-    m.record_evictions(true);
+    m.record_transitions(true);
     std::mt19937 rng(windowed ? 7 : 3);
     // Prompts built from a few shared stems, so prefixes recur.
     std::vector<std::vector<int32_t>> stems(4);
@@ -204,6 +211,7 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
         const std::string id = "r" + std::to_string(next++);
         if (!admit(m, c, id, t)) continue;
         compute(m, memory, id, t, 0);
+        offer_computed(m, c);
         // The whole table holds the right prefix blocks.
         const std::vector<BlockHash> h = chain(t, bs);
         for (int32_t g = 0; g < m.num_groups(); ++g) {
@@ -217,9 +225,10 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
         const int64_t before = static_cast<int64_t>(it->second.tokens.size());
         const int64_t n = 1 + rng() % 6;
         if (!m.allocate_slots(it->first, before, n)) continue;
-        c.save(m.take_evictions());
+        c.save_evicted(m.take_evictions());
         for (int64_t i = 0; i < n; ++i) it->second.tokens.push_back(static_cast<int32_t>(60000 + rng() % 2));
         compute(m, memory, it->first, it->second.tokens, before);
+        offer_computed(m, c);
       } else {
         auto it = std::next(live.begin(), static_cast<long>(rng() % live.size()));
         m.free(it->first);
@@ -229,6 +238,7 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
     }
     EXPECT_GT(c.loaded, 0);
     EXPECT_GT(c.saved, 0);
+    EXPECT_GT(c.computed_saves, 0);
     for (const auto& [id, l] : live) m.free(id);
     ASSERT_INVARIANTS(m);
     EXPECT_EQ(m.num_free_blocks(), m.num_usable_blocks());

@@ -235,7 +235,7 @@ TEST(TieredConnector, EvictedBlocksComeBackFromHostThenDisk) {
   TieredConnector& conn = **c;
   for (int32_t b = 1; b <= 3; ++b) pool.at(b) = *block_of(b);
   const std::vector<kv::BlockTransfer> evicted = {{101, 1}, {102, 2}, {103, 3}};
-  conn.save(evicted);
+  conn.save_evicted(evicted);
   conn.flush();
   // Host keeps the last two; disk has all three.
   EXPECT_FALSE(conn.host()->contains(101));
@@ -256,6 +256,28 @@ TEST(TieredConnector, EvictedBlocksComeBackFromHostThenDisk) {
   EXPECT_TRUE(conn.host()->contains(101));  // read from disk, kept in memory
 }
 
+TEST(TieredConnector, ComputedBlocksGoToDiskOnlyAndOnce) {
+  TempDir dir;
+  FakeStorage pool(4);
+  OffloadConfig config{.host_bytes = 4 * kBlockBytes, .disk_path = dir.path(), .disk_bytes = 1 << 20};
+  auto c = TieredConnector::create(config, pool, 11);
+  ASSERT_TRUE(c);
+  pool.at(1) = *block_of(1);
+  (*c)->save_computed(std::vector<kv::BlockTransfer>{{55, 1}});
+  (*c)->save_computed(std::vector<kv::BlockTransfer>{{55, 1}});
+  (*c)->flush();
+  EXPECT_FALSE((*c)->host()->contains(55));  // the pool still holds it
+  EXPECT_EQ((*c)->stats().disk.saves, 1);
+  EXPECT_EQ((*c)->load(std::vector<kv::BlockTransfer>{{55, 3}}, false), (std::vector<bool>{true}));
+  EXPECT_EQ(pool.at(3), *block_of(1));
+
+  // Without a disk tier, computed blocks are not copied anywhere.
+  auto host_only = TieredConnector::create({.host_bytes = 4 * kBlockBytes}, pool, 11);
+  ASSERT_TRUE(host_only);
+  (*host_only)->save_computed(std::vector<kv::BlockTransfer>{{56, 1}});
+  EXPECT_FALSE((*host_only)->contains(56));
+}
+
 TEST(TieredConnector, ABadDiskBlockIsReportedAndDropped) {
   TempDir dir;
   FakeStorage pool(4);
@@ -263,7 +285,7 @@ TEST(TieredConnector, ABadDiskBlockIsReportedAndDropped) {
   auto c = TieredConnector::create(config, pool, 11);
   ASSERT_TRUE(c);
   pool.at(1) = *block_of(1);
-  (*c)->save(std::vector<kv::BlockTransfer>{{77, 1}});
+  (*c)->save_evicted(std::vector<kv::BlockTransfer>{{77, 1}});
   (*c)->flush();
   {
     std::fstream f((*c)->disk()->file_path(77), std::ios::in | std::ios::out | std::ios::binary);
@@ -294,7 +316,8 @@ TEST(TieredConnector, RandomOperationsKeepBytesAndBounds) {
     if (rng() % 2) {
       if (!content.count(key)) content[key] = key * 7919 + 1;  // a prefix's bytes never change
       pool.at(block) = *block_of(content[key]);
-      (*c)->save(std::vector<kv::BlockTransfer>{{key, block}});
+      if (rng() % 3) (*c)->save_evicted(std::vector<kv::BlockTransfer>{{key, block}});
+      else (*c)->save_computed(std::vector<kv::BlockTransfer>{{key, block}});
       if (rng() % 4 == 0) (*c)->flush();
     } else if ((*c)->contains(key)) {
       std::fill(pool.at(block).begin(), pool.at(block).end(), std::byte{0});
