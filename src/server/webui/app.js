@@ -304,10 +304,12 @@ function requestBody() {
 }
 
 function setGenerating(on) {
+  // Focus on Stop (or Send) would fall to the page's body when it hides: it goes to the message box.
+  const hadFocus = [ui.stop, ui.send, document.body].includes(document.activeElement);
   ui.send.disabled = on;
   ui.stop.hidden = !on;
   ui.newChat.disabled = on;
-  if (!on && document.activeElement === ui.stop) ui.input.focus();
+  if (!on && hadFocus) ui.input.focus();
 }
 
 async function send(text) {
@@ -475,6 +477,12 @@ ui.settings.addEventListener('close', () => {
   }
   ui.openSettings.focus();
 });
+
+// Cancel buttons are not submit buttons: Enter in a field submits with the
+// form's first submit button, which must be the one that saves.
+for (const button of document.querySelectorAll('[data-close-dialog]')) {
+  button.addEventListener('click', () => button.closest('dialog').close('cancel'));
+}
 
 ui.forgetKey.addEventListener('click', () => {
   apiKey = '';
