@@ -5,13 +5,11 @@ stops a long answer mid-stream (and the server frees the request), asks for
 the API key when the server has one, renders Markdown safely, and works by
 keyboard and on a phone-sized screen. --no-webui leaves / a 404.
 
-Skipped only where Chromium or chromedriver is not installed (CI installs them
-through scripts/setup.sh)."""
+The browser tests skip only where Chromium or chromedriver is not installed
+(CI installs them through scripts/setup.sh)."""
 from __future__ import annotations
 
 import json
-import os
-import pathlib
 import re
 import time
 
@@ -19,63 +17,23 @@ import pytest
 import requests
 
 from conftest import MODEL_NAME
-
-CHROMIUM = pathlib.Path(os.environ.get("INFERD_CHROMIUM", "/usr/bin/chromium"))
-CHROMEDRIVER = pathlib.Path(os.environ.get("INFERD_CHROMEDRIVER", "/usr/bin/chromedriver"))
-DESKTOP = (1280, 800)
-PHONE = (390, 844)
-
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-    reason=f"the web page tests need {CHROMIUM} and {CHROMEDRIVER} (apt-get install chromium chromium-driver)")
-
-
-def new_browser():
-    """Headless Chromium through the system chromedriver; Selenium Manager stays offline."""
-    os.environ.setdefault("SE_OFFLINE", "true")
-    try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
-    except ImportError:
-        pytest.fail("selenium is missing: pip install selenium (scripts/setup.sh does)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                f"--window-size={DESKTOP[0]},{DESKTOP[1]}", "--disable-extensions", "--no-first-run"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=options, service=Service(str(CHROMEDRIVER)))
+from webui_browser import (DESKTOP, PHONE, browser_missing, by_id, last_answer, new_browser, send, set_viewport,
+                           wait_for)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    driver = new_browser()
+    if why := browser_missing():
+        pytest.skip(f"the web page tests need a browser: {why}")
+    try:
+        driver = new_browser()
+    except ImportError:
+        pytest.fail("selenium is missing: pip install selenium (scripts/setup.sh does)")
     yield driver
     driver.quit()
 
 
 # ---- helpers ----------------------------------------------------------------
-
-def by_id(browser, element_id):
-    from selenium.webdriver.common.by import By
-    return browser.find_element(By.ID, element_id)
-
-
-def wait_for(condition, timeout: float = 30.0, message: str = "condition", poll: float = 0.02):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(poll)
-    pytest.fail(f"timed out after {timeout} s waiting for {message}")
-
-
-def set_viewport(browser, size, mobile=False):
-    """The page's viewport exactly (window sizes include the browser's own bars)."""
-    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                            {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": mobile})
-
 
 def open_page(browser, srv, expect_model: bool = True):
     """The page on a clean slate: no stored conversation, settings or key."""
@@ -105,20 +63,6 @@ def set_settings(browser, **fields):
             element.send_keys(str(value))
     by_id(browser, "save-settings").click()
     wait_for(lambda: not dialog_open(browser, "settings"), message="the settings dialog to close")
-
-
-def send(browser, text: str):
-    from selenium.webdriver.common.keys import Keys
-    box = by_id(browser, "message")
-    box.send_keys(text)
-    box.send_keys(Keys.ENTER)
-
-
-def last_answer(browser):
-    """(state, rendered text) of the newest answer, or (None, '')."""
-    return browser.execute_script("""
-        const a = [...document.querySelectorAll('article.assistant')].pop();
-        return a ? [a.dataset.state, a.querySelector('.answer').textContent] : [null, ''];""")
 
 
 def answer_meta(browser) -> str:
@@ -317,6 +261,7 @@ def test_markdown_is_rendered_and_sanitized(browser, server):
           code: answer.querySelector('pre code')?.textContent,
           cells: answer.querySelectorAll('td').length,
           copy: answer.querySelectorAll('.code-block button.copy-code').length,
+          language: answer.querySelector('.code-block .code-language')?.textContent,
           scripts: answer.querySelectorAll('script').length,
           handlers: [...answer.querySelectorAll('*')]
             .filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length,
@@ -328,7 +273,7 @@ def test_markdown_is_rendered_and_sanitized(browser, server):
         };""")
     assert found["strong"] == "bold"
     assert found["code"].strip() == "print('<b>not bold</b>')"
-    assert found["cells"] == 2 and found["copy"] == 1
+    assert found["cells"] == 2 and found["copy"] == 1 and found["language"] == "python"
     assert found["scripts"] == 0 and found["handlers"] == 0 and found["jsLinks"] == 0
     assert found["link"] == "noopener noreferrer"
     assert found["userText"] == "<i>not italic</i>" and found["userItalic"] == 0  # the user's text stays text

@@ -176,10 +176,18 @@ function addCopyButtons(container) {
       }
       setTimeout(() => { button.textContent = 'Copy'; }, 1500);
     });
+    // A bar above the code names its language (from marked's class) and holds the button.
+    const language = document.createElement('span');
+    language.className = 'code-language';
+    const languageClass = [...(pre.querySelector('code')?.classList ?? [])].find((c) => c.startsWith('language-'));
+    language.textContent = languageClass ? languageClass.slice('language-'.length) : 'code';
+    const bar = document.createElement('div');
+    bar.className = 'code-bar';
+    bar.append(language, button);
     const wrap = document.createElement('div');
     wrap.className = 'code-block';
     pre.replaceWith(wrap);
-    wrap.append(button, pre);
+    wrap.append(bar, pre);
   }
 }
 
@@ -439,8 +447,16 @@ ui.composer.addEventListener('submit', (event) => {
   const text = ui.input.value.trim();
   if (!text || generation) return;
   ui.input.value = '';
+  fitMessageBox();
   send(text);
 });
+
+// The message box grows with its text (up to the CSS max-height), then scrolls.
+function fitMessageBox() {
+  ui.input.style.height = 'auto';
+  ui.input.style.height = `${ui.input.scrollHeight + 2}px`;
+}
+ui.input.addEventListener('input', fitMessageBox);
 
 ui.input.addEventListener('keydown', (event) => {
   if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
