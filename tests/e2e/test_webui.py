@@ -201,6 +201,18 @@ def test_stop_aborts_the_request_on_the_server(browser, server):
     assert browser.switch_to.active_element == by_id(browser, "message")
     assert stored_messages(browser)[1]["content"], "the partial answer is kept"
 
+    # Again from the keyboard: Esc in the message box stops the next answer.
+    from selenium.webdriver.common.keys import Keys
+    send(browser, "Go on.")
+    wait_for(lambda: len(browser.find_elements("css selector", "article.assistant")) == 2
+             and len(last_answer(browser)[1]) > 20, message="the second answer to start streaming")
+    by_id(browser, "message").send_keys(Keys.ESCAPE)
+    wait_for(lambda: server.metric("inferd:num_requests_running") == 0, timeout=5,
+             message="the running-request count to return to 0 after Esc")
+    assert last_answer(browser)[0] == "stopped"
+    assert server.metric("inferd:request_success_total", finished_reason="abort") == aborted_before + 2
+    assert [m["role"] for m in stored_messages(browser)] == ["user", "assistant"] * 2
+
 
 def test_api_key_prompt(browser, start_server):
     srv = start_server(api_key="webui-secret")

@@ -47,6 +47,9 @@ function save(key, value) {
 // `excluded` turns (a failed request and its question) are shown but not sent again.
 let chat = load(STORE.chat, {messages: []});
 if (!Array.isArray(chat.messages)) chat = {messages: []};
+for (const m of chat.messages) {  // the page was closed while this answer streamed
+  if (m.state === 'streaming') m.state = 'stopped';
+}
 let settings = load(STORE.settings, {});
 let apiKey = localStorage.getItem(STORE.key) || '';
 
@@ -160,6 +163,28 @@ function markdown(text) {
   return DOMPurify.sanitize(html, {RETURN_DOM_FRAGMENT: true, FORBID_TAGS: ['style', 'form', 'input', 'button']});
 }
 
+// The clipboard API exists only in secure contexts (https, localhost); a page
+// opened at http://<LAN address> copies through a selection instead.
+async function copyText(pre) {
+  const text = pre.querySelector('code')?.textContent ?? pre.textContent;
+  if (navigator.clipboard) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // denied: try the selection
+    }
+  }
+  const range = document.createRange();
+  range.selectNodeContents(pre);
+  const selection = window.getSelection();
+  selection.removeAllRanges();
+  selection.addRange(range);
+  const copied = document.execCommand('copy');
+  selection.removeAllRanges();
+  return copied;
+}
+
 function addCopyButtons(container) {
   for (const pre of container.querySelectorAll('pre')) {
     const button = document.createElement('button');
@@ -168,12 +193,7 @@ function addCopyButtons(container) {
     button.textContent = 'Copy';
     button.setAttribute('aria-label', 'Copy code');
     button.addEventListener('click', async () => {
-      try {
-        await navigator.clipboard.writeText(pre.querySelector('code')?.textContent ?? pre.textContent);
-        button.textContent = 'Copied';
-      } catch {
-        button.textContent = 'Copy failed';
-      }
+      button.textContent = (await copyText(pre)) ? 'Copied' : 'Copy failed';
       setTimeout(() => { button.textContent = 'Copy'; }, 1500);
     });
     // A bar above the code names its language (from marked's class) and holds the button.
@@ -326,6 +346,7 @@ async function send(text) {
   const answer = {role: 'assistant', content: '', state: 'streaming'};
   const body = requestBody();
   appendMessage(answer);
+  save(STORE.chat, chat);
   const element = elements.get(answer);
   const controller = new AbortController();
   generation = {controller};
@@ -509,4 +530,5 @@ ui.forgetKey.addEventListener('click', () => {
 renderAll();
 updateKeyState();
 showModel();
-ui.input.focus();
+// Not on touch screens: focus there opens the on-screen keyboard over the page.
+if (window.matchMedia('(pointer: fine)').matches) ui.input.focus();
