@@ -122,7 +122,7 @@ def test_no_webui_leaves_the_api_alone(start_server):
 def test_streams_an_answer_that_matches_the_server(browser, server):
     set_viewport(browser, DESKTOP)
     open_page(browser, server)
-    set_settings(browser, temperature=0, max_tokens=48, ignore_eos=True)
+    set_settings(browser, temperature=0, max_tokens=96, ignore_eos=True)
     # Every length the answer's text takes, as the page renders it.
     browser.execute_script("""
         window.lengthsSeen = [];
@@ -148,7 +148,7 @@ def test_streams_an_answer_that_matches_the_server(browser, server):
     assert len(set(lengths)) >= 3, f"the page rendered the answer in fewer than 3 steps: {lengths}"
 
     expected = requests.post(server.base_url + "/v1/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 48,
+        "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 96,
         "ignore_eos": True}).json()
     messages = stored_messages(browser)
     assert [m["role"] for m in messages] == ["user", "assistant"]
@@ -157,7 +157,7 @@ def test_streams_an_answer_that_matches_the_server(browser, server):
     assert last_answer(browser)[1].strip()
     # Time to first token and speed, from the stream's usage (exact count, no "~").
     meta = answer_meta(browser)
-    assert re.search(r"first token \d+\.\d\d s · \d+\.\d tokens/s · 48 tokens", meta), meta
+    assert re.search(r"first token \d+\.\d\d s · \d+\.\d tokens/s · 96 tokens", meta), meta
     assert by_id(browser, "message").get_attribute("value") == ""
     assert severe_console_errors(browser) == []  # no CSP refusals, no script errors
 
