@@ -122,7 +122,8 @@ def test_no_webui_leaves_the_api_alone(start_server):
 def test_streams_an_answer_that_matches_the_server(browser, server):
     set_viewport(browser, DESKTOP)
     open_page(browser, server)
-    set_settings(browser, temperature=0, max_tokens=96, ignore_eos=True)
+    system = "You answer in one short sentence."
+    set_settings(browser, system_prompt=system, temperature=0, max_tokens=96, ignore_eos=True)
     # Every length the answer's text takes, as the page renders it.
     browser.execute_script("""
         window.lengthsSeen = [];
@@ -148,7 +149,8 @@ def test_streams_an_answer_that_matches_the_server(browser, server):
     assert len(set(lengths)) >= 3, f"the page rendered the answer in fewer than 3 steps: {lengths}"
 
     expected = requests.post(server.base_url + "/v1/chat/completions", timeout=60, json={
-        "messages": [{"role": "user", "content": question}], "temperature": 0, "max_tokens": 96,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": question}],
+        "temperature": 0, "max_tokens": 96,
         "ignore_eos": True}).json()
     messages = stored_messages(browser)
     assert [m["role"] for m in messages] == ["user", "assistant"]
