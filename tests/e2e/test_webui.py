@@ -252,6 +252,8 @@ def test_api_key_prompt(browser, start_server):
     wait_for(lambda: dialog_open(browser, "key-dialog"), message="the API key dialog after forgetting the key")
     by_id(browser, "cancel-key").click()
     wait_for(lambda: last_answer(browser)[0] == "error", message="the cancelled answer to show an error")
+    # The unanswered question stays on screen but is not sent again.
+    assert [m.get("excluded", False) for m in stored_messages(browser)] == [False, False, True, True]
 
 
 def test_markdown_is_rendered_and_sanitized(browser, server):

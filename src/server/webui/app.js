@@ -20,9 +20,9 @@ const ui = {
   model: $('model-name'), messages: $('messages'), conversation: $('conversation'), empty: $('empty-hint'),
   composer: $('composer'), input: $('message'), send: $('send'), stop: $('stop'), status: $('status'),
   newChat: $('new-chat'), openSettings: $('open-settings'), settings: $('settings'),
-  settingsForm: $('settings-form'), system: $('system-prompt'), ignoreEos: $('ignore-eos'),
+  system: $('system-prompt'), ignoreEos: $('ignore-eos'),
   keyState: $('key-state'), forgetKey: $('forget-key'),
-  keyDialog: $('key-dialog'), keyForm: $('key-form'), keyInput: $('api-key'), keyReason: $('key-reason'),
+  keyDialog: $('key-dialog'), keyInput: $('api-key'), keyReason: $('key-reason'),
 };
 
 // ---- stored state ---------------------------------------------------------
@@ -218,6 +218,7 @@ function formatStats(stats) {
   if (stats.tokensPerSecond != null) parts.push(`${stats.tokensPerSecond.toFixed(1)} tokens/s`);
   if (stats.tokens != null) parts.push(`${stats.estimated ? '~' : ''}${stats.tokens} tokens`);
   if (stats.finishReason === 'length') parts.push('cut at max tokens');
+  if (stats.finishReason === 'abort') parts.push('ended by the server');
   return parts.join(' · ');
 }
 
@@ -320,7 +321,7 @@ function requestBody() {
   const messages = [];
   if (settings.system) messages.push({role: 'system', content: settings.system});
   for (const m of chat.messages) {
-    if (m.excluded || (m.role === 'assistant' && !m.content)) continue;
+    if (m.excluded) continue;
     messages.push({role: m.role, content: m.content});
   }
   const body = {messages, stream: true, stream_options: {include_usage: true}};
@@ -404,14 +405,16 @@ async function send(text) {
     } else {
       answer.state = 'error';
       answer.error = e instanceof ApiError ? e.message : `The request failed: ${e.message}`;
-      if (!answer.content) {  // nothing came back: neither turn goes into the next request
-        answer.excluded = true;
-        chat.messages[chat.messages.length - 2].excluded = true;
-      }
       setStatus('The request failed.');
     }
   } finally {
     clearTimeout(renderTimer);
+    if (!answer.content) {
+      // A question with no answer is not sent again: the next request would
+      // hold two user turns in a row, which some chat templates refuse.
+      answer.excluded = true;
+      chat.messages[chat.messages.length - 2].excluded = true;
+    }
     const ended = performance.now();
     const tokens = usage ? usage.completion_tokens : chunksWithText;
     answer.stats = {
