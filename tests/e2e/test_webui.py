@@ -257,14 +257,15 @@ def test_api_key_prompt(browser, start_server):
 
 
 def test_markdown_is_rendered_and_sanitized(browser, server):
-    """A stored answer full of Markdown and hostile HTML, as a model might write it."""
+    """A stored answer full of Markdown and hostile HTML, as a model might write it, with its thinking."""
     set_viewport(browser, DESKTOP)
     open_page(browser, server)
     hostile = ("**bold** and `code`\n\n```python\nprint('<b>not bold</b>')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
                "<img src=x onerror=\"window.pwned=1\"> <script>window.pwned=2</script>"
                "[link](javascript:window.pwned=3) <a href=\"https://example.com\">site</a>")
     chat = {"messages": [{"role": "user", "content": "<i>not italic</i>"},
-                         {"role": "assistant", "content": hostile, "state": "done"}]}
+                         {"role": "assistant", "content": hostile, "state": "done",
+                          "reasoning": "<b>thinking</b> stays text"}]}
     browser.execute_script("localStorage.setItem('inferd.chat', arguments[0])", json.dumps(chat))
     browser.refresh()
     wait_for(lambda: browser.execute_script("return document.querySelectorAll('article.message').length") == 2,
@@ -285,6 +286,8 @@ def test_markdown_is_rendered_and_sanitized(browser, server):
             .filter(a => (a.getAttribute('href') || '').startsWith('javascript')).length,
           link: answer.querySelector('a[href="https://example.com"]')?.rel,
           userText: user.textContent, userItalic: user.querySelectorAll('i').length,
+          thinking: document.querySelector('article.assistant details.reasoning .reasoning-text')?.textContent,
+          thinkingOpen: document.querySelector('article.assistant details.reasoning')?.open,
           pwned: window.pwned ?? null,
         };""")
     assert found["strong"] == "bold"
@@ -293,6 +296,7 @@ def test_markdown_is_rendered_and_sanitized(browser, server):
     assert found["scripts"] == 0 and found["handlers"] == 0 and found["jsLinks"] == 0
     assert found["link"] == "noopener noreferrer"
     assert found["userText"] == "<i>not italic</i>" and found["userItalic"] == 0  # the user's text stays text
+    assert found["thinking"] == "<b>thinking</b> stays text" and found["thinkingOpen"] is False
     time.sleep(0.2)
     assert browser.execute_script("return window.pwned ?? null") is None
 
