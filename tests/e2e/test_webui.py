@@ -78,6 +78,16 @@ def severe_console_errors(browser) -> list[str]:
     return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
 
 
+def show_stored_exchange(browser, question: str, answer: str, **answer_fields):
+    """Reloads the page on a conversation stored as if an earlier visit had had it."""
+    chat = {"messages": [{"role": "user", "content": question},
+                         {"role": "assistant", "content": answer, "state": "done", **answer_fields}]}
+    browser.execute_script("localStorage.setItem('inferd.chat', arguments[0])", json.dumps(chat))
+    browser.refresh()
+    wait_for(lambda: browser.execute_script("return document.querySelectorAll('article.message').length") == 2,
+             message="the stored conversation")
+
+
 def page_files(base_url: str) -> list[str]:
     """The page and every file it references."""
     html = requests.get(base_url + "/", timeout=10).text
@@ -263,13 +273,7 @@ def test_markdown_is_rendered_and_sanitized(browser, server):
     hostile = ("**bold** and `code`\n\n```python\nprint('<b>not bold</b>')\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
                "<img src=x onerror=\"window.pwned=1\"> <script>window.pwned=2</script>"
                "[link](javascript:window.pwned=3) <a href=\"https://example.com\">site</a>")
-    chat = {"messages": [{"role": "user", "content": "<i>not italic</i>"},
-                         {"role": "assistant", "content": hostile, "state": "done",
-                          "reasoning": "<b>thinking</b> stays text"}]}
-    browser.execute_script("localStorage.setItem('inferd.chat', arguments[0])", json.dumps(chat))
-    browser.refresh()
-    wait_for(lambda: browser.execute_script("return document.querySelectorAll('article.message').length") == 2,
-             message="the stored conversation")
+    show_stored_exchange(browser, "<i>not italic</i>", hostile, reasoning="<b>thinking</b> stays text")
     found = browser.execute_script("""
         const answer = document.querySelector('article.assistant .answer');
         const user = document.querySelector('article.user .message-body');
@@ -325,13 +329,7 @@ def test_keyboard_labels_and_phone_layout(browser, server):
     # A long conversation on a 390 px screen: nothing runs off the side, the
     # message box stays on screen, and the settings dialog fits.
     long_word = "x" * 300
-    chat = {"messages": [{"role": "user", "content": f"a long word: {long_word}"},
-                         {"role": "assistant", "content": f"```\n{long_word}\n```\n\n{long_word}\n\n" * 6,
-                          "state": "done"}]}
-    browser.execute_script("localStorage.setItem('inferd.chat', arguments[0])", json.dumps(chat))
-    browser.refresh()
-    wait_for(lambda: browser.execute_script("return document.querySelectorAll('article.message').length") == 2,
-             message="the stored conversation")
+    show_stored_exchange(browser, f"a long word: {long_word}", f"```\n{long_word}\n```\n\n{long_word}\n\n" * 6)
     layout = browser.execute_script("""
         const r = (id) => document.getElementById(id).getBoundingClientRect();
         return {scrollWidth: document.documentElement.scrollWidth, width: window.innerWidth,
