@@ -47,6 +47,7 @@ struct ServeFlags {
   bool chat_special_tokens_in_content = false;
   std::string tool_call_parser;
   std::string reasoning_parser = "auto";
+  bool no_webui = false;
 };
 
 // Everything the loader thread builds; torn down in reverse order.
@@ -135,6 +136,7 @@ int run_serve(const ServeFlags& f) {
   options.special_tokens_in_chat_content = f.chat_special_tokens_in_content;
   if (!f.tool_call_parser.empty()) options.tool_call_parser = tool_call_format_from_name(f.tool_call_parser);
   options.reasoning_parser = reasoning_parser_from_name(f.reasoning_parser).value_or(ReasoningParser::kNone);
+  options.webui = !f.no_webui;
   options.limits.max_n = static_cast<int32_t>(f.max_n);
   options.limits.max_logprobs = static_cast<int32_t>(f.max_logprobs);
   server::OpenAIServer api(options);
@@ -151,7 +153,8 @@ int run_serve(const ServeFlags& f) {
     spdlog::error("{}", st.error().message);
     return 1;
   }
-  spdlog::info("serving {} at http://{}:{} (OpenAI API under /v1)", options.served_model_name, f.host, http->port());
+  spdlog::info("serving {} at http://{}:{} ({}OpenAI API under /v1)", options.served_model_name, f.host, http->port(),
+               options.webui ? "web chat page at /, " : "");
 
   Loaded loaded;
   std::atomic<bool> load_failed{false};
@@ -189,7 +192,8 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("-m,--model", flags->model, "GGUF model file");
   sub->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", flags->port, "Port to listen on")->capture_default_str();
-  sub->add_option("--api-key", flags->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  sub->add_option("--api-key", flags->api_key,
+                  "Require 'Authorization: Bearer KEY' on every route but /health and the web page's files");
   sub->add_option("--served-model-name", flags->served_model_name,
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
@@ -217,6 +221,7 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--max-request-body", flags->max_request_body, "Largest request body (bytes; 413 beyond)")
       ->capture_default_str();
+  sub->add_flag("--no-webui", flags->no_webui, "Do not serve the web chat page at / (the API alone)");
   sub->add_flag("--log-prompts", flags->log_prompts, "Include prompt text in the per-request log line");
   sub->add_option("--max-log-len", flags->max_log_len, "Prompt characters logged at most")->capture_default_str();
   sub->callback([flags, &exit_code] { exit_code = run_serve(*flags); });

@@ -249,6 +249,9 @@ net::awaitable<void> Exchange::respond(http::status status, std::string_view con
   res.keep_alive(conn_.keep_alive());
   res.body() = std::move(body);
   res.prepare_payload();
+  // A 304 has no body; a Content-Length there must be the resource's own
+  // length (RFC 9110 8.6), and Beast's 0 is not.
+  if (status == http::status::not_modified) res.erase(http::field::content_length);
   co_await conn_.write_response(res);
 }
 

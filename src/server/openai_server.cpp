@@ -8,6 +8,7 @@
 #include <random>
 
 #include "server/tool_calling.h"
+#include "server/webui.h"
 
 namespace inferd::server {
 
@@ -510,6 +511,16 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
       co_await send_error(ex, model_loading());
     }
     co_return;
+  }
+  // The page loads without the API key (it holds none); its API calls send it.
+  if (options_.webui && method == http::verb::get) {
+    const auto if_none_match = ex.request()[http::field::if_none_match];
+    std::optional<WebResponse> page =
+        serve_webui(path, std::string_view(if_none_match.data(), if_none_match.size()));
+    if (page) {
+      co_await ex.respond(page->status, page->content_type, std::move(page->body), page->headers);
+      co_return;
+    }
   }
   if (auto e = check_auth(ex.request())) {
     co_await send_error(ex, *e);

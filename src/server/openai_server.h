@@ -1,7 +1,7 @@
 // The OpenAI-compatible API on top of the engine: routing, authentication,
 // prompt building (tokenizer, chat template), admission (context length,
 // queue bound), streaming of engine outputs as server-sent events, usage,
-// logprobs, /metrics, /tokenize and /detokenize.
+// logprobs, /metrics, /tokenize and /detokenize, and the web chat page at /.
 //
 // A request's engine work is tied to its HTTP exchange: when the client goes
 // away, or the handler ends for any reason, every unfinished choice is
@@ -58,6 +58,7 @@ struct ServerOptions {
   // qwen3 when the chat template writes </think>, else none.
   ReasoningParser reasoning_parser = ReasoningParser::kAuto;
   size_t worker_threads = 2;  // parse, render and tokenize requests (off the I/O threads)
+  bool webui = true;          // serve the web chat page at / (server/webui.h)
   ProtocolLimits limits;
 };
 
