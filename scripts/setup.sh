@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# chromium and chromium-driver: the web page's tests drive a real headless browser.
+# chromium and chromium-driver: the web page's tests drive a real headless browser;
+# libxxhash-dev: checksums and fingerprints of offloaded KV blocks.
 APT_PACKAGES=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
               libboost-dev libspdlog-dev libgtest-dev libxxhash-dev python3 python3-pip curl chromium chromium-driver)
 missing=()
