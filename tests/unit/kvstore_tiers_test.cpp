@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -195,7 +196,12 @@ TEST(DiskTier, StaysWithinItsSizeLeastRecentlyUsedFirst) {
   for (const auto& e : fs::directory_iterator((*tier)->directory())) files += e.is_regular_file();
   EXPECT_EQ(files, 3u);
 
-  // Reopened with a smaller bound, the oldest files go first.
+  // Reopened with a smaller bound, the oldest files go first. (The clock
+  // behind file times can be coarser than these writes: set them.)
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time((*tier)->file_path(3), now - std::chrono::seconds(30));
+  fs::last_write_time((*tier)->file_path(1), now - std::chrono::seconds(20));
+  fs::last_write_time((*tier)->file_path(4), now - std::chrono::seconds(10));
   tier->reset();
   auto smaller = DiskTier::open(disk_config(dir.path(), 1));
   ASSERT_TRUE(smaller);
@@ -272,7 +278,9 @@ TEST(TieredConnector, ComputedBlocksGoToDiskOnlyAndOnce) {
   EXPECT_EQ(pool.at(3), *block_of(1));
 
   // Without a disk tier, computed blocks are not copied anywhere.
-  auto host_only = TieredConnector::create({.host_bytes = 4 * kBlockBytes}, pool, 11);
+  OffloadConfig host_config;
+  host_config.host_bytes = 4 * kBlockBytes;
+  auto host_only = TieredConnector::create(host_config, pool, 11);
   ASSERT_TRUE(host_only);
   (*host_only)->save_computed(std::vector<kv::BlockTransfer>{{56, 1}});
   EXPECT_FALSE((*host_only)->contains(56));
