@@ -704,6 +704,8 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
 
 Status Engine::check_invariants() const {
   if (Status s = scheduler_.check_invariants(); !s) return s;
+  if (offload_)
+    if (Status s = offload_->check_invariants(); !s) return make_error("KV offload: " + s.error().message);
   if (!drafter_) return {};
   if (Status s = drafter_->check_invariants(); !s) return make_error("the draft model's KV cache: " + s.error().message);
   for (const std::string& id : drafter_->sequence_ids())

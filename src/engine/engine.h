@@ -190,8 +190,10 @@ class Engine {
   EngineStats stats() const;  // any thread: a snapshot taken after the last step
   const EngineConfig& config() const { return config_; }
   const SchedulerConfig& scheduler_config() const { return scheduler_.config(); }
-  // Scheduler and KV invariants, the draft model's cache's too, which holds
-  // only running or waiting requests' sequences (synchronous use).
+  // Scheduler and KV invariants, the offload tiers' (within their bounds,
+  // their counts agreeing with what they hold), the draft model's cache's
+  // too, which holds only running or waiting requests' sequences
+  // (synchronous use).
   Status check_invariants() const;
 
  private:

@@ -160,13 +160,16 @@ bool DiskTier::read(kv::BlockHash key, std::byte* dst) {
   }
   std::lock_guard lock(mu_);
   auto it = index_.find(key);
-  if (it == index_.end()) return false;  // evicted meanwhile (its bytes may be another block's)
   if (!ok) {
-    remove_locked(key);
-    ++stats_.dropped;
+    // A file the writer deleted meanwhile (evicted) is not a bad one.
+    if (it != index_.end()) {
+      remove_locked(key);
+      ++stats_.dropped;
+    }
     return false;
   }
-  lru_.splice(lru_.begin(), lru_, it->second);
+  // Checked: the bytes are the block's even if the writer evicted it meanwhile.
+  if (it != index_.end()) lru_.splice(lru_.begin(), lru_, it->second);
   ++stats_.loads;
   return true;
 }
@@ -193,6 +196,22 @@ void DiskTier::flush() {
 TierStats DiskTier::stats() const {
   std::lock_guard lock(mu_);
   return stats_;
+}
+
+Status DiskTier::check_invariants() const {
+  std::lock_guard lock(mu_);
+  if (index_.size() != lru_.size()) return make_error("disk tier: the index and the list differ");
+  if (static_cast<int64_t>(lru_.size()) != stats_.blocks ||
+      stats_.bytes != stats_.blocks * static_cast<int64_t>(file_bytes()))
+    return make_error("disk tier: holds " + std::to_string(lru_.size()) + " files, counts say " +
+                      std::to_string(stats_.blocks) + " blocks of " + std::to_string(stats_.bytes) + " bytes");
+  if (stats_.bytes > stats_.capacity_bytes) return make_error("disk tier: over its capacity");
+  int64_t queued = 0;
+  for (const auto& [key, bytes] : queue_) queued += static_cast<int64_t>(bytes->size());
+  // The writer's block has left queue_ but not yet pending_bytes_.
+  if (queued > pending_bytes_ || queued_.size() < queue_.size())
+    return make_error("disk tier: the write queue and its counts differ");
+  return {};
 }
 
 bool DiskTier::write_file(kv::BlockHash key, const std::vector<std::byte>& bytes) const {

@@ -68,6 +68,9 @@ class DiskTier {
   void flush();
 
   TierStats stats() const;
+  // The counts agree with the files indexed, which fit the capacity, and
+  // the queue with its bytes.
+  Status check_invariants() const;
   const std::string& directory() const { return dir_; }
   size_t file_bytes() const { return kHeaderBytes + config_.block_bytes; }
   // The file that holds (or would hold) a block.

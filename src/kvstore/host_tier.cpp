@@ -1,5 +1,7 @@
 #include "kvstore/host_tier.h"
 
+#include <string>
+
 namespace inferd::kvstore {
 
 bool HostTier::touch(kv::BlockHash key) {
@@ -36,6 +38,21 @@ void HostTier::put(kv::BlockHash key, BlockBytes bytes) {
     index_.erase(victim.key);
     lru_.pop_back();
   }
+}
+
+Status HostTier::check_invariants() const {
+  int64_t bytes = 0;
+  for (const Entry& e : lru_) {
+    auto it = index_.find(e.key);
+    if (it == index_.end() || &*it->second != &e) return make_error("host tier: a block is listed but not indexed");
+    bytes += static_cast<int64_t>(e.bytes->size());
+  }
+  if (index_.size() != lru_.size()) return make_error("host tier: the index and the list differ");
+  if (bytes != stats_.bytes || static_cast<int64_t>(lru_.size()) != stats_.blocks)
+    return make_error("host tier: holds " + std::to_string(lru_.size()) + " blocks of " + std::to_string(bytes) +
+                      " bytes, counts say " + std::to_string(stats_.blocks) + " and " + std::to_string(stats_.bytes));
+  if (bytes > stats_.capacity_bytes) return make_error("host tier: over its capacity");
+  return {};
 }
 
 std::vector<kv::BlockHash> HostTier::keys_by_recency() const {

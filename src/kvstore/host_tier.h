@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/result.h"
 #include "kv/block_hash.h"
 
 namespace inferd::kvstore {
@@ -45,6 +46,8 @@ class HostTier {
 
   const TierStats& stats() const { return stats_; }
   TierStats& stats() { return stats_; }
+  // The counts agree with the blocks held, which fit the capacity.
+  Status check_invariants() const;
   // Keys from most to least recently used (tests).
   std::vector<kv::BlockHash> keys_by_recency() const;
 

@@ -113,6 +113,13 @@ OffloadStats TieredConnector::stats() const {
   return s;
 }
 
+Status TieredConnector::check_invariants() const {
+  if (host_)
+    if (Status s = host_->check_invariants(); !s) return s;
+  if (disk_) return disk_->check_invariants();
+  return {};
+}
+
 void TieredConnector::flush() {
   if (disk_) disk_->flush();
 }

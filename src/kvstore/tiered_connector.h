@@ -48,6 +48,7 @@ class TieredConnector : public kv::KVConnector {
   void save_computed(std::span<const kv::BlockTransfer> computed) override;
 
   OffloadStats stats() const;
+  Status check_invariants() const;  // each tier's (loop thread)
   // Waits until the disk tier has written every saved block (tests, shutdown).
   void flush();
   const HostTier* host() const { return host_.get(); }

@@ -307,7 +307,9 @@ TEST(TieredConnector, ABadDiskBlockIsReportedAndDropped) {
 
 // Random saves and loads against a model of what each tier must hold: every
 // load returns exactly the bytes saved under that key, and the tiers stay
-// within their bounds.
+// within their bounds. (A block the writer evicts between a lookup and its
+// load fails the load, which the scheduler answers by computing it; the
+// lookups here follow a flush so that each load must succeed.)
 TEST(TieredConnector, RandomOperationsKeepBytesAndBounds) {
   TempDir dir;
   FakeStorage pool(16);
@@ -327,13 +329,15 @@ TEST(TieredConnector, RandomOperationsKeepBytesAndBounds) {
       if (rng() % 3) (*c)->save_evicted(std::vector<kv::BlockTransfer>{{key, block}});
       else (*c)->save_computed(std::vector<kv::BlockTransfer>{{key, block}});
       if (rng() % 4 == 0) (*c)->flush();
-    } else if ((*c)->contains(key)) {
+    } else if ((*c)->flush(), (*c)->contains(key)) {  // flushed: no eviction races the lookup
       std::fill(pool.at(block).begin(), pool.at(block).end(), std::byte{0});
       ASSERT_EQ((*c)->load(std::vector<kv::BlockTransfer>{{key, block}}, false), (std::vector<bool>{true}));
       ASSERT_EQ(pool.at(block), *block_of(content.at(key))) << "step " << step;
     }
     const OffloadStats s = (*c)->stats();
     ASSERT_LE(s.host.bytes, config.host_bytes);
+    const Status inv = (*c)->check_invariants();
+    ASSERT_TRUE(inv.ok()) << inv.error().message;
     ASSERT_LE(s.disk.bytes, config.disk_bytes);
   }
   (*c)->flush();
