@@ -113,23 +113,32 @@ void compute(KVCacheManager& m, Memory& memory, const std::string& id, const std
 // What the scheduler does after a step: newly findable blocks to the connector.
 void offer_computed(KVCacheManager& m, FakeConnector& c) { c.save_computed(m.take_newly_cached()); }
 
-TEST(KvConnector, EvictedPrefixComesBackAsLoads) {
-  Memory memory(9, 0);
-  FakeConnector c(memory);
-  KVCacheManager m({.n_blocks = 9, .block_size = 4});
-  m.record_transitions(true);
-  std::vector<int32_t> a(17), b(32);
-  for (int32_t i = 0; i < 17; ++i) a[i] = 100 + i;
-  for (int32_t i = 0; i < 32; ++i) b[i] = 500 + i;
-  ASSERT_TRUE(admit(m, c, "a", a));
-  compute(m, memory, "a", a, 0);
-  m.free("a");  // 4 cached blocks (+1 partial) free
-  ASSERT_TRUE(admit(m, c, "b", b));  // takes all 8 blocks: evicts a's 4
-  EXPECT_EQ(c.saved, 4);
-  compute(m, memory, "b", b, 0);
-  m.free("b");
-  ASSERT_INVARIANTS(m);
+// A 9-block pool where request a (17 tokens: 4 full blocks) ran and left,
+// then b (32 tokens) took every block: a's 4 cached blocks were evicted into
+// the connector.
+class KvConnectorAfterEviction : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    m.record_transitions(true);
+    for (int32_t i = 0; i < 17; ++i) a.push_back(100 + i);
+    for (int32_t i = 0; i < 32; ++i) b.push_back(500 + i);
+    ASSERT_TRUE(admit(m, c, "a", a));
+    compute(m, memory, "a", a, 0);
+    m.free("a");  // 4 cached blocks (+1 partial) free
+    ASSERT_TRUE(admit(m, c, "b", b));  // takes all 8 blocks: evicts a's 4
+    EXPECT_EQ(c.saved, 4);
+    compute(m, memory, "b", b, 0);
+    m.free("b");
+    ASSERT_INVARIANTS(m);
+  }
 
+  Memory memory = Memory(9, 0);
+  FakeConnector c{memory};
+  KVCacheManager m{{.n_blocks = 9, .block_size = 4, .group_windows = {}}};
+  std::vector<int32_t> a, b;
+};
+
+TEST_F(KvConnectorAfterEviction, EvictedPrefixComesBackAsLoads) {
   const PrefixHit hit = m.get_computed_blocks(a, 0, &c);
   EXPECT_EQ(hit.num_tokens, 16);
   EXPECT_EQ(hit.external.size(), 4u);
@@ -151,20 +160,7 @@ TEST(KvConnector, EvictedPrefixComesBackAsLoads) {
   ASSERT_INVARIANTS(m);
 }
 
-TEST(KvConnector, AFailedLoadFallsBackToThePoolsOwnHit) {
-  Memory memory(9, 0);
-  FakeConnector c(memory);
-  KVCacheManager m({.n_blocks = 9, .block_size = 4});
-  m.record_transitions(true);
-  std::vector<int32_t> a(17), b(32);
-  for (int32_t i = 0; i < 17; ++i) a[i] = 100 + i;
-  for (int32_t i = 0; i < 32; ++i) b[i] = 500 + i;
-  ASSERT_TRUE(admit(m, c, "a", a));
-  compute(m, memory, "a", a, 0);
-  m.free("a");
-  ASSERT_TRUE(admit(m, c, "b", b));
-  compute(m, memory, "b", b, 0);
-  m.free("b");
+TEST_F(KvConnectorAfterEviction, AFailedLoadFallsBackToThePoolsOwnHit) {
   c.bad.insert(chain(a, 4)[2]);
   ASSERT_TRUE(admit(m, c, "a2", a));
   EXPECT_EQ(m.num_blocks_held("a2"), 5);
@@ -184,7 +180,7 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
   for (bool windowed : {false, true}) {
     SCOPED_TRACE(windowed ? "with a sliding-window group" : "one full-attention group");
     const int32_t bs = 4;
-    KVCacheConfig config{.n_blocks = 40, .block_size = bs};
+    KVCacheConfig config{.n_blocks = 40, .block_size = bs, .group_windows = {}};
     if (windowed) config.group_windows = {0, 10};
     Memory memory(config.n_blocks, 0);
     FakeConnector c(memory);
@@ -216,8 +212,9 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
         const std::vector<BlockHash> h = chain(t, bs);
         for (int32_t g = 0; g < m.num_groups(); ++g) {
           std::span<const int32_t> table = m.block_table(id, g);
-          for (size_t i = 0; i < h.size(); ++i)
+          for (size_t i = 0; i < h.size(); ++i) {
             if (table[i] != BlockPool::kNullBlock) ASSERT_EQ(memory[table[i]], group_block_hash(h[i], g));
+          }
         }
         live[id] = {t};
       } else if (op == 1) {
