@@ -2,15 +2,14 @@
 // no model: it listens, sends each generation request to a prefill instance
 // and then a decode instance, and relays the answer. SIGINT or SIGTERM stop
 // it: it stops accepting, lets open connections finish for a moment, exits 0.
-#include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <memory>
 
 #include "cli/commands.h"
+#include "cli/common.h"
 #include "router/router.h"
 #include "server/http_server.h"
 
@@ -30,17 +29,8 @@ struct RouterFlags {
 };
 
 int run_router(const RouterFlags& f) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-  // Two descriptors per request (client and instance): take the hard limit.
-  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
+  // Two descriptors per request (client and instance).
+  sigset_t signals = prepare_server_process();
   if (f.port < 0 || f.port > 65535) {
     spdlog::error("--port {} is not a TCP port", f.port);
     return 2;

@@ -4,9 +4,7 @@
 // ends unfinished requests with finish_reason "abort" (streams still get their
 // last chunk and [DONE]), answers requests that arrive meanwhile on open
 // connections with 503, gives connections a moment to drain, and exits 0.
-#include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -115,17 +113,7 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
 
 int run_serve(const ServeFlags& f) {
   // Signals are taken by sigwait below, not by whichever thread they hit.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a death
-  // One descriptor per connection: take the hard limit, not the usual 1,024.
-  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
+  sigset_t signals = prepare_server_process();
 
   const int64_t max_body = parse_bytes(f.max_request_body);
   if (max_body <= 0) {
