@@ -273,9 +273,12 @@ net::awaitable<void> Router::to_decode(Exchange& ex, verb method, std::string ta
     // A stream: each piece goes on as it comes.
     if (!co_await ex.begin_stream(static_cast<status>(call->status()), call->content_type())) co_return;
     for (;;) {
+      // Read before the take: a write suspends, and the call may receive its
+      // last bytes meanwhile, which the next turn must still take.
+      const bool finished = call->done();
       std::string piece = call->take_body();
       if (!piece.empty() && !co_await ex.write_chunk(std::move(piece))) co_return;
-      if (call->done()) break;
+      if (finished) break;
       if (ex.client_gone()) co_return;
       co_await ex.wait();
     }

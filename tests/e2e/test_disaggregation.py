@@ -73,7 +73,7 @@ def answer(base_url: str, path: str, body: dict) -> tuple[str, str, int]:
             for c in event["choices"]:
                 text += (c["delta"].get("content") or "") if chat else c["text"]
                 finish = c["finish_reason"] or finish
-        assert done, "the stream ended without [DONE]"
+        assert done, f"the stream ended without [DONE] after {text!r}"
     return text, finish, tokens
 
 
