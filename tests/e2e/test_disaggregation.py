@@ -166,6 +166,25 @@ def test_producer_answers_with_transfer_params_and_roles_are_checked(deployment)
     assert requests.get(router.base_url + "/v1/models", timeout=10).json()["data"][0]["id"] == MODEL_NAME
 
 
+def test_client_gone_aborts_the_decode_request(deployment):
+    _, _, decode, router, _ = deployment
+    aborted = decode.metric("inferd:request_success_total", finished_reason="abort")
+    body = {"prompt": prompt(3), "max_tokens": 1500, "ignore_eos": True, "temperature": 0, "stream": True}
+    with requests.post(router.base_url + "/v1/completions", json=body, stream=True, timeout=60) as r:
+        assert r.status_code == 200
+        next(line for line in r.iter_lines() if line.startswith(b"data: "))  # decoding has begun
+    # The router closed its upstream connection, and the decode instance aborted the request.
+    deadline = time.time() + 10
+    while decode.metric("inferd:request_success_total", finished_reason="abort") == aborted:
+        assert time.time() < deadline, "the decode request was not aborted"
+        time.sleep(0.1)
+    assert decode.metric("inferd:num_requests_running") == 0
+    deadline = time.time() + 5
+    while router.metric("inferd_router:requests_in_flight") != 0:
+        assert time.time() < deadline
+        time.sleep(0.05)
+
+
 def test_prefill_killed_mid_run_falls_back_to_decode(deployment, tmp_path):
     single, _, decode, _, reference = deployment
     prefill = start(tmp_path, ["--kv-transfer-config", '{"kv_role": "kv_producer"}'])
