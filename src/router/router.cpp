@@ -208,8 +208,8 @@ net::awaitable<void> Router::generate(Exchange& ex, bool chat) {
     std::optional<FallbackReason> fallback;
     if (call->failed()) {
       fallback = !call->connected() ? FallbackReason::kUnreachable
-                 : call->failure().find("no response within") != std::string::npos ? FallbackReason::kTimeout
-                                                                                   : FallbackReason::kFailed;
+                 : call->timed_out()  ? FallbackReason::kTimeout
+                                      : FallbackReason::kFailed;
       if (!call->connected()) chooser_.mark_down(Role::kPrefill, *p);
     } else if (call->status() >= 400 && call->status() < 500) {
       // The client's mistake (a bad field, a prompt too long): the same at decode, so answered now.

@@ -101,6 +101,7 @@ net::awaitable<void> UpstreamCall::run(bench::BaseUrl instance, UpstreamRequest 
   if (request.head_timeout.count() > 0) stream_.expires_after(request.head_timeout);
   co_await http::async_read_header(stream_, buffer, parser, redirect(ec));
   if (ec) {
+    timed_out_ = ec == beast::error::timeout;
     co_return fail(ec == beast::error::timeout ? where + " sent no response within " +
                                                      std::to_string(request.head_timeout.count()) + " ms"
                                                : "no response from " + where + ": " + ec.message());

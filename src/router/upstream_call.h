@@ -63,6 +63,8 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
   const std::string& failure() const { return failure_; }
   bool failed() const { return !failure_.empty(); }
   bool connected() const { return connected_; }
+  // No response head within UpstreamRequest::head_timeout.
+  bool timed_out() const { return timed_out_; }
   // Closes the connection: the instance sees its client go away.
   void cancel();
 
@@ -77,7 +79,7 @@ class UpstreamCall : public std::enable_shared_from_this<UpstreamCall> {
   std::function<void()> wake_;
   unsigned status_ = 0;
   std::string content_type_, retry_after_, body_;
-  bool done_ = false, connected_ = false, cancelled_ = false;
+  bool done_ = false, connected_ = false, cancelled_ = false, timed_out_ = false;
   std::string failure_;
 };
 

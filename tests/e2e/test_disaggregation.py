@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -89,6 +90,7 @@ class Router:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log_path = tmp_path / f"router-{self.port}.log"
         args = [str(BINARY), "router", "--port", str(self.port), "--decode", *decode, *extra]
+        self.headers = {"Authorization": f"Bearer {extra[extra.index('--api-key') + 1]}"} if "--api-key" in extra else {}
         if prefill:
             args += ["--prefill", *prefill]
         self.process = subprocess.Popen(args, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT)
@@ -104,7 +106,7 @@ class Router:
 
     def metric(self, name: str, **labels) -> float:
         total = 0.0
-        for line in requests.get(self.base_url + "/metrics", timeout=10).text.splitlines():
+        for line in requests.get(self.base_url + "/metrics", headers=self.headers, timeout=10).text.splitlines():
             if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
                 total += float(line.rsplit(" ", 1)[1])
         return total
@@ -207,15 +209,36 @@ def test_prefill_killed_mid_run_falls_back_to_decode(deployment, tmp_path):
         assert router.stop() == 0, router.log_path.read_text()
 
 
-def test_no_decode_instance_is_a_prompt_503(tmp_path):
-    closed = f"http://127.0.0.1:{free_port()}"
-    router = Router(tmp_path, [closed], [closed])
+def test_a_silent_prefill_instance_times_out_to_decode(deployment, tmp_path):
+    _, _, decode, _, reference = deployment
+    silent = socket.socket()  # accepts connections (the backlog does) and never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    router = Router(tmp_path, [f"http://127.0.0.1:{silent.getsockname()[1]}"], [decode.base_url],
+                    "--prefill-timeout", "0.5")
     try:
         started = time.time()
-        r = requests.post(router.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+        assert answer(router.base_url, *request_of(0)) == reference[0]
+        assert time.time() - started < 10
+        assert router.metric("inferd_router:prefill_fallbacks_total", reason="timeout") == 1
+    finally:
+        silent.close()
+        assert router.stop() == 0, router.log_path.read_text()
+
+
+def test_no_decode_instance_is_a_prompt_503(tmp_path):
+    closed = f"http://127.0.0.1:{free_port()}"
+    router = Router(tmp_path, [closed], [closed], "--api-key", "k")
+    auth = {"Authorization": "Bearer k"}
+    try:
+        r = requests.post(router.base_url + "/v1/completions", json={"prompt": "hi"}, timeout=30)
+        assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        started = time.time()
+        r = requests.post(router.base_url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, headers=auth,
+                          timeout=30)
         assert r.status_code == 503 and "decode" in r.json()["error"]["message"]
         assert time.time() - started < 5
-        r = requests.post(router.base_url + "/v1/chat/completions", timeout=30,
+        r = requests.post(router.base_url + "/v1/chat/completions", timeout=30, headers=auth,
                           json={"messages": [{"role": "user", "content": "hi"}], "stream": True})
         assert r.status_code == 503
         assert router.metric("inferd_router:prefill_fallbacks_total", reason="unreachable") == 2
