@@ -128,9 +128,12 @@ void InstanceChooser::end(Role role, size_t index) {
   --of(role)[index].in_flight;
 }
 
-void InstanceChooser::mark_down(Role role, size_t index, Clock::time_point now) {
+bool InstanceChooser::mark_down(Role role, size_t index, Clock::time_point now) {
   std::lock_guard<std::mutex> lock(mu_);
-  of(role)[index].down_until = now + config_.cooldown;
+  Instance& instance = of(role)[index];
+  const bool was_up = instance.down_until <= now;
+  instance.down_until = now + config_.cooldown;
+  return was_up;
 }
 
 const std::string& InstanceChooser::url(Role role, size_t index) const { return of(role)[index].url; }

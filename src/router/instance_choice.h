@@ -87,8 +87,9 @@ class InstanceChooser {
 
   void begin(Role role, size_t index);  // a request goes there
   void end(Role role, size_t index);    // it is over
-  // A connection to it failed: pass it over for the cooldown.
-  void mark_down(Role role, size_t index, Clock::time_point now = Clock::now());
+  // A connection to it failed: pass it over for the cooldown. Returns
+  // whether it was up until now (for logging once per outage).
+  bool mark_down(Role role, size_t index, Clock::time_point now = Clock::now());
 
   const std::string& url(Role role, size_t index) const;
   size_t count(Role role) const;

@@ -210,7 +210,12 @@ net::awaitable<void> Router::generate(Exchange& ex, bool chat) {
       fallback = !call->connected() ? FallbackReason::kUnreachable
                  : call->timed_out()  ? FallbackReason::kTimeout
                                       : FallbackReason::kFailed;
-      if (!call->connected()) chooser_.mark_down(Role::kPrefill, *p);
+      // One line per outage, not one per request while it lasts.
+      const bool newly_down = !call->connected() && chooser_.mark_down(Role::kPrefill, *p);
+      if (call->connected() || newly_down)
+        spdlog::warn("prefill at {} failed ({}: {}): decode computes the prompt{}", options_.prefill[*p],
+                     fallback_reason_name(*fallback), call->failure(),
+                     newly_down ? "; the instance is passed over for a while" : "");
     } else if (call->status() >= 400 && call->status() < 500) {
       // The client's mistake (a bad field, a prompt too long): the same at decode, so answered now.
       const server::Headers extra = retry_after_header(*call);
@@ -224,9 +229,10 @@ net::awaitable<void> Router::generate(Exchange& ex, bool chat) {
     if (fallback) {
       if (*fallback != FallbackReason::kNoParams) metrics_.count_upstream_error(Role::kPrefill, *p);
       metrics_.count_fallback(*fallback);
-      spdlog::warn("prefill at {} gave no transfer parameters ({}{}{}): decode computes the prompt",
-                   options_.prefill[*p], fallback_reason_name(*fallback), call->failed() ? ": " : "",
-                   call->failed() ? call->failure() : std::string());
+      if (*fallback == FallbackReason::kNoParams)
+        spdlog::warn("prefill at {} answered without kv_transfer_params (is it a kv_producer?): decode computes "
+                     "the prompt",
+                     options_.prefill[*p]);
     }
   }
 
@@ -245,7 +251,7 @@ net::awaitable<void> Router::to_decode(Exchange& ex, verb method, std::string ta
     if (!co_await await_call(ex, *call, /*whole=*/false)) co_return;
     if (call->failed() && !call->connected()) {  // never reached it: the next one may do
       metrics_.count_upstream_error(Role::kDecode, d);
-      chooser_.mark_down(Role::kDecode, d);
+      if (chooser_.mark_down(Role::kDecode, d)) spdlog::warn("decode instance {} is unreachable: {}", options_.decode[d], call->failure());
       last_failure = call->failure();
       continue;
     }
