@@ -4,9 +4,7 @@
 // ends unfinished requests with finish_reason "abort" (streams still get their
 // last chunk and [DONE]), answers requests that arrive meanwhile on open
 // connections with 503, gives connections a moment to drain, and exits 0.
-#include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -14,6 +12,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "chat/chat_template.h"
@@ -48,7 +47,16 @@ struct ServeFlags {
   std::string tool_call_parser;
   std::string reasoning_parser = "auto";
   bool no_webui = false;
+  std::string kv_transfer_config;  // vLLM's JSON; empty: not part of a disaggregated deployment
 };
+
+// An instance's name in transfer parameters, new at every start (vLLM: a uuid).
+std::string random_engine_id() {
+  std::random_device rd;
+  std::string id;
+  for (int i = 0; i < 4; ++i) id += fmt::format("{:08x}", rd());
+  return id;
+}
 
 // Everything the loader thread builds; torn down in reverse order.
 struct Loaded {
@@ -105,17 +113,7 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
 
 int run_serve(const ServeFlags& f) {
   // Signals are taken by sigwait below, not by whichever thread they hit.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error code, not a death
-  // One descriptor per connection: take the hard limit, not the usual 1,024.
-  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
-    lim.rlim_cur = lim.rlim_max;
-    setrlimit(RLIMIT_NOFILE, &lim);
-  }
+  sigset_t signals = prepare_server_process();
 
   const int64_t max_body = parse_bytes(f.max_request_body);
   if (max_body <= 0) {
@@ -139,6 +137,18 @@ int run_serve(const ServeFlags& f) {
   options.webui = !f.no_webui;
   options.limits.max_n = static_cast<int32_t>(f.max_n);
   options.limits.max_logprobs = static_cast<int32_t>(f.max_logprobs);
+  if (!f.kv_transfer_config.empty()) {
+    auto kv = server::parse_kv_transfer_config(f.kv_transfer_config);
+    if (!kv) {
+      spdlog::error("{}", kv.error().message);
+      return 2;
+    }
+    if (kv->engine_id.empty()) kv->engine_id = random_engine_id();
+    spdlog::info("KV transfer: {} (engine id {}, transfer address {}:{}); no KV transport yet: a consumer computes "
+                 "the prompts it is told to pull (inferd:kv_transfer_recomputed_prompts_total)",
+                 server::kv_role_name(kv->role), kv->engine_id, kv->ip, kv->port);
+    options.kv_transfer = std::move(*kv);
+  }
   server::OpenAIServer api(options);
 
   server::HttpServerConfig hc;
@@ -221,6 +231,10 @@ void register_serve(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   sub->add_option("--max-request-body", flags->max_request_body, "Largest request body (bytes; 413 beyond)")
       ->capture_default_str();
+  sub->add_option("--kv-transfer-config", flags->kv_transfer_config,
+                  "Prefill/decode disaggregation, vLLM's JSON: {\"kv_role\": \"kv_producer\" | \"kv_consumer\" | "
+                  "\"kv_both\", \"kv_connector\": \"NixlConnector\", \"kv_ip\": \"127.0.0.1\", \"kv_port\": 14579} "
+                  "(see inferd router)");
   sub->add_flag("--no-webui", flags->no_webui, "Do not serve the web chat page at / (the API alone)");
   sub->add_flag("--log-prompts", flags->log_prompts, "Include prompt text in the per-request log line");
   sub->add_option("--max-log-len", flags->max_log_len, "Prompt characters logged at most")->capture_default_str();

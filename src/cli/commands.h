@@ -8,6 +8,7 @@ void register_generate(CLI::App& app, int& exit_code);
 void register_chat(CLI::App& app, int& exit_code);
 void register_info(CLI::App& app, int& exit_code);
 void register_serve(CLI::App& app, int& exit_code);
+void register_router(CLI::App& app, int& exit_code);
 // Benchmarks register under the `bench` subcommand.
 void register_bench_throughput(CLI::App& bench, int& exit_code);
 void register_bench_serve(CLI::App& bench, int& exit_code);

@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include <pthread.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -180,6 +182,20 @@ bool write_json_file(const std::string& path, const nlohmann::json& j) {
 }
 
 int default_threads() { return ThreadPool::hardware_threads(); }
+
+sigset_t prepare_server_process() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  if (rlimit lim{}; getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  return signals;
+}
 
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads) {
   const bool tty = isatty(STDERR_FILENO) && !quiet;

@@ -2,6 +2,7 @@
 // progress bar, and flag groups.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <signal.h>
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <memory>
@@ -84,6 +85,13 @@ class SingleRequestEngine {
 bool write_json_file(const std::string& path, const nlohmann::json& j);
 
 int default_threads();
+
+// What a server process (serve, router) does before it starts threads:
+// SIGINT and SIGTERM blocked in every thread, to be taken by sigwait on the
+// returned set; SIGPIPE ignored (a peer gone mid-write is an error code, not
+// a death); the open-file limit raised to the hard limit (a descriptor per
+// connection, not the usual 1,024).
+sigset_t prepare_server_process();
 
 // "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed or not positive.
 int64_t parse_bytes(const std::string& s);

@@ -153,6 +153,12 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
              "Blocks found bad (size, checksum, fingerprint, I/O) and deleted, never used.",
              &kvstore::TierStats::dropped);
   }
+  counter("kv_transfer_recomputed_prompts_total",
+          "Prompts whose KV blocks a kv_consumer was told to pull from a producer and computed itself instead "
+          "(no KV transport yet: every such prompt).",
+          kv_recomputed_prompts_.load());
+  counter("kv_transfer_produced_prompts_total", "Prompts a kv_producer prefilled for a remote decode instance.",
+          kv_produced_prompts_.load());
   counter("num_preemptions_total", "Requests preempted for lack of KV-cache space.", s.preemptions);
   counter("engine_steps_total", "Engine steps (forward passes).", s.steps);
   const SpeculativeStats& spec = stats.speculative;

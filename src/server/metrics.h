@@ -5,6 +5,7 @@
 // finished listener); gauges and engine-wide counters are read from the
 // engine's stats snapshot at scrape time.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -37,6 +38,11 @@ class ServingMetrics {
 
   // Thread-safe. Records a finished request's latencies and finish reason.
   void observe_finished(const RequestOutput& final_output);
+  // Thread-safe. Prompts a kv_consumer computed itself although the request
+  // named a producer holding their blocks (no transport yet: all of them),
+  // and prompts a kv_producer prefilled for a remote decode.
+  void count_kv_recomputed_prompts(int64_t n) { kv_recomputed_prompts_ += n; }
+  void count_kv_produced_prompts(int64_t n) { kv_produced_prompts_ += n; }
   // Thread-safe. The whole exposition, engine gauges included.
   // `grammars`: the structured-output compiler's counters, if it exists.
   std::string render(const EngineStats& stats, int64_t num_waiting_extra,
@@ -48,6 +54,7 @@ class ServingMetrics {
   Histogram ttft_, itl_, tpot_, e2e_, queue_, prefill_, decode_;
   Histogram prompt_tokens_, generation_tokens_;
   std::map<std::string, uint64_t> success_by_reason_;
+  std::atomic<int64_t> kv_recomputed_prompts_{0}, kv_produced_prompts_{0};
 };
 
 // Prometheus label values escape backslash, double quote and newline.

@@ -178,6 +178,11 @@ void parse_common(const json& body, GenerationRequest& r, const ProtocolLimits& 
   if (get_bool(body, "include_stop_str_in_output", false))
     fail("'include_stop_str_in_output' is not supported", "include_stop_str_in_output");
   (void)get_string(body, "user");  // accepted, unused
+  if (const json* kv = field(body, "kv_transfer_params")) {
+    Result<KVTransferParams> params = parse_kv_transfer_params(kv->dump());
+    if (!params) fail(params.error().message, "kv_transfer_params");
+    r.kv_transfer = std::move(*params);
+  }
 
   // vLLM's beam search (its extra parameters).
   r.use_beam_search = get_bool(body, "use_beam_search", false);

@@ -15,6 +15,7 @@
 #include "chat/chat_template.h"
 #include "chat/reasoning.h"
 #include "engine/beam_search.h"
+#include "server/kv_transfer.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
 
@@ -109,6 +110,9 @@ struct GenerationRequest {
   // chat: llama-server's per-request `reasoning_format` ("none", "auto",
   // "deepseek", and the server flag's "qwen3", "deepseek_r1"); absent: the server's.
   std::optional<ReasoningParser> reasoning_format;
+  // Prefill/decode disaggregation (server/kv_transfer.h); what it means
+  // depends on the instance's --kv-transfer-config.
+  std::optional<KVTransferParams> kv_transfer;
 };
 
 using ParseResult = std::variant<GenerationRequest, ApiError>;

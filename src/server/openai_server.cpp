@@ -281,7 +281,8 @@ class ResponseWriter {
     return "data: " + error_json(ApiError{500, message, "server_error", {}, {}}) + "\n\n";
   }
 
-  std::string body(std::vector<Choice>& choices, bool want_logprobs, const json& usage) const {
+  std::string body(std::vector<Choice>& choices, bool want_logprobs, const json& usage,
+                   const json& kv_transfer_params = nullptr) const {
     json out_choices = json::array();
     for (Choice& c : choices) {
       json lp = nullptr;
@@ -305,6 +306,7 @@ class ResponseWriter {
                      {"model", model_},
                      {"choices", out_choices},
                      {"usage", usage}};
+    if (!kv_transfer_params.is_null()) response["kv_transfer_params"] = kv_transfer_params;
     return dump(response);
   }
 
@@ -399,6 +401,48 @@ std::string reasoning_events(const ResponseWriter& writer, Choice& c, const Requ
     events += writer.chunk(c, answer, want_logprobs);
   }
   return events;
+}
+
+// kv_transfer_params against this instance's role: a role's own requests
+// pass; without --kv-transfer-config they are dropped (vLLM ignores them
+// without a connector).
+std::optional<ApiError> check_kv_transfer(const std::optional<KVTransferConfig>& config,
+                                          std::optional<KVTransferParams>& params) {
+  if (!params) return std::nullopt;
+  if (!config) {
+    params.reset();
+    return std::nullopt;
+  }
+  if (params->do_remote_decode && !config->produces())
+    return bad_request("this instance's kv_role is " + std::string(kv_role_name(config->role)) +
+                           ": it does not prefill for remote decode ('kv_transfer_params.do_remote_decode')",
+                       "kv_transfer_params");
+  if (params->do_remote_prefill && !config->consumes())
+    return bad_request("this instance's kv_role is " + std::string(kv_role_name(config->role)) +
+                           ": it does not take KV blocks from a producer ('kv_transfer_params.do_remote_prefill')",
+                       "kv_transfer_params");
+  return std::nullopt;
+}
+
+// A producer's answer to "do_remote_decode": where the prompts' blocks are
+// (vLLM's NixlConnector fields, block keys in place of its block ids: the
+// blocks stay in the prefix cache, where only their keys name them).
+json producer_params(const KVTransferConfig& config, const std::string& api_id,
+                     const std::vector<std::vector<int32_t>>& prompts, int32_t block_size, const std::string& salt) {
+  json keys = json::array();
+  for (const std::vector<int32_t>& prompt : prompts) {
+    json per_prompt = json::array();
+    for (uint64_t k : prompt_block_keys(prompt, block_size, salt)) per_prompt.push_back(fmt::format("{:016x}", k));
+    keys.push_back(std::move(per_prompt));
+  }
+  return json{{"do_remote_prefill", true},
+              {"do_remote_decode", false},
+              {"remote_engine_id", config.engine_id},
+              {"remote_host", config.ip},
+              {"remote_port", config.port},
+              {"remote_request_id", api_id},
+              {"remote_block_size", block_size},
+              {"remote_block_keys", std::move(keys)}};
 }
 
 std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
@@ -660,6 +704,7 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
   GenerationRequest& req = pg.req;
   if (!req.model.empty() && req.model != options_.served_model_name)
     return not_found("The model `" + req.model + "` does not exist.", "model_not_found");
+  if (auto e = check_kv_transfer(options_.kv_transfer, req.kv_transfer)) return *e;
 
   // ---- prompts as token ids ----
   const Tokenizer& tok = model_->tokenizer();
@@ -857,6 +902,13 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
     co_return;
   }
 
+  // Disaggregation. A consumer has no KV transport yet: the prompt it was
+  // told to pull is computed here, as a failed transfer would be.
+  const bool remote_prefill = req.kv_transfer && req.kv_transfer->do_remote_prefill;
+  const bool remote_decode = req.kv_transfer && req.kv_transfer->do_remote_decode;
+  if (remote_prefill) metrics_.count_kv_recomputed_prompts(static_cast<int64_t>(prompts.size()));
+  if (remote_decode) metrics_.count_kv_produced_prompts(static_cast<int64_t>(prompts.size()));
+
   // ---- outputs back to the client ----
   const Tokenizer& tok = model_->tokenizer();
   const ResponseWriter writer(tok, chat, req.include_usage, api_id, options_.served_model_name);
@@ -922,8 +974,11 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
     }
   if (req.use_beam_search) choices = beam_choices(choices);
   for (Choice& c : choices) finish_message(c, pg);
+  const json transfer = remote_decode ? producer_params(*options_.kv_transfer, api_id, prompts,
+                                                       engine_->config().block_size, req.cache_salt)
+                                     : json(nullptr);
   co_await ex.respond(http::status::ok, "application/json",
-                      writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n)));
+                      writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n), transfer));
 }
 
 void OpenAIServer::on_finished(const RequestOutput& out) {

@@ -34,6 +34,7 @@
 #include "model/model.h"
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
+#include "server/kv_transfer.h"
 #include "server/metrics.h"
 #include "server/openai_protocol.h"
 #include "server/worker_pool.h"
@@ -59,6 +60,9 @@ struct ServerOptions {
   ReasoningParser reasoning_parser = ReasoningParser::kAuto;
   size_t worker_threads = 2;  // parse, render and tokenize requests (off the I/O threads)
   bool webui = true;          // serve the web chat page at / (server/webui.h)
+  // --kv-transfer-config: this instance's part in prefill/decode
+  // disaggregation (server/kv_transfer.h); nullopt: none, kv_transfer_params ignored.
+  std::optional<KVTransferConfig> kv_transfer;
   ProtocolLimits limits;
 };
 
