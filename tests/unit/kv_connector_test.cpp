@@ -213,7 +213,9 @@ TEST(KvConnector, RandomOperationsKeepContentsAndLeakNothing) {
         for (int32_t g = 0; g < m.num_groups(); ++g) {
           std::span<const int32_t> table = m.block_table(id, g);
           for (size_t i = 0; i < h.size(); ++i) {
-            if (table[i] != BlockPool::kNullBlock) ASSERT_EQ(memory[table[i]], group_block_hash(h[i], g));
+            if (table[i] != BlockPool::kNullBlock) {
+              ASSERT_EQ(memory[table[i]], group_block_hash(h[i], g));
+            }
           }
         }
         live[id] = {t};
