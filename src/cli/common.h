@@ -7,8 +7,10 @@
 #include <memory>
 #include <string>
 
+#include "core/byte_size.h"
 #include "core/result.h"
 #include "engine/engine.h"
+#include "engine/speculative_json.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -52,10 +54,6 @@ struct EngineFlags {
   Result<EngineConfig> config() const;
 };
 
-// --speculative-config, vLLM's JSON: {"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_min": A, "prompt_lookup_max": B, "disable_by_batch_size": N};
-// "" turns speculation off.
-Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
 void add_speculative_option(CLI::App& app, std::string& json);
 
 // One request at a time through the serving engine, driven step by step on
@@ -81,8 +79,5 @@ class SingleRequestEngine {
 bool write_json_file(const std::string& path, const nlohmann::json& j);
 
 int default_threads();
-
-// "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed or not positive.
-int64_t parse_bytes(const std::string& s);
 
 }  // namespace inferd::cli
