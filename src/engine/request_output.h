@@ -24,6 +24,7 @@ namespace inferd {
 struct SampledLogprobs {
   int32_t token = 0;
   float logprob = 0.0f;
+  int32_t rank = 0;               // 1 + the tokens more likely than it (sampler.h: token_rank)
   std::vector<TokenLogprob> top;  // most likely first
 };
 
