@@ -38,8 +38,10 @@ scripts/fetch_models.sh ${INFERD_FETCH_ALL_MODELS:+--all}
 
 # The end-to-end tests talk to the server through the official OpenAI client;
 # the structured-output tests validate its answers with pydantic and jsonschema.
-PY_PACKAGES=(openai pytest requests pydantic jsonschema)
-if ! python3 -c "import openai, pytest, requests, pydantic, jsonschema" 2>/dev/null; then
+# The Python package (pip install .) builds with scikit-build-core and pybind11
+# and draws its progress bar with tqdm.
+PY_PACKAGES=(openai pytest requests pydantic jsonschema "scikit-build-core>=0.10" "pybind11>=2.10" tqdm)
+if ! python3 -c "import openai, pytest, requests, pydantic, jsonschema, scikit_build_core, pybind11, tqdm" 2>/dev/null; then
   python3 -m pip install -q "${PY_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PY_PACKAGES[@]}"
 fi

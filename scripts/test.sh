@@ -20,6 +20,14 @@ ctest --test-dir build --output-on-failure -j "$JOBS"
 echo "== end-to-end: the server on the default model (pytest, openai client)"
 python3 -m pytest -q tests/e2e
 
+echo "== the Python package: pip install . and its tests"
+# The build dependencies come from setup.sh, so pip need not fetch them into an
+# isolated environment; build/python keeps the module's build between runs.
+PIP_INSTALL=(python3 -m pip install -q --no-build-isolation .)
+CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP_INSTALL[@]}" 2>/dev/null ||
+  CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP_INSTALL[@]}" --break-system-packages
+python3 -m pytest -q tests/python
+
 echo "== sanitizer build (ASan + UBSan)"
 # The modules that parse untrusted input or own memory, and their tests.
 SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quants_test kernels_packed_test
