@@ -9,7 +9,7 @@ The engine (scheduler, sampler, stop handling, chat templates, tokenizer) is
 the one ``inferd serve`` runs; this package only drives it.
 """
 
-from ._engine import EngineError
+from ._engine import EngineArgs, EngineError
 from .async_llm import AsyncLLM
 from .llm import LLM
 from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
@@ -19,6 +19,7 @@ from .tokenizer import Tokenizer
 __all__ = [
     "LLM",
     "AsyncLLM",
+    "EngineArgs",
     "SamplingParams",
     "RequestOutputKind",
     "RequestOutput",

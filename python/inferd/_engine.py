@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
@@ -31,40 +31,56 @@ def default_model() -> str:
     return os.path.join(model_dir, "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
-def open_session(
-    model: Optional[str],
-    *,
-    max_model_len: Optional[int] = None,
-    max_num_seqs: int = 128,
-    max_num_batched_tokens: int = 2048,
-    enable_prefix_caching: bool = True,
-    block_size: int = 16,
-    kv_cache_memory: Optional[Union[int, str]] = None,
-    kv_cache_memory_fraction: float = 0.25,
-    max_logprobs: int = 20,
-    speculative_config: Optional[Union[Mapping[str, Any], str]] = None,
-    threads: Optional[int] = None,
-    chat_template: Optional[str] = None,
-    long_prefill_token_threshold: int = 0,
-) -> "_core.Session":
-    """Loads the model and starts the engine; ``ValueError`` with the engine's message on failure."""
-    if isinstance(speculative_config, Mapping):
-        speculative_config = json.dumps(dict(speculative_config))
+@dataclass
+class EngineArgs:
+    """The engine's arguments, named as vLLM's (and as ``inferd serve``'s flags).
+
+    The engine checks them (``ValueError`` with its message); an argument
+    inferd does not know is a ``TypeError``, as for any Python call.
+    """
+
+    max_model_len: Optional[int] = None  #: prompt + output tokens at most; None: the model's context
+    max_num_seqs: int = 128  #: requests running at once
+    max_num_batched_tokens: int = 2048  #: the token budget of one engine step
+    enable_prefix_caching: bool = True  #: reuse the KV cache of shared prompt prefixes
+    #: KV cache size: bytes, or text such as "512M" or "2G"; None: kv_cache_memory_fraction of free memory
+    kv_cache_memory: Optional[Union[int, str]] = None
+    kv_cache_memory_fraction: float = 0.25
+    block_size: int = 16  #: tokens per KV-cache block
+    #: vLLM's speculative decoding config, e.g. {"method": "ngram", "num_speculative_tokens": 4}
+    speculative_config: Optional[Union[Mapping[str, Any], str]] = None
+    max_logprobs: int = 20  #: the largest ``SamplingParams.logprobs`` allowed
+    long_prefill_token_threshold: int = 0  #: > 0: the most tokens of one prompt per step
+    threads: Optional[int] = None  #: the forward pass's threads; None: one per hardware thread
+    chat_template: Optional[str] = None  #: a template file overriding the model's
+    #: seeds the requests that have no seed of their own, so that a script repeats its samples
+    seed: Optional[int] = None
+
+
+def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
+    """Loads the model and starts the engine's loop; ``ValueError`` with the engine's message on failure."""
+    core = _core.EngineArgs()
+    core.max_model_len = args.max_model_len or 0
+    core.max_num_seqs = args.max_num_seqs
+    core.max_num_batched_tokens = args.max_num_batched_tokens
+    core.enable_prefix_caching = bool(args.enable_prefix_caching)
+    core.kv_cache_memory = "" if args.kv_cache_memory is None else str(args.kv_cache_memory)
+    core.kv_cache_memory_fraction = float(args.kv_cache_memory_fraction)
+    core.block_size = args.block_size
+    spec = args.speculative_config
+    core.speculative_config = json.dumps(dict(spec)) if isinstance(spec, Mapping) else (spec or "")
+    core.max_logprobs = args.max_logprobs
+    core.long_prefill_token_threshold = args.long_prefill_token_threshold
     return _core.Session(
         model=os.fspath(model) if model is not None else default_model(),
-        max_model_len=int(max_model_len or 0),
-        max_num_seqs=int(max_num_seqs),
-        max_num_batched_tokens=int(max_num_batched_tokens),
-        enable_prefix_caching=bool(enable_prefix_caching),
-        block_size=int(block_size),
-        kv_cache_memory="" if kv_cache_memory is None else str(kv_cache_memory),
-        kv_cache_memory_fraction=float(kv_cache_memory_fraction),
-        max_logprobs=int(max_logprobs),
-        speculative_config=speculative_config or "",
-        threads=int(threads or 0),
-        chat_template=os.fspath(chat_template) if chat_template else "",
-        long_prefill_token_threshold=int(long_prefill_token_threshold),
+        args=core,
+        threads=int(args.threads or 0),
+        chat_template=os.fspath(args.chat_template) if args.chat_template else "",
     )
+
+
+def stats_of(session: "_core.Session") -> Dict[str, Any]:
+    return json.loads(session.stats_json())
 
 
 class Prompt:
@@ -236,8 +252,8 @@ def convert_logprobs(session: "_core.Session", raw: List[tuple]) -> List[Dict[in
     return out
 
 
-def metrics_of(raw: Mapping[str, Any]) -> RequestMetrics:
-    return RequestMetrics(**raw)
+def metrics_of(raw: tuple) -> RequestMetrics:
+    return RequestMetrics(*raw)
 
 
 def check_error(out: "_core.Output") -> None:

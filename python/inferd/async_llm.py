@@ -13,7 +13,18 @@ import itertools
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Union
 
 from . import _core
-from ._engine import Assembler, ChatMessage, PromptType, Seeder, make_params, open_session, render_chat, to_prompt
+from ._engine import (
+    Assembler,
+    ChatMessage,
+    EngineArgs,
+    PromptType,
+    Seeder,
+    make_params,
+    open_session,
+    render_chat,
+    stats_of,
+    to_prompt,
+)
 from .outputs import RequestOutput
 from .sampling_params import SamplingParams
 from .tokenizer import Tokenizer
@@ -22,7 +33,7 @@ from .tokenizer import Tokenizer
 class AsyncLLM:
     """Many concurrent requests from one asyncio event loop, e.g. a web server's.
 
-    Takes the same arguments as :class:`inferd.LLM`. Use it from one event loop
+    Takes the same arguments as :class:`inferd.LLM` (a model and :class:`EngineArgs`). Use it from one event loop
     (the one that first calls ``generate``)::
 
         engine = AsyncLLM(model="model.gguf")
@@ -30,9 +41,10 @@ class AsyncLLM:
             print(out.outputs[0].text)
     """
 
-    def __init__(self, model: Optional[str] = None, *, seed: Optional[int] = None, **engine_args: Any) -> None:
-        self._session = open_session(model, **engine_args)
-        self._seeder = Seeder(seed)
+    def __init__(self, model: Optional[str] = None, **engine_args: Any) -> None:
+        args = EngineArgs(**engine_args)
+        self._session = open_session(model, args)
+        self._seeder = Seeder(args.seed)
         self._tokenizer = Tokenizer(self._session)
         self._group = _core.RequestGroup(self._session, with_fd=True)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -89,7 +101,7 @@ class AsyncLLM:
 
     def stats(self) -> Dict[str, Any]:
         """The engine's counters (see ``LLM.stats``)."""
-        return self._session.stats()
+        return stats_of(self._session)
 
     def shutdown(self) -> None:
         """Aborts every request and stops watching the engine."""

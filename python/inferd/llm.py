@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Union
 
 from . import _core
 from ._engine import (
     Assembler,
     ChatMessage,
+    EngineArgs,
     Prompt,
     PromptType,
     Seeder,
@@ -18,6 +19,7 @@ from ._engine import (
     open_session,
     per_prompt,
     render_chat,
+    stats_of,
     to_prompt,
     to_prompts,
 )
@@ -39,20 +41,10 @@ class LLM:
 
     Args:
         model: a GGUF file (default: the default model of ``scripts/setup.sh``).
-        max_model_len: prompt + output tokens at most (default: the model's context).
-        max_num_seqs: requests running at once.
-        max_num_batched_tokens: the token budget of one engine step.
-        enable_prefix_caching: reuse the KV cache of shared prompt prefixes.
-        seed: seeds the requests that have no seed of their own, so that a
-            script repeats its samples; ``None``: such requests are random.
-        kv_cache_memory: KV cache size, bytes or a string such as ``"2G"``
-            (default: ``kv_cache_memory_fraction`` of available memory).
-        speculative_config: vLLM's dict, e.g. ``{"method": "ngram",
-            "num_speculative_tokens": 4}`` or ``{"model": "draft.gguf", ...}``.
-        threads: the forward pass's threads (default: one per hardware thread).
-        block_size, kv_cache_memory_fraction, max_logprobs,
-        long_prefill_token_threshold: as the ``inferd serve`` flags of those names.
-        chat_template: a template file that overrides the model's.
+        **engine_args: :class:`EngineArgs` by name, vLLM's names:
+            ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``,
+            ``enable_prefix_caching``, ``seed``, ``kv_cache_memory`` (bytes or
+            "2G"), ``speculative_config`` (vLLM's dict), ``threads``, ...
 
     Raises:
         ValueError: the model cannot be loaded, or an argument is out of range
@@ -60,40 +52,10 @@ class LLM:
         TypeError: an argument inferd does not know.
     """
 
-    def __init__(
-        self,
-        model: Optional[str] = None,
-        *,
-        max_model_len: Optional[int] = None,
-        max_num_seqs: int = 128,
-        max_num_batched_tokens: int = 2048,
-        enable_prefix_caching: bool = True,
-        seed: Optional[int] = None,
-        kv_cache_memory: Optional[Union[int, str]] = None,
-        speculative_config: Optional[Mapping[str, Any]] = None,
-        threads: Optional[int] = None,
-        block_size: int = 16,
-        kv_cache_memory_fraction: float = 0.25,
-        max_logprobs: int = 20,
-        long_prefill_token_threshold: int = 0,
-        chat_template: Optional[str] = None,
-    ) -> None:
-        self._session = open_session(
-            model,
-            max_model_len=max_model_len,
-            max_num_seqs=max_num_seqs,
-            max_num_batched_tokens=max_num_batched_tokens,
-            enable_prefix_caching=enable_prefix_caching,
-            block_size=block_size,
-            kv_cache_memory=kv_cache_memory,
-            kv_cache_memory_fraction=kv_cache_memory_fraction,
-            max_logprobs=max_logprobs,
-            speculative_config=speculative_config,
-            threads=threads,
-            chat_template=chat_template,
-            long_prefill_token_threshold=long_prefill_token_threshold,
-        )
-        self._seeder = Seeder(seed)
+    def __init__(self, model: Optional[str] = None, **engine_args: Any) -> None:
+        args = EngineArgs(**engine_args)
+        self._session = open_session(model, args)
+        self._seeder = Seeder(args.seed)
         self._tokenizer = Tokenizer(self._session)
 
     # ---- generation ----------------------------------------------------------
@@ -184,7 +146,7 @@ class LLM:
     def stats(self) -> Dict[str, Any]:
         """The engine's counters: steps, ``mean_tokens_per_step``, ``max_step_tokens``,
         running and waiting requests, KV blocks, prefix-cache hits, preemptions, tokens."""
-        return self._session.stats()
+        return stats_of(self._session)
 
     @property
     def max_model_len(self) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 
 @dataclass
@@ -36,19 +36,18 @@ class CompletionOutput:
         return self.finish_reason is not None
 
 
-@dataclass
-class RequestMetrics:
-    """Timestamps (seconds, steady clock) and token counts of a request."""
+class RequestMetrics(NamedTuple):
+    """Timestamps (seconds on the engine's steady clock; 0: not reached) and token counts of a request."""
 
-    arrival_time: float = 0.0
-    first_scheduled_time: float = 0.0
-    first_token_time: float = 0.0
-    last_token_time: float = 0.0
-    finished_time: float = 0.0
-    num_prompt_tokens: int = 0
-    num_cached_tokens: int = 0
-    num_output_tokens: int = 0
-    num_preemptions: int = 0
+    arrival_time: float
+    first_scheduled_time: float
+    first_token_time: float
+    last_token_time: float
+    finished_time: float
+    num_prompt_tokens: int
+    num_cached_tokens: int  #: prompt tokens served by the prefix cache
+    num_output_tokens: int
+    num_preemptions: int
 
 
 @dataclass

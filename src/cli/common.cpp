@@ -46,25 +46,6 @@ void add_speculative_option(CLI::App& app, std::string& json) {
                  "\"draft_p_min\": 0.75, \"draft_vocab_size\": 32768}");
 }
 
-Result<EngineConfig> EngineFlags::config() const {
-  EngineConfig ec;
-  ec.max_num_seqs = static_cast<int32_t>(max_num_seqs);
-  ec.max_num_batched_tokens = max_num_batched_tokens;
-  ec.max_model_len = max_model_len;
-  ec.enable_prefix_caching = enable_prefix_caching;
-  ec.block_size = static_cast<int32_t>(block_size);
-  ec.kv_cache_memory_fraction = kv_cache_memory_fraction;
-  if (!kv_cache_memory.empty()) {
-    ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
-    if (ec.kv_cache_bytes <= 0)
-      return make_error("--kv-cache-memory '" + kv_cache_memory + "': expected a size such as 512M or 2G");
-  }
-  auto spec = parse_speculative_config(speculative_config);
-  if (!spec) return spec.error();
-  ec.speculative = *spec;
-  return ec;
-}
-
 bool write_json_file(const std::string& path, const nlohmann::json& j) {
   std::ofstream out(path);
   out << j.dump(2) << "\n";

@@ -10,6 +10,7 @@
 #include "core/byte_size.h"
 #include "core/result.h"
 #include "engine/engine.h"
+#include "engine/engine_args.h"
 #include "engine/speculative_json.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
@@ -39,19 +40,10 @@ struct SamplingFlags {
   SamplingParams params() const;
 };
 
-// The engine's scheduling and KV-cache flags, named as vLLM's (serve, bench throughput).
-struct EngineFlags {
-  int64_t max_num_seqs = 128;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;        // 0: the model's context length
-  std::string kv_cache_memory;      // bytes with an optional K/M/G suffix; empty: a fraction
-  double kv_cache_memory_fraction = 0.25;
-  int64_t block_size = 16;
-  bool enable_prefix_caching = true;
-  std::string speculative_config;  // vLLM's JSON; empty: no speculation
+// The engine's scheduling and KV-cache flags, named as vLLM's (serve, bench
+// throughput); config() (EngineArgs) reads them.
+struct EngineFlags : EngineArgs {
   void add_to(CLI::App& app);
-  // Error naming a malformed --kv-cache-memory or --speculative-config.
-  Result<EngineConfig> config() const;
 };
 
 void add_speculative_option(CLI::App& app, std::string& json);

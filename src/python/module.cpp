@@ -12,8 +12,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/byte_size.h"
-#include "engine/speculative_json.h"
+#include "engine/engine_args.h"
+#include "engine/stats_json.h"
 #include "python/session.h"
 
 namespace py = pybind11;
@@ -40,38 +40,14 @@ std::chrono::nanoseconds seconds(double s) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(std::min(s, 3600.0)));
 }
 
-std::unique_ptr<Session> open_session(const std::string& model, int64_t max_model_len, int64_t max_num_seqs,
-                                      int64_t max_num_batched_tokens, bool enable_prefix_caching,
-                                      int64_t block_size, const std::string& kv_cache_memory,
-                                      double kv_cache_memory_fraction, int64_t max_logprobs,
-                                      const std::string& speculative_config, int threads,
-                                      const std::string& chat_template, int64_t long_prefill_token_threshold) {
+std::unique_ptr<Session> open_session(const std::string& model, const EngineArgs& args, int threads,
+                                      const std::string& chat_template) {
+  if (threads < 0) throw py::value_error("threads must be positive (or 0: one per hardware thread)");
   SessionOptions o;
   o.model = model;
   o.threads = threads;
   o.chat_template = chat_template;
-  EngineConfig& ec = o.engine;
-  if (max_num_seqs < 1 || max_num_seqs > (int64_t{1} << 20))
-    throw py::value_error("max_num_seqs must be in [1, 1048576], got " + std::to_string(max_num_seqs));
-  if (block_size < 1 || block_size > 1024)
-    throw py::value_error("block_size must be in [1, 1024], got " + std::to_string(block_size));
-  if (max_logprobs < 0 || max_logprobs > 1'000'000)
-    throw py::value_error("max_logprobs must be in [0, 1000000], got " + std::to_string(max_logprobs));
-  if (threads < 0) throw py::value_error("threads must be positive (or 0: one per hardware thread)");
-  ec.max_model_len = max_model_len;
-  ec.max_num_seqs = static_cast<int32_t>(max_num_seqs);
-  ec.max_num_batched_tokens = max_num_batched_tokens;
-  ec.enable_prefix_caching = enable_prefix_caching;
-  ec.block_size = static_cast<int32_t>(block_size);
-  ec.kv_cache_memory_fraction = kv_cache_memory_fraction;
-  ec.max_logprobs = static_cast<int32_t>(max_logprobs);
-  ec.long_prefill_token_threshold = long_prefill_token_threshold;
-  if (!kv_cache_memory.empty()) {
-    ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
-    if (ec.kv_cache_bytes <= 0)
-      throw py::value_error("kv_cache_memory '" + kv_cache_memory + "': expected bytes, or a size such as 512M or 2G");
-  }
-  ec.speculative = value_or_raise(parse_speculative_config(speculative_config, "speculative_config"));
+  o.engine = value_or_raise(args.config(EngineArgs::Naming::kKeyword));
   Result<std::unique_ptr<Session>> session = [&] {
     py::gil_scoped_release release;  // loading pages in the weights and warms up
     return Session::open(o);
@@ -104,49 +80,6 @@ GenerationParams make_params(std::vector<int32_t> prompt_token_ids, float temper
   p.logprobs = logprobs;
   p.render_special = !skip_special_tokens;
   return p;
-}
-
-py::dict metrics_dict(const RequestMetrics& m) {
-  py::dict d;
-  d["arrival_time"] = m.arrival_time;
-  d["first_scheduled_time"] = m.first_scheduled_time;
-  d["first_token_time"] = m.first_token_time;
-  d["last_token_time"] = m.last_token_time;
-  d["finished_time"] = m.finished_time;
-  d["num_prompt_tokens"] = m.num_prompt_tokens;
-  d["num_cached_tokens"] = m.num_cached_tokens;
-  d["num_output_tokens"] = m.num_output_tokens;
-  d["num_preemptions"] = m.num_preemptions;
-  return d;
-}
-
-py::dict stats_dict(const EngineStats& s) {
-  const SchedulerStats& sc = s.scheduler;
-  py::dict d;
-  d["steps"] = sc.steps;
-  d["scheduled_tokens"] = sc.scheduled_tokens;
-  d["mean_tokens_per_step"] = s.mean_tokens_per_step();
-  d["max_step_tokens"] = sc.max_step_tokens;
-  d["num_running"] = sc.num_running_requests;
-  d["num_waiting"] = sc.num_waiting_requests;
-  d["kv_total_blocks"] = s.kv_total_blocks;
-  d["kv_used_blocks"] = sc.kv_used_blocks;
-  d["kv_free_blocks"] = sc.kv_free_blocks;
-  d["kv_usage"] = sc.kv_usage;
-  d["prefix_cache_queried_tokens"] = sc.prefix_cache.queried_tokens;
-  d["prefix_cache_hit_tokens"] = sc.prefix_cache.hit_tokens;
-  d["preemptions"] = sc.preemptions;
-  d["finished"] = sc.finished;
-  d["aborted"] = sc.aborted;
-  d["requests_added"] = s.requests_added;
-  d["prompt_tokens"] = s.prompt_tokens;
-  d["computed_prompt_tokens"] = s.computed_prompt_tokens;
-  d["generation_tokens"] = s.generation_tokens;
-  d["computed_tokens"] = s.computed_tokens;
-  d["forward_seconds"] = s.forward_seconds;
-  d["spec_draft_tokens"] = s.speculative.draft_tokens;
-  d["spec_accepted_tokens"] = s.speculative.accepted_tokens;
-  return d;
 }
 
 // messages: (role, content, tool_calls_json, tool_call_id) tuples, made by the Python side.
@@ -194,14 +127,30 @@ PYBIND11_MODULE(_core, m) {
                                }
                                return out;
                              })
-      .def_property_readonly("metrics", [](const RequestOutput& o) { return metrics_dict(o.metrics); });
+      // RequestMetrics' fields in the order of inferd.RequestMetrics.
+      .def_property_readonly("metrics", [](const RequestOutput& o) {
+        const RequestMetrics& m = o.metrics;
+        return py::make_tuple(m.arrival_time, m.first_scheduled_time, m.first_token_time, m.last_token_time,
+                              m.finished_time, m.num_prompt_tokens, m.num_cached_tokens, m.num_output_tokens,
+                              m.num_preemptions);
+      });
+
+  // The engine's arguments (engine_args.h), filled in by the Python side's EngineArgs.
+  py::class_<EngineArgs>(m, "EngineArgs")
+      .def(py::init<>())
+      .def_readwrite("max_num_seqs", &EngineArgs::max_num_seqs)
+      .def_readwrite("max_num_batched_tokens", &EngineArgs::max_num_batched_tokens)
+      .def_readwrite("max_model_len", &EngineArgs::max_model_len)
+      .def_readwrite("kv_cache_memory", &EngineArgs::kv_cache_memory)
+      .def_readwrite("kv_cache_memory_fraction", &EngineArgs::kv_cache_memory_fraction)
+      .def_readwrite("block_size", &EngineArgs::block_size)
+      .def_readwrite("enable_prefix_caching", &EngineArgs::enable_prefix_caching)
+      .def_readwrite("speculative_config", &EngineArgs::speculative_config)
+      .def_readwrite("max_logprobs", &EngineArgs::max_logprobs)
+      .def_readwrite("long_prefill_token_threshold", &EngineArgs::long_prefill_token_threshold);
 
   py::class_<Session>(m, "Session")
-      .def(py::init(&open_session), py::arg("model"), py::arg("max_model_len"), py::arg("max_num_seqs"),
-           py::arg("max_num_batched_tokens"), py::arg("enable_prefix_caching"), py::arg("block_size"),
-           py::arg("kv_cache_memory"), py::arg("kv_cache_memory_fraction"), py::arg("max_logprobs"),
-           py::arg("speculative_config"), py::arg("threads"), py::arg("chat_template"),
-           py::arg("long_prefill_token_threshold"))
+      .def(py::init(&open_session), py::arg("model"), py::arg("args"), py::arg("threads"), py::arg("chat_template"))
       .def(
           "encode",
           [](const Session& s, const std::string& text, bool add_special_tokens, bool parse_special) {
@@ -249,7 +198,7 @@ PYBIND11_MODULE(_core, m) {
           },
           py::arg("messages"), py::arg("add_generation_prompt"), py::arg("chat_template_kwargs_json"),
           py::arg("tools_json"), py::arg("template_source"))
-      .def("stats", [](Session& s) { return stats_dict(s.engine().stats()); });
+      .def("stats_json", [](Session& s) { return engine_stats_json(s.engine().stats()).dump(); });
 
   py::class_<RequestGroup>(m, "RequestGroup")
       .def(py::init<Session&, bool>(), py::arg("session"), py::arg("with_fd") = false,

@@ -18,7 +18,7 @@
 
 #include "gguf/gguf.h"
 
-namespace inferd {
+namespace inferd::server {
 namespace {
 
 std::string model_path() {
@@ -155,4 +155,4 @@ TEST_F(ChatPromptTest, TemplateErrorsAreReported) {
 }
 
 }  // namespace
-}  // namespace inferd
+}  // namespace inferd::server
