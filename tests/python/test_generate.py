@@ -6,7 +6,9 @@ import math
 import pytest
 import requests
 
-from inferd import SamplingParams
+from inferd import LLM, SamplingParams
+
+from pkg_support import DEFAULT_MODEL, ENGINE_ARGS
 
 PROMPTS = [
     "The capital of France is",
@@ -137,3 +139,13 @@ def test_tokenizer_matches_the_server(llm, server):
     assert tok.decode(tok.encode(text, add_special_tokens=False)) == "Hello, world!  héllo"  # control token skipped
     assert tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=False) == text
     assert tok.eos_token_id is not None and len(tok) > tok.eos_token_id
+
+
+def test_speculative_config_gives_the_same_greedy_tokens(llm):
+    spec = LLM(str(DEFAULT_MODEL), speculative_config={"method": "ngram", "num_speculative_tokens": 4},
+               **ENGINE_ARGS)
+    prompt = "a b c d a b c d a b c d a b c d a b"
+    params = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+    assert spec.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids == \
+        llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids
+    assert spec.stats()["spec_draft_tokens"] > 0
