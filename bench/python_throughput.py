@@ -54,14 +54,14 @@ def python_run(llm, prompts, args) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--binary", default=str(REPO / "build" / "inferd"))
+    ap.add_argument("--model", default=None, help="GGUF file (default: the default model)")
+    ap.add_argument("--binary", default=str(REPO / "build" / "inferd"), help="the inferd binary to compare with")
     ap.add_argument("--num-prompts", type=int, default=256)
-    ap.add_argument("--input-len", type=int, default=128)
-    ap.add_argument("--output-len", type=int, default=128)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--input-len", type=int, default=128, help="prompt tokens per request")
+    ap.add_argument("--output-len", type=int, default=128, help="output tokens per request")
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each, alternating")
+    ap.add_argument("--threads", type=int, default=0, help="forward-pass threads (0: one per hardware thread)")
+    ap.add_argument("--seed", type=int, default=0, help="prompts and sampling seeds")
     args = ap.parse_args()
 
     from inferd import LLM

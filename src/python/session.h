@@ -70,9 +70,7 @@ class Session {
 class Mailbox {
  public:
   explicit Mailbox(bool with_fd);
-  ~Mailbox();
-  Mailbox(const Mailbox&) = delete;
-  Mailbox& operator=(const Mailbox&) = delete;
+  ~Mailbox();  // closes the eventfd (a Mailbox is not copyable: it holds a mutex)
 
   void post(const std::string& request_id);
   // The ids posted since the last take (repeats possible), waiting up to

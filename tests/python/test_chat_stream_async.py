@@ -28,7 +28,8 @@ def test_chat_applies_the_template_as_the_server(llm, server):
                               "max_tokens": 20}).json()
     assert out.outputs[0].text == ref["choices"][0]["message"]["content"]
     # The tokenizer renders the same prompt.
-    assert llm.get_tokenizer().apply_chat_template(CONVERSATION, tokenize=False, add_generation_prompt=True) == out.prompt
+    tok = llm.get_tokenizer()
+    assert tok.apply_chat_template(CONVERSATION, tokenize=False, add_generation_prompt=True) == out.prompt
 
 
 def test_chat_takes_a_list_of_conversations(llm):
