@@ -22,7 +22,15 @@ endif()
 set(INFERD_CARGO_JOBS "2" CACHE STRING "Parallel jobs for the cargo build of rust/")
 
 set(INFERD_RUST_DIR ${CMAKE_SOURCE_DIR}/rust)
-set(INFERD_RUST_TARGET_DIR ${CMAKE_BINARY_DIR}/rust-target)
+# The Python module's build (build/python) shares the main build's target dir
+# (build/rust-target), so that the crates are built once for both: a Rust
+# staticlib is position-independent already.
+if(INFERD_BUILD_PYTHON)
+  set(INFERD_RUST_TARGET_DIR_DEFAULT ${CMAKE_SOURCE_DIR}/build/rust-target)
+else()
+  set(INFERD_RUST_TARGET_DIR_DEFAULT ${CMAKE_BINARY_DIR}/rust-target)
+endif()
+set(INFERD_RUST_TARGET_DIR ${INFERD_RUST_TARGET_DIR_DEFAULT} CACHE PATH "cargo's target dir for rust/")
 set(INFERD_RUST_LIB ${INFERD_RUST_TARGET_DIR}/release/libinferd_rust.a)
 # llguidance's build script copies its C header next to the library.
 set(INFERD_LLGUIDANCE_HEADER ${INFERD_RUST_TARGET_DIR}/release/llguidance.h)

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 # chromium and chromium-driver: the web page's tests drive a real headless browser;
 # libxxhash-dev: checksums and fingerprints of offloaded KV blocks.
 APT_PACKAGES=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-              libboost-dev libspdlog-dev libgtest-dev libxxhash-dev python3 python3-pip curl chromium chromium-driver)
+              libboost-dev libspdlog-dev libgtest-dev libxxhash-dev python3 python3-pip python3-dev curl chromium chromium-driver)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -40,9 +40,11 @@ scripts/fetch_models.sh ${INFERD_FETCH_ALL_MODELS:+--all}
 
 # The end-to-end tests talk to the server through the official OpenAI client;
 # the structured-output tests validate its answers with pydantic and jsonschema;
-# the web page's tests drive Chromium with selenium.
-PY_PACKAGES=(openai pytest requests pydantic jsonschema selenium)
-if ! python3 -c "import openai, pytest, requests, pydantic, jsonschema, selenium" 2>/dev/null; then
+# the web page's tests drive Chromium with selenium. The Python package
+# (pip install .) builds with scikit-build-core and pybind11 and draws its
+# progress bar with tqdm.
+PY_PACKAGES=(openai pytest requests pydantic jsonschema selenium "scikit-build-core>=0.10" "pybind11>=2.10" tqdm)
+if ! python3 -c "import openai, pytest, requests, pydantic, jsonschema, selenium, scikit_build_core, pybind11, tqdm" 2>/dev/null; then
   python3 -m pip install -q "${PY_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PY_PACKAGES[@]}"
 fi

@@ -20,6 +20,14 @@ ctest --test-dir build --output-on-failure -j "$JOBS"
 echo "== end-to-end: the server on the default model (pytest, openai client)"
 python3 -m pytest -q tests/e2e
 
+echo "== the Python package: pip install . and its tests"
+# The build dependencies come from setup.sh, so pip need not fetch them into an
+# isolated environment; build/python keeps the module's build between runs.
+PIP_INSTALL=(python3 -m pip install -q --no-build-isolation .)
+CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP_INSTALL[@]}" 2>/dev/null ||
+  CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" "${PIP_INSTALL[@]}" --break-system-packages
+python3 -m pytest -q tests/python
+
 echo "== sanitizer build (ASan + UBSan)"
 # The modules that parse untrusted input or own memory, and their tests.
 SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quants_test kernels_packed_test
@@ -29,7 +37,7 @@ SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quan
                  bench_serve_client_test core_thread_pool_test model_weight_prefetch_test kernels_ggml_matmul_test
                  model_architecture_test kernels_float_table_test kernels_kquant_pack_test
                  structured_grammar_test structured_vocab_test sampling_token_mask_test server_structured_outputs_test
-                 chat_tool_calls_test server_tool_calling_test server_webui_test)
+                 chat_tool_calls_test server_tool_calling_test server_webui_test engine_engine_args_test)
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DINFERD_SANITIZE=ON >/dev/null
 ninja -C build-asan -j "$JOBS" "${SANITIZED_TESTS[@]}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

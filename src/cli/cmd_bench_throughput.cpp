@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "engine/stats_json.h"
 
 namespace inferd::cli {
 
@@ -176,20 +177,8 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
     j["mean_ttft_ms"] = 1e3 * mean(ttft);
     j["mean_tpot_ms"] = 1e3 * mean(tpot);
     j["mean_e2e_latency_ms"] = 1e3 * mean(e2e);
-    j["engine"] = {{"steps", st.scheduler.steps},
-                   {"mean_tokens_per_step", st.mean_tokens_per_step()},
-                   {"max_step_tokens", st.scheduler.max_step_tokens},
-                   {"preemptions", st.scheduler.preemptions},
-                   {"spec_draft_tokens", st.speculative.draft_tokens},
-                   {"spec_accepted_tokens", st.speculative.accepted_tokens},
-                   {"spec_mean_acceptance_length", st.speculative.mean_acceptance_length()},
-                   {"prefix_cache_queried_tokens", pc.queried_tokens},
-                   {"prefix_cache_hit_tokens", pc.hit_tokens},
-                   {"computed_prompt_tokens", st.computed_prompt_tokens},
-                   {"kv_cache_blocks", st.kv_total_blocks},
-                   {"kv_allocated_slot_waste", kv_waste},
-                   {"forward_seconds", st.forward_seconds},
-                   {"draft_forward_seconds", st.draft_forward_seconds}};
+    j["engine"] = engine_stats_json(st);
+    j["engine"]["kv_allocated_slot_waste"] = kv_waste;
     j["config"] = {{"model", f.model},
                    {"num_prompts", f.num_prompts},
                    {"input_len", f.input_len},

@@ -9,7 +9,7 @@
 #include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 
 namespace inferd::cli {
 
@@ -73,12 +73,12 @@ int run_chat(const ChatFlags& f) {
     messages.push_back({"user", line});
     // As the server does: special-token text typed into a message is text,
     // only the template's own markers are control tokens.
-    auto chat_prompt = server::render_chat_prompt(tmpl, tok, messages, {});
+    auto chat_prompt = render_chat_prompt(tmpl, tok, messages, {});
     if (!chat_prompt) {
       std::fprintf(stderr, "error: chat template: %s\n", chat_prompt.error().message.c_str());
       return 1;
     }
-    std::vector<int32_t> prompt = server::tokenize_chat_prompt(tok, *chat_prompt);
+    std::vector<int32_t> prompt = tokenize_chat_prompt(tok, *chat_prompt);
     GenerationParams params;
     params.prompt_token_ids = prompt;
     params.sampling = f.sampling.params();

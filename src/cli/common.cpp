@@ -21,28 +21,6 @@ std::string model_dir() {
 
 std::string default_model_path() { return model_dir() + "/SmolLM2-135M-Instruct.Q4_1.gguf"; }
 
-// "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed.
-int64_t parse_bytes(const std::string& s) {
-  size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (...) {
-    return -1;
-  }
-  std::string unit = s.substr(used);
-  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (unit.ends_with("IB")) unit.resize(unit.size() - 2);
-  else if (unit.ends_with("B")) unit.resize(unit.size() - 1);
-  double scale = 1;
-  if (unit == "K") scale = 1024.0;
-  else if (unit == "M") scale = 1024.0 * 1024;
-  else if (unit == "G") scale = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) return -1;
-  if (!(v > 0)) return -1;
-  return static_cast<int64_t>(v * scale);
-}
-
 void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--max-num-seqs", max_num_seqs, "Requests running at once")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -73,102 +51,6 @@ void add_speculative_option(CLI::App& app, std::string& json) {
                  "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8} or "
                  "{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4, "
                  "\"draft_p_min\": 0.75, \"draft_vocab_size\": 32768}");
-}
-
-Result<SpeculativeConfig> parse_speculative_config(const std::string& text) {
-  if (text.empty()) return SpeculativeConfig{};  // off
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return make_error("--speculative-config: expected a JSON object");
-  SpeculativeConfig c;
-  const auto int_field = [&](const char* key, int32_t& out) -> Status {
-    if (!j.contains(key)) return {};
-    const nlohmann::json& v = j[key];
-    if (!v.is_number_integer() || v.get<int64_t>() < INT32_MIN || v.get<int64_t>() > INT32_MAX)
-      return make_error(std::string("--speculative-config: '") + key + "' must be an integer");
-    out = v.get<int32_t>();
-    return {};
-  };
-  for (const auto& [key, value] : j.items()) {
-    if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
-        key != "prompt_lookup_max" && key != "disable_by_batch_size" && key != "model" && key != "draft_p_min" &&
-        key != "draft_vocab_size")
-      return make_error("--speculative-config: unknown key '" + key + "'");
-  }
-  if (j.contains("model") && !j["model"].is_string())
-    return make_error("--speculative-config: 'model' must be a path (a string)");
-  // vLLM: a draft model given without a method is the draft-model method.
-  if (!j.contains("method") && j.contains("model")) j["method"] = "draft_model";
-  if (!j.contains("method") || !j["method"].is_string())
-    return make_error("--speculative-config: 'method' must be given (\"ngram\" or \"draft_model\")");
-  const std::string method = j["method"].get<std::string>();
-  if (method == "ngram") {
-    c.method = SpeculativeConfig::Method::kNgram;
-    if (j.contains("model") || j.contains("draft_p_min") || j.contains("draft_vocab_size"))
-      return make_error("--speculative-config: 'model', 'draft_p_min' and 'draft_vocab_size' are for method "
-                        "\"draft_model\"");
-  } else if (method == "draft_model") {
-    c.method = SpeculativeConfig::Method::kDraftModel;
-    // A draft pass per step costs about a third of a target step at batch 1
-    // and more at larger batches, which a CPU already runs compute-bound: by
-    // default a draft model drafts only while fewer than 4 requests run
-    // (docs/benchmarks.md: 0.66x at 16 streams without this).
-    c.disable_by_batch_size = 4;
-    if (!j.contains("model")) return make_error("--speculative-config: method \"draft_model\" needs 'model' (a GGUF path)");
-    c.draft_model = j["model"].get<std::string>();
-    if (j.contains("prompt_lookup_min") || j.contains("prompt_lookup_max"))
-      return make_error("--speculative-config: 'prompt_lookup_min' and 'prompt_lookup_max' are for method \"ngram\"");
-    if (j.contains("draft_p_min")) {
-      if (!j["draft_p_min"].is_number()) return make_error("--speculative-config: 'draft_p_min' must be a number");
-      c.draft_p_min = j["draft_p_min"].get<double>();
-    }
-    if (j.contains("draft_vocab_size")) {
-      if (!j["draft_vocab_size"].is_number_integer())
-        return make_error("--speculative-config: 'draft_vocab_size' must be an integer");
-      c.draft_vocab_size = j["draft_vocab_size"].get<int64_t>();
-    }
-  } else {
-    return make_error("--speculative-config: method '" + method + "' is not supported (supported: ngram, draft_model)");
-  }
-  if (!j.contains("num_speculative_tokens"))
-    return make_error("--speculative-config: 'num_speculative_tokens' must be given");
-  for (auto [key, field] : {std::pair<const char*, int32_t*>{"num_speculative_tokens", &c.num_speculative_tokens},
-                            {"prompt_lookup_min", &c.prompt_lookup_min},
-                            {"prompt_lookup_max", &c.prompt_lookup_max},
-                            {"disable_by_batch_size", &c.disable_by_batch_size}})
-    if (Status st = int_field(key, *field); !st) return st.error();
-  // vLLM: a missing bound takes the other's value.
-  if (!j.contains("prompt_lookup_max") && j.contains("prompt_lookup_min")) c.prompt_lookup_max = c.prompt_lookup_min;
-  if (!j.contains("prompt_lookup_min") && j.contains("prompt_lookup_max")) c.prompt_lookup_min = c.prompt_lookup_max;
-  if (Status st = c.validate(); !st) return make_error("--speculative-config: " + st.error().message);
-  return c;
-}
-
-Result<EngineConfig> EngineFlags::config() const {
-  EngineConfig ec;
-  ec.max_num_seqs = static_cast<int32_t>(max_num_seqs);
-  ec.max_num_batched_tokens = max_num_batched_tokens;
-  ec.max_model_len = max_model_len;
-  ec.enable_prefix_caching = enable_prefix_caching;
-  ec.block_size = static_cast<int32_t>(block_size);
-  ec.kv_cache_memory_fraction = kv_cache_memory_fraction;
-  if (!kv_cache_memory.empty()) {
-    ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
-    if (ec.kv_cache_bytes <= 0)
-      return make_error("--kv-cache-memory '" + kv_cache_memory + "': expected a size such as 512M or 2G");
-  }
-  auto spec = parse_speculative_config(speculative_config);
-  if (!spec) return spec.error();
-  ec.speculative = *spec;
-  if (!kv_offload_size.empty()) {
-    ec.offload.host_bytes = parse_bytes(kv_offload_size);
-    if (ec.offload.host_bytes <= 0)
-      return make_error("--kv-offload-size '" + kv_offload_size + "': expected a size such as 512M or 4G");
-  }
-  ec.offload.disk_path = kv_store_path;
-  ec.offload.disk_bytes = parse_bytes(kv_store_size);
-  if (ec.offload.disk_bytes <= 0)
-    return make_error("--kv-store-size '" + kv_store_size + "': expected a size such as 512M or 10G");
-  return ec;
 }
 
 bool write_json_file(const std::string& path, const nlohmann::json& j) {
@@ -275,16 +157,8 @@ Result<RequestOutput> SingleRequestEngine::run(GenerationParams params,
   for (;;) {
     while (auto out = handle->stream->try_next()) {
       on_delta(*out);
-      all.token_ids.insert(all.token_ids.end(), out->token_ids.begin(), out->token_ids.end());
-      all.text += out->text;
-      if (out->finished) {
-        all.request_id = out->request_id;
-        all.finished = true;
-        all.status = out->status;
-        all.stop_string = out->stop_string;
-        all.error = out->error;
-        all.metrics = out->metrics;
-        all.beams = out->beams;
+      accumulate(all, std::move(*out));
+      if (all.finished) {
         if (!all.error.empty()) return make_error(all.error);
         return all;
       }

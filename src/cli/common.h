@@ -8,8 +8,11 @@
 #include <memory>
 #include <string>
 
+#include "core/byte_size.h"
 #include "core/result.h"
 #include "engine/engine.h"
+#include "engine/engine_args.h"
+#include "engine/speculative_json.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -38,28 +41,12 @@ struct SamplingFlags {
   SamplingParams params() const;
 };
 
-// The engine's scheduling and KV-cache flags, named as vLLM's (serve, bench throughput).
-struct EngineFlags {
-  int64_t max_num_seqs = 128;
-  int64_t max_num_batched_tokens = 2048;
-  int64_t max_model_len = 0;        // 0: the model's context length
-  std::string kv_cache_memory;      // bytes with an optional K/M/G suffix; empty: a fraction
-  double kv_cache_memory_fraction = 0.25;
-  int64_t block_size = 16;
-  bool enable_prefix_caching = true;
-  std::string speculative_config;  // vLLM's JSON; empty: no speculation
-  std::string kv_offload_size;     // host-memory tier for evicted prefix blocks; empty: none
-  std::string kv_store_path;       // disk tier's directory; empty: none
-  std::string kv_store_size = "10G";
+// The engine's scheduling and KV-cache flags, named as vLLM's (serve, bench
+// throughput); config() (EngineArgs) reads them.
+struct EngineFlags : EngineArgs {
   void add_to(CLI::App& app);
-  // Error naming a malformed size, or --speculative-config.
-  Result<EngineConfig> config() const;
 };
 
-// --speculative-config, vLLM's JSON: {"method": "ngram", "num_speculative_tokens": K,
-// "prompt_lookup_min": A, "prompt_lookup_max": B, "disable_by_batch_size": N};
-// "" turns speculation off.
-Result<SpeculativeConfig> parse_speculative_config(const std::string& json);
 void add_speculative_option(CLI::App& app, std::string& json);
 
 // One request at a time through the serving engine, driven step by step on
@@ -92,8 +79,5 @@ int default_threads();
 // a death); the open-file limit raised to the hard limit (a descriptor per
 // connection, not the usual 1,024).
 sigset_t prepare_server_process();
-
-// "1073741824", "512M", "2G", "1.5GiB" -> bytes; -1 if malformed or not positive.
-int64_t parse_bytes(const std::string& s);
 
 }  // namespace inferd::cli

@@ -541,6 +541,7 @@ std::vector<RequestOutput> Engine::run_step() {
         SampledLogprobs& lp = step_logprobs[i].emplace_back();
         lp.token = token;
         lp.logprob = token_logprob(logprob_row_.data(), n_vocab, token);
+        lp.rank = token_rank(logprob_row_.data(), n_vocab, token);
         lp.top = top_logprobs(logprob_row_.data(), n_vocab, live.logprobs);
         if (live.matcher)  // fewer tokens may be allowed than alternatives asked for
           std::erase_if(lp.top, [](const TokenLogprob& t) { return std::isinf(t.logprob); });

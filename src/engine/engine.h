@@ -123,6 +123,14 @@ struct GenerationParams {
   std::optional<BeamSearchParams> beam_search;
 };
 
+// The sampling seed of choice k of a request asking for several choices (the
+// API's `n`): choices of one seeded request differ from each other, yet
+// repeat exactly. Unseeded choices stay unseeded.
+inline std::optional<uint64_t> choice_seed(std::optional<uint64_t> seed, int32_t k) {
+  if (!seed) return std::nullopt;
+  return *seed + static_cast<uint64_t>(k);
+}
+
 struct EngineStats {
   SchedulerStats scheduler;  // steps, tokens per step, KV blocks, prefix cache, preemptions
   int32_t kv_total_blocks = 0;      // usable blocks (the reserved null block excluded)

@@ -24,6 +24,7 @@ namespace inferd {
 struct SampledLogprobs {
   int32_t token = 0;
   float logprob = 0.0f;
+  int32_t rank = 0;               // 1 + the tokens more likely than it (sampler.h: token_rank)
   std::vector<TokenLogprob> top;  // most likely first
 };
 
@@ -85,6 +86,24 @@ struct RequestOutput {
 
   const char* finish_reason() const { return inferd::finish_reason(status); }
 };
+
+// Folds the next output of a request into `whole`, the request's outputs so
+// far: tokens, text, logprobs and token times appended; the final output's
+// status, stop string, error, metrics and beams taken.
+inline void accumulate(RequestOutput& whole, RequestOutput&& delta) {
+  whole.request_id = std::move(delta.request_id);
+  whole.token_ids.insert(whole.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
+  whole.text += delta.text;
+  for (SampledLogprobs& lp : delta.logprobs) whole.logprobs.push_back(std::move(lp));
+  whole.token_times.insert(whole.token_times.end(), delta.token_times.begin(), delta.token_times.end());
+  if (!delta.finished) return;
+  whole.finished = true;
+  whole.status = delta.status;
+  whole.stop_string = std::move(delta.stop_string);
+  whole.error = std::move(delta.error);
+  whole.metrics = std::move(delta.metrics);
+  whole.beams = std::move(delta.beams);
+}
 
 class RequestStream {
  public:

@@ -53,6 +53,13 @@ float token_logprob(const float* logits, int64_t n_vocab, int32_t token) {
   return static_cast<float>(logits[token] - log_sum_exp(logits, n_vocab));
 }
 
+int32_t token_rank(const float* logits, int64_t n_vocab, int32_t token) {
+  int32_t ahead = 0;
+  for (int64_t i = 0; i < n_vocab; ++i)
+    ahead += logits[i] > logits[token] || (logits[i] == logits[token] && i < token);
+  return ahead + 1;
+}
+
 std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t n_vocab, int n) {
   const double lse = log_sum_exp(logits, n_vocab);
   std::vector<int32_t> idx(n_vocab);

@@ -58,6 +58,9 @@ class Sampler {
 // Log-softmax value of `token` and the `n` most likely tokens, from raw logits.
 std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t n_vocab, int n);
 float token_logprob(const float* logits, int64_t n_vocab, int32_t token);
+// 1 + the tokens ranked above `token` (top_logprobs' order: higher logit,
+// then lower id): 1 for the most likely token.
+int32_t token_rank(const float* logits, int64_t n_vocab, int32_t token);
 
 int32_t argmax(const float* logits, int64_t n_vocab);
 

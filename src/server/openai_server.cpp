@@ -831,8 +831,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.request_id = api_id + "-" + std::to_string(index);
       gp.prompt_token_ids = pg.prompts[p];
       gp.sampling = req.sampling;
-      // Choices of one seeded request differ from each other, yet repeat exactly.
-      if (gp.sampling.seed) gp.sampling.seed = *gp.sampling.seed + static_cast<uint64_t>(k);
+      gp.sampling.seed = choice_seed(gp.sampling.seed, k);
       gp.max_tokens = pg.max_tokens[p];
       gp.stop_token_ids = req.stop_token_ids;
       gp.stop = req.stop;

@@ -32,7 +32,7 @@
 #include "chat/tool_calls.h"
 #include "engine/engine.h"
 #include "model/model.h"
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/kv_transfer.h"
 #include "server/metrics.h"

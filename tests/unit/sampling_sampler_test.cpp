@@ -163,5 +163,16 @@ TEST(Sampler, LogprobsAreALogSoftmax) {
   EXPECT_NEAR(top[1].logprob, std::log(0.25f), 1e-6);
 }
 
+TEST(Sampler, TokenRankIsThePlaceInTopLogprobsOrder) {
+  // Ties go to the lower id, as top_logprobs orders them.
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  const auto top = top_logprobs(logits.data(), 5, 5);
+  for (size_t i = 0; i < top.size(); ++i)
+    EXPECT_EQ(token_rank(logits.data(), 5, top[i].token), static_cast<int32_t>(i) + 1) << "token " << top[i].token;
+  EXPECT_EQ(token_rank(logits.data(), 5, 1), 1);
+  EXPECT_EQ(token_rank(logits.data(), 5, 3), 2);
+  EXPECT_EQ(token_rank(logits.data(), 5, 4), 5);
+}
+
 }  // namespace
 }  // namespace inferd

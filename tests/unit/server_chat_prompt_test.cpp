@@ -1,8 +1,8 @@
-// Chat prompts (server/chat_prompt.h) on Qwen2.5's tokenizer and template:
+// Chat prompts (chat/chat_prompt.h) on Qwen2.5's tokenizer and template:
 // special-token text typed into a message is tokenized as characters, the
 // template's own markers stay special, and a prompt without such text is
 // tokenized exactly as before. Skips when the model file is absent.
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 
 #include <gtest/gtest.h>
 

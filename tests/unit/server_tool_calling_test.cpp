@@ -23,7 +23,7 @@
 
 #include "chat/tool_calls.h"
 #include "gguf/gguf.h"
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 #include "server/openai_protocol.h"
 #include "structured/grammar.h"
 

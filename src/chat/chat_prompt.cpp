@@ -1,10 +1,10 @@
-#include "server/chat_prompt.h"
+#include "chat/chat_prompt.h"
 
 #include <nlohmann/json.hpp>
 
 #include <string_view>
 
-namespace inferd::server {
+namespace inferd {
 
 namespace {
 
@@ -150,4 +150,4 @@ std::vector<int32_t> tokenize_chat_prompt(const Tokenizer& tok, const ChatPrompt
   return tok.encode_with_literals(prompt.text, prompt.add_special, prompt.literal);
 }
 
-}  // namespace inferd::server
+}  // namespace inferd

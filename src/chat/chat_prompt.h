@@ -22,7 +22,7 @@
 #include "core/result.h"
 #include "tokenizer/tokenizer.h"
 
-namespace inferd::server {
+namespace inferd {
 
 struct ChatPromptOptions {
   bool add_generation_prompt = true;
@@ -46,4 +46,4 @@ Result<ChatPrompt> render_chat_prompt(const ChatTemplate& tmpl, const Tokenizer&
 
 std::vector<int32_t> tokenize_chat_prompt(const Tokenizer& tok, const ChatPrompt& prompt);
 
-}  // namespace inferd::server
+}  // namespace inferd

@@ -1,0 +1,37 @@
+// The engine's arguments as people give them, named as vLLM's: the flags of
+// `inferd serve` and `bench throughput` (--max-num-seqs, ...) and the keyword
+// arguments of the Python package's LLM (max_num_seqs=...). Sizes are text
+// ("2G"), speculative decoding is vLLM's JSON; config() checks them all and
+// builds the EngineConfig, so every front end reads them the same way.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/result.h"
+#include "engine/engine.h"
+
+namespace inferd {
+
+struct EngineArgs {
+  int64_t max_num_seqs = 128;
+  int64_t max_num_batched_tokens = 2048;
+  int64_t max_model_len = 0;         // 0: the model's context length
+  std::string kv_cache_memory;       // bytes with an optional K/M/G suffix; empty: a fraction
+  double kv_cache_memory_fraction = 0.25;
+  int64_t block_size = 16;
+  bool enable_prefix_caching = true;
+  std::string speculative_config;    // vLLM's JSON; empty: no speculation
+  int64_t max_logprobs = 20;
+  int64_t long_prefill_token_threshold = 0;  // > 0: cap on one request's tokens per step
+  std::string kv_offload_size;       // host-memory tier for evicted prefix blocks; empty: none
+  std::string kv_store_path;         // disk tier's directory; empty: none
+  std::string kv_store_size = "10G";  // the disk tier's bound
+
+  // How an error names an argument: as a flag (--kv-cache-memory) or as a
+  // keyword argument (kv_cache_memory).
+  enum class Naming { kFlag, kKeyword };
+  // The config, or an error naming the argument out of range or malformed.
+  Result<EngineConfig> config(Naming naming = Naming::kFlag) const;
+};
+
+}  // namespace inferd

@@ -1,0 +1,68 @@
+"""Errors are Python exceptions with the engine's message; Ctrl-C aborts cleanly."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+import inferd
+from inferd import SamplingParams
+
+from pkg_support import DEFAULT_MODEL, MAX_MODEL_LEN, wait_idle
+
+
+def test_bad_sampling_parameters_raise_value_error(llm):
+    with pytest.raises(ValueError, match="temperature"):
+        llm.generate("Hi", SamplingParams(temperature=-1.0), use_tqdm=False)
+    with pytest.raises(ValueError, match="top_p"):
+        llm.generate("Hi", SamplingParams(top_p=0.0), use_tqdm=False)
+    with pytest.raises(ValueError, match="logprobs"):
+        llm.generate("Hi", SamplingParams(logprobs=1000), use_tqdm=False)
+    with pytest.raises(ValueError, match="n must be"):
+        SamplingParams(n=0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        SamplingParams(max_tokens=0)
+
+
+def test_bad_prompts_raise_value_error_and_leave_nothing_running(llm):
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        llm.generate([[1, 2, 10**7]], SamplingParams(max_tokens=4), use_tqdm=False)
+    with pytest.raises(ValueError):
+        llm.generate("Hi", SamplingParams(max_tokens=MAX_MODEL_LEN + 1), use_tqdm=False)
+    # The first prompts of a call were added before the bad one was refused: they are aborted.
+    with pytest.raises(ValueError):
+        llm.generate(["fine", "also fine", [10**7]], SamplingParams(max_tokens=200, ignore_eos=True),
+                     use_tqdm=False)
+    wait_idle(llm)
+    with pytest.raises(TypeError):
+        llm.generate([1.5], use_tqdm=False)
+
+
+def test_bad_engine_arguments():
+    with pytest.raises(ValueError, match="cannot load model"):
+        inferd.LLM("/nonexistent/model.gguf")
+    with pytest.raises(TypeError):
+        inferd.LLM(str(DEFAULT_MODEL), tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="kv_cache_memory"):
+        inferd.LLM(str(DEFAULT_MODEL), kv_cache_memory="lots")
+    with pytest.raises(ValueError, match="speculative_config"):
+        inferd.LLM(str(DEFAULT_MODEL), speculative_config={"method": "eagle", "num_speculative_tokens": 2})
+
+
+def test_ctrl_c_aborts_the_batch_and_frees_its_blocks(llm):
+    prompts = [f"Count from {i} to a million:" for i in range(8)]
+    params = SamplingParams(temperature=0, max_tokens=1500, ignore_eos=True)
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            llm.generate(prompts, params, use_tqdm=False)
+    finally:
+        timer.cancel()
+    stats = wait_idle(llm)
+    assert stats["aborted"] >= len(prompts)
+    # The engine goes on serving.
+    out = llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
+    assert out[0].outputs[0].finish_reason in ("length", "stop")

@@ -1,0 +1,60 @@
+// EngineArgs: vLLM-named engine arguments into an EngineConfig, with errors
+// that name the argument as the front end spells it.
+#include <gtest/gtest.h>
+
+#include "engine/engine_args.h"
+
+namespace inferd {
+namespace {
+
+TEST(EngineArgs, BuildsTheConfig) {
+  EngineArgs a;
+  a.max_num_seqs = 7;
+  a.max_num_batched_tokens = 512;
+  a.max_model_len = 1024;
+  a.kv_cache_memory = "1.5M";
+  a.block_size = 32;
+  a.enable_prefix_caching = false;
+  a.max_logprobs = 5;
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 3})";
+  auto c = a.config();
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->max_num_seqs, 7);
+  EXPECT_EQ(c->max_num_batched_tokens, 512);
+  EXPECT_EQ(c->max_model_len, 1024);
+  EXPECT_EQ(c->kv_cache_bytes, 1024 * 1024 * 3 / 2);
+  EXPECT_EQ(c->block_size, 32);
+  EXPECT_FALSE(c->enable_prefix_caching);
+  EXPECT_EQ(c->max_logprobs, 5);
+  EXPECT_EQ(c->speculative.method, SpeculativeConfig::Method::kNgram);
+  EXPECT_EQ(c->speculative.num_speculative_tokens, 3);
+}
+
+TEST(EngineArgs, ErrorsNameTheArgumentAsTheFrontEndSpellsIt) {
+  EngineArgs a;
+  a.kv_cache_memory = "lots";
+  EXPECT_NE(a.config(EngineArgs::Naming::kFlag).error().message.find("--kv-cache-memory 'lots'"), std::string::npos);
+  EXPECT_NE(a.config(EngineArgs::Naming::kKeyword).error().message.find("kv_cache_memory 'lots'"), std::string::npos);
+  a = EngineArgs{};
+  a.speculative_config = R"({"method": "eagle", "num_speculative_tokens": 2})";
+  EXPECT_EQ(a.config(EngineArgs::Naming::kKeyword).error().message.rfind("speculative_config: ", 0), 0u);
+  EXPECT_EQ(a.config().error().message.rfind("--speculative-config: ", 0), 0u);
+}
+
+TEST(EngineArgs, RefusesOutOfRangeValues) {
+  for (auto set : {+[](EngineArgs& a) { a.max_num_seqs = 0; }, +[](EngineArgs& a) { a.max_num_seqs = int64_t{1} << 40; },
+                   +[](EngineArgs& a) { a.block_size = 0; }, +[](EngineArgs& a) { a.max_num_batched_tokens = 0; },
+                   +[](EngineArgs& a) { a.max_logprobs = -1; }, +[](EngineArgs& a) { a.max_model_len = -5; },
+                   +[](EngineArgs& a) { a.kv_cache_memory_fraction = 1.5; }}) {
+    EngineArgs a;
+    set(a);
+    EXPECT_FALSE(a.config().ok());
+  }
+  EngineArgs none_running;
+  none_running.max_num_seqs = 0;
+  EXPECT_NE(none_running.config(EngineArgs::Naming::kKeyword).error().message.find("max_num_seqs is 0"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd
