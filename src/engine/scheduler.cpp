@@ -192,30 +192,27 @@ void Scheduler::save_evictions() {
 std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request& r, int64_t budget,
                                                                   kv::PrefixHit* hit, int64_t* n) {
   const kv::PrefixCacheStats stats_before = kv_.prefix_cache_stats();
-  *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key, connector_);
-  *n = tokens_to_schedule(r, hit->num_tokens, budget);
-  if (*n <= 0) return std::nullopt;
-  std::vector<kv::BlockTransfer> loads;
-  std::optional<std::vector<int32_t>> blocks = kv_.allocate_slots(r.id, 0, *n, *hit, nullptr, &loads);
-  if (!blocks) return std::nullopt;
-  save_evictions();  // before a load overwrites a block just evicted
-  if (!hit->consulted_connector) return blocks;
-  const std::vector<bool> loaded = connector_->load(loads, hit->stopped_at_miss);
-  if (std::all_of(loaded.begin(), loaded.end(), [](bool ok) { return ok; })) {
-    kv_.cache_loaded(loads);
-    return blocks;
+  // With the connector; then, if one of its blocks fails its checks (it drops
+  // it), again with the pool's own hit from the start: a sliding-window group
+  // may need blocks the longer hit had let go.
+  for (kv::KVConnector* connector : {connector_, static_cast<kv::KVConnector*>(nullptr)}) {
+    *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key, connector);
+    *n = tokens_to_schedule(r, hit->num_tokens, budget);
+    if (*n <= 0) return std::nullopt;
+    std::vector<kv::BlockTransfer> loads;
+    std::optional<std::vector<int32_t>> blocks = kv_.allocate_slots(r.id, 0, *n, *hit, nullptr, &loads);
+    if (!blocks) return std::nullopt;
+    save_evictions();  // before a load overwrites a block just evicted
+    if (!hit->consulted_connector) return blocks;
+    const std::vector<bool> loaded = connector->load(loads, hit->stopped_at_miss);
+    if (std::all_of(loaded.begin(), loaded.end(), [](bool ok) { return ok; })) {
+      kv_.cache_loaded(loads);
+      return blocks;
+    }
+    kv_.free(r.id);
+    kv_.restore_prefix_cache_stats(stats_before);
   }
-  // A block failed the connector's checks (it dropped it): compute what the
-  // pool does not hold instead. A sliding-window group may need blocks the
-  // longer hit had let go, so the admission is taken again from the start.
-  kv_.free(r.id);
-  kv_.restore_prefix_cache_stats(stats_before);
-  *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key);
-  *n = tokens_to_schedule(r, hit->num_tokens, budget);
-  if (*n <= 0) return std::nullopt;
-  blocks = kv_.allocate_slots(r.id, 0, *n, *hit);
-  save_evictions();
-  return blocks;
+  return std::nullopt;  // not reached: without a connector nothing is loaded
 }
 
 bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {

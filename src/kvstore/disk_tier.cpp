@@ -53,29 +53,24 @@ std::optional<kv::BlockHash> key_of(const std::string& name) {
   return key;
 }
 
-bool write_all(int fd, const void* p, size_t n) {
-  const auto* c = static_cast<const char*>(p);
+// Moves all n bytes with read or write, through short transfers and EINTR.
+template <class Byte, class Io>
+bool transfer_all(int fd, Byte* p, size_t n, Io io) {
   while (n > 0) {
-    const ssize_t w = ::write(fd, c, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
+    const ssize_t done = io(fd, p, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) return false;
+    p += done;
+    n -= static_cast<size_t>(done);
   }
   return true;
 }
 
-bool read_all(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n > 0) {
-    const ssize_t r = ::read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
+bool write_all(int fd, const void* p, size_t n) {
+  return transfer_all(fd, static_cast<const char*>(p), n, ::write);
 }
+
+bool read_all(int fd, void* p, size_t n) { return transfer_all(fd, static_cast<char*>(p), n, ::read); }
 
 }  // namespace
 

@@ -48,7 +48,7 @@ std::vector<bool> TieredConnector::load(std::span<const kv::BlockTransfer> loads
     if (!disk_) continue;
     if (host_) {
       // Read into a buffer the host tier then keeps: the next hit is in memory.
-      auto bytes = std::make_shared<std::vector<std::byte>>(storage_.block_bytes());
+      auto bytes = std::make_shared<std::vector<std::byte>>(scratch_.size());
       ok[i] = disk_->read(l.key, bytes->data());
       if (ok[i]) {
         storage_.write_block(l.block, bytes->data());
@@ -63,9 +63,8 @@ std::vector<bool> TieredConnector::load(std::span<const kv::BlockTransfer> loads
   // The block the lookup stopped at was asked of every tier.
   if (stopped_at_miss) {
     if (host_) ++host_->stats().misses;
-    ++disk_misses;
+    if (disk_) ++disk_misses;
   }
-  if (!disk_) disk_hits = disk_misses = 0;
   {
     std::lock_guard lock(stats_mu_);
     disk_hits_ += disk_hits;
@@ -75,13 +74,16 @@ std::vector<bool> TieredConnector::load(std::span<const kv::BlockTransfer> loads
   return ok;
 }
 
+BlockBytes TieredConnector::copy_of(int32_t block) const {
+  auto bytes = std::make_shared<std::vector<std::byte>>(storage_.block_bytes());
+  storage_.read_block(block, bytes->data());
+  return bytes;
+}
+
 void TieredConnector::save_computed(std::span<const kv::BlockTransfer> computed) {
   if (!disk_) return;
   for (const kv::BlockTransfer& c : computed) {
-    if (disk_->contains(c.key)) continue;
-    auto bytes = std::make_shared<std::vector<std::byte>>(storage_.block_bytes());
-    storage_.read_block(c.block, bytes->data());
-    disk_->write(c.key, std::move(bytes));
+    if (!disk_->contains(c.key)) disk_->write(c.key, copy_of(c.block));
   }
 }
 
@@ -90,9 +92,7 @@ void TieredConnector::save_evicted(std::span<const kv::BlockTransfer> evicted) {
     const bool to_host = host_ && !host_->touch(e.key);
     const bool to_disk = disk_ && !disk_->contains(e.key);
     if (!to_host && !to_disk) continue;
-    auto bytes = std::make_shared<std::vector<std::byte>>(storage_.block_bytes());
-    storage_.read_block(e.block, bytes->data());
-    BlockBytes shared = std::move(bytes);
+    BlockBytes shared = copy_of(e.block);
     if (to_disk) disk_->write(e.key, shared);
     if (to_host) host_->put(e.key, std::move(shared));
   }

@@ -57,6 +57,7 @@ class TieredConnector : public kv::KVConnector {
  private:
   TieredConnector(kv::KVBlockStorage& storage) : storage_(storage) {}
   void publish_host_stats();
+  BlockBytes copy_of(int32_t block) const;  // a pool block's bytes, in a buffer the tiers share
 
   kv::KVBlockStorage& storage_;
   std::unique_ptr<HostTier> host_;
