@@ -42,7 +42,7 @@ std::optional<std::vector<bool>> TransferConnector::start_load(const std::string
   std::lock_guard lock(mu_);
   auto it = registered_.find(request_id);
   const std::vector<bool> none(loads.size(), false);
-  if (!may_defer || it == registered_.end()) return none;
+  if (!may_defer || loads.empty() || it == registered_.end()) return none;
   for (const auto& [pull, id] : pulling_)
     if (id == request_id) return none;  // one pull per registration
   const RemotePrompt& r = it->second;
