@@ -110,7 +110,7 @@ struct UcxAgent::Impl {
   void read_done(uint64_t pull_id, ucs_status_t status);
   void after_reads(Pull& p);
   void finish(uint64_t pull_id, bool ok, const std::string& error);
-  void fail_peer(const std::shared_ptr<Peer>& peer, const std::string& why);
+  void fail_peer(std::shared_ptr<Peer> peer, const std::string& why);  // by value: it may erase the map entry passed
   void close_ep(ucp_ep_h ep);
   void check_deadlines();
   void bury_dead();
@@ -674,7 +674,7 @@ void UcxAgent::Impl::finish(uint64_t pull_id, bool ok, const std::string& error)
   if (notify) notify();
 }
 
-void UcxAgent::Impl::fail_peer(const std::shared_ptr<Peer>& peer, const std::string& why) {
+void UcxAgent::Impl::fail_peer(std::shared_ptr<Peer> peer, const std::string& why) {
   if (peer->failed) return;
   peer->failed = true;
   if (auto it = peers.find(peer->key); it != peers.end() && it->second == peer) peers.erase(it);
