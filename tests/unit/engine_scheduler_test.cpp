@@ -1479,14 +1479,29 @@ class RemoteConnector : public kv::KVConnector {
   std::vector<kv::FinishedLoad> finished_;
 };
 
+// A scheduler with the fake remote as its connector.
+struct Rig {
+  explicit Rig(const SchedulerConfig& c) : s(c), runner(s), remote(runner, c.kv.block_size) {
+    s.set_connector(&remote);
+  }
+  // Offers the prompt at the remote and runs a step: the request then waits for its blocks.
+  void start_loading(const std::string& id, const std::vector<int32_t>& p, int64_t max_tokens) {
+    remote.offer(p);
+    ASSERT_TRUE(s.add_request(make_request(id, p, max_tokens)).ok());
+    step(s, runner, rec);
+    ASSERT_EQ(s.find(id)->status, RequestStatus::kLoadingRemoteKV);
+  }
+  Scheduler s;
+  FakeRunner runner;
+  RemoteConnector remote;
+  Recorder rec;
+};
+
 }  // namespace loading
 
 TEST(EngineSchedulerLoading, OthersKeepSteppingWhileARequestLoadsAndItsBlocksAreUsedNotComputed) {
-  Scheduler s(config(64, 8, 64, 4));
-  FakeRunner runner(s);
-  loading::RemoteConnector remote(runner, 4);
-  s.set_connector(&remote);
-  Recorder rec;
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
   const std::vector<int32_t> p = prompt(30, 7);  // 7 full blocks
   remote.offer(p);
   ASSERT_TRUE(s.add_request(make_request("remote", p, 5)).ok());
@@ -1518,16 +1533,10 @@ TEST(EngineSchedulerLoading, OthersKeepSteppingWhileARequestLoadsAndItsBlocksAre
 }
 
 TEST(EngineSchedulerLoading, AFailedLoadFreesItsBlocksAndTheRequestRecomputes) {
-  Scheduler s(config(64, 8, 64, 4));
-  FakeRunner runner(s);
-  loading::RemoteConnector remote(runner, 4);
-  s.set_connector(&remote);
-  Recorder rec;
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
   const std::vector<int32_t> p = prompt(22, 3);
-  remote.offer(p);
-  ASSERT_TRUE(s.add_request(make_request("r", p, 6)).ok());
-  step(s, runner, rec);
-  ASSERT_EQ(s.num_loading(), 1);
+  rig.start_loading("r", p, 6);
   const int32_t used_while_loading = s.kv_cache().num_used_blocks();
   EXPECT_GT(used_while_loading, 0);
   remote.finish("r", false);  // the blocks hold garbage now
@@ -1543,16 +1552,10 @@ TEST(EngineSchedulerLoading, AFailedLoadFreesItsBlocksAndTheRequestRecomputes) {
 }
 
 TEST(EngineSchedulerLoading, AnAbortWhileLoadingHoldsTheBlocksUntilTheLoadEnds) {
-  Scheduler s(config(64, 8, 24, 4));
-  FakeRunner runner(s);
-  loading::RemoteConnector remote(runner, 4);
-  s.set_connector(&remote);
-  Recorder rec;
+  loading::Rig rig(config(64, 8, 24, 4));
+  auto& [s, runner, remote, rec] = rig;
   const std::vector<int32_t> p = prompt(40, 11);
-  remote.offer(p);
-  ASSERT_TRUE(s.add_request(make_request("r", p, 4)).ok());
-  step(s, runner, rec);
-  ASSERT_EQ(s.num_loading(), 1);
+  rig.start_loading("r", p, 4);
   const int32_t held = s.kv_cache().num_used_blocks();
   ASSERT_TRUE(s.abort("r"));
   EXPECT_EQ(s.find("r"), nullptr);
@@ -1573,11 +1576,8 @@ TEST(EngineSchedulerLoading, AnAbortWhileLoadingHoldsTheBlocksUntilTheLoadEnds) 
 }
 
 TEST(EngineSchedulerLoading, ABeamGroupNeverWaitsForALoad) {
-  Scheduler s(config(64, 8, 64, 4));
-  FakeRunner runner(s);
-  loading::RemoteConnector remote(runner, 4);
-  s.set_connector(&remote);
-  Recorder rec;
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
   const std::vector<int32_t> p = prompt(20, 3);
   remote.offer(p);
   Request a = make_request("g#0", p, 3);
@@ -1593,11 +1593,8 @@ TEST(EngineSchedulerLoading, ABeamGroupNeverWaitsForALoad) {
 
 TEST(EngineSchedulerLoading, ManyRequestsLoadingFinishingAndAbortingInAnyOrderLeakNothing) {
   std::mt19937 rng(5);
-  Scheduler s(config(48, 6, 80, 4));
-  FakeRunner runner(s);
-  loading::RemoteConnector remote(runner, 4);
-  s.set_connector(&remote);
-  Recorder rec;
+  loading::Rig rig(config(48, 6, 80, 4));
+  auto& [s, runner, remote, rec] = rig;
   std::map<std::string, Request> reqs;
   std::set<std::string> aborted;
   for (int i = 0; i < 24; ++i) {

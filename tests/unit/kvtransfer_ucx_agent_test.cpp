@@ -79,6 +79,23 @@ PullResult wait_for(UcxAgent& agent, double timeout_s = 20.0) {
   return {};
 }
 
+// A loopback TCP socket on a free port (*port): listening, or closed again
+// (a port nobody listens on). Returns the socket, or -1 once closed.
+int loopback_socket(bool listening, uint16_t* port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  if (listening) EXPECT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof sa;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  *port = ntohs(sa.sin_port);
+  if (listening) return fd;
+  close(fd);
+  return -1;
+}
+
 // Each test picks the UCX transports before its agents read the configuration.
 class UcxAgentTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -98,6 +115,17 @@ class UcxAgentTest : public ::testing::TestWithParam<const char*> {
     EXPECT_TRUE(a.ok()) << (a.ok() ? "" : a.error().message);
     EXPECT_NE((*a)->port(), 0);
     return std::move(*a);
+  }
+  // A pull from this process's producer on `port`, waited for.
+  static PullResult pull(UcxAgent& cons, uint16_t port, const std::string& engine, uint64_t lease,
+                         std::vector<std::pair<int32_t, int32_t>> blocks, double timeout_s = 10.0) {
+    static uint64_t next_id = 1;
+    cons.start_pull(PullSpec{next_id++, "127.0.0.1", port, engine, lease, std::move(blocks), timeout_s});
+    return wait_for(cons);
+  }
+  static void expect_failure(const PullResult& r, const std::string& why) {
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find(why), std::string::npos) << r.error;
   }
   std::unique_ptr<UcxAgent> consumer(Pool& pool, KVDescriptor d = descriptor()) {
     AgentConfig c;
@@ -155,10 +183,7 @@ TEST_P(UcxAgentTest, AMismatchedPeerIsRefusedByName) {
   other.block_size = 32;
   auto cons = consumer(cons_pool, other);
   const Pool before = cons_pool;
-  cons->start_pull(PullSpec{1, "127.0.0.1", prod->port(), "", 1, {{1, 1}}, 10.0});
-  PullResult r = wait_for(*cons);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("block size differs"), std::string::npos) << r.error;
+  expect_failure(pull(*cons, prod->port(), "", 1, {{1, 1}}), "block size differs");
   EXPECT_EQ(cons_pool.block(1), before.block(1));
   EXPECT_EQ(prod->stats().peers_refused, 1);
   EXPECT_EQ(cons->stats().refusals, 1);
@@ -171,10 +196,7 @@ TEST_P(UcxAgentTest, AnotherEngineOnThePortIsRefused) {
   LeaseTable leases;
   auto prod = producer(prod_pool, leases);
   auto cons = consumer(cons_pool);
-  cons->start_pull(PullSpec{1, "127.0.0.1", prod->port(), "prefill-9", 1, {{1, 1}}, 10.0});
-  PullResult r = wait_for(*cons);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("prefill-9"), std::string::npos) << r.error;
+  expect_failure(pull(*cons, prod->port(), "prefill-9", 1, {{1, 1}}), "prefill-9");
 }
 
 TEST_P(UcxAgentTest, AnExpiredLeaseFailsThePull) {
@@ -185,10 +207,7 @@ TEST_P(UcxAgentTest, AnExpiredLeaseFailsThePull) {
   EXPECT_EQ(leases.stats().expired, 1);
   auto prod = producer(prod_pool, leases);
   auto cons = consumer(cons_pool);
-  cons->start_pull(PullSpec{5, "127.0.0.1", prod->port(), "prefill-0", 3, {{1, 1}}, 10.0});
-  PullResult r = wait_for(*cons);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("lease had expired"), std::string::npos) << r.error;
+  expect_failure(pull(*cons, prod->port(), "prefill-0", 3, {{1, 1}}), "lease had expired");
 }
 
 TEST_P(UcxAgentTest, OutOfRangeBlocksAreRefusedBeforeAnyRead) {
@@ -197,30 +216,17 @@ TEST_P(UcxAgentTest, OutOfRangeBlocksAreRefusedBeforeAnyRead) {
   leases.add(1, now_s() + 60);
   auto prod = producer(prod_pool, leases);
   auto cons = consumer(cons_pool);
-  cons->start_pull(PullSpec{1, "127.0.0.1", prod->port(), "", 1, {{8, 1}}, 10.0});
-  PullResult r = wait_for(*cons);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("out of range"), std::string::npos) << r.error;
-  cons->start_pull(PullSpec{2, "127.0.0.1", prod->port(), "", 1, {{0, 1}}, 10.0});  // the null block
-  EXPECT_FALSE(wait_for(*cons).ok);
+  expect_failure(pull(*cons, prod->port(), "", 1, {{8, 1}}), "out of range");
+  expect_failure(pull(*cons, prod->port(), "", 1, {{0, 1}}), "out of range");  // the null block
 }
 
 TEST_P(UcxAgentTest, NoProducerFailsAtOnce) {
   Pool cons_pool(8, 2);
   auto cons = consumer(cons_pool);
-  // A port nobody listens on.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  socklen_t len = sizeof sa;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
-  close(fd);
+  uint16_t port = 0;
+  loopback_socket(false, &port);  // nobody listens there
   const double t0 = now_s();
-  cons->start_pull(PullSpec{1, "127.0.0.1", ntohs(sa.sin_port), "", 1, {{1, 1}}, 3.0});
-  PullResult r = wait_for(*cons);
-  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(pull(*cons, port, "", 1, {{1, 1}}, 3.0).ok);
   EXPECT_LT(now_s() - t0, 3.5);
 }
 
@@ -228,19 +234,10 @@ TEST_P(UcxAgentTest, ASilentPeerTimesOut) {
   Pool cons_pool(8, 2);
   auto cons = consumer(cons_pool);
   // Listens (the kernel completes the TCP handshake) but never answers.
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(listen(fd, 4), 0);
-  socklen_t len = sizeof sa;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  uint16_t port = 0;
+  const int fd = loopback_socket(true, &port);
   const double t0 = now_s();
-  cons->start_pull(PullSpec{1, "127.0.0.1", ntohs(sa.sin_port), "", 1, {{1, 1}}, 1.0});
-  PullResult r = wait_for(*cons);
-  EXPECT_FALSE(r.ok);
-  EXPECT_NE(r.error.find("timed out"), std::string::npos) << r.error;
+  expect_failure(pull(*cons, port, "", 1, {{1, 1}}, 1.0), "timed out");
   EXPECT_GE(now_s() - t0, 0.9);
   EXPECT_LT(now_s() - t0, 3.0);
   EXPECT_EQ(cons->stats().pulls_timed_out, 1);
