@@ -64,7 +64,8 @@ struct Loaded {
   std::unique_ptr<Engine> engine;
 };
 
-bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
+bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
+          const std::optional<server::KVTransferConfig>& kv_transfer) {
   out.model = load_model_or_report(f.model, false, f.threads);
   if (!out.model) return false;
   if (!out.model->can_generate()) {
@@ -90,6 +91,17 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api) {
     return false;
   }
   ec->max_logprobs = static_cast<int32_t>(f.max_logprobs);
+  if (kv_transfer) {
+    EngineConfig::KVTransfer t;
+    t.produce = kv_transfer->produces();
+    t.consume = kv_transfer->consumes();
+    t.ip = kv_transfer->ip;
+    t.port = kv_transfer->port;
+    t.engine_id = kv_transfer->engine_id;
+    t.lease_seconds = kv_transfer->lease_seconds;
+    t.timeout_seconds = kv_transfer->timeout_seconds;
+    ec->kv_transfer = t;
+  }
   auto engine = Engine::create(*out.model, *ec);
   if (!engine) {
     spdlog::error("engine: {}", engine.error().message);
@@ -144,9 +156,9 @@ int run_serve(const ServeFlags& f) {
       return 2;
     }
     if (kv->engine_id.empty()) kv->engine_id = random_engine_id();
-    spdlog::info("KV transfer: {} (engine id {}, transfer address {}:{}); no KV transport yet: a consumer computes "
-                 "the prompts it is told to pull (inferd:kv_transfer_recomputed_prompts_total)",
-                 server::kv_role_name(kv->role), kv->engine_id, kv->ip, kv->port);
+    spdlog::info("KV transfer: {} (engine id {}, transfer address {}:{}, leases {} s, pulls time out after {} s)",
+                 server::kv_role_name(kv->role), kv->engine_id, kv->ip, kv->port, kv->lease_seconds,
+                 kv->timeout_seconds);
     options.kv_transfer = std::move(*kv);
   }
   server::OpenAIServer api(options);
@@ -169,7 +181,7 @@ int run_serve(const ServeFlags& f) {
   Loaded loaded;
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
-    if (!load(f, loaded, api)) {
+    if (!load(f, loaded, api, options.kv_transfer)) {
       load_failed = true;
       kill(getpid(), SIGTERM);
     }

@@ -4,6 +4,9 @@
 #include <cassert>
 #include <chrono>
 #include <cmath>
+#include <random>
+
+#include "core/dtype.h"
 
 namespace inferd {
 
@@ -91,8 +94,76 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
     if (!connector) return make_error("KV offload: " + connector.error().message);
     offload = std::move(*connector);
   }
-  return std::unique_ptr<Engine>(new Engine(model, effective, sc, std::move(*runner), std::move(drafter),
+  if (config.kv_transfer && !config.enable_prefix_caching)
+    return make_error("the KV transfer needs prefix caching (blocks are found by their prefix keys)");
+  if (config.kv_transfer && config.kv_transfer->consume && config.offload.enabled())
+    return make_error("a KV consumer cannot use the KV offload tiers yet (one connector per engine)");
+  const uint64_t fingerprint =
+      config.kv_transfer ? kv_fingerprint(model, (*runner)->kv_cache()) : 0;
+  std::unique_ptr<Engine> engine(new Engine(model, effective, sc, std::move(*runner), std::move(drafter),
                                             std::move(kv_blocks), std::move(offload)));
+  if (config.kv_transfer)
+    if (Status s = engine->start_kv_transfer(fingerprint); !s) return s.error();
+  return engine;
+}
+
+Status Engine::start_kv_transfer(uint64_t fingerprint) {
+  const EngineConfig::KVTransfer& t = *config_.kv_transfer;
+  KVCache& cache = runner_->kv_cache();
+  const ModelConfig& mc = model_.config();
+  kvtransfer::AgentConfig ac;
+  kvtransfer::KVDescriptor& d = ac.descriptor;
+  d.fingerprint = fingerprint;
+  d.dtype = static_cast<int32_t>(DType::F16);
+  d.block_size = static_cast<int32_t>(cache.block_size());
+  d.n_layers = static_cast<int32_t>(mc.n_layer);
+  d.n_kv_heads = static_cast<int32_t>(mc.n_head_kv);
+  d.head_dim = static_cast<int32_t>(mc.head_dim);
+  d.layers_per_block = cache.layout().layers_per_block;
+  d.block_bytes = cache.block_bytes();
+  d.group_windows = cache.layout().group_windows;
+  d.layer_group = cache.layout().layer_group;
+  // Keys and values: each layers_per_block slabs of [block][slot][kv_dim] f16.
+  ac.pool.regions = {cache.keys_base(), cache.values_base()};
+  ac.pool.slabs = cache.layout().layers_per_block;
+  ac.pool.n_blocks = cache.n_blocks();
+  ac.pool.segment_bytes = static_cast<uint64_t>(cache.block_size() * cache.kv_dim()) * sizeof(uint16_t);
+  ac.engine_id = t.engine_id;
+  if (t.produce) {
+    leases_ = std::make_unique<kvtransfer::LeaseTable>();
+    ac.listen = true;
+    ac.ip = t.ip;
+    ac.port = t.port;
+    ac.leases = leases_.get();
+  }
+  auto agent = kvtransfer::UcxAgent::create(ac);
+  if (!agent) return agent.error();
+  agent_ = std::move(*agent);
+  agent_->set_on_finished([this] {
+    {
+      std::lock_guard<std::mutex> lock(cmd_mu_);
+      load_finished_ = true;
+    }
+    cmd_cv_.notify_one();
+  });
+  if (t.consume) {
+    transfer_ = std::make_unique<kvtransfer::TransferConnector>(*agent_, t.timeout_seconds);
+    scheduler_.set_connector(transfer_.get());
+  }
+  next_lease_ = (std::random_device{}() | uint64_t{1} << 32) << 20;
+  publish_stats();
+  return {};
+}
+
+void Engine::end_leases() {
+  if (!leases_) return;
+  for (uint64_t id : leases_->take_ended(now_seconds())) {
+    scheduler_.end_lease(id);
+    auto it = lease_block_count_.find(id);
+    if (it == lease_block_count_.end()) continue;
+    lease_blocks_held_ -= it->second;
+    lease_block_count_.erase(it);
+  }
 }
 
 Engine::Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched,
@@ -196,6 +267,8 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
       r.beam_group = h.request_id;
       r.id = h.request_id + kBeamSuffix + "0";
     }
+    // A beam search's beams share its prompt but run as forks: none holds a lease.
+    if (p.kv_hold_for_remote_decode && leases_ && !p.beam_search) r.kv_lease_id = ++next_lease_;
     commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs),
                                       std::move(matcher), std::move(p.reasoning), p.render_special,
                                       p.beam_search});
@@ -237,6 +310,7 @@ void Engine::apply(Command& cmd) {
     }
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
+    live.kv_lease_id = add->request.kv_lease_id;
     const int64_t n_prompt = add->request.num_prompt_tokens();
     if (add->beam_search) {
       live.beams = std::make_unique<BeamGroup>(BeamSearch(*add->beam_search, n_prompt, add->request.max_tokens));
@@ -304,6 +378,24 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
   out.request_id = id;
   out.finished = true;
   out.status = status;
+  if (live.kv_lease_id != 0) {
+    // The scheduler has retired the request: a finished prefill left its
+    // prompt's full blocks under the lease, held from now until the consumer
+    // releases it or it expires.
+    out.kv_lease_blocks = scheduler_.lease_blocks(live.kv_lease_id);
+    int64_t n = 0;
+    for (const auto& g : out.kv_lease_blocks)
+      for (int32_t b : g) n += b != kv::BlockPool::kNullBlock;
+    if (n > 0 && leases_) {
+      out.kv_lease_id = live.kv_lease_id;
+      leases_->add(live.kv_lease_id, now_seconds() + config_.kv_transfer->lease_seconds);
+      lease_block_count_[live.kv_lease_id] = n;
+      lease_blocks_held_ += n;
+    } else {
+      out.kv_lease_blocks.clear();
+      scheduler_.end_lease(live.kv_lease_id);
+    }
+  }
   live.metrics.finished_time = now_seconds();
   out.metrics = std::move(live.metrics);
   emit(live.stream, std::move(out));
@@ -449,7 +541,9 @@ std::vector<RequestOutput> Engine::run_step() {
     cmds.swap(commands_);
   }
   for (Command& c : cmds) apply(c);
-  if (!scheduler_.has_unfinished_requests()) return end_step();
+  end_leases();
+  // Loads of aborted requests still hold their blocks: schedule() collects them too.
+  if (!scheduler_.has_unfinished_requests() && !scheduler_.has_loads_in_flight()) return end_step();
 
   const SchedulerOutput out = scheduler_.schedule();
   const double t_scheduled = now_seconds();
@@ -884,10 +978,20 @@ void Engine::loop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(cmd_mu_);
-      cmd_cv_.wait(lock, [&] {
-        return stop_requested_ || !commands_.empty() || scheduler_.has_unfinished_requests();
-      });
+      // Requests that only wait for their KV blocks need no step: the loop
+      // sleeps until a pull finishes (the agent wakes it), and wakes now and
+      // then while leases are held, to end the expired ones.
+      const auto ready = [&] {
+        const bool only_loading = scheduler_.num_running() == 0 && scheduler_.num_waiting() == 0;
+        return stop_requested_ || !commands_.empty() || load_finished_ ||
+               (scheduler_.has_unfinished_requests() && !only_loading);
+      };
+      if (scheduler_.has_loads_in_flight() || lease_blocks_held_ > 0)
+        cmd_cv_.wait_for(lock, std::chrono::milliseconds(100), ready);
+      else
+        cmd_cv_.wait(lock, ready);
       if (stop_requested_) return;
+      load_finished_ = false;
     }
     run_step();
   }
@@ -927,6 +1031,10 @@ void Engine::publish_stats() {
   if (drafter_) s.draft_forward_seconds = drafter_->forward_seconds();
   s.speculative = spec_stats_;
   if (offload_) s.offload = offload_->stats();
+  if (transfer_) s.kv_transfer = transfer_->stats();
+  else if (agent_) s.kv_transfer.agent = agent_->stats();
+  if (leases_) s.kv_leases = leases_->stats();
+  s.kv_lease_blocks = lease_blocks_held_;
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(s);
 }

@@ -40,6 +40,9 @@
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
 #include "kvstore/tiered_connector.h"
+#include "kvtransfer/lease_table.h"
+#include "kvtransfer/transfer_connector.h"
+#include "kvtransfer/ucx_agent.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 #include "structured/grammar.h"
@@ -71,6 +74,19 @@ struct EngineConfig {
   // back for a later prompt with the same prefix. Off by default; needs
   // prefix caching.
   kvstore::OffloadConfig offload;
+  // Prefill/decode disaggregation's KV transfer (kvtransfer/): a producer
+  // holds a finished prompt's blocks under a lease and serves them over UCX
+  // on ip:port; a consumer pulls the blocks it is told about
+  // (Engine::kv_transfer). Off by default; needs prefix caching.
+  struct KVTransfer {
+    bool produce = false, consume = false;
+    std::string ip = "127.0.0.1";
+    uint16_t port = 14579;  // the producer's listening port (0: any free one)
+    std::string engine_id;
+    double lease_seconds = 30.0;   // a producer frees held blocks no consumer released by then
+    double timeout_seconds = 5.0;  // a consumer's pull that takes longer fails (the prompt is computed)
+  };
+  std::optional<KVTransfer> kv_transfer;
 };
 
 // What a client asks for.
@@ -121,6 +137,10 @@ struct GenerationParams {
   // raw logprobs); the stop conditions, max_tokens and ignore_eos are. Not
   // with a grammar or logprobs; beams are never speculated.
   std::optional<BeamSearchParams> beam_search;
+  // Prefill for a remote decode (a KV producer): when the request finishes,
+  // its prompt's full blocks stay held under a lease, named in its final
+  // output, until the consumer releases it or it expires.
+  bool kv_hold_for_remote_decode = false;
 };
 
 // The sampling seed of choice k of a request asking for several choices (the
@@ -143,6 +163,9 @@ struct EngineStats {
   double draft_forward_seconds = 0.0;  // time in the draft model's passes
   SpeculativeStats speculative;        // drafts verified and accepted
   kvstore::OffloadStats offload;       // the offload tiers, if any
+  kvtransfer::TransferStats kv_transfer;  // a consumer's pulls (and its agent's counts)
+  kvtransfer::LeaseStats kv_leases;       // a producer's leases
+  int64_t kv_lease_blocks = 0;            // blocks its leases hold now
 
   double mean_tokens_per_step() const {
     return scheduler.steps ? static_cast<double>(scheduler.scheduled_tokens) / scheduler.steps : 0.0;
@@ -194,6 +217,12 @@ class Engine {
   void set_finished_listener(std::function<void(const RequestOutput&)> listener) {
     finished_listener_ = std::move(listener);
   }
+
+  // A KV consumer's transfer connector (register_pull before add_request,
+  // forget after the request finished); null unless config.kv_transfer consumes.
+  kvtransfer::TransferConnector* kv_transfer() { return transfer_.get(); }
+  // The port a KV producer's transfer agent listens on (0: none).
+  uint16_t kv_transfer_port() const { return agent_ ? agent_->port() : 0; }
 
   EngineStats stats() const;  // any thread: a snapshot taken after the last step
   const EngineConfig& config() const { return config_; }
@@ -276,11 +305,16 @@ class Engine {
     int32_t draft_len = -1;  // -1: not speculated yet
     int32_t draft_pause = 0, draft_pause_left = 0;
     std::unique_ptr<BeamGroup> beams;  // beam search; null for one sequence
+    uint64_t kv_lease_id = 0;          // prefill for a remote decode: its lease (Request::kv_lease_id)
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner,
          std::unique_ptr<DraftModelProposer> drafter, std::unique_ptr<KVCacheBlocks> kv_blocks,
          std::unique_ptr<kvstore::TieredConnector> offload);
+  // The KV transfer's agent, lease table and connector (config_.kv_transfer).
+  Status start_kv_transfer(uint64_t fingerprint);
+  // Frees the blocks of leases that ended (released by their consumer, or expired).
+  void end_leases();
   void loop();
   std::vector<RequestOutput> run_step();  // step() without the check
   void apply(Command& cmd);
@@ -343,6 +377,15 @@ class Engine {
   // them, and the connector the scheduler consults (destroyed before them).
   std::unique_ptr<KVCacheBlocks> kv_blocks_;
   std::unique_ptr<kvstore::TieredConnector> offload_;
+  // The KV transfer, if configured (destroyed before the runner's pool: the
+  // agent's reads into it stop first).
+  std::unique_ptr<kvtransfer::LeaseTable> leases_;
+  std::unique_ptr<kvtransfer::UcxAgent> agent_;
+  std::unique_ptr<kvtransfer::TransferConnector> transfer_;
+  std::atomic<uint64_t> next_lease_{0};  // random start: a restarted producer's leases never match old ones
+  std::unordered_map<uint64_t, int64_t> lease_block_count_;  // held leases' blocks
+  int64_t lease_blocks_held_ = 0;
+  bool load_finished_ = false;  // the agent finished a pull (under cmd_mu_): the loop wakes
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, std::string> beam_owner_;  // a live beam's scheduler id -> its request's id

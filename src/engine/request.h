@@ -17,6 +17,7 @@ enum class RequestStatus {
   kWaiting,
   kRunning,
   kPreempted,        // waiting again after its blocks were taken; will recompute
+  kLoadingRemoteKV,  // holds blocks a connector is filling (a KV transfer); then waits again
   kFinishedStopped,  // EOS, a stop token, or a stop string (finished by the engine)
   kFinishedLength,   // max_tokens reached (or the model's context)
   kFinishedAborted,  // the client went away, or the engine gave up on it
@@ -52,6 +53,10 @@ struct Request {
   // at most beam_width alive); Scheduler::fork makes a beam's siblings.
   std::string beam_group;
   int32_t beam_width = 1;
+  // Prefill for a remote decode: when the request finishes (not aborted), the
+  // full blocks of its prompt stay held under this lease (non-zero) until
+  // Scheduler::end_lease (server/kv_transfer.h).
+  uint64_t kv_lease_id = 0;
 
   // ---- state, kept by the scheduler ----
   std::vector<int32_t> output_token_ids;
@@ -67,6 +72,9 @@ struct Request {
   // Draft tokens proposed to follow all_token_ids, verified by the next step
   // that schedules the request as a decode (Scheduler::set_draft_tokens).
   std::vector<int32_t> draft_token_ids;
+  // A connector's deferred load for it failed: it is admitted again from the
+  // pool's own blocks only, computing the rest.
+  bool kv_load_failed = false;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }

@@ -83,6 +83,11 @@ struct RequestOutput {
   // (its token_ids, text, status and stop_string are the best beam's); no
   // output comes before it.
   std::vector<BeamOutput> beams;
+  // Prefill for a remote decode (GenerationParams::kv_hold_for_remote_decode):
+  // the final output names the lease holding the prompt's full blocks and
+  // those blocks per KV group (lease 0: none held).
+  uint64_t kv_lease_id = 0;
+  std::vector<std::vector<int32_t>> kv_lease_blocks;
 
   const char* finish_reason() const { return inferd::finish_reason(status); }
 };

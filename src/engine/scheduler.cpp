@@ -81,7 +81,8 @@ Status Scheduler::validate_request(const Request& r, const SchedulerConfig& conf
 
 Status Scheduler::add_request(Request r) {
   if (Status s = validate_request(r, config_); !s) return s;
-  if (requests_.count(r.id)) return make_error("a request with this id is already queued or running");
+  if (requests_.count(r.id) || draining_.count(r.id))
+    return make_error("a request with this id is already queued or running");
 
   auto req = std::make_unique<Request>(std::move(r));
   req->output_token_ids.clear();
@@ -90,6 +91,7 @@ Status Scheduler::add_request(Request r) {
   req->status = RequestStatus::kWaiting;
   req->num_cached_prompt_tokens = 0;
   req->num_preemptions = 0;
+  req->kv_load_failed = false;
   req->cache_key = kv::hash_bytes(req->cache_salt);
   if (req->arrival_time == 0.0) req->arrival_time = now_seconds();
   waiting_.push_back(req.get());
@@ -190,12 +192,15 @@ void Scheduler::save_evictions() {
 }
 
 std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request& r, int64_t budget,
-                                                                  kv::PrefixHit* hit, int64_t* n) {
+                                                                  kv::PrefixHit* hit, int64_t* n, bool may_defer,
+                                                                  bool* deferred) {
   const kv::PrefixCacheStats stats_before = kv_.prefix_cache_stats();
   // With the connector; then, if one of its blocks fails its checks (it drops
   // it), again with the pool's own hit from the start: a sliding-window group
-  // may need blocks the longer hit had let go.
-  for (kv::KVConnector* connector : {connector_, static_cast<kv::KVConnector*>(nullptr)}) {
+  // may need blocks the longer hit had let go. A request whose deferred load
+  // failed goes straight to the second.
+  kv::KVConnector* first = r.kv_load_failed ? nullptr : connector_;
+  for (kv::KVConnector* connector : {first, static_cast<kv::KVConnector*>(nullptr)}) {
     *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key, connector);
     *n = tokens_to_schedule(r, hit->num_tokens, budget);
     if (*n <= 0) return std::nullopt;
@@ -204,8 +209,16 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
     if (!blocks) return std::nullopt;
     save_evictions();  // before a load overwrites a block just evicted
     if (!hit->consulted_connector) return blocks;
-    const std::vector<bool> loaded = connector->load(loads, hit->stopped_at_miss);
-    if (std::all_of(loaded.begin(), loaded.end(), [](bool ok) { return ok; })) {
+    const std::optional<std::vector<bool>> loaded =
+        connector->start_load(r.id, loads, hit->stopped_at_miss, may_defer && !loads.empty());
+    if (!loaded) {
+      // Counted when the request is admitted again, as a hit on the loaded blocks.
+      kv_.restore_prefix_cache_stats(stats_before);
+      loading_loads_[r.id] = std::move(loads);
+      *deferred = true;
+      return blocks;
+    }
+    if (std::all_of(loaded->begin(), loaded->end(), [](bool ok) { return ok; })) {
       kv_.cache_loaded(loads);
       return blocks;
     }
@@ -213,6 +226,49 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
     kv_.restore_prefix_cache_stats(stats_before);
   }
   return std::nullopt;  // not reached: without a connector nothing is loaded
+}
+
+void Scheduler::collect_finished_loads() {
+  if (!connector_) return;
+  for (const kv::FinishedLoad& f : connector_->take_finished_loads()) {
+    auto loads = loading_loads_.find(f.request_id);
+    if (loads == loading_loads_.end()) continue;  // not a load this scheduler started
+    ++stats_.loads_finished;
+    stats_.loads_failed += !f.ok;
+    if (draining_.erase(f.request_id)) {  // aborted meanwhile: now nothing writes its blocks
+      kv_.free(f.request_id);
+      loading_loads_.erase(loads);
+      continue;
+    }
+    Request& r = *requests_.at(f.request_id);
+    std::erase(loading_, &r);
+    // Cached under their keys and given back: the admission that follows
+    // finds them as the pool's own prefix, under the usual rules.
+    if (f.ok)
+      kv_.cache_loaded(loads->second);
+    else
+      r.kv_load_failed = true;
+    loading_loads_.erase(loads);
+    kv_.free(r.id);
+    r.status = r.num_preemptions > 0 ? RequestStatus::kPreempted : RequestStatus::kWaiting;
+    waiting_.push_front(&r);
+  }
+}
+
+std::vector<std::vector<int32_t>> Scheduler::lease_blocks(uint64_t lease_id) const {
+  std::vector<std::vector<int32_t>> tables;
+  if (!leases_.count(lease_id) || !kv_.holds_blocks(lease_name(lease_id))) return tables;
+  for (int32_t g = 0; g < kv_.num_groups(); ++g) {
+    const std::span<const int32_t> t = kv_.block_table(lease_name(lease_id), g);
+    tables.emplace_back(t.begin(), t.end());
+  }
+  return tables;
+}
+
+bool Scheduler::end_lease(uint64_t lease_id) {
+  if (!leases_.erase(lease_id)) return false;
+  kv_.free(lease_name(lease_id));
+  return true;
 }
 
 bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
@@ -234,13 +290,23 @@ bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
   std::vector<kv::PrefixHit> hits;
   std::vector<int64_t> n_new;
   int64_t budget = config_.max_num_batched_tokens - out.total_num_scheduled_tokens;
+  // Only a request alone may wait for a deferred load: a beam group is
+  // admitted whole, in one step.
+  const bool may_defer = group.size() == 1 && name.empty();
   for (size_t k = 0; k < group.size(); ++k) {
     Request* r = group[k];
     kv::PrefixHit hit;
     int64_t n = 0;
+    bool deferred = false;
     // Each beam behind this one needs a token of the budget too.
-    std::optional<std::vector<int32_t>> b =
-        allocate_admission(*r, budget - static_cast<int64_t>(group.size() - k - 1), &hit, &n);
+    std::optional<std::vector<int32_t>> b = allocate_admission(
+        *r, budget - static_cast<int64_t>(group.size() - k - 1), &hit, &n, may_defer, &deferred);
+    if (deferred) {  // it waits for its blocks, holding them, and takes no seat or budget now
+      waiting_.pop_front();
+      r->status = RequestStatus::kLoadingRemoteKV;
+      loading_.push_back(r);
+      return true;
+    }
     if (!b) {
       for (size_t k = 0; k < blocks.size(); ++k) kv_.free(group[k]->id);
       kv_.restore_prefix_cache_stats(stats_before);
@@ -301,6 +367,11 @@ SchedulerOutput Scheduler::schedule() {
     r.draft_token_ids.clear();  // verified now, or not at all
     ++i;
   }
+
+  // Loads that finished put their requests back at the front of the queue
+  // (after the running requests took their blocks, so that what was just
+  // loaded is not evicted before it is admitted).
+  collect_finished_loads();
 
   // Waiting requests in FIFO order, unless this step had to preempt (there is
   // no room to admit anyone then). The first that does not fit stops admission.
@@ -415,7 +486,15 @@ bool Scheduler::set_draft_tokens(const std::string& request_id, std::vector<int3
 }
 
 void Scheduler::retire(Request& r, RequestStatus reason, bool counted) {
-  kv_.free(r.id);
+  // A request that prefilled for a remote decode leaves its prompt's full
+  // blocks held under its lease (an aborted one has no decode to serve).
+  if (r.kv_lease_id != 0 && (reason == RequestStatus::kFinishedStopped || reason == RequestStatus::kFinishedLength)) {
+    const int64_t full = std::min(r.num_prompt_tokens(), r.num_computed_tokens) / kv_.block_size() * kv_.block_size();
+    if (full > 0 && kv_.holds_blocks(r.id) && !leases_.count(r.kv_lease_id))
+      kv_.fork(r.id, lease_name(r.kv_lease_id), full);
+    leases_.insert(r.kv_lease_id);
+  }
+  if (!draining_.count(r.id)) kv_.free(r.id);  // a draining request's blocks wait for its load
   r.status = reason;
   if (counted) {
     ++stats_.finished;
@@ -432,6 +511,7 @@ Status Scheduler::finish_request(const std::string& request_id, RequestStatus re
   Request* r = it->second.get();
   std::erase(running_, r);
   std::erase(waiting_, r);
+  if (std::erase(loading_, r)) draining_.insert(r->id);
   retire(*r, reason);
   return {};
 }
@@ -500,6 +580,8 @@ SchedulerStats Scheduler::stats() const {
   s.kv_usage = kv_.usage();
   for (const Request* r : running_) s.kv_held_tokens += r->num_computed_tokens;
   s.prefix_cache = kv_.prefix_cache_stats();
+  s.num_loading = num_loading();
+  s.kv_leases = static_cast<int64_t>(leases_.size());
   return s;
 }
 
@@ -508,8 +590,13 @@ Status Scheduler::check_invariants() const {
   auto fail = [](const std::string& what) { return Status(make_error("Scheduler: " + what)); };
   if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs)
     return fail("more running requests than max_num_seqs");
-  if (running_.size() + waiting_.size() != requests_.size())
+  if (running_.size() + waiting_.size() + loading_.size() != requests_.size())
     return fail("the queues do not hold every unfinished request exactly once");
+  for (const std::string& id : draining_)
+    if (requests_.count(id) || !kv_.holds_blocks(id) || !loading_loads_.count(id))
+      return fail("aborted request '" + id + "' is draining a load it does not hold");
+  if (loading_loads_.size() != loading_.size() + draining_.size())
+    return fail("loads are kept for requests that do not wait for them");
   std::unordered_set<const Request*> seen;
   for (const Request* r : running_) {
     if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
@@ -528,6 +615,11 @@ Status Scheduler::check_invariants() const {
       return fail("request '" + r->id + "' is in the waiting queue but not waiting");
     if (r->num_computed_tokens != 0 || kv_.holds_blocks(r->id))
       return fail("waiting request '" + r->id + "' holds KV state");
+  }
+  for (const Request* r : loading_) {
+    if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
+    if (r->status != RequestStatus::kLoadingRemoteKV || !kv_.holds_blocks(r->id) || !loading_loads_.count(r->id))
+      return fail("loading request '" + r->id + "' is not waiting for its blocks");
   }
   for (const auto& [id, r] : requests_)
     if (!seen.count(r.get())) return fail("request '" + id + "' is in no queue");
@@ -556,8 +648,9 @@ Status Scheduler::check_invariants() const {
     if (g.running + g.waiting > g.width) return fail("beam group '" + name + "' has more beams than its width");
   }
   if (running_seats() > config_.max_num_seqs) return fail("the running requests take more seats than max_num_seqs");
-  if (kv_.num_requests() > static_cast<int64_t>(running_.size()))
-    return fail("blocks are held by requests that are not running");
+  int64_t holders = static_cast<int64_t>(running_.size() + loading_.size() + draining_.size());
+  for (uint64_t lease : leases_) holders += kv_.holds_blocks(lease_name(lease));
+  if (kv_.num_requests() > holders) return fail("blocks are held by requests that are not running");
   return {};
 }
 

@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/result.h"
@@ -92,6 +93,11 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t finished = 0;  // finished for any reason, aborts included
   int64_t aborted = 0;
+  // Deferred connector loads (a KV transfer): requests waiting for them now,
+  // and loads finished well or not since the start.
+  int64_t num_loading = 0;
+  int64_t loads_finished = 0, loads_failed = 0;
+  int64_t kv_leases = 0;  // prompts' blocks held for a remote decode
 };
 
 class Scheduler {
@@ -157,10 +163,31 @@ class Scheduler {
   // Offloading (kv_connector.h): from now on, cached blocks the pool evicts
   // are offered to `connector`, and admissions look past the pool's own
   // prefix blocks into it. The connector must outlive the scheduler.
+  //
+  // A load the connector defers parks its request (kLoadingRemoteKV) with the
+  // blocks it allocated; other requests keep stepping. Each schedule() first
+  // collects finished loads: a request whose blocks arrived has them cached
+  // under their keys, gives its references back and waits at the front of the
+  // queue, where its admission finds them as a prefix hit; a failed load
+  // frees its blocks and the request is admitted again from the pool's own
+  // blocks, computing the rest. An aborted request's blocks stay held until
+  // its load is reported, so nothing the connector writes lands in a block
+  // given to someone else.
   void set_connector(kv::KVConnector* connector);
+
+  // Prefill for a remote decode (Request::kv_lease_id): the blocks a finished
+  // request's lease holds, per KV group (empty for an unknown lease, or one
+  // whose prompt had no full block), and the end of the lease, which frees
+  // them. False if unknown.
+  std::vector<std::vector<int32_t>> lease_blocks(uint64_t lease_id) const;
+  bool end_lease(uint64_t lease_id);
 
   const Request* find(const std::string& request_id) const;
   bool has_unfinished_requests() const { return !requests_.empty(); }
+  // Requests waiting for a connector's deferred load (they need no step until it finishes).
+  int64_t num_loading() const { return static_cast<int64_t>(loading_.size()); }
+  // Loads still under way, aborted requests' included (their blocks are held until they finish).
+  bool has_loads_in_flight() const { return !loading_.empty() || !draining_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
   SchedulerStats stats() const;
@@ -205,8 +232,14 @@ class Scheduler {
   // connector supplies; when a load fails, the request takes the pool's own
   // hit instead. Returns the new blocks, or nullopt (nothing held) when they
   // do not fit; *hit and *n are what was taken.
+  // A load the connector defers sets *deferred (the request then holds its
+  // blocks but is not scheduled; the loads are kept in loading_loads_).
   std::optional<std::vector<int32_t>> allocate_admission(const Request& r, int64_t budget, kv::PrefixHit* hit,
-                                                         int64_t* n);
+                                                         int64_t* n, bool may_defer, bool* deferred);
+  // Applies the connector's finished deferred loads (see set_connector).
+  void collect_finished_loads();
+  // The KV manager's name for a lease's blocks.
+  static std::string lease_name(uint64_t lease_id) { return "\x01lease:" + std::to_string(lease_id); }
 
   SchedulerConfig config_;
   kv::KVCacheManager kv_;
@@ -214,6 +247,10 @@ class Scheduler {
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;  // unfinished ones
   std::deque<Request*> waiting_;  // FIFO; preempted requests re-enter at the front
   std::vector<Request*> running_;  // in admission order: the back is preempted first
+  std::vector<Request*> loading_;  // waiting for a connector's deferred load, holding its blocks
+  std::unordered_map<std::string, std::vector<kv::BlockTransfer>> loading_loads_;  // of loading_ and draining_
+  std::unordered_set<std::string> draining_;  // aborted while loading: blocks held until the load ends
+  std::unordered_set<uint64_t> leases_;      // held leases (Request::kv_lease_id)
   std::vector<std::string> finished_since_schedule_;
   SchedulerStats stats_;
 };

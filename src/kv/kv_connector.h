@@ -10,7 +10,9 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kv/block_hash.h"
@@ -33,6 +35,13 @@ struct BlockTransfer {
   int32_t block = 0;
 };
 
+// A load that did not finish when it was started (KVConnector::start_load),
+// reported once, whether it filled every block.
+struct FinishedLoad {
+  std::string request_id;
+  bool ok = false;
+};
+
 class KVConnector {
  public:
   virtual ~KVConnector() = default;
@@ -49,6 +58,22 @@ class KVConnector {
   // that fails the connector's checks is dropped and counted there, never
   // used.
   virtual std::vector<bool> load(std::span<const BlockTransfer> loads, bool stopped_at_miss) = 0;
+
+  // The scheduler's entry point for loads (vLLM's WAITING_FOR_REMOTE_KVS): a
+  // connector whose loads finish at once (the tiers) returns load()'s answer;
+  // one whose loads take time (a network transfer) may return nullopt when
+  // `may_defer`: the loads are under way, the request waits holding its
+  // blocks, and take_finished_loads reports them, all or nothing, once nothing
+  // will write into those blocks any more (success, failure or timeout).
+  virtual std::optional<std::vector<bool>> start_load(const std::string& /*request_id*/,
+                                                      std::span<const BlockTransfer> loads, bool stopped_at_miss,
+                                                      bool /*may_defer*/) {
+    return load(loads, stopped_at_miss);
+  }
+  // Deferred loads finished since the last call (each reported exactly once).
+  virtual std::vector<FinishedLoad> take_finished_loads() { return {}; }
+  // Deferred loads still under way (the scheduler waits for them at shutdown).
+  virtual bool has_unfinished_loads() const { return false; }
 
   // Blocks the pool is about to reuse for other tokens: each still holds the
   // (full, computed) prefix block `key` and keeps it until the forward pass

@@ -68,6 +68,11 @@ class KVCache {
   size_t block_bytes() const { return 2 * static_cast<size_t>(layout_.layers_per_block * block_size_ * kv_dim_) * sizeof(uint16_t); }
   void read_block(int64_t block, std::byte* dst) const;
   void write_block(int64_t block, const std::byte* src);
+  // The keys' and the values' arrays whole: layers_per_block slabs of
+  // [block][slot][kv_dim] each (a KV transfer maps them and reads blocks
+  // straight out of them).
+  std::byte* keys_base() { return reinterpret_cast<std::byte*>(k_.data()); }
+  std::byte* values_base() { return reinterpret_cast<std::byte*>(v_.data()); }
   // The KV group whose block table (and slots) a layer reads.
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 

@@ -3,6 +3,7 @@
 #include <boost/asio/ip/address.hpp>
 #include <nlohmann/json.hpp>
 
+#include <climits>
 #include <cstdio>
 #include <span>
 
@@ -47,11 +48,17 @@ Result<KVTransferConfig> parse_kv_transfer_config(const std::string& text) {
       if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > 65535)
         return make_error(at + " must be a TCP port (1 to 65535), not " + v.dump());
       c.port = static_cast<uint16_t>(v.get<int64_t>());
+    } else if (key == "kv_lease_seconds" || key == "kv_transfer_timeout_seconds") {
+      if (!v.is_number() || !(v.get<double>() > 0) || v.get<double>() > 86400)
+        return make_error(at + " must be a number of seconds (more than 0, at most 86400), not " + v.dump());
+      (key == "kv_lease_seconds" ? c.lease_seconds : c.timeout_seconds) = v.get<double>();
     } else if (key == "engine_id") {
       if (!v.is_string() || v.get<std::string>().empty()) return make_error(at + " must be a non-empty string");
       c.engine_id = v.get<std::string>();
     } else {
-      return make_error(flag + ": unknown key '" + key + "' (known: kv_role, kv_connector, kv_ip, kv_port, engine_id)");
+      return make_error(flag + ": unknown key '" + key +
+                        "' (known: kv_role, kv_connector, kv_ip, kv_port, engine_id, kv_lease_seconds, "
+                        "kv_transfer_timeout_seconds)");
     }
   }
   if (!j.contains("kv_role")) return make_error(flag + ": 'kv_role' must be given (kv_producer, kv_consumer or kv_both)");
@@ -115,6 +122,35 @@ Result<KVTransferParams> parse_kv_transfer_params(const std::string& text) {
         std::optional<uint64_t> v = k.is_string() ? parse_hex_key(k.get<std::string>()) : std::nullopt;
         if (!v) return make_error(bad);
         out.push_back(*v);
+      }
+    }
+  }
+  if (present("remote_lease_ids")) {
+    const json& ids = j["remote_lease_ids"];
+    const std::string bad = at("remote_lease_ids") + " must be an array (one per prompt) of lease ids (16 hex digits)";
+    if (!ids.is_array()) return make_error(bad);
+    for (const json& id : ids) {
+      std::optional<uint64_t> v = id.is_string() ? parse_hex_key(id.get<std::string>()) : std::nullopt;
+      if (!v) return make_error(bad);
+      p.remote_lease_ids.push_back(*v);
+    }
+  }
+  if (present("remote_block_ids")) {
+    const json& ids = j["remote_block_ids"];
+    const std::string bad = at("remote_block_ids") +
+                            " must be an array (one per prompt) of arrays (one per KV group) of block ids "
+                            "(non-negative integers)";
+    if (!ids.is_array()) return make_error(bad);
+    for (const json& prompt : ids) {
+      if (!prompt.is_array() || prompt.size() > 1024) return make_error(bad);
+      auto& groups = p.remote_block_ids.emplace_back();
+      for (const json& group : prompt) {
+        if (!group.is_array()) return make_error(bad);
+        auto& blocks = groups.emplace_back();
+        for (const json& b : group) {
+          if (!b.is_number_integer() || b.get<int64_t>() < 0 || b.get<int64_t>() > INT32_MAX) return make_error(bad);
+          blocks.push_back(static_cast<int32_t>(b.get<int64_t>()));
+        }
       }
     }
   }

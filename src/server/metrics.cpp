@@ -115,8 +115,8 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
     sample(out, n, labels_, v);
   };
   gauge("num_requests_running", "Requests in the running batch.", static_cast<double>(s.num_running));
-  gauge("num_requests_waiting", "Requests waiting to be scheduled.",
-        static_cast<double>(s.num_waiting + num_waiting_extra));
+  gauge("num_requests_waiting", "Requests waiting to be scheduled (those waiting for pulled KV blocks included).",
+        static_cast<double>(s.num_waiting + s.num_loading + num_waiting_extra));
   gauge("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 means 100 percent).",
         stats.kv_total_blocks > 0 ? static_cast<double>(s.kv_used_blocks) / stats.kv_total_blocks : 0.0);
   counter("prompt_tokens_total", "Prompt tokens of the requests received.", stats.prompt_tokens);
@@ -153,12 +153,37 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
              "Blocks found bad (size, checksum, fingerprint, I/O) and deleted, never used.",
              &kvstore::TierStats::dropped);
   }
+  const kvtransfer::TransferStats& xfer = stats.kv_transfer;
   counter("kv_transfer_recomputed_prompts_total",
           "Prompts whose KV blocks a kv_consumer was told to pull from a producer and computed itself instead "
-          "(no KV transport yet: every such prompt).",
-          kv_recomputed_prompts_.load());
+          "(the transfer failed, timed out or was refused, or no blocks were named).",
+          kv_recomputed_prompts_.load() + xfer.failed);
+  counter("kv_transfer_received_prompts_total", "Prompts whose KV blocks a kv_consumer pulled from a producer.",
+          xfer.received);
+  counter("kv_transfer_unused_prompts_total",
+          "Prompts a kv_consumer was told to pull whose blocks it needed none of (its own prefix cache held them).",
+          xfer.unused);
+  counter("kv_transfer_received_blocks_total", "KV blocks a kv_consumer pulled from producers.",
+          xfer.agent.blocks_received);
+  counter("kv_transfer_received_bytes_total", "Bytes of KV blocks a kv_consumer pulled from producers.",
+          xfer.agent.bytes_received);
+  {
+    const std::string n = "inferd:kv_transfer_seconds_total";
+    header(out, n, "counter", "Time a kv_consumer's successful pulls took, summed (start to lease release).");
+    sample(out, n, labels_, xfer.agent.pull_seconds);
+  }
+  counter("kv_transfer_timeouts_total", "A kv_consumer's pulls that timed out.", xfer.agent.pulls_timed_out);
+  counter("kv_transfer_refused_handshakes_total",
+          "Handshakes refused for a mismatched model or KV layout (a consumer's count plus a producer's).",
+          xfer.agent.refusals + xfer.agent.peers_refused);
   counter("kv_transfer_produced_prompts_total", "Prompts a kv_producer prefilled for a remote decode instance.",
           kv_produced_prompts_.load());
+  gauge("kv_transfer_leases", "Leases a kv_producer holds on prompts' KV blocks for remote decodes.",
+        stats.kv_leases.held);
+  gauge("kv_transfer_lease_blocks", "KV blocks a kv_producer's leases hold.", stats.kv_lease_blocks);
+  counter("kv_transfer_leases_released_total", "Leases a consumer released after pulling.", stats.kv_leases.released);
+  counter("kv_transfer_leases_expired_total", "Leases that expired unreleased (their blocks freed).",
+          stats.kv_leases.expired);
   counter("num_preemptions_total", "Requests preempted for lack of KV-cache space.", s.preemptions);
   counter("engine_steps_total", "Engine steps (forward passes).", s.steps);
   const SpeculativeStats& spec = stats.speculative;

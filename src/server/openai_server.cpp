@@ -7,6 +7,7 @@
 #include <cmath>
 #include <random>
 
+#include "kv/block_hash.h"
 #include "server/tool_calling.h"
 #include "server/webui.h"
 
@@ -41,6 +42,9 @@ struct Choice {
   std::shared_ptr<ReasoningStreamParser> reasoning_parser;
   std::string reasoning;
   std::vector<BeamOutput> beams;  // beam search: the engine request's beams (it stands for n choices)
+  // Prefill for a remote decode: the lease holding the prompt's blocks, and their ids per KV group.
+  uint64_t kv_lease_id = 0;
+  std::vector<std::vector<int32_t>> kv_lease_blocks;
 };
 
 struct PreparedGeneration {
@@ -425,24 +429,54 @@ std::optional<ApiError> check_kv_transfer(const std::optional<KVTransferConfig>&
 }
 
 // A producer's answer to "do_remote_decode": where the prompts' blocks are
-// (vLLM's NixlConnector fields, block keys in place of its block ids: the
-// blocks stay in the prefix cache, where only their keys name them).
-json producer_params(const KVTransferConfig& config, const std::string& api_id,
-                     const std::vector<std::vector<int32_t>>& prompts, int32_t block_size, const std::string& salt) {
-  json keys = json::array();
-  for (const std::vector<int32_t>& prompt : prompts) {
+// (vLLM's NixlConnector fields): per prompt, its block keys, and the lease
+// that holds its blocks with their ids per KV group (lease 0 and no ids when
+// nothing is held: the consumer then computes the prompt).
+json producer_params(const KVTransferConfig& config, uint16_t port, const std::string& api_id,
+                     const std::vector<std::vector<int32_t>>& prompts, const std::vector<Choice>& choices,
+                     int32_t block_size, const std::string& salt) {
+  json keys = json::array(), leases = json::array(), block_ids = json::array();
+  for (size_t p = 0; p < prompts.size(); ++p) {
     json per_prompt = json::array();
-    for (uint64_t k : prompt_block_keys(prompt, block_size, salt)) per_prompt.push_back(fmt::format("{:016x}", k));
+    for (uint64_t k : prompt_block_keys(prompts[p], block_size, salt)) per_prompt.push_back(fmt::format("{:016x}", k));
     keys.push_back(std::move(per_prompt));
+    const Choice* held = nullptr;
+    for (const Choice& c : choices)
+      if (c.prompt_index == p && c.kv_lease_id != 0) held = &c;
+    leases.push_back(fmt::format("{:016x}", held ? held->kv_lease_id : 0));
+    block_ids.push_back(held ? json(held->kv_lease_blocks) : json::array());
   }
   return json{{"do_remote_prefill", true},
               {"do_remote_decode", false},
               {"remote_engine_id", config.engine_id},
               {"remote_host", config.ip},
-              {"remote_port", config.port},
+              {"remote_port", port},
               {"remote_request_id", api_id},
               {"remote_block_size", block_size},
-              {"remote_block_keys", std::move(keys)}};
+              {"remote_block_keys", std::move(keys)},
+              {"remote_lease_ids", std::move(leases)},
+              {"remote_block_ids", std::move(block_ids)}};
+}
+
+// A consumer's view of what a producer holds for prompt p: each KV group's
+// key of each block -> the producer's block id. Empty when the parameters
+// name no lease or no blocks for it.
+std::optional<kvtransfer::RemotePrompt> remote_prompt(const KVTransferParams& t, size_t p) {
+  if (p >= t.remote_lease_ids.size() || p >= t.remote_block_ids.size() || p >= t.remote_block_keys.size() ||
+      t.remote_lease_ids[p] == 0)
+    return std::nullopt;
+  kvtransfer::RemotePrompt r;
+  r.host = t.remote_host;
+  r.port = static_cast<uint16_t>(*t.remote_port);
+  r.engine_id = t.remote_engine_id;
+  r.lease_id = t.remote_lease_ids[p];
+  const std::vector<uint64_t>& keys = t.remote_block_keys[p];
+  const std::vector<std::vector<int32_t>>& groups = t.remote_block_ids[p];
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (size_t i = 0; i < groups[g].size() && i < keys.size(); ++i)
+      if (groups[g][i] != 0) r.blocks[kv::group_block_hash(keys[i], static_cast<int32_t>(g))] = groups[g][i];
+  if (r.blocks.empty()) return std::nullopt;
+  return r;
 }
 
 std::string version_json() { return json{{"version", "inferd 0.1"}}.dump(); }
@@ -841,12 +875,28 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.grammar = pg.grammar;  // each choice gets its own matcher
       gp.reasoning = pg.reasoning;  // the grammar applies after the thinking
       gp.render_special = pg.render_special || !req.skip_special_tokens;
+      // Disaggregation: one choice per prompt holds (a producer's) or pulls
+      // (a consumer's) the prompt's blocks; the others share its prefix or compute it.
+      const bool first_of_prompt = k == 0 && !req.use_beam_search;
+      const KVTransferParams* kvt = req.kv_transfer ? &*req.kv_transfer : nullptr;
+      gp.kv_hold_for_remote_decode = kvt && kvt->do_remote_decode && first_of_prompt;
+      bool registered = false;
+      if (kvt && kvt->do_remote_prefill) {
+        std::optional<kvtransfer::RemotePrompt> remote = first_of_prompt ? remote_prompt(*kvt, p) : std::nullopt;
+        if (remote && engine_->kv_transfer()) {
+          engine_->kv_transfer()->register_pull(gp.request_id, std::move(*remote));
+          registered = true;
+        } else if (k == 0) {
+          metrics_.count_kv_recomputed_prompts(1);  // nothing to pull: computed here
+        }
+      }
       if (options_.log_prompts) {
         std::lock_guard<std::mutex> log_lock(log_mu_);
         prompt_log_[gp.request_id] = pg.prompt_texts[p].substr(0, options_.max_log_len);
       }
       const std::string engine_id = gp.request_id;
       auto handle = engine_->add_request(std::move(gp));
+      if (!handle && registered) engine_->kv_transfer()->forget(engine_id);
       if (!handle) {
         if (options_.log_prompts) {
           std::lock_guard<std::mutex> log_lock(log_mu_);
@@ -901,11 +951,8 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
     co_return;
   }
 
-  // Disaggregation. A consumer has no KV transport yet: the prompt it was
-  // told to pull is computed here, as a failed transfer would be.
-  const bool remote_prefill = req.kv_transfer && req.kv_transfer->do_remote_prefill;
+  // Disaggregation: a producer's prompts (a consumer's pulls were registered in admit()).
   const bool remote_decode = req.kv_transfer && req.kv_transfer->do_remote_decode;
-  if (remote_prefill) metrics_.count_kv_recomputed_prompts(static_cast<int64_t>(prompts.size()));
   if (remote_decode) metrics_.count_kv_produced_prompts(static_cast<int64_t>(prompts.size()));
 
   // ---- outputs back to the client ----
@@ -929,6 +976,8 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
           c.error = out->error;
           c.metrics = out->metrics;
           c.beams = std::move(out->beams);
+          c.kv_lease_id = out->kv_lease_id;
+          c.kv_lease_blocks = std::move(out->kv_lease_blocks);
         }
         if (!req.stream) {
           if (want_logprobs) c.logprobs.insert(c.logprobs.end(), out->logprobs.begin(), out->logprobs.end());
@@ -973,15 +1022,17 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
     }
   if (req.use_beam_search) choices = beam_choices(choices);
   for (Choice& c : choices) finish_message(c, pg);
-  const json transfer = remote_decode ? producer_params(*options_.kv_transfer, api_id, prompts,
-                                                       engine_->config().block_size, req.cache_salt)
-                                     : json(nullptr);
+  const json transfer =
+      remote_decode ? producer_params(*options_.kv_transfer, engine_->kv_transfer_port(), api_id, prompts, choices,
+                                      engine_->config().block_size, req.cache_salt)
+                    : json(nullptr);
   co_await ex.respond(http::status::ok, "application/json",
                       writer.body(choices, want_logprobs, ResponseWriter::usage(prompts, choices, req.n), transfer));
 }
 
 void OpenAIServer::on_finished(const RequestOutput& out) {
   --unfinished_;
+  if (engine_ && engine_->kv_transfer()) engine_->kv_transfer()->forget(out.request_id);
   metrics_.observe_finished(out);
   const RequestMetrics& m = out.metrics;
   const double ttft = m.first_token_time > 0 ? ms(m.time_to_first_token()) : 0.0;

@@ -1,12 +1,13 @@
 """Prefill/decode disaggregation: `inferd router` in front of a kv_producer
 and a kv_consumer instance, all on loopback, against one plain instance.
 
-The decode instance has no KV transport yet: it computes every prompt it is
-told to pull (inferd:kv_transfer_recomputed_prompts_total), so what these
-tests hold is the protocol and the faults: the same greedy answers through
-the router as from one instance, streamed and whole, on both endpoints; the
-prefill instance killed mid-run costs nothing but a fallback; no decode
-instance is a prompt 503.
+The decode instance pulls each prompt's KV blocks from the prefill instance
+over UCX (inferd:kv_transfer_received_prompts_total) and gives the same
+greedy answers as one instance, streamed and whole, on both endpoints. The
+faults: a producer killed mid-run, gone before the pull, or whose lease has
+expired makes the decode instance compute the prompt
+(inferd:kv_transfer_recomputed_prompts_total), with the same answer; the
+producer frees what it held; no decode instance is a prompt 503.
 """
 from __future__ import annotations
 
@@ -78,6 +79,21 @@ def answer(base_url: str, path: str, body: dict) -> tuple[str, str, int]:
     return text, finish, tokens
 
 
+def producer_config(**extra) -> str:
+    """A kv_producer's --kv-transfer-config on a free port of its own."""
+    return json.dumps({"kv_role": "kv_producer", "kv_port": free_port(), **extra})
+
+
+def wait_metric(srv, name: str, want, timeout: float = 10.0) -> float:
+    """The metric once want(value) holds (or the last value after `timeout`)."""
+    deadline = time.time() + timeout
+    while True:
+        v = srv.metric(name)
+        if want(v) or time.time() > deadline:
+            return v
+        time.sleep(0.05)
+
+
 def run_all(base_url: str, indexes) -> dict[int, tuple]:
     with ThreadPoolExecutor(max_workers=32) as pool:
         futures = {i: pool.submit(answer, base_url, *request_of(i)) for i in indexes}
@@ -120,7 +136,7 @@ class Router:
 def deployment(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("disagg")
     single = start(tmp)
-    prefill = start(tmp, ["--kv-transfer-config", '{"kv_role": "kv_producer"}'])
+    prefill = start(tmp, ["--kv-transfer-config", producer_config()])
     decode = start(tmp, ["--kv-transfer-config", '{"kv_role": "kv_consumer", "kv_connector": "NixlConnector"}'])
     router = Router(tmp, [prefill.base_url], [decode.base_url])
     reference = run_all(single.base_url, range(32))
@@ -133,11 +149,22 @@ def deployment(tmp_path_factory):
 def test_router_answers_as_one_instance(deployment):
     single, prefill, decode, router, reference = deployment
     recomputed = decode.metric("inferd:kv_transfer_recomputed_prompts_total")
+    received = decode.metric("inferd:kv_transfer_received_prompts_total")
+    unused = decode.metric("inferd:kv_transfer_unused_prompts_total")
+    blocks = decode.metric("inferd:kv_transfer_received_blocks_total")
     produced = prefill.metric("inferd:kv_transfer_produced_prompts_total")
     assert run_all(router.base_url, range(32)) == reference
-    # Every request went through prefill (with transfer parameters back) and then decode.
+    # Every request went through prefill (with transfer parameters back) and then decode,
+    # which pulled the prompt's blocks (or found them in its own cache: a prompt seen before).
     assert prefill.metric("inferd:kv_transfer_produced_prompts_total") - produced == 32
-    assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") - recomputed == 32
+    assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") - recomputed == 0
+    pulled = decode.metric("inferd:kv_transfer_received_prompts_total") - received
+    assert pulled >= 16 and pulled + decode.metric("inferd:kv_transfer_unused_prompts_total") - unused == 32
+    assert decode.metric("inferd:kv_transfer_received_blocks_total") - blocks >= pulled
+    assert decode.metric("inferd:kv_transfer_received_bytes_total") > 0
+    # The producer held each prompt's blocks until its consumer released them (unused ones expire).
+    assert prefill.metric("inferd:kv_transfer_leases_released_total") >= pulled
+    assert wait_metric(prefill, "inferd:kv_transfer_leases", lambda v: v <= 32 - pulled) <= 32 - pulled
     assert router.metric("inferd_router:prefill_fallbacks_total") == 0
     assert router.metric("inferd_router:requests_total", role="prefill") >= 32
     assert router.metric("inferd_router:requests_in_flight") == 0
@@ -189,8 +216,9 @@ def test_client_gone_aborts_the_decode_request(deployment):
 
 def test_prefill_killed_mid_run_falls_back_to_decode(deployment, tmp_path):
     single, _, decode, _, reference = deployment
-    prefill = start(tmp_path, ["--kv-transfer-config", '{"kv_role": "kv_producer"}'])
+    prefill = start(tmp_path, ["--kv-transfer-config", producer_config()])
     router = Router(tmp_path, [prefill.base_url], [decode.base_url])
+    failed_before = decode.metric("inferd:kv_transfer_recomputed_prompts_total")
     try:
         with ThreadPoolExecutor(max_workers=32) as pool:
             futures = {i: pool.submit(answer, router.base_url, *request_of(i)) for i in range(32)}
@@ -205,8 +233,54 @@ def test_prefill_killed_mid_run_falls_back_to_decode(deployment, tmp_path):
         assert router.metric("inferd_router:prefill_fallbacks_total") >= 8
         assert router.metric("inferd_router:upstream_errors_total", role="prefill") >= 8
         assert router.metric("inferd_router:requests_in_flight") == 0
+        assert decode.metric("inferd:num_requests_running") == 0
+        assert decode.metric("inferd:num_requests_waiting") == 0
+        print("recomputed after the kill:", decode.metric("inferd:kv_transfer_recomputed_prompts_total") - failed_before)
     finally:
         assert router.stop() == 0, router.log_path.read_text()
+
+
+def pull_params(prefill, i: int, salt: str) -> tuple[str, dict]:
+    """A request of the test set prefilled at the producer: its path and its body for the consumer.
+    The cache salt keeps the decode instance's own prefix cache (which saw these prompts) out of it."""
+    path, body = request_of(i)
+    body = dict(body, stream=False, cache_salt=salt)
+    r = requests.post(prefill.base_url + path, timeout=60,
+                      json=dict(body, max_tokens=1, kv_transfer_params={"do_remote_decode": True}))
+    assert r.status_code == 200, r.text
+    params = r.json()["kv_transfer_params"]
+    assert params["remote_lease_ids"][0] != "0" * 16 and params["remote_block_ids"][0][0]
+    return path, dict(body, kv_transfer_params=params)
+
+
+def test_a_producer_gone_before_the_pull_makes_decode_recompute(deployment, tmp_path):
+    _, _, decode, _, reference = deployment
+    prefill = start(tmp_path, ["--kv-transfer-config", producer_config()])
+    path, body = pull_params(prefill, 5, "producer-gone")
+    prefill.process.kill()
+    prefill.process.wait()
+    recomputed = decode.metric("inferd:kv_transfer_recomputed_prompts_total")
+    started = time.time()
+    assert answer(decode.base_url, path, body) == reference[5]
+    assert time.time() - started < 10  # a refused connection fails at once, a silent one within the timeout
+    assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") - recomputed == 1
+
+
+def test_an_expired_lease_frees_the_blocks_and_decode_recomputes(deployment, tmp_path):
+    _, _, decode, _, reference = deployment
+    prefill = start(tmp_path, ["--kv-transfer-config", producer_config(kv_lease_seconds=0.5)])
+    try:
+        path, body = pull_params(prefill, 6, "lease-expired")
+        assert prefill.metric("inferd:kv_transfer_lease_blocks") > 0
+        # The lease ends on its own and its blocks are freed: nothing is left held.
+        assert wait_metric(prefill, "inferd:kv_transfer_leases_expired_total", lambda v: v == 1) == 1
+        assert prefill.metric("inferd:kv_transfer_lease_blocks") == 0
+        assert prefill.metric("inferd:kv_cache_usage_perc") == 0
+        recomputed = decode.metric("inferd:kv_transfer_recomputed_prompts_total")
+        assert answer(decode.base_url, path, body) == reference[6]
+        assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") - recomputed == 1
+    finally:
+        assert stop(prefill) == 0, prefill.log()[-4000:]
 
 
 def test_a_silent_prefill_instance_times_out_to_decode(deployment, tmp_path):

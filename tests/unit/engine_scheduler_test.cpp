@@ -146,6 +146,18 @@ class FakeRunner {
     return sampled;
   }
 
+  // A connector's load: block `block` now holds tokens [first, first + bs) of `tokens`.
+  void fill_block(int32_t block, std::span<const int32_t> tokens, int64_t first) {
+    for (int64_t i = 0; i < bs_; ++i) {
+      token_[block * bs_ + i] = tokens[first + i];
+      pos_[block * bs_ + i] = first + i;
+    }
+  }
+  // What a connector writing late would do: scribble over a block.
+  void scribble(int32_t block) {
+    for (int64_t i = 0; i < bs_; ++i) token_[block * bs_ + i] = -7;
+  }
+
   int64_t prefilled_prompt_tokens = 0;  // prompt positions computed, recomputes included
   int64_t computed_tokens = 0;
   int64_t copied_blocks = 0;
@@ -1401,6 +1413,244 @@ TEST(EngineSchedulerBeams, RandomizedGroupsPlainRequestsAndAbortsGiveTheDirectSe
   EXPECT_GT(total_copies, 0);
   EXPECT_GT(total_preemptions, 0);
   EXPECT_GT(total_held, 0);
+}
+
+}  // namespace
+}  // namespace inferd
+
+namespace inferd {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Deferred connector loads (a KV transfer): a fake remote holds prompts'
+// blocks by key; a load it starts stays in flight until the test finishes it,
+// writing the tokens into the fake runner's cache, or failing it.
+
+namespace loading {
+
+class RemoteConnector : public kv::KVConnector {
+ public:
+  RemoteConnector(FakeRunner& runner, int32_t bs) : runner_(runner), bs_(bs) {}
+  // Offers a prompt's full blocks, as a producer's transfer parameters do.
+  void offer(const std::vector<int32_t>& prompt) {
+    kv::BlockHash parent = kv::kRootBlockHash;
+    for (size_t i = 0; i + bs_ <= prompt.size(); i += bs_) {
+      parent = kv::hash_block(parent, std::span(prompt).subspan(i, bs_), 0);
+      blocks_[parent] = {prompt, static_cast<int64_t>(i)};
+    }
+  }
+  bool contains(kv::BlockHash key) const override { return blocks_.count(key) > 0; }
+  std::vector<bool> load(std::span<const kv::BlockTransfer> loads, bool) override {
+    return std::vector<bool>(loads.size(), false);  // nothing here completes at once
+  }
+  std::optional<std::vector<bool>> start_load(const std::string& id, std::span<const kv::BlockTransfer> loads, bool,
+                                              bool may_defer) override {
+    if (!may_defer) return std::vector<bool>(loads.size(), false);
+    EXPECT_FALSE(in_flight.count(id)) << id << " loads twice at once";
+    in_flight[id].assign(loads.begin(), loads.end());
+    ++started;
+    return std::nullopt;
+  }
+  std::vector<kv::FinishedLoad> take_finished_loads() override { return std::exchange(finished_, {}); }
+  bool has_unfinished_loads() const override { return !in_flight.empty(); }
+  void save_evicted(std::span<const kv::BlockTransfer>) override {}
+  void save_computed(std::span<const kv::BlockTransfer>) override {}
+
+  // Ends a load: its blocks filled (ok) or not.
+  void finish(const std::string& id, bool ok) {
+    auto it = in_flight.find(id);
+    ASSERT_NE(it, in_flight.end()) << id;
+    for (const kv::BlockTransfer& l : it->second) {
+      const auto& [tokens, first] = blocks_.at(l.key);
+      if (ok) runner_.fill_block(l.block, tokens, first);
+      else runner_.scribble(l.block);  // a failed transfer may leave anything behind
+    }
+    in_flight.erase(it);
+    finished_.push_back({id, ok});
+  }
+
+  std::map<std::string, std::vector<kv::BlockTransfer>> in_flight;
+  int64_t started = 0;
+
+ private:
+  FakeRunner& runner_;
+  int32_t bs_;
+  std::map<kv::BlockHash, std::pair<std::vector<int32_t>, int64_t>> blocks_;
+  std::vector<kv::FinishedLoad> finished_;
+};
+
+// A scheduler with the fake remote as its connector.
+struct Rig {
+  explicit Rig(const SchedulerConfig& c) : s(c), runner(s), remote(runner, c.kv.block_size) {
+    s.set_connector(&remote);
+  }
+  // Offers the prompt at the remote and runs a step: the request then waits for its blocks.
+  void start_loading(const std::string& id, const std::vector<int32_t>& p, int64_t max_tokens) {
+    remote.offer(p);
+    ASSERT_TRUE(s.add_request(make_request(id, p, max_tokens)).ok());
+    step(s, runner, rec);
+    ASSERT_EQ(s.find(id)->status, RequestStatus::kLoadingRemoteKV);
+  }
+  Scheduler s;
+  FakeRunner runner;
+  RemoteConnector remote;
+  Recorder rec;
+};
+
+}  // namespace loading
+
+TEST(EngineSchedulerLoading, OthersKeepSteppingWhileARequestLoadsAndItsBlocksAreUsedNotComputed) {
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
+  const std::vector<int32_t> p = prompt(30, 7);  // 7 full blocks
+  remote.offer(p);
+  ASSERT_TRUE(s.add_request(make_request("remote", p, 5)).ok());
+  ASSERT_TRUE(s.add_request(make_request("local", prompt(9, 8), 20)).ok());
+  step(s, runner, rec);
+  EXPECT_EQ(remote.started, 1);
+  EXPECT_EQ(s.num_loading(), 1);
+  EXPECT_EQ(s.find("remote")->status, RequestStatus::kLoadingRemoteKV);
+  EXPECT_EQ(find_in(rec.steps.back(), "remote"), nullptr);
+  // The other request steps on while the load is in flight.
+  for (int i = 0; i < 5; ++i) step(s, runner, rec);
+  EXPECT_EQ(rec.outputs["local"].size(), 6u);  // one from the first step, one a step since
+  EXPECT_EQ(s.stats().num_loading, 1);
+  const int64_t prefilled = runner.prefilled_prompt_tokens;
+  remote.finish("remote", true);
+  step(s, runner, rec);
+  // Admitted on the loaded blocks: only the last prompt token is computed.
+  const ScheduledRequest* sr = find_in(rec.steps.back(), "remote");
+  ASSERT_NE(sr, nullptr);
+  EXPECT_EQ(sr->num_computed_tokens, 28);
+  EXPECT_EQ(runner.prefilled_prompt_tokens - prefilled, 2);
+  EXPECT_EQ(s.find("remote")->num_cached_prompt_tokens, 28);
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["remote"], reference_output(make_request("remote", p, 5)));
+  EXPECT_EQ(rec.outputs["local"], reference_output(make_request("local", prompt(9, 8), 20)));
+  EXPECT_EQ(s.stats().loads_finished, 1);
+  EXPECT_EQ(s.stats().loads_failed, 0);
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineSchedulerLoading, AFailedLoadFreesItsBlocksAndTheRequestRecomputes) {
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
+  const std::vector<int32_t> p = prompt(22, 3);
+  rig.start_loading("r", p, 6);
+  const int32_t used_while_loading = s.kv_cache().num_used_blocks();
+  EXPECT_GT(used_while_loading, 0);
+  remote.finish("r", false);  // the blocks hold garbage now
+  step(s, runner, rec);
+  const ScheduledRequest* sr = find_in(rec.steps.back(), "r");
+  ASSERT_NE(sr, nullptr);
+  EXPECT_EQ(sr->num_computed_tokens, 0);  // recomputed from the start, never from the failed blocks
+  EXPECT_EQ(remote.started, 1);           // and not pulled again
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["r"], reference_output(make_request("r", p, 6)));
+  EXPECT_EQ(s.stats().loads_failed, 1);
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineSchedulerLoading, AnAbortWhileLoadingHoldsTheBlocksUntilTheLoadEnds) {
+  loading::Rig rig(config(64, 8, 24, 4));
+  auto& [s, runner, remote, rec] = rig;
+  const std::vector<int32_t> p = prompt(40, 11);
+  rig.start_loading("r", p, 4);
+  const int32_t held = s.kv_cache().num_used_blocks();
+  ASSERT_TRUE(s.abort("r"));
+  EXPECT_EQ(s.find("r"), nullptr);
+  EXPECT_TRUE(s.has_loads_in_flight());
+  EXPECT_EQ(s.kv_cache().num_used_blocks(), held);  // still held: the load may write them
+  EXPECT_FALSE(s.add_request(make_request("r", p, 4)).ok());  // its id is not free yet
+  expect_invariants(s);
+  // Other requests run in the remaining blocks meanwhile, never in the held ones.
+  ASSERT_TRUE(s.add_request(make_request("other", prompt(12, 5), 8)).ok());
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["other"], reference_output(make_request("other", prompt(12, 5), 8)));
+  EXPECT_EQ(s.kv_cache().num_used_blocks(), held);
+  remote.finish("r", false);  // late, and writing: nobody else holds these blocks
+  SchedulerOutput out = s.schedule();
+  EXPECT_TRUE(out.scheduled.empty());
+  EXPECT_FALSE(s.has_loads_in_flight());
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineSchedulerLoading, ABeamGroupNeverWaitsForALoad) {
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
+  const std::vector<int32_t> p = prompt(20, 3);
+  remote.offer(p);
+  Request a = make_request("g#0", p, 3);
+  a.beam_group = "g";
+  a.beam_width = 2;
+  ASSERT_TRUE(s.add_request(a).ok());
+  step(s, runner, rec);
+  EXPECT_EQ(s.num_loading(), 0);
+  EXPECT_EQ(remote.started, 0);
+  ASSERT_NE(find_in(rec.steps.back(), "g#0"), nullptr);
+  EXPECT_EQ(find_in(rec.steps.back(), "g#0")->num_computed_tokens, 0);
+}
+
+TEST(EngineSchedulerLoading, ManyRequestsLoadingFinishingAndAbortingInAnyOrderLeakNothing) {
+  std::mt19937 rng(5);
+  loading::Rig rig(config(48, 6, 80, 4));
+  auto& [s, runner, remote, rec] = rig;
+  std::map<std::string, Request> reqs;
+  std::set<std::string> aborted;
+  for (int i = 0; i < 24; ++i) {
+    const std::string id = "r" + std::to_string(i);
+    Request r = make_request(id, prompt(5 + static_cast<int32_t>(rng() % 40), 100 + i), 1 + rng() % 6);
+    if (rng() % 3) remote.offer(r.prompt_token_ids);
+    reqs.emplace(id, r);
+    ASSERT_TRUE(s.add_request(r).ok());
+  }
+  for (int n = 0; n < 5000 && (s.has_unfinished_requests() || s.has_loads_in_flight()); ++n) {
+    // Finish or fail some loads, abort now and then.
+    std::vector<std::string> ids;
+    for (const auto& [id, loads] : remote.in_flight) ids.push_back(id);
+    for (const std::string& id : ids)
+      if (rng() % 3 == 0) remote.finish(id, rng() % 4 != 0);
+    if (rng() % 17 == 0 && !reqs.empty()) {
+      auto it = std::next(reqs.begin(), static_cast<long>(rng() % reqs.size()));
+      if (s.abort(it->first)) aborted.insert(it->first);
+    }
+    step(s, runner, rec);
+    if (testing::Test::HasFatalFailure()) return;
+  }
+  ASSERT_FALSE(s.has_unfinished_requests());
+  ASSERT_FALSE(s.has_loads_in_flight());
+  for (const auto& [id, r] : reqs)
+    if (!aborted.count(id)) EXPECT_EQ(rec.outputs[id], reference_output(r)) << id;
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineSchedulerLeases, AFinishedPrefillHoldsItsPromptsFullBlocksUntilTheLeaseEnds) {
+  Scheduler s(config(64, 8, 32, 4));
+  FakeRunner runner(s);
+  Recorder rec;
+  Request r = make_request("p", prompt(18, 4), 1);  // 4 full blocks, 2 tokens over
+  r.kv_lease_id = 77;
+  ASSERT_TRUE(s.add_request(r).ok());
+  Request aborted = make_request("q", prompt(18, 5), 50);
+  aborted.kv_lease_id = 78;
+  ASSERT_TRUE(s.add_request(aborted).ok());
+  step(s, runner, rec);
+  ASSERT_TRUE(s.abort("q"));  // an aborted prefill holds nothing
+  run_until_idle(s, runner, rec);
+  const std::vector<std::vector<int32_t>> blocks = s.lease_blocks(77);
+  ASSERT_EQ(blocks.size(), 1u);
+  ASSERT_EQ(blocks[0].size(), 4u);
+  for (int32_t b : blocks[0]) EXPECT_EQ(s.kv_cache().pool().ref_count(b), 1);
+  EXPECT_TRUE(s.lease_blocks(78).empty());
+  EXPECT_EQ(s.stats().kv_leases, 1);
+  expect_invariants(s);
+  // Later requests cannot evict them: fill the pool with others.
+  for (int i = 0; i < 6; ++i) ASSERT_TRUE(s.add_request(make_request("f" + std::to_string(i), prompt(16, 40 + i), 9)).ok());
+  run_until_idle(s, runner, rec);
+  for (size_t i = 0; i < blocks[0].size(); ++i) EXPECT_EQ(s.kv_cache().pool().ref_count(blocks[0][i]), 1);
+  EXPECT_TRUE(s.end_lease(77));
+  EXPECT_FALSE(s.end_lease(77));
+  expect_idle_and_clean(s);
 }
 
 }  // namespace

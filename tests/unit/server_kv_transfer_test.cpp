@@ -38,18 +38,35 @@ TEST(KVTransferConfig, BadInputNamesTheKey) {
   EXPECT_NE(error_of(R"({"kv_role": "kv_both", "kv_ip": "not an ip"})").find("'kv_ip'"), std::string::npos);
   EXPECT_NE(error_of(R"({"kv_role": "kv_both", "kv_connector": "Other"})").find("'kv_connector'"), std::string::npos);
   EXPECT_NE(error_of(R"({"kv_role": "kv_both", "kv_rank": 1})").find("unknown key 'kv_rank'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_role": "kv_both", "kv_lease_seconds": 0})").find("'kv_lease_seconds'"), std::string::npos);
+  EXPECT_NE(error_of(R"({"kv_role": "kv_both", "kv_transfer_timeout_seconds": "5"})").find("'kv_transfer_timeout_seconds'"),
+            std::string::npos);
+}
+
+TEST(KVTransferConfig, LeaseAndTimeout) {
+  auto c = parse_kv_transfer_config(R"({"kv_role": "kv_producer"})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->lease_seconds, 30.0);
+  EXPECT_EQ(c->timeout_seconds, 5.0);
+  c = parse_kv_transfer_config(R"({"kv_role": "kv_both", "kv_lease_seconds": 2.5, "kv_transfer_timeout_seconds": 1})");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->lease_seconds, 2.5);
+  EXPECT_EQ(c->timeout_seconds, 1.0);
 }
 
 TEST(KVTransferParams, ParsedFromTheRequestAndChecked) {
   auto r = parse_completion_request(
       R"({"prompt": "x", "kv_transfer_params": {"do_remote_prefill": true, "remote_engine_id": "e",
           "remote_host": "10.0.0.1", "remote_port": 14579, "remote_block_keys": [["00000000000000ff"]],
+          "remote_lease_ids": ["000000000000002a"], "remote_block_ids": [[[7], [0]]],
           "some_connector_extension": 1}})",
       ProtocolLimits{});
   ASSERT_TRUE(std::holds_alternative<GenerationRequest>(r));
   const auto& p = *std::get<GenerationRequest>(r).kv_transfer;
   EXPECT_TRUE(p.do_remote_prefill);
   EXPECT_EQ(p.remote_block_keys, (std::vector<std::vector<uint64_t>>{{0xff}}));
+  EXPECT_EQ(p.remote_lease_ids, std::vector<uint64_t>{42});
+  EXPECT_EQ(p.remote_block_ids, (std::vector<std::vector<std::vector<int32_t>>>{{{7}, {0}}}));
 
   auto bad = [](const std::string& params) {
     auto r = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "kv_transfer_params": )" +
@@ -63,6 +80,9 @@ TEST(KVTransferParams, ParsedFromTheRequestAndChecked) {
   EXPECT_NE(bad(R"({"do_remote_decode": true, "do_remote_prefill": true})").message.find("both"), std::string::npos);
   EXPECT_NE(bad(R"({"do_remote_prefill": true})").message.find("remote_engine_id"), std::string::npos);
   EXPECT_NE(bad(R"({"remote_block_keys": [["xyz"]]})").message.find("remote_block_keys"), std::string::npos);
+  EXPECT_NE(bad(R"({"remote_lease_ids": [42]})").message.find("remote_lease_ids"), std::string::npos);
+  EXPECT_NE(bad(R"({"remote_block_ids": [[[-1]]]})").message.find("remote_block_ids"), std::string::npos);
+  EXPECT_NE(bad(R"({"remote_block_ids": [[7]]})").message.find("remote_block_ids"), std::string::npos);
 }
 
 TEST(PromptBlockKeys, TheEnginesChainedHashesOfFullBlocks) {
