@@ -4,7 +4,9 @@
 tokens, ignore_eos, temperature 1, top_k 0, top_p 1, request i seeded seed + i).
 
 Both time only the generation (from adding the requests to the last output),
-not loading. Runs alternate (binary, Python, binary, ...) so that a machine
+not loading. Each round draws fresh prompts (seed + round) for both sides: the
+LLM object lives across rounds, and the same prompts again would be served
+from its prefix cache, while each binary run starts empty. Runs alternate (binary, Python, binary, ...) so that a machine
 whose speed drifts affects both alike; prints each run and the ratio of the
 medians. Not a test: run it on a quiet machine.
 
@@ -26,11 +28,11 @@ import time
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
-def binary_run(args) -> float:
+def binary_run(args, seed: int) -> float:
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         cmd = [str(args.binary), "bench", "throughput", "--num-prompts", str(args.num_prompts),
                "--input-len", str(args.input_len), "--output-len", str(args.output_len),
-               "--seed", str(args.seed), "--output-json", f.name]
+               "--seed", str(seed), "--output-json", f.name]
         if args.model:
             cmd += ["-m", args.model]
         if args.threads:
@@ -39,11 +41,11 @@ def binary_run(args) -> float:
         return json.load(open(f.name))["output_tokens_per_second"]
 
 
-def python_run(llm, prompts, args) -> float:
+def python_run(llm, prompts, args, seed: int) -> float:
     from inferd import SamplingParams
 
     params = [SamplingParams(temperature=1.0, top_k=0, top_p=1.0, max_tokens=args.output_len, ignore_eos=True,
-                             seed=args.seed + i) for i in range(len(prompts))]
+                             seed=seed + i) for i in range(len(prompts))]
     start = time.perf_counter()
     outputs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     elapsed = time.perf_counter() - start
@@ -68,14 +70,15 @@ def main() -> None:
 
     llm = LLM(model=args.model, threads=args.threads or None)
     session = llm._session  # the engine's vocabulary, to draw ordinary tokens as the binary does
-    rng = random.Random(args.seed)
     ordinary = [t for t in range(session.n_vocab) if not session.is_control(t)]
-    prompts = [[rng.choice(ordinary) for _ in range(args.input_len)] for _ in range(args.num_prompts)]
 
     native, python = [], []
     for r in range(args.rounds):
-        native.append(binary_run(args))
-        python.append(python_run(llm, prompts, args))
+        seed = args.seed + 1000 * r
+        rng = random.Random(seed)
+        prompts = [[rng.choice(ordinary) for _ in range(args.input_len)] for _ in range(args.num_prompts)]
+        native.append(binary_run(args, seed))
+        python.append(python_run(llm, prompts, args, seed))
         print(f"round {r + 1}: inferd bench throughput {native[-1]:.1f} output tok/s, "
               f"LLM.generate {python[-1]:.1f} output tok/s", flush=True)
     ratio = statistics.median(python) / statistics.median(native)

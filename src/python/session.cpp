@@ -68,10 +68,13 @@ void Mailbox::post(const std::string& request_id) {
     was_empty = ready_.empty();
     ready_.push_back(request_id);
   }
+  // One wake-up per batch of posts: take() empties the list (and clears the
+  // fd), and the next post into an empty list wakes it again. A step posts
+  // once per running request; waking the caller for each would put a third
+  // thread on the cores between the forward pass's barriers.
+  if (!was_empty) return;
   cv_.notify_one();
-  // One wake-up per batch of posts: take() empties the list and clears the fd,
-  // and the next post into an empty list writes again.
-  if (was_empty && fd_ >= 0) {
+  if (fd_ >= 0) {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = write(fd_, &one, sizeof one);
   }
