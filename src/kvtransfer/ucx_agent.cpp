@@ -1,7 +1,6 @@
 #include "kvtransfer/ucx_agent.h"
 
 #include <arpa/inet.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <ucp/api/ucp.h>
@@ -58,7 +57,6 @@ struct UcxAgent::Impl {
     uint64_t token = 0;
     bool ready = false, failed = false;
     std::string expected_engine_id;
-    bool same_host = false;  // the producer's address is one of this host's (see on_hello_reply)
     int64_t remote_n_blocks = 0;
     std::vector<uint64_t> remote_bases;
     std::vector<ucp_rkey_h> rkeys;
@@ -366,26 +364,6 @@ AgentStats UcxAgent::stats() const {
   return impl_->stats;
 }
 
-namespace {
-
-// Whether an IPv4 address is this host's: a loopback address, or one of its
-// interfaces'.
-bool is_local_address(const sockaddr* addr) {
-  if (addr->sa_family != AF_INET) return false;
-  const in_addr_t a = reinterpret_cast<const sockaddr_in*>(addr)->sin_addr.s_addr;
-  if ((ntohl(a) >> 24) == 127) return true;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return false;
-  bool local = false;
-  for (ifaddrs* i = list; i && !local; i = i->ifa_next)
-    local = i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-            reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr == a;
-  freeifaddrs(list);
-  return local;
-}
-
-}  // namespace
-
 std::shared_ptr<UcxAgent::Impl::Peer> UcxAgent::Impl::connect(const std::string& host, uint16_t port) {
   auto peer = std::make_shared<Peer>();
   peer->key = host + ":" + std::to_string(port);
@@ -397,7 +375,6 @@ std::shared_ptr<UcxAgent::Impl::Peer> UcxAgent::Impl::connect(const std::string&
     peer->failed = true;
     return peer;
   }
-  peer->same_host = is_local_address(res->ai_addr);
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
@@ -556,19 +533,14 @@ void UcxAgent::Impl::on_hello_reply(Reader& r) {
   if (n_regions != config.pool.regions.size() || n_blocks < 2)
     return fail_peer(peer, "the producer's pool has another shape");
   // The reads go over a second endpoint made from the producer's worker
-  // address. On one host it asks for no peer-failure handling: UCX (1.13)
-  // wires an endpoint that asks for it over TCP loopback only, since its
-  // shared-memory transports (CMA's process_vm_readv, which reads the pool
-  // in one copy) cannot report a peer's death. Nothing is lost: the handshake
-  // endpoint keeps peer-failure handling and closes this one when the
-  // producer goes, a read from a dead process fails, the pull's deadline
-  // still holds, and a lease the producer no longer confirms at release
-  // fails the pull (the prompt is recomputed).
+  // address: UCX (1.13) wires an endpoint made from a socket address over
+  // the network transports only, while one made from a worker address may
+  // use shared memory (and CMA's one-sided copies) when both are on one host.
   ucp_ep_params_t ep{};
   ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                   UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  ep.err_mode = peer->same_host ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.arg = this;
   ep.err_handler.cb = peer_error;
   if (ucs_status_t s = ucp_ep_create(worker, &ep, &peer->data_ep); s != UCS_OK) {
