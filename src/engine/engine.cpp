@@ -159,10 +159,7 @@ void Engine::end_leases() {
   if (!leases_) return;
   for (uint64_t id : leases_->take_ended(now_seconds())) {
     scheduler_.end_lease(id);
-    auto it = lease_block_count_.find(id);
-    if (it == lease_block_count_.end()) continue;
-    lease_blocks_held_ -= it->second;
-    lease_block_count_.erase(it);
+    lease_block_count_.erase(id);
   }
 }
 
@@ -390,7 +387,6 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
       out.kv_lease_id = live.kv_lease_id;
       leases_->add(live.kv_lease_id, now_seconds() + config_.kv_transfer->lease_seconds);
       lease_block_count_[live.kv_lease_id] = n;
-      lease_blocks_held_ += n;
     } else {
       out.kv_lease_blocks.clear();
       scheduler_.end_lease(live.kv_lease_id);
@@ -986,7 +982,7 @@ void Engine::loop() {
         return stop_requested_ || !commands_.empty() || load_finished_ ||
                (scheduler_.has_unfinished_requests() && !only_loading);
       };
-      if (scheduler_.has_loads_in_flight() || lease_blocks_held_ > 0)
+      if (scheduler_.has_loads_in_flight() || !lease_block_count_.empty())
         cmd_cv_.wait_for(lock, std::chrono::milliseconds(100), ready);
       else
         cmd_cv_.wait(lock, ready);
@@ -1034,7 +1030,7 @@ void Engine::publish_stats() {
   if (transfer_) s.kv_transfer = transfer_->stats();
   else if (agent_) s.kv_transfer.agent = agent_->stats();
   if (leases_) s.kv_leases = leases_->stats();
-  s.kv_lease_blocks = lease_blocks_held_;
+  for (const auto& [lease, blocks] : lease_block_count_) s.kv_lease_blocks += blocks;
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_ = std::move(s);
 }

@@ -384,7 +384,6 @@ class Engine {
   std::unique_ptr<kvtransfer::TransferConnector> transfer_;
   std::atomic<uint64_t> next_lease_{0};  // random start: a restarted producer's leases never match old ones
   std::unordered_map<uint64_t, int64_t> lease_block_count_;  // held leases' blocks
-  int64_t lease_blocks_held_ = 0;
   bool load_finished_ = false;  // the agent finished a pull (under cmd_mu_): the loop wakes
   std::vector<int32_t> eog_tokens_;  // end-of-generation tokens, stop tokens unless ignore_eos
   std::unordered_map<std::string, Live> live_;
