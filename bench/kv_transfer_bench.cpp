@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/aligned_bytes.h"
 #include "kvtransfer/lease_table.h"
 #include "kvtransfer/ucx_agent.h"
 
@@ -34,16 +35,19 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// Allocated as the engine's KV cache is (model/kv_cache.cpp): on 2 MiB
+// boundaries, advised as transparent huge pages.
 struct Pool {
   Pool(int64_t n_blocks) : n_blocks(n_blocks) {
     for (auto& r : regions) {
-      r.resize(kLayers * n_blocks * kSegment);
+      r = inferd::AlignedBytes(kLayers * n_blocks * kSegment, /*huge_pages=*/true, /*zeroed=*/false);
       std::memset(r.data(), 1, r.size());  // touched: no page faults in the timed part
     }
   }
-  PoolMemory memory() { return {{regions[0].data(), regions[1].data()}, kLayers, n_blocks, kSegment}; }
+  std::byte* region(int i) { return reinterpret_cast<std::byte*>(regions[i].data()); }
+  PoolMemory memory() { return {{region(0), region(1)}, kLayers, n_blocks, kSegment}; }
   int64_t n_blocks;
-  std::vector<std::byte> regions[2];
+  inferd::AlignedBytes regions[2];
 };
 
 KVDescriptor descriptor() {
@@ -66,8 +70,8 @@ double memcpy_seconds(Pool& src, Pool& dst, const std::vector<std::pair<int32_t,
   for (const auto& [from, to] : blocks)
     for (int r = 0; r < 2; ++r)
       for (int32_t s = 0; s < kLayers; ++s)
-        std::memcpy(dst.regions[r].data() + (s * dst.n_blocks + to) * kSegment,
-                    src.regions[r].data() + (s * src.n_blocks + from) * kSegment, kSegment);
+        std::memcpy(dst.region(r) + (s * dst.n_blocks + to) * kSegment,
+                    src.region(r) + (s * src.n_blocks + from) * kSegment, kSegment);
   return now_s() - t0;
 }
 
@@ -93,15 +97,15 @@ int main(int argc, char** argv) {
     if (write(fds[1], &port, sizeof port) != sizeof port) _exit(1);
     for (;;) pause();
   }
-  uint16_t port = 0;
-  if (read(fds[0], &port, sizeof port) != sizeof port || port == 0) return std::fprintf(stderr, "no producer\n"), 1;
-  struct KillChild {
+  struct KillChild {  // before anything can return: a producer that failed to start waits too
     pid_t pid;
     ~KillChild() {
       kill(pid, SIGKILL);
       waitpid(pid, nullptr, 0);
     }
   } kill_child{child};
+  uint16_t port = 0;
+  if (read(fds[0], &port, sizeof port) != sizeof port || port == 0) return std::fprintf(stderr, "no producer\n"), 1;
   AgentConfig cc{descriptor(), cons.memory(), "bench-decode", false, "", 0, nullptr};
   auto consumer = UcxAgent::create(cc);
   if (!consumer) return std::fprintf(stderr, "%s\n", consumer.error().message.c_str()), 1;
@@ -134,7 +138,7 @@ int main(int argc, char** argv) {
       best_copy = std::min(best_copy, memcpy_seconds(prod, cons, *blocks));
     }
     const double bytes = static_cast<double>(blocks->size() * block_bytes);
-    std::printf("%-11s  UCX pull %7.2f ms (%6.2f GB/s)  memcpy %7.2f ms (%6.2f GB/s)  ratio %.2f\n", name,
+    std::printf("%-11s  pull %7.2f ms (%6.2f GB/s)  memcpy %7.2f ms (%6.2f GB/s)  ratio %.2f\n", name,
                 best_pull * 1e3, bytes / best_pull / 1e9, best_copy * 1e3, bytes / best_copy / 1e9,
                 best_copy / best_pull);
   }

@@ -68,6 +68,7 @@ struct PullResult {
 
 struct AgentStats {
   int64_t handshakes = 0, refusals = 0;  // as a consumer: handshakes done, peers refused
+  int64_t shared_memory_handshakes = 0;   // of those done, the ones whose reads go over shared memory
   int64_t pulls_ok = 0, pulls_failed = 0, pulls_timed_out = 0;
   int64_t blocks_received = 0, bytes_received = 0;
   double pull_seconds = 0.0;  // summed over successful pulls

@@ -173,6 +173,9 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
     sample(out, n, labels_, xfer.agent.pull_seconds);
   }
   counter("kv_transfer_timeouts_total", "A kv_consumer's pulls that timed out.", xfer.agent.pulls_timed_out);
+  counter("kv_transfer_shared_memory_handshakes_total",
+          "A kv_consumer's handshakes with producers on its host whose blocks it reads over shared memory (CMA).",
+          xfer.agent.shared_memory_handshakes);
   counter("kv_transfer_refused_handshakes_total",
           "Handshakes refused for a mismatched model or KV layout (a consumer's count plus a producer's).",
           xfer.agent.refusals + xfer.agent.peers_refused);

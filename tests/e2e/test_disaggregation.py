@@ -12,6 +12,7 @@ producer frees what it held; no decode instance is a prompt 503.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -162,6 +163,9 @@ def test_router_answers_as_one_instance(deployment):
     assert pulled >= 16 and pulled + decode.metric("inferd:kv_transfer_unused_prompts_total") - unused == 32
     assert decode.metric("inferd:kv_transfer_received_blocks_total") - blocks >= pulled
     assert decode.metric("inferd:kv_transfer_received_bytes_total") > 0
+    # Both on this host, with UCX's default transports: the blocks are read by cross-memory attach.
+    if "UCX_TLS" not in os.environ:
+        assert decode.metric("inferd:kv_transfer_shared_memory_handshakes_total") >= 1
     # The producer held each prompt's blocks until its consumer released them (unused ones expire).
     assert prefill.metric("inferd:kv_transfer_leases_released_total") >= pulled
     assert wait_metric(prefill, "inferd:kv_transfer_leases", lambda v: v <= 32 - pulled) <= 32 - pulled

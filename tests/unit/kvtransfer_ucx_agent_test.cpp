@@ -3,7 +3,10 @@
 // out as the engine's (keys and values, a slab per layer).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -162,6 +165,9 @@ TEST_P(UcxAgentTest, BlocksArriveByteIdenticalAndTheLeaseEnds) {
   EXPECT_EQ(leases.take_ended(now_s()), std::vector<uint64_t>{7});
   const AgentStats s = cons->stats();
   EXPECT_EQ(s.handshakes, 1);
+  // With shared memory allowed, the reads go over it (CMA); over TCP alone
+  // the endpoint keeps peer-failure handling.
+  EXPECT_EQ(s.shared_memory_handshakes, std::string(GetParam()) == "tcp" ? 0 : 1);
   EXPECT_EQ(s.pulls_ok, 1);
   EXPECT_EQ(s.blocks_received, static_cast<int64_t>(blocks.size()));
 
@@ -262,8 +268,87 @@ TEST_P(UcxAgentTest, AProducerThatWentAwayFailsThePullAtOnce) {
   EXPECT_LT(now_s() - t0, 3.5);
 }
 
+// A producer in another process, killed (SIGKILL) while a consumer reads
+// from it: the pulls in flight and after end, ok with the right bytes or
+// failed, never hung, and the consumer recovers.
+constexpr int64_t kProcessPoolBlocks = 1024;  // 24 MiB a pool: a pull of it takes a while
+constexpr const char* kProducerPipeEnv = "INFERD_TEST_PRODUCER_PIPE";
+
+TEST_P(UcxAgentTest, AProducerProcessKilledMidPullNeverHangsTheConsumer) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const std::string filter = "--gtest_filter=UcxProducerProcess.ServesUntilKilled";
+  const std::string env_pipe = std::string(kProducerPipeEnv) + "=" + std::to_string(fds[1]);
+  const std::string env_tls = std::string("UCX_TLS=") + GetParam();
+  std::vector<std::string> env_strings = {env_pipe, env_tls};
+  for (char** e = environ; *e; ++e)
+    if (std::strncmp(*e, "UCX_TLS=", 8) != 0 && std::strncmp(*e, "GTEST_", 6) != 0) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::string self = "/proc/self/exe";
+  char* argv[] = {self.data(), const_cast<char*>(filter.c_str()), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, "/proc/self/exe", nullptr, nullptr, argv, envp.data()), 0);
+  close(fds[1]);
+  uint16_t port = 0;
+  ASSERT_EQ(::read(fds[0], &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  close(fds[0]);
+
+  Pool cons_pool(kProcessPoolBlocks, 2);
+  const Pool prod_pool(kProcessPoolBlocks, 1);  // the child's pool: the same seed, the same bytes
+  auto cons = consumer(cons_pool);
+  // One pull while it lives: the right bytes.
+  PullResult r = pull(*cons, port, "prefill-0", 1, {{1, 1}, {2, 2}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(cons_pool.block(2), prod_pool.block(2));
+  // Then every block in one pull, and the producer killed as it runs.
+  std::vector<std::pair<int32_t, int32_t>> all;
+  for (int32_t b = 1; b < kProcessPoolBlocks; ++b) all.emplace_back(b, b);
+  const double t0 = now_s();
+  cons->start_pull(PullSpec{1000, "127.0.0.1", port, "prefill-0", 2, all, 5.0});
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  r = wait_for(*cons);
+  EXPECT_EQ(r.id, 1000u);
+  EXPECT_LT(now_s() - t0, 5.5);
+  if (r.ok)  // it may have finished before the kill landed
+    for (int32_t b : {1, 500, 1023}) EXPECT_EQ(cons_pool.block(b), prod_pool.block(b)) << b;
+  // A pull after the death fails at once, and the consumer is still usable.
+  const double t1 = now_s();
+  EXPECT_FALSE(pull(*cons, port, "prefill-0", 3, {{3, 3}}, 3.0).ok);
+  EXPECT_LT(now_s() - t1, 3.5);
+  EXPECT_GE(cons->stats().pulls_failed, 1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest, ::testing::Values("tcp", "sm,tcp"),
                          [](const auto& info) { return std::string(info.param[0] == 's' ? "shm" : "tcp"); });
+
+// The child of AProducerProcessKilledMidPullNeverHangsTheConsumer: a
+// producer that tells its port through the pipe and serves until killed.
+// Skipped in a normal run.
+TEST(UcxProducerProcess, ServesUntilKilled) {
+  const char* pipe_fd = std::getenv(kProducerPipeEnv);
+  if (!pipe_fd) GTEST_SKIP() << "run by AProducerProcessKilledMidPullNeverHangsTheConsumer";
+  Pool pool(kProcessPoolBlocks, 1);
+  LeaseTable leases;
+  for (uint64_t lease : {1, 2, 3}) leases.add(lease, now_s() + 600);
+  AgentConfig c;
+  c.descriptor = descriptor();
+  c.pool = pool.memory();
+  c.engine_id = "prefill-0";
+  c.listen = true;
+  c.ip = "127.0.0.1";
+  c.leases = &leases;
+  auto a = UcxAgent::create(c);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const uint16_t port = (*a)->port();
+  const int fd = std::atoi(pipe_fd);
+  ASSERT_EQ(::write(fd, &port, sizeof port), static_cast<ssize_t>(sizeof port));
+  close(fd);
+  for (;;) pause();
+}
 
 TEST(KVDescriptorTest, MismatchNamesTheField) {
   KVDescriptor a = descriptor(), b = a;
