@@ -4,6 +4,8 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/uio.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
@@ -13,7 +15,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -135,6 +136,8 @@ struct UcxAgent::Impl {
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
   ucp_listener_h listener = nullptr;
+  int worker_fd = -1;  // UCX's event fd: readable when the worker has something to progress
+  int wake_fd = -1;    // an eventfd: start_pull and the destructor wake the progress thread
   bool cma_allowed = false;  // UCX's configuration (UCX_TLS) allows cross-memory attach
   std::array<std::byte, 16> probe{};  // producer: random bytes a consumer on this host reads to prove it can
   std::vector<ucp_mem_h> memh;
@@ -146,7 +149,6 @@ struct UcxAgent::Impl {
   std::atomic<bool> stop{false};
 
   std::mutex mu;  // guards the fields below it, shared with other threads
-  std::condition_variable wake;  // an idle progress thread's sleep, cut short by start_pull
   std::deque<PullSpec> incoming;
   std::vector<PullResult> finished;
   std::function<void()> on_finished;
@@ -183,10 +185,10 @@ struct UcxAgent::Impl {
   void finish(uint64_t pull_id, bool ok, const std::string& error);
   void fail_peer(std::shared_ptr<Peer> peer, const std::string& why);  // by value: it may erase the map entry passed
   void close_ep(ucp_ep_h ep);
+  void wake_up() const;  // ends the progress thread's poll()
   bool can_read_directly(pid_t pid, uint64_t probe_address, const std::array<std::byte, 16>& expected) const;
   void check_deadlines();
   void bury_dead();
-  bool busy() const { return !pulls.empty() || !closing.empty() || !outbox.empty(); }
 
   // A consumer's endpoint failed: its peer fails.
   static void peer_error(void* arg, ucp_ep_h ep, ucs_status_t status) {
@@ -234,7 +236,7 @@ UcxAgent::UcxAgent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 UcxAgent::~UcxAgent() {
   impl_->stop = true;
-  impl_->wake.notify_one();
+  if (impl_->wake_fd >= 0) impl_->wake_up();
   if (impl_->thread.joinable()) impl_->thread.join();
   impl_->teardown();
 }
@@ -245,7 +247,8 @@ Status UcxAgent::Impl::init() {
     return make_error("KV transfer: UCX configuration: " + status_text(s));
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM;
+  // WAKEUP: the progress thread sleeps on UCX's event fd (see run()).
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   ucs_status_t s = ucp_init(&params, cfg, &context);
   ucp_config_release(cfg);
   if (s != UCS_OK) return make_error("KV transfer: ucp_init: " + status_text(s));
@@ -264,6 +267,10 @@ Status UcxAgent::Impl::init() {
   wp.thread_mode = UCS_THREAD_MODE_SINGLE;  // only the progress thread calls UCX
   if ((s = ucp_worker_create(context, &wp, &worker)) != UCS_OK)
     return make_error("KV transfer: ucp_worker_create: " + status_text(s));
+  if ((s = ucp_worker_get_efd(worker, &worker_fd)) != UCS_OK)
+    return make_error("KV transfer: ucp_worker_get_efd: " + status_text(s));
+  wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd < 0) return make_error(std::string("KV transfer: eventfd: ") + strerror(errno));
 
   // Receive handlers: one per message kind, all into this Impl.
   auto cb = [](void* arg, const void* /*header*/, size_t /*header_length*/, void* data, size_t length,
@@ -382,8 +389,10 @@ void UcxAgent::Impl::teardown() {
   }
   for (ucp_mem_h h : memh) ucp_mem_unmap(context, h);
   memh.clear();
-  if (worker) ucp_worker_destroy(worker);
+  if (worker) ucp_worker_destroy(worker);  // closes worker_fd, which is UCX's
   if (context) ucp_cleanup(context);
+  if (wake_fd >= 0) close(wake_fd);
+  wake_fd = -1;
   worker = nullptr;
   context = nullptr;
 }
@@ -391,12 +400,15 @@ void UcxAgent::Impl::teardown() {
 // ---------------------------------------------------------------- the thread
 
 void UcxAgent::Impl::run() {
-  // Polled, not woken by events: UCX's wakeup feature would leave out the
-  // shared-memory transports. After work, the thread spins (yielding) for a
-  // moment, then sleeps in growing steps up to 1 ms, so an idle instance
-  // costs nothing and a busy one answers at once; a new pull ends the sleep.
-  double last_work = now_s();
-  int idle_sleep_us = 0;
+  // Event-driven: after progressing everything, the thread arms the worker
+  // and sleeps in poll() on UCX's event fd and the wake fd (a new pull, the
+  // destructor), or until the nearest pull deadline. It spins only while
+  // reads over UCX are in flight and briefly after work, so on a decode instance that shares its
+  // cores it costs the decode nothing while it waits for a producer's reply
+  // or a producer's next consumer. (The one-host reads are
+  // process_vm_readv calls, not UCX's shared-memory transports, which would
+  // have no event fd.)
+  double last_work = 0.0;
   while (!stop) {
     std::deque<PullSpec> take;
     {
@@ -406,6 +418,7 @@ void UcxAgent::Impl::run() {
     for (PullSpec& p : take) begin(std::move(p));
     unsigned events = 0;
     while (unsigned n = ucp_worker_progress(worker)) events += n;
+    if (events > 0 || !take.empty()) last_work = now_s();
     flush_outbox();
     std::erase_if(closing, [](void* req) {
       if (ucp_request_check_status(req) == UCS_INPROGRESS) return false;
@@ -414,17 +427,41 @@ void UcxAgent::Impl::run() {
     });
     check_deadlines();
     bury_dead();
-    const double t = now_s();
-    if (events > 0 || !take.empty()) last_work = t;
-    if (busy() || t - last_work < 0.002) {
-      idle_sleep_us = 0;
+    if (!take.empty() || !outbox.empty()) continue;
+    // Reads in flight over UCX (TCP, RDMA) move as fast as they are
+    // progressed, on both sides (UCX's TCP serves a read with the producer's
+    // progress): the thread polls (yielding) until its reads are done, and
+    // for 200 us after any work, when the next message is likely close.
+    if (now_s() - last_work < 200e-6 ||
+        std::any_of(pulls.begin(), pulls.end(),
+                    [](const auto& p) { return p.second->phase == Pull::Phase::kReading; })) {
       std::this_thread::yield();
-    } else {
-      idle_sleep_us = std::min(1000, idle_sleep_us + 50);
-      std::unique_lock lock(mu);
-      wake.wait_for(lock, std::chrono::microseconds(idle_sleep_us), [&] { return !incoming.empty() || stop; });
+      continue;
     }
+    {
+      std::lock_guard lock(mu);
+      if (!incoming.empty()) continue;
+    }
+    const ucs_status_t armed = ucp_worker_arm(worker);
+    if (armed == UCS_ERR_BUSY) continue;  // events came in meanwhile
+    // Wait for an event, at most until the nearest deadline; a closing
+    // endpoint is looked at every millisecond, and an idle thread wakes
+    // every 100 ms anyway (a missed event would cost no more).
+    int timeout_ms = closing.empty() ? 100 : 1;
+    const double t = now_s();
+    for (const auto& [id, p] : pulls)
+      timeout_ms = std::min(timeout_ms, std::max(0, static_cast<int>((p->deadline - t) * 1000.0) + 1));
+    pollfd fds[2] = {{worker_fd, POLLIN, 0}, {wake_fd, POLLIN, 0}};
+    if (armed != UCS_OK) timeout_ms = std::min(timeout_ms, 1);  // not armed: poll UCX every millisecond
+    poll(fds, 2, timeout_ms);
+    uint64_t n = 0;
+    [[maybe_unused]] ssize_t r = ::read(wake_fd, &n, sizeof n);
   }
+}
+
+void UcxAgent::Impl::wake_up() const {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t w = ::write(wake_fd, &one, sizeof one);
 }
 
 void UcxAgent::start_pull(PullSpec spec) {
@@ -432,7 +469,7 @@ void UcxAgent::start_pull(PullSpec spec) {
     std::lock_guard lock(impl_->mu);
     impl_->incoming.push_back(std::move(spec));
   }
-  impl_->wake.notify_one();
+  impl_->wake_up();
 }
 
 std::vector<PullResult> UcxAgent::take_finished() {
