@@ -23,6 +23,10 @@ void TransferConnector::forget(const std::string& request_id) {
   if (!registered_.count(request_id)) return;  // pulled (or never registered)
   for (const auto& [pull, id] : pulling_)
     if (id == request_id) return;  // its pull ends on its own
+  // Never pulled: the producer's blocks are given back now instead of when
+  // the lease expires.
+  const RemotePrompt& r = registered_.at(request_id);
+  agent_.release_lease(r.host, r.port, r.engine_id, r.lease_id);
   drop_registration(request_id);
   ++stats_.unused;
 }

@@ -49,7 +49,7 @@ class TransferConnector : public kv::KVConnector {
   // Any thread, before the request is added.
   void register_pull(const std::string& request_id, RemotePrompt prompt);
   // Any thread, once the request has finished (however): forgets what was
-  // registered and not pulled.
+  // registered and not pulled, and gives that lease back to the producer.
   void forget(const std::string& request_id);
 
   bool contains(kv::BlockHash key) const override;

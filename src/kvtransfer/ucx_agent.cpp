@@ -40,6 +40,9 @@ enum MsgId : unsigned {
   kReleaseReply = 4,  // producer -> consumer: pull id, whether the lease was still held
 };
 constexpr uint32_t kProtocolVersion = 2;  // 2: the hello reply tells the producer's pid and probe
+// Pull ids with this bit are release_lease's: counted apart and never
+// reported through take_finished.
+constexpr uint64_t kReleaseOnly = uint64_t{1} << 63;  // 2: the hello reply tells the producer's pid and probe
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -464,6 +467,20 @@ void UcxAgent::Impl::wake_up() const {
   [[maybe_unused]] ssize_t w = ::write(wake_fd, &one, sizeof one);
 }
 
+void UcxAgent::release_lease(const std::string& host, uint16_t port, const std::string& engine_id,
+                             uint64_t lease_id) {
+  // A pull of no blocks: the connection and handshake as for any pull, then
+  // straight to the lease's release. Its id is outside the callers' range.
+  PullSpec spec;
+  spec.id = kReleaseOnly | lease_id;
+  spec.host = host;
+  spec.port = port;
+  spec.engine_id = engine_id;
+  spec.lease_id = lease_id;
+  spec.timeout_s = 10.0;
+  start_pull(std::move(spec));
+}
+
 void UcxAgent::start_pull(PullSpec spec) {
   {
     std::lock_guard lock(impl_->mu);
@@ -828,6 +845,11 @@ void UcxAgent::Impl::finish(uint64_t pull_id, bool ok, const std::string& error)
   std::unique_ptr<Pull> p = std::move(it->second);
   pulls.erase(it);
   std::erase(p->peer->waiting, pull_id);
+  if (pull_id & kReleaseOnly) {
+    std::lock_guard lock(mu);
+    if (ok) ++stats.leases_released_unused;
+    return;
+  }
   PullResult res{pull_id, ok, error, ok ? p->bytes : 0, now_s() - p->started};
   std::function<void()> notify;
   {

@@ -69,6 +69,7 @@ struct PullResult {
 struct AgentStats {
   int64_t handshakes = 0, refusals = 0;  // as a consumer: handshakes done, peers refused
   int64_t shared_memory_handshakes = 0;   // of those done, the ones whose reads go over shared memory
+  int64_t leases_released_unused = 0;     // leases given back without a pull (release_lease), confirmed
   int64_t pulls_ok = 0, pulls_failed = 0, pulls_timed_out = 0;
   int64_t blocks_received = 0, bytes_received = 0;
   double pull_seconds = 0.0;  // summed over successful pulls
@@ -86,6 +87,11 @@ class UcxAgent {
   uint16_t port() const { return port_; }
   // Any thread: starts moving blocks; the result comes from take_finished.
   void start_pull(PullSpec spec);
+  // Any thread: ends a lease this instance will not pull (its own pool held
+  // the prefix, or the request ended first), so that the producer frees the
+  // blocks now rather than when the lease expires. Reported to no one; a
+  // failure only leaves the lease to expire.
+  void release_lease(const std::string& host, uint16_t port, const std::string& engine_id, uint64_t lease_id);
   // Any thread: pulls finished since the last call.
   std::vector<PullResult> take_finished();
   // Called on the progress thread after a pull finishes (wakes a waiting loop).

@@ -154,6 +154,9 @@ def test_router_answers_as_one_instance(deployment):
     unused = decode.metric("inferd:kv_transfer_unused_prompts_total")
     blocks = decode.metric("inferd:kv_transfer_received_blocks_total")
     produced = prefill.metric("inferd:kv_transfer_produced_prompts_total")
+    released = prefill.metric("inferd:kv_transfer_leases_released_total")
+    expired = prefill.metric("inferd:kv_transfer_leases_expired_total")
+    given_back = decode.metric("inferd:kv_transfer_unused_leases_released_total")
     assert run_all(router.base_url, range(32)) == reference
     # Every request went through prefill (with transfer parameters back) and then decode,
     # which pulled the prompt's blocks (or found them in its own cache: a prompt seen before).
@@ -167,8 +170,13 @@ def test_router_answers_as_one_instance(deployment):
     if "UCX_TLS" not in os.environ:
         assert decode.metric("inferd:kv_transfer_shared_memory_handshakes_total") >= 1
     # The producer held each prompt's blocks until its consumer released them (unused ones expire).
-    assert prefill.metric("inferd:kv_transfer_leases_released_total") >= pulled
-    assert wait_metric(prefill, "inferd:kv_transfer_leases", lambda v: v <= 32 - pulled) <= 32 - pulled
+    # The producer held each prompt's blocks until its consumer released them: after the reads, or (unused: the
+    # decode pool held the prefix) when the request ended. None is left to expire.
+    unused_now = decode.metric("inferd:kv_transfer_unused_prompts_total") - unused
+    assert wait_metric(prefill, "inferd:kv_transfer_leases", lambda v: v == 0) == 0
+    assert prefill.metric("inferd:kv_transfer_leases_released_total") - released == 32
+    assert prefill.metric("inferd:kv_transfer_leases_expired_total") == expired
+    assert decode.metric("inferd:kv_transfer_unused_leases_released_total") - given_back == unused_now
     assert router.metric("inferd_router:prefill_fallbacks_total") == 0
     assert router.metric("inferd_router:requests_total", role="prefill") >= 32
     assert router.metric("inferd_router:requests_in_flight") == 0

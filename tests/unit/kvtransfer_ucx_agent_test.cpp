@@ -90,7 +90,9 @@ int loopback_socket(bool listening, uint16_t* port) {
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  if (listening) EXPECT_EQ(listen(fd, 4), 0);
+  if (listening) {
+    EXPECT_EQ(listen(fd, 4), 0);
+  }
   socklen_t len = sizeof sa;
   getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
   *port = ntohs(sa.sin_port);
@@ -178,6 +180,29 @@ TEST_P(UcxAgentTest, BlocksArriveByteIdenticalAndTheLeaseEnds) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(cons_pool.block(2), prod_pool.block(20));
   EXPECT_EQ(cons->stats().handshakes, 1);
+}
+
+TEST_P(UcxAgentTest, AnUnusedLeaseIsGivenBackWithoutAResult) {
+  Pool prod_pool(8, 1), cons_pool(8, 2);
+  LeaseTable leases;
+  leases.add(5, now_s() + 60);
+  auto prod = producer(prod_pool, leases);
+  auto cons = consumer(cons_pool);
+  const Pool before = cons_pool;
+  cons->release_lease("127.0.0.1", prod->port(), "prefill-0", 5);
+  const double until = now_s() + 10.0;
+  while (cons->stats().leases_released_unused == 0 && now_s() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(cons->stats().leases_released_unused, 1);
+  EXPECT_EQ(leases.stats().held, 0);
+  EXPECT_EQ(leases.stats().released, 1);
+  EXPECT_TRUE(cons->take_finished().empty());  // not a pull: nobody waits for it
+  EXPECT_EQ(cons->stats().pulls_ok, 0);
+  for (int64_t b = 0; b < 8; ++b) EXPECT_EQ(cons_pool.block(b), before.block(b)) << b;
+  // A pull after it on the same connection still works.
+  leases.add(6, now_s() + 60);
+  ASSERT_TRUE(pull(*cons, prod->port(), "prefill-0", 6, {{3, 4}}).ok);
+  EXPECT_EQ(cons_pool.block(4), prod_pool.block(3));
 }
 
 TEST_P(UcxAgentTest, AMismatchedPeerIsRefusedByName) {
@@ -313,8 +338,9 @@ TEST_P(UcxAgentTest, AProducerProcessKilledMidPullNeverHangsTheConsumer) {
   r = wait_for(*cons);
   EXPECT_EQ(r.id, 1000u);
   EXPECT_LT(now_s() - t0, 5.5);
-  if (r.ok)  // it may have finished before the kill landed
+  if (r.ok) {  // it may have finished before the kill landed
     for (int32_t b : {1, 500, 1023}) EXPECT_EQ(cons_pool.block(b), prod_pool.block(b)) << b;
+  }
   // A pull after the death fails at once, and the consumer is still usable.
   const double t1 = now_s();
   EXPECT_FALSE(pull(*cons, port, "prefill-0", 3, {{3, 3}}, 3.0).ok);
