@@ -4,9 +4,9 @@
 tokens, ignore_eos, temperature 1, top_k 0, top_p 1, request i seeded seed + i).
 
 Both time only the generation (from adding the requests to the last output),
-not loading. Each round draws fresh prompts (seed + round) for both sides: the
-LLM object lives across rounds, and the same prompts again would be served
-from its prefix cache, while each binary run starts empty. Runs alternate (binary, Python, binary, ...) so that a machine
+not loading. Each round draws fresh prompts (seed + round) and makes a fresh
+LLM, as each binary run is a fresh process: no prefix cache carries over, and
+both sides touch their KV pool's pages for the first time while timed. Runs alternate (binary, Python, binary, ...) so that a machine
 whose speed drifts affects both alike; prints each run and the ratio of the
 medians. Not a test: run it on a quiet machine.
 
@@ -68,17 +68,20 @@ def main() -> None:
 
     from inferd import LLM
 
-    llm = LLM(model=args.model, threads=args.threads or None)
-    session = llm._session  # the engine's vocabulary, to draw ordinary tokens as the binary does
-    ordinary = [t for t in range(session.n_vocab) if not session.is_control(t)]
-
     native, python = [], []
     for r in range(args.rounds):
+        # A fresh LLM each round, as each binary run is a fresh process: its KV
+        # pool's pages are touched for the first time inside the timed part on
+        # both sides, and no prefix cache carries over.
+        llm = LLM(model=args.model, threads=args.threads or None)
+        session = llm._session  # the engine's vocabulary, to draw ordinary tokens as the binary does
+        ordinary = [t for t in range(session.n_vocab) if not session.is_control(t)]
         seed = args.seed + 1000 * r
         rng = random.Random(seed)
         prompts = [[rng.choice(ordinary) for _ in range(args.input_len)] for _ in range(args.num_prompts)]
         native.append(binary_run(args, seed))
         python.append(python_run(llm, prompts, args, seed))
+        del llm, session
         print(f"round {r + 1}: inferd bench throughput {native[-1]:.1f} output tok/s, "
               f"LLM.generate {python[-1]:.1f} output tok/s", flush=True)
     ratio = statistics.median(python) / statistics.median(native)

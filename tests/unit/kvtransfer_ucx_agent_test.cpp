@@ -1,6 +1,7 @@
 // The KV transfer's transport with no model: a producer and a consumer agent
-// in one process, over loopback (UCX's TCP, and shared memory), on pools laid
-// out as the engine's (keys and values, a slab per layer).
+// in one process (and one test with the producer in another), over loopback
+// (UCX's TCP, and cross-memory attach), on pools laid out as the engine's
+// (keys and values, a slab per layer).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -167,8 +168,8 @@ TEST_P(UcxAgentTest, BlocksArriveByteIdenticalAndTheLeaseEnds) {
   EXPECT_EQ(leases.take_ended(now_s()), std::vector<uint64_t>{7});
   const AgentStats s = cons->stats();
   EXPECT_EQ(s.handshakes, 1);
-  // With shared memory allowed, the reads go over it (CMA); over TCP alone
-  // the endpoint keeps peer-failure handling.
+  // With CMA allowed (UCX_TLS), the reads on one host are process_vm_readv
+  // calls; with UCX_TLS=tcp they stay on UCX's TCP.
   EXPECT_EQ(s.shared_memory_handshakes, std::string(GetParam()) == "tcp" ? 0 : 1);
   EXPECT_EQ(s.pulls_ok, 1);
   EXPECT_EQ(s.blocks_received, static_cast<int64_t>(blocks.size()));
