@@ -36,6 +36,7 @@ struct ServeFlags {
   std::string chat_template;
   EngineFlags engine;
   int threads = default_threads();
+  std::string ggml_flavour = "native";
   int io_threads = 1;
   int64_t max_queued_requests = 4096;
   int64_t max_n = 16;
@@ -66,7 +67,8 @@ struct Loaded {
 
 bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
           const std::optional<server::KVTransferConfig>& kv_transfer) {
-  out.model = load_model_or_report(f.model, false, f.threads);
+  out.model = load_model_or_report(f.model, false, f.threads,
+                                   kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()));
   if (!out.model) return false;
   if (!out.model->can_generate()) {
     spdlog::error("{}", unsupported_architecture_message(out.model->config().architecture));
@@ -233,6 +235,11 @@ void register_serve(CLI::App& app, int& exit_code) {
                 "by default it is plain text, so a message cannot forge the template's turns");
   flags->engine.add_to(*sub);
   sub->add_option("-t,--threads", flags->threads, "Compute threads")->capture_default_str()->check(CLI::Range(1, 1024));
+  sub->add_option("--ggml-flavour", flags->ggml_flavour,
+                  "Follow the arithmetic of llama.cpp's AVX-512 or AVX2 CPU build, on any CPU (native: the build "
+                  "llama.cpp makes on this one): outputs then match across machines bit for bit")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"native", "avx512", "avx2"}));
   sub->add_option("--io-threads", flags->io_threads, "HTTP I/O threads")->capture_default_str();
   sub->add_option("--max-queued-requests", flags->max_queued_requests,
                   "Waiting requests at most; beyond it requests get 503")

@@ -79,10 +79,12 @@ sigset_t prepare_server_process() {
   return signals;
 }
 
-std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads) {
+std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads,
+                                            kernels::GgmlFlavour flavour) {
   const bool tty = isatty(STDERR_FILENO) && !quiet;
   LoadOptions options;
   options.n_threads = n_threads;
+  options.ggml_flavour = flavour;
   int last_percent = -1;
   options.progress = [&](double fraction) {
     if (!tty) return;

@@ -13,6 +13,7 @@
 #include "engine/engine.h"
 #include "engine/engine_args.h"
 #include "engine/speculative_json.h"
+#include "kernels/cpu/flavour.h"
 #include "model/model.h"
 #include "sampling/sampler.h"
 
@@ -26,7 +27,9 @@ std::string default_model_path();
 // Loads a model, drawing a progress bar on stderr when it is a terminal.
 // Prints the error and returns nullptr on failure.
 // n_threads: the forward pass's threads (0: one per hardware thread).
-std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads = 0);
+// flavour: which llama.cpp CPU build's arithmetic to follow (kernels/cpu/flavour.h).
+std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads = 0,
+                                            kernels::GgmlFlavour flavour = kernels::native_ggml_flavour());
 
 struct SamplingFlags {
   float temperature = 0.8f;

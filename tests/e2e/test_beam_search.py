@@ -1,7 +1,8 @@
 """Beam search over HTTP with the official openai client (vLLM's extra parameters
 use_beam_search, length_penalty, early_stopping; n beams returned as the choices, best
 first): the beams of tests/data/beam_search/smollm2-135m.json, which a Python beam search
-made over llama.cpp's logits (tools/reference/beam_search_reference.py); the chat endpoint
+made over llama.cpp's logits (tools/reference/beam_search_reference.py), from a server that
+follows that llama.cpp build's arithmetic (--ggml-flavour); the chat endpoint
 answers as the completions endpoint on the same prompt; a client that goes away frees every
 beam's blocks; and what beam search cannot do gets a 400 naming the field."""
 import json
@@ -13,7 +14,7 @@ import pytest
 import requests
 from openai import OpenAI
 
-from conftest import MODEL_NAME, port_of
+from conftest import MODEL_NAME, port_of, start, stop
 
 DATA = json.loads((pathlib.Path(__file__).resolve().parents[1] / "data" / "beam_search" / "smollm2-135m.json")
                   .read_text())
@@ -23,16 +24,17 @@ def client(srv) -> OpenAI:
     return OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0)
 
 
-def native_flavour() -> str:
-    flags = pathlib.Path("/proc/cpuinfo").read_text()
-    return "avx512" if " avx512f" in flags else "avx2"
+# The reference data follows the arithmetic of the GGML build that made it (its ggml_flavour); a
+# server started with --ggml-flavour of the same build computes the same logits on any CPU, so
+# every case must match, near-ties included.
+CASES = DATA["cases"]
 
 
-# The server computes with this CPU's GGML arithmetic; the reference data with its maker's. With
-# the same, every case must match; with the other (logits that differ in the last bits), only
-# the cases where no candidate came within 0.02 of the last one kept.
-CASES = [c for c in DATA["cases"]
-         if native_flavour() == DATA["ggml_flavour"] or (c["min_gap"] or 1.0) >= 0.02]
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = start(tmp_path_factory.mktemp("beam_server"), ["--ggml-flavour", DATA["ggml_flavour"]])
+    yield srv
+    assert stop(srv) == 0, srv.log()[-4000:]
 
 
 def beam_body(case) -> dict:
