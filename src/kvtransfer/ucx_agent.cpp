@@ -42,7 +42,7 @@ enum MsgId : unsigned {
 constexpr uint32_t kProtocolVersion = 2;  // 2: the hello reply tells the producer's pid and probe
 // Pull ids with this bit are release_lease's: counted apart and never
 // reported through take_finished.
-constexpr uint64_t kReleaseOnly = uint64_t{1} << 63;  // 2: the hello reply tells the producer's pid and probe
+constexpr uint64_t kReleaseOnly = uint64_t{1} << 63;
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -66,7 +66,7 @@ bool is_local_address(const sockaddr* addr) {
   return local;
 }
 
-// UCX's own report of a context or an endpoint (ucp_*_print_info), as text.
+// UCX's own report of something (ucp_context_print_info and the like), as text.
 template <typename Print>
 std::string ucx_report(Print print) {
   char* buf = nullptr;
@@ -406,11 +406,11 @@ void UcxAgent::Impl::run() {
   // Event-driven: after progressing everything, the thread arms the worker
   // and sleeps in poll() on UCX's event fd and the wake fd (a new pull, the
   // destructor), or until the nearest pull deadline. It spins only while
-  // reads over UCX are in flight and briefly after work, so on a decode instance that shares its
-  // cores it costs the decode nothing while it waits for a producer's reply
-  // or a producer's next consumer. (The one-host reads are
-  // process_vm_readv calls, not UCX's shared-memory transports, which would
-  // have no event fd.)
+  // reads over UCX are in flight and briefly after work, so on a decode
+  // instance that shares its cores it costs the decode nothing while it
+  // waits for a producer's reply or a producer for its next consumer. (The
+  // one-host reads are process_vm_readv calls, not UCX's shared-memory
+  // transports, which would have no event fd.)
   double last_work = 0.0;
   while (!stop) {
     std::deque<PullSpec> take;
