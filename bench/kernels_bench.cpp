@@ -2,6 +2,10 @@
 // reported as GB/s of weights streamed) and prefill-shaped GEMM (many tokens,
 // reported as GFLOP/s), at every SIMD level this CPU runs.
 //
+// The "packed" cases time the row-interleaved kernels the model runs for
+// Q4_0/Q4_1/Q5_0/Q8_0 (weights packed once, activations quantized once, one
+// thread over every group), as GFLOP/s.
+//
 //   kernels_bench [threads] [seconds_per_case] [name filter]
 #include <time.h>
 
@@ -15,6 +19,7 @@
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
 #include "kernels/cpu/quants.h"
 
 using namespace inferd;
@@ -85,6 +90,12 @@ int main(int argc, char** argv) {
       {"prefill attn_out  Q4_K", DType::Q4_K, 640, 1024, 64},
       {"prefill ffn_down  Q6_K", DType::Q6_K, 640, 2048, 64},
       {"prefill output    Q8_0", DType::Q8_0, 8192, 576, 64},
+      {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 64},
+      {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 16},
+      {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 1},
+      {"packed qwen attn_v Q8_0", DType::Q8_0, 896, 896, 64},
+      {"packed qwen attn_v Q8_0", DType::Q8_0, 896, 896, 1},
+      {"packed smol ffn_up Q4_1", DType::Q4_1, 1536, 576, 64},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -102,6 +113,14 @@ int main(int argc, char** argv) {
     std::vector<float> y(static_cast<size_t>(c.rows * c.n_tokens));
     std::printf("%s %6lldx%-5lld tokens=%-3lld", c.name, static_cast<long long>(c.rows),
                 static_cast<long long>(c.cols), static_cast<long long>(c.n_tokens));
+    const bool packed = std::strncmp(c.name, "packed", 6) == 0;
+    PackedMatrix pw;
+    PackedActivations pa;
+    if (packed) {
+      pw = PackedMatrix::pack(c.type, w.data(), c.rows, c.cols);
+      pa.resize(c.n_tokens, c.cols);
+      quantize_packed_rows(x.data(), 0, c.n_tokens, pa);
+    }
     for (int l = 0; l <= static_cast<int>(best_simd_level()); ++l) {
       const KernelTable table = build_kernel_table(static_cast<SimdLevel>(l));
       Workspace ws;
@@ -109,12 +128,16 @@ int main(int argc, char** argv) {
       const double t0 = clock_s();
       double t = t0;
       while (t - t0 < seconds || iters < 3) {
-        matmul_with(table, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data(), pool, ws);
+        if (packed) {
+          packed_matmul_groups_with(table, pw, pa, 0, pw.groups(), y.data(), c.rows);
+        } else {
+          matmul_with(table, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data(), pool, ws);
+        }
         ++iters;
         t = clock_s();
       }
       const double per = (t - t0) / iters;
-      if (c.n_tokens == 1) {
+      if (c.n_tokens == 1 && !packed) {
         std::printf("  %s %7.1f us %6.1f GB/s", table.level, per * 1e6, w.size() / per / 1e9);
       } else {
         std::printf("  %s %7.1f us %6.1f GFLOP/s", table.level, per * 1e6,

@@ -471,6 +471,154 @@ void packed_q5_0_tile(const uint8_t* group, int64_t cols, const uint8_t* act, si
   }
 }
 
+#if INFERD_X86_AVX512
+
+// The same vec_dot lane order as packed_lanes_half, on all 16 rows of a group
+// at once: lane j's sixteen rows are one zmm, a dpbusd (the lane's bias as its
+// accumulator, the token's four quants broadcast from memory) gives each row's
+// exact isum_j, and one FMA per lane and token applies the scales. A source
+// gives a block's u for lanes j and j + 4 of all 16 rows (64 bytes each, row r
+// at 4r); per block the unpacking is shared by the NT tokens of a pass.
+struct Lanes512Q4_0 {
+  static constexpr size_t kBlockBytes = kPackedQ4_0BlockBytes;
+  static constexpr int kBiasShift = 3;
+  static constexpr bool kStreamed = true;
+  static void lanes(const uint8_t* p, int j, __m512i u[2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i v = _mm512_loadu_si512(p + 32 + 64 * j);
+    u[0] = _mm512_and_si512(v, m4);
+    u[1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+  }
+};
+struct Lanes512Q5_0 {
+  static constexpr size_t kBlockBytes = kPackedQ5_0BlockBytes;
+  static constexpr int kBiasShift = 4;
+  static constexpr bool kStreamed = true;
+  static void lanes(const uint8_t* p, int j, __m512i u[2]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const __m512i v = _mm512_loadu_si512(p + 96 + 64 * j);
+    const __m512i qh = _mm512_loadu_si512(p + 32);
+    u[0] = _mm512_or_si512(_mm512_and_si512(v, m4),
+                           _mm512_and_si512(_mm512_sllv_epi32(qh, _mm512_set1_epi32(4 - j)), m10));
+    u[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4),
+                           _mm512_and_si512(_mm512_srlv_epi32(qh, _mm512_set1_epi32(j)), m10));
+  }
+};
+// Q8_0 read unsigned, as u = q + 128.
+struct Lanes512Q8_0 {
+  static constexpr size_t kBlockBytes = kPackedQ8_0BlockBytes;
+  static constexpr int kBiasShift = 7;
+  static constexpr bool kStreamed = true;
+  static void lanes(const uint8_t* p, int j, __m512i u[2]) {
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    u[0] = _mm512_xor_si512(_mm512_loadu_si512(p + 32 + 64 * j), flip);
+    u[1] = _mm512_xor_si512(_mm512_loadu_si512(p + 32 + 64 * (j + 4)), flip);
+  }
+};
+// A group's blocks with their u bytes written out once per call (expand512):
+// the 16 rows' d at 0, lane j's u at 64 + 64j. For Q5_0, whose unpacking costs
+// more than a token's products, so that each further pass only loads.
+struct Lanes512Expanded {
+  static constexpr size_t kBlockBytes = 64 + 512;
+  static constexpr bool kStreamed = false;  // just written: in L1 or L2
+  static void lanes(const uint8_t* p, int j, __m512i u[2]) {
+    u[0] = _mm512_load_si512(p + 64 + 64 * j);
+    u[1] = _mm512_load_si512(p + 64 + 64 * (j + 4));
+  }
+};
+
+// NT tokens (token t's activations at act + t * as, lane biases at bias + t *
+// bias_stride) against a group's nb blocks from Src.
+template <class Src, int NT>
+void lanes512_pass(const uint8_t* group, int64_t nb, const uint8_t* act, size_t as, const int32_t* bias,
+                   int64_t bias_stride, float* out, size_t os) {
+  PackedAct y[NT];
+  __m512 acc[NT][8];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, nb * 32);
+    for (int j = 0; j < 8; ++j) acc[t][j] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * Src::kBlockBytes;
+    if constexpr (Src::kStreamed) prefetch_ahead<Src::kBlockBytes>(p);
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    __m512 scale[NT];
+    for (int t = 0; t < NT; ++t) scale[t] = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
+    for (int j = 0; j < 4; ++j) {
+      __m512i u[2];
+      Src::lanes(p, j, u);
+      for (int k = 0; k < 2; ++k) {
+        const int lane = j + 4 * k;
+        for (int t = 0; t < NT; ++t) {
+          const __m512i isum = _mm512_dpbusd_epi32(_mm512_set1_epi32(bias[t * bias_stride + 8 * b + lane]), u[k],
+                                                   _mm512_set1_epi32(load_i32(y[t].qs + 32 * b + 4 * lane)));
+          acc[t][lane] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale[t], acc[t][lane]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {  // hsum_float_8's order, per row
+    const __m512* a = acc[t];
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                     _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+    _mm512_storeu_ps(out + t * os, sum);
+  }
+}
+
+template <class Src>
+void lanes512_passes(const uint8_t* group, int64_t nb, const uint8_t* act, size_t as, int nt, const int32_t* bias,
+                     float* out, size_t os) {
+  for (int t = 0; t < nt; t += 2) {
+    if (nt - t == 1) {
+      lanes512_pass<Src, 1>(group, nb, act + t * as, as, bias + 8 * nb * t, 8 * nb, out + t * os, os);
+    } else {
+      lanes512_pass<Src, 2>(group, nb, act + t * as, as, bias + 8 * nb * t, 8 * nb, out + t * os, os);
+    }
+  }
+}
+
+// PackedTileFn: straight from the packed blocks.
+template <class Src>
+void packed_lanes512_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
+                          size_t os) {
+  const int32_t* bias = packed_lane_biases<Src::kBiasShift>(act, as, nt, cols);
+  lanes512_passes<Src>(group, cols / 32, act, as, nt, bias, out, os);
+}
+
+// PackedTileFn for Q5_0: one or two tokens straight from the packed blocks,
+// more from the group's blocks expanded once.
+void packed_q5_0_tile512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
+                         size_t os) {
+  if (nt <= 2) {
+    packed_lanes512_tile<Lanes512Q5_0>(group, cols, act, as, nt, out, os);
+    return;
+  }
+  const int64_t nb = cols / 32;
+  const int32_t* bias = packed_lane_biases<Lanes512Q5_0::kBiasShift>(act, as, nt, cols);
+  struct alignas(64) Vec512 {
+    uint8_t bytes[64];
+  };
+  thread_local std::vector<Vec512> expanded;
+  constexpr size_t kVecs = Lanes512Expanded::kBlockBytes / 64;
+  if (expanded.size() < kVecs * nb) expanded.resize(kVecs * nb);
+  uint8_t* e = reinterpret_cast<uint8_t*>(expanded.data());
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * Lanes512Q5_0::kBlockBytes;
+    uint8_t* eb = e + b * Lanes512Expanded::kBlockBytes;
+    prefetch_ahead<Lanes512Q5_0::kBlockBytes>(p);
+    std::memcpy(eb, p, 32);
+    for (int j = 0; j < 4; ++j) {
+      __m512i u[2];
+      Lanes512Q5_0::lanes(p, j, u);
+      _mm512_store_si512(eb + 64 + 64 * j, u[0]);
+      _mm512_store_si512(eb + 64 + 64 * (j + 4), u[1]);
+    }
+  }
+  lanes512_passes<Lanes512Expanded>(e, nb, act, as, nt, bias, out, os);
+}
+
+#endif
+
 template <DType kType>
 void set_packed(KernelTable& table) {
   TypeKernels& k = table.type[static_cast<uint32_t>(kType)];
@@ -490,4 +638,12 @@ void fill_x86_packed(KernelTable& table) {
   TypeKernels& q5 = table.type[static_cast<uint32_t>(DType::Q5_0)];
   q5.packed_tile = packed_q5_0_tile;
   q5.packed_tokens = kMaxPackedTokens;
+#if INFERD_X86_AVX512
+  // GGML's lane order on 16 rows per register (the AVX2 kernels above: 8).
+  q4.packed_lanes_tile = packed_lanes512_tile<Lanes512Q4_0>;
+  q5.packed_tile = packed_q5_0_tile512;
+  TypeKernels& q8 = table.type[static_cast<uint32_t>(DType::Q8_0)];
+  q8.packed_tile = packed_lanes512_tile<Lanes512Q8_0>;
+  q8.packed_tokens = kMaxPackedTokens;
+#endif
 }
