@@ -90,6 +90,7 @@ int main(int argc, char** argv) {
       {"prefill attn_out  Q4_K", DType::Q4_K, 640, 1024, 64},
       {"prefill ffn_down  Q6_K", DType::Q6_K, 640, 2048, 64},
       {"prefill output    Q8_0", DType::Q8_0, 8192, 576, 64},
+      {"qwen15 ffn_up      Q4_K", DType::Q4_K, 8960, 1536, 64},
       {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 64},
       {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 16},
       {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 1},

@@ -921,10 +921,171 @@ void q4k_groups_tokens(const uint8_t* groups, int64_t n_groups, int64_t cols, co
   }
 }
 
+#if INFERD_X86_AVX512
+
+// The gemm order with VNNI, two groups side by side (16 rows, lane r: row r of
+// the pair) per zmm: a dpbusd adds four products into each row's int32, so a
+// sub-block's eight steps leave its plain sum, which one mullo scales (the
+// AVX2 kernel needs maddubs, an int16 add and, per sub-block, a madd). The
+// integers are the same (exact), and so are the float steps, per lane.
+struct Q4KPairScales {
+  __m512i sc[8];  // sub-block j: row r's scale as an int32
+  __m512i mn[4];  // as Q4KGroupScales::mn
+  __m512 d, dmin;
+};
+
+inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+inline void q4k_unpack_pair_block(const uint8_t* gb0, const uint8_t* gb1, __m512i* w, Q4KPairScales& s) {
+  Q4KGroupScales a, b;
+  q4k_group_scales(gb0, a);
+  q4k_group_scales(gb1, b);
+  const __m512i low16 = _mm512_set1_epi32(0xffff);  // (s, s) int16 pair -> s
+  for (int j = 0; j < 8; ++j) s.sc[j] = _mm512_and_si512(join256(a.sc[j], b.sc[j]), low16);
+  for (int k = 0; k < 4; ++k) s.mn[k] = join256(a.mn[k], b.mn[k]);
+  s.d = _mm512_insertf32x8(_mm512_castps256_ps512(a.d), b.d, 1);
+  s.dmin = _mm512_insertf32x8(_mm512_castps256_ps512(a.dmin), b.dmin, 1);
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const uint8_t* q0 = gb0 + kQ4KGroupQsOffset;
+  const uint8_t* q1 = gb1 + kQ4KGroupQsOffset;
+  for (int c = 0; c < 4; ++c) {
+    for (int st = 0; st < 8; ++st) {
+      const size_t off = 32 * static_cast<size_t>(8 * c + st);
+      const __m512i v = join256(load256(q0 + off), load256(q1 + off));
+      w[8 * (2 * c) + st] = _mm512_and_si512(v, m4);
+      w[8 * (2 * c + 1) + st] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+    }
+  }
+}
+
+// NG group pairs' super-block i (w[g]: vector 8j + s is sub-block j, step s)
+// against NT tokens; am[2 * (g * NT + t)] and the one after are (group pair,
+// token)'s a and m lanes.
+template <int NG, int NT>
+inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* s, const BlockQ8_K* const* y,
+                           __m512* am) {
+  __m512i pairs[NT][4];
+  __m512 dy[NT];
+  for (int t = 0; t < NT; ++t) {
+    Q8KTokenBlock tb;
+    q8k_token_block(*y[t], tb);
+    for (int k = 0; k < 4; ++k) pairs[t][k] = _mm512_broadcast_i64x4(tb.pairs[k]);
+    dy[t] = _mm512_set1_ps(y[t]->d);
+  }
+  for (int k = 0; k < 4; ++k) {  // sub-blocks 2k and 2k+1, their steps interleaved
+    __m512i acc[2][NG][NT];
+    for (int h = 0; h < 2; ++h) {
+      for (int g = 0; g < NG; ++g) {
+        for (int t = 0; t < NT; ++t) acc[h][g][t] = _mm512_setzero_si512();
+      }
+    }
+    for (int st = 0; st < 8; ++st) {
+      for (int h = 0; h < 2; ++h) {
+        const int j = 2 * k + h;
+        __m512i yb[NT];
+        for (int t = 0; t < NT; ++t) {
+          int32_t v;
+          std::memcpy(&v, y[t]->qs + 32 * j + 4 * st, 4);
+          yb[t] = _mm512_set1_epi32(v);
+        }
+        for (int g = 0; g < NG; ++g) {
+          const __m512i wv = _mm512_load_si512(w[g] + 8 * j + st);
+          for (int t = 0; t < NT; ++t) acc[h][g][t] = _mm512_dpbusd_epi32(acc[h][g][t], wv, yb[t]);
+        }
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      for (int t = 0; t < NT; ++t) {
+        const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(acc[0][g][t], s[g]->sc[2 * k]),
+                                           _mm512_mullo_epi32(acc[1][g][t], s[g]->sc[2 * k + 1]));
+        const __m512i msum = _mm512_madd_epi16(s[g]->mn[k], pairs[t][k]);
+        __m512* a = am + 2 * (g * NT + t);
+        a[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(s[g]->d, dy[t]), a[0]);
+        a[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(s[g]->dmin, dy[t]), a[1]);
+      }
+    }
+  }
+}
+
+constexpr int kQ4KPairBlockPairs = 2;   // group pairs per block
+constexpr int kQ4KPairBlockTokens = 2;  // tokens per block
+
+template <int NG>
+inline void q4k_pair_block_dispatch(int nt, const __m512i* const* w, const Q4KPairScales* const* s,
+                                    const BlockQ8_K* const* y, __m512* am) {
+  static_assert(kQ4KPairBlockTokens == 2);
+  if (nt == 2) {
+    q4k_pair_block<NG, 2>(w, s, y, am);
+  } else {
+    q4k_pair_block<NG, 1>(w, s, y, am);
+  }
+}
+
+// The gemm order of n_groups (even) groups, laid out as q4k_groups_tokens does.
+void q4k_group_pairs_gemm(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act,
+                          size_t act_stride, int64_t nt, float* out, size_t out_stride) {
+  constexpr int G = kQ4KPairBlockPairs;
+  const int64_t nb = cols / kQK_K, n_pairs = n_groups / 2;
+  const size_t gbytes = static_cast<size_t>(nb) * kQ4KGroupBlockBytes;
+  const int64_t tile = std::clamp<int64_t>(static_cast<int64_t>(kQ4KTileActBytes / act_stride), 2, kQ4KMaxTileTokens);
+  struct alignas(64) Unpacked {
+    __m512i w[G][64];
+    Q4KPairScales sc[G];
+  };
+  thread_local Unpacked u;
+  const __m512i* wp[G];
+  const Q4KPairScales* sp[G];
+  for (int g = 0; g < G; ++g) wp[g] = u.w[g], sp[g] = &u.sc[g];
+  // [token block][pair][token of block][a, m], as q4k_groups_tokens.
+  alignas(64) __m512 am[2 * G * kQ4KMaxTileTokens];
+  for (int64_t t0 = 0; t0 < nt; t0 += tile) {
+    const int64_t tn = std::min(tile, nt - t0);
+    for (int64_t pr = 0; pr < n_pairs; pr += G) {
+      const int ng = static_cast<int>(std::min<int64_t>(G, n_pairs - pr));
+      for (int64_t k = 0; k < 2 * G * tn; ++k) am[k] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        for (int gi = 0; gi < ng; ++gi) {
+          const uint8_t* g0 = groups + 2 * (pr + gi) * gbytes + i * kQ4KGroupBlockBytes;
+          q4k_unpack_pair_block(g0, g0 + gbytes, u.w[gi], u.sc[gi]);
+        }
+        for (int64_t t = 0; t < tn; t += kQ4KPairBlockTokens) {
+          const int nb_t = static_cast<int>(std::min<int64_t>(kQ4KPairBlockTokens, tn - t));
+          const BlockQ8_K* y[kQ4KPairBlockTokens];
+          for (int k = 0; k < nb_t; ++k) y[k] = &yrow<BlockQ8_K>(act, act_stride, static_cast<int>(t0 + t + k))[i];
+          __m512* blk = am + 2 * G * t;
+          if (ng == 2) {
+            q4k_pair_block_dispatch<2>(nb_t, wp, sp, y, blk);
+          } else {
+            q4k_pair_block_dispatch<1>(nb_t, wp, sp, y, blk);
+          }
+        }
+      }
+      for (int64_t t = 0; t < tn; ++t) {
+        const int64_t b0 = t / kQ4KPairBlockTokens * kQ4KPairBlockTokens, tt = t - b0;
+        const int64_t ntb = std::min<int64_t>(kQ4KPairBlockTokens, tn - b0);
+        for (int gi = 0; gi < ng; ++gi) {
+          const __m512* v = am + 2 * G * b0 + 2 * (gi * ntb + tt);
+          _mm512_storeu_ps(out + (t0 + t) * out_stride + 16 * (pr + gi), _mm512_sub_ps(v[0], v[1]));
+        }
+      }
+    }
+  }
+}
+
+#endif
+
 void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act, size_t act_stride,
                     int64_t nt, bool gemm, float* out, size_t out_stride) {
   if (gemm) {
+#if INFERD_X86_AVX512
+    const int64_t even = n_groups / 2 * 2;
+    q4k_group_pairs_gemm(groups, even, cols, act, act_stride, nt, out, out_stride);
+    if (even == n_groups) return;
+    const size_t gbytes = static_cast<size_t>(cols / kQK_K) * kQ4KGroupBlockBytes;
+    q4k_groups_tokens<true>(groups + even * gbytes, 1, cols, act, act_stride, nt, out + 8 * even, out_stride);
+#else
     q4k_groups_tokens<true>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
+#endif
     return;
   }
   switch (nt) {
