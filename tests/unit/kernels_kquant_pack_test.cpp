@@ -152,7 +152,7 @@ TEST(KernelsRepackedQ4K, IntegerExtremes) {
 TEST(KernelsGgmlOrderTiles, MatchScalarAtEveryShape) {
   std::mt19937 rng(4);
   const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
-  const int max_rows = 25, max_tokens = 70;
+  const int max_rows = 41, max_tokens = 70;
   for (DType t : {DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
     for (const int64_t n : {int64_t{512}, int64_t{1280}}) {
       for (bool extreme : {false, true}) {
@@ -201,7 +201,7 @@ TEST(KernelsGgmlOrderTiles, MatchScalarAtEveryShape) {
             // The vec_dot order: the scalar table has no tile for it, its
             // vec_dot per pair.
             if (o.got == nullptr || (!vec_dot && o.want == nullptr)) continue;
-            for (int nr : {1, 7, 8, 9, 16, 17, 25}) {
+            for (int nr : {1, 7, 8, 9, 16, 17, 25, 32, 41}) {  // AVX-512: 16-row pairs, two per pass
               for (int nt : {1, 2, 3, 5, 8, 9, 33, 64, 70}) {
                 for (bool rows_inner : {true, false}) {
                   const size_t ors = rows_inner ? 1 : max_tokens, ots = rows_inner ? max_rows : 1;

@@ -444,6 +444,129 @@ inline void q6k_tiled_block(const Q6KGroupBlock* const* gb, const BlockQ8_K* con
   }
 }
 
+constexpr int kQ6KTiledMaxTokens = 64;  // tokens per pass over a group's unpacked super-blocks
+
+#if INFERD_X86_AVX512
+
+inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// The tiled order with VNNI on two unpacked groups side by side (16 rows per
+// zmm): a sub-block's four steps are four dpbusd into an int32 per row, scaled
+// by one mullo (the AVX2 kernel: four maddubs, two int16 adds, two madds).
+// The integers are the same, and so are the float steps, per lane.
+struct Q6KPairBlock {
+  __m512i w[64];      // as Q6KGroupBlock::w, 16 rows
+  __m512i sc[16];     // lane r: row r's scale g as an int32
+  __m512i scpair[8];  // as Q6KGroupBlock::scpair
+  __m512 d;
+};
+
+inline void q6k_join_pair(const Q6KGroupBlock& a, const Q6KGroupBlock& b, Q6KPairBlock& p) {
+  for (int v = 0; v < 64; ++v) p.w[v] = join256(a.w[v], b.w[v]);
+  for (int g = 0; g < 16; ++g) p.sc[g] = _mm512_srai_epi32(join256(a.sc[g], b.sc[g]), 16);  // (s, s) -> s
+  for (int k = 0; k < 8; ++k) p.scpair[k] = join256(a.scpair[k], b.scpair[k]);
+  p.d = _mm512_insertf32x8(_mm512_castps256_ps512(a.d), b.d, 1);
+}
+
+template <int NG, int NT>
+inline void q6k_pair_tiled_block(const Q6KPairBlock* const* pb, const BlockQ8_K* const* y, __m512* acc) {
+  __m512i p[NG][NT];
+  for (int g = 0; g < NG; ++g) {
+    for (int t = 0; t < NT; ++t) p[g][t] = _mm512_setzero_si512();
+  }
+  for (int g16 = 0; g16 < 16; g16 += 2) {  // sub-blocks g16 and g16 + 1, their steps interleaved
+    __m512i sum[2][NG][NT];
+    for (int h = 0; h < 2; ++h) {
+      for (int g = 0; g < NG; ++g) {
+        for (int t = 0; t < NT; ++t) sum[h][g][t] = _mm512_setzero_si512();
+      }
+    }
+    for (int st = 0; st < 4; ++st) {
+      for (int h = 0; h < 2; ++h) {
+        const int sub = g16 + h;
+        __m512i yb[NT];
+        for (int t = 0; t < NT; ++t) {
+          int32_t v;
+          std::memcpy(&v, y[t]->qs + 16 * sub + 4 * st, 4);
+          yb[t] = _mm512_set1_epi32(v);
+        }
+        for (int g = 0; g < NG; ++g) {
+          const __m512i wv = _mm512_load_si512(pb[g]->w + 4 * sub + st);
+          for (int t = 0; t < NT; ++t) sum[h][g][t] = _mm512_dpbusd_epi32(sum[h][g][t], wv, yb[t]);
+        }
+      }
+    }
+    for (int g = 0; g < NG; ++g) {
+      for (int t = 0; t < NT; ++t) {
+        p[g][t] = _mm512_add_epi32(p[g][t], _mm512_add_epi32(_mm512_mullo_epi32(sum[0][g][t], pb[g]->sc[g16]),
+                                                             _mm512_mullo_epi32(sum[1][g][t], pb[g]->sc[g16 + 1])));
+      }
+    }
+  }
+  for (int g = 0; g < NG; ++g) {
+    for (int t = 0; t < NT; ++t) {
+      __m512i off = _mm512_setzero_si512();  // the stored quants' +32, as q6k_tiled_block
+      for (int k = 0; k < 8; ++k) {
+        int32_t pair;
+        std::memcpy(&pair, y[t]->bsums + 2 * k, 4);
+        off = _mm512_add_epi32(off, _mm512_madd_epi16(pb[g]->scpair[k], _mm512_set1_epi32(pair)));
+      }
+      const __m512i isum = _mm512_sub_epi32(p[g][t], _mm512_slli_epi32(off, 5));
+      const __m512 r = _mm512_mul_ps(pb[g]->d, _mm512_cvtepi32_ps(isum));
+      acc[g * NT + t] = _mm512_fmadd_ps(r, _mm512_set1_ps(y[t]->d), acc[g * NT + t]);
+    }
+  }
+}
+
+// Rows [0, 16 * n_pairs) of q6k_tiled_tile's call, 32 rows by two tokens at a time.
+void q6k_tiled_pairs(int64_t n, const uint8_t* a, size_t as, int n_pairs, const uint8_t* b, size_t bs, int nt,
+                     float* out, size_t ors, size_t ots, int tile_tokens) {
+  const int64_t nb = n / kQK_K;
+  thread_local std::vector<Q6KGroupBlock> groups(2);
+  struct alignas(64) Pairs {
+    Q6KPairBlock p[2];
+  };
+  thread_local std::vector<Pairs> pairs(1);
+  Q6KPairBlock* pbs = pairs[0].p;
+  const Q6KPairBlock* pp[2] = {&pbs[0], &pbs[1]};
+  alignas(64) __m512 acc[2 * kQ6KTiledMaxTokens];
+  for (int t0 = 0; t0 < nt; t0 += tile_tokens) {
+    const int tn = std::min(tile_tokens, nt - t0);
+    for (int p0 = 0; p0 < n_pairs; p0 += 2) {
+      const int np = std::min(2, n_pairs - p0);
+      for (int k = 0; k < 2 * tn; ++k) acc[k] = _mm512_setzero_ps();
+      for (int64_t i = 0; i < nb; ++i) {
+        for (int q = 0; q < np; ++q) {
+          const uint8_t* rows = a + 16 * (p0 + q) * as;
+          q6k_unpack_group_block(rows, as, i, groups[0]);
+          q6k_unpack_group_block(rows + 8 * as, as, i, groups[1]);
+          q6k_join_pair(groups[0], groups[1], pbs[q]);
+        }
+        for (int t = 0; t < tn; t += 2) {
+          const int ntb = std::min(2, tn - t);
+          const BlockQ8_K* y[2] = {&yrow<BlockQ8_K>(b, bs, t0 + t)[i], &yrow<BlockQ8_K>(b, bs, t0 + t + ntb - 1)[i]};
+          __m512* blk = acc + 2 * t;  // np x ntb accumulators
+          if (np == 2) {
+            if (ntb == 2) q6k_pair_tiled_block<2, 2>(pp, y, blk); else q6k_pair_tiled_block<2, 1>(pp, y, blk);
+          } else {
+            if (ntb == 2) q6k_pair_tiled_block<1, 2>(pp, y, blk); else q6k_pair_tiled_block<1, 1>(pp, y, blk);
+          }
+        }
+      }
+      for (int t = 0; t < tn; ++t) {
+        const int b0 = t / 2 * 2, ntb = std::min(2, tn - b0);
+        for (int q = 0; q < np; ++q) {
+          alignas(64) float v[16];
+          _mm512_store_ps(v, acc[2 * b0 + q * ntb + (t - b0)]);
+          for (int r = 0; r < 16; ++r) out[(16 * (p0 + q) + r) * ors + (t0 + t) * ots] = v[r];
+        }
+      }
+    }
+  }
+}
+
+#endif
+
 template <int NG>
 inline void q6k_tiled_dispatch(int nt, const Q6KGroupBlock* const* gb, const BlockQ8_K* const* y, __m256* acc) {
   if (nt == 2) {
@@ -455,7 +578,6 @@ inline void q6k_tiled_dispatch(int nt, const Q6KGroupBlock* const* gb, const Blo
 
 // GemmTileFn for the tiled order: eight-row groups as above, the rest of the
 // rows (fewer than eight) by the row-by-row kernel.
-constexpr int kQ6KTiledMaxTokens = 64;
 void q6k_tiled_tile(int64_t n, const void* va, size_t as, int nr, const void* vb, size_t bs, int nt, float* out,
                     size_t ors, size_t ots) {
   const uint8_t* a = static_cast<const uint8_t*>(va);
@@ -467,13 +589,23 @@ void q6k_tiled_tile(int64_t n, const void* va, size_t as, int nr, const void* vb
                                                       ors, ots);
   }
   if (full == 0) return;
+#if INFERD_X86_AVX512
+  const int pairs = full / 16;
+  if (pairs > 0) q6k_tiled_pairs(n, a, as, pairs, b, bs, nt, out, ors, ots, kQ6KTiledMaxTokens);
+  if (16 * pairs == full) return;
+  a += 16 * pairs * as;  // the last group of eight rows, below
+  out += 16 * pairs * ors;
+  const int rest = full - 16 * pairs;
+#else
+  const int rest = full;
+#endif
   thread_local std::vector<Q6KGroupBlock> scratch(2);
   Q6KGroupBlock* gbs = scratch.data();
   alignas(32) __m256 acc[2 * kQ6KTiledMaxTokens];
   for (int t0 = 0; t0 < nt; t0 += kQ6KTiledMaxTokens) {
     const int tn = std::min(kQ6KTiledMaxTokens, nt - t0);
-    for (int r0 = 0; r0 < full; r0 += 16) {
-      const int ng = full - r0 >= 16 ? 2 : 1;
+    for (int r0 = 0; r0 < rest; r0 += 16) {
+      const int ng = rest - r0 >= 16 ? 2 : 1;
       for (int k = 0; k < 2 * tn; ++k) acc[k] = _mm256_setzero_ps();
       for (int64_t i = 0; i < nb; ++i) {
         for (int g = 0; g < ng; ++g) q6k_unpack_group_block(a + (r0 + 8 * g) * as, as, i, gbs[g]);
@@ -934,8 +1066,6 @@ struct Q4KPairScales {
   __m512 d, dmin;
 };
 
-inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
-
 inline void q4k_unpack_pair_block(const uint8_t* gb0, const uint8_t* gb1, __m512i* w, Q4KPairScales& s) {
   Q4KGroupScales a, b;
   q4k_group_scales(gb0, a);
@@ -1120,6 +1250,9 @@ void fill_x86_kquant(KernelTable& table) {
   // vec_dot order's tile takes any shape).
   q6k.tile_rows = 16;
   q6k.tile_tokens = kQ6KTiledMaxTokens;
+#if INFERD_X86_AVX512
+  q6k.tile_rows = 32;  // two 16-row pairs per pass (q6k_tiled_pairs)
+#endif
   // Q5_0 and Q8_0: the decode kernel for steps of up to three tokens, rows per
   // call in decode.
   TypeKernels& q5 = table.type[static_cast<uint32_t>(DType::Q5_0)];
