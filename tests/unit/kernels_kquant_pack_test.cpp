@@ -121,6 +121,11 @@ TEST(KernelsRepackedQ4K, MatchesGgmlRowsInEveryOrder) {
     // n - n % 4 tokens, gemv for the rest), interleaved.
     const std::vector<TokenPlace> mixed = chunks({1, 1, 6, 1, 13, 4, 1, 2, 9});
     check(w, s.rows, s.cols, random_floats(rng, static_cast<int64_t>(mixed.size()) * s.cols), mixed, "mixed");
+    // Batches of decoding sequences: the gemv order for every token of one call.
+    for (int n : {5, 16, 70}) {
+      const std::vector<TokenPlace> decode(static_cast<size_t>(n), TokenPlace{1, 0});
+      check(w, s.rows, s.cols, random_floats(rng, n * s.cols), decode, "decode batch");
+    }
   }
 }
 

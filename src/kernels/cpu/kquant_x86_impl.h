@@ -1090,8 +1090,9 @@ inline void q4k_unpack_pair_block(const uint8_t* gb0, const uint8_t* gb1, __m512
 
 // NG group pairs' super-block i (w[g]: vector 8j + s is sub-block j, step s)
 // against NT tokens; am[2 * (g * NT + t)] and the one after are (group pair,
-// token)'s a and m lanes.
-template <int NG, int NT>
+// token)'s a and m lanes, updated in the gemm order (an fma per pair of
+// sub-blocks) or the gemv order (one per super-block), as q4k_block_unpacked.
+template <bool kGemm, int NG, int NT>
 inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* s, const BlockQ8_K* const* y,
                            __m512* am) {
   __m512i pairs[NT][4];
@@ -1101,6 +1102,10 @@ inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* 
     q8k_token_block(*y[t], tb);
     for (int k = 0; k < 4; ++k) pairs[t][k] = _mm512_broadcast_i64x4(tb.pairs[k]);
     dy[t] = _mm512_set1_ps(y[t]->d);
+  }
+  __m512i isum[NG][NT], msum_all[NG][NT];  // the gemv order's
+  for (int g = 0; g < NG; ++g) {
+    for (int t = 0; t < NT; ++t) isum[g][t] = msum_all[g][t] = _mm512_setzero_si512();
   }
   for (int k = 0; k < 4; ++k) {  // sub-blocks 2k and 2k+1, their steps interleaved
     __m512i acc[2][NG][NT];
@@ -1129,9 +1134,23 @@ inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* 
         const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(acc[0][g][t], s[g]->sc[2 * k]),
                                            _mm512_mullo_epi32(acc[1][g][t], s[g]->sc[2 * k + 1]));
         const __m512i msum = _mm512_madd_epi16(s[g]->mn[k], pairs[t][k]);
+        if constexpr (kGemm) {
+          __m512* a = am + 2 * (g * NT + t);
+          a[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(s[g]->d, dy[t]), a[0]);
+          a[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(s[g]->dmin, dy[t]), a[1]);
+        } else {
+          isum[g][t] = _mm512_add_epi32(isum[g][t], p);
+          msum_all[g][t] = _mm512_add_epi32(msum_all[g][t], msum);
+        }
+      }
+    }
+  }
+  if constexpr (!kGemm) {
+    for (int g = 0; g < NG; ++g) {
+      for (int t = 0; t < NT; ++t) {
         __m512* a = am + 2 * (g * NT + t);
-        a[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(s[g]->d, dy[t]), a[0]);
-        a[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum), _mm512_mul_ps(s[g]->dmin, dy[t]), a[1]);
+        a[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[g][t]), _mm512_mul_ps(s[g]->d, dy[t]), a[0]);
+        a[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum_all[g][t]), _mm512_mul_ps(s[g]->dmin, dy[t]), a[1]);
       }
     }
   }
@@ -1140,19 +1159,20 @@ inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* 
 constexpr int kQ4KPairBlockPairs = 2;   // group pairs per block
 constexpr int kQ4KPairBlockTokens = 2;  // tokens per block
 
-template <int NG>
+template <bool kGemm, int NG>
 inline void q4k_pair_block_dispatch(int nt, const __m512i* const* w, const Q4KPairScales* const* s,
                                     const BlockQ8_K* const* y, __m512* am) {
   static_assert(kQ4KPairBlockTokens == 2);
   if (nt == 2) {
-    q4k_pair_block<NG, 2>(w, s, y, am);
+    q4k_pair_block<kGemm, NG, 2>(w, s, y, am);
   } else {
-    q4k_pair_block<NG, 1>(w, s, y, am);
+    q4k_pair_block<kGemm, NG, 1>(w, s, y, am);
   }
 }
 
-// The gemm order of n_groups (even) groups, laid out as q4k_groups_tokens does.
-void q4k_group_pairs_gemm(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act,
+// n_groups (even) groups in the gemm or gemv order, laid out as q4k_groups_tokens does.
+template <bool kGemm>
+void q4k_group_pairs(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act,
                           size_t act_stride, int64_t nt, float* out, size_t out_stride) {
   constexpr int G = kQ4KPairBlockPairs;
   const int64_t nb = cols / kQK_K, n_pairs = n_groups / 2;
@@ -1184,9 +1204,9 @@ void q4k_group_pairs_gemm(const uint8_t* groups, int64_t n_groups, int64_t cols,
           for (int k = 0; k < nb_t; ++k) y[k] = &yrow<BlockQ8_K>(act, act_stride, static_cast<int>(t0 + t + k))[i];
           __m512* blk = am + 2 * G * t;
           if (ng == 2) {
-            q4k_pair_block_dispatch<2>(nb_t, wp, sp, y, blk);
+            q4k_pair_block_dispatch<kGemm, 2>(nb_t, wp, sp, y, blk);
           } else {
-            q4k_pair_block_dispatch<1>(nb_t, wp, sp, y, blk);
+            q4k_pair_block_dispatch<kGemm, 1>(nb_t, wp, sp, y, blk);
           }
         }
       }
@@ -1206,16 +1226,24 @@ void q4k_group_pairs_gemm(const uint8_t* groups, int64_t n_groups, int64_t cols,
 
 void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act, size_t act_stride,
                     int64_t nt, bool gemm, float* out, size_t out_stride) {
-  if (gemm) {
 #if INFERD_X86_AVX512
+  // Pairs of groups by VNNI; a last odd group by the AVX2 kernel below. Steps
+  // of up to four tokens in the gemv order are decode, which streams weights.
+  if (gemm || nt > 4) {
     const int64_t even = n_groups / 2 * 2;
-    q4k_group_pairs_gemm(groups, even, cols, act, act_stride, nt, out, out_stride);
+    if (gemm) {
+      q4k_group_pairs<true>(groups, even, cols, act, act_stride, nt, out, out_stride);
+    } else {
+      q4k_group_pairs<false>(groups, even, cols, act, act_stride, nt, out, out_stride);
+    }
     if (even == n_groups) return;
-    const size_t gbytes = static_cast<size_t>(cols / kQK_K) * kQ4KGroupBlockBytes;
-    q4k_groups_tokens<true>(groups + even * gbytes, 1, cols, act, act_stride, nt, out + 8 * even, out_stride);
-#else
-    q4k_groups_tokens<true>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
+    groups += even * static_cast<int64_t>(cols / kQK_K * kQ4KGroupBlockBytes);
+    out += 8 * even;
+    n_groups = 1;
+  }
 #endif
+  if (gemm) {
+    q4k_groups_tokens<true>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
     return;
   }
   switch (nt) {
