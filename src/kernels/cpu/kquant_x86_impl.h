@@ -29,6 +29,10 @@ inline __m256i bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+#if INFERD_X86_AVX512
+inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+#endif
+
 // The 8 int32 sums of v[0..7] (eight lanes each) as one vector, lane r = sum of v[r].
 struct RowReduce8 {
   // Fed rows 0..7 in order; result() after the 8th.
@@ -289,11 +293,83 @@ inline void q6k_vec_dot_row(int64_t nb, const BlockQ6_K* x, const uint8_t* b, si
   for (int t = 0; t < NT; ++t) out[t * ots] = hsum(acc[t]);
 }
 
+#if INFERD_X86_AVX512
+
+// The same order with chunks 2m and 2m+1 (64 quants) in one zmm: a maddubs and
+// a madd give both chunks' eight lanes, and the upper chunk's lanes are added
+// to the lower's at the end of the super-block (integers: exact), leaving
+// GGML's eight int32 lanes; half the integer instructions of the AVX2 kernel.
+inline void q6k_unpack512(const BlockQ6_K& x, __m512i* q) {  // q[m]: chunk 2m low, 2m + 1 high
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x30);
+  const __m512i shl = join256(_mm256_set1_epi16(4), _mm256_set1_epi16(2));
+  const __m512i shr = join256(_mm256_set1_epi16(0), _mm256_set1_epi16(2));
+  for (int h = 0; h < 2; ++h) {
+    const __m512i l = _mm512_loadu_si512(x.ql + 64 * h);  // l0 | l1
+    const __m512i qh = _mm512_broadcast_i64x4(load256(x.qh + 32 * h));
+    q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), _mm512_and_si512(_mm512_sllv_epi16(qh, shl), m3));
+    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                                   _mm512_and_si512(_mm512_srlv_epi16(qh, shr), m3));
+  }
+}
+
+template <int NT>
+inline void q6k_vec_dot_row512(int64_t nb, const BlockQ6_K* x, const uint8_t* b, size_t bs, float* out,
+                               size_t ots) {
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
+  for (int64_t i = 0; i < nb; ++i) {
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(x + i);
+    for (size_t off = 0; off < sizeof(BlockQ6_K); off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchAhead + off), _MM_HINT_T0);
+    }
+    __m512i q[4], sc[4];
+    __m256i sc8[8], offset;
+    q6k_unpack512(x[i], q);
+    q6k_scales(x[i].scales, sc8, &offset);
+    for (int m = 0; m < 4; ++m) sc[m] = join256(sc8[2 * m], sc8[2 * m + 1]);
+    const float dx = fp16(x[i].d);
+    for (int t = 0; t < NT; ++t) {
+      const BlockQ8_K& y = yrow<BlockQ8_K>(b, bs, t)[i];
+      __m512i p512 = _mm512_madd_epi16(_mm512_maddubs_epi16(q[0], _mm512_loadu_si512(y.qs)), sc[0]);
+      for (int m = 1; m < 4; ++m) {
+        p512 = _mm512_add_epi32(
+            p512, _mm512_madd_epi16(_mm512_maddubs_epi16(q[m], _mm512_loadu_si512(y.qs + 64 * m)), sc[m]));
+      }
+      const __m256i p = _mm256_add_epi32(_mm512_castsi512_si256(p512), _mm512_extracti64x4_epi64(p512, 1));
+      const __m256i p32 = _mm256_sub_epi32(p, _mm256_madd_epi16(load256(y.bsums), offset));
+      acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * y.d), _mm256_cvtepi32_ps(p32), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) out[t * ots] = hsum(acc[t]);
+}
+
+#endif
+
 void q6k_vec_dot_tile(int64_t n, const void* va, size_t as, int nr, const void* vb, size_t bs, int nt, float* out,
                       size_t ors, size_t ots) {
   const uint8_t* a = static_cast<const uint8_t*>(va);
   const uint8_t* b = static_cast<const uint8_t*>(vb);
   const int64_t nb = n / kQK_K;
+#if INFERD_X86_AVX512
+  for (int r = 0; r < nr; ++r) {  // each row unpacked once for up to eight tokens
+    const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * as);
+    for (int t = 0; t < nt; t += 8) {
+      const uint8_t* bt = b + t * bs;
+      float* o = out + r * ors + t * ots;
+      switch (std::min(8, nt - t)) {
+        case 8: q6k_vec_dot_row512<8>(nb, x, bt, bs, o, ots); break;
+        case 7: q6k_vec_dot_row512<7>(nb, x, bt, bs, o, ots); break;
+        case 6: q6k_vec_dot_row512<6>(nb, x, bt, bs, o, ots); break;
+        case 5: q6k_vec_dot_row512<5>(nb, x, bt, bs, o, ots); break;
+        case 4: q6k_vec_dot_row512<4>(nb, x, bt, bs, o, ots); break;
+        case 3: q6k_vec_dot_row512<3>(nb, x, bt, bs, o, ots); break;
+        case 2: q6k_vec_dot_row512<2>(nb, x, bt, bs, o, ots); break;
+        default: q6k_vec_dot_row512<1>(nb, x, bt, bs, o, ots); break;
+      }
+    }
+  }
+  return;
+#endif
   for (int r = 0; r < nr; ++r) {
     const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * as);
     for (int t = 0; t < nt; t += 4) {
@@ -447,8 +523,6 @@ inline void q6k_tiled_block(const Q6KGroupBlock* const* gb, const BlockQ8_K* con
 constexpr int kQ6KTiledMaxTokens = 64;  // tokens per pass over a group's unpacked super-blocks
 
 #if INFERD_X86_AVX512
-
-inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
 
 // The tiled order with VNNI on two unpacked groups side by side (16 rows per
 // zmm): a sub-block's four steps are four dpbusd into an int32 per row, scaled
