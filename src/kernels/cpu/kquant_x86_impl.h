@@ -955,6 +955,26 @@ void q4k_groups_gemv_stream(const uint8_t* groups, int64_t n_groups, int64_t col
       for (int t = 0; t < NT; ++t) isum[t] = _mm256_setzero_si256();
       const uint8_t* qs = gb + kQ4KGroupQsOffset;
       for (int c = 0; c < 4; ++c) {
+#if INFERD_X86_AVX512
+        // VNNI: int32 sums of each sub-block by dpbusd, scaled by one mullo.
+        __m256i lo32[NT], hi32[NT];
+        for (int t = 0; t < NT; ++t) lo32[t] = hi32[t] = _mm256_setzero_si256();
+        for (int st = 0; st < 8; ++st) {
+          const __m256i v = load256(qs + 32 * (8 * c + st));
+          const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+          for (int t = 0; t < NT; ++t) {
+            const int8_t* q = y[t]->qs + 64 * c + 4 * st;
+            lo32[t] = _mm256_dpbusd_epi32(lo32[t], lo, bcast4(q));
+            hi32[t] = _mm256_dpbusd_epi32(hi32[t], hi, bcast4(q + 32));
+          }
+        }
+        const __m256i low16 = _mm256_set1_epi32(0xffff);  // (s, s) int16 pair -> s
+        const __m256i sl = _mm256_and_si256(s.sc[2 * c], low16), sh = _mm256_and_si256(s.sc[2 * c + 1], low16);
+        for (int t = 0; t < NT; ++t) {
+          isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_mullo_epi32(lo32[t], sl),
+                                                               _mm256_mullo_epi32(hi32[t], sh)));
+        }
+#else
         __m256i lo16[NT], hi16[NT];
         for (int t = 0; t < NT; ++t) lo16[t] = hi16[t] = _mm256_setzero_si256();
         for (int st = 0; st < 8; ++st) {
@@ -970,6 +990,7 @@ void q4k_groups_gemv_stream(const uint8_t* groups, int64_t n_groups, int64_t col
           isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(_mm256_madd_epi16(lo16[t], s.sc[2 * c]),
                                                                _mm256_madd_epi16(hi16[t], s.sc[2 * c + 1])));
         }
+#endif
       }
       for (int t = 0; t < NT; ++t) {
         Q8KTokenBlock tb;
