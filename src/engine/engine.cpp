@@ -96,8 +96,6 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   }
   if (config.kv_transfer && !config.enable_prefix_caching)
     return make_error("the KV transfer needs prefix caching (blocks are found by their prefix keys)");
-  if (config.kv_transfer && config.kv_transfer->consume && config.offload.enabled())
-    return make_error("a KV consumer cannot use the KV offload tiers yet (one connector per engine)");
   const uint64_t fingerprint =
       config.kv_transfer ? kv_fingerprint(model, (*runner)->kv_cache()) : 0;
   std::unique_ptr<Engine> engine(new Engine(model, effective, sc, std::move(*runner), std::move(drafter),
@@ -148,7 +146,12 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   });
   if (t.consume) {
     transfer_ = std::make_unique<kvtransfer::TransferConnector>(*agent_, t.timeout_seconds);
-    scheduler_.set_connector(transfer_.get());
+    if (offload_) {  // the tiers' own copies first, the producer's for the rest
+      tiers_then_transfer_ = std::make_unique<kv::ChainedConnector>(*offload_, *transfer_);
+      scheduler_.set_connector(tiers_then_transfer_.get());
+    } else {
+      scheduler_.set_connector(transfer_.get());
+    }
   }
   next_lease_ = (std::random_device{}() | uint64_t{1} << 32) << 20;
   publish_stats();

@@ -39,6 +39,7 @@
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
+#include "kv/chained_connector.h"
 #include "kvstore/tiered_connector.h"
 #include "kvtransfer/lease_table.h"
 #include "kvtransfer/transfer_connector.h"
@@ -382,6 +383,8 @@ class Engine {
   std::unique_ptr<kvtransfer::LeaseTable> leases_;
   std::unique_ptr<kvtransfer::UcxAgent> agent_;
   std::unique_ptr<kvtransfer::TransferConnector> transfer_;
+  // A consumer with offload tiers: both behind the scheduler's one connector.
+  std::unique_ptr<kv::ChainedConnector> tiers_then_transfer_;
   std::atomic<uint64_t> next_lease_{0};  // random start: a restarted producer's leases never match old ones
   std::unordered_map<uint64_t, int64_t> lease_block_count_;  // held leases' blocks
   bool load_finished_ = false;  // the agent finished a pull (under cmd_mu_): the loop wakes

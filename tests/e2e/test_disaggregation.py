@@ -226,6 +226,37 @@ def test_client_gone_aborts_the_decode_request(deployment):
         time.sleep(0.05)
 
 
+def test_a_decode_instance_with_tiers_pulls_only_what_they_lack(deployment, tmp_path):
+    """A consumer with offload tiers and a pool smaller than the workload: the
+    first pass pulls the prompts from the producer (and the pool evicts them to
+    the host tier); the second finds every prompt again in its own pool or tier
+    and pulls nothing. The answers are one instance's throughout."""
+    _, prefill, _, _, reference = deployment
+    decode = start(tmp_path, ["--kv-transfer-config", '{"kv_role": "kv_consumer"}',
+                              "--kv-cache-memory", "24M", "--kv-offload-size", "128M"])
+    router = Router(tmp_path, [prefill.base_url], [decode.base_url])
+    indexes = list(range(0, 32, 3))  # 11 prompts, 1 to 44 sentences: more than the 24M pool holds
+    released = prefill.metric("inferd:kv_transfer_leases_released_total")
+    try:
+        # One at a time, so that each prompt's blocks are evicted to the tier by the ones after it.
+        assert {i: answer(router.base_url, *request_of(i)) for i in indexes} == {i: reference[i] for i in indexes}
+        pulled = decode.metric("inferd:kv_transfer_received_prompts_total")
+        assert pulled >= 1
+        assert decode.metric("inferd:kv_offload_saves_total", tier="host") > 0
+        assert {i: answer(router.base_url, *request_of(i)) for i in indexes} == {i: reference[i] for i in indexes}
+        assert decode.metric("inferd:kv_transfer_received_prompts_total") == pulled
+        assert decode.metric("inferd:kv_offload_hits_total", tier="host") > 0
+        assert decode.metric("inferd:external_prefix_cache_hits_total") > 0
+        assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") == 0
+        assert decode.metric("inferd:kv_offload_dropped_blocks_total") == 0
+        # Every lease of the two passes went back: pulled ones after their reads, the rest unused.
+        want = released + 2 * len(indexes)
+        assert wait_metric(prefill, "inferd:kv_transfer_leases_released_total", lambda v: v >= want) == want
+    finally:
+        assert router.stop() == 0, router.log_path.read_text()
+        assert stop(decode) == 0, decode.log()[-4000:]
+
+
 def test_prefill_killed_mid_run_falls_back_to_decode(deployment, tmp_path):
     single, _, decode, _, reference = deployment
     prefill = start(tmp_path, ["--kv-transfer-config", producer_config()])
