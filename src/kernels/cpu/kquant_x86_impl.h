@@ -31,7 +31,45 @@ inline __m256i bcast4(const int8_t* p) {
 
 #if INFERD_X86_AVX512
 inline __m512i join256(__m256i lo, __m256i hi) { return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1); }
+
+// The int32 sums of sub-blocks j0 and j0 + 1 (kSteps dpbusd steps of four
+// quants each, the two interleaved) of NG unpacked weight units by NT tokens:
+// step s of sub-block j is w[g][kSteps * j + s] against the token's four
+// quants at 4 * (kSteps * j + s).
+template <int kSteps, int NG, int NT>
+inline void dpbusd_subblock_pair(const __m512i* const* w, const BlockQ8_K* const* y, int j0,
+                                 __m512i (&sum)[2][NG][NT]) {
+  for (int h = 0; h < 2; ++h) {
+    for (int g = 0; g < NG; ++g) {
+      for (int t = 0; t < NT; ++t) sum[h][g][t] = _mm512_setzero_si512();
+    }
+  }
+  for (int st = 0; st < kSteps; ++st) {
+    for (int h = 0; h < 2; ++h) {
+      const int step = kSteps * (j0 + h) + st;
+      __m512i yb[NT];
+      for (int t = 0; t < NT; ++t) {
+        int32_t v;
+        std::memcpy(&v, y[t]->qs + 4 * step, 4);
+        yb[t] = _mm512_set1_epi32(v);
+      }
+      for (int g = 0; g < NG; ++g) {
+        const __m512i wv = _mm512_load_si512(w[g] + step);
+        for (int t = 0; t < NT; ++t) sum[h][g][t] = _mm512_dpbusd_epi32(sum[h][g][t], wv, yb[t]);
+      }
+    }
+  }
+}
 #endif
+
+// f.operator()<N>() for a count n in 1..kMax known only at run time.
+template <int kMax, class F>
+inline void with_count(int n, F&& f) {
+  if constexpr (kMax > 1) {
+    if (n < kMax) return with_count<kMax - 1>(n, f);
+  }
+  f.template operator()<kMax>();
+}
 
 // The 8 int32 sums of v[0..7] (eight lanes each) as one vector, lane r = sum of v[r].
 struct RowReduce8 {
@@ -350,37 +388,20 @@ void q6k_vec_dot_tile(int64_t n, const void* va, size_t as, int nr, const void* 
   const uint8_t* a = static_cast<const uint8_t*>(va);
   const uint8_t* b = static_cast<const uint8_t*>(vb);
   const int64_t nb = n / kQK_K;
-#if INFERD_X86_AVX512
-  for (int r = 0; r < nr; ++r) {  // each row unpacked once for up to eight tokens
-    const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * as);
-    for (int t = 0; t < nt; t += 8) {
-      const uint8_t* bt = b + t * bs;
-      float* o = out + r * ors + t * ots;
-      switch (std::min(8, nt - t)) {
-        case 8: q6k_vec_dot_row512<8>(nb, x, bt, bs, o, ots); break;
-        case 7: q6k_vec_dot_row512<7>(nb, x, bt, bs, o, ots); break;
-        case 6: q6k_vec_dot_row512<6>(nb, x, bt, bs, o, ots); break;
-        case 5: q6k_vec_dot_row512<5>(nb, x, bt, bs, o, ots); break;
-        case 4: q6k_vec_dot_row512<4>(nb, x, bt, bs, o, ots); break;
-        case 3: q6k_vec_dot_row512<3>(nb, x, bt, bs, o, ots); break;
-        case 2: q6k_vec_dot_row512<2>(nb, x, bt, bs, o, ots); break;
-        default: q6k_vec_dot_row512<1>(nb, x, bt, bs, o, ots); break;
-      }
-    }
-  }
-  return;
-#endif
+  // Each row unpacked once for up to eight tokens (AVX-512) or four.
+  constexpr int kMaxTokens = INFERD_X86_AVX512 ? 8 : 4;
   for (int r = 0; r < nr; ++r) {
     const BlockQ6_K* x = reinterpret_cast<const BlockQ6_K*>(a + r * as);
-    for (int t = 0; t < nt; t += 4) {
+    for (int t = 0; t < nt; t += kMaxTokens) {
       const uint8_t* bt = b + t * bs;
       float* o = out + r * ors + t * ots;
-      switch (std::min(4, nt - t)) {
-        case 4: q6k_vec_dot_row<4>(nb, x, bt, bs, o, ots); break;
-        case 3: q6k_vec_dot_row<3>(nb, x, bt, bs, o, ots); break;
-        case 2: q6k_vec_dot_row<2>(nb, x, bt, bs, o, ots); break;
-        default: q6k_vec_dot_row<1>(nb, x, bt, bs, o, ots); break;
-      }
+      with_count<kMaxTokens>(std::min(kMaxTokens, nt - t), [&]<int NT>() {
+#if INFERD_X86_AVX512
+        q6k_vec_dot_row512<NT>(nb, x, bt, bs, o, ots);
+#else
+        q6k_vec_dot_row<NT>(nb, x, bt, bs, o, ots);
+#endif
+      });
     }
   }
 }
@@ -548,28 +569,11 @@ inline void q6k_pair_tiled_block(const Q6KPairBlock* const* pb, const BlockQ8_K*
   for (int g = 0; g < NG; ++g) {
     for (int t = 0; t < NT; ++t) p[g][t] = _mm512_setzero_si512();
   }
-  for (int g16 = 0; g16 < 16; g16 += 2) {  // sub-blocks g16 and g16 + 1, their steps interleaved
+  const __m512i* w[NG];
+  for (int g = 0; g < NG; ++g) w[g] = pb[g]->w;
+  for (int g16 = 0; g16 < 16; g16 += 2) {  // sub-blocks g16 and g16 + 1 (16 quants: four steps each)
     __m512i sum[2][NG][NT];
-    for (int h = 0; h < 2; ++h) {
-      for (int g = 0; g < NG; ++g) {
-        for (int t = 0; t < NT; ++t) sum[h][g][t] = _mm512_setzero_si512();
-      }
-    }
-    for (int st = 0; st < 4; ++st) {
-      for (int h = 0; h < 2; ++h) {
-        const int sub = g16 + h;
-        __m512i yb[NT];
-        for (int t = 0; t < NT; ++t) {
-          int32_t v;
-          std::memcpy(&v, y[t]->qs + 16 * sub + 4 * st, 4);
-          yb[t] = _mm512_set1_epi32(v);
-        }
-        for (int g = 0; g < NG; ++g) {
-          const __m512i wv = _mm512_load_si512(pb[g]->w + 4 * sub + st);
-          for (int t = 0; t < NT; ++t) sum[h][g][t] = _mm512_dpbusd_epi32(sum[h][g][t], wv, yb[t]);
-        }
-      }
-    }
+    dpbusd_subblock_pair<4>(w, y, g16, sum);
     for (int g = 0; g < NG; ++g) {
       for (int t = 0; t < NT; ++t) {
         p[g][t] = _mm512_add_epi32(p[g][t], _mm512_add_epi32(_mm512_mullo_epi32(sum[0][g][t], pb[g]->sc[g16]),
@@ -1088,65 +1092,88 @@ inline void q4k_unpack_group_block(const uint8_t* gb, __m256i* w, Q4KGroupScales
   }
 }
 
-// A block: kQ4KBlockGroups groups (of eight rows) by kQ4KBlockTokens tokens.
+// A block: kQ4KBlockGroups groups (of eight rows) by two tokens.
 constexpr int kQ4KBlockGroups = 3;
-constexpr int kQ4KBlockTokens = 2;
 
-template <bool kGemm, int NG>
-inline void q4k_block_dispatch(int nt, const __m256i* const* w, const Q4KGroupScales* const* s,
-                               const BlockQ8_K* const* y, __m256* am) {
-  static_assert(kQ4KBlockTokens == 2);
+// The tile loop of the kernels below, for a unit of rows (U: one group by
+// AVX2, a pair of groups by VNNI): per super-block each unit of a block is
+// unpacked once, then the tile's tokens run on the block two at a time; the
+// a and m lanes of each (unit, token) wait in a buffer between super-blocks.
+// U gives the vectors (Vec, W, Scales), kGroups (groups per unit),
+// kBlockUnits, unpack(unit's super-block, group bytes, w, scales),
+// block<kGemm, NG, NT>(w, scales, y, am) and store(dst, a, m).
+template <class U, bool kGemm, int NG = U::kBlockUnits>
+inline void q4k_unit_block(int ng, int nt, const typename U::W* const* w, const typename U::Scales* const* s,
+                           const BlockQ8_K* const* y, typename U::Vec* am) {
+  if constexpr (NG > 1) {
+    if (ng < NG) return q4k_unit_block<U, kGemm, NG - 1>(ng, nt, w, s, y, am);
+  }
   if (nt == 2) {
-    q4k_block_unpacked<kGemm, NG, 2>(w, s, y, am);
+    U::template block<kGemm, NG, 2>(w, s, y, am);
   } else {
-    q4k_block_unpacked<kGemm, NG, 1>(w, s, y, am);
+    U::template block<kGemm, NG, 1>(w, s, y, am);
   }
 }
 
-template <bool kGemm>
-void q4k_groups_tokens(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act, size_t act_stride,
-                       int64_t nt, float* out, size_t out_stride) {
-  constexpr int G = kQ4KBlockGroups;
+template <class U, bool kGemm>
+void q4k_unit_tiles(const uint8_t* groups, int64_t n_units, int64_t cols, const uint8_t* act, size_t act_stride,
+                    int64_t nt, float* out, size_t out_stride) {
+  constexpr int G = U::kBlockUnits, kRows = 8 * U::kGroups;
+  using Vec = typename U::Vec;
   const int64_t nb = cols / kQK_K;
   const size_t gbytes = static_cast<size_t>(nb) * kQ4KGroupBlockBytes;
   const int64_t tile = std::clamp<int64_t>(static_cast<int64_t>(kQ4KTileActBytes / act_stride), 2, kQ4KMaxTileTokens);
-  alignas(32) __m256i w[G][64];
-  Q4KGroupScales sc[G];
-  const __m256i* wp[G];
-  const Q4KGroupScales* sp[G];
-  for (int g = 0; g < G; ++g) wp[g] = w[g], sp[g] = &sc[g];
-  // [token block][group][token of block][a, m]: a block of nb_t tokens holds ng * nb_t * 2.
-  alignas(32) __m256 am[2 * G * kQ4KMaxTileTokens];
+  struct alignas(64) Unpacked {
+    typename U::W w[G][64];
+    typename U::Scales sc[G];
+  };
+  Unpacked u;
+  const typename U::W* wp[G];
+  const typename U::Scales* sp[G];
+  for (int g = 0; g < G; ++g) wp[g] = u.w[g], sp[g] = &u.sc[g];
+  // [token block][unit][token of block][a, m]: a block of nb_t tokens holds ng * nb_t * 2.
+  alignas(64) Vec am[2 * G * kQ4KMaxTileTokens];
   for (int64_t t0 = 0; t0 < nt; t0 += tile) {
     const int64_t tn = std::min(tile, nt - t0);
-    for (int64_t g = 0; g < n_groups; g += G) {
-      const int ng = static_cast<int>(std::min<int64_t>(G, n_groups - g));
-      for (int64_t k = 0; k < 2 * G * tn; ++k) am[k] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < n_units; g += G) {
+      const int ng = static_cast<int>(std::min<int64_t>(G, n_units - g));
+      for (int64_t k = 0; k < 2 * G * tn; ++k) am[k] = Vec{};
       for (int64_t i = 0; i < nb; ++i) {
-        for (int gi = 0; gi < ng; ++gi) q4k_unpack_group_block(groups + (g + gi) * gbytes + i * kQ4KGroupBlockBytes, w[gi], sc[gi]);
-        for (int64_t t = 0; t < tn; t += kQ4KBlockTokens) {
-          const int nb_t = static_cast<int>(std::min<int64_t>(kQ4KBlockTokens, tn - t));
-          const BlockQ8_K* y[kQ4KBlockTokens];
+        for (int gi = 0; gi < ng; ++gi) {
+          U::unpack(groups + (g + gi) * U::kGroups * gbytes + i * kQ4KGroupBlockBytes, gbytes, u.w[gi], u.sc[gi]);
+        }
+        for (int64_t t = 0; t < tn; t += 2) {
+          const int nb_t = static_cast<int>(std::min<int64_t>(2, tn - t));
+          const BlockQ8_K* y[2];
           for (int k = 0; k < nb_t; ++k) y[k] = &yrow<BlockQ8_K>(act, act_stride, static_cast<int>(t0 + t + k))[i];
-          __m256* blk = am + 2 * G * t;
-          switch (ng) {
-            case 3: q4k_block_dispatch<kGemm, 3>(nb_t, wp, sp, y, blk); break;
-            case 2: q4k_block_dispatch<kGemm, 2>(nb_t, wp, sp, y, blk); break;
-            default: q4k_block_dispatch<kGemm, 1>(nb_t, wp, sp, y, blk); break;
-          }
+          q4k_unit_block<U, kGemm>(ng, nb_t, wp, sp, y, am + 2 * G * t);
         }
       }
       for (int64_t t = 0; t < tn; ++t) {
-        const int64_t b0 = t / kQ4KBlockTokens * kQ4KBlockTokens, tt = t - b0;
-        const int64_t ntb = std::min<int64_t>(kQ4KBlockTokens, tn - b0);  // tokens in t's block
+        const int64_t b0 = t / 2 * 2, tt = t - b0;
+        const int64_t ntb = std::min<int64_t>(2, tn - b0);  // tokens in t's block
         for (int gi = 0; gi < ng; ++gi) {
-          const __m256* v = am + 2 * G * b0 + 2 * (gi * ntb + tt);
-          _mm256_storeu_ps(out + (t0 + t) * out_stride + 8 * (g + gi), _mm256_sub_ps(v[0], v[1]));
+          const Vec* v = am + 2 * G * b0 + 2 * (gi * ntb + tt);
+          U::store(out + (t0 + t) * out_stride + kRows * (g + gi), v[0], v[1]);
         }
       }
     }
   }
 }
+
+// AVX2: a unit is one group.
+struct Q4KGroupUnits {
+  using Vec = __m256;
+  using W = __m256i;
+  using Scales = Q4KGroupScales;
+  static constexpr int kGroups = 1, kBlockUnits = kQ4KBlockGroups;
+  static void unpack(const uint8_t* gb, size_t, W* w, Scales& s) { q4k_unpack_group_block(gb, w, s); }
+  template <bool kGemm, int NG, int NT>
+  static void block(const W* const* w, const Scales* const* s, const BlockQ8_K* const* y, Vec* am) {
+    q4k_block_unpacked<kGemm, NG, NT>(w, s, y, am);
+  }
+  static void store(float* dst, Vec a, Vec m) { _mm256_storeu_ps(dst, _mm256_sub_ps(a, m)); }
+};
 
 #if INFERD_X86_AVX512
 
@@ -1202,28 +1229,9 @@ inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* 
   for (int g = 0; g < NG; ++g) {
     for (int t = 0; t < NT; ++t) isum[g][t] = msum_all[g][t] = _mm512_setzero_si512();
   }
-  for (int k = 0; k < 4; ++k) {  // sub-blocks 2k and 2k+1, their steps interleaved
+  for (int k = 0; k < 4; ++k) {  // sub-blocks 2k and 2k+1 (32 quants: eight steps each)
     __m512i acc[2][NG][NT];
-    for (int h = 0; h < 2; ++h) {
-      for (int g = 0; g < NG; ++g) {
-        for (int t = 0; t < NT; ++t) acc[h][g][t] = _mm512_setzero_si512();
-      }
-    }
-    for (int st = 0; st < 8; ++st) {
-      for (int h = 0; h < 2; ++h) {
-        const int j = 2 * k + h;
-        __m512i yb[NT];
-        for (int t = 0; t < NT; ++t) {
-          int32_t v;
-          std::memcpy(&v, y[t]->qs + 32 * j + 4 * st, 4);
-          yb[t] = _mm512_set1_epi32(v);
-        }
-        for (int g = 0; g < NG; ++g) {
-          const __m512i wv = _mm512_load_si512(w[g] + 8 * j + st);
-          for (int t = 0; t < NT; ++t) acc[h][g][t] = _mm512_dpbusd_epi32(acc[h][g][t], wv, yb[t]);
-        }
-      }
-    }
+    dpbusd_subblock_pair<8>(w, y, 2 * k, acc);
     for (int g = 0; g < NG; ++g) {
       for (int t = 0; t < NT; ++t) {
         const __m512i p = _mm512_add_epi32(_mm512_mullo_epi32(acc[0][g][t], s[g]->sc[2 * k]),
@@ -1251,71 +1259,19 @@ inline void q4k_pair_block(const __m512i* const* w, const Q4KPairScales* const* 
   }
 }
 
-constexpr int kQ4KPairBlockPairs = 2;   // group pairs per block
-constexpr int kQ4KPairBlockTokens = 2;  // tokens per block
-
-template <bool kGemm, int NG>
-inline void q4k_pair_block_dispatch(int nt, const __m512i* const* w, const Q4KPairScales* const* s,
-                                    const BlockQ8_K* const* y, __m512* am) {
-  static_assert(kQ4KPairBlockTokens == 2);
-  if (nt == 2) {
-    q4k_pair_block<kGemm, NG, 2>(w, s, y, am);
-  } else {
-    q4k_pair_block<kGemm, NG, 1>(w, s, y, am);
+// VNNI: a unit is a pair of groups.
+struct Q4KPairUnits {
+  using Vec = __m512;
+  using W = __m512i;
+  using Scales = Q4KPairScales;
+  static constexpr int kGroups = 2, kBlockUnits = 2;
+  static void unpack(const uint8_t* gb, size_t gbytes, W* w, Scales& s) { q4k_unpack_pair_block(gb, gb + gbytes, w, s); }
+  template <bool kGemm, int NG, int NT>
+  static void block(const W* const* w, const Scales* const* s, const BlockQ8_K* const* y, Vec* am) {
+    q4k_pair_block<kGemm, NG, NT>(w, s, y, am);
   }
-}
-
-// n_groups (even) groups in the gemm or gemv order, laid out as q4k_groups_tokens does.
-template <bool kGemm>
-void q4k_group_pairs(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act,
-                          size_t act_stride, int64_t nt, float* out, size_t out_stride) {
-  constexpr int G = kQ4KPairBlockPairs;
-  const int64_t nb = cols / kQK_K, n_pairs = n_groups / 2;
-  const size_t gbytes = static_cast<size_t>(nb) * kQ4KGroupBlockBytes;
-  const int64_t tile = std::clamp<int64_t>(static_cast<int64_t>(kQ4KTileActBytes / act_stride), 2, kQ4KMaxTileTokens);
-  struct alignas(64) Unpacked {
-    __m512i w[G][64];
-    Q4KPairScales sc[G];
-  };
-  thread_local Unpacked u;
-  const __m512i* wp[G];
-  const Q4KPairScales* sp[G];
-  for (int g = 0; g < G; ++g) wp[g] = u.w[g], sp[g] = &u.sc[g];
-  // [token block][pair][token of block][a, m], as q4k_groups_tokens.
-  alignas(64) __m512 am[2 * G * kQ4KMaxTileTokens];
-  for (int64_t t0 = 0; t0 < nt; t0 += tile) {
-    const int64_t tn = std::min(tile, nt - t0);
-    for (int64_t pr = 0; pr < n_pairs; pr += G) {
-      const int ng = static_cast<int>(std::min<int64_t>(G, n_pairs - pr));
-      for (int64_t k = 0; k < 2 * G * tn; ++k) am[k] = _mm512_setzero_ps();
-      for (int64_t i = 0; i < nb; ++i) {
-        for (int gi = 0; gi < ng; ++gi) {
-          const uint8_t* g0 = groups + 2 * (pr + gi) * gbytes + i * kQ4KGroupBlockBytes;
-          q4k_unpack_pair_block(g0, g0 + gbytes, u.w[gi], u.sc[gi]);
-        }
-        for (int64_t t = 0; t < tn; t += kQ4KPairBlockTokens) {
-          const int nb_t = static_cast<int>(std::min<int64_t>(kQ4KPairBlockTokens, tn - t));
-          const BlockQ8_K* y[kQ4KPairBlockTokens];
-          for (int k = 0; k < nb_t; ++k) y[k] = &yrow<BlockQ8_K>(act, act_stride, static_cast<int>(t0 + t + k))[i];
-          __m512* blk = am + 2 * G * t;
-          if (ng == 2) {
-            q4k_pair_block_dispatch<kGemm, 2>(nb_t, wp, sp, y, blk);
-          } else {
-            q4k_pair_block_dispatch<kGemm, 1>(nb_t, wp, sp, y, blk);
-          }
-        }
-      }
-      for (int64_t t = 0; t < tn; ++t) {
-        const int64_t b0 = t / kQ4KPairBlockTokens * kQ4KPairBlockTokens, tt = t - b0;
-        const int64_t ntb = std::min<int64_t>(kQ4KPairBlockTokens, tn - b0);
-        for (int gi = 0; gi < ng; ++gi) {
-          const __m512* v = am + 2 * G * b0 + 2 * (gi * ntb + tt);
-          _mm512_storeu_ps(out + (t0 + t) * out_stride + 16 * (pr + gi), _mm512_sub_ps(v[0], v[1]));
-        }
-      }
-    }
-  }
-}
+  static void store(float* dst, Vec a, Vec m) { _mm512_storeu_ps(dst, _mm512_sub_ps(a, m)); }
+};
 
 #endif
 
@@ -1327,9 +1283,9 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
   if (gemm || nt > 4) {
     const int64_t even = n_groups / 2 * 2;
     if (gemm) {
-      q4k_group_pairs<true>(groups, even, cols, act, act_stride, nt, out, out_stride);
+      q4k_unit_tiles<Q4KPairUnits, true>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
     } else {
-      q4k_group_pairs<false>(groups, even, cols, act, act_stride, nt, out, out_stride);
+      q4k_unit_tiles<Q4KPairUnits, false>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
     }
     if (even == n_groups) return;
     groups += even * static_cast<int64_t>(cols / kQK_K * kQ4KGroupBlockBytes);
@@ -1338,7 +1294,7 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
   }
 #endif
   if (gemm) {
-    q4k_groups_tokens<true>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
+    q4k_unit_tiles<Q4KGroupUnits, true>(groups, n_groups, cols, act, act_stride, nt, out, out_stride);
     return;
   }
   switch (nt) {
@@ -1346,7 +1302,7 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
     case 2: q4k_groups_gemv_stream<2>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
     case 3: q4k_groups_gemv_stream<3>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
     case 4: q4k_groups_gemv_stream<4>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
-    default: q4k_groups_tokens<false>(groups, n_groups, cols, act, act_stride, nt, out, out_stride); return;
+    default: q4k_unit_tiles<Q4KGroupUnits, false>(groups, n_groups, cols, act, act_stride, nt, out, out_stride); return;
   }
 }
 
