@@ -4,7 +4,9 @@
 //
 // The "packed" cases time the row-interleaved kernels the model runs for
 // Q4_0/Q4_1/Q5_0/Q8_0 (weights packed once, activations quantized once, one
-// thread over every group), as GFLOP/s.
+// thread over every group), as GFLOP/s; the "repacked" ones repacked Q4_K the
+// same way, in its gemm order (a prompt chunk) or its gemv order (a batch of
+// decoding sequences, "decode" in the name).
 //
 //   kernels_bench [threads] [seconds_per_case] [name filter]
 #include <time.h>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
 #include "kernels/cpu/quants.h"
@@ -90,7 +93,8 @@ int main(int argc, char** argv) {
       {"prefill attn_out  Q4_K", DType::Q4_K, 640, 1024, 64},
       {"prefill ffn_down  Q6_K", DType::Q6_K, 640, 2048, 64},
       {"prefill output    Q8_0", DType::Q8_0, 8192, 576, 64},
-      {"qwen15 ffn_up      Q4_K", DType::Q4_K, 8960, 1536, 64},
+      {"repacked qwen15 ffn_up Q4_K", DType::Q4_K, 8960, 1536, 64},
+      {"repacked qwen15 ffn_up Q4_K decode", DType::Q4_K, 8960, 1536, 16},
       {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 64},
       {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 16},
       {"packed qwen ffn_up Q5_0", DType::Q5_0, 4864, 896, 1},
@@ -115,6 +119,15 @@ int main(int argc, char** argv) {
     std::printf("%s %6lldx%-5lld tokens=%-3lld", c.name, static_cast<long long>(c.rows),
                 static_cast<long long>(c.cols), static_cast<long long>(c.n_tokens));
     const bool packed = std::strncmp(c.name, "packed", 6) == 0;
+    const bool repacked = std::strncmp(c.name, "repacked", 8) == 0;
+    RepackedQ4K rw;
+    std::vector<TokenPlace> places = one_chunk(c.n_tokens);
+    std::vector<uint8_t> ract;
+    if (repacked) {
+      rw = RepackedQ4K::pack(w.data(), c.rows, c.cols);
+      if (std::strstr(c.name, "decode")) places.assign(static_cast<size_t>(c.n_tokens), TokenPlace{1, 0});
+      ract.resize(matmul_act_row_bytes(c.type, c.cols) * static_cast<size_t>(c.n_tokens));
+    }
     PackedMatrix pw;
     PackedActivations pa;
     if (packed) {
@@ -131,6 +144,12 @@ int main(int argc, char** argv) {
       while (t - t0 < seconds || iters < 3) {
         if (packed) {
           packed_matmul_groups_with(table, pw, pa, 0, pw.groups(), y.data(), c.rows);
+        } else if (repacked) {
+          if (iters == 0) {
+            matmul_quantize_rows_ggml_with(table, c.type, c.rows, x.data(), c.cols, 0, c.n_tokens, places.data(),
+                                           ract.data());
+          }
+          repacked_q4k_rows_with(table, rw, ract.data(), c.n_tokens, places.data(), y.data(), c.rows, 0, c.rows);
         } else {
           matmul_with(table, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data(), pool, ws);
         }
@@ -138,7 +157,7 @@ int main(int argc, char** argv) {
         t = clock_s();
       }
       const double per = (t - t0) / iters;
-      if (c.n_tokens == 1 && !packed) {
+      if (c.n_tokens == 1 && !packed && !repacked) {
         std::printf("  %s %7.1f us %6.1f GB/s", table.level, per * 1e6, w.size() / per / 1e9);
       } else {
         std::printf("  %s %7.1f us %6.1f GFLOP/s", table.level, per * 1e6,

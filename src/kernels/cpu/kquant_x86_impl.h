@@ -1108,17 +1108,13 @@ inline void q4k_unit_block(int ng, int nt, const typename U::W* const* w, const 
   if constexpr (NG > 1) {
     if (ng < NG) return q4k_unit_block<U, kGemm, NG - 1>(ng, nt, w, s, y, am);
   }
-  if (nt == 2) {
-    U::template block<kGemm, NG, 2>(w, s, y, am);
-  } else {
-    U::template block<kGemm, NG, 1>(w, s, y, am);
-  }
+  with_count<U::kBlockTokens>(nt, [&]<int NT>() { U::template block<kGemm, NG, NT>(w, s, y, am); });
 }
 
 template <class U, bool kGemm>
 void q4k_unit_tiles(const uint8_t* groups, int64_t n_units, int64_t cols, const uint8_t* act, size_t act_stride,
                     int64_t nt, float* out, size_t out_stride) {
-  constexpr int G = U::kBlockUnits, kRows = 8 * U::kGroups;
+  constexpr int G = U::kBlockUnits, T = U::kBlockTokens, kRows = 8 * U::kGroups;
   using Vec = typename U::Vec;
   const int64_t nb = cols / kQK_K;
   const size_t gbytes = static_cast<size_t>(nb) * kQ4KGroupBlockBytes;
@@ -1142,16 +1138,16 @@ void q4k_unit_tiles(const uint8_t* groups, int64_t n_units, int64_t cols, const 
         for (int gi = 0; gi < ng; ++gi) {
           U::unpack(groups + (g + gi) * U::kGroups * gbytes + i * kQ4KGroupBlockBytes, gbytes, u.w[gi], u.sc[gi]);
         }
-        for (int64_t t = 0; t < tn; t += 2) {
-          const int nb_t = static_cast<int>(std::min<int64_t>(2, tn - t));
-          const BlockQ8_K* y[2];
+        for (int64_t t = 0; t < tn; t += T) {
+          const int nb_t = static_cast<int>(std::min<int64_t>(T, tn - t));
+          const BlockQ8_K* y[T];
           for (int k = 0; k < nb_t; ++k) y[k] = &yrow<BlockQ8_K>(act, act_stride, static_cast<int>(t0 + t + k))[i];
           q4k_unit_block<U, kGemm>(ng, nb_t, wp, sp, y, am + 2 * G * t);
         }
       }
       for (int64_t t = 0; t < tn; ++t) {
-        const int64_t b0 = t / 2 * 2, tt = t - b0;
-        const int64_t ntb = std::min<int64_t>(2, tn - b0);  // tokens in t's block
+        const int64_t b0 = t / T * T, tt = t - b0;
+        const int64_t ntb = std::min<int64_t>(T, tn - b0);  // tokens in t's block
         for (int gi = 0; gi < ng; ++gi) {
           const Vec* v = am + 2 * G * b0 + 2 * (gi * ntb + tt);
           U::store(out + (t0 + t) * out_stride + kRows * (g + gi), v[0], v[1]);
@@ -1166,7 +1162,7 @@ struct Q4KGroupUnits {
   using Vec = __m256;
   using W = __m256i;
   using Scales = Q4KGroupScales;
-  static constexpr int kGroups = 1, kBlockUnits = kQ4KBlockGroups;
+  static constexpr int kGroups = 1, kBlockUnits = kQ4KBlockGroups, kBlockTokens = 2;
   static void unpack(const uint8_t* gb, size_t, W* w, Scales& s) { q4k_unpack_group_block(gb, w, s); }
   template <bool kGemm, int NG, int NT>
   static void block(const W* const* w, const Scales* const* s, const BlockQ8_K* const* y, Vec* am) {
@@ -1264,7 +1260,9 @@ struct Q4KPairUnits {
   using Vec = __m512;
   using W = __m512i;
   using Scales = Q4KPairScales;
-  static constexpr int kGroups = 2, kBlockUnits = 2;
+  // Blocks of 2 pairs by 2 tokens: by kernels_bench's repacked cases, 2 x 3
+  // and 2 x 4 spill registers (30% slower) and 1 x 4 is 5-10% slower.
+  static constexpr int kGroups = 2, kBlockUnits = 2, kBlockTokens = 2;
   static void unpack(const uint8_t* gb, size_t gbytes, W* w, Scales& s) { q4k_unpack_pair_block(gb, gb + gbytes, w, s); }
   template <bool kGemm, int NG, int NT>
   static void block(const W* const* w, const Scales* const* s, const BlockQ8_K* const* y, Vec* am) {
