@@ -2,8 +2,12 @@
 """Speculative decoding: `inferd serve --speculative-config` beside llama.cpp's
 `llama-server --spec-type ngram-simple` (or, with --draft-model, inferd's
 draft_model method beside `llama-server --spec-type draft-simple --model-draft`),
-same GGUFs, same threads, one server at a time, one request at a time (batch 1),
-greedy, the same chat requests.
+same GGUFs, same threads, one request at a time (batch 1), greedy, the same
+chat requests. Each program's server without speculation and its server with it
+run side by side and take turns request by request (their order alternating
+from one repetition to the next): on a host whose memory bandwidth drifts
+within minutes, runs of one server after the other compared two moments as
+much as two settings.
 
 Workloads
   input-grounded  the answer copies much of the prompt: edit a given function,
@@ -133,29 +137,37 @@ class Bench:
         return {"model": cs.SERVED_NAME, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
                 "max_tokens": self.a.max_tokens}
 
-    def run_workloads(self, srv: cs.Server, kind: str) -> dict:
-        """Decode tokens/s per workload (median over reps), the texts, and the acceptance."""
-        out = {}
-        drafts0 = cst.metric(srv, "inferd:spec_decode_num_draft_tokens_total") or 0
-        accepted0 = cst.metric(srv, "inferd:spec_decode_num_accepted_tokens_total") or 0
+    def run_workloads(self, servers: dict[bool, cs.Server], kind: str) -> dict[bool, dict]:
+        """Per server (False: plain, True: speculating): decode tokens/s per workload (median over reps),
+        the texts, and the acceptance; the two servers take turns request by request."""
+        out: dict[bool, dict] = {spec: {} for spec in servers}
+        drafts0 = cst.metric(servers[True], "inferd:spec_decode_num_draft_tokens_total") or 0
+        accepted0 = cst.metric(servers[True], "inferd:spec_decode_num_accepted_tokens_total") or 0
         llama_drafts = llama_accepted = 0
         for group, items in (("input-grounded", GROUNDED), ("free", FREE)):
             for name, prompt in items:
-                rates, text, tokens = [], "", 0
-                for _ in range(self.a.reps):
-                    r = self.streamed(srv, self.body(prompt))
-                    rates.append(r["rate"])
-                    text, tokens = r["text"], r["tokens"]
-                    llama_drafts += r.get("draft_n", 0)
-                    llama_accepted += r.get("draft_n_accepted", 0)
-                out[name] = {"group": group, "tokens_per_s": cst.median(rates), "tokens": tokens, "text": text}
-                log(f"{kind} {name}: {out[name]['tokens_per_s']:.1f} tokens/s, {tokens} tokens")
+                rates: dict[bool, list] = {spec: [] for spec in servers}
+                last: dict[bool, dict] = {}
+                for rep in range(self.a.reps):
+                    for spec in ((False, True) if rep % 2 == 0 else (True, False)):
+                        r = self.streamed(servers[spec], self.body(prompt))
+                        rates[spec].append(r["rate"])
+                        last[spec] = r
+                        if spec:
+                            llama_drafts += r.get("draft_n", 0)
+                            llama_accepted += r.get("draft_n_accepted", 0)
+                for spec in servers:
+                    out[spec][name] = {"group": group, "tokens_per_s": cst.median(rates[spec]),
+                                       "tokens": last[spec]["tokens"], "text": last[spec]["text"]}
+                log(f"{kind} {name}: {out[False][name]['tokens_per_s']:.1f} tokens/s plain, "
+                    f"{out[True][name]['tokens_per_s']:.1f} speculating, {last[True]['tokens']} tokens")
         if kind == cs.INFERD:
-            drafts = (cst.metric(srv, "inferd:spec_decode_num_draft_tokens_total") or 0) - drafts0
-            accepted = (cst.metric(srv, "inferd:spec_decode_num_accepted_tokens_total") or 0) - accepted0
+            drafts = (cst.metric(servers[True], "inferd:spec_decode_num_draft_tokens_total") or 0) - drafts0
+            accepted = (cst.metric(servers[True], "inferd:spec_decode_num_accepted_tokens_total") or 0) - accepted0
         else:
             drafts, accepted = llama_drafts, llama_accepted
-        out["_acceptance"] = accepted / drafts if drafts else None
+        out[True]["_acceptance"] = accepted / drafts if drafts else None
+        out[False]["_acceptance"] = None
         return out
 
     @staticmethod
@@ -215,9 +227,9 @@ def main() -> int:
     b = Bench(a)
     results = {}
     for kind in (cs.INFERD, cs.LLAMA):
-        for spec in (False, True):
-            with b.server(kind, spec) as srv:
-                results[f"{kind} {'spec' if spec else 'plain'}"] = b.run_workloads(srv, kind)
+        with b.server(kind, False) as plain, b.server(kind, True) as spec:
+            r = b.run_workloads({False: plain, True: spec}, kind)
+        results[f"{kind} plain"], results[f"{kind} spec"] = r[False], r[True]
     (Path(a.out) / "results.json").write_text(json.dumps({"results": results}, indent=2))
     streams = {}
     if a.streams > 0:
