@@ -29,10 +29,11 @@ class ChainedConnector : public KVConnector {
   void save_computed(std::span<const BlockTransfer> computed) override { local_.save_computed(computed); }
 
  private:
-  // Splits loads into the local connector's and the rest, keeping where each
-  // came from (its index in loads).
-  void split(std::span<const BlockTransfer> loads, std::vector<BlockTransfer>& local, std::vector<size_t>& local_at,
-             std::vector<BlockTransfer>& remote, std::vector<size_t>& remote_at) const;
+  // Loads of one connector, with each one's index in the request's loads.
+  struct Part {
+    std::vector<BlockTransfer> loads;
+    std::vector<size_t> at;
+  };
 
   KVConnector& local_;
   KVConnector& remote_;
