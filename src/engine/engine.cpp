@@ -643,6 +643,7 @@ std::vector<RequestOutput> Engine::run_step() {
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
       adapt_draft_length(live, accepted, s.num_draft_tokens);
+      if (live.ngram) live.ngram->verified(accepted, tokens.back());
       live.metrics.speculative.record(s.num_draft_tokens, accepted);
       spec_stats_.record(s.num_draft_tokens, accepted);
     }
@@ -790,8 +791,10 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
     return;
   }
   for (const DraftInput& in : inputs) {
-    std::vector<int32_t> drafts =
-        propose_ngram(in.tokens, spec.prompt_lookup_min, spec.prompt_lookup_max, in.max_drafts);
+    Live& live = live_.at(*in.request_id);
+    if (!live.ngram) live.ngram.emplace(spec.prompt_lookup_min, spec.prompt_lookup_max);
+    const int64_t num_prompt_tokens = static_cast<int64_t>(scheduler_.find(*in.request_id)->prompt_token_ids.size());
+    std::vector<int32_t> drafts = live.ngram->propose(in.tokens, num_prompt_tokens, in.max_drafts);
     if (!drafts.empty()) scheduler_.set_draft_tokens(*in.request_id, std::move(drafts));
   }
 }

@@ -305,6 +305,7 @@ class Engine {
     // its prompt so spends little compute on drafts.
     int32_t draft_len = -1;  // -1: not speculated yet
     int32_t draft_pause = 0, draft_pause_left = 0;
+    std::optional<NgramProposer> ngram;  // the n-gram method's proposer, made at the first proposal
     std::unique_ptr<BeamGroup> beams;  // beam search; null for one sequence
     uint64_t kv_lease_id = 0;          // prefill for a remote decode: its lease (Request::kv_lease_id)
   };

@@ -56,10 +56,53 @@ struct SpeculativeConfig {
   Status validate() const;  // error naming the first bad field
 };
 
-// Up to k tokens that followed the latest earlier occurrence of the longest
-// suffix of `tokens` that is between min_n and max_n tokens long (longer
-// suffixes first); empty when no such suffix occurs earlier.
-std::vector<int32_t> propose_ngram(std::span<const int32_t> tokens, int32_t min_n, int32_t max_n, int32_t k);
+// One request's n-gram proposer. Prompt lookup: up to k tokens that followed
+// the latest earlier occurrence of the longest suffix of the sequence that is
+// between min_n and max_n tokens long (longer suffixes first), with two
+// additions for answers that are edited copies of their prompt (a renamed
+// identifier, corrected spelling), where plain lookup loses the copy at every
+// edit and finds it again only n tokens later:
+// - Substitutions. A prompt token the target replaced by the same other token
+//   twice (a rename) is read as its replacement from then on, in lookups and
+//   in drafts; one rejected substituted draft forgets it.
+// - Resync. When no suffix occurs earlier, the copy is looked for where it
+//   left the prompt: the n-gram just before the last j tokens (j <= 4) is
+//   found, and the last token within a few tokens after that point gives the
+//   drafts (a word corrected into other tokens, then the copy goes on).
+// Both act on the prompt only, so a free answer that repeats itself drafts as
+// with plain lookup. Drafts never change the output (speculative.h's
+// verification), only how many tokens a step gains.
+class NgramProposer {
+ public:
+  NgramProposer(int32_t min_n, int32_t max_n) : min_n_(min_n), max_n_(max_n) {}
+  // Up to k drafts to follow `tokens` (prompt, then output), whose first
+  // num_prompt_tokens are the prompt.
+  std::vector<int32_t> propose(std::span<const int32_t> tokens, int64_t num_prompt_tokens, int32_t k);
+  // The last proposal's verification: its first `accepted` drafts were kept,
+  // and where the next one was rejected the target chose `target_token`.
+  void verified(int64_t accepted, int32_t target_token);
+
+ private:
+  struct Substitution {
+    int32_t from, to;
+  };
+  static constexpr int kResyncBack = 4;     // edited tokens since the copy left the prompt, at most
+  static constexpr int kResyncWindow = 6;   // prompt tokens past that point searched for the last token
+  static constexpr int kConfirmations = 2;  // the same replacement seen this often becomes a substitution
+  static constexpr size_t kMaxCandidates = 256;
+
+  int32_t copied(int32_t token) const;  // the token as drafts copy it (its substitution, if any)
+  // Latest s < limit with copied(tokens[s + i]) == pattern[i] for every i, or -1.
+  int64_t find_latest(std::span<const int32_t> tokens, std::span<const int32_t> pattern, int64_t limit) const;
+  std::vector<int32_t> drafts_from(std::span<const int32_t> tokens, int64_t from, int32_t k);
+
+  int32_t min_n_, max_n_;
+  std::vector<Substitution> substitutions_;
+  std::vector<std::pair<Substitution, int32_t>> candidates_;  // replacements seen, and how often
+  // The last proposal: where its drafts were copied from, and the tokens there.
+  int64_t last_from_ = -1, last_num_prompt_tokens_ = 0;
+  std::vector<int32_t> last_source_;
+};
 
 // Acceptance counters, vLLM's spec_decode metrics.
 struct SpeculativeStats {

@@ -8,6 +8,7 @@
 // rather than plain decoding.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -19,17 +20,108 @@ namespace {
 
 using test::Outputs;
 
+// Plain prompt lookup: a proposer that has seen no prompt (so neither
+// substitutions nor resyncs apply).
+std::vector<int32_t> lookup(const std::vector<int32_t>& tokens, int32_t min_n, int32_t max_n, int32_t k) {
+  return NgramProposer(min_n, max_n).propose(tokens, 0, k);
+}
+
 TEST(NgramProposer, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSuffix) {
   const std::vector<int32_t> t = {1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 1, 2, 3};
   // Suffix "1 2 3" occurred at 0: "4 9 2" followed it.
-  EXPECT_EQ(propose_ngram(t, 1, 3, 3), (std::vector<int32_t>{4, 9, 2}));
+  EXPECT_EQ(lookup(t, 1, 3, 3), (std::vector<int32_t>{4, 9, 2}));
   // Only 2-grams: "2 3" last occurred at 5, followed by "5 6".
-  EXPECT_EQ(propose_ngram(t, 1, 2, 2), (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(lookup(t, 1, 2, 2), (std::vector<int32_t>{5, 6}));
   // Cut at the end of the sequence.
-  EXPECT_EQ(propose_ngram(std::vector<int32_t>{7, 8, 7}, 1, 2, 5), (std::vector<int32_t>{8, 7}));
-  EXPECT_TRUE(propose_ngram(std::vector<int32_t>{1, 2, 3}, 1, 3, 4).empty());  // no repeat
-  EXPECT_TRUE(propose_ngram(t, 4, 5, 3).empty());  // no 4-gram repeats
-  EXPECT_TRUE(propose_ngram(std::vector<int32_t>{}, 1, 3, 4).empty());
+  EXPECT_EQ(lookup({7, 8, 7}, 1, 2, 5), (std::vector<int32_t>{8, 7}));
+  EXPECT_TRUE(lookup({1, 2, 3}, 1, 3, 4).empty());  // no repeat
+  EXPECT_TRUE(lookup(t, 4, 5, 3).empty());          // no 4-gram repeats
+  EXPECT_TRUE(lookup({}, 1, 3, 4).empty());
+}
+
+// Drives a proposer over an answer as the engine would (greedy verification:
+// drafts kept while they equal the answer) and returns the drafts accepted.
+// With see_prompt false the proposer is told of no prompt (plain lookup).
+int64_t accepted_drafts(NgramProposer& p, const std::vector<int32_t>& prompt, const std::vector<int32_t>& answer,
+                        int32_t k, bool see_prompt = true) {
+  std::vector<int32_t> seq = prompt;
+  seq.push_back(answer[0]);
+  int64_t total = 0;
+  for (size_t i = 1; i < answer.size();) {
+    const std::vector<int32_t> drafts = p.propose(seq, see_prompt ? static_cast<int64_t>(prompt.size()) : 0, k);
+    size_t a = 0;
+    while (a < drafts.size() && i + a < answer.size() && drafts[a] == answer[i + a]) ++a;
+    if (!drafts.empty() && i + a < answer.size()) p.verified(static_cast<int64_t>(a), answer[i + a]);
+    const size_t gained = std::min(a + 1, answer.size() - i);
+    seq.insert(seq.end(), answer.begin() + static_cast<std::ptrdiff_t>(i),
+               answer.begin() + static_cast<std::ptrdiff_t>(i + gained));
+    total += static_cast<int64_t>(std::min(a, gained));
+    i += gained;
+  }
+  return total;
+}
+
+TEST(NgramProposer, ARenameSeenTwiceIsDraftedFromThenOn) {
+  // A "function" whose identifier 50 the answer renames to 60 at each of its
+  // five uses: 40 41 50 42 43 | 44 50 45 46 | ...
+  const std::vector<int32_t> body = {40, 41, 50, 42, 43, 44, 50, 45, 46, 47, 50, 48, 49, 30, 50, 31, 32, 33, 50, 34, 35};
+  std::vector<int32_t> prompt = {1, 2, 3};
+  prompt.insert(prompt.end(), body.begin(), body.end());
+  std::vector<int32_t> answer = body;
+  std::replace(answer.begin(), answer.end(), 50, 60);
+  answer.push_back(2);  // end of answer
+  NgramProposer with_edits(2, 3);
+  const int64_t accepted = accepted_drafts(with_edits, prompt, answer, 8);
+
+  // The same walk with plain lookup: far fewer drafts are accepted.
+  NgramProposer plain(2, 3);
+  const int64_t plain_accepted = accepted_drafts(plain, prompt, answer, 8, false);
+  EXPECT_GT(accepted, plain_accepted + 5) << "plain lookup: " << plain_accepted;
+
+  // After the two renames, a lookup over the third use drafts 60, not 50.
+  NgramProposer p(2, 3);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), {40, 41});
+  ASSERT_EQ(p.propose(seq, static_cast<int64_t>(prompt.size()), 4), (std::vector<int32_t>{50, 42, 43, 44}));
+  p.verified(0, 60);  // the first rename
+  seq.insert(seq.end(), {60, 42, 43, 44});
+  ASSERT_EQ(p.propose(seq, static_cast<int64_t>(prompt.size()), 4), (std::vector<int32_t>{50, 45, 46, 47}));
+  p.verified(0, 60);  // the second: a substitution from now on
+  seq.insert(seq.end(), {60, 45, 46, 47});
+  EXPECT_EQ(p.propose(seq, static_cast<int64_t>(prompt.size()), 4), (std::vector<int32_t>{60, 48, 49, 30}));
+  // The target keeps 50 this time: the substitution is forgotten.
+  p.verified(0, 50);
+  EXPECT_EQ(p.propose(seq, static_cast<int64_t>(prompt.size()), 4), (std::vector<int32_t>{50, 48, 49, 30}));
+}
+
+TEST(NgramProposer, ReplacementsWithinTheAnswerAreNotLearned) {
+  // The copied text is the answer's own (a free answer that repeats itself):
+  // its variations are not renames of the prompt.
+  const std::vector<int32_t> prompt = {1, 2};
+  std::vector<int32_t> seq = {1, 2, 10, 11, 50, 12, 13, 10, 11};
+  NgramProposer p(2, 2);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(p.propose(seq, 2, 2), (std::vector<int32_t>{50, 12}));
+    p.verified(0, 60);
+  }
+  EXPECT_EQ(p.propose(seq, 2, 2), (std::vector<int32_t>{50, 12}));
+}
+
+TEST(NgramProposer, ResyncsAfterAWordCorrectedIntoOtherTokens) {
+  // Prompt 10..19; the answer copies it but wrote 77 78 for 13, then 14: no
+  // 2-gram ending in 14 occurs earlier, yet the copy goes on after 14.
+  const std::vector<int32_t> prompt = {10, 11, 12, 13, 14, 15, 16, 17, 18, 19};
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), {10, 11, 12, 77, 78, 14});
+  NgramProposer p(2, 3);
+  EXPECT_EQ(p.propose(seq, static_cast<int64_t>(prompt.size()), 3), (std::vector<int32_t>{15, 16, 17}));
+  // Right after the edit the last token is not in the prompt near the anchor:
+  // nothing to draft.
+  seq.resize(seq.size() - 1);
+  EXPECT_TRUE(p.propose(seq, static_cast<int64_t>(prompt.size()), 3).empty());
+  // An anchor in the answer's own text does not resync.
+  const std::vector<int32_t> own = {1, 2, 30, 31, 32, 33, 34, 30, 31, 77, 33};
+  EXPECT_TRUE(p.propose(own, 2, 3).empty());
 }
 
 // Runs requests with and without speculation and compares them.
