@@ -220,13 +220,16 @@ def main() -> int:
     ap.add_argument("--draft-vocab-size", type=int, default=0,
                     help="inferd's draft_vocab_size (llama-server has no such option)")
     ap.add_argument("--streams", type=int, default=16, help="0: skip the concurrent run")
+    ap.add_argument("--skip-llama-server", action="store_true",
+                    help="inferd only (an A/B of two inferd binaries, each run with --inferd)")
     ap.add_argument("--inferd", default=str(cs.ROOT / "build" / "inferd"))
     ap.add_argument("--out", default="/tmp/inferd-compare-speculative")
     a = ap.parse_args()
     Path(a.out).mkdir(parents=True, exist_ok=True)
     b = Bench(a)
     results = {}
-    for kind in (cs.INFERD, cs.LLAMA):
+    kinds = (cs.INFERD,) if a.skip_llama_server else (cs.INFERD, cs.LLAMA)
+    for kind in kinds:
         with b.server(kind, False) as plain, b.server(kind, True) as spec:
             r = b.run_workloads({False: plain, True: spec}, kind)
         results[f"{kind} plain"], results[f"{kind} spec"] = r[False], r[True]
@@ -238,7 +241,7 @@ def main() -> int:
             log(f"{a.streams} streams, {'spec' if spec else 'plain'}: {streams['spec' if spec else 'plain']:.1f} tok/s")
 
     # The greedy texts must not change with speculation (inferd's are token-identical by construction).
-    for kind in (cs.INFERD, cs.LLAMA):
+    for kind in kinds:
         plain, spec = results[f"{kind} plain"], results[f"{kind} spec"]
         same = all(plain[w]["text"] == spec[w]["text"] for w in plain if not w.startswith("_"))
         log(f"{kind}: greedy texts {'identical' if same else 'DIFFER'} with speculation")
@@ -256,10 +259,14 @@ def main() -> int:
         if w.startswith("_"):
             continue
         ip, isp = v["tokens_per_s"], results[f"{cs.INFERD} spec"][w]["tokens_per_s"]
+        if a.skip_llama_server:
+            lines.append(f"| {w} ({v['group']}) | {ip:.1f} | {isp:.1f} | {isp / ip:.2f}x | - | - | - | - |")
+            continue
         lp, lsp = results[f"{cs.LLAMA} plain"][w]["tokens_per_s"], results[f"{cs.LLAMA} spec"][w]["tokens_per_s"]
         lines.append(f"| {w} ({v['group']}) | {ip:.1f} | {isp:.1f} | {isp / ip:.2f}x | {lp:.1f} | {lsp:.1f} | "
                      f"{lsp / lp:.2f}x | {isp / lsp:.2f}x |")
-    acc_i, acc_l = results[f"{cs.INFERD} spec"]["_acceptance"], results[f"{cs.LLAMA} spec"]["_acceptance"]
+    acc_i = results[f"{cs.INFERD} spec"]["_acceptance"]
+    acc_l = None if a.skip_llama_server else results[f"{cs.LLAMA} spec"]["_acceptance"]
     lines.append("")
     lines.append(f"Draft acceptance: inferd {acc_i if acc_i is None else f'{acc_i:.2f}'}, llama-server "
                  f"{acc_l if acc_l is None else f'{acc_l:.2f}'}.")

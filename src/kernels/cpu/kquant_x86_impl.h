@@ -1277,8 +1277,10 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
                     int64_t nt, bool gemm, float* out, size_t out_stride) {
 #if INFERD_X86_AVX512
   // Pairs of groups by VNNI; a last odd group by the AVX2 kernel below. Steps
-  // of up to four tokens in the gemv order are decode, which streams weights.
-  if (gemm || nt > 4) {
+  // of up to five tokens in the gemv order (decode, and the verify steps of up
+  // to four drafts) stream the weights: 32 registers hold five tokens' sums
+  // (at six they spill, and the tiles are faster).
+  if (gemm || nt > 5) {
     const int64_t even = n_groups / 2 * 2;
     if (gemm) {
       q4k_unit_tiles<Q4KPairUnits, true>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
@@ -1300,6 +1302,9 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
     case 2: q4k_groups_gemv_stream<2>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
     case 3: q4k_groups_gemv_stream<3>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
     case 4: q4k_groups_gemv_stream<4>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
+#if INFERD_X86_AVX512
+    case 5: q4k_groups_gemv_stream<5>(groups, n_groups, cols, act, act_stride, out, out_stride); return;
+#endif
     default: q4k_unit_tiles<Q4KGroupUnits, false>(groups, n_groups, cols, act, act_stride, nt, out, out_stride); return;
   }
 }
