@@ -122,7 +122,7 @@ TEST(KernelsRepackedQ4K, MatchesGgmlRowsInEveryOrder) {
     const std::vector<TokenPlace> mixed = chunks({1, 1, 6, 1, 13, 4, 1, 2, 9});
     check(w, s.rows, s.cols, random_floats(rng, static_cast<int64_t>(mixed.size()) * s.cols), mixed, "mixed");
     // Batches of decoding sequences: the gemv order for every token of one call.
-    for (int n : {5, 16, 70}) {
+    for (int n : {5, 6, 11, 16, 70}) {  // a stream, chunks of streams, tiles
       const std::vector<TokenPlace> decode(static_cast<size_t>(n), TokenPlace{1, 0});
       check(w, s.rows, s.cols, random_floats(rng, n * s.cols), decode, "decode batch");
     }
