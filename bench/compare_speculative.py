@@ -222,13 +222,14 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=16, help="0: skip the concurrent run")
     ap.add_argument("--skip-llama-server", action="store_true",
                     help="inferd only (an A/B of two inferd binaries, each run with --inferd)")
+    ap.add_argument("--streams-only", action="store_true", help="only the concurrent run (inferd, plain and speculating)")
     ap.add_argument("--inferd", default=str(cs.ROOT / "build" / "inferd"))
     ap.add_argument("--out", default="/tmp/inferd-compare-speculative")
     a = ap.parse_args()
     Path(a.out).mkdir(parents=True, exist_ok=True)
     b = Bench(a)
     results = {}
-    kinds = (cs.INFERD,) if a.skip_llama_server else (cs.INFERD, cs.LLAMA)
+    kinds = () if a.streams_only else (cs.INFERD,) if a.skip_llama_server else (cs.INFERD, cs.LLAMA)
     for kind in kinds:
         with b.server(kind, False) as plain, b.server(kind, True) as spec:
             r = b.run_workloads({False: plain, True: spec}, kind)
@@ -239,6 +240,8 @@ def main() -> int:
         for spec in (False, True):
             streams["spec" if spec else "plain"] = b.streams(spec)
             log(f"{a.streams} streams, {'spec' if spec else 'plain'}: {streams['spec' if spec else 'plain']:.1f} tok/s")
+    if a.streams_only:
+        return 0
 
     # The greedy texts must not change with speculation (inferd's are token-identical by construction).
     for kind in kinds:
