@@ -16,7 +16,18 @@ pip download --no-deps --no-binary :all: "llama-cpp-python==$VERSION" -d "$work"
 tar -xzf "$work"/llama_cpp_python-*.tar.gz -C "$work"
 rm -rf "$DEST/src"
 mv "$work"/llama_cpp_python-*/vendor/llama.cpp "$DEST/src"
+# On CPUs with AMX (Intel Sapphire Rapids and later) a native build compiles
+# GGML's AMX matmuls, and this version's crash there: llama-bench and
+# llama-server die of SIGILL in tinygemm_kernel_amx on an OpenMP worker thread
+# at the first matmul (seen on a 2-core Xeon VM, 2026-11-26, where AMX itself
+# works once a process asks for it). Such hosts get the native build without
+# AMX, i.e. GGML's AVX-512/VNNI kernels, the fastest llama.cpp that runs there.
+NATIVE_FLAGS=""
+if grep -qw amx_int8 /proc/cpuinfo 2>/dev/null; then
+  NATIVE_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+fi
 cmake -S "$DEST/src" -B "$DEST/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DCMAKE_C_FLAGS="$NATIVE_FLAGS" -DCMAKE_CXX_FLAGS="$NATIVE_FLAGS" \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON >/dev/null
 ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli
