@@ -88,6 +88,8 @@ int main(int argc, char** argv) {
       {"big     GEMV      Q4_1", DType::Q4_1, 32768, 2048, 1},
       {"big     GEMV      Q4_K", DType::Q4_K, 32768, 2048, 1},
       {"big     GEMV      F16 ", DType::F16, 8192, 2048, 1},
+      {"big     GEMV      Q6_K", DType::Q6_K, 32768, 2048, 1},
+      {"repacked big GEMV Q4_K decode", DType::Q4_K, 32768, 2048, 1},
       {"prefill ffn_up    Q4_1", DType::Q4_1, 1536, 576, 64},
       {"prefill ffn_gate  Q5_0", DType::Q5_0, 2048, 640, 64},
       {"prefill attn_out  Q4_K", DType::Q4_K, 640, 1024, 64},
@@ -157,7 +159,7 @@ int main(int argc, char** argv) {
         t = clock_s();
       }
       const double per = (t - t0) / iters;
-      if (c.n_tokens == 1 && !packed && !repacked) {
+      if (c.n_tokens == 1 && !packed) {
         std::printf("  %s %7.1f us %6.1f GB/s", table.level, per * 1e6, w.size() / per / 1e9);
       } else {
         std::printf("  %s %7.1f us %6.1f GFLOP/s", table.level, per * 1e6,

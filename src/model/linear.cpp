@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstring>
 
 #include "core/thread_pool.h"
 #include "kernels/cpu/kquant_layout.h"
@@ -16,6 +17,17 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena) {
   l.view_ = w;
   if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena);
+  if (!l.packed_ && !l.q4k_ && arena != nullptr) {
+    // The kernels read these rows as they are in the file; the same bytes on
+    // the arena's huge pages stream faster (docs/design.md, "Weights read in
+    // place, copied to huge pages").
+    const size_t n = row_bytes(w.dtype, w.cols) * static_cast<size_t>(w.rows);
+    if (uint8_t* copy = arena->take(n)) {
+      std::memcpy(copy, w.data, n);
+      l.view_.data = copy;
+      l.copied_ = true;
+    }
+  }
   return l;
 }
 
@@ -23,7 +35,7 @@ size_t Linear::packed_bytes(const WeightView& w) {
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) {
     return kernels::PackedArena::space_for(kernels::RepackedQ4K::packed_bytes(w.rows, w.cols));
   }
-  if (!kernels::can_pack(w.dtype)) return 0;
+  if (!kernels::can_pack(w.dtype)) return kernels::PackedArena::space_for(row_bytes(w.dtype, w.cols) * w.rows);
   return kernels::PackedArena::space_for(kernels::PackedMatrix::packed_bytes(w.dtype, w.rows, w.cols));
 }
 

@@ -49,7 +49,7 @@ class Linear {
   int64_t cols() const { return view_.cols; }
   bool packed() const { return static_cast<bool>(packed_); }
   // True when the kernels read a repacked copy, not the weight's bytes in the file.
-  bool reads_copy() const { return packed() || static_cast<bool>(q4k_); }
+  bool reads_copy() const { return packed() || static_cast<bool>(q4k_) || copied_; }
   // True when `other` wants its input quantized exactly as this one does.
   bool same_input(const Linear& other) const;
 
@@ -84,6 +84,7 @@ class Linear {
   WeightView view_;
   kernels::PackedMatrix packed_;
   kernels::RepackedQ4K q4k_;  // GGML-order Q4_K in eight-row groups (its input as for view_)
+  bool copied_ = false;       // view_ points at a verbatim copy of the file's rows in the arena
 };
 
 }  // namespace inferd

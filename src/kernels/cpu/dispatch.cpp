@@ -7,6 +7,9 @@
 #include "kernels/cpu/flavour.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
+#if defined(__x86_64__)
+#include "kernels/cpu/weight_prefetch_x86.h"
+#endif
 
 namespace inferd::kernels {
 
@@ -32,6 +35,20 @@ bool cpu_has_avx512() {
   return false;
 #endif
 }
+
+}  // namespace
+
+#if defined(__x86_64__)
+// Declared in weight_prefetch_x86.h; measured on both vendors (docs/benchmarks.md,
+// "Prefetch leads by CPU vendor").
+WeightPrefetchLead weight_prefetch_lead_for_this_cpu() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel")) return {2048, 16384};
+  return {4096, 0};
+}
+#endif
+
+namespace {
 
 SimdLevel choose_level() {
   const SimdLevel best = best_simd_level();

@@ -315,9 +315,7 @@ inline void q6k_vec_dot_row(int64_t nb, const BlockQ6_K* x, const uint8_t* b, si
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = reinterpret_cast<const uint8_t*>(x + i);
-    for (size_t off = 0; off < sizeof(BlockQ6_K); off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchAhead + off), _MM_HINT_T0);
-    }
+    prefetch_weights_ahead(p, sizeof(BlockQ6_K));
     __m256i q[8], sc[8], offset;
     q6k_unpack(x[i], q);
     q6k_scales(x[i].scales, sc, &offset);
@@ -357,9 +355,7 @@ inline void q6k_vec_dot_row512(int64_t nb, const BlockQ6_K* x, const uint8_t* b,
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   for (int64_t i = 0; i < nb; ++i) {
     const uint8_t* p = reinterpret_cast<const uint8_t*>(x + i);
-    for (size_t off = 0; off < sizeof(BlockQ6_K); off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchAhead + off), _MM_HINT_T0);
-    }
+    prefetch_weights_ahead(p, sizeof(BlockQ6_K));
     __m512i q[4], sc[4];
     __m256i sc8[8], offset;
     q6k_unpack512(x[i], q);
@@ -777,9 +773,7 @@ inline void sym_decode_rows(int64_t nb, const uint8_t* x, size_t xs, const Vec25
   for (; i + 8 <= nb; i += 8) {
     for (int r = 0; r < NR; ++r) {
       const uint8_t* p = x + r * xs + i * sizeof(Block);
-      for (size_t off = 0; off < 8 * sizeof(Block); off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchAhead + off), _MM_HINT_T0);
-      }
+      prefetch_weights_ahead(p, 8 * sizeof(Block));
       const __m256 dx = gather_f16x8(p, sizeof(Block));
       for (int t = 0; t < NT; ++t) _mm256_store_ps(dd[r][t], _mm256_mul_ps(dx, _mm256_loadu_ps(dy + t * nb8 + i)));
     }
@@ -948,9 +942,7 @@ void q4k_groups_gemv_stream(const uint8_t* groups, int64_t n_groups, int64_t col
     for (int t = 0; t < NT; ++t) acc[t] = accm[t] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; ++i) {
       const uint8_t* gb = group + i * kQ4KGroupBlockBytes;
-      for (size_t off = 0; off < kQ4KGroupBlockBytes; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(gb + kPackedPrefetchAhead + off), _MM_HINT_T0);
-      }
+      prefetch_weights_ahead(gb, kQ4KGroupBlockBytes);
       Q4KGroupScales s;
       q4k_group_scales(gb, s);
       const BlockQ8_K* y[NT];

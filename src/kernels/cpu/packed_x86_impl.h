@@ -37,13 +37,10 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// Prefetches into L1 the kBytes that lie kPackedPrefetchAhead bytes past the
-// block at p (a thread's groups are contiguous, so that is what it reads next).
+// The block after the one at p, prefetched (a thread's groups are contiguous).
 template <size_t kBytes>
 inline void prefetch_ahead(const uint8_t* p) {
-  for (size_t i = 0; i < kBytes; i += 64) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + kPackedPrefetchAhead + i), _MM_HINT_T0);
-  }
+  prefetch_weights_ahead(p, kBytes);
 }
 
 template <DType kType>

@@ -18,6 +18,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kquant_layout.h"
 #include "kernels/cpu/packed_layout.h"
+#include "kernels/cpu/weight_prefetch_x86.h"
 #include "kernels/cpu/quants_blocks.h"
 
 namespace inferd::kernels {

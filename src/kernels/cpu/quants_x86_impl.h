@@ -500,7 +500,7 @@ struct KQuantDriver {
       if constexpr (NT == 1) {
         // Decode streams the rows one after the other: fetch the weights ahead.
         const char* p = reinterpret_cast<const char*>(x + i);
-        for (size_t off = 0; off < sizeof(Block); off += 64) _mm_prefetch(p + kPackedPrefetchAhead + off, _MM_HINT_T0);
+        prefetch_weights_ahead(p, sizeof(Block));
       }
       KBlockInfo info;
       unpack(x[i], q, sc, info);

@@ -1,0 +1,39 @@
+// Software prefetch of the weights the x86 kernels stream (internal; included
+// by the SIMD translation units).
+//
+// Decode reads each weight once, in order, and a thread's rows are contiguous,
+// so the kernels prefetch the bytes a fixed lead past the block they work on.
+// The best lead depends on the CPU's miss handling, not on the kernel
+// (docs/design.md, "Keeping memory busy in decode"): on AMD EPYC one lead into
+// L1 of 4 KiB was best; on Intel Xeon that lead starved decode from DRAM
+// (Qwen2.5 1.5B at 0.67x of a 2 KiB lead), while 2 KiB alone slowed a model
+// read from L3, and 2 KiB into L1 plus 16 KiB into L2 beat both everywhere.
+#pragma once
+#include <immintrin.h>
+
+#include <cstddef>
+
+namespace inferd::kernels {
+
+// Bytes past the block in work: `l1` prefetched into L1, and, when `l2` > 0,
+// that far into L2 as well.
+struct WeightPrefetchLead {
+  size_t l1;
+  size_t l2;
+};
+
+// The lead for this CPU, chosen once (dispatch.cpp).
+WeightPrefetchLead weight_prefetch_lead_for_this_cpu();
+inline const WeightPrefetchLead kWeightPrefetchLead = weight_prefetch_lead_for_this_cpu();
+
+// Prefetches the `bytes` that follow p by the leads (p: the block in work).
+inline void prefetch_weights_ahead(const void* p, size_t bytes) {
+  const char* q = static_cast<const char*>(p);
+  const WeightPrefetchLead lead = kWeightPrefetchLead;
+  for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(q + lead.l1 + off, _MM_HINT_T0);
+  if (lead.l2 != 0) {
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(q + lead.l2 + off, _MM_HINT_T1);
+  }
+}
+
+}  // namespace inferd::kernels
