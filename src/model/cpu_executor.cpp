@@ -31,18 +31,20 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   // Once a weight is repacked, the file's pages of it are no longer read:
   // give them back at once, or the process holds those weights twice (for
   // Q4_K_M 1.5B, 0.6 GB) and peaks at that while loading. A tied output
-  // matrix stays, as token lookups read the embedding rows.
+  // matrix's pages go back too: token lookups read a few embedding rows a
+  // step, and the kernel maps those pages again (from the page cache) as
+  // they are read.
   const gguf::File& file = model.file();
-  const auto make = [&](const WeightView& w, bool release) {
+  const auto make = [&](const WeightView& w) {
     Linear linear = Linear::make(w, arena);
-    if (release && linear.reads_copy()) file.release_pages(w.data, row_bytes(w.dtype, w.cols) * w.rows);
+    if (linear.reads_copy()) file.release_pages(w.data, row_bytes(w.dtype, w.cols) * w.rows);
     return linear;
   };
   for (const LayerWeights& L : weights_.layers) {
     LayerLinears& linears = linears_.emplace_back();
-    for (int p = 0; p < kNumProjections; ++p) linears.proj[p] = make(L.proj[p], true);
+    for (int p = 0; p < kNumProjections; ++p) linears.proj[p] = make(L.proj[p]);
   }
-  output_ = make(weights_.output, !weights_.tied_embeddings);
+  output_ = make(weights_.output);
 }
 
 namespace {
