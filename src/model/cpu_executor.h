@@ -66,7 +66,7 @@ class CpuExecutor final : public Executor {
   QkvHeads qkv_heads(int thread_index, int n_threads) const;
   // Builds s_.prefetch for a pool of n_threads (see forward_thread).
   void plan_prefetch(int n_threads);
-  std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked weights; outlives the Linears
+  std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked or copied weights; outlives the Linears
   std::vector<LayerLinears> linears_;
   Linear output_;
 
