@@ -43,10 +43,4 @@ constexpr size_t kPackedQ4_1BlockBytes = 32 + 32 + 256;  // 16 x 20
 constexpr size_t kPackedQ5_0BlockBytes = 32 + 64 + 256;  // 16 x 22
 constexpr size_t kPackedQ8_0BlockBytes = 32 + 512;       // 16 x 34
 
-// Decode reads each weight once, in order, and the x86 kernels prefetch it
-// ahead of the block they work on (weight_prefetch_x86.h says how far). With
-// the hardware prefetchers alone the kernels waited on memory for much of
-// their time: decode ran at about half the machine's read bandwidth
-// (docs/benchmarks.md).
-
 }  // namespace inferd::kernels

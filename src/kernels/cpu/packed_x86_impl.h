@@ -37,12 +37,6 @@ inline int32_t load_i32(const int8_t* p) {
   return v;
 }
 
-// The block after the one at p, prefetched (a thread's groups are contiguous).
-template <size_t kBytes>
-inline void prefetch_ahead(const uint8_t* p) {
-  prefetch_weights_ahead(p, kBytes);
-}
-
 template <DType kType>
 struct PackedFormat {
   static constexpr bool kQ4 = kType != DType::Q8_0;
@@ -75,7 +69,7 @@ void packed_half_lanes_avx2(const uint8_t* group, int h, int64_t cols, const uin
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
-    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
+    if (h == 0) prefetch_weights_ahead(p, F::kBlockBytes);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     __m256 m = _mm256_setzero_ps();
     if constexpr (F::kHasMin) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
@@ -132,7 +126,7 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
-    prefetch_ahead<F::kBlockBytes>(p);
+    prefetch_weights_ahead(p, F::kBlockBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     // w[j]: unsigned quants for activation quad j (Q4: j < 4 low nibbles, j >= 4 high).
     __m512i w[8];
@@ -180,7 +174,7 @@ void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
-    prefetch_ahead<F::kBlockBytes>(p);
+    prefetch_weights_ahead(p, F::kBlockBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     __m512i w[8];
@@ -257,7 +251,7 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
-    if (h == 0) prefetch_ahead<F::kBlockBytes>(p);  // the second half reads the same lines
+    if (h == 0) prefetch_weights_ahead(p, F::kBlockBytes);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     __m256i w[8];
     if constexpr (F::kQ4) {
@@ -380,7 +374,7 @@ void packed_lanes_half(const uint8_t* group, int h, int64_t cols, const PackedAc
   const __m256i ones = _mm256_set1_epi16(1);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * Src::kBlockBytes;
-    if (Src::kStreamed && h == 0) prefetch_ahead<Src::kBlockBytes>(p);  // the second half reads the same lines
+    if (Src::kStreamed && h == 0) prefetch_weights_ahead(p, Src::kBlockBytes);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y.d[b]));
     const int8_t* yq = y.qs + 32 * b;
@@ -452,7 +446,7 @@ void packed_q5_0_tile(const uint8_t* group, int64_t cols, const uint8_t* act, si
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = group + b * LanesQ5_0::kBlockBytes;
       uint8_t* eb = e + b * LanesExpanded::kBlockBytes;
-      if (h == 0) prefetch_ahead<LanesQ5_0::kBlockBytes>(p);
+      if (h == 0) prefetch_weights_ahead(p, LanesQ5_0::kBlockBytes);
       std::memcpy(eb, p + 16 * h, 16);
       for (int j = 0; j < 4; ++j) {
         __m256i u[2];
@@ -537,7 +531,7 @@ void lanes512_pass(const uint8_t* group, int64_t nb, const uint8_t* act, size_t 
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * Src::kBlockBytes;
-    if constexpr (Src::kStreamed) prefetch_ahead<Src::kBlockBytes>(p);
+    if constexpr (Src::kStreamed) prefetch_weights_ahead(p, Src::kBlockBytes);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     __m512 scale[NT];
     for (int t = 0; t < NT; ++t) scale[t] = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
@@ -602,7 +596,7 @@ void packed_q5_0_tile512(const uint8_t* group, int64_t cols, const uint8_t* act,
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * Lanes512Q5_0::kBlockBytes;
     uint8_t* eb = e + b * Lanes512Expanded::kBlockBytes;
-    prefetch_ahead<Lanes512Q5_0::kBlockBytes>(p);
+    prefetch_weights_ahead(p, Lanes512Q5_0::kBlockBytes);
     std::memcpy(eb, p, 32);
     for (int j = 0; j < 4; ++j) {
       __m512i u[2];
