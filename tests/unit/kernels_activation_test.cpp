@@ -49,7 +49,7 @@ TEST(KernelsActivation, SwigluSameBitsAtEveryLevel) {
   fma = scalar;
   simd = scalar;
   if (best_simd_level() >= SimdLevel::kAvx2) detail::swiglu_fma(gate.data(), up.data(), fma.data(), n);
-  if (best_simd_level() == SimdLevel::kAvx512) detail::swiglu_avx512(gate.data(), up.data(), simd.data(), n);
+  if (best_simd_level() >= SimdLevel::kAvx512) detail::swiglu_avx512(gate.data(), up.data(), simd.data(), n);
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i], want = g / (1.0 + std::exp(-g)) * up[i];
     EXPECT_NEAR(scalar[i], want, 1e-6 * (1.0 + std::fabs(want))) << i;

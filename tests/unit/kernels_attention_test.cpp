@@ -98,7 +98,7 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
           detail::attend_one_head_fma(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, fma.data());
           detail::attend_heads_avx2(q.data(), 1, c.view(), c.D, c.D, begin, n_pos, scale, pass, avx2.data());
         }
-        if (best_simd_level() == SimdLevel::kAvx512) {
+        if (best_simd_level() >= SimdLevel::kAvx512) {
           detail::attend_one_head_avx512(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
         }
         const char* name = pass == AttentionPass::kDecode ? "decode" : "prefill";
@@ -130,7 +130,7 @@ std::vector<std::pair<std::string, AttendHeadsFn>> avx512_flavour_kernels() {
     fns.emplace_back("fma", each_head<detail::attend_one_head_fma>);
     fns.emplace_back("avx2", detail::attend_heads_avx2);
   }
-  if (best_simd_level() == SimdLevel::kAvx512) fns.emplace_back("avx512", detail::attend_heads_avx512);
+  if (best_simd_level() >= SimdLevel::kAvx512) fns.emplace_back("avx512", detail::attend_heads_avx512);
   fns.emplace_back("dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
     attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx512);

@@ -493,7 +493,7 @@ TEST(KernelsSimdVecDot, LargeTilesAreBitIdenticalToVecDot) {
 
 TEST(KernelsDispatch, ReportsTheChosenLevel) {
   const std::string level = simd_level();
-  EXPECT_TRUE(level == "scalar" || level == "avx2" || level == "avx512vnni") << level;
+  EXPECT_TRUE(level == "scalar" || level == "avx2" || level == "avx512vnni" || level == "amx") << level;
   const char* env = std::getenv("INFERD_SIMD");
   if (env == nullptr) {
     EXPECT_EQ(level, build_kernel_table(best_simd_level()).level);

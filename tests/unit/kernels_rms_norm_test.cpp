@@ -35,7 +35,7 @@ std::vector<float> wide_row(std::mt19937& rng, int64_t n) {
 }
 
 TEST(KernelsRmsNorm, LaneSumSameBitsAtEveryLevel) {
-  if (best_simd_level() != SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512 here";
+  if (best_simd_level() < SimdLevel::kAvx512) GTEST_SKIP() << "no AVX-512 here";
   std::mt19937 rng(1);
   for (int64_t n : {1, 15, 16, 17, 576, 577, 1000}) {
     const std::vector<float> x = wide_row(rng, n), h = wide_row(rng, n);

@@ -37,7 +37,7 @@ inline std::vector<SimdLevel> runnable_levels() {
 }
 
 inline const char* level_name(SimdLevel l) {
-  return l == SimdLevel::kScalar ? "scalar" : l == SimdLevel::kAvx2 ? "avx2" : "avx512";
+  return l == SimdLevel::kScalar ? "scalar" : l == SimdLevel::kAvx2 ? "avx2" : l == SimdLevel::kAvx512 ? "avx512" : "amx";
 }
 
 inline std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scale = 1.0f) {

@@ -50,7 +50,7 @@ void fill_activation_kernels(FloatKernels& ops, SimdLevel level) {
   // GGML's AVX2 build: AVX-512 CPUs run the AVX2 kernel too.
   ops.swiglu[static_cast<int>(GgmlFlavour::kAvx2)] =
       level >= SimdLevel::kAvx2 ? detail::swiglu_ggml_avx2_fma : detail::swiglu_ggml_avx2_scalar;
-  ops.swiglu[static_cast<int>(GgmlFlavour::kAvx512)] = level == SimdLevel::kAvx512 ? detail::swiglu_avx512
+  ops.swiglu[static_cast<int>(GgmlFlavour::kAvx512)] = level >= SimdLevel::kAvx512 ? detail::swiglu_avx512
                                                        : level == SimdLevel::kAvx2 ? detail::swiglu_fma
                                                                                    : detail::swiglu_scalar;
   ops.geglu = level >= SimdLevel::kAvx2 ? detail::geglu_f16c : detail::geglu_scalar;

@@ -45,7 +45,7 @@ void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_
 void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
   AttendHeadsFn& avx512_build = ops.attend_heads[static_cast<int>(GgmlFlavour::kAvx512)];
   AttendHeadsFn& avx2_build = ops.attend_heads[static_cast<int>(GgmlFlavour::kAvx2)];
-  avx512_build = level == SimdLevel::kAvx512 ? detail::attend_heads_avx512
+  avx512_build = level >= SimdLevel::kAvx512 ? detail::attend_heads_avx512
                  : level == SimdLevel::kAvx2 ? detail::attend_heads_avx2
                                              : each_head<detail::attend_one_head_scalar>;
   // GGML's AVX2 build: the AVX2 kernel wherever the CPU has it (AVX-512 CPUs

@@ -1,5 +1,5 @@
 // Runtime choice of the SIMD level: the best one this CPU supports, or the one
-// forced by INFERD_SIMD=scalar|avx2|avx512 (never above what the CPU has).
+// forced by INFERD_SIMD=scalar|avx2|avx512|amx (never above what the CPU has).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -8,6 +8,9 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 #if defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "kernels/cpu/weight_prefetch_x86.h"
 #endif
 
@@ -38,6 +41,19 @@ bool cpu_has_avx512() {
 
 }  // namespace
 
+bool amx_usable() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-int8")) return false;
+  // Linux gives a process the tile state only once it asks for it.
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  static const bool granted = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  return granted;
+#else
+  return false;
+#endif
+}
+
 #if defined(__x86_64__)
 // Declared in weight_prefetch_x86.h; measured on both vendors (docs/benchmarks.md,
 // "Prefetch leads by CPU vendor").
@@ -61,8 +77,10 @@ SimdLevel choose_level() {
     want = SimdLevel::kAvx2;
   } else if (std::strcmp(env, "avx512") == 0) {
     want = SimdLevel::kAvx512;
+  } else if (std::strcmp(env, "amx") == 0) {
+    want = SimdLevel::kAmx;
   } else {
-    std::fprintf(stderr, "inferd: ignoring INFERD_SIMD (expected scalar, avx2 or avx512)\n");
+    std::fprintf(stderr, "inferd: ignoring INFERD_SIMD (expected scalar, avx2, avx512 or amx)\n");
     return best;
   }
   if (static_cast<int>(want) > static_cast<int>(best)) {
@@ -79,7 +97,8 @@ const TypeKernels& kernels_for(DType t) {
 }  // namespace
 
 SimdLevel best_simd_level() {
-  return cpu_has_avx512() ? SimdLevel::kAvx512 : cpu_has_avx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar;
+  if (!cpu_has_avx512()) return cpu_has_avx2() ? SimdLevel::kAvx2 : SimdLevel::kScalar;
+  return amx_usable() ? SimdLevel::kAmx : SimdLevel::kAvx512;
 }
 
 KernelTable build_kernel_table(SimdLevel level) {
@@ -89,6 +108,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_scalar_kquant_kernels(t);
   if (level >= SimdLevel::kAvx2) fill_avx2_kernels(t);
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
+  if (level >= SimdLevel::kAmx) fill_amx_kernels(t);
   fill_attention_kernels(t.ops, level);
   fill_activation_kernels(t.ops, level);
   fill_rms_norm_kernels(t.ops, level);

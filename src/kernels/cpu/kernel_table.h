@@ -113,7 +113,9 @@ struct KernelTable {
   const char* level = "scalar";
 };
 
-enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAmx: the AVX-512 table with AMX tiles for the int8 products of steps of
+// many tokens (kquant_amx_impl.h).
+enum class SimdLevel { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kAmx = 3 };
 
 // The best level this CPU (and OS) supports.
 SimdLevel best_simd_level();
@@ -121,7 +123,7 @@ SimdLevel best_simd_level();
 // one per level to check each against the scalar reference.
 KernelTable build_kernel_table(SimdLevel level);
 
-// The table in use: best_simd_level(), or INFERD_SIMD=scalar|avx2|avx512
+// The table in use: best_simd_level(), or INFERD_SIMD=scalar|avx2|avx512|amx
 // capped at it. Built on first call, immutable afterwards.
 const KernelTable& kernel_table();
 
@@ -129,6 +131,9 @@ const KernelTable& kernel_table();
 void fill_scalar_kernels(KernelTable& t);                   // quants_ref.cpp
 void fill_avx2_kernels(KernelTable& t);                     // quants_avx2.cpp
 void fill_avx512_kernels(KernelTable& t);                   // quants_avx512.cpp
+void fill_amx_kernels(KernelTable& t);                      // quants_avx512.cpp
+// Whether this CPU has AMX-INT8 and the OS lets this process use its tiles.
+bool amx_usable();                                          // dispatch.cpp
 void fill_scalar_packed_kernels(KernelTable& t);            // packed_ref.cpp
 // The float kernels of a level, one filler per kernel family.
 void fill_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention.cpp

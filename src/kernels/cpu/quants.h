@@ -47,7 +47,7 @@ void quantize_row(DType t, const float* src, void* dst, int64_t n);
 float vec_dot(DType t, int64_t n, const void* a, const void* b);
 }  // namespace ref
 
-// Which SIMD level the dispatcher picked ("avx512vnni", "avx2", "scalar"):
+// Which SIMD level the dispatcher picked ("amx", "avx512vnni", "avx2", "scalar"):
 // the best the CPU supports, or INFERD_SIMD=scalar|avx2|avx512 if set (never
 // above what the CPU supports). Chosen once, on first use of any kernel.
 const char* simd_level();

@@ -1,6 +1,7 @@
 // AVX-512 kernels: the shared x86 kernels with VNNI dot products (dpbusd on
 // 256-bit vectors via AVX-512VL), mask-register bit unpacking and 512-bit float
-// dots. Only called after dispatch.cpp has checked avx512f/bw/vl/dq/vnni.
+// dots. Only called after dispatch.cpp has checked avx512f/bw/vl/dq/vnni; the
+// AMX kernels only after amx_usable().
 // GCC 12 reports its own _mm512_undefined_* placeholders as maybe-uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -27,6 +28,7 @@ namespace {
 #include "kernels/cpu/quants_x86_impl.h"
 #include "kernels/cpu/packed_x86_impl.h"
 #include "kernels/cpu/kquant_x86_impl.h"
+#include "kernels/cpu/kquant_amx_impl.h"
 #undef INFERD_X86_AVX512
 }  // namespace
 
@@ -35,6 +37,11 @@ void fill_avx512_kernels(KernelTable& table) {
   fill_x86_packed(table);
   fill_x86_kquant(table);
   table.level = "avx512vnni";
+}
+
+void fill_amx_kernels(KernelTable& table) {
+  table.q4k_groups = q4k_groups_amx;
+  table.level = "amx";
 }
 
 }  // namespace inferd::kernels

@@ -39,7 +39,7 @@ std::optional<float> mean_square_if_settled(double lane_sum, int64_t n) {
 }  // namespace detail
 
 void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level) {
-  ops.sum_squares_lanes = level == SimdLevel::kAvx512 ? detail::sum_squares_lanes_avx512 : detail::sum_squares_lanes_scalar;
+  ops.sum_squares_lanes = level >= SimdLevel::kAvx512 ? detail::sum_squares_lanes_avx512 : detail::sum_squares_lanes_scalar;
 }
 
 float rms_norm_scale(const float* x, const float* h, int64_t n, float eps) {
