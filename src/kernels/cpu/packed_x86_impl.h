@@ -69,7 +69,7 @@ void packed_half_lanes_avx2(const uint8_t* group, int h, int64_t cols, const uin
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
-    if (h == 0) prefetch_weights_ahead(p, F::kBlockBytes);  // the second half reads the same lines
+    if (h == 0) prefetch_weights_ahead(p, F::kBlockBytes, NT == 1);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     __m256 m = _mm256_setzero_ps();
     if constexpr (F::kHasMin) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
@@ -126,7 +126,7 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
-    prefetch_weights_ahead(p, F::kBlockBytes);
+    prefetch_weights_ahead(p, F::kBlockBytes, NT == 1);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     // w[j]: unsigned quants for activation quad j (Q4: j < 4 low nibbles, j >= 4 high).
     __m512i w[8];
@@ -174,7 +174,7 @@ void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset;
-    prefetch_weights_ahead(p, F::kBlockBytes);
+    prefetch_weights_ahead(p, F::kBlockBytes, NT == 1);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     __m512i w[8];
@@ -251,7 +251,7 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * F::kBlockBytes;
     const uint8_t* q = p + F::kQuantOffset + 32 * h;
-    if (h == 0) prefetch_weights_ahead(p, F::kBlockBytes);  // the second half reads the same lines
+    if (h == 0) prefetch_weights_ahead(p, F::kBlockBytes, NT == 1);  // the second half reads the same lines
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     __m256i w[8];
     if constexpr (F::kQ4) {
@@ -446,7 +446,7 @@ void packed_q5_0_tile(const uint8_t* group, int64_t cols, const uint8_t* act, si
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* p = group + b * LanesQ5_0::kBlockBytes;
       uint8_t* eb = e + b * LanesExpanded::kBlockBytes;
-      if (h == 0) prefetch_weights_ahead(p, LanesQ5_0::kBlockBytes);
+      if (h == 0) prefetch_weights_ahead(p, LanesQ5_0::kBlockBytes, false);  // nt > 1 here
       std::memcpy(eb, p + 16 * h, 16);
       for (int j = 0; j < 4; ++j) {
         __m256i u[2];
@@ -531,7 +531,7 @@ void lanes512_pass(const uint8_t* group, int64_t nb, const uint8_t* act, size_t 
   }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * Src::kBlockBytes;
-    if constexpr (Src::kStreamed) prefetch_weights_ahead(p, Src::kBlockBytes);
+    if constexpr (Src::kStreamed) prefetch_weights_ahead(p, Src::kBlockBytes, NT == 1);
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     __m512 scale[NT];
     for (int t = 0; t < NT; ++t) scale[t] = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
@@ -596,7 +596,7 @@ void packed_q5_0_tile512(const uint8_t* group, int64_t cols, const uint8_t* act,
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* p = group + b * Lanes512Q5_0::kBlockBytes;
     uint8_t* eb = e + b * Lanes512Expanded::kBlockBytes;
-    prefetch_weights_ahead(p, Lanes512Q5_0::kBlockBytes);
+    prefetch_weights_ahead(p, Lanes512Q5_0::kBlockBytes, nt == 1);
     std::memcpy(eb, p, 32);
     for (int j = 0; j < 4; ++j) {
       __m512i u[2];

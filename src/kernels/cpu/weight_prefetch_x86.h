@@ -29,11 +29,15 @@ WeightPrefetchLead weight_prefetch_lead_for_this_cpu();
 inline const WeightPrefetchLead kWeightPrefetchLead = weight_prefetch_lead_for_this_cpu();
 
 // Prefetches the `bytes` that follow p by the leads (p: the block in work).
-inline void prefetch_weights_ahead(const void* p, size_t bytes) {
+// `into_l2` false skips the far lead: the packed kernels ask for it only in
+// one-token calls, because a tile of several tokens is a prompt's (or a
+// batch's) pass over a group that the first pass already brought into L1, and
+// there the second prefetch cost prompts about 2% (docs/benchmarks.md).
+inline void prefetch_weights_ahead(const void* p, size_t bytes, bool into_l2 = true) {
   const char* q = static_cast<const char*>(p);
   const WeightPrefetchLead lead = kWeightPrefetchLead;
   for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(q + lead.l1 + off, _MM_HINT_T0);
-  if (lead.l2 != 0) {
+  if (into_l2 && lead.l2 != 0) {
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(q + lead.l2 + off, _MM_HINT_T1);
   }
 }
