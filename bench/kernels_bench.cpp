@@ -103,6 +103,7 @@ int main(int argc, char** argv) {
       {"packed qwen attn_v Q8_0", DType::Q8_0, 896, 896, 64},
       {"packed qwen attn_v Q8_0", DType::Q8_0, 896, 896, 1},
       {"packed smol ffn_up Q4_1", DType::Q4_1, 1536, 576, 64},
+      {"ggml qwen15 output Q6_K decode", DType::Q6_K, 16384, 1536, 16},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -122,11 +123,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(c.cols), static_cast<long long>(c.n_tokens));
     const bool packed = std::strncmp(c.name, "packed", 6) == 0;
     const bool repacked = std::strncmp(c.name, "repacked", 8) == 0;
+    const bool ggml_rows = std::strncmp(c.name, "ggml", 4) == 0;  // GGML rows in GGML's orders (matmul.h)
     RepackedQ4K rw;
     std::vector<TokenPlace> places = one_chunk(c.n_tokens);
     std::vector<uint8_t> ract;
-    if (repacked) {
-      rw = RepackedQ4K::pack(w.data(), c.rows, c.cols);
+    if (repacked || ggml_rows) {
+      if (repacked) rw = RepackedQ4K::pack(w.data(), c.rows, c.cols);
       if (std::strstr(c.name, "decode")) places.assign(static_cast<size_t>(c.n_tokens), TokenPlace{1, 0});
       ract.resize(matmul_act_row_bytes(c.type, c.cols) * static_cast<size_t>(c.n_tokens));
     }
@@ -146,12 +148,17 @@ int main(int argc, char** argv) {
       while (t - t0 < seconds || iters < 3) {
         if (packed) {
           packed_matmul_groups_with(table, pw, pa, 0, pw.groups(), y.data(), c.rows);
-        } else if (repacked) {
+        } else if (repacked || ggml_rows) {
           if (iters == 0) {
             matmul_quantize_rows_ggml_with(table, c.type, c.rows, x.data(), c.cols, 0, c.n_tokens, places.data(),
                                            ract.data());
           }
-          repacked_q4k_rows_with(table, rw, ract.data(), c.n_tokens, places.data(), y.data(), c.rows, 0, c.rows);
+          if (repacked) {
+            repacked_q4k_rows_with(table, rw, ract.data(), c.n_tokens, places.data(), y.data(), c.rows, 0, c.rows);
+          } else {
+            matmul_rows_ggml_with(table, c.type, w.data(), c.rows, c.cols, ract.data(), c.n_tokens, places.data(),
+                                  y.data(), 0, c.rows);
+          }
         } else {
           matmul_with(table, c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, y.data(), pool, ws);
         }
