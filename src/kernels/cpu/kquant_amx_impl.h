@@ -92,22 +92,21 @@ inline void q4k_amx_block(const __m512i* const* w, const Q4KPairScales* const* s
   alignas(64) int32_t msums[NG][kGemm ? 4 : 1][NT][16];
   _tile_zero(5);
   _tile_zero(6);
+  // Unit g's sub-block j into tiles B (weights), SUM and MIN; a macro because
+  // the intrinsics take tile numbers as literal tokens.
+#define INFERD_AMX_UNIT_SUBBLOCK(g, B, SUM, MIN) \
+  do {                                           \
+    _tile_loadd(B, w[g] + 8 * j, 64);            \
+    _tile_zero(SUM);                             \
+    _tile_dpbsud(SUM, 0, B);                     \
+    _tile_stored(SUM, sums[g][j], 64);           \
+    _tile_loadd(7, &mins[g][j], 0);              \
+    _tile_dpbsud(MIN, 0, 7);                     \
+  } while (0)
   for (int j = 0; j < 8; ++j) {
     _tile_loadd(0, y[0]->qs + 32 * j, stride);
-    _tile_loadd(1, w[0] + 8 * j, 64);
-    _tile_zero(3);
-    _tile_dpbsud(3, 0, 1);
-    _tile_stored(3, sums[0][j], 64);
-    _tile_loadd(7, &mins[0][j], 0);
-    _tile_dpbsud(5, 0, 7);
-    if constexpr (NG == 2) {
-      _tile_loadd(2, w[1] + 8 * j, 64);
-      _tile_zero(4);
-      _tile_dpbsud(4, 0, 2);
-      _tile_stored(4, sums[1][j], 64);
-      _tile_loadd(7, &mins[1][j], 0);
-      _tile_dpbsud(6, 0, 7);
-    }
+    INFERD_AMX_UNIT_SUBBLOCK(0, 1, 3, 5);
+    if constexpr (NG == 2) INFERD_AMX_UNIT_SUBBLOCK(1, 2, 4, 6);
     if (kGemm ? j % 2 == 1 : j == 7) {
       _tile_stored(5, msums[0][kGemm ? j / 2 : 0], 64);
       _tile_zero(5);
@@ -117,6 +116,7 @@ inline void q4k_amx_block(const __m512i* const* w, const Q4KPairScales* const* s
       }
     }
   }
+#undef INFERD_AMX_UNIT_SUBBLOCK
   // The scales as floats: a product of a sub-block sum and its scale is an
   // integer below 2^22 (|sum| <= 32 * 15 * 128, scale <= 63), and four of
   // them below 2^24, so they add exactly in floats, and the two halves'
