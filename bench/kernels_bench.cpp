@@ -82,6 +82,7 @@ int main(int argc, char** argv) {
   const Case cases[] = {
       {"smollm2 ffn_up    Q4_1", DType::Q4_1, 1536, 576, 1},
       {"smollm2 output    Q8_0", DType::Q8_0, 49152, 576, 1},
+      {"gemma3  output    Q8_0", DType::Q8_0, 262144, 640, 1},
       {"gemma3  ffn_gate  Q5_0", DType::Q5_0, 2048, 640, 1},
       {"gemma3  attn_out  Q4_K", DType::Q4_K, 640, 1024, 1},
       {"gemma3  ffn_down  Q6_K", DType::Q6_K, 640, 2048, 1},
