@@ -172,19 +172,10 @@ constexpr int64_t kQ4KAmxMinTokens = 6;
 
 void q4k_groups_amx(const uint8_t* groups, int64_t n_groups, int64_t cols, const uint8_t* act, size_t act_stride,
                     int64_t nt, bool gemm, float* out, size_t out_stride) {
-  const int64_t even = n_groups / 2 * 2;
-  if (nt < kQ4KAmxMinTokens || even == 0) {
-    q4k_groups_x86(groups, n_groups, cols, act, act_stride, nt, gemm, out, out_stride);
-    return;
+  if (nt >= kQ4KAmxMinTokens) {
+    n_groups = q4k_pair_tiles<Q4KAmxUnits>(groups, n_groups, cols, act, act_stride, nt, gemm, out, out_stride);
+    amx_release();
   }
-  if (gemm) {
-    q4k_unit_tiles<Q4KAmxUnits, true>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
-  } else {
-    q4k_unit_tiles<Q4KAmxUnits, false>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
-  }
-  amx_release();
-  if (even == n_groups) return;
-  // A last odd group by the other kernels.
-  q4k_groups_x86(groups + even * static_cast<int64_t>(cols / kQK_K * kQ4KGroupBlockBytes), 1, cols, act, act_stride,
-                 nt, gemm, out + 8 * even, out_stride);
+  // Short steps, and a last odd group, by the other kernels.
+  if (n_groups > 0) q4k_groups_x86(groups, n_groups, cols, act, act_stride, nt, gemm, out, out_stride);
 }

@@ -1266,6 +1266,25 @@ struct Q4KPairUnits {
 #endif
 
 #if INFERD_X86_AVX512
+// The pairs among n_groups groups by U's tiles (units of two groups), in the
+// gemm or the gemv order; groups and out are moved past them. Returns the
+// groups left to another kernel: 0, or 1 when n_groups is odd.
+template <class U>
+int64_t q4k_pair_tiles(const uint8_t*& groups, int64_t n_groups, int64_t cols, const uint8_t* act,
+                       size_t act_stride, int64_t nt, bool gemm, float*& out, size_t out_stride) {
+  const int64_t even = n_groups / 2 * 2;
+  if (gemm) {
+    q4k_unit_tiles<U, true>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
+  } else {
+    q4k_unit_tiles<U, false>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
+  }
+  groups += even * static_cast<int64_t>(cols / kQK_K * kQ4KGroupBlockBytes);
+  out += 8 * even;
+  return n_groups - even;
+}
+#endif
+
+#if INFERD_X86_AVX512
 // The gemv order for more tokens than a stream holds (a verify step of five
 // drafts or more, a batch of decoding sequences): each group streamed once per
 // chunk of up to five tokens (chunks as even as they can be), the group's
@@ -1307,16 +1326,8 @@ void q4k_groups_x86(const uint8_t* groups, int64_t n_groups, int64_t cols, const
   }
   // Pairs of groups by VNNI; a last odd group by the AVX2 kernel below.
   if (gemm || nt > 5) {
-    const int64_t even = n_groups / 2 * 2;
-    if (gemm) {
-      q4k_unit_tiles<Q4KPairUnits, true>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
-    } else {
-      q4k_unit_tiles<Q4KPairUnits, false>(groups, even / 2, cols, act, act_stride, nt, out, out_stride);
-    }
-    if (even == n_groups) return;
-    groups += even * static_cast<int64_t>(cols / kQK_K * kQ4KGroupBlockBytes);
-    out += 8 * even;
-    n_groups = 1;
+    n_groups = q4k_pair_tiles<Q4KPairUnits>(groups, n_groups, cols, act, act_stride, nt, gemm, out, out_stride);
+    if (n_groups == 0) return;
   }
 #endif
   if (gemm) {
