@@ -79,9 +79,15 @@ bool prefetch_while_waiting(void* prefetcher) {
 
 }  // namespace
 
-int64_t CpuExecutor::own_rows_align(const LayerLinears& L) const {
+int64_t CpuExecutor::own_rows_align(const LayerLinears& L, int n_threads) const {
   const int64_t down_block = quantize_block_of(L[Projection::kDown], config_.n_ff);
-  return down_block > 0 && L[Projection::kGate].packed() && L[Projection::kUp].packed() ? down_block : 1;
+  // Gate and up split on the down projection's input blocks (Linear::compute
+  // takes multiples of the 16-row group). Large blocks (Q8_K's 256) can leave
+  // one thread a larger share: past 5% more than an even one, the barrier and
+  // a token split of the activation cost less than the threads' wait.
+  if (down_block <= 1 || down_block % kernels::kPackRows != 0) return 1;
+  const int64_t units = config_.n_ff / down_block, largest = (units + n_threads - 1) / n_threads;
+  return largest * n_threads * 20 <= units * 21 ? down_block : 1;
 }
 
 // Q, K and V heads taken as one list (query heads, then key heads, then value
@@ -122,7 +128,7 @@ void CpuExecutor::plan_prefetch(int n_threads) {
           case Projection::kK: range = linear.rows_bytes(mine.k0 * D, mine.k1 * D); break;
           case Projection::kV: range = linear.rows_bytes(mine.v0 * D, mine.v1 * D); break;
           case Projection::kGate:
-          case Projection::kUp: range = linear.thread_bytes(ti, n_threads, own_rows_align(L)); break;
+          case Projection::kUp: range = linear.thread_bytes(ti, n_threads, own_rows_align(L, n_threads)); break;
           default: range = linear.thread_bytes(ti, n_threads); break;
         }
         pf.add(range.first, range.second);
@@ -168,7 +174,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
                           c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_);
-    if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, s_.in_o);
+    if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
   }
 }
 
@@ -306,7 +312,7 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
     const int64_t t = token(r);
     kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, b0 * block, b1 * block, x_out ? x_out + t * E : nullptr,
                           xn + r * E);
-    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, *targets[i].in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, rows, *targets[i].in);
   }
 }
 
@@ -483,10 +489,10 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     if (!own) pool.barrier(idle);
 
     // Gate and up, then the gated activation and the down-projection input.
-    // When the input quantizes by blocks and gate and up are packed, each
-    // thread goes on to its own rows' outputs (split on whole blocks) without
+    // When the down projection's input quantizes by blocks, each thread goes
+    // on to its own rows' outputs (gate and up split on whole blocks) without
     // a barrier.
-    const int64_t align = own_rows_align(L);  // the down projection's input block, or 1
+    const int64_t align = own_rows_align(L, nt);  // the down projection's input block, or 1
     const bool own_rows = align > 1;
     gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
     up.compute(in_up, ffn, s_.up.data(), ti, nt, align);
@@ -496,7 +502,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       const auto [r0, r1] = gate.thread_rows(ti, nt, align);
       for (int64_t t = 0; t < TF && r0 < r1; ++t) {
         gated_activation(c.activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0, flavour_);
-        down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, s_.in_down);
+        down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, ffn, s_.in_down);
       }
     } else {
       pool.barrier(idle);

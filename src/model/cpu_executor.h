@@ -55,9 +55,9 @@ class CpuExecutor final : public Executor {
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
   // The row alignment of gate/up's thread shares: the down projection's input
-  // block when each thread can run SwiGLU and that quantize on its own rows
-  // right after gate/up, else 1.
-  int64_t own_rows_align(const LayerLinears& L) const;
+  // block when each thread can run the gated activation and that quantize on
+  // its own rows right after gate/up (with shares nearly even), else 1.
+  int64_t own_rows_align(const LayerLinears& L, int n_threads) const;
   // The query, key and value heads [q0, q1), [k0, k1), [v0, v1) a thread
   // computes and then rotates and writes to the cache.
   struct QkvHeads {

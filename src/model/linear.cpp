@@ -66,6 +66,16 @@ void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& 
   }
 }
 
+void Linear::quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, const StepTokens& tokens,
+                             LinearInput& in) const {
+  if (packed()) {
+    kernels::quantize_packed_blocks(x, t, b0, b1, in.packed);
+  } else {
+    kernels::matmul_quantize_blocks_ggml(view_.dtype, rows(), x + t * cols(), cols(), b0, b1, tokens.places[t],
+                                         in.rows.data() + t * in.row_bytes);
+  }
+}
+
 namespace {
 std::pair<int64_t, int64_t> group_split(const kernels::PackedMatrix& w, int ti, int nt, int64_t align_rows) {
   const int64_t align = align_rows % kernels::kPackRows == 0 ? align_rows / kernels::kPackRows : 1;
@@ -114,7 +124,13 @@ std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const 
 }
 
 std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads, int64_t align_rows) const {
-  if (!packed()) return kernels::matmul_row_split(rows(), thread_index, n_threads);
+  if (!packed()) {
+    // Shares on align_rows, a multiple of the kernels' own 16-row split (and
+    // of a repacked Q4_K's eight-row groups).
+    if (align_rows > 1 && align_rows % kernels::kPackRows == 0)
+      return ThreadPool::split(rows(), thread_index, n_threads, align_rows);
+    return kernels::matmul_row_split(rows(), thread_index, n_threads);
+  }
   const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
   return {std::min(rows(), g0 * kernels::kPackRows), std::min(rows(), g1 * kernels::kPackRows)};
 }

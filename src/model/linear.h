@@ -57,16 +57,17 @@ class Linear {
   void prepare(LinearInput& in, int64_t n_tokens) const;
   // Quantizes rows [t0, t1) of x (tokens.n x cols floats) into `in`.
   void quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& tokens, LinearInput& in) const;
-  // Columns per block when the input can be quantized a block at a time, so
-  // that threads share one token's row (packed weights); 0 when only whole rows.
-  int64_t quantize_block() const { return packed() ? kernels::kPackedActBlock : 0; }
-  // Quantizes the blocks [b0, b1) of row t of x (quantize_block() > 0).
-  void quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, LinearInput& in) const {
-    kernels::quantize_packed_blocks(x, t, b0, b1, in.packed);
+  // Columns per block of the quantized input. Blocks are quantized one by one,
+  // so threads can share one token's row.
+  int64_t quantize_block() const {
+    return packed() ? kernels::kPackedActBlock : kernels::matmul_act_block(view_.dtype);
   }
+  // Quantizes the blocks [b0, b1) of row t of x (tokens.n x cols floats).
+  void quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, const StepTokens& tokens,
+                       LinearInput& in) const;
   // y[t * rows + r] for this thread's share of the rows and all n_tokens tokens.
-  // For packed weights the shares start on multiples of align_rows (when it is
-  // a multiple of the 16-row group), so that a thread can go on to work on its
+  // The shares start on multiples of align_rows when it is a multiple of 16
+  // (the packed weights' row group), so that a thread can go on to work on its
   // own rows' outputs without waiting for the others.
   void compute(const LinearInput& in, const StepTokens& tokens, float* y, int thread_index, int n_threads,
                int64_t align_rows = 1) const;

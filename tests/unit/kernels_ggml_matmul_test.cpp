@@ -188,5 +188,36 @@ TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
   EXPECT_GT(checked, 0);
 }
 
+// Threads that share a token's row quantize its blocks apart (Linear::
+// quantize_blocks): every span of blocks must get the bytes the whole row gets,
+// for every input type and every order's quantizer (the repacked Q4_K gemm's
+// tokens have their own), at every level. The matmuls above then hold.
+TEST(KernelsGgmlMatmul, InputBlocksQuantizeAsTheirRow) {
+  const int64_t cols = 1024, n = 5;  // five tokens of one chunk: four in the repacked gemm, one in its gemv
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (int t = 0; t < n; ++t) make_activations(7, t, static_cast<int>(cols), x.data() + t * cols);
+  x[3] = -x[3] * 1000.0f;  // a row whose largest magnitude is negative (Q8_K's scale takes its sign)
+  const std::vector<TokenPlace> places = one_chunk(n);
+  for (SimdLevel level : runnable_levels()) {
+    const KernelTable table = build_kernel_table(level);
+    for (DType w : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                    DType::F16, DType::BF16, DType::F32}) {
+      const int64_t rows = 64;  // Q4_K and Q4_0 in llama.cpp's repack buffer
+      const size_t row = matmul_act_row_bytes(w, cols);
+      std::vector<uint8_t> whole(row * n), blocks(row * n, 0xAB);
+      matmul_quantize_rows_ggml_with(table, w, rows, x.data(), cols, 0, n, places.data(), whole.data());
+      const int64_t nb = cols / matmul_act_block(w);
+      for (int64_t t = 0; t < n; ++t) {
+        // Three uneven spans, the last one block long.
+        const int64_t cut1 = nb / 3, cut2 = nb - 1;
+        for (auto [b0, b1] : {std::pair{cut2, nb}, std::pair{int64_t{0}, cut1}, std::pair{cut1, cut2}})
+          matmul_quantize_blocks_ggml_with(table, w, rows, x.data() + t * cols, cols, b0, b1, places[t],
+                                           blocks.data() + t * row);
+      }
+      EXPECT_EQ(whole, blocks) << dtype_name(w) << " at " << testing::level_name(level);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd::kernels

@@ -189,29 +189,54 @@ std::vector<TokenPlace> one_chunk(int64_t n) {
   return places;
 }
 
+namespace {
+// n columns of one row of x (n a multiple of the input's block) into out, as
+// GGML quantizes them for this weight and token place. Every input type is a
+// run of independent blocks, so a span of blocks gives the same bytes as the
+// whole row gives there.
+void quantize_span_ggml(const KernelTable& table, DType wtype, int64_t rows, int64_t cols, TokenPlace place,
+                        const float* x, int64_t n, uint8_t* out) {
+  const DType atype = vec_dot_type(wtype);
+  if (atype == DType::F32) {
+    std::memcpy(out, x, static_cast<size_t>(n) * sizeof(float));
+  } else if (atype == DType::Q8_K && ggml_order_for(wtype, rows, cols, place) == GgmlOrder::kRepackGemm) {
+    // The repacked Q4_K gemm's tokens are quantized in fours
+    // (ggml_quantize_mat_q8_K_4x8). Q4_0's (ggml_quantize_mat_q8_0_4x8) get
+    // the same bytes as quantize_row_q8_0, reordered: the branch below.
+    table.quantize_q8_k_x4(x, out, n);
+  } else if (atype == DType::Q8_0) {
+    table.quantize_q8_0_cpu(x, out, n);
+  } else {
+    table.type[static_cast<uint32_t>(atype)].quantize_row(x, out, n);
+  }
+}
+}  // namespace
+
 void matmul_quantize_rows_ggml_with(const KernelTable& table, DType wtype, int64_t rows, const float* x, int64_t cols,
                                     int64_t t0, int64_t t1, const TokenPlace* places, uint8_t* act) {
-  const DType atype = vec_dot_type(wtype);
-  const size_t row = row_bytes(atype, cols);
-  for (int64_t t = t0; t < t1; ++t) {
-    if (atype == DType::F32) {
-      std::memcpy(act + t * row, x + t * cols, row);
-    } else if (atype == DType::Q8_K && ggml_order_for(wtype, rows, cols, places[t]) == GgmlOrder::kRepackGemm) {
-      // The repacked Q4_K gemm's tokens are quantized in fours
-      // (ggml_quantize_mat_q8_K_4x8). Q4_0's (ggml_quantize_mat_q8_0_4x8) get
-      // the same bytes as quantize_row_q8_0, reordered: the branch below.
-      table.quantize_q8_k_x4(x + t * cols, act + t * row, cols);
-    } else if (atype == DType::Q8_0) {
-      table.quantize_q8_0_cpu(x + t * cols, act + t * row, cols);
-    } else {
-      table.type[static_cast<uint32_t>(atype)].quantize_row(x + t * cols, act + t * row, cols);
-    }
-  }
+  const size_t row = matmul_act_row_bytes(wtype, cols);
+  for (int64_t t = t0; t < t1; ++t)
+    quantize_span_ggml(table, wtype, rows, cols, places[t], x + t * cols, cols, act + t * row);
 }
 
 void matmul_quantize_rows_ggml(DType wtype, int64_t rows, const float* x, int64_t cols, int64_t t0, int64_t t1,
                                const TokenPlace* places, uint8_t* act) {
   matmul_quantize_rows_ggml_with(kernel_table(), wtype, rows, x, cols, t0, t1, places, act);
+}
+
+int64_t matmul_act_block(DType wtype) { return info(vec_dot_type(wtype)).block_size; }
+
+void matmul_quantize_blocks_ggml_with(const KernelTable& table, DType wtype, int64_t rows, const float* x_row,
+                                      int64_t cols, int64_t b0, int64_t b1, TokenPlace place, uint8_t* act_row) {
+  if (b0 >= b1) return;
+  const DTypeInfo& a = info(vec_dot_type(wtype));
+  quantize_span_ggml(table, wtype, rows, cols, place, x_row + b0 * a.block_size, (b1 - b0) * a.block_size,
+                     act_row + static_cast<size_t>(b0 * a.block_bytes));
+}
+
+void matmul_quantize_blocks_ggml(DType wtype, int64_t rows, const float* x_row, int64_t cols, int64_t b0, int64_t b1,
+                                 TokenPlace place, uint8_t* act_row) {
+  matmul_quantize_blocks_ggml_with(kernel_table(), wtype, rows, x_row, cols, b0, b1, place, act_row);
 }
 
 void matmul_rows_ggml_with(const KernelTable& table, DType wtype, const void* W, int64_t rows, int64_t cols,

@@ -69,12 +69,21 @@ bool ggml_repacked(DType wtype, int64_t rows);
 // of their own); places[t] for each token.
 void matmul_quantize_rows_ggml(DType wtype, int64_t rows, const float* x, int64_t cols, int64_t t0, int64_t t1,
                                const TokenPlace* places, uint8_t* act);
+// Columns per block of that input (256 for Q8_K, 32 for Q8_0/Q8_1, 1 for
+// floats). Blocks are quantized independently, so threads can share a row.
+int64_t matmul_act_block(DType wtype);
+// Blocks [b0, b1) of one row (x_row, cols floats) into their place in act_row,
+// the same bytes matmul_quantize_rows_ggml writes there for the whole row.
+void matmul_quantize_blocks_ggml(DType wtype, int64_t rows, const float* x_row, int64_t cols, int64_t b0, int64_t b1,
+                                 TokenPlace place, uint8_t* act_row);
 // Weight rows [r0, r1) against all n_tokens activation rows, in GGML's order.
 void matmul_rows_ggml(DType wtype, const void* W, int64_t rows, int64_t cols, const uint8_t* act, int64_t n_tokens,
                       const TokenPlace* places, float* y, int64_t r0, int64_t r1);
 // The same with an explicit kernel table (tests run every SIMD level).
 void matmul_quantize_rows_ggml_with(const KernelTable& table, DType wtype, int64_t rows, const float* x, int64_t cols,
                                     int64_t t0, int64_t t1, const TokenPlace* places, uint8_t* act);
+void matmul_quantize_blocks_ggml_with(const KernelTable& table, DType wtype, int64_t rows, const float* x_row,
+                                      int64_t cols, int64_t b0, int64_t b1, TokenPlace place, uint8_t* act_row);
 void matmul_rows_ggml_with(const KernelTable& table, DType wtype, const void* W, int64_t rows, int64_t cols,
                            const uint8_t* act, int64_t n_tokens, const TokenPlace* places, float* y, int64_t r0,
                            int64_t r1);
