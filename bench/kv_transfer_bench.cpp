@@ -4,12 +4,17 @@
 // as the default model's (SmolLM2-135M: 30 layers, 3 KV heads of 64, blocks
 // of 16 tokens: 60 segments of 6 KiB, 360 KiB a block). The consumer pulls N
 // blocks; the floor copies the same segments from pool to pool with memcpy.
-// UCX_TLS picks the transports (e.g. tcp, or sm,tcp).
+// The producer's pool is on shared memory, as a KV producer's is
+// (model/kv_cache.h), and the child serves it twice: once offering its memfds
+// (the consumer maps them and copies with memcpy) and once not (the consumer
+// reads by process_vm_readv). UCX_TLS picks the transports (e.g. tcp, or
+// sm,tcp; with tcp both stay on UCX's TCP).
 //
 //   kv_transfer_bench [MiB=64] [repeats=5]
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -21,6 +26,7 @@
 #include <vector>
 
 #include "core/aligned_bytes.h"
+#include "core/shared_bytes.h"
 #include "kvtransfer/lease_table.h"
 #include "kvtransfer/ucx_agent.h"
 
@@ -36,18 +42,37 @@ double now_s() {
 }
 
 // Allocated as the engine's KV cache is (model/kv_cache.cpp): on 2 MiB
-// boundaries, advised as transparent huge pages.
+// boundaries, advised as transparent huge pages, or (a producer's) on shared
+// memory.
 struct Pool {
-  Pool(int64_t n_blocks) : n_blocks(n_blocks) {
-    for (auto& r : regions) {
-      r = inferd::AlignedBytes(kLayers * n_blocks * kSegment, /*huge_pages=*/true, /*zeroed=*/false);
-      std::memset(r.data(), 1, r.size());  // touched: no page faults in the timed part
+  Pool(int64_t n_blocks, bool shared) : n_blocks(n_blocks) {
+    for (int i = 0; i < 2; ++i) {
+      const size_t n = kLayers * n_blocks * kSegment;
+      if (shared) {
+        auto b = inferd::SharedBytes::create(n, "inferd-kv");
+        if (!b) std::fprintf(stderr, "%s\n", b.error().message.c_str()), std::exit(1);
+        shared_regions[i] = std::move(*b);
+        base[i] = shared_regions[i].data();
+      } else {
+        regions[i] = inferd::AlignedBytes(n, /*huge_pages=*/true, /*zeroed=*/false);
+        base[i] = regions[i].data();
+      }
+      std::memset(base[i], 1, n);  // touched: no page faults in the timed part
     }
   }
-  std::byte* region(int i) { return reinterpret_cast<std::byte*>(regions[i].data()); }
-  PoolMemory memory() { return {{region(0), region(1)}, kLayers, n_blocks, kSegment}; }
+  std::byte* region(int i) { return reinterpret_cast<std::byte*>(base[i]); }
+  PoolMemory memory(bool offer_fds) {
+    PoolMemory m{{region(0), region(1)}, kLayers, n_blocks, kSegment};
+    if (offer_fds && shared_regions[0]) {
+      m.region_fds = {shared_regions[0].fd(), shared_regions[1].fd()};
+      m.shared_name = "inferd-kv";
+    }
+    return m;
+  }
   int64_t n_blocks;
   inferd::AlignedBytes regions[2];
+  inferd::SharedBytes shared_regions[2];
+  uint8_t* base[2] = {};
 };
 
 KVDescriptor descriptor() {
@@ -82,19 +107,21 @@ int main(int argc, char** argv) {
   const int repeats = argc > 2 ? std::atoi(argv[2]) : 5;
   const uint64_t block_bytes = 2 * kLayers * kSegment;
   const int64_t n = static_cast<int64_t>((mib << 20) / block_bytes);
-  Pool prod(n + 1), cons(n + 1);
+  Pool prod(n + 1, /*shared=*/true), cons(n + 1, /*shared=*/false);
   // The producer runs in a child process (as a prefill instance would), its
-  // leases all held; it tells its port through a pipe and serves until killed.
+  // leases all held; it tells its ports through a pipe and serves until
+  // killed: the first agent offers the pool's memfds, the second does not.
   int fds[2];
   if (pipe(fds) != 0) return 1;
   const pid_t child = fork();
   if (child == 0) {
     LeaseTable leases;
     for (uint64_t id = 1; id < 1000; ++id) leases.add(id, now_s() + 3600);
-    AgentConfig pc{descriptor(), prod.memory(), "bench-prefill", true, "127.0.0.1", 0, &leases};
-    auto producer = UcxAgent::create(pc);
-    const uint16_t port = producer ? (*producer)->port() : 0;
-    if (write(fds[1], &port, sizeof port) != sizeof port) _exit(1);
+    AgentConfig mapped{descriptor(), prod.memory(true), "bench-prefill", true, "127.0.0.1", 0, &leases};
+    AgentConfig read{descriptor(), prod.memory(false), "bench-prefill", true, "127.0.0.1", 0, &leases};
+    auto a = UcxAgent::create(mapped), b = UcxAgent::create(read);
+    const uint16_t ports[2] = {a ? (*a)->port() : uint16_t{0}, b ? (*b)->port() : uint16_t{0}};
+    if (write(fds[1], ports, sizeof ports) != sizeof ports) _exit(1);
     for (;;) pause();
   }
   struct KillChild {  // before anything can return: a producer that failed to start waits too
@@ -104,9 +131,10 @@ int main(int argc, char** argv) {
       waitpid(pid, nullptr, 0);
     }
   } kill_child{child};
-  uint16_t port = 0;
-  if (read(fds[0], &port, sizeof port) != sizeof port || port == 0) return std::fprintf(stderr, "no producer\n"), 1;
-  AgentConfig cc{descriptor(), cons.memory(), "bench-decode", false, "", 0, nullptr};
+  uint16_t ports[2] = {};
+  if (read(fds[0], ports, sizeof ports) != sizeof ports || ports[0] == 0 || ports[1] == 0)
+    return std::fprintf(stderr, "no producer\n"), 1;
+  AgentConfig cc{descriptor(), cons.memory(false), "bench-decode", false, "", 0, nullptr};
   auto consumer = UcxAgent::create(cc);
   if (!consumer) return std::fprintf(stderr, "%s\n", consumer.error().message.c_str()), 1;
 
@@ -123,8 +151,21 @@ int main(int argc, char** argv) {
     consecutive.emplace_back(i + 1, i + 1);
     scattered.emplace_back(perm[i], i + 1);
   }
+  // The same copies from a pool on huge pages, as the floor would be without
+  // shared memory (a memfd has 4 KiB pages where shared memory has no
+  // transparent huge pages).
+  {
+    Pool huge(n + 1, /*shared=*/false);
+    for (const auto& [pattern, blocks] : {std::pair{"consecutive", &consecutive}, std::pair{"scattered", &scattered}}) {
+      double best = 1e9;
+      for (int rep = 0; rep < repeats; ++rep) best = std::min(best, memcpy_seconds(huge, cons, *blocks));
+      std::printf("%-11s memcpy from a pool on huge pages %7.2f ms (%6.2f GB/s)\n", pattern, best * 1e3,
+                  static_cast<double>(blocks->size() * block_bytes) / best / 1e9);
+    }
+  }
   uint64_t lease = 1;
-  for (const auto& [name, blocks] : {std::pair{"consecutive", &consecutive}, std::pair{"scattered", &scattered}}) {
+  for (const auto& [pattern, blocks] : {std::pair{"consecutive", &consecutive}, std::pair{"scattered", &scattered}})
+  for (const auto& [how, port] : {std::pair{"memfd", ports[0]}, std::pair{"no memfd", ports[1]}}) {
     double best_pull = 1e9, best_copy = 1e9;
     for (int rep = 0; rep < repeats + 1; ++rep) {  // the first also connects: not counted
       const double t0 = now_s();
@@ -138,7 +179,7 @@ int main(int argc, char** argv) {
       best_copy = std::min(best_copy, memcpy_seconds(prod, cons, *blocks));
     }
     const double bytes = static_cast<double>(blocks->size() * block_bytes);
-    std::printf("%-11s  pull %7.2f ms (%6.2f GB/s)  memcpy %7.2f ms (%6.2f GB/s)  ratio %.2f\n", name,
+    std::printf("%-11s %-8s  pull %7.2f ms (%6.2f GB/s)  memcpy %7.2f ms (%6.2f GB/s)  ratio %.2f\n", pattern, how,
                 best_pull * 1e3, bytes / best_pull / 1e9, best_copy * 1e3, bytes / best_copy / 1e9,
                 best_copy / best_pull);
   }

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include <spdlog/spdlog.h>
+
 #include "core/dtype.h"
 
 namespace inferd {
@@ -35,6 +37,10 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_bytes = config.kv_cache_bytes;
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
   rc.warm_up = config.warm_up;
+  // A kv_producer's KV cache goes on shared memory, which consumers on this
+  // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
+  // and shared memory has no transparent huge pages on most systems.
+  rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
   // More blocks than every running request at full length needs would only
   // ever hold cached prefixes; a budget given as a fraction of memory stops there.
   const KVLayout kv_layout = KVLayout::plan(model.config());
@@ -123,6 +129,13 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   d.layer_group = cache.layout().layer_group;
   // Keys and values: each layers_per_block slabs of [block][slot][kv_dim] f16.
   ac.pool.regions = {cache.keys_base(), cache.values_base()};
+  if (cache.keys_fd() >= 0) {
+    ac.pool.region_fds = {cache.keys_fd(), cache.values_fd()};
+    ac.pool.shared_name = KVCache::kSharedName;
+  } else if (t.produce && !t.consume) {
+    spdlog::warn("KV transfer: the KV cache is not on shared memory ({}); consumers on this host read it by system "
+                 "calls", cache.shared_error());
+  }
   ac.pool.slabs = cache.layout().layers_per_block;
   ac.pool.n_blocks = cache.n_blocks();
   ac.pool.segment_bytes = static_cast<uint64_t>(cache.block_size() * cache.kv_dim()) * sizeof(uint16_t);

@@ -52,7 +52,7 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const Mod
     return make_error(unsupported_architecture_message(model.config().architecture));
   auto n_blocks = kv_blocks_for_budget(model.config(), config);
   if (!n_blocks) return n_blocks.error();
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, *n_blocks, config.block_size));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, *n_blocks, config.block_size, config.kv_cache_shareable));
   if (config.warm_up) runner->warm_up();
   return runner;
 }
@@ -80,8 +80,8 @@ void ModelRunner::warm_up() {
   logits_.clear();
 }
 
-ModelRunner::ModelRunner(Model& model, int32_t n_blocks, int32_t block_size)
-    : model_(model), cache_(model.config(), n_blocks, block_size) {}
+ModelRunner::ModelRunner(Model& model, int32_t n_blocks, int32_t block_size, bool shareable_cache)
+    : model_(model), cache_(model.config(), n_blocks, block_size, shareable_cache) {}
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();

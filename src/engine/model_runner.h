@@ -29,6 +29,9 @@ struct ModelRunnerConfig {
   // does at load), so that the first request does not pay for first-touch
   // page faults, scratch growth and cold caches.
   bool warm_up = true;
+  // The KV cache on shared memory that a consumer on this host can map (a KV
+  // producer's; KVCache).
+  bool kv_cache_shareable = false;
 };
 
 // Bytes of host memory the system could give us now (MemAvailable), or 0 if unknown.
@@ -64,7 +67,7 @@ class ModelRunner {
   KVCache& kv_cache() { return cache_; }  // the pool's memory (offload tiers copy blocks)
 
  private:
-  ModelRunner(Model& model, int32_t n_blocks, int32_t block_size);
+  ModelRunner(Model& model, int32_t n_blocks, int32_t block_size, bool shareable_cache);
   // Forward passes over the reserved null block, whose contents nothing reads.
   void warm_up();
 

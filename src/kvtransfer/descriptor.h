@@ -42,6 +42,11 @@ struct PoolMemory {
   int32_t slabs = 0;
   int64_t n_blocks = 0;
   uint64_t segment_bytes = 0;
+  // Where the regions are on shared memory (a producer's, core/shared_bytes.h):
+  // each region's memfd and the name a consumer on this host checks before it
+  // maps them. Empty: this process's own memory.
+  std::vector<int> region_fds;
+  std::string shared_name;
 
   uint64_t region_bytes() const { return static_cast<uint64_t>(slabs) * n_blocks * segment_bytes; }
   // Offset of block b's segment in slab s of any region.

@@ -27,6 +27,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/shared_bytes.h"
+
 namespace inferd::kvtransfer {
 
 namespace {
@@ -39,7 +41,7 @@ enum MsgId : unsigned {
   kRelease = 3,       // consumer -> producer: pull id, lease id
   kReleaseReply = 4,  // producer -> consumer: pull id, whether the lease was still held
 };
-constexpr uint32_t kProtocolVersion = 2;  // 2: the hello reply tells the producer's pid and probe
+constexpr uint32_t kProtocolVersion = 3;  // 2: the hello reply tells the producer's pid and probe; 3: its memfds
 // Pull ids with this bit are release_lease's: counted apart and never
 // reported through take_finished.
 constexpr uint64_t kReleaseOnly = uint64_t{1} << 63;
@@ -126,6 +128,7 @@ struct UcxAgent::Impl {
     ucp_ep_h data_ep = nullptr;  // by the producer's worker address: the reads (see on_hello_reply)
     bool same_host = false;  // the producer's address is one of this host's
     pid_t direct_pid = 0;    // > 0: the reads are process_vm_readv calls on this process (see on_hello_reply)
+    std::vector<SharedMapping> mapped;  // one per region: the reads are memcpy from these (see on_hello_reply)
     uint64_t token = 0;
     bool ready = false, failed = false;
     std::string expected_engine_id;
@@ -626,6 +629,9 @@ void UcxAgent::Impl::on_hello(Reader& r, ucp_ep_h reply_ep) {
   w.u32(static_cast<uint32_t>(getpid()));
   w.u64(reinterpret_cast<uint64_t>(probe.data()));
   w.raw(probe.data(), probe.size());
+  w.u32(static_cast<uint32_t>(config.pool.region_fds.size()));
+  for (int fd : config.pool.region_fds) w.u32(static_cast<uint32_t>(fd));
+  w.str(config.pool.shared_name);
   {
     std::lock_guard lock(mu);
     ++(why ? stats.peers_refused : stats.peers_accepted);
@@ -692,6 +698,15 @@ void UcxAgent::Impl::on_hello_reply(Reader& r) {
   if (!r.u32(pid) || !r.u64(probe_address) || r.left() < probe_bytes.size())
     return fail_peer(peer, "a malformed handshake reply");
   r.raw(probe_bytes.data(), probe_bytes.size());
+  uint32_t n_fds = 0;
+  std::vector<int> fds;
+  std::string shared_name;
+  if (!r.u32(n_fds) || n_fds > n_regions) return fail_peer(peer, "a malformed handshake reply");
+  for (uint32_t i = 0, fd = 0; i < n_fds; ++i) {
+    if (!r.u32(fd)) return fail_peer(peer, "a malformed handshake reply");
+    fds.push_back(static_cast<int>(fd));
+  }
+  if (!r.str(shared_name)) return fail_peer(peer, "a malformed handshake reply");
   // On one host, the blocks are read with process_vm_readv (cross-memory
   // attach, the syscall of UCX's own CMA transport) rather than through UCX:
   // UCX 1.13 wires CMA only for endpoints without peer-failure handling, and
@@ -701,8 +716,28 @@ void UcxAgent::Impl::on_hello_reply(Reader& r) {
   // (random bytes the producer holds) proves the pid is the producer's and
   // that the kernel lets this process read it; the handshake, the lease's
   // release and everything off this host stay on UCX.
+  //
+  // Better still, a producer whose pool is on shared memory offers its memfds:
+  // mapped here, a block's segments are copied out with memcpy, without a
+  // system call each (docs/design.md). Whatever the producer does after, the
+  // mapping stays valid (a dead producer's pages live until it is unmapped),
+  // and a pull still counts only once its lease is released over UCX.
   if (peer->same_host && cma_allowed && can_read_directly(static_cast<pid_t>(pid), probe_address, probe_bytes)) {
     peer->direct_pid = static_cast<pid_t>(pid);
+    if (fds.size() == n_regions) {
+      const uint64_t region_bytes = static_cast<uint64_t>(config.pool.slabs) * n_blocks * config.pool.segment_bytes;
+      std::vector<SharedMapping> maps;
+      for (int fd : fds) {
+        auto m = SharedMapping::open(static_cast<int>(pid), fd, region_bytes, shared_name);
+        if (!m) {
+          spdlog::info("KV transfer: the producer at {} offers shared memory, not mapped here: {}", peer->key,
+                       m.error().message);
+          break;
+        }
+        maps.push_back(std::move(*m));
+      }
+      if (maps.size() == n_regions) peer->mapped = std::move(maps);
+    }
   } else {
     // The reads go over a second endpoint made from the producer's worker
     // address: UCX (1.13) wires an endpoint made from a socket address over
@@ -734,9 +769,12 @@ void UcxAgent::Impl::on_hello_reply(Reader& r) {
     std::lock_guard lock(mu);
     ++stats.handshakes;
     if (peer->direct_pid > 0) ++stats.shared_memory_handshakes;
+    if (!peer->mapped.empty()) ++stats.mapped_handshakes;
   }
   spdlog::info("KV transfer: connected to the producer at {}; its blocks are read {}", peer->key,
-               peer->direct_pid > 0 ? "by cross-memory attach (same host)" : "over UCX");
+               !peer->mapped.empty()    ? "from its shared memory, mapped (same host)"
+               : peer->direct_pid > 0 ? "by cross-memory attach (same host)"
+                                      : "over UCX");
   std::vector<uint64_t> waiting = std::move(peer->waiting);
   for (uint64_t id : waiting)
     if (auto p = pulls.find(id); p != pulls.end()) issue_reads(*p->second);
@@ -764,6 +802,17 @@ void UcxAgent::Impl::issue_reads(Pull& p) {
   const auto remote_offset = [&](int32_t slab, int64_t block) {
     return (static_cast<uint64_t>(slab) * peer.remote_n_blocks + block) * seg;
   };
+  if (!peer.mapped.empty()) {
+    for (const BlockRun& run : block_runs(p.spec.blocks))
+      for (size_t region = 0; region < pool.regions.size(); ++region)
+        for (int32_t slab = 0; slab < pool.slabs; ++slab) {
+          const uint64_t len = static_cast<uint64_t>(run.count) * seg;
+          std::memcpy(pool.regions[region] + pool.offset(slab, run.local),
+                      peer.mapped[region].data() + remote_offset(slab, run.remote), len);
+          p.bytes += len;
+        }
+    return after_reads(p);
+  }
   if (peer.direct_pid > 0) {
     std::vector<iovec> local, remote;
     for (const BlockRun& run : block_runs(p.spec.blocks))

@@ -69,6 +69,7 @@ struct PullResult {
 struct AgentStats {
   int64_t handshakes = 0, refusals = 0;  // as a consumer: handshakes done, peers refused
   int64_t shared_memory_handshakes = 0;   // of those done, the ones whose reads go over shared memory
+  int64_t mapped_handshakes = 0;          // of those, the ones that mapped the producer's pool (memcpy reads)
   int64_t leases_released_unused = 0;     // leases given back without a pull (release_lease), confirmed
   int64_t pulls_ok = 0, pulls_failed = 0, pulls_timed_out = 0;
   int64_t blocks_received = 0, bytes_received = 0;

@@ -33,20 +33,36 @@ KVLayout KVLayout::plan(const ModelConfig& c) {
   return layout;
 }
 
-KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size)
+KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size, bool shareable)
     : layout_(KVLayout::plan(c)),
       n_blocks_(n_blocks),
       block_size_(block_size),
       kv_dim_(c.kv_dim()),
-      n_elements_(static_cast<size_t>(layout_.layers_per_block * n_blocks * block_size * kv_dim_)),
-      k_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false),
-      v_(n_elements_ * sizeof(uint16_t), /*huge_pages=*/true, /*zeroed=*/false) {}
+      n_elements_(static_cast<size_t>(layout_.layers_per_block * n_blocks * block_size * kv_dim_)) {
+  const size_t bytes = n_elements_ * sizeof(uint16_t);
+  if (shareable && bytes > 0) {
+    auto k = SharedBytes::create(bytes, kSharedName);
+    auto v = k ? SharedBytes::create(bytes, kSharedName) : Result<SharedBytes>(k.error());
+    if (k && v) {
+      k_shared_ = std::move(*k);
+      v_shared_ = std::move(*v);
+      k_ = k_shared_.data();
+      v_ = v_shared_.data();
+      return;
+    }
+    shared_error_ = (k ? v : k).error().message;
+  }
+  k_local_ = AlignedBytes(bytes, /*huge_pages=*/true, /*zeroed=*/false);
+  v_local_ = AlignedBytes(bytes, /*huge_pages=*/true, /*zeroed=*/false);
+  k_ = k_local_.data();
+  v_ = v_local_.data();
+}
 
 void KVCache::copy_block(int64_t src, int64_t dst) {
   // A block holds the same slots of each of its layers_per_block slabs.
   const size_t block_elements = static_cast<size_t>(block_size_ * kv_dim_);
-  for (AlignedBytes* store : {&k_, &v_}) {
-    uint16_t* base = reinterpret_cast<uint16_t*>(store->data());
+  for (uint8_t* store : {k_, v_}) {
+    uint16_t* base = reinterpret_cast<uint16_t*>(store);
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab) {
       uint16_t* s = base + static_cast<size_t>(slab) * n_slots() * kv_dim_;
       std::memcpy(s + dst * block_elements, s + src * block_elements, block_elements * sizeof(uint16_t));
@@ -56,16 +72,16 @@ void KVCache::copy_block(int64_t src, int64_t dst) {
 
 void KVCache::read_block(int64_t block, std::byte* dst) const {
   const size_t bytes = static_cast<size_t>(block_size_ * kv_dim_) * sizeof(uint16_t);
-  for (const AlignedBytes* store : {&k_, &v_})
+  for (const uint8_t* store : {k_, v_})
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, dst += bytes)
-      std::memcpy(dst, store->data() + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, bytes);
+      std::memcpy(dst, store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, bytes);
 }
 
 void KVCache::write_block(int64_t block, const std::byte* src) {
   const size_t bytes = static_cast<size_t>(block_size_ * kv_dim_) * sizeof(uint16_t);
-  for (AlignedBytes* store : {&k_, &v_})
+  for (uint8_t* store : {k_, v_})
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, src += bytes)
-      std::memcpy(store->data() + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, src, bytes);
+      std::memcpy(store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, src, bytes);
 }
 
 }  // namespace inferd

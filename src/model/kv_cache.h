@@ -6,9 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/aligned_bytes.h"
+#include "core/shared_bytes.h"
 #include "model/config.h"
 
 namespace inferd {
@@ -39,7 +41,12 @@ struct KVLayout {
 
 class KVCache {
  public:
-  KVCache(const ModelConfig& config, int64_t n_blocks, int64_t block_size);
+  // shareable: the keys and values live on shared memory (SharedBytes) that a
+  // KV consumer on this host can map, when the system gives it (else, and by
+  // default, on this process's own huge pages).
+  KVCache(const ModelConfig& config, int64_t n_blocks, int64_t block_size, bool shareable = false);
+  // The name of a shareable cache's memory objects (what a consumer checks).
+  static constexpr const char* kSharedName = "inferd-kv";
 
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
@@ -59,8 +66,8 @@ class KVCache {
   }
 
   // A layer's slab: slot s of block b is at (b * block_size + s) * kv_dim.
-  uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_.data()) + slab_offset(layer); }
-  uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_.data()) + slab_offset(layer); }
+  uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_) + slab_offset(layer); }
+  uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_) + slab_offset(layer); }
   // Copies every layer's keys and values of block `src` into block `dst`
   // (copy on write of a block that forked sequences shared).
   void copy_block(int64_t src, int64_t dst);
@@ -71,8 +78,13 @@ class KVCache {
   // The keys' and the values' arrays whole: layers_per_block slabs of
   // [block][slot][kv_dim] each (a KV transfer maps them and reads blocks
   // straight out of them).
-  std::byte* keys_base() { return reinterpret_cast<std::byte*>(k_.data()); }
-  std::byte* values_base() { return reinterpret_cast<std::byte*>(v_.data()); }
+  std::byte* keys_base() { return reinterpret_cast<std::byte*>(k_); }
+  std::byte* values_base() { return reinterpret_cast<std::byte*>(v_); }
+  // Their memfds when they are on shared memory, else -1.
+  int keys_fd() const { return k_shared_ ? k_shared_.fd() : -1; }
+  int values_fd() const { return v_shared_ ? v_shared_.fd() : -1; }
+  // Why a shareable cache is not on shared memory (empty when it is, or was not asked to be).
+  const std::string& shared_error() const { return shared_error_; }
   // The KV group whose block table (and slots) a layer reads.
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 
@@ -88,7 +100,11 @@ class KVCache {
   // pages: a decode step writes each layer's new keys and values to fresh
   // memory, and on 4 KiB pages that was several page faults per token, taken
   // by whichever thread writes them while the others wait at the next barrier.
-  AlignedBytes k_, v_;
+  AlignedBytes k_local_, v_local_;
+  SharedBytes k_shared_, v_shared_;
+  uint8_t* k_ = nullptr;  // whichever of the two holds the keys
+  uint8_t* v_ = nullptr;
+  std::string shared_error_;
 };
 
 }  // namespace inferd

@@ -176,6 +176,9 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
   counter("kv_transfer_shared_memory_handshakes_total",
           "A kv_consumer's handshakes with producers on its host whose blocks it reads over shared memory (CMA).",
           xfer.agent.shared_memory_handshakes);
+  counter("kv_transfer_mapped_handshakes_total",
+          "Of those, the ones that mapped the producer's KV pool (its memfds) and copy blocks with memcpy.",
+          xfer.agent.mapped_handshakes);
   counter("kv_transfer_unused_leases_released_total",
           "Leases a kv_consumer gave back without pulling (its pool held the prefix), before they expire.",
           xfer.agent.leases_released_unused);

@@ -166,9 +166,11 @@ def test_router_answers_as_one_instance(deployment):
     assert pulled >= 16 and pulled + decode.metric("inferd:kv_transfer_unused_prompts_total") - unused == 32
     assert decode.metric("inferd:kv_transfer_received_blocks_total") - blocks >= pulled
     assert decode.metric("inferd:kv_transfer_received_bytes_total") > 0
-    # Both on this host, with UCX's default transports: the blocks are read by cross-memory attach.
+    # Both on this host, with UCX's default transports: the decode instance maps the prefill instance's KV pool
+    # (on shared memory) and copies the blocks out of it.
     if "UCX_TLS" not in os.environ:
         assert decode.metric("inferd:kv_transfer_shared_memory_handshakes_total") >= 1
+        assert decode.metric("inferd:kv_transfer_mapped_handshakes_total") >= 1
     # The producer held each prompt's blocks until its consumer released them (unused ones expire).
     # The producer held each prompt's blocks until its consumer released them: after the reads, or (unused: the
     # decode pool held the prefix) when the request ended. None is left to expire.

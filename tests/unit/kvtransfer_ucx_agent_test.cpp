@@ -13,11 +13,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "core/shared_bytes.h"
 #include "kvtransfer/descriptor.h"
 #include "kvtransfer/lease_table.h"
 #include "kvtransfer/ucx_agent.h"
@@ -51,6 +53,31 @@ struct Pool {
   }
   int64_t n_blocks;
   std::vector<std::byte> bytes[2];
+};
+
+// A producer's pool on shared memory (as a KV producer's KV cache is), with
+// the bytes Pool gives for the same seed; memory() offers its memfds under
+// `name` (a consumer on this host maps them when the name is the one it expects).
+struct SharedPool {
+  explicit SharedPool(int64_t n_blocks, uint32_t seed, std::string name = "inferd-kv") : n_blocks(n_blocks), name(name) {
+    const Pool same(n_blocks, seed);
+    for (int i = 0; i < 2; ++i) {
+      auto b = SharedBytes::create(same.bytes[i].size(), "inferd-kv");
+      EXPECT_TRUE(b.ok()) << (b.ok() ? "" : b.error().message);
+      regions[i] = std::move(*b);
+      std::memcpy(regions[i].data(), same.bytes[i].data(), same.bytes[i].size());
+    }
+  }
+  PoolMemory memory() {
+    PoolMemory m{{reinterpret_cast<std::byte*>(regions[0].data()), reinterpret_cast<std::byte*>(regions[1].data())},
+                 kSlabs, n_blocks, kSegment};
+    m.region_fds = {regions[0].fd(), regions[1].fd()};
+    m.shared_name = name;
+    return m;
+  }
+  int64_t n_blocks;
+  std::string name;
+  SharedBytes regions[2];
 };
 
 KVDescriptor descriptor() {
@@ -108,7 +135,8 @@ class UcxAgentTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override { setenv("UCX_TLS", GetParam(), 1); }
   void TearDown() override { unsetenv("UCX_TLS"); }
 
-  std::unique_ptr<UcxAgent> producer(Pool& pool, LeaseTable& leases, KVDescriptor d = descriptor()) {
+  template <class AnyPool>
+  std::unique_ptr<UcxAgent> producer(AnyPool& pool, LeaseTable& leases, KVDescriptor d = descriptor()) {
     AgentConfig c;
     c.descriptor = d;
     c.pool = pool.memory();
@@ -133,6 +161,7 @@ class UcxAgentTest : public ::testing::TestWithParam<const char*> {
     EXPECT_FALSE(r.ok);
     EXPECT_NE(r.error.find(why), std::string::npos) << r.error;
   }
+  void kill_producer_mid_pull(bool shared);
   std::unique_ptr<UcxAgent> consumer(Pool& pool, KVDescriptor d = descriptor()) {
     AgentConfig c;
     c.descriptor = d;
@@ -181,6 +210,38 @@ TEST_P(UcxAgentTest, BlocksArriveByteIdenticalAndTheLeaseEnds) {
   ASSERT_TRUE(r.ok) << r.error;
   EXPECT_EQ(cons_pool.block(2), prod_pool.block(20));
   EXPECT_EQ(cons->stats().handshakes, 1);
+}
+
+// A producer whose pool is on shared memory: on one host (UCX_TLS allowing
+// shared memory) the consumer maps it and copies blocks with memcpy; a name it
+// does not expect leaves it reading by cross-memory attach. The bytes are the
+// same either way.
+TEST_P(UcxAgentTest, AProducerOnSharedMemoryIsMappedWhereTheNameIsRight) {
+  const bool shm = std::string(GetParam()) != "tcp";
+  SharedPool prod_pool(40, 1), other_pool(40, 5, "not-inferd-kv");
+  Pool cons_pool(24, 100);
+  const Pool want(40, 1), want_other(40, 5);
+  LeaseTable leases;
+  for (uint64_t lease : {7, 8}) leases.add(lease, now_s() + 60);
+  auto prod = producer(prod_pool, leases);
+  auto cons = consumer(cons_pool);
+  std::vector<std::pair<int32_t, int32_t>> blocks = {{5, 3}, {6, 4}, {7, 5}, {30, 9}, {1, 10}, {39, 23}, {12, 1}};
+  PullResult r = pull(*cons, prod->port(), "prefill-0", 7, blocks);
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(r.bytes, blocks.size() * 2 * kSlabs * kSegment);
+  for (const auto& [remote, local] : blocks) EXPECT_EQ(cons_pool.block(local), want.block(remote)) << local;
+  EXPECT_EQ(cons->stats().mapped_handshakes, shm ? 1 : 0);
+  EXPECT_EQ(leases.stats().released, 1);
+
+  auto other = producer(other_pool, leases);
+  r = pull(*cons, other->port(), "prefill-0", 8, {{2, 2}, {39, 6}});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(cons_pool.block(2), want_other.block(2));
+  EXPECT_EQ(cons_pool.block(6), want_other.block(39));
+  const AgentStats s = cons->stats();
+  EXPECT_EQ(s.handshakes, 2);
+  EXPECT_EQ(s.shared_memory_handshakes, shm ? 2 : 0);
+  EXPECT_EQ(s.mapped_handshakes, shm ? 1 : 0);
 }
 
 TEST_P(UcxAgentTest, AnUnusedLeaseIsGivenBackWithoutAResult) {
@@ -299,16 +360,29 @@ TEST_P(UcxAgentTest, AProducerThatWentAwayFailsThePullAtOnce) {
 // failed, never hung, and the consumer recovers.
 constexpr int64_t kProcessPoolBlocks = 1024;  // 24 MiB a pool: a pull of it takes a while
 constexpr const char* kProducerPipeEnv = "INFERD_TEST_PRODUCER_PIPE";
+constexpr const char* kProducerSharedEnv = "INFERD_TEST_PRODUCER_SHARED";  // its pool on shared memory
 
+// The producer's pool on its own memory (read by process_vm_readv on one
+// host), then on shared memory (mapped by the consumer): a consumer's mapping
+// outlives the producer, and the pull still fails where its lease cannot end.
 TEST_P(UcxAgentTest, AProducerProcessKilledMidPullNeverHangsTheConsumer) {
+  for (bool shared : {false, true}) {
+    SCOPED_TRACE(shared ? "pool on shared memory" : "pool on the producer's own memory");
+    kill_producer_mid_pull(shared);
+  }
+}
+
+void UcxAgentTest::kill_producer_mid_pull(bool shared) {
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);
   const std::string filter = "--gtest_filter=UcxProducerProcess.ServesUntilKilled";
   const std::string env_pipe = std::string(kProducerPipeEnv) + "=" + std::to_string(fds[1]);
   const std::string env_tls = std::string("UCX_TLS=") + GetParam();
-  std::vector<std::string> env_strings = {env_pipe, env_tls};
+  std::vector<std::string> env_strings = {env_pipe, env_tls, std::string(kProducerSharedEnv) + (shared ? "=1" : "=0")};
   for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, "UCX_TLS=", 8) != 0 && std::strncmp(*e, "GTEST_", 6) != 0) env_strings.emplace_back(*e);
+    if (std::strncmp(*e, "UCX_TLS=", 8) != 0 && std::strncmp(*e, "GTEST_", 6) != 0 &&
+        std::strncmp(*e, kProducerSharedEnv, std::strlen(kProducerSharedEnv)) != 0)
+      env_strings.emplace_back(*e);
   std::vector<char*> envp;
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
@@ -347,6 +421,7 @@ TEST_P(UcxAgentTest, AProducerProcessKilledMidPullNeverHangsTheConsumer) {
   EXPECT_FALSE(pull(*cons, port, "prefill-0", 3, {{3, 3}}, 3.0).ok);
   EXPECT_LT(now_s() - t1, 3.5);
   EXPECT_GE(cons->stats().pulls_failed, 1);
+  EXPECT_EQ(cons->stats().mapped_handshakes, shared && std::string(GetParam()) != "tcp" ? 1 : 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest, ::testing::Values("tcp", "sm,tcp"),
@@ -358,12 +433,15 @@ INSTANTIATE_TEST_SUITE_P(Transports, UcxAgentTest, ::testing::Values("tcp", "sm,
 TEST(UcxProducerProcess, ServesUntilKilled) {
   const char* pipe_fd = std::getenv(kProducerPipeEnv);
   if (!pipe_fd) GTEST_SKIP() << "run by AProducerProcessKilledMidPullNeverHangsTheConsumer";
-  Pool pool(kProcessPoolBlocks, 1);
+  const char* shared = std::getenv(kProducerSharedEnv);
+  std::optional<Pool> own;
+  std::optional<SharedPool> on_shared_memory;
+  if (shared && shared[0] == '1') on_shared_memory.emplace(kProcessPoolBlocks, 1); else own.emplace(kProcessPoolBlocks, 1);
   LeaseTable leases;
   for (uint64_t lease : {1, 2, 3}) leases.add(lease, now_s() + 600);
   AgentConfig c;
   c.descriptor = descriptor();
-  c.pool = pool.memory();
+  c.pool = own ? own->memory() : on_shared_memory->memory();
   c.engine_id = "prefill-0";
   c.listen = true;
   c.ip = "127.0.0.1";
