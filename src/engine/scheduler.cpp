@@ -193,7 +193,7 @@ void Scheduler::save_evictions() {
 
 std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request& r, int64_t budget,
                                                                   kv::PrefixHit* hit, int64_t* n, bool may_defer,
-                                                                  bool* deferred) {
+                                                                  bool* deferred, std::string* wait_for) {
   const kv::PrefixCacheStats stats_before = kv_.prefix_cache_stats();
   // With the connector; then, if one of its blocks fails its checks (it drops
   // it), again with the pool's own hit from the start: a sliding-window group
@@ -209,6 +209,13 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
     if (!blocks) return std::nullopt;
     save_evictions();  // before a load overwrites a block just evicted
     if (!hit->consulted_connector) return blocks;
+    if (may_defer && !loads.empty())
+      if (const std::string* owner = loading_owner_of(loads)) {
+        kv_.free(r.id);
+        kv_.restore_prefix_cache_stats(stats_before);
+        *wait_for = *owner;
+        return std::nullopt;
+      }
     const std::optional<std::vector<bool>> loaded =
         connector->start_load(r.id, loads, hit->stopped_at_miss, may_defer && !loads.empty());
     if (!loaded) {
@@ -228,6 +235,29 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
   return std::nullopt;  // not reached: without a connector nothing is loaded
 }
 
+const std::string* Scheduler::loading_owner_of(std::span<const kv::BlockTransfer> loads) const {
+  for (const Request* owner : loading_) {
+    const std::vector<kv::BlockTransfer>& theirs = loading_loads_.at(owner->id);
+    for (const kv::BlockTransfer& l : loads)
+      if (std::any_of(theirs.begin(), theirs.end(), [&](const kv::BlockTransfer& t) { return t.key == l.key; }))
+        return &owner->id;
+  }
+  return nullptr;
+}
+
+void Scheduler::release_waiting_for(const std::string& owner) {
+  auto it = waiting_for_load_.find(owner);
+  if (it == waiting_for_load_.end()) return;
+  for (auto r = it->second.rbegin(); r != it->second.rend(); ++r) waiting_.push_front(*r);
+  waiting_for_load_.erase(it);
+}
+
+int64_t Scheduler::num_waiting_for_loads() const {
+  int64_t n = 0;
+  for (const auto& [owner, rs] : waiting_for_load_) n += static_cast<int64_t>(rs.size());
+  return n;
+}
+
 void Scheduler::collect_finished_loads() {
   if (!connector_) return;
   for (const kv::FinishedLoad& f : connector_->take_finished_loads()) {
@@ -238,6 +268,7 @@ void Scheduler::collect_finished_loads() {
     if (draining_.erase(f.request_id)) {  // aborted meanwhile: now nothing writes its blocks
       kv_.free(f.request_id);
       loading_loads_.erase(loads);
+      release_waiting_for(f.request_id);  // they compute (or load) their prompt themselves
       continue;
     }
     Request& r = *requests_.at(f.request_id);
@@ -251,6 +282,9 @@ void Scheduler::collect_finished_loads() {
     loading_loads_.erase(loads);
     kv_.free(r.id);
     r.status = r.num_preemptions > 0 ? RequestStatus::kPreempted : RequestStatus::kWaiting;
+    // Those that waited for these blocks come right after it: admitted after
+    // it, they find the blocks in the pool's prefix cache.
+    release_waiting_for(r.id);
     waiting_.push_front(&r);
   }
 }
@@ -298,13 +332,20 @@ bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
     kv::PrefixHit hit;
     int64_t n = 0;
     bool deferred = false;
+    std::string wait_for;
     // Each beam behind this one needs a token of the budget too.
     std::optional<std::vector<int32_t>> b = allocate_admission(
-        *r, budget - static_cast<int64_t>(group.size() - k - 1), &hit, &n, may_defer, &deferred);
+        *r, budget - static_cast<int64_t>(group.size() - k - 1), &hit, &n, may_defer, &deferred, &wait_for);
     if (deferred) {  // it waits for its blocks, holding them, and takes no seat or budget now
       waiting_.pop_front();
       r->status = RequestStatus::kLoadingRemoteKV;
       loading_.push_back(r);
+      return true;
+    }
+    if (!wait_for.empty()) {  // another request is loading its prefix: it waits for that, holding nothing
+      waiting_.pop_front();
+      waiting_for_load_[wait_for].push_back(r);
+      ++stats_.waited_for_loads;
       return true;
     }
     if (!b) {
@@ -512,6 +553,10 @@ Status Scheduler::finish_request(const std::string& request_id, RequestStatus re
   std::erase(running_, r);
   std::erase(waiting_, r);
   if (std::erase(loading_, r)) draining_.insert(r->id);
+  for (auto w = waiting_for_load_.begin(); w != waiting_for_load_.end();) {
+    std::erase(w->second, r);
+    w = w->second.empty() ? waiting_for_load_.erase(w) : std::next(w);
+  }
   retire(*r, reason);
   return {};
 }
@@ -563,7 +608,7 @@ const Request* Scheduler::find(const std::string& request_id) const {
 SchedulerStats Scheduler::stats() const {
   SchedulerStats s = stats_;
   s.num_running = num_running();
-  s.num_waiting = num_waiting();
+  s.num_waiting = num_waiting() + num_waiting_for_loads();
   const auto requests = [](const auto& queue) {
     int64_t n = 0;
     const std::string* group = nullptr;
@@ -574,7 +619,7 @@ SchedulerStats Scheduler::stats() const {
     return n;
   };
   s.num_running_requests = requests(running_);
-  s.num_waiting_requests = requests(waiting_);
+  s.num_waiting_requests = requests(waiting_) + num_waiting_for_loads();
   s.kv_used_blocks = kv_.num_used_blocks();
   s.kv_free_blocks = kv_.num_free_blocks();
   s.kv_usage = kv_.usage();
@@ -590,7 +635,8 @@ Status Scheduler::check_invariants() const {
   auto fail = [](const std::string& what) { return Status(make_error("Scheduler: " + what)); };
   if (static_cast<int64_t>(running_.size()) > config_.max_num_seqs)
     return fail("more running requests than max_num_seqs");
-  if (running_.size() + waiting_.size() + loading_.size() != requests_.size())
+  if (static_cast<int64_t>(running_.size() + waiting_.size() + loading_.size()) + num_waiting_for_loads() !=
+      static_cast<int64_t>(requests_.size()))
     return fail("the queues do not hold every unfinished request exactly once");
   for (const std::string& id : draining_)
     if (requests_.count(id) || !kv_.holds_blocks(id) || !loading_loads_.count(id))
@@ -620,6 +666,15 @@ Status Scheduler::check_invariants() const {
     if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
     if (r->status != RequestStatus::kLoadingRemoteKV || !kv_.holds_blocks(r->id) || !loading_loads_.count(r->id))
       return fail("loading request '" + r->id + "' is not waiting for its blocks");
+  }
+  for (const auto& [owner, rs] : waiting_for_load_) {
+    if (!loading_loads_.count(owner)) return fail("requests wait for '" + owner + "', which loads nothing");
+    for (const Request* r : rs) {
+      if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
+      if ((r->status != RequestStatus::kWaiting && r->status != RequestStatus::kPreempted) ||
+          r->num_computed_tokens != 0 || kv_.holds_blocks(r->id) || !r->beam_group.empty())
+        return fail("request '" + r->id + "' waits for a load but is not a waiting request alone");
+    }
   }
   for (const auto& [id, r] : requests_)
     if (!seen.count(r.get())) return fail("request '" + id + "' is in no queue");

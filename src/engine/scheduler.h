@@ -97,6 +97,9 @@ struct SchedulerStats {
   // and loads finished well or not since the start.
   int64_t num_loading = 0;
   int64_t loads_finished = 0, loads_failed = 0;
+  // Admissions that waited for another request's load of their prefix
+  // (another choice of the same prompt) instead of computing it.
+  int64_t waited_for_loads = 0;
   int64_t kv_leases = 0;  // prompts' blocks held for a remote decode
 };
 
@@ -190,6 +193,8 @@ class Scheduler {
   bool has_loads_in_flight() const { return !loading_.empty() || !draining_.empty(); }
   int64_t num_running() const { return static_cast<int64_t>(running_.size()); }
   int64_t num_waiting() const { return static_cast<int64_t>(waiting_.size()); }
+  // Requests that wait for another request's deferred load (they need no step until it finishes).
+  int64_t num_waiting_for_loads() const;
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }
   const kv::KVCacheManager& kv_cache() const { return kv_; }
@@ -233,9 +238,17 @@ class Scheduler {
   // hit instead. Returns the new blocks, or nullopt (nothing held) when they
   // do not fit; *hit and *n are what was taken.
   // A load the connector defers sets *deferred (the request then holds its
-  // blocks but is not scheduled; the loads are kept in loading_loads_).
+  // blocks but is not scheduled; the loads are kept in loading_loads_). When
+  // blocks the connector would supply are being loaded for another request
+  // (another choice of the same prompt), nothing is taken and *wait_for names
+  // that request: this one waits for those blocks rather than computing them.
   std::optional<std::vector<int32_t>> allocate_admission(const Request& r, int64_t budget, kv::PrefixHit* hit,
-                                                         int64_t* n, bool may_defer, bool* deferred);
+                                                         int64_t* n, bool may_defer, bool* deferred,
+                                                         std::string* wait_for);
+  // The loading request whose deferred load writes one of these keys, if any.
+  const std::string* loading_owner_of(std::span<const kv::BlockTransfer> loads) const;
+  // Puts the requests that wait for `owner`'s load back at the front of the queue.
+  void release_waiting_for(const std::string& owner);
   // Applies the connector's finished deferred loads (see set_connector).
   void collect_finished_loads();
   // The KV manager's name for a lease's blocks.
@@ -250,6 +263,9 @@ class Scheduler {
   std::vector<Request*> loading_;  // waiting for a connector's deferred load, holding its blocks
   std::unordered_map<std::string, std::vector<kv::BlockTransfer>> loading_loads_;  // of loading_ and draining_
   std::unordered_set<std::string> draining_;  // aborted while loading: blocks held until the load ends
+  // Requests waiting, holding nothing, for the load of the loading_ (or
+  // draining_) request they are keyed by: its blocks are their prefix.
+  std::unordered_map<std::string, std::vector<Request*>> waiting_for_load_;
   std::unordered_set<uint64_t> leases_;      // held leases (Request::kv_lease_id)
   std::vector<std::string> finished_since_schedule_;
   SchedulerStats stats_;

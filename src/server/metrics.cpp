@@ -160,6 +160,10 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
           kv_recomputed_prompts_.load() + xfer.failed);
   counter("kv_transfer_received_prompts_total", "Prompts whose KV blocks a kv_consumer pulled from a producer.",
           xfer.received);
+  counter("kv_transfer_waited_for_pulls_total",
+          "Requests (other choices of a prompt, n > 1) that waited for a pull of their prefix already under way "
+          "instead of computing it.",
+          s.waited_for_loads);
   counter("kv_transfer_unused_prompts_total",
           "Prompts a kv_consumer was told to pull whose blocks it needed none of (its own prefix cache held them).",
           xfer.unused);

@@ -209,6 +209,26 @@ def test_producer_answers_with_transfer_params_and_roles_are_checked(deployment)
     assert requests.get(router.base_url + "/v1/models", timeout=10).json()["data"][0]["id"] == MODEL_NAME
 
 
+def test_other_choices_of_a_prompt_use_the_first_choices_pull(deployment):
+    """n > 1: the first choice pulls the prompt's blocks; the others wait for that pull (or find its blocks
+    cached) instead of computing the prompt, and the answers are those of one instance."""
+    single, prefill, decode, router, _ = deployment
+    body = {"prompt": "Choices of one prompt. " + prompt(40), "max_tokens": 6, "temperature": 0, "n": 3}
+    want = requests.post(single.base_url + "/v1/completions", json=body, timeout=120).json()
+    hits = decode.metric("inferd:prefix_cache_hits_total")
+    recomputed = decode.metric("inferd:kv_transfer_recomputed_prompts_total")
+    received = decode.metric("inferd:kv_transfer_received_prompts_total")
+    r = requests.post(router.base_url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    got = r.json()
+    assert [c["text"] for c in got["choices"]] == [c["text"] for c in want["choices"]]
+    assert decode.metric("inferd:kv_transfer_received_prompts_total") - received == 1
+    assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") == recomputed
+    # Every choice found the pulled blocks: three times the prompt's full blocks.
+    full_block_tokens = got["usage"]["prompt_tokens"] // 16 * 16
+    assert decode.metric("inferd:prefix_cache_hits_total") - hits >= 3 * full_block_tokens
+
+
 def test_client_gone_aborts_the_decode_request(deployment):
     _, _, decode, router, _ = deployment
     aborted = decode.metric("inferd:request_success_total", finished_reason="abort")

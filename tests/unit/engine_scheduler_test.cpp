@@ -1591,6 +1591,71 @@ TEST(EngineSchedulerLoading, ABeamGroupNeverWaitsForALoad) {
   EXPECT_EQ(find_in(rec.steps.back(), "g#0")->num_computed_tokens, 0);
 }
 
+// Another choice of the same prompt (n > 1) while the first loads its blocks:
+// it waits for them, holding nothing, instead of computing the prompt again.
+TEST(EngineSchedulerLoading, AChoiceWhosePrefixAnotherLoadsWaitsForItInsteadOfComputingIt) {
+  loading::Rig rig(config(64, 8, 64, 4));
+  auto& [s, runner, remote, rec] = rig;
+  const std::vector<int32_t> p = prompt(30, 7);  // 7 full blocks
+  rig.start_loading("c0", p, 5);
+  ASSERT_TRUE(s.add_request(make_request("c1", p, 5)).ok());
+  ASSERT_TRUE(s.add_request(make_request("other", prompt(9, 8), 6)).ok());
+  for (int i = 0; i < 3; ++i) {
+    step(s, runner, rec);
+    EXPECT_EQ(find_in(rec.steps.back(), "c1"), nullptr);  // neither computed
+    EXPECT_EQ(s.num_waiting_for_loads(), 1);
+    expect_invariants(s);
+  }
+  EXPECT_NE(rec.outputs.count("other"), 0u);  // behind it in the queue, and not held up
+  EXPECT_EQ(remote.started, 1);                // nor loaded twice
+  EXPECT_EQ(s.stats().waited_for_loads, 1);
+  EXPECT_EQ(s.stats().num_waiting_requests, 1);
+  const int64_t prefilled = runner.prefilled_prompt_tokens;
+  remote.finish("c0", true);
+  step(s, runner, rec);
+  // Both on the loaded blocks: each computes only the tokens after them.
+  for (const char* id : {"c0", "c1"}) {
+    const ScheduledRequest* sr = find_in(rec.steps.back(), id);
+    ASSERT_NE(sr, nullptr) << id;
+    EXPECT_EQ(sr->num_computed_tokens, 28) << id;
+  }
+  EXPECT_EQ(runner.prefilled_prompt_tokens - prefilled, 4);
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["c0"], reference_output(make_request("c0", p, 5)));
+  EXPECT_EQ(rec.outputs["c1"], reference_output(make_request("c1", p, 5)));
+  EXPECT_EQ(remote.started, 1);
+  expect_idle_and_clean(s);
+}
+
+// A waiting choice aborted, or the loading one aborted (its blocks then go
+// unused): nothing is held or lost, and the other still completes.
+TEST(EngineSchedulerLoading, AbortingTheLoadOrTheChoiceWaitingForItLeavesNothingBehind) {
+  for (const char* aborted : {"c1", "c0"}) {
+    SCOPED_TRACE(aborted);
+    loading::Rig rig(config(64, 8, 64, 4));
+    auto& [s, runner, remote, rec] = rig;
+    const std::vector<int32_t> p = prompt(26, 3);
+    rig.start_loading("c0", p, 4);
+    ASSERT_TRUE(s.add_request(make_request("c1", p, 4)).ok());
+    step(s, runner, rec);
+    ASSERT_EQ(s.num_waiting_for_loads(), 1);
+    ASSERT_TRUE(s.abort(aborted));
+    expect_invariants(s);
+    EXPECT_EQ(s.num_waiting_for_loads(), std::string(aborted) == "c1" ? 0 : 1);
+    remote.finish("c0", true);
+    // The survivor runs to the end (loading its own blocks where the fake remote offers them).
+    for (int n = 0; n < 1000 && (s.has_unfinished_requests() || s.has_loads_in_flight()); ++n) {
+      std::vector<std::string> ids;
+      for (const auto& [id, loads] : remote.in_flight) ids.push_back(id);
+      for (const std::string& id : ids) remote.finish(id, true);
+      step(s, runner, rec);
+    }
+    const std::string survivor = std::string(aborted) == "c1" ? "c0" : "c1";
+    EXPECT_EQ(rec.outputs[survivor], reference_output(make_request(survivor, p, 4)));
+    expect_idle_and_clean(s);
+  }
+}
+
 TEST(EngineSchedulerLoading, ManyRequestsLoadingFinishingAndAbortingInAnyOrderLeakNothing) {
   std::mt19937 rng(5);
   loading::Rig rig(config(48, 6, 80, 4));
@@ -1600,6 +1665,8 @@ TEST(EngineSchedulerLoading, ManyRequestsLoadingFinishingAndAbortingInAnyOrderLe
   for (int i = 0; i < 24; ++i) {
     const std::string id = "r" + std::to_string(i);
     Request r = make_request(id, prompt(5 + static_cast<int32_t>(rng() % 40), 100 + i), 1 + rng() % 6);
+    // Some share an earlier request's prompt (choices of one prompt): they wait for its load.
+    if (i > 0 && rng() % 4 == 0) r.prompt_token_ids = reqs.at("r" + std::to_string(rng() % i)).prompt_token_ids;
     if (rng() % 3) remote.offer(r.prompt_token_ids);
     reqs.emplace(id, r);
     ASSERT_TRUE(s.add_request(r).ok());
@@ -1621,6 +1688,7 @@ TEST(EngineSchedulerLoading, ManyRequestsLoadingFinishingAndAbortingInAnyOrderLe
   ASSERT_FALSE(s.has_loads_in_flight());
   for (const auto& [id, r] : reqs)
     if (!aborted.count(id)) EXPECT_EQ(rec.outputs[id], reference_output(r)) << id;
+  EXPECT_GT(s.stats().waited_for_loads, 0);  // the shared prompts did wait for each other's loads
   expect_idle_and_clean(s);
 }
 
