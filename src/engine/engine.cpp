@@ -278,7 +278,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     r.id = h.request_id;
     if (p.beam_search) {  // the first beam; its forks are numbered on
       r.beam_group = h.request_id;
-      r.id = h.request_id + kBeamSuffix + "0";
+      r.id = kv_pull_id(h.request_id, true);
     }
     // A beam search's beams share its prompt but run as forks: none holds a lease.
     if (p.kv_hold_for_remote_decode && leases_ && !p.beam_search) r.kv_lease_id = ++next_lease_;

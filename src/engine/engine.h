@@ -221,7 +221,12 @@ class Engine {
 
   // A KV consumer's transfer connector (register_pull before add_request,
   // forget after the request finished); null unless config.kv_transfer consumes.
+  // A pull is registered under the id the scheduler knows the request by:
+  // kv_pull_id's (a beam search's prompt is its first beam's).
   kvtransfer::TransferConnector* kv_transfer() { return transfer_.get(); }
+  static std::string kv_pull_id(const std::string& request_id, bool beam_search) {
+    return beam_search ? request_id + kBeamSuffix + "0" : request_id;
+  }
   // The port a KV producer's transfer agent listens on (0: none).
   uint16_t kv_transfer_port() const { return agent_ ? agent_->port() : 0; }
 

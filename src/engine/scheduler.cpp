@@ -324,9 +324,9 @@ bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
   std::vector<kv::PrefixHit> hits;
   std::vector<int64_t> n_new;
   int64_t budget = config_.max_num_batched_tokens - out.total_num_scheduled_tokens;
-  // Only a request alone may wait for a deferred load: a beam group is
-  // admitted whole, in one step.
-  const bool may_defer = group.size() == 1 && name.empty();
+  // Only a request alone may wait for a deferred load (a beam search's first
+  // beam, alone in its group, too): a group of beams is admitted whole, in one step.
+  const bool may_defer = group.size() == 1;
   for (size_t k = 0; k < group.size(); ++k) {
     Request* r = group[k];
     kv::PrefixHit hit;
@@ -672,8 +672,8 @@ Status Scheduler::check_invariants() const {
     for (const Request* r : rs) {
       if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
       if ((r->status != RequestStatus::kWaiting && r->status != RequestStatus::kPreempted) ||
-          r->num_computed_tokens != 0 || kv_.holds_blocks(r->id) || !r->beam_group.empty())
-        return fail("request '" + r->id + "' waits for a load but is not a waiting request alone");
+          r->num_computed_tokens != 0 || kv_.holds_blocks(r->id))
+        return fail("request '" + r->id + "' waits for a load but is not a waiting request");
     }
   }
   for (const auto& [id, r] : requests_)

@@ -26,6 +26,9 @@ nlohmann::ordered_json prefill_body(const ordered_json& request) {
   body.erase("stream_options");
   if (body.contains("n")) body["n"] = 1;  // the prompt's blocks are the same for every choice
   body.erase("best_of");
+  // A beam search's prompt, too: prefilled as one plain request, whose blocks
+  // the decode instance's first beam pulls.
+  for (const char* beam : {"use_beam_search", "length_penalty", "early_stopping"}) body.erase(beam);
   ordered_json params = ordered_json::object();
   params["do_remote_decode"] = true;
   params["do_remote_prefill"] = false;

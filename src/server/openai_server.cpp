@@ -876,15 +876,18 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.reasoning = pg.reasoning;  // the grammar applies after the thinking
       gp.render_special = pg.render_special || !req.skip_special_tokens;
       // Disaggregation: one choice per prompt holds (a producer's) or pulls
-      // (a consumer's) the prompt's blocks; the others share its prefix or compute it.
-      const bool first_of_prompt = k == 0 && !req.use_beam_search;
+      // (a consumer's, a beam search's too) the prompt's blocks; the others
+      // wait for its pull and share its prefix. A beam search holds none
+      // (its beams run as forks): the router prefills it as a plain request.
+      const bool first_of_prompt = k == 0;
       const KVTransferParams* kvt = req.kv_transfer ? &*req.kv_transfer : nullptr;
-      gp.kv_hold_for_remote_decode = kvt && kvt->do_remote_decode && first_of_prompt;
+      gp.kv_hold_for_remote_decode = kvt && kvt->do_remote_decode && first_of_prompt && !req.use_beam_search;
       bool registered = false;
+      const std::string pull_id = Engine::kv_pull_id(gp.request_id, req.use_beam_search);
       if (kvt && kvt->do_remote_prefill) {
         std::optional<kvtransfer::RemotePrompt> remote = first_of_prompt ? remote_prompt(*kvt, p) : std::nullopt;
         if (remote && engine_->kv_transfer()) {
-          engine_->kv_transfer()->register_pull(gp.request_id, std::move(*remote));
+          engine_->kv_transfer()->register_pull(pull_id, std::move(*remote));
           registered = true;
         } else if (k == 0) {
           metrics_.count_kv_recomputed_prompts(1);  // nothing to pull: computed here
@@ -896,7 +899,7 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       }
       const std::string engine_id = gp.request_id;
       auto handle = engine_->add_request(std::move(gp));
-      if (!handle && registered) engine_->kv_transfer()->forget(engine_id);
+      if (!handle && registered) engine_->kv_transfer()->forget(pull_id);
       if (!handle) {
         if (options_.log_prompts) {
           std::lock_guard<std::mutex> log_lock(log_mu_);
@@ -1032,7 +1035,11 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
 
 void OpenAIServer::on_finished(const RequestOutput& out) {
   --unfinished_;
-  if (engine_ && engine_->kv_transfer()) engine_->kv_transfer()->forget(out.request_id);
+  if (engine_ && engine_->kv_transfer()) {
+    // Under the request's id, or its first beam's (a beam search's pull).
+    for (bool beam_search : {false, true})
+      engine_->kv_transfer()->forget(Engine::kv_pull_id(out.request_id, beam_search));
+  }
   metrics_.observe_finished(out);
   const RequestMetrics& m = out.metrics;
   const double ttft = m.first_token_time > 0 ? ms(m.time_to_first_token()) : 0.0;

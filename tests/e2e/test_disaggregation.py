@@ -229,6 +229,26 @@ def test_other_choices_of_a_prompt_use_the_first_choices_pull(deployment):
     assert decode.metric("inferd:prefix_cache_hits_total") - hits >= 3 * full_block_tokens
 
 
+def test_a_beam_search_pulls_its_prompt_and_returns_one_instances_beams(deployment):
+    """The router prefills a beam search's prompt as a plain request; the decode instance's first beam pulls
+    its blocks before the beams fork."""
+    single, prefill, decode, router, _ = deployment
+    body = {"prompt": "Beams of one prompt. " + prompt(41), "max_tokens": 5, "n": 2, "use_beam_search": True}
+    want = requests.post(single.base_url + "/v1/completions", json=body, timeout=120).json()
+    recomputed = decode.metric("inferd:kv_transfer_recomputed_prompts_total")
+    received = decode.metric("inferd:kv_transfer_received_prompts_total")
+    produced = prefill.metric("inferd:kv_transfer_produced_prompts_total")
+    released = prefill.metric("inferd:kv_transfer_leases_released_total")
+    r = requests.post(router.base_url + "/v1/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    assert [c["text"] for c in r.json()["choices"]] == [c["text"] for c in want["choices"]]
+    assert prefill.metric("inferd:kv_transfer_produced_prompts_total") - produced == 1
+    assert decode.metric("inferd:kv_transfer_received_prompts_total") - received == 1
+    assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") == recomputed
+    # The lease was released by the pull, not left to expire.
+    assert prefill.metric("inferd:kv_transfer_leases_released_total") - released == 1
+
+
 def test_client_gone_aborts_the_decode_request(deployment):
     _, _, decode, router, _ = deployment
     aborted = decode.metric("inferd:request_success_total", finished_reason="abort")

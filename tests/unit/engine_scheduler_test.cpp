@@ -1575,7 +1575,9 @@ TEST(EngineSchedulerLoading, AnAbortWhileLoadingHoldsTheBlocksUntilTheLoadEnds) 
   expect_idle_and_clean(s);
 }
 
-TEST(EngineSchedulerLoading, ABeamGroupNeverWaitsForALoad) {
+// A beam search's first beam, alone in its group, loads its prompt's blocks
+// as a request alone does; its group then runs on them.
+TEST(EngineSchedulerLoading, ABeamSearchsFirstBeamWaitsForItsLoadAlone) {
   loading::Rig rig(config(64, 8, 64, 4));
   auto& [s, runner, remote, rec] = rig;
   const std::vector<int32_t> p = prompt(20, 3);
@@ -1585,10 +1587,16 @@ TEST(EngineSchedulerLoading, ABeamGroupNeverWaitsForALoad) {
   a.beam_width = 2;
   ASSERT_TRUE(s.add_request(a).ok());
   step(s, runner, rec);
-  EXPECT_EQ(s.num_loading(), 0);
-  EXPECT_EQ(remote.started, 0);
-  ASSERT_NE(find_in(rec.steps.back(), "g#0"), nullptr);
-  EXPECT_EQ(find_in(rec.steps.back(), "g#0")->num_computed_tokens, 0);
+  EXPECT_EQ(s.num_loading(), 1);
+  EXPECT_EQ(remote.started, 1);
+  EXPECT_EQ(find_in(rec.steps.back(), "g#0"), nullptr);
+  expect_invariants(s);
+  remote.finish("g#0", true);
+  step(s, runner, rec);
+  const ScheduledRequest* sr = find_in(rec.steps.back(), "g#0");
+  ASSERT_NE(sr, nullptr);
+  EXPECT_EQ(sr->num_computed_tokens, 16);  // on the loaded blocks: the prompt's last block is computed
+  expect_invariants(s);
 }
 
 // Another choice of the same prompt (n > 1) while the first loads its blocks:

@@ -121,6 +121,11 @@ TEST(RouterBodies, PrefillAsksForOneTokenAndTheBlocks) {
   EXPECT_EQ(p["kv_transfer_params"]["do_remote_decode"], true);
   // Key order is kept: a schema's property order is the order fields are generated in.
   EXPECT_NE(p.dump().find(R"({"z":{},"a":{}})"), std::string::npos);
+  // A beam search's prompt is prefilled as a plain request (the decode side runs the beams).
+  const ordered_json beams = prefill_body(ordered_json::parse(
+      R"({"prompt": "x", "n": 2, "use_beam_search": true, "length_penalty": 0.5, "early_stopping": true})"));
+  for (const char* key : {"use_beam_search", "length_penalty", "early_stopping"}) EXPECT_FALSE(beams.contains(key));
+  EXPECT_EQ(beams["n"], 1);
 
   const nlohmann::json params = {{"do_remote_prefill", true}, {"remote_engine_id", "e"}};
   const ordered_json d = decode_body(request, &params);
