@@ -236,12 +236,12 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
 }
 
 const std::string* Scheduler::loading_owner_of(std::span<const kv::BlockTransfer> loads) const {
-  for (const Request* owner : loading_) {
-    const std::vector<kv::BlockTransfer>& theirs = loading_loads_.at(owner->id);
-    for (const kv::BlockTransfer& l : loads)
-      if (std::any_of(theirs.begin(), theirs.end(), [&](const kv::BlockTransfer& t) { return t.key == l.key; }))
-        return &owner->id;
-  }
+  if (loading_.empty()) return nullptr;
+  std::unordered_set<kv::BlockHash> keys;
+  for (const kv::BlockTransfer& l : loads) keys.insert(l.key);
+  for (const Request* owner : loading_)
+    for (const kv::BlockTransfer& t : loading_loads_.at(owner->id))
+      if (keys.count(t.key)) return &owner->id;
   return nullptr;
 }
 
