@@ -15,37 +15,25 @@ namespace {
 std::string errno_text() { return std::strerror(errno); }
 }  // namespace
 
+void Unmap::operator()(const uint8_t* p) const {
+  if (p) munmap(const_cast<uint8_t*>(p), n);
+}
+
 Result<SharedBytes> SharedBytes::create(size_t n, const std::string& name) {
   if (n == 0) return Error{"shared memory of 0 bytes"};
   SharedBytes b;
   b.fd_ = memfd_create(name.c_str(), MFD_CLOEXEC);
   if (b.fd_ < 0) return Error{"memfd_create: " + errno_text()};
-  b.n_ = n;
-  b.mapped_ = n;
   if (ftruncate(b.fd_, static_cast<off_t>(n)) != 0) return Error{"ftruncate of shared memory: " + errno_text()};
   void* p = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, b.fd_, 0);
   if (p == MAP_FAILED) return Error{"mmap of shared memory: " + errno_text()};
-  b.p_ = static_cast<uint8_t*>(p);
+  b.p_ = std::unique_ptr<uint8_t, Unmap>(static_cast<uint8_t*>(p), Unmap{n});
   return b;
 }
 
-SharedBytes& SharedBytes::operator=(SharedBytes&& other) noexcept {
-  if (this != &other) {
-    reset();
-    p_ = std::exchange(other.p_, nullptr);
-    n_ = std::exchange(other.n_, 0);
-    mapped_ = std::exchange(other.mapped_, 0);
-    fd_ = std::exchange(other.fd_, -1);
-  }
-  return *this;
-}
-
-void SharedBytes::reset() {
-  if (p_) munmap(p_, mapped_);
+SharedBytes::~SharedBytes() {
+  p_.reset();
   if (fd_ >= 0) close(fd_);
-  p_ = nullptr;
-  n_ = mapped_ = 0;
-  fd_ = -1;
 }
 
 Result<SharedMapping> SharedMapping::open(int pid, int fd, size_t bytes, const std::string& name) {
@@ -71,24 +59,8 @@ Result<SharedMapping> SharedMapping::open(int pid, int fd, size_t bytes, const s
   close(own);
   if (p == MAP_FAILED) return Error{"mmap " + link + ": " + errno_text()};
   SharedMapping m;
-  m.p_ = static_cast<const uint8_t*>(p);
-  m.n_ = bytes;
+  m.p_ = std::unique_ptr<const uint8_t, Unmap>(static_cast<const uint8_t*>(p), Unmap{bytes});
   return m;
-}
-
-SharedMapping& SharedMapping::operator=(SharedMapping&& other) noexcept {
-  if (this != &other) {
-    reset();
-    p_ = std::exchange(other.p_, nullptr);
-    n_ = std::exchange(other.n_, 0);
-  }
-  return *this;
-}
-
-void SharedMapping::reset() {
-  if (p_) munmap(const_cast<uint8_t*>(p_), n_);
-  p_ = nullptr;
-  n_ = 0;
 }
 
 }  // namespace inferd

@@ -7,11 +7,19 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "core/result.h"
 
 namespace inferd {
+
+// Unmaps a mapping of n bytes.
+struct Unmap {
+  size_t n = 0;
+  void operator()(const uint8_t* p) const;
+};
 
 class SharedBytes {
  public:
@@ -19,23 +27,24 @@ class SharedBytes {
   static Result<SharedBytes> create(size_t n, const std::string& name);
 
   SharedBytes() = default;
-  SharedBytes(SharedBytes&& other) noexcept { *this = std::move(other); }
-  SharedBytes& operator=(SharedBytes&& other) noexcept;
-  SharedBytes(const SharedBytes&) = delete;
-  SharedBytes& operator=(const SharedBytes&) = delete;
-  ~SharedBytes() { reset(); }
+  SharedBytes(SharedBytes&& other) noexcept : p_(std::move(other.p_)), fd_(std::exchange(other.fd_, -1)) {}
+  // Swaps: what this held is released with `other`.
+  SharedBytes& operator=(SharedBytes&& other) noexcept {
+    std::swap(p_, other.p_);
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~SharedBytes();
 
   explicit operator bool() const { return p_ != nullptr; }
-  uint8_t* data() { return p_; }
-  const uint8_t* data() const { return p_; }
-  size_t size() const { return n_; }
+  uint8_t* data() { return p_.get(); }
+  const uint8_t* data() const { return p_.get(); }
+  size_t size() const { return p_.get_deleter().n; }
   // The memfd, open for as long as this buffer lives.
   int fd() const { return fd_; }
 
  private:
-  void reset();
-  uint8_t* p_ = nullptr;
-  size_t n_ = 0, mapped_ = 0;
+  std::unique_ptr<uint8_t, Unmap> p_;
   int fd_ = -1;
 };
 
@@ -46,21 +55,12 @@ class SharedMapping {
  public:
   static Result<SharedMapping> open(int pid, int fd, size_t bytes, const std::string& name);
 
-  SharedMapping() = default;
-  SharedMapping(SharedMapping&& other) noexcept { *this = std::move(other); }
-  SharedMapping& operator=(SharedMapping&& other) noexcept;
-  SharedMapping(const SharedMapping&) = delete;
-  SharedMapping& operator=(const SharedMapping&) = delete;
-  ~SharedMapping() { reset(); }
-
   explicit operator bool() const { return p_ != nullptr; }
-  const uint8_t* data() const { return p_; }
-  size_t size() const { return n_; }
+  const uint8_t* data() const { return p_.get(); }
+  size_t size() const { return p_.get_deleter().n; }
 
  private:
-  void reset();
-  const uint8_t* p_ = nullptr;
-  size_t n_ = 0;
+  std::unique_ptr<const uint8_t, Unmap> p_;
 };
 
 }  // namespace inferd
