@@ -24,6 +24,7 @@ quiet machine. The consumer's metrics show whether prompts were received or
 recomputed (printed after each 1P1D run).
 
 Usage: bench/compare_disaggregation.py [--rounds 2] [--streams 4] [--long-input 1536] [--long-rate 0.15]
+           [--max-num-batched-tokens N]
 """
 from __future__ import annotations
 
@@ -99,6 +100,8 @@ def metric_sum(text: str, name: str) -> float:
 def serve_cmd(args, port: int, threads: int, extra: list[str]) -> list[str]:
     cmd = [args.binary, "serve", "--host", "127.0.0.1", "--port", str(port), "--threads", str(threads),
            "--max-num-seqs", str(args.streams + 8)] + extra
+    if args.max_num_batched_tokens:
+        cmd += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
     if args.model:
         cmd += ["-m", args.model]
     return cmd
@@ -185,6 +188,9 @@ def main() -> None:
     ap.add_argument("--long-input", type=int, default=1536)
     ap.add_argument("--long-output", type=int, default=16)
     ap.add_argument("--long-rate", type=float, default=0.15, help="long prompts per second (Poisson)")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=0,
+                    help="every instance's token budget a step (0: the server's default, 2048); below the long "
+                         "prompts' length, one instance prefills them in chunks that share steps with the streams")
     args = ap.parse_args()
 
     results: dict[str, list[dict]] = {"single": [], "1P1D": []}
@@ -199,7 +205,8 @@ def main() -> None:
     med = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in results.items()}
     print(f"\n{cpu_name()}, {os.cpu_count()} CPUs; {args.streams} streams of {args.stream_input}->"
           f"{args.stream_output} tokens; {args.long_prompts} prompts of {args.long_input}->{args.long_output} "
-          f"tokens at {args.long_rate}/s; medians of {args.rounds} rounds\n")
+          f"tokens at {args.long_rate}/s; token budget {args.max_num_batched_tokens or 'default'}; medians of "
+          f"{args.rounds} rounds\n")
     print("| figure (ms; tok/s) | single, 2 threads | 1P1D, 1 + 1 threads | single / 1P1D |")
     print("|---|---:|---:|---:|")
     for k, label in [("itl_median", "streams' ITL, median"), ("itl_p99", "streams' ITL, p99"),
