@@ -221,9 +221,9 @@ class Engine {
 
   // A KV consumer's transfer connector (register_pull before add_request,
   // forget after the request finished); null unless config.kv_transfer consumes.
-  // A pull is registered under the id the scheduler knows the request by:
-  // kv_pull_id's (a beam search's prompt is its first beam's).
   kvtransfer::TransferConnector* kv_transfer() { return transfer_.get(); }
+  // The id a request's pull is registered under: the one the scheduler knows
+  // its prompt by (a beam search's is its first beam's).
   static std::string kv_pull_id(const std::string& request_id, bool beam_search) {
     return beam_search ? request_id + kBeamSuffix + "0" : request_id;
   }

@@ -798,62 +798,56 @@ void UcxAgent::Impl::issue_reads(Pull& p) {
                                           std::to_string(local) + ")");
   p.phase = Pull::Phase::kReading;
   const uint64_t seg = pool.segment_bytes;
-  // Both pools have pool.slabs slabs per region, of their own block counts.
-  const auto remote_offset = [&](int32_t slab, int64_t block) {
-    return (static_cast<uint64_t>(slab) * peer.remote_n_blocks + block) * seg;
-  };
-  if (!peer.mapped.empty()) {
+  // Every run's segment in each slab of each region: where it goes here, and
+  // its offset in the producer's region (both pools have pool.slabs slabs per
+  // region, of their own block counts).
+  const auto each_segment = [&](auto&& read) {
     for (const BlockRun& run : block_runs(p.spec.blocks))
       for (size_t region = 0; region < pool.regions.size(); ++region)
         for (int32_t slab = 0; slab < pool.slabs; ++slab) {
           const uint64_t len = static_cast<uint64_t>(run.count) * seg;
-          std::memcpy(pool.regions[region] + pool.offset(slab, run.local),
-                      peer.mapped[region].data() + remote_offset(slab, run.remote), len);
           p.bytes += len;
+          read(region, pool.regions[region] + pool.offset(slab, run.local),
+               (static_cast<uint64_t>(slab) * peer.remote_n_blocks + run.remote) * seg, len);
         }
+  };
+  if (!peer.mapped.empty()) {
+    each_segment([&](size_t region, std::byte* dst, uint64_t remote, uint64_t len) {
+      std::memcpy(dst, peer.mapped[region].data() + remote, len);
+    });
     return after_reads(p);
   }
   if (peer.direct_pid > 0) {
     std::vector<iovec> local, remote;
-    for (const BlockRun& run : block_runs(p.spec.blocks))
-      for (size_t region = 0; region < pool.regions.size(); ++region)
-        for (int32_t slab = 0; slab < pool.slabs; ++slab) {
-          const uint64_t len = static_cast<uint64_t>(run.count) * seg;
-          local.push_back({pool.regions[region] + pool.offset(slab, run.local), len});
-          remote.push_back({reinterpret_cast<void*>(peer.remote_bases[region] + remote_offset(slab, run.remote)), len});
-          p.bytes += len;
-        }
+    each_segment([&](size_t region, std::byte* dst, uint64_t offset, uint64_t len) {
+      local.push_back({dst, len});
+      remote.push_back({reinterpret_cast<void*>(peer.remote_bases[region] + offset), len});
+    });
     p.error = read_process_memory(peer.direct_pid, local, remote);
     return after_reads(p);
   }
   const uint64_t id = p.spec.id;
-  for (const BlockRun& run : block_runs(p.spec.blocks))
-    for (size_t region = 0; region < pool.regions.size(); ++region)
-      for (int32_t slab = 0; slab < pool.slabs; ++slab) {
-        ucp_request_param_t rp{};
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        rp.cb.send = [](void* req, ucs_status_t status, void* user) {
-          auto* self_and_id = static_cast<std::pair<Impl*, uint64_t>*>(user);
-          Impl* self = self_and_id->first;
-          const uint64_t pull_id = self_and_id->second;
-          delete self_and_id;
-          ucp_request_free(req);
-          self->read_done(pull_id, status);
-        };
-        auto* user = new std::pair<Impl*, uint64_t>(this, id);
-        rp.user_data = user;
-        const uint64_t len = static_cast<uint64_t>(run.count) * seg;
-        std::byte* dst = pool.regions[region] + pool.offset(slab, run.local);
-        const uint64_t src = peer.remote_bases[region] + remote_offset(slab, run.remote);
-        ++p.outstanding;
-        p.bytes += len;
-        ucs_status_ptr_t r = ucp_get_nbx(peer.data_ep, dst, len, src, peer.rkeys[region], &rp);
-        if (!UCS_PTR_IS_PTR(r)) {
-          delete user;
-          --p.outstanding;
-          if (UCS_PTR_IS_ERR(r) && p.error.empty()) p.error = "a read failed: " + status_text(UCS_PTR_STATUS(r));
-        }
-      }
+  each_segment([&](size_t region, std::byte* dst, uint64_t offset, uint64_t len) {
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send = [](void* req, ucs_status_t status, void* user) {
+      auto* self_and_id = static_cast<std::pair<Impl*, uint64_t>*>(user);
+      Impl* self = self_and_id->first;
+      const uint64_t pull_id = self_and_id->second;
+      delete self_and_id;
+      ucp_request_free(req);
+      self->read_done(pull_id, status);
+    };
+    auto* user = new std::pair<Impl*, uint64_t>(this, id);
+    rp.user_data = user;
+    ++p.outstanding;
+    ucs_status_ptr_t r = ucp_get_nbx(peer.data_ep, dst, len, peer.remote_bases[region] + offset, peer.rkeys[region], &rp);
+    if (!UCS_PTR_IS_PTR(r)) {
+      delete user;
+      --p.outstanding;
+      if (UCS_PTR_IS_ERR(r) && p.error.empty()) p.error = "a read failed: " + status_text(UCS_PTR_STATUS(r));
+    }
+  });
   after_reads(p);
 }
 
