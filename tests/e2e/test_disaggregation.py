@@ -159,11 +159,12 @@ def test_router_answers_as_one_instance(deployment):
     given_back = decode.metric("inferd:kv_transfer_unused_leases_released_total")
     assert run_all(router.base_url, range(32)) == reference
     # Every request went through prefill (with transfer parameters back) and then decode,
-    # which pulled the prompt's blocks (or found them in its own cache: a prompt seen before).
+    # which pulled the prompt's blocks (or found them in its own cache: a prompt seen before, or a shared
+    # opening another request's pull brought in while this one waited for it).
     assert prefill.metric("inferd:kv_transfer_produced_prompts_total") - produced == 32
     assert decode.metric("inferd:kv_transfer_recomputed_prompts_total") - recomputed == 0
     pulled = decode.metric("inferd:kv_transfer_received_prompts_total") - received
-    assert pulled >= 16 and pulled + decode.metric("inferd:kv_transfer_unused_prompts_total") - unused == 32
+    assert pulled >= 8 and pulled + decode.metric("inferd:kv_transfer_unused_prompts_total") - unused == 32
     assert decode.metric("inferd:kv_transfer_received_blocks_total") - blocks >= pulled
     assert decode.metric("inferd:kv_transfer_received_bytes_total") > 0
     # Both on this host, with UCX's default transports: the decode instance maps the prefill instance's KV pool
