@@ -130,8 +130,11 @@ class Bench:
             if self.a.draft_vocab_size:
                 c["draft_vocab_size"] = self.a.draft_vocab_size
             return c
-        return {"method": "ngram", "num_speculative_tokens": self.a.k, "prompt_lookup_min": self.a.ngram_min,
-                "prompt_lookup_max": self.a.ngram_max}
+        c = {"method": "ngram", "num_speculative_tokens": self.a.k, "prompt_lookup_min": self.a.ngram_min,
+             "prompt_lookup_max": self.a.ngram_max}
+        if self.a.first_draft_tokens:
+            c["first_draft_tokens"] = self.a.first_draft_tokens
+        return c
 
     def body(self, prompt: str) -> dict:
         return {"model": cs.SERVED_NAME, "messages": [{"role": "user", "content": prompt}], "temperature": 0,
@@ -213,6 +216,8 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=8, help="drafts per step at most, both servers")
     ap.add_argument("--ngram-min", type=int, default=1, help="inferd's prompt_lookup_min")
     ap.add_argument("--ngram-max", type=int, default=3, help="inferd's prompt_lookup_max")
+    ap.add_argument("--first-draft-tokens", type=int, default=0,
+                    help="inferd's first_draft_tokens (0: its default, 3 for n-grams)")
     ap.add_argument("--llama-ngram-n", type=int, default=3, help="llama-server's --spec-ngram-simple-size-n")
     ap.add_argument("--draft-model", default="", help="a draft GGUF: both servers speculate with it, not n-grams")
     ap.add_argument("--draft-p-min", type=float, default=0.75,

@@ -655,7 +655,7 @@ std::vector<RequestOutput> Engine::run_step() {
     }
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
-      adapt_draft_length(live, accepted, s.num_draft_tokens);
+      if (live.draft_length) live.draft_length->verified(accepted, s.num_draft_tokens);
       if (live.ngram) live.ngram->verified(accepted, tokens.back());
       live.metrics.speculative.record(s.num_draft_tokens, accepted);
       spec_stats_.record(s.num_draft_tokens, accepted);
@@ -754,20 +754,6 @@ bool Engine::holds_stop_string(const Live& live) {
   return false;
 }
 
-void Engine::adapt_draft_length(Live& live, int64_t accepted, int64_t drafted) const {
-  const int32_t k = config_.speculative.num_speculative_tokens;
-  if (accepted == drafted) {
-    live.draft_len = std::min(k, live.draft_len * 2);
-    live.draft_pause = 0;
-  } else if (accepted > 0) {
-    live.draft_len = static_cast<int32_t>(std::min<int64_t>(k, accepted + 1));
-    live.draft_pause = 0;
-  } else if ((live.draft_len /= 2) == 0) {
-    live.draft_pause = live.draft_pause == 0 ? 4 : std::min(64, live.draft_pause * 2);
-    live.draft_pause_left = live.draft_pause;
-  }
-}
-
 void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
   const SpeculativeConfig& spec = config_.speculative;
   if (!spec.enabled()) return;
@@ -781,10 +767,10 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
     // token itself: no drafts for either.
     if (it == live_.end() || it->second.matcher || it->second.beams) continue;
     Live& live = it->second;
-    if (live.draft_len < 0) live.draft_len = spec.num_speculative_tokens;
-    if (live.draft_pause_left > 0 && --live.draft_pause_left > 0) continue;
-    if (live.draft_len == 0) live.draft_len = 1;  // the pause is over: a probe
-    inputs.push_back({&r->id, r->all_token_ids, live.draft_len, r->cache_key});
+    if (!live.draft_length) live.draft_length.emplace(spec.num_speculative_tokens, spec.first_drafts());
+    const int32_t n = live.draft_length->next();
+    if (n == 0) continue;  // paused
+    inputs.push_back({&r->id, r->all_token_ids, n, r->cache_key});
   }
   if (inputs.empty()) return;
   if (drafter_) {
@@ -797,8 +783,7 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
         // The draft was unsure of its first token: its pass bought nothing,
         // so back off as after a verification that accepted none (the
         // n-gram proposer's empty proposal costs nothing and does not).
-        Live& live = live_.at(*inputs[i].request_id);
-        adapt_draft_length(live, 0, live.draft_len);
+        live_.at(*inputs[i].request_id).draft_length->verified(0, inputs[i].max_drafts);
       }
     }
     return;

@@ -302,14 +302,7 @@ class Engine {
     // kMaybe: the matcher has taken the marker's tokens written so far
     // (used), and allowed them all (ok: the answer could still begin so).
     bool gate_grammar_used = false, gate_grammar_ok = true;
-    // Speculation: the most drafts to propose next. k at first; after a
-    // verification, doubled back towards k when every draft was accepted,
-    // the accepted count + 1 when some were, halved when none was; below 1,
-    // no drafts for draft_pause steps (4, doubling to 64 while probes keep
-    // failing), then a probe of 1. A request whose output does not follow
-    // its prompt so spends little compute on drafts.
-    int32_t draft_len = -1;  // -1: not speculated yet
-    int32_t draft_pause = 0, draft_pause_left = 0;
+    std::optional<DraftLength> draft_length;  // speculation: drafts to propose next, made at the first proposal
     std::optional<NgramProposer> ngram;  // the n-gram method's proposer, made at the first proposal
     std::unique_ptr<BeamGroup> beams;  // beam search; null for one sequence
     uint64_t kv_lease_id = 0;          // prefill for a remote decode: its lease (Request::kv_lease_id)
@@ -347,9 +340,6 @@ class Engine {
   void publish_stats();
   // Drafts for the requests that just sampled and go on decoding.
   void propose_drafts(const std::vector<RequestUpdate>& updates);
-  // After a verification of `drafted` drafts of which `accepted` were: the
-  // request's next draft length (Live::draft_len).
-  void adapt_draft_length(Live& live, int64_t accepted, int64_t drafted) const;
   // True when `live.held` contains one of its stop strings.
   static bool holds_stop_string(const Live& live);
 

@@ -15,6 +15,7 @@ Status SpeculativeConfig::validate() const {
   if (prompt_lookup_max < prompt_lookup_min)
     return make_error("prompt_lookup_max must be at least prompt_lookup_min");
   if (disable_by_batch_size < 0) return make_error("disable_by_batch_size must be >= 0");
+  if (first_draft_tokens < 0) return make_error("first_draft_tokens must be >= 0");
   return {};
 }
 
@@ -100,6 +101,25 @@ void NgramProposer::verified(int64_t accepted, int32_t target_token) {
   if (++it->second == kConfirmations) {
     std::erase_if(substitutions_, [&](const Substitution& s) { return s.from == source; });
     substitutions_.push_back(it->first);
+  }
+}
+
+int32_t DraftLength::next() {
+  if (pause_left_ > 0 && --pause_left_ > 0) return 0;
+  if (len_ == 0) len_ = 1;  // the pause is over: a probe
+  return len_;
+}
+
+void DraftLength::verified(int64_t accepted, int64_t drafted) {
+  if (accepted == drafted) {
+    len_ = std::min(k_, len_ * 2);
+    pause_ = 0;
+  } else if (accepted > 0) {
+    len_ = static_cast<int32_t>(std::min<int64_t>(k_, accepted + 1));
+    pause_ = 0;
+  } else if ((len_ /= 2) == 0) {
+    pause_ = pause_ == 0 ? 4 : std::min(64, pause_ * 2);
+    pause_left_ = pause_;
   }
 }
 

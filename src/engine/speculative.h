@@ -17,6 +17,7 @@
 // Proposers are pure functions of a request's token ids and run outside the
 // scheduler.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -51,6 +52,21 @@ struct SpeculativeConfig {
   // No drafts while this many requests or more run (speculation spends
   // compute that a large batch already uses); 0: always speculate.
   int32_t disable_by_batch_size = 0;
+  // The most drafts of a request's first proposal (DraftLength); 0: the
+  // default, first_drafts(). Before any verification nothing says whether an
+  // answer copies its prompt, and a wholly rejected proposal of n drafts
+  // costs n times what a draft adds to a step: 0.2 of a decode step for
+  // Qwen2.5-Coder 1.5B on two cores, 0.45 for SmolLM2-135M, whose weights sit
+  // in a large L3 (docs/benchmarks.md). A copy gets back to k in two steps.
+  int32_t first_draft_tokens = 0;
+
+  // 3 (at most k) for the n-gram method; k for a draft model, whose
+  // confidence cut (draft_p_min) already shortens unsure proposals.
+  int32_t first_drafts() const {
+    if (first_draft_tokens > 0) return std::min(first_draft_tokens, num_speculative_tokens);
+    return method == Method::kNgram ? std::min(kNgramFirstDrafts, num_speculative_tokens) : num_speculative_tokens;
+  }
+  static constexpr int32_t kNgramFirstDrafts = 3;
 
   bool enabled() const { return method != Method::kNone && num_speculative_tokens > 0; }
   Status validate() const;  // error naming the first bad field
@@ -102,6 +118,28 @@ class NgramProposer {
   // The last proposal: where its drafts were copied from, and the tokens there.
   int64_t last_from_ = -1, last_num_prompt_tokens_ = 0;
   std::vector<int32_t> last_source_;
+};
+
+// How many drafts one request proposes next. `first` at first
+// (SpeculativeConfig::first_drafts); after a
+// verification, doubled back towards k when every draft was accepted, the
+// accepted count + 1 when some were, halved when none was; below 1, no drafts
+// for a pause of 4 steps, doubling to 64 while probes (of 1 draft) keep
+// failing. A request whose output does not follow its prompt so spends little
+// compute on drafts, and one that copies gets back to k in a few steps.
+class DraftLength {
+ public:
+  DraftLength(int32_t k, int32_t first) : k_(k), len_(std::clamp(first, 1, std::max(k, 1))) {}
+  // The most drafts to propose this step; 0 while paused. One call a step.
+  int32_t next();
+  // The last proposal's `drafted` drafts were verified and the first
+  // `accepted` kept (a draft model that was unsure of its first draft
+  // proposes none: verified(0, n) backs off the same way).
+  void verified(int64_t accepted, int64_t drafted);
+
+ private:
+  int32_t k_, len_;
+  int32_t pause_ = 0, pause_left_ = 0;  // steps of the current pause, and those left
 };
 
 // Acceptance counters, vLLM's spec_decode metrics.

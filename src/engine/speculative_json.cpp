@@ -24,7 +24,7 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text, std:
   for (const auto& [key, value] : j.items()) {
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
         key != "prompt_lookup_max" && key != "disable_by_batch_size" && key != "model" && key != "draft_p_min" &&
-        key != "draft_vocab_size")
+        key != "draft_vocab_size" && key != "first_draft_tokens")
       return make_error(prefix + "unknown key '" + key + "'");
   }
   if (j.contains("model") && !j["model"].is_string())
@@ -67,7 +67,8 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text, std:
   for (auto [key, field] : {std::pair<const char*, int32_t*>{"num_speculative_tokens", &c.num_speculative_tokens},
                             {"prompt_lookup_min", &c.prompt_lookup_min},
                             {"prompt_lookup_max", &c.prompt_lookup_max},
-                            {"disable_by_batch_size", &c.disable_by_batch_size}})
+                            {"disable_by_batch_size", &c.disable_by_batch_size},
+                            {"first_draft_tokens", &c.first_draft_tokens}})
     if (Status st = int_field(key, *field); !st) return st.error();
   // vLLM: a missing bound takes the other's value.
   if (!j.contains("prompt_lookup_max") && j.contains("prompt_lookup_min")) c.prompt_lookup_max = c.prompt_lookup_min;

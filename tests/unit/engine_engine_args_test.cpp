@@ -28,6 +28,21 @@ TEST(EngineArgs, BuildsTheConfig) {
   EXPECT_EQ(c->max_logprobs, 5);
   EXPECT_EQ(c->speculative.method, SpeculativeConfig::Method::kNgram);
   EXPECT_EQ(c->speculative.num_speculative_tokens, 3);
+  EXPECT_EQ(c->speculative.first_drafts(), 3);  // n-grams: 3 at most, here k
+}
+
+TEST(EngineArgs, TheFirstProposalIsShortForNgramsAndSettable) {
+  EngineArgs a;
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8})";
+  EXPECT_EQ(a.config()->speculative.first_drafts(), SpeculativeConfig::kNgramFirstDrafts);
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8, "first_draft_tokens": 6})";
+  EXPECT_EQ(a.config()->speculative.first_drafts(), 6);
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8, "first_draft_tokens": 20})";
+  EXPECT_EQ(a.config()->speculative.first_drafts(), 8);  // never more than k
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8, "first_draft_tokens": -1})";
+  EXPECT_NE(a.config().error().message.find("first_draft_tokens must be >= 0"), std::string::npos);
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8, "first_draft_tokens": "2"})";
+  EXPECT_NE(a.config().error().message.find("'first_draft_tokens' must be an integer"), std::string::npos);
 }
 
 TEST(EngineArgs, ErrorsNameTheArgumentAsTheFrontEndSpellsIt) {

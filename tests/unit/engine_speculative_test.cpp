@@ -26,6 +26,52 @@ std::vector<int32_t> lookup(const std::vector<int32_t>& tokens, int32_t min_n, i
   return NgramProposer(min_n, max_n).propose(tokens, 0, k);
 }
 
+// A request's draft lengths step by step: `first`, then back towards k while
+// drafts are accepted, shorter as they are not, and pauses that double while
+// probes of one draft keep failing.
+TEST(DraftLength, StartsShortGrowsWithAcceptanceAndPausesOnRejection) {
+  DraftLength d(8, 3);
+  EXPECT_EQ(d.next(), 3);
+  d.verified(3, 3);  // all accepted: doubled, at most k
+  EXPECT_EQ(d.next(), 6);
+  d.verified(6, 6);
+  EXPECT_EQ(d.next(), 8);
+  d.verified(2, 8);  // some: the accepted count + 1
+  EXPECT_EQ(d.next(), 3);
+  d.verified(2, 2);  // a proposal shorter than asked, all accepted: doubled from 3
+  EXPECT_EQ(d.next(), 6);
+  d.verified(0, 6);  // none: halved
+  EXPECT_EQ(d.next(), 3);
+  d.verified(0, 3);
+  EXPECT_EQ(d.next(), 1);
+  d.verified(0, 1);  // below one: paused 4 steps, then a probe of one draft
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(d.next(), 0);
+  EXPECT_EQ(d.next(), 1);
+  d.verified(0, 1);  // the probe failed: the pause doubles
+  for (int step = 0; step < 7; ++step) EXPECT_EQ(d.next(), 0);
+  EXPECT_EQ(d.next(), 1);
+  d.verified(1, 1);  // accepted: no pause any more, and growing again
+  EXPECT_EQ(d.next(), 2);
+  d.verified(0, 2);
+  EXPECT_EQ(d.next(), 1);
+  d.verified(0, 1);  // a new run of failures pauses 4 steps again
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(d.next(), 0);
+  EXPECT_EQ(d.next(), 1);
+}
+
+TEST(DraftLength, TheFirstLengthIsBetweenOneAndK) {
+  EXPECT_EQ(DraftLength(4, 9).next(), 4);
+  EXPECT_EQ(DraftLength(4, 0).next(), 1);
+  SpeculativeConfig c;
+  c.method = SpeculativeConfig::Method::kDraftModel;
+  c.num_speculative_tokens = 5;
+  EXPECT_EQ(c.first_drafts(), 5);  // a draft model's own confidence shortens its proposals
+  c.method = SpeculativeConfig::Method::kNgram;
+  EXPECT_EQ(c.first_drafts(), 3);
+  c.num_speculative_tokens = 2;
+  EXPECT_EQ(c.first_drafts(), 2);
+}
+
 TEST(NgramProposer, ProposesWhatFollowedTheLatestEarlierOccurrenceOfTheLongestSuffix) {
   const std::vector<int32_t> t = {1, 2, 3, 4, 9, 2, 3, 5, 6, 7, 1, 2, 3};
   // Suffix "1 2 3" occurred at 0: "4 9 2" followed it.
