@@ -56,7 +56,7 @@ struct SpeculativeConfig {
   // default, first_drafts(). Before any verification nothing says whether an
   // answer copies its prompt, and a wholly rejected proposal of n drafts
   // costs n times what a draft adds to a step: 0.2 of a decode step for
-  // Qwen2.5-Coder 1.5B on two cores, 0.45 for SmolLM2-135M, whose weights sit
+  // Qwen2.5-Coder 1.5B on two cores, 0.43 for SmolLM2-135M, whose weights sit
   // in a large L3 (docs/benchmarks.md). A copy gets back to k in two steps.
   int32_t first_draft_tokens = 0;
 
@@ -121,12 +121,12 @@ class NgramProposer {
 };
 
 // How many drafts one request proposes next. `first` at first
-// (SpeculativeConfig::first_drafts); after a
-// verification, doubled back towards k when every draft was accepted, the
-// accepted count + 1 when some were, halved when none was; below 1, no drafts
-// for a pause of 4 steps, doubling to 64 while probes (of 1 draft) keep
-// failing. A request whose output does not follow its prompt so spends little
-// compute on drafts, and one that copies gets back to k in a few steps.
+// (SpeculativeConfig::first_drafts); after a verification, doubled back
+// towards k when every draft was accepted, the accepted count + 1 when some
+// were, halved when none was; below 1, no drafts for a pause of 4 steps,
+// doubling to 64 while probes (of 1 draft) keep failing. A request whose
+// output does not follow its prompt so spends little compute on drafts, and
+// one that copies gets back to k in a few steps.
 class DraftLength {
  public:
   DraftLength(int32_t k, int32_t first) : k_(k), len_(std::clamp(first, 1, std::max(k, 1))) {}
