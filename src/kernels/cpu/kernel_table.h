@@ -23,8 +23,16 @@ using GemmTileFn = void (*)(int64_t n, const void* a, size_t a_stride, int nr, c
 // (1..the type's packed_tokens) packed activation rows, `act_stride` bytes apart:
 // out[t * out_stride + r] for r < kPackRows. Per (row, token) the arithmetic is
 // the same at every level and for every nt, so results are bit-identical.
-using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* act,
-                              size_t act_stride, int nt, float* out, size_t out_stride);
+// `lane_bias`: the rows' lane biases by the tile's PackedLaneBiasFn (8 per
+// block, a row's 8 * cols / 32 after the one before), null for tiles that
+// have none.
+using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride,
+                              const int32_t* lane_bias, int nt, float* out, size_t out_stride);
+// For tiles in GGML's vec_dot lane order that read quants unsigned (u = q +
+// 2^s): each activation row's lane biases, -2^s times the sum of each four of
+// its quants, into bias[8 * (cols / 32) * t + 8 * b + j]. They depend on the
+// activations only, so a matmul computes them once for all its groups.
+using PackedLaneBiasFn = void (*)(const uint8_t* act, size_t act_stride, int nt, int64_t cols, int32_t* bias);
 using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // n_blocks 32-float blocks of x quantized as GGML's Q8_1 (quantize_row), into
 // the fields of packed activations (packed_layout.h): the quants, the block's
@@ -90,11 +98,13 @@ struct TypeKernels {
   GemmTileFn repack_gemm_tile = nullptr;
   // Row-interleaved weights (packed_layout.h); null where the type has none.
   PackedTileFn packed_tile = nullptr;
+  PackedLaneBiasFn packed_bias = nullptr;  // what packed_tile takes as lane_bias; null: nothing
   int packed_tokens = 1;  // activation rows per packed_tile call its kernel runs best (<= kMaxPackedTokens)
   // Q4_0 packed from rows llama.cpp does not repack (rows % 8 != 0): its
   // vec_dot order (eight lanes, hsum at the end) instead of packed_tile's one
   // chain per row, which is its repacked kernels' order (packed_ref.cpp).
   PackedTileFn packed_lanes_tile = nullptr;
+  PackedLaneBiasFn packed_lanes_bias = nullptr;
   int packed_lanes_tokens = 1;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/matmul.h"
@@ -137,7 +138,15 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
   const TypeKernels& k = table.type[static_cast<uint32_t>(w.type())];
   const int64_t n_tokens = first_tokens < 0 ? a.n_tokens() : std::min(first_tokens, a.n_tokens());
   const PackedTileFn tile = w.vec_dot_order() ? k.packed_lanes_tile : k.packed_tile;
+  const PackedLaneBiasFn lane_biases = w.vec_dot_order() ? k.packed_lanes_bias : k.packed_bias;
   const int step = std::clamp(w.vec_dot_order() ? k.packed_lanes_tokens : k.packed_tokens, 1, kMaxPackedTokens);
+  // Once for every group (per group they cost a sixth of a Q8_0 tile's work).
+  const int64_t biases_per_token = 8 * (w.cols() / kQK);
+  thread_local std::vector<int32_t> bias;
+  if (lane_biases && g0 < g1 && n_tokens > 0) {
+    if (bias.size() < static_cast<size_t>(biases_per_token * n_tokens)) bias.resize(biases_per_token * n_tokens);
+    lane_biases(a.row(0), a.row_bytes(), static_cast<int>(n_tokens), w.cols(), bias.data());
+  }
   float tail[kMaxPackedTokens * kPackRows];
   for (int64_t g = g0; g < g1; ++g) {
     const int64_t r0 = g * kPackRows;
@@ -145,11 +154,12 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
     // A group's weights stay in L1 while every token tile passes over them.
     for (int64_t t = 0; t < n_tokens; t += step) {
       const int nt = static_cast<int>(std::min<int64_t>(step, n_tokens - t));
+      const int32_t* tb = lane_biases ? bias.data() + biases_per_token * t : nullptr;
       if (full) {
-        tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, y + t * ldy + r0, static_cast<size_t>(ldy));
+        tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), tb, nt, y + t * ldy + r0, static_cast<size_t>(ldy));
         continue;
       }
-      tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), nt, tail, kPackRows);
+      tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), tb, nt, tail, kPackRows);
       for (int i = 0; i < nt; ++i) std::memcpy(y + (t + i) * ldy + r0, tail + i * kPackRows, (w.rows() - r0) * sizeof(float));
     }
   }

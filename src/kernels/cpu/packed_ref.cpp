@@ -71,8 +71,9 @@ int quant_q5(const uint8_t* p, int r, int e) {
 }
 
 template <DType kType, bool kLanes = kType != DType::Q4_0>
-void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride, int nt,
-                     float* out, size_t out_stride) {
+void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride,
+                     const int32_t* /*lane_bias: none, the reference multiplies signed quants*/, int nt, float* out,
+                     size_t out_stride) {
   constexpr size_t kBlockBytes = kType == DType::Q4_0   ? kPackedQ4_0BlockBytes
                                  : kType == DType::Q4_1 ? kPackedQ4_1BlockBytes
                                  : kType == DType::Q5_0 ? kPackedQ5_0BlockBytes

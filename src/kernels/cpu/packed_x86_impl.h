@@ -203,7 +203,8 @@ void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* 
 }
 
 template <DType kType>
-void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out, size_t os) {
+void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* /*lane_bias*/,
+                 int nt, float* out, size_t os) {
   if constexpr (kType == DType::Q4_1) {
     for (int t = 0; t < nt; t += 2) {
       if (nt - t == 1) {
@@ -303,7 +304,8 @@ void packed_tile_avx2(const uint8_t* group, int64_t cols, const uint8_t* act, si
 }
 
 template <DType kType>
-void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out, size_t os) {
+void packed_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* /*lane_bias*/,
+                 int nt, float* out, size_t os) {
   for (int t = 0; t < nt; t += 4) {
     const uint8_t* a = act + t * as;
     float* o = out + t * os;
@@ -395,32 +397,29 @@ void packed_lanes_half(const uint8_t* group, int h, int64_t cols, const PackedAc
   _mm256_storeu_ps(out, sum);
 }
 
-// The lane biases of nt tokens (-(1 << kShift) times the sum of each four
-// quants, eight per block), token t's at 8 * nb * t.
+// PackedLaneBiasFn: the lane biases of nt tokens (-(1 << kShift) times the
+// sum of each four quants, eight per block), token t's at 8 * nb * t.
 template <int kShift>
-const int32_t* packed_lane_biases(const uint8_t* act, size_t as, int nt, int64_t cols) {
+void packed_lane_biases(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
   const int64_t nb = cols / 32;
-  thread_local std::vector<int32_t> bias;
-  if (bias.size() < static_cast<size_t>(8 * nb * nt)) bias.resize(static_cast<size_t>(8 * nb * nt));
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int t = 0; t < nt; ++t) {
     const PackedAct y = packed_act(act + t * as, cols);
     for (int64_t b = 0; b < nb; ++b) {
       const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(y.qs + 32 * b)), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias.data() + 8 * (nb * t + b)),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * (nb * t + b)),
                           _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(quads, kShift)));
     }
   }
-  return bias.data();
 }
 
-// PackedTileFn: the biases once per call, then each token on both halves.
+// PackedTileFn (lane biases by packed_lane_biases<Src::kBiasShift>): each
+// token on both halves.
 template <class Src>
-void packed_lanes_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
-                       size_t os) {
+void packed_lanes_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias, int nt,
+                       float* out, size_t os) {
   const int64_t nb = cols / 32;
-  const int32_t* bias = packed_lane_biases<Src::kBiasShift>(act, as, nt, cols);
   for (int t = 0; t < nt; ++t) {
     const PackedAct y = packed_act(act + t * as, cols);
     for (int h = 0; h < 2; ++h) packed_lanes_half<Src>(group, h, cols, y, bias + 8 * nb * t, out + t * os + 8 * h);
@@ -430,14 +429,13 @@ void packed_lanes_tile(const uint8_t* group, int64_t cols, const uint8_t* act, s
 // PackedTileFn for Q5_0: one token straight from the packed blocks; several
 // from each half's blocks expanded once into u bytes (LanesExpanded), which
 // then cost every token what Q8_0's do.
-void packed_q5_0_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
-                      size_t os) {
+void packed_q5_0_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias, int nt,
+                      float* out, size_t os) {
   if (nt == 1) {
-    packed_lanes_tile<LanesQ5_0>(group, cols, act, as, nt, out, os);
+    packed_lanes_tile<LanesQ5_0>(group, cols, act, as, bias, nt, out, os);
     return;
   }
   const int64_t nb = cols / 32;
-  const int32_t* bias = packed_lane_biases<LanesQ5_0::kBiasShift>(act, as, nt, cols);
   thread_local std::vector<Vec256> expanded;
   constexpr size_t kVecs = LanesExpanded::kBlockBytes / 32;
   if (expanded.size() < kVecs * nb) expanded.resize(kVecs * nb);
@@ -568,24 +566,23 @@ void lanes512_passes(const uint8_t* group, int64_t nb, const uint8_t* act, size_
   }
 }
 
-// PackedTileFn: straight from the packed blocks.
+// PackedTileFn (lane biases by packed_lane_biases<Src::kBiasShift>): straight
+// from the packed blocks.
 template <class Src>
-void packed_lanes512_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
-                          size_t os) {
-  const int32_t* bias = packed_lane_biases<Src::kBiasShift>(act, as, nt, cols);
+void packed_lanes512_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias,
+                          int nt, float* out, size_t os) {
   lanes512_passes<Src>(group, cols / 32, act, as, nt, bias, out, os);
 }
 
 // PackedTileFn for Q5_0: one or two tokens straight from the packed blocks,
 // more from the group's blocks expanded once.
-void packed_q5_0_tile512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, int nt, float* out,
-                         size_t os) {
+void packed_q5_0_tile512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias,
+                         int nt, float* out, size_t os) {
   if (nt <= 2) {
-    packed_lanes512_tile<Lanes512Q5_0>(group, cols, act, as, nt, out, os);
+    packed_lanes512_tile<Lanes512Q5_0>(group, cols, act, as, bias, nt, out, os);
     return;
   }
   const int64_t nb = cols / 32;
-  const int32_t* bias = packed_lane_biases<Lanes512Q5_0::kBiasShift>(act, as, nt, cols);
   struct alignas(64) Vec512 {
     uint8_t bytes[64];
   };
@@ -614,6 +611,7 @@ template <DType kType>
 void set_packed(KernelTable& table) {
   TypeKernels& k = table.type[static_cast<uint32_t>(kType)];
   k.packed_tile = packed_tile<kType>;
+  k.packed_bias = nullptr;  // signed products, or Q4_1's min term: no lane biases
   k.packed_tokens = 4;
 }
 
@@ -623,18 +621,23 @@ void fill_x86_packed(KernelTable& table) {
   set_packed<DType::Q8_0>(table);
   TypeKernels& q4 = table.type[static_cast<uint32_t>(DType::Q4_0)];
   q4.packed_lanes_tile = packed_lanes_tile<LanesQ4_0>;
+  q4.packed_lanes_bias = packed_lane_biases<LanesQ4_0::kBiasShift>;
   q4.packed_lanes_tokens = 4;
   // Q5_0 at every level by the AVX2 kernel, like Q8_0; as many tokens per call
   // as it may take, for fewer expansions of its blocks (and lane biases).
   TypeKernels& q5 = table.type[static_cast<uint32_t>(DType::Q5_0)];
   q5.packed_tile = packed_q5_0_tile;
+  q5.packed_bias = packed_lane_biases<LanesQ5_0::kBiasShift>;
   q5.packed_tokens = kMaxPackedTokens;
 #if INFERD_X86_AVX512
   // GGML's lane order on 16 rows per register (the AVX2 kernels above: 8).
   q4.packed_lanes_tile = packed_lanes512_tile<Lanes512Q4_0>;
+  q4.packed_lanes_bias = packed_lane_biases<Lanes512Q4_0::kBiasShift>;
   q5.packed_tile = packed_q5_0_tile512;
+  q5.packed_bias = packed_lane_biases<Lanes512Q5_0::kBiasShift>;
   TypeKernels& q8 = table.type[static_cast<uint32_t>(DType::Q8_0)];
   q8.packed_tile = packed_lanes512_tile<Lanes512Q8_0>;
+  q8.packed_bias = packed_lane_biases<Lanes512Q8_0::kBiasShift>;
   q8.packed_tokens = kMaxPackedTokens;
 #endif
 }
