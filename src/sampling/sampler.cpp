@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "kernels/cpu/argmax.h"
+
 namespace inferd {
 
 Status SamplingParams::validate() const {
@@ -22,21 +24,8 @@ Status SamplingParams::validate() const {
 }
 
 int32_t argmax(const float* logits, int64_t n_vocab) {
-  // The maximum first, in independent lanes the compiler vectorizes (a running
-  // index is one long dependency chain: it showed in decode profiles), then the
-  // first index that holds it. NaNs never compare greater, as before.
-  constexpr int kLanes = 16;
-  float lane_max[kLanes];
-  std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
-  int64_t i = 0;
-  for (; i + kLanes <= n_vocab; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane_max[l] = logits[i + l] > lane_max[l] ? logits[i + l] : lane_max[l];
-  float max = -std::numeric_limits<float>::infinity();
-  for (int l = 0; l < kLanes; ++l) max = lane_max[l] > max ? lane_max[l] : max;
-  for (; i < n_vocab; ++i) max = logits[i] > max ? logits[i] : max;
-  for (int64_t j = 0; j < n_vocab; ++j)
-    if (logits[j] == max) return static_cast<int32_t>(j);
-  return 0;  // every logit NaN
+  const kernels::RangeMax best = kernels::range_max(logits, n_vocab);
+  return best.index < 0 ? 0 : static_cast<int32_t>(best.index);  // every logit NaN: 0
 }
 
 namespace {

@@ -49,6 +49,7 @@ TEST(KernelsFloatTable, EveryLevelFillsEveryFloatKernel) {
     EXPECT_NE(t.ops.geglu, nullptr);
     EXPECT_NE(t.ops.sum_squares_lanes, nullptr);
     EXPECT_NE(t.ops.rope_head, nullptr);
+    EXPECT_NE(t.ops.range_max, nullptr);
   }
 }
 

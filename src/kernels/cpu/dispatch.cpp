@@ -113,6 +113,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_activation_kernels(t.ops, level);
   fill_rms_norm_kernels(t.ops, level);
   fill_rope_kernels(t.ops, level);
+  fill_argmax_kernels(t.ops, level);
   return t;
 }
 

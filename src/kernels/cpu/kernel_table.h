@@ -48,7 +48,7 @@ using Q4KGroupsFn = void (*)(const uint8_t* groups, int64_t n_groups, int64_t co
                              size_t act_stride, int64_t nt, bool gemm, float* out, size_t out_stride);
 
 // The float kernels around the matmuls (attention.h, activation.h, rms_norm.h,
-// rope.h), chosen with the same level so tests and INFERD_SIMD pick them alike.
+// rope.h, argmax.h), chosen with the same level so tests and INFERD_SIMD pick them alike.
 struct PagedKV;
 enum class AttentionPass;
 enum class RopePairs;
@@ -57,6 +57,8 @@ using AttendHeadsFn = void (*)(const float* q, int64_t n_heads, const PagedKV& k
 using GatedActivationFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
 using SumSquaresLanesFn = double (*)(const float* x, const float* h, int64_t n);
 using RopeHeadFn = void (*)(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t);
+struct RangeMax;
+using RangeMaxFn = RangeMax (*)(const float* x, int64_t n);
 
 constexpr int kNumGgmlFlavours = 2;
 
@@ -67,6 +69,7 @@ struct FloatKernels {
   GatedActivationFn geglu = nullptr;  // the same bits in both builds
   SumSquaresLanesFn sum_squares_lanes = nullptr;  // RMSNorm's lane sums (rms_norm.h)
   RopeHeadFn rope_head = nullptr;
+  RangeMaxFn range_max = nullptr;  // greedy sampling's argmax (argmax.h)
 };
 
 // Largest tile any kernel is asked for.
@@ -150,6 +153,7 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention.
 void fill_activation_kernels(FloatKernels& ops, SimdLevel level);  // activation.cpp
 void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.cpp
 void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp
+void fill_argmax_kernels(FloatKernels& ops, SimdLevel level);      // argmax.cpp
 void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
 
 // The scalar reference's repacked Q4_K orders on one GGML row pair (quants_ref.cpp).
