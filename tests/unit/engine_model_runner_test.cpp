@@ -212,5 +212,46 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   EXPECT_EQ(std::memcmp(alone->data(), next.data(), V * sizeof(float)), 0);
 }
 
+// The threads of a forward pass split every phase differently at each thread
+// count (query rows on 16-row groups, keys and values on whole heads, weight
+// rows, attention's (token, head) items): the logits must be the same bits at
+// any count, for single tokens (each thread norms its own copy of the row)
+// and for prompts (shared norms), on each architecture's head shapes.
+TEST(EngineModelThreads, EveryThreadCountGivesTheSameLogits) {
+  for (const std::string file : {"tiny-qwen3.gguf", "tiny-llama3.gguf", "tiny-gemma3.gguf",
+                                 "SmolLM2-135M-Instruct.Q4_1.gguf"}) {
+    const std::string path = test::find_model_file(file);
+    if (path.empty()) continue;  // the default model may be absent; the tiny ones are committed
+    std::vector<std::vector<float>> want;
+    for (int n_threads : {2, 1, 3, 4}) {
+      LoadOptions o;
+      o.prefault = false;
+      o.n_threads = n_threads;
+      auto model = Model::load(path, o);
+      ASSERT_TRUE(model.ok()) << model.error().message;
+      const Tokenizer& tok = (*model)->tokenizer();
+      std::vector<int32_t> prompt;
+      for (int64_t t = 1; static_cast<int64_t>(prompt.size()) < 20; ++t) {
+        const auto id = static_cast<int32_t>(t * 7919 % tok.n_vocab());
+        if (!tok.is_control(id) && !tok.is_eog(id)) prompt.push_back(id);
+      }
+      size_t i = 0;
+      for (int64_t n : {1, 3, 20}) {
+        SequenceGenerator gen(**model, n + 1);
+        auto logits = gen.prompt_logits(std::vector<int32_t>(prompt.begin(), prompt.begin() + n));
+        ASSERT_TRUE(logits.ok()) << logits.error().message;
+        if (n_threads == 2) {
+          want.push_back(*logits);
+          continue;
+        }
+        ASSERT_EQ(logits->size(), want[i].size());
+        EXPECT_EQ(std::memcmp(logits->data(), want[i].data(), want[i].size() * sizeof(float)), 0)
+            << file << ": " << n << " tokens on " << n_threads << " threads";
+        ++i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd
