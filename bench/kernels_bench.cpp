@@ -8,6 +8,10 @@
 // same way, in its gemm order (a prompt chunk) or its gemv order (a batch of
 // decoding sequences, "decode" in the name).
 //
+// The "argmax" cases time greedy sampling's argmax over a row of logits
+// (range_max, argmax.h) at every level, beside the two passes it replaced (the
+// maximum in 16 lanes, then a scan for its first index).
+//
 //   kernels_bench [threads] [seconds_per_case] [name filter]
 #include <time.h>
 
@@ -19,6 +23,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/argmax.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
@@ -70,6 +75,49 @@ struct Case {
 };
 
 }  // namespace
+
+// The argmax range_max replaced: the maximum in 16 independent lanes, then the
+// first index holding it, one element at a time.
+int64_t two_pass_argmax(const float* x, int64_t n) {
+  float lane[16];
+  std::fill(lane, lane + 16, -INFINITY);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) lane[l] = x[i + l] > lane[l] ? x[i + l] : lane[l];
+  float mx = -INFINITY;
+  for (float v : lane) mx = v > mx ? v : mx;
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  for (int64_t j = 0; j < n; ++j)
+    if (x[j] == mx) return j;
+  return 0;
+}
+
+// Greedy argmax over rows of n logits (normal values: the maximum lands
+// anywhere), microseconds per row.
+void bench_argmax(int64_t n, double seconds, std::mt19937& rng) {
+  std::normal_distribution<float> dist(0.0f, 3.0f);
+  std::vector<float> row(static_cast<size_t>(n));
+  for (float& v : row) v = dist(rng);
+  std::printf("argmax logits %-7lld", static_cast<long long>(n));
+  auto time_it = [&](const char* name, auto&& fn) {
+    int64_t iters = 0, sink = 0;
+    const double t0 = clock_s();
+    double t = t0;
+    while (t - t0 < seconds || iters < 3) {
+      row[static_cast<size_t>(iters * 7919 % n)] += 0.0f;  // the row changes, as each step's does
+      sink += fn();
+      ++iters;
+      t = clock_s();
+    }
+    std::printf("  %s %6.2f us", name, (t - t0) / iters * 1e6 + 0.0 * static_cast<double>(sink));
+  };
+  time_it("two-pass", [&] { return two_pass_argmax(row.data(), n); });
+  for (int l = 0; l <= static_cast<int>(best_simd_level()); ++l) {
+    const KernelTable table = build_kernel_table(static_cast<SimdLevel>(l));
+    time_it(table.level, [&] { return table.ops.range_max(row.data(), n).index; });
+  }
+  std::printf("\n");
+}
 
 int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::atoi(argv[1]) : 1;
@@ -179,5 +227,7 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
+  for (int64_t n : {int64_t{49152}, int64_t{151936}, int64_t{262144}})  // SmolLM2's, Qwen2's, Gemma 3's vocabularies
+    if (std::strstr("argmax", filter) != nullptr || *filter == '\0') bench_argmax(n, seconds, rng);
   return 0;
 }

@@ -6,7 +6,7 @@
 namespace inferd::kernels {
 
 namespace detail {
-RangeMax range_max_scalar(const float* x, int64_t n) { return range_max_body(x, n); }
+RangeMax range_max_scalar(const float* x, int64_t n) { return range_max_body<4, 4>(x, n); }  // SSE2 registers on x86-64
 }  // namespace detail
 
 void fill_argmax_kernels(FloatKernels& ops, SimdLevel level) {

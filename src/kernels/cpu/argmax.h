@@ -1,7 +1,7 @@
 // The largest value of a float range and the first index holding it: the
 // greedy choice of a token from a row of logits.
 //
-// One pass, in 16 lanes that each keep their largest value and the first index
+// One pass, in lanes that each keep their largest value and the first index
 // that held it (a running index in one register is a chain of dependent
 // compares; a second pass looking for the maximum reads the row again).
 // NaNs never compare greater, so a NaN is never chosen unless the range holds

@@ -3,6 +3,6 @@
 
 namespace inferd::kernels::detail {
 
-RangeMax range_max_avx2(const float* x, int64_t n) { return range_max_body(x, n); }
+RangeMax range_max_avx2(const float* x, int64_t n) { return range_max_body<8, 4>(x, n); }
 
 }  // namespace inferd::kernels::detail

@@ -3,6 +3,6 @@
 
 namespace inferd::kernels::detail {
 
-RangeMax range_max_avx512(const float* x, int64_t n) { return range_max_body(x, n); }
+RangeMax range_max_avx512(const float* x, int64_t n) { return range_max_body<16, 2>(x, n); }
 
 }  // namespace inferd::kernels::detail

@@ -1,6 +1,7 @@
-// range_max's body, compiled once per level (argmax*.cpp); internal linkage,
-// like the other *_impl.h bodies. GCC vector types keep 16 lanes however wide
-// the registers are.
+// range_max's body, compiled once per level (argmax*.cpp) with that level's
+// register width W and C independent chains of registers (a compare and a
+// blend each step is a dependency chain: one chain runs at its latency, not
+// at the loads' speed). Internal linkage, like the other *_impl.h bodies.
 #pragma once
 #include <cstdint>
 #include <limits>
@@ -10,32 +11,51 @@
 namespace inferd::kernels::detail {
 namespace {
 
-// n < 2^31 (the lanes' indices are 32-bit).
+typedef float F32x4 __attribute__((vector_size(16)));
+typedef int32_t I32x4 __attribute__((vector_size(16)));
+typedef float F32x8 __attribute__((vector_size(32)));
+typedef int32_t I32x8 __attribute__((vector_size(32)));
+typedef float F32x16 __attribute__((vector_size(64)));
+typedef int32_t I32x16 __attribute__((vector_size(64)));
+template <int W> struct ArgmaxLanes;
+template <> struct ArgmaxLanes<4> { using F = F32x4; using I = I32x4; };
+template <> struct ArgmaxLanes<8> { using F = F32x8; using I = I32x8; };
+template <> struct ArgmaxLanes<16> { using F = F32x16; using I = I32x16; };
+
+// Each of the W * C lanes keeps its largest value and the first index that
+// held it; then the largest of all and the lowest index holding it. n < 2^31
+// (the lanes' indices are 32-bit).
+template <int W, int C>
 inline RangeMax range_max_body(const float* x, int64_t n) {
-  typedef float F16x __attribute__((vector_size(64)));
-  typedef int32_t I16x __attribute__((vector_size(64)));
+  using F = typename ArgmaxLanes<W>::F;
+  using I = typename ArgmaxLanes<W>::I;
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  F16x best = {};
-  I16x at = {}, index = {};
-  for (int l = 0; l < 16; ++l) {
-    best[l] = kNegInf;
-    index[l] = l;
-  }
+  F best[C];
+  I at[C], index[C];
+  for (int c = 0; c < C; ++c)
+    for (int l = 0; l < W; ++l) {
+      best[c][l] = kNegInf;
+      at[c][l] = 0;
+      index[c][l] = c * W + l;
+    }
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    F16x v;
-    __builtin_memcpy(&v, x + i, sizeof v);
-    const I16x greater = v > best;  // false for NaN: a NaN never replaces a lane's best
-    best = greater ? v : best;
-    at = greater ? index : at;
-    index += 16;
-  }
+  for (; i + W * C <= n; i += W * C)
+    for (int c = 0; c < C; ++c) {
+      F v;
+      __builtin_memcpy(&v, x + i + c * W, sizeof v);
+      const I greater = v > best[c];  // false for NaN: a NaN never replaces a lane's best
+      best[c] = greater ? v : best[c];
+      at[c] = greater ? index[c] : at[c];
+      index[c] += W * C;
+    }
   float value = kNegInf;
-  for (int l = 0; l < 16; ++l) value = best[l] > value ? best[l] : value;
+  for (int c = 0; c < C; ++c)
+    for (int l = 0; l < W; ++l) value = best[c][l] > value ? best[c][l] : value;
   int64_t first = -1;
   if (value > kNegInf)
-    for (int l = 0; l < 16; ++l)
-      if (best[l] == value && (first < 0 || at[l] < first)) first = at[l];
+    for (int c = 0; c < C; ++c)
+      for (int l = 0; l < W; ++l)
+        if (best[c][l] == value && (first < 0 || at[c][l] < first)) first = at[c][l];
   for (; i < n; ++i)  // the tail comes after every lane's index: only a larger value replaces
     if (x[i] > value) {
       value = x[i];
