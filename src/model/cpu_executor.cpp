@@ -49,10 +49,6 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
 
 namespace {
 
-kernels::RopePairs rope_pairs_of(RopeStyle style) {
-  return style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
-}
-
 void add_bias(float* y, const float* bias, int64_t n) {
   for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
 }
@@ -94,30 +90,23 @@ int64_t CpuExecutor::own_rows_align(const LayerLinears& L, int n_threads) const 
   return largest * n_threads * 20 <= units * 21 ? down_block : 1;
 }
 
-// Q, K and V rows taken as one list (query rows, then key rows, then value
-// rows) split evenly over the threads: query rows on whole 16-row groups of
-// the packed weights (attention rotates each query head, whoever computed
-// it), key and value rows on whole heads, so that each thread rotates and
-// caches the keys and values it computed without a barrier, in units that
-// keep those shares on whole groups too (one head when head_dim % 16 == 0).
-CpuExecutor::QkvShare CpuExecutor::qkv_share(int ti, int nt) const {
-  const int64_t D = config_.head_dim, QD = config_.q_dim(), KVD = config_.kv_dim();
-  const int64_t kv_unit = D * (kernels::kPackRows / std::gcd(D, int64_t{kernels::kPackRows}));
-  // The edge a share may end on nearest to `target` (monotone in it).
-  auto edge_near = [&](int64_t target) {
-    if (target <= QD) return std::min(QD, (target + kernels::kPackRows / 2) / kernels::kPackRows * kernels::kPackRows);
-    const int64_t region = target < QD + KVD ? QD : QD + KVD;
-    return region + std::min(KVD, (target - region + kv_unit / 2) / kv_unit * kv_unit);
+// Q, K and V heads taken as one list (query heads, then key heads, then value
+// heads) split evenly over the threads in units that keep every share on whole
+// 16-row groups of the packed weights (one head when head_dim % 16 == 0).
+CpuExecutor::QkvHeads CpuExecutor::qkv_heads(int ti, int nt) const {
+  const int64_t H = config_.n_head, Hkv = config_.n_head_kv;
+  const int64_t unit = kernels::kPackRows / std::gcd(config_.head_dim, int64_t{kernels::kPackRows});
+  const int64_t uq = (H + unit - 1) / unit, ukv = (Hkv + unit - 1) / unit;
+  const auto [u0, u1] = ThreadPool::split(uq + 2 * ukv, ti, nt);
+  // This thread's heads of the matrix whose units start at `first` and that has n heads.
+  auto heads = [&](int64_t first, int64_t n_units, int64_t n) {
+    const int64_t a = std::clamp(u0 - first, int64_t{0}, n_units), b = std::clamp(u1 - first, int64_t{0}, n_units);
+    return std::pair{std::min(a * unit, n), std::min(b * unit, n)};
   };
-  const int64_t total = QD + 2 * KVD;
-  const int64_t a = edge_near(total * ti / nt), b = ti + 1 == nt ? total : edge_near(total * (ti + 1) / nt);
-  auto rows_in = [&](int64_t first, int64_t n) {
-    return std::pair{std::clamp(a - first, int64_t{0}, n), std::clamp(b - first, int64_t{0}, n)};
-  };
-  const auto [q0, q1] = rows_in(0, QD);
-  const auto [k0, k1] = rows_in(QD, KVD);
-  const auto [v0, v1] = rows_in(QD + KVD, KVD);
-  return {q0, q1, k0 / D, k1 / D, v0 / D, v1 / D};
+  const auto [q0, q1] = heads(0, uq, H);
+  const auto [k0, k1] = heads(uq, ukv, Hkv);
+  const auto [v0, v1] = heads(uq + ukv, ukv, Hkv);
+  return {q0, q1, k0, k1, v0, v1};
 }
 
 // Each thread's share of every projection in the order forward_thread reads
@@ -128,14 +117,14 @@ void CpuExecutor::plan_prefetch(int n_threads) {
   for (int ti = 0; ti < n_threads; ++ti) {
     WeightPrefetcher& pf = s_.prefetch[ti];
     pf.clear();
-    const QkvShare mine = qkv_share(ti, n_threads);
+    const QkvHeads mine = qkv_heads(ti, n_threads);
     const int64_t D = config_.head_dim;
     for (const LayerLinears& L : linears_) {
       for (const ProjectionSpec& spec : kLayerPlan) {
         const Linear& linear = L[spec.id];
         std::pair<const void*, size_t> range;
         switch (spec.id) {
-          case Projection::kQ: range = linear.rows_bytes(mine.q0, mine.q1); break;
+          case Projection::kQ: range = linear.rows_bytes(mine.q0 * D, mine.q1 * D); break;
           case Projection::kK: range = linear.rows_bytes(mine.k0 * D, mine.k1 * D); break;
           case Projection::kV: range = linear.rows_bytes(mine.v0 * D, mine.v1 * D); break;
           case Projection::kGate:
@@ -160,25 +149,6 @@ struct CpuExecutor::Pass {
   StepTokens outputs;  // the rows whose logits are returned, one per sequence
 };
 
-void CpuExecutor::prepare_queries(int64_t layer, int64_t t, int64_t h0, int64_t h1) {
-  const ModelConfig& c = config_;
-  const LayerWeights& W = weights_.layers[layer];
-  const int64_t D = c.head_dim, half = c.rope_dim / 2;
-  const kernels::RopePairs pairs = rope_pairs_of(c.rope_style);
-  const int rope = c.layers[layer].rope;
-  const float* cos_t = &s_.rope_cos[rope][t * half];
-  const float* sin_t = &s_.rope_sin[rope][t * half];
-  const float* q_norm = W.q_norm ? W.q_norm.f32() : nullptr;
-  for (int64_t h = h0; h < h1; ++h) {
-    float* q = s_.q.data() + t * c.q_dim() + h * D;
-    if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
-    if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
-    kernels::rope_head(q, c.rope_dim, pairs, cos_t, sin_t);
-    if (c.query_scale != 1.0f)
-      for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
-  }
-}
-
 void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o_block) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
@@ -202,7 +172,6 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass =
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
-    prepare_queries(layer, t, h, h + n_heads);
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
                           c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_);
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
@@ -387,9 +356,9 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   ThreadPool& pool = *pass.pool;
-  const int64_t T = batch.size(), E = c.n_embd, KVD = c.kv_dim(), F = c.n_ff;
+  const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
   const int64_t half = c.rope_dim / 2, D = c.head_dim;
-  const kernels::RopePairs rope_pairs = rope_pairs_of(c.rope_style);
+  const auto rope_pairs = c.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
   float* x = s_.x.data();
   float* x_next = s_.x2.data();
 
@@ -445,20 +414,28 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     if (l > 0) std::swap(x, x_next);
     if (!own) pool.barrier(idle);
 
-    // Q, K and V split with keys and values on whole heads, so that each
-    // thread goes on to the biases, per-head norms, RoPE and cache writes of
-    // the keys and values it computed without a barrier (queries get theirs
-    // in the attention phase: prepare_queries).
-    const QkvShare mine = qkv_share(ti, nt);
-    wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0, mine.q1);
+    // Q, K and V split by whole heads, so that each thread goes on to the
+    // biases, per-head norms, RoPE and cache writes of the heads it computed
+    // without a barrier.
+    const QkvHeads mine = qkv_heads(ti, nt);
+    wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
     wk.compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
     wv.compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
     read_weights(3);
     const int rope = c.layers[l].rope;
+    const float* q_norm = W.q_norm ? W.q_norm.f32() : nullptr;
     const float* k_norm = W.k_norm ? W.k_norm.f32() : nullptr;
     for (int64_t t = 0; t < T; ++t) {
       const float* cos_t = &s_.rope_cos[rope][t * half];
       const float* sin_t = &s_.rope_sin[rope][t * half];
+      for (int64_t h = mine.q0; h < mine.q1; ++h) {
+        float* q = s_.q.data() + t * QD + h * D;
+        if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
+        if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
+        kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+        if (c.query_scale != 1.0f)
+          for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
+      }
       const int64_t slot = batch.slots[pass.cache->group(l)][t];
       // The next position's slot is most often the next one: have its cache
       // lines owned by the time that token writes them (a write to a line not

@@ -58,16 +58,12 @@ class CpuExecutor final : public Executor {
   // block when each thread can run the gated activation and that quantize on
   // its own rows right after gate/up (with shares nearly even), else 1.
   int64_t own_rows_align(const LayerLinears& L, int n_threads) const;
-  // The query rows [q0, q1) a thread computes (attention then rotates each
-  // query head, whoever computed it), and the key and value heads [k0, k1),
-  // [v0, v1) it computes, rotates and writes to the cache.
-  struct QkvShare {
+  // The query, key and value heads [q0, q1), [k0, k1), [v0, v1) a thread
+  // computes and then rotates and writes to the cache.
+  struct QkvHeads {
     int64_t q0, q1, k0, k1, v0, v1;
   };
-  QkvShare qkv_share(int thread_index, int n_threads) const;
-  // Query heads [h0, h1) of token t, as attention takes them: bias, per-head
-  // norm, RoPE and the query scale, in place in s_.q.
-  void prepare_queries(int64_t layer, int64_t t, int64_t h0, int64_t h1);
+  QkvHeads qkv_heads(int thread_index, int n_threads) const;
   // Builds s_.prefetch for a pool of n_threads (see forward_thread).
   void plan_prefetch(int n_threads);
   std::unique_ptr<kernels::PackedArena> packed_arena_;  // the repacked or copied weights; outlives the Linears

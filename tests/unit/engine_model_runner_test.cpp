@@ -213,9 +213,8 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
 }
 
 // The threads of a forward pass split every phase differently at each thread
-// count (query rows on 16-row groups, keys and values on whole heads, weight
-// rows, attention's (token, head) items): the logits must be the same bits at
-// any count, for single tokens (each thread norms its own copy of the row)
+// count (Q/K/V heads, weight rows, attention's (token, head) items): the
+// logits must be the same bits at any count, for single tokens (each thread norms its own copy of the row)
 // and for prompts (shared norms), on each architecture's head shapes.
 TEST(EngineModelThreads, EveryThreadCountGivesTheSameLogits) {
   for (const std::string file : {"tiny-qwen3.gguf", "tiny-llama3.gguf", "tiny-gemma3.gguf",
