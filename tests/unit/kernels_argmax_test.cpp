@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/argmax.h"
 #include "kernels/cpu/kernel_table.h"
+#include "kernels_test_util.h"
 
 namespace inferd::kernels {
 namespace {
@@ -25,13 +26,6 @@ RangeMax plain_range_max(const float* x, int64_t n) {
   return best;
 }
 
-std::vector<SimdLevel> levels_here() {
-  std::vector<SimdLevel> v = {SimdLevel::kScalar};
-  if (best_simd_level() >= SimdLevel::kAvx2) v.push_back(SimdLevel::kAvx2);
-  if (best_simd_level() >= SimdLevel::kAvx512) v.push_back(SimdLevel::kAvx512);
-  return v;
-}
-
 void expect_same(const RangeMax& got, const RangeMax& want, const std::string& what) {
   EXPECT_EQ(got.index, want.index) << what;
   if (want.index >= 0) {
@@ -42,7 +36,7 @@ void expect_same(const RangeMax& got, const RangeMax& want, const std::string& w
 TEST(KernelsArgmax, EveryLevelFindsTheFirstLargestInLanesTailsTiesAndNaNs) {
   std::mt19937 rng(5);
   std::normal_distribution<float> dist;
-  for (SimdLevel level : levels_here()) {
+  for (SimdLevel level : testing::runnable_levels()) {
     const KernelTable t = build_kernel_table(level);
     ASSERT_NE(t.ops.range_max, nullptr);
     for (int64_t n : {1, 2, 15, 16, 17, 31, 32, 33, 100, 1000, 49152}) {
