@@ -93,28 +93,20 @@ int64_t CpuExecutor::own_rows_align(const LayerLinears& L, int n_threads) const 
 // Q, K and V heads taken as one list (query heads, then key heads, then value
 // heads) split evenly over the threads in units that keep every share on whole
 // 16-row groups of the packed weights (one head when head_dim % 16 == 0).
-CpuExecutor::QkvUnits CpuExecutor::qkv_units() const {
+CpuExecutor::QkvHeads CpuExecutor::qkv_heads(int ti, int nt) const {
+  const int64_t H = config_.n_head, Hkv = config_.n_head_kv;
   const int64_t unit = kernels::kPackRows / std::gcd(config_.head_dim, int64_t{kernels::kPackRows});
-  return {unit, (config_.n_head + unit - 1) / unit, (config_.n_head_kv + unit - 1) / unit};
-}
-
-CpuExecutor::QkvHeads CpuExecutor::qkv_heads_of_units(int64_t u0, int64_t u1) const {
-  const QkvUnits u = qkv_units();
-  // The heads of units [u0, u1) in the matrix whose units start at `first` and that has n heads.
+  const int64_t uq = (H + unit - 1) / unit, ukv = (Hkv + unit - 1) / unit;
+  const auto [u0, u1] = ThreadPool::split(uq + 2 * ukv, ti, nt);
+  // This thread's heads of the matrix whose units start at `first` and that has n heads.
   auto heads = [&](int64_t first, int64_t n_units, int64_t n) {
     const int64_t a = std::clamp(u0 - first, int64_t{0}, n_units), b = std::clamp(u1 - first, int64_t{0}, n_units);
-    return std::pair{std::min(a * u.heads, n), std::min(b * u.heads, n)};
+    return std::pair{std::min(a * unit, n), std::min(b * unit, n)};
   };
-  const auto [q0, q1] = heads(0, u.q, config_.n_head);
-  const auto [k0, k1] = heads(u.q, u.kv, config_.n_head_kv);
-  const auto [v0, v1] = heads(u.q + u.kv, u.kv, config_.n_head_kv);
+  const auto [q0, q1] = heads(0, uq, H);
+  const auto [k0, k1] = heads(uq, ukv, Hkv);
+  const auto [v0, v1] = heads(uq + ukv, ukv, Hkv);
   return {q0, q1, k0, k1, v0, v1};
-}
-
-CpuExecutor::QkvHeads CpuExecutor::qkv_heads(int ti, int nt) const {
-  const QkvUnits u = qkv_units();
-  const auto [u0, u1] = ThreadPool::split(u.q + 2 * u.kv, ti, nt);
-  return qkv_heads_of_units(u0, u1);
 }
 
 // Each thread's share of every projection in the order forward_thread reads
@@ -145,35 +137,6 @@ void CpuExecutor::plan_prefetch(int n_threads) {
     const auto [bytes, n] = output_.thread_bytes(ti, n_threads);
     pf.add(bytes, n);
   }
-}
-
-int64_t CpuExecutor::shared_unit_rows(const LayerLinears& L, SharedPhase phase, int n_threads) const {
-  if (phase == kGateUp) return std::max<int64_t>(kernels::kPackRows, own_rows_align(L, n_threads));
-  return kernels::kPackRows;
-}
-
-void CpuExecutor::set_shares(int n_threads) {
-  const int n_layer = static_cast<int>(linears_.size());
-  if (s_.shares.n_slots() != n_layer * kNumSharedPhases + 1) s_.shares.resize(n_layer * kNumSharedPhases + 1, n_threads);
-  auto set = [&](int slot, const Linear& linear, int64_t unit, int64_t align) {
-    for (int ti = 0; ti < n_threads; ++ti) {
-      const auto [r0, r1] = linear.thread_rows(ti, n_threads, align);
-      s_.shares.set(slot, ti, r0 / unit, (r1 + unit - 1) / unit);
-    }
-  };
-  const QkvUnits qkv = qkv_units();
-  for (int l = 0; l < n_layer; ++l) {
-    const LayerLinears& L = linears_[l];
-    for (int ti = 0; ti < n_threads; ++ti) {
-      const auto [u0, u1] = ThreadPool::split(qkv.q + 2 * qkv.kv, ti, n_threads);
-      s_.shares.set(shared_slot(l, kQkv), ti, u0, u1);
-    }
-    set(shared_slot(l, kOutputProjection), L[Projection::kO], kernels::kPackRows, 1);
-    const int64_t gate_unit = shared_unit_rows(L, kGateUp, n_threads);
-    set(shared_slot(l, kGateUp), L[Projection::kGate], gate_unit, own_rows_align(L, n_threads));
-    set(shared_slot(l, kDownProjection), L[Projection::kDown], kernels::kPackRows, 1);
-  }
-  set(n_layer * kNumSharedPhases, output_, kernels::kPackRows, 1);
 }
 
 // What every thread of one forward pass reads.
@@ -261,7 +224,6 @@ void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector
   prepare_scratch(batch, pool.size());
   logits.resize(batch.logit_rows.size() * static_cast<size_t>(output_.rows()));
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
-  set_shares(pool.size());
   // Each token's place in its sequence's share of the step, and the output
   // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its
   // last layer's FFN on the output rows only (Linear, StepTokens). Tokens
@@ -427,11 +389,6 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   }
   pool.barrier(idle);
 
-  // Decode steps (up to kOwnNormMaxTokens tokens) share the weight rows by
-  // WorkShares: a thread done early takes rows the other has not started.
-  // Longer steps keep their static shares (with the chunks, 16 decoding
-  // streams ran 1.5% slower).
-  const bool steal = T <= kOwnNormMaxTokens;
   // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
   const bool own = !s_.own.empty();
   NormOutputs& norm = own ? s_.own[ti] : s_.norm;
@@ -457,54 +414,52 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     if (l > 0) std::swap(x, x_next);
     if (!own) pool.barrier(idle);
 
-    // Q, K and V split by whole heads, so that the thread that computes a
-    // head goes on to its bias, per-head norm, RoPE and cache write without a
-    // barrier.
+    // Q, K and V split by whole heads, so that each thread goes on to the
+    // biases, per-head norms, RoPE and cache writes of the heads it computed
+    // without a barrier.
+    const QkvHeads mine = qkv_heads(ti, nt);
+    wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
+    wk.compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
+    wv.compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
+    read_weights(3);
     const int rope = c.layers[l].rope;
     const float* q_norm = W.q_norm ? W.q_norm.f32() : nullptr;
     const float* k_norm = W.k_norm ? W.k_norm.f32() : nullptr;
-    s_.shares.run(shared_slot(l, kQkv), ti, [&](int64_t u0, int64_t u1) {
-      const QkvHeads mine = qkv_heads_of_units(u0, u1);
-      wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
-      wk.compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
-      wv.compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
-      for (int64_t t = 0; t < T; ++t) {
-        const float* cos_t = &s_.rope_cos[rope][t * half];
-        const float* sin_t = &s_.rope_sin[rope][t * half];
-        for (int64_t h = mine.q0; h < mine.q1; ++h) {
-          float* q = s_.q.data() + t * QD + h * D;
-          if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
-          if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
-          kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
-          if (c.query_scale != 1.0f)
-            for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
-        }
-        const int64_t slot = batch.slots[pass.cache->group(l)][t];
-        // The next position's slot is most often the next one: have its cache
-        // lines owned by the time that token writes them (a write to a line not
-        // in cache waits for memory, and the barrier after this phase drains it).
-        auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
-          if (slot + 1 >= pass.cache->n_slots()) return;
-          for (int64_t byte = 0; byte < D * 2; byte += 64)
-            __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
-        };
-        for (int64_t g = mine.k0; g < mine.k1; ++g) {
-          float* k = s_.k.data() + t * KVD + g * D;
-          if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
-          if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
-          kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
-          kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
-          prefetch_next_slot(pass.cache->k(l), g * D);
-        }
-        for (int64_t g = mine.v0; g < mine.v1; ++g) {
-          float* v = s_.v.data() + t * KVD + g * D;
-          if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
-          kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
-          prefetch_next_slot(pass.cache->v(l), g * D);
-        }
+    for (int64_t t = 0; t < T; ++t) {
+      const float* cos_t = &s_.rope_cos[rope][t * half];
+      const float* sin_t = &s_.rope_sin[rope][t * half];
+      for (int64_t h = mine.q0; h < mine.q1; ++h) {
+        float* q = s_.q.data() + t * QD + h * D;
+        if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
+        if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
+        kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+        if (c.query_scale != 1.0f)
+          for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
       }
-    }, steal);
-    read_weights(3);
+      const int64_t slot = batch.slots[pass.cache->group(l)][t];
+      // The next position's slot is most often the next one: have its cache
+      // lines owned by the time that token writes them (a write to a line not
+      // in cache waits for memory, and the barrier after this phase drains it).
+      auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
+        if (slot + 1 >= pass.cache->n_slots()) return;
+        for (int64_t byte = 0; byte < D * 2; byte += 64)
+          __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
+      };
+      for (int64_t g = mine.k0; g < mine.k1; ++g) {
+        float* k = s_.k.data() + t * KVD + g * D;
+        if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
+        if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
+        kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+        kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
+        prefetch_next_slot(pass.cache->k(l), g * D);
+      }
+      for (int64_t g = mine.v0; g < mine.v1; ++g) {
+        float* v = s_.v.data() + t * KVD + g * D;
+        if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
+        kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
+        prefetch_next_slot(pass.cache->v(l), g * D);
+      }
+    }
     pool.barrier(idle);
 
     // Attention; each head's output is quantized for the output projection
@@ -516,10 +471,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
     }
     pool.barrier(idle);
-    s_.shares.run(shared_slot(l, kOutputProjection), ti, [&](int64_t u0, int64_t u1) {
-      wo.compute_rows(s_.in_o, pass.tokens, s_.h.data(), u0 * kernels::kPackRows,
-                      std::min(u1 * kernels::kPackRows, wo.rows()));
-    }, steal);
+    wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
     read_weights(1);
     pool.barrier(idle);
 
@@ -542,19 +494,17 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     // a barrier.
     const int64_t align = own_rows_align(L, nt);  // the down projection's input block, or 1
     const bool own_rows = align > 1;
-    const int64_t gate_unit = shared_unit_rows(L, kGateUp, nt);
-    s_.shares.run(shared_slot(l, kGateUp), ti, [&](int64_t u0, int64_t u1) {
-      const int64_t r0 = u0 * gate_unit, r1 = std::min(u1 * gate_unit, F);
-      gate.compute_rows(in_gate, ffn, s_.gate.data(), r0, r1);
-      up.compute_rows(in_up, ffn, s_.up.data(), r0, r1);
-      // Chunks start on whole blocks, so a chunk's tail is the row's tail.
-      for (int64_t t = 0; own_rows && t < TF; ++t) {
+    gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
+    up.compute(in_up, ffn, s_.up.data(), ti, nt, align);
+    read_weights(2);
+    if (own_rows) {
+      // Shares start on whole blocks, so a share's tail is the row's tail.
+      const auto [r0, r1] = gate.thread_rows(ti, nt, align);
+      for (int64_t t = 0; t < TF && r0 < r1; ++t) {
         gated_activation(c.activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0, flavour_);
         down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, ffn, s_.in_down);
       }
-    }, steal);
-    read_weights(2);
-    if (!own_rows) {
+    } else {
       pool.barrier(idle);
       const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
       // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
@@ -563,10 +513,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       down.quantize(s_.gate.data(), f0, f1, ffn, s_.in_down);
     }
     pool.barrier(idle);
-    s_.shares.run(shared_slot(l, kDownProjection), ti, [&](int64_t u0, int64_t u1) {
-      down.compute_rows(s_.in_down, ffn, s_.h.data(), u0 * kernels::kPackRows,
-                        std::min(u1 * kernels::kPackRows, down.rows()));
-    }, steal);
+    down.compute(s_.in_down, ffn, s_.h.data(), ti, nt);
     read_weights(1);
     pool.barrier(idle);
   }
@@ -579,10 +526,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
              weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false, /*h_by_row=*/true);
   pool.barrier(idle);
   assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
-  s_.shares.run(static_cast<int>(c.n_layer) * kNumSharedPhases, ti, [&](int64_t u0, int64_t u1) {
-    output_.compute_rows(s_.in_out, pass.outputs, pass.logits, u0 * kernels::kPackRows,
-                         std::min(u1 * kernels::kPackRows, output_.rows()));
-  }, steal);
+  output_.compute(s_.in_out, pass.outputs, pass.logits, ti, nt);
 }
 
 }  // namespace inferd

@@ -11,7 +11,6 @@
 #include <memory>
 #include <vector>
 
-#include "core/work_shares.h"
 #include "kernels/cpu/flavour.h"
 #include "model/linear.h"
 #include "model/model.h"
@@ -64,16 +63,6 @@ class CpuExecutor final : public Executor {
   struct QkvHeads {
     int64_t q0, q1, k0, k1, v0, v1;
   };
-  // Q, K and V heads as one list of units (query units, then key units, then
-  // value units) of `heads` heads each: whole 16-row groups of the packed
-  // weights (one head when head_dim % 16 == 0).
-  struct QkvUnits {
-    int64_t heads, q, kv;  // heads a unit, query units, key (and value) units
-  };
-  QkvUnits qkv_units() const;
-  QkvHeads qkv_heads_of_units(int64_t u0, int64_t u1) const;
-  // The heads a thread starts with (the units split evenly); others may take
-  // some of them (WorkShares).
   QkvHeads qkv_heads(int thread_index, int n_threads) const;
   // Builds s_.prefetch for a pool of n_threads (see forward_thread).
   void plan_prefetch(int n_threads);
@@ -89,19 +78,6 @@ class CpuExecutor final : public Executor {
   };
   void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
 
-  // The phases whose weight rows the threads share by WorkShares, per layer,
-  // then the output projection's (slot kNumSharedPhases * n_layer).
-  enum SharedPhase { kQkv = 0, kOutputProjection = 1, kGateUp = 2, kDownProjection = 3, kNumSharedPhases = 4 };
-  static int shared_slot(int64_t layer, SharedPhase phase) {
-    return static_cast<int>(layer) * kNumSharedPhases + phase;
-  }
-  // The rows of a unit of `phase`'s work in a layer (16, or the down
-  // projection's input block where gate and up split on it).
-  int64_t shared_unit_rows(const LayerLinears& L, SharedPhase phase, int n_threads) const;
-  // Every shared phase's shares for a pass: each thread's static rows
-  // (Linear::thread_rows, what the weight prefetch plans on) in units.
-  void set_shares(int n_threads);
-
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
     std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
@@ -115,8 +91,6 @@ class CpuExecutor final : public Executor {
     // The other quantized projection inputs.
     LinearInput in_o, in_down, in_out;
     std::vector<WeightPrefetcher> prefetch;  // one per thread
-    // The threads' shares of the phases that split weight rows (set_shares).
-    WorkShares shares;
     std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
   } s_;
 };
