@@ -19,11 +19,6 @@ struct RangeMax {
 // The largest value of x[0, n) and the first index holding it.
 RangeMax range_max(const float* x, int64_t n);
 
-// The first index of the largest value over consecutive ranges, from their
-// range_max results in order, each index taken from the start of all of them
-// (offsets[i]: where range i starts); 0 when every value is NaN.
-int64_t first_index_of_max(const RangeMax* parts, const int64_t* offsets, int n_parts);
-
 namespace detail {
 RangeMax range_max_scalar(const float* x, int64_t n);
 RangeMax range_max_avx2(const float* x, int64_t n);
