@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "model/kv_cache.h"
+#include "sampling/sampler.h"
 
 namespace inferd {
 
@@ -124,7 +125,7 @@ std::vector<float>& DraftModelProposer::run(SchedulerOutput& out) {
 
 void DraftModelProposer::take_draft(Work& w, const float* logits) {
   const int64_t n_vocab = runner_->n_vocab();
-  const int64_t best = std::max_element(logits, logits + n_vocab) - logits;  // the first of equals, as argmax
+  const int64_t best = argmax(logits, n_vocab);  // the target verifies drafts against its own argmax
   if (config_.p_min > 0.0) {
     // p(best) = 1 / sum_i exp(l_i - l_best). Logits more than 30 below the
     // best add less than 1e-13 each (under 1e-7 for 10^6 of them): skipped,
