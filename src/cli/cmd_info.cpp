@@ -30,9 +30,24 @@ std::string human_bytes(double b) {
 }
 
 int run_info(const InfoFlags& f) {
-  auto model = load_model_or_report(f.model, true);
-  if (!model) return 1;
+  // Described, not loaded for running: a file inferd cannot run (another
+  // architecture, a weight type without kernels) is still shown, with why.
+  LoadOptions options;
+  options.describe_only = true;
+  options.prefault = false;
+  auto loaded = Model::load(f.model, options);
+  if (!loaded) {
+    std::fprintf(stderr, "error: cannot load model: %s\n", loaded.error().message.c_str());
+    return 1;
+  }
+  const std::unique_ptr<Model>& model = *loaded;
   const ModelConfig& c = model->config();
+  std::string cannot_run;
+  if (!c.can_generate()) {
+    cannot_run = unsupported_architecture_message(c.architecture);
+  } else if (auto w = ModelWeights::from_gguf(model->file(), c); !w) {
+    cannot_run = w.error().message;
+  }
   const gguf::File& file = model->file();
   const Tokenizer& tok = model->tokenizer();
   int64_t params = 0;
@@ -53,7 +68,8 @@ int run_info(const InfoFlags& f) {
   j["file_bytes"] = file.file_size();
   j["architecture"] = c.architecture;
   j["name"] = c.name;
-  j["can_generate"] = model->can_generate();
+  j["can_generate"] = cannot_run.empty();
+  if (!cannot_run.empty()) j["cannot_run"] = cannot_run;
   j["parameters"] = params;
   j["layers"] = c.n_layer;
   j["embedding_length"] = c.n_embd;
@@ -61,6 +77,12 @@ int run_info(const InfoFlags& f) {
   j["attention_heads"] = c.n_head;
   j["kv_heads"] = c.n_head_kv;
   j["head_dim"] = c.head_dim;
+  if (c.moe.n_expert > 0) {
+    j["experts"] = {{"count", c.moe.n_expert},
+                    {"used", c.moe.n_expert_used},
+                    {"feed_forward_length", c.moe.n_ff_exp},
+                    {"leading_dense_layers", c.moe.n_leading_dense}};
+  }
   j["context_length"] = c.context_length;
   j["rope_freq_base"] = c.rope_freq_base;
   j["sliding_window"] = c.sliding_window;
@@ -78,11 +100,17 @@ int run_info(const InfoFlags& f) {
   std::printf("model          %s\n", f.model.c_str());
   std::printf("name           %s\n", c.name.c_str());
   std::printf("format         GGUF v%u, %s\n", file.version(), human_bytes(file.file_size()).c_str());
-  std::printf("architecture   %s%s\n", c.architecture.c_str(),
-              model->can_generate() ? "" : (" (" + unsupported_architecture_message(c.architecture) + ")").c_str());
+  std::printf("architecture   %s\n", c.architecture.c_str());
+  std::printf("runs          %s%s\n", cannot_run.empty() ? " yes" : " no: ", cannot_run.c_str());
   std::printf("parameters     %.1f M\n", params / 1e6);
   std::printf("layers         %lld, embedding %lld, feed-forward %lld\n", (long long)c.n_layer,
               (long long)c.n_embd, (long long)c.n_ff);
+  if (c.moe.n_expert > 0)
+    std::printf("experts        %lld of %lld per token, feed-forward %lld each%s\n", (long long)c.moe.n_expert_used,
+                (long long)c.moe.n_expert, (long long)c.moe.n_ff_exp,
+                c.moe.n_leading_dense > 0
+                    ? (", " + std::to_string(c.moe.n_leading_dense) + " leading dense layers").c_str()
+                    : "");
   int64_t windowed = 0;
   for (const LayerConfig& layer : c.layers) windowed += layer.sliding_window > 0;
   std::string window;

@@ -21,7 +21,27 @@ enum class DType : uint32_t {
   Q5_K = 13,
   Q6_K = 14,
   Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  I8 = 24,
+  I16 = 25,
+  I32 = 26,
+  I64 = 27,
+  F64 = 28,
+  IQ1_M = 29,
   BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
+  MXFP4 = 39,
+  NVFP4 = 40,
+  Q1_0 = 41,
+  Q2_0 = 42,
 };
 
 struct DTypeInfo {
@@ -31,7 +51,9 @@ struct DTypeInfo {
   bool quantized;
 };
 
-// Info for a supported type, or nullptr if `ggml_type` is unknown/unsupported.
+// Info for a GGML type, or nullptr if `ggml_type` is not one (GGML's numbers
+// up to Q2_0 = 42, less the removed ones). Which types the kernels run is
+// kernels::is_supported_weight_type.
 const DTypeInfo* dtype_info(uint32_t ggml_type);
 inline const DTypeInfo& info(DType t) { return *dtype_info(static_cast<uint32_t>(t)); }
 const char* dtype_name(DType t);

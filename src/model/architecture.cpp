@@ -53,13 +53,16 @@ constexpr std::string_view kGemma3ChatTemplate = R"jinja({{ bos_token }}
 
 // Field order: name, RoPE style, activation, QKV bias, QK-norm, sandwich norms,
 // scaled embeddings, scaled queries, sliding-window pattern, windowed layers'
-// RoPE base, default chat template. Sources: each architecture's graph in llama.cpp (src/models/).
+// RoPE base, default chat template (then, for mixtures of experts, the FFN kind and routing). Sources: each architecture's graph in llama.cpp (src/models/).
 constexpr ArchitectureTraits kArchitectures[] = {
     {"llama", RopeStyle::kInterleaved, Activation::kSwiGLU, false, false, false, false, false, 0, 0.0f},
     {"mistral", RopeStyle::kInterleaved, Activation::kSwiGLU, false, false, false, false, false, 0, 0.0f},
     {"qwen2", RopeStyle::kNeox, Activation::kSwiGLU, true, false, false, false, false, 0, 0.0f},
     {"qwen3", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f},
     {"gemma3", RopeStyle::kNeox, Activation::kGeGLU, false, true, true, true, true, 6, 10000.0f, kGemma3ChatTemplate},
+    // Then the FFN kind and the routing: src/models/qwen3moe.cpp (softmax, weights renormalized).
+    {"qwen3moe", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f, {},
+     FfnKind::kMixtureOfExperts, MoeTraits{ExpertGating::kSoftmax, true}},
 };
 
 }  // namespace

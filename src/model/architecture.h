@@ -20,6 +20,25 @@ enum class Activation {
   kGeGLU,   // gelu(gate) * up (GELU's tanh approximation, as GGML computes it)
 };
 
+// The feed-forward block of a layer: one gated MLP, or a mixture of experts
+// (a router picks n_expert_used of n_expert gated MLPs per token).
+enum class FfnKind { kDense, kMixtureOfExperts };
+
+// How router logits become expert probabilities (llama.cpp's
+// llama_expert_gating_func_type).
+enum class ExpertGating {
+  kSoftmax,  // softmax over all experts, then the top k
+  kSigmoid,  // sigmoid of each logit (DeepSeek V3)
+  kSoftmaxOfChosen,  // the top k logits, then a softmax over them (gpt-oss)
+};
+
+// The mixture-of-experts block of an architecture, as llama.cpp's
+// build_moe_ffn takes it.
+struct MoeTraits {
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize_weights = false;  // divide the chosen experts' weights by their sum
+};
+
 struct ArchitectureTraits {
   std::string_view name;
   RopeStyle rope_style;
@@ -36,6 +55,10 @@ struct ArchitectureTraits {
   float sliding_window_rope_base;
   // The chat template for files of this architecture that carry none (empty: none).
   std::string_view default_chat_template = {};
+  // The layers' FFN kind, and for a mixture of experts how it routes (layers
+  // before `<arch>.leading_dense_block_count` stay dense).
+  FfnKind ffn = FfnKind::kDense;
+  MoeTraits moe = {};
 };
 
 // The row for an architecture name, or null when inferd does not run it.

@@ -52,6 +52,39 @@ Result<std::vector<bool>> windowed_layers(const gguf::File& f, const std::string
   return windowed;
 }
 
+// `<arch>.expert_*` as llama.cpp's loader reads them: expert and chosen
+// counts required, the experts' width defaulting to feed_forward_length /
+// expert_used_count, and a weights scale and leading dense layers optional.
+Result<MoeConfig> moe_config(const gguf::File& f, const std::string& a, const MoeTraits& traits, int64_t n_ff,
+                             int64_t n_layer) {
+  MoeConfig m;
+  m.gating = traits.gating;
+  m.normalize_weights = traits.normalize_weights;
+  auto n_expert = arch_int(f, a, "expert_count");
+  if (!n_expert) return n_expert.error();
+  auto n_used = arch_int(f, a, "expert_used_count");
+  if (!n_used) return n_used.error();
+  if (*n_used > *n_expert)
+    return make_error("'" + a + ".expert_used_count' (" + std::to_string(*n_used) + ") exceeds '" + a +
+                      ".expert_count' (" + std::to_string(*n_expert) + ")");
+  m.n_expert = *n_expert;
+  m.n_expert_used = *n_used;
+  auto width = arch_int(f, a, "expert_feed_forward_length", n_ff / m.n_expert_used);
+  if (!width) return width.error();
+  m.n_ff_exp = *width;
+  auto scale = arch_float(f, a, "expert_weights_scale", 0.0f);
+  if (!scale) return scale.error();
+  m.weights_scale = *scale;
+  if (f.find(a + ".leading_dense_block_count")) {
+    auto dense = f.get_i64(a + ".leading_dense_block_count");
+    if (!dense) return dense.error();
+    if (*dense < 0 || *dense > n_layer)
+      return make_error("'" + a + ".leading_dense_block_count' must be between 0 and the layer count");
+    m.n_leading_dense = *dense;
+  }
+  return m;
+}
+
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
@@ -144,6 +177,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   }
   c.ropes.push_back(global);
   c.layers.assign(static_cast<size_t>(c.n_layer), LayerConfig{});
+  if (t.ffn == FfnKind::kMixtureOfExperts) {
+    auto moe = moe_config(f, a, t.moe, c.n_ff, c.n_layer);
+    if (!moe) return moe.error();
+    c.moe = *moe;
+    for (int64_t i = c.moe.n_leading_dense; i < c.n_layer; ++i) c.layers[i].ffn = FfnKind::kMixtureOfExperts;
+  }
   if (c.sliding_window > 0) {
     auto windowed = windowed_layers(f, a, c.n_layer, t.sliding_window_pattern);
     if (!windowed) return windowed.error();
@@ -156,8 +195,11 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
       c.ropes.push_back(RopeConfig{*swa_base, 1.0f, false});
       rope = 1;
     }
-    for (int64_t i = 0; i < c.n_layer; ++i)
-      if ((*windowed)[i]) c.layers[i] = LayerConfig{c.sliding_window, rope};
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      if (!(*windowed)[i]) continue;
+      c.layers[i].sliding_window = c.sliding_window;
+      c.layers[i].rope = rope;
+    }
   }
   return c;
 }

@@ -23,6 +23,18 @@ struct RopeConfig {
 struct LayerConfig {
   int64_t sliding_window = 0;  // attend to the last this-many positions (the token's own included); 0: all
   int rope = 0;                // index into ModelConfig::ropes
+  FfnKind ffn = FfnKind::kDense;
+};
+
+// A mixture-of-experts FFN's hyper-parameters (llama.cpp's build_moe_ffn).
+struct MoeConfig {
+  int64_t n_expert = 0;       // experts per layer
+  int64_t n_expert_used = 0;  // chosen per token
+  int64_t n_ff_exp = 0;       // each expert's hidden width
+  ExpertGating gating = ExpertGating::kSoftmax;
+  bool normalize_weights = false;  // chosen weights divided by their sum
+  float weights_scale = 0.0f;      // chosen weights times this (0 or 1: left as they are)
+  int64_t n_leading_dense = 0;     // the first this-many layers have a dense FFN
 };
 
 struct ModelConfig {
@@ -52,6 +64,7 @@ struct ModelConfig {
   int64_t sliding_window = 0;    // the window of the windowed layers (0: none)
   std::vector<RopeConfig> ropes;    // the distinct rotary tables, one or two
   std::vector<LayerConfig> layers;  // n_layer entries
+  MoeConfig moe;                    // n_expert 0 for a dense model
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }

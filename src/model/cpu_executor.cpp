@@ -24,8 +24,15 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   size_t packed_bytes = Linear::packed_bytes(weights_.output);
-  for (const LayerWeights& L : weights_.layers)
-    for (const WeightView& w : L.proj) packed_bytes += Linear::packed_bytes(w);
+  for (const LayerWeights& L : weights_.layers) {
+    for (const WeightView& w : L.proj)
+      if (w) packed_bytes += Linear::packed_bytes(w);
+    if (L.moe) {
+      packed_bytes += Linear::packed_bytes(L.moe.router);
+      for (const ExpertsView* experts : {&L.moe.gate, &L.moe.up, &L.moe.down})
+        packed_bytes += Linear::packed_bytes(experts->expert(0)) * static_cast<size_t>(experts->n_expert);
+    }
+  }
   if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
   kernels::PackedArena* arena = packed_arena_.get();
   // Once a weight is repacked, the file's pages of it are no longer read:
@@ -42,7 +49,16 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   };
   for (const LayerWeights& L : weights_.layers) {
     LayerLinears& linears = linears_.emplace_back();
-    for (int p = 0; p < kNumProjections; ++p) linears.proj[p] = make(L.proj[p]);
+    for (int p = 0; p < kNumProjections; ++p)
+      if (L.proj[p]) linears.proj[p] = make(L.proj[p]);
+    if (L.moe) {
+      linears.router = make(L.moe.router);
+      for (int64_t e = 0; e < L.moe.gate.n_expert; ++e) {
+        linears.gate_exps.push_back(make(L.moe.gate.expert(e)));
+        linears.up_exps.push_back(make(L.moe.up.expert(e)));
+        linears.down_exps.push_back(make(L.moe.down.expert(e)));
+      }
+    }
   }
   output_ = make(weights_.output);
 }
@@ -110,7 +126,8 @@ CpuExecutor::QkvHeads CpuExecutor::qkv_heads(int ti, int nt) const {
 }
 
 // Each thread's share of every projection in the order forward_thread reads
-// them: the layer plan's projections per layer, then the output projection.
+// them: the layer plan's projections per layer (a mixture-of-experts layer's
+// router in place of its FFN's), then the output projection.
 // Fixed for a thread count.
 void CpuExecutor::plan_prefetch(int n_threads) {
   s_.prefetch.resize(n_threads);
@@ -119,8 +136,10 @@ void CpuExecutor::plan_prefetch(int n_threads) {
     pf.clear();
     const QkvHeads mine = qkv_heads(ti, n_threads);
     const int64_t D = config_.head_dim;
-    for (const LayerLinears& L : linears_) {
+    for (size_t l = 0; l < linears_.size(); ++l) {
+      const LayerLinears& L = linears_[l];
       for (const ProjectionSpec& spec : kLayerPlan) {
+        if (!layer_has(spec.id, config_, static_cast<int64_t>(l))) continue;
         const Linear& linear = L[spec.id];
         std::pair<const void*, size_t> range;
         switch (spec.id) {
@@ -133,21 +152,17 @@ void CpuExecutor::plan_prefetch(int n_threads) {
         }
         pf.add(range.first, range.second);
       }
+      // Which experts a step reads is known only once it has routed: the
+      // router alone is planned.
+      if (config_.layers[l].ffn == FfnKind::kMixtureOfExperts) {
+        const auto [bytes, n] = L.router.thread_bytes(ti, n_threads);
+        pf.add(bytes, n);
+      }
     }
     const auto [bytes, n] = output_.thread_bytes(ti, n_threads);
     pf.add(bytes, n);
   }
 }
-
-// What every thread of one forward pass reads.
-struct CpuExecutor::Pass {
-  const ForwardBatch* batch;
-  KVCache* cache;
-  float* logits;
-  ThreadPool* pool;
-  StepTokens tokens;   // every token of the batch
-  StepTokens outputs;  // the rows whose logits are returned, one per sequence
-};
 
 void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o_block) {
   const ModelConfig& c = config_;
@@ -199,9 +214,11 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   }
   for (const LayerLinears& L : linears_) {
     L[Projection::kO].prepare(s_.in_o, T);
+    if (!L.down_exps.empty()) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
   }
   output_.prepare(s_.in_out, R);
+  if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
   prepare_norm_outputs(s_.norm, T);
   s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
   for (NormOutputs& own : s_.own) prepare_norm_outputs(own, T);
@@ -210,12 +227,16 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
 void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   out.xn.resize(T * config_.n_embd);
   for (const LayerLinears& L : linears_) {
-    const Linear &wq = L[Projection::kQ], &gate = L[Projection::kGate];
+    const Linear& wq = L[Projection::kQ];
     wq.prepare(out.q, T);
     if (!L[Projection::kK].same_input(wq)) L[Projection::kK].prepare(out.k, T);
     if (!L[Projection::kV].same_input(wq)) L[Projection::kV].prepare(out.v, T);
+    const bool moe = !L.gate_exps.empty();
+    const Linear& gate = moe ? L.gate_exps[0] : L[Projection::kGate];
+    const Linear& up = moe ? L.up_exps[0] : L[Projection::kUp];
     gate.prepare(out.gate, T);
-    if (!L[Projection::kUp].same_input(gate)) L[Projection::kUp].prepare(out.up, T);
+    if (!up.same_input(gate)) up.prepare(out.up, T);
+    if (moe) L.router.prepare(out.router, T);
   }
 }
 
@@ -270,6 +291,7 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
   for (int i = 1; i < n_targets; ++i)
     if (quantize_block_of(*targets[i].linear, E) != block) block = 0;
   auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
+  auto places_of = [&rows](const NormTarget& tg) -> const StepTokens& { return tg.places ? *tg.places : rows; };
   // Token t's h as it is added: a sandwich norm's output is needed whole (its
   // scale reads every column) by each thread that touches the row, so each
   // makes its own copy rather than waiting at a barrier for a shared one.
@@ -291,7 +313,7 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
       if (!x_out) continue;
       for (int64_t i = c0; i < c1; ++i) x_out[t * E + i] = hr ? x[t * E + i] + hr[i] : x[t * E + i];
     }
-    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, 0, n_rows, rows, *targets[i].in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, 0, n_rows, places_of(targets[i]), *targets[i].in);
     return;
   }
   if (block == 0) {
@@ -300,7 +322,7 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
       const int64_t t = token(r);
       kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, 0, E, x_out ? x_out + t * E : nullptr, xn + r * E);
     }
-    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, rows, *targets[i].in);
+    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize(xn, r0, r1, places_of(targets[i]), *targets[i].in);
     return;
   }
   // Items are (row, block) pairs, row-major; this thread's run [i0, i1) covers
@@ -312,7 +334,8 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
     const int64_t t = token(r);
     kernels::rms_norm_row(x + t * E, h_row(r), weight, E, eps, b0 * block, b1 * block, x_out ? x_out + t * E : nullptr,
                           xn + r * E);
-    for (int i = 0; i < n_targets; ++i) targets[i].linear->quantize_blocks(xn, r, b0, b1, rows, *targets[i].in);
+    for (int i = 0; i < n_targets; ++i)
+      targets[i].linear->quantize_blocks(xn, r, b0, b1, places_of(targets[i]), *targets[i].in);
   }
 }
 
@@ -482,8 +505,25 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     const bool last = l + 1 == c.n_layer;
     const StepTokens& ffn = last ? pass.outputs : pass.tokens;
     const int64_t TF = ffn.n;
-    norm_phase(ti, nt, ffn, last ? batch.logit_rows.data() : nullptr, x, s_.h.data(),
-               c.sandwich_norms ? W.post_attn_norm.f32() : nullptr, x_next, W.ffn_norm.f32(), xn,
+    const float* post_attn_norm = c.sandwich_norms ? W.post_attn_norm.f32() : nullptr;
+    const int32_t* ffn_row_token = last ? batch.logit_rows.data() : nullptr;
+    if (c.layers[l].ffn == FfnKind::kMixtureOfExperts) {
+      // The router's input and the experts' (quantized once per token, in
+      // GGML's mul_mat_id order), then the experts.
+      const Linear& expert_gate = L.gate_exps[0];
+      LinearInput& in_exp_up = L.up_exps[0].same_input(expert_gate) ? norm.gate : norm.up;
+      norm_phase(ti, nt, ffn, ffn_row_token, x, s_.h.data(), post_attn_norm, x_next, W.ffn_norm.f32(), xn,
+                 {{&L.router, &norm.router},
+                  {&expert_gate, &norm.gate, &s_.expert_tokens},
+                  {&L.up_exps[0], &in_exp_up, &s_.expert_tokens}},
+                 own);
+      std::swap(x, x_next);
+      if (!own) pool.barrier(idle);
+      moe_ffn(pass, l, ffn, norm.router, norm.gate, in_exp_up, ti, nt, idle);
+      read_weights(1);
+      continue;
+    }
+    norm_phase(ti, nt, ffn, ffn_row_token, x, s_.h.data(), post_attn_norm, x_next, W.ffn_norm.f32(), xn,
                {{&gate, &in_gate}, {&up, &in_up}}, own);
     std::swap(x, x_next);
     if (!own) pool.barrier(idle);

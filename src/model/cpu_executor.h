@@ -31,14 +31,24 @@ class CpuExecutor final : public Executor {
   const ModelWeights& weights_;   // views of the model's file
   kernels::GgmlFlavour flavour_;  // whose rounding the kernels reproduce
 
-  struct Pass;
+  // What every thread of one forward pass reads.
+  struct Pass {
+    const ForwardBatch* batch;
+    KVCache* cache;
+    float* logits;
+    ThreadPool* pool;
+    StepTokens tokens;   // every token of the batch
+    StepTokens outputs;  // the rows whose logits are returned, one per sequence
+  };
   void prepare_scratch(const ForwardBatch& batch, int n_threads);
+  void prepare_moe_scratch(int64_t n_tokens, int n_threads);
   // One thread's part of the whole forward pass; phases end at pool barriers.
   void forward_thread(const Pass& pass, int thread_index, int n_threads);
   void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
   struct NormTarget {
     const Linear* linear;
     LinearInput* in;
+    const StepTokens* places = nullptr;  // the token places its input is quantized for (null: the phase's rows)
   };
   // whole_rows: this thread normalizes every row into its own xn and targets
   // (Scratch::own), and writes only its share of x_out. h_weight: h is
@@ -51,9 +61,19 @@ class CpuExecutor final : public Executor {
   // A layer's projections (the layer plan, model/weights.h), in the form the
   // kernels run fastest (repacked or mapped).
   struct LayerLinears {
-    std::array<Linear, kNumProjections> proj;
+    std::array<Linear, kNumProjections> proj;  // a mixture-of-experts layer's FFN projections are empty
+    // A mixture-of-experts FFN: the router and every expert's projections.
+    Linear router;
+    std::vector<Linear> gate_exps, up_exps, down_exps;
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
+  struct MoeLayout;
+  // The mixture-of-experts FFN of layer l after its norm phase (which filled
+  // the router's and the experts' inputs): routing, each chosen expert's gated
+  // MLP on the tokens routed to it (its weights read once per step), and the
+  // weighted sum into h. Ends at a barrier. cpu_executor_moe.cpp.
+  void moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, const LinearInput& in_router,
+               const LinearInput& in_gate, const LinearInput& in_up, int ti, int nt, const BarrierIdle& idle);
   // The row alignment of gate/up's thread shares: the down projection's input
   // block when each thread can run the gated activation and that quantize on
   // its own rows right after gate/up (with shares nearly even), else 1.
@@ -74,7 +94,7 @@ class CpuExecutor final : public Executor {
   // k, v and up are used only when those weights want another form than wq/gate.
   struct NormOutputs {
     std::vector<float> xn;
-    LinearInput q, k, v, gate, up;
+    LinearInput q, k, v, gate, up, router;
   };
   void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
 
@@ -92,6 +112,24 @@ class CpuExecutor final : public Executor {
     LinearInput in_o, in_down, in_out;
     std::vector<WeightPrefetcher> prefetch;  // one per thread
     std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
+    // Every expert matmul runs in GGML's mul_mat_id order: one row at a time
+    // (TokenPlace {1, 0}), whatever the batch (T x n_expert_used entries).
+    std::vector<kernels::TokenPlace> expert_places;
+    StepTokens expert_tokens;
+    // A mixture-of-experts layer's step (cpu_executor_moe.cpp). "Choices"
+    // are (token, chosen expert) pairs, t * n_expert_used + j; "routed rows"
+    // are the same pairs grouped by expert, each expert's in token order.
+    struct Moe {
+      std::vector<float> logits;    // router logits, then probabilities: per token, n_expert
+      std::vector<int32_t> chosen;  // per choice: the expert
+      std::vector<float> weights;   // per choice: its weight
+      // Per thread (each builds the same grouping, saving a barrier): routed
+      // rows [first[e], first[e + 1]) are expert e's; row_choice and
+      // choice_row map routed rows and choices to each other.
+      std::vector<std::vector<int64_t>> first, row_choice, choice_row;
+      LinearInput in_gate, in_up, in_down;  // gathered per routed row
+      std::vector<float> gate, up, out;     // per routed row: n_ff_exp, n_ff_exp, n_embd
+    } moe;
   } s_;
 };
 

@@ -112,6 +112,33 @@ void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float
   kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), in.rows.data(), tokens.n, tokens.places, y, r0, r1);
 }
 
+void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepTokens& tokens, float* y, int64_t r0,
+                               int64_t r1) const {
+  if (r0 >= r1 || tokens.n == 0) return;
+  if (packed()) {
+    const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
+    kernels::packed_matmul_span(packed_, in.packed, first, tokens.n, g0, g1, y, rows());
+    return;
+  }
+  const uint8_t* act = in.rows.data() + static_cast<size_t>(first) * kernels::matmul_act_row_bytes(view_.dtype, cols());
+  if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) {
+    kernels::repacked_q4k_rows(q4k_, act, tokens.n, tokens.places, y, rows(), r0, r1);
+    return;
+  }
+  kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), act, tokens.n, tokens.places, y, r0, r1);
+}
+
+void Linear::copy_input_row(const LinearInput& from, int64_t t, LinearInput& to, int64_t r) const {
+  if (packed()) {
+    std::memcpy(to.packed.row(r), from.packed.row(t), from.packed.row_bytes());
+    return;
+  }
+  // Rows as this weight's kernels lay them out (an input prepared for several
+  // layers keeps the last one's row_bytes).
+  const size_t bytes = kernels::matmul_act_row_bytes(view_.dtype, cols());
+  std::memcpy(to.rows.data() + static_cast<size_t>(r) * bytes, from.rows.data() + static_cast<size_t>(t) * bytes, bytes);
+}
+
 std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const {
   if (r0 >= r1) return {nullptr, 0};
   if (packed()) {

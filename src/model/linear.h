@@ -74,6 +74,13 @@ class Linear {
   // y[t * rows + r] for rows [r0, r1) and all n_tokens tokens; for packed
   // weights r0 and r1 must be multiples of the 16-row group (or r1 == rows()).
   void compute_rows(const LinearInput& in, const StepTokens& tokens, float* y, int64_t r0, int64_t r1) const;
+  // compute_rows() on the input rows [first, first + tokens.n) of `in` only
+  // (tokens.places for those rows); y[i * rows + r] for the i-th of them.
+  void compute_rows_span(const LinearInput& in, int64_t first, const StepTokens& tokens, float* y, int64_t r0,
+                         int64_t r1) const;
+  // Copies input row t of `from` to row r of `to` (both prepared by this Linear,
+  // or by one of the same input form): a token's quantized row, gathered for an expert.
+  void copy_input_row(const LinearInput& from, int64_t t, LinearInput& to, int64_t r) const;
   // The weight bytes compute_rows() reads for rows [r0, r1): one contiguous range.
   std::pair<const void*, size_t> rows_bytes(int64_t r0, int64_t r1) const;
   // The rows [r0, r1) that compute() gives this thread.

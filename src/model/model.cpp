@@ -16,6 +16,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   auto tok = Tokenizer::from_gguf(*m->file_);
   if (!tok) return make_error(path + ": " + tok.error().message);
   m->tokenizer_ = std::move(*tok);
+  if (options.describe_only) return m;
   if (m->can_generate()) {
     auto w = ModelWeights::from_gguf(*m->file_, m->config_);
     if (!w) return make_error(path + ": " + w.error().message);

@@ -41,6 +41,10 @@ struct LoadOptions {
   // other rows are never read, which makes a large-vocabulary draft's step
   // cheaper; the embedding still looks up every id.
   int64_t max_output_rows = 0;
+  // Read the file's metadata, tensors and tokenizer only (inferd info): no
+  // weights are checked or paged in and no executor is made, so forward() must
+  // not be called.
+  bool describe_only = false;
 };
 
 class Model;

@@ -4,6 +4,10 @@
 
 namespace inferd {
 
+bool layer_has(Projection p, const ModelConfig& c, int64_t layer) {
+  return !ffn_projection(p) || c.layers[layer].ffn == FfnKind::kDense;
+}
+
 std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c) {
   switch (p) {
     case Projection::kQ: return {c.n_embd, c.q_dim()};
@@ -59,6 +63,14 @@ Result<WeightView> find(const gguf::File& f, const std::string& name,
   return w;
 }
 
+// A 3-D expert tensor of GGML shape [cols, rows, n_expert].
+Result<ExpertsView> find_experts(const gguf::File& f, const std::string& name, int64_t cols, int64_t rows,
+                                 int64_t n_expert) {
+  auto w = find(f, name, {cols, rows, n_expert});
+  if (!w) return w.error();
+  return ExpertsView{w->dtype, w->data, cols, rows, n_expert};
+}
+
 }  // namespace
 
 Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelConfig& c) {
@@ -84,6 +96,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights L;
     for (const ProjectionSpec& spec : kLayerPlan) {
+      if (!layer_has(spec.id, c, i)) continue;
       const auto [cols, rows] = projection_shape(spec.id, c);
       INFERD_TRY_SET(L.proj[static_cast<int>(spec.id)], find(f, p + spec.tensor, {cols, rows}));
     }
@@ -99,6 +112,14 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
     if (arch.sandwich_norms) {
       INFERD_TRY_SET(L.post_attn_norm, find(f, p + "post_attention_norm.weight", {E}));
       INFERD_TRY_SET(L.post_ffn_norm, find(f, p + "post_ffw_norm.weight", {E}));
+    }
+    if (c.layers[i].ffn == FfnKind::kMixtureOfExperts) {
+      const MoeConfig& moe = c.moe;
+      const int64_t F = moe.n_ff_exp, X = moe.n_expert;
+      INFERD_TRY_SET(L.moe.router, find(f, p + "ffn_gate_inp.weight", {E, X}));
+      INFERD_TRY_SET(L.moe.gate, find_experts(f, p + "ffn_gate_exps.weight", E, F, X));
+      INFERD_TRY_SET(L.moe.up, find_experts(f, p + "ffn_up_exps.weight", E, F, X));
+      INFERD_TRY_SET(L.moe.down, find_experts(f, p + "ffn_down_exps.weight", F, E, X));
     }
     m.layers.push_back(L);
   }

@@ -8,6 +8,12 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      tied output. Qwen2.5's tokenizer (151,936 tokens, copied from the
                      Qwen2.5-Coder-0.5B GGUF, chat template included). n_embd is 32 because the
                      tokenizer alone takes ~6 MB and the Q5_0 embedding 3.3 MB at that width.
+  tiny-qwen3moe.gguf `qwen3moe`: tiny-qwen3's attention (per-head q/k RMS norms, NeoX RoPE base
+                     1e6, GQA 4/2 with head_dim 32 at n_embd 32, tied output) with a mixture-of-
+                     experts FFN in every layer: an F32 router (ffn_gate_inp, as real Qwen3-MoE
+                     files keep it), 16 experts of width 64 (3-D ffn_gate_exps/ffn_up_exps/
+                     ffn_down_exps), 4 chosen per token by softmax, their weights renormalized
+                     (llama.cpp's build_moe_ffn with norm_w). Qwen2.5's tokenizer, as tiny-qwen3.
   tiny-llama3.gguf   `llama` with Llama 3 RoPE scaling: a `rope_freqs.weight` tensor of per-
                      dimension frequency factors computed as convert_hf_to_gguf.py computes them
                      from a Llama 3.x config (rope_type "llama3": factor 32, low_freq_factor 1,
@@ -226,6 +232,53 @@ def make_qwen3(models_dir, path):
     return w
 
 
+# Expert tensors are 3-D with one GGML type for all of a layer's experts; the types cycle per
+# layer as the dense projections' do.
+QWEN3MOE_TYPES = [
+    dict(q=T.Q8_0, k=T.Q5_0, v=T.Q4_1, o=T.Q5_0, gate=T.Q8_0, up=T.Q4_1, down=T.Q5_0),
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q5_0, o=T.Q4_1, gate=T.Q5_0, up=T.Q8_0, down=T.Q8_0),
+    dict(q=T.Q4_1, k=T.Q8_0, v=T.Q8_0, o=T.Q8_0, gate=T.Q4_1, up=T.Q5_0, down=T.Q4_1),
+]
+
+
+def make_qwen3moe(models_dir, path):
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=3, n_ff=256, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=1000000.0, rms_eps=1e-6)
+    n_expert, n_expert_used, n_ff_exp = 16, 4, 64
+    w = GGUFWriter(path, "qwen3moe")
+    common_hparams(w, "qwen3moe", "inferd tiny qwen3moe (random)", h)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    copy_tokenizer(w, models_dir / QWEN_VOCAB_FROM)
+    n_vocab = 151936
+    b = Builder(seed=37)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    n_embd, head_dim = h["n_embd"], h["head_dim"]
+    q_dim, kv_dim = h["n_head"] * head_dim, h["n_head_kv"] * head_dim
+    for i in range(h["n_layer"]):
+        t = QWEN3MOE_TYPES[i % len(QWEN3MOE_TYPES)]
+        p = f"blk.{i}."
+        b.norm(p + "attn_norm.weight", n_embd)
+        b.matrix(p + "attn_q.weight", q_dim, n_embd, t["q"])
+        b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
+        b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
+        b.norm(p + "attn_q_norm.weight", head_dim, spread=0.2)
+        b.norm(p + "attn_k_norm.weight", head_dim, spread=0.2)
+        b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"], std=1.5 / math.sqrt(q_dim))
+        b.norm(p + "ffn_norm.weight", n_embd)
+        # Router logits with a standard deviation near 2: each token has favourites, yet the
+        # top-4 weights are not one-hot, so every chosen expert moves the output.
+        b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+        b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["gate"])
+        b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
+        b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 3.0 / math.sqrt(n_ff_exp)),
+              t["down"])
+    b.write(w)
+    return w
+
+
 def make_llama3(models_dir, path):
     h = dict(n_ctx_train=131072, n_embd=64, n_layer=2, n_ff=192, n_head=2, n_head_kv=1,
              rope_base=500000.0, rms_eps=1e-5)
@@ -376,7 +429,7 @@ def make_mistral(models_dir, path):
     return w
 
 
-MODELS = {"tiny-qwen3": make_qwen3, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
+MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral}
 
 

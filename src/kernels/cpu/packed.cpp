@@ -133,10 +133,11 @@ void quantize_packed_rows(const float* x, int64_t t0, int64_t t1, PackedActivati
   for (int64_t t = t0; t < t1; ++t) quantize_packed_blocks(x, t, 0, a.cols() / kQK, a);
 }
 
-void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
-                               int64_t g0, int64_t g1, float* y, int64_t ldy, int64_t first_tokens) {
+namespace {
+// The product for activation rows [row0, row0 + n_tokens) of a, written from y's row 0.
+void packed_matmul_rows_of(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a, int64_t row0,
+                           int64_t n_tokens, int64_t g0, int64_t g1, float* y, int64_t ldy) {
   const TypeKernels& k = table.type[static_cast<uint32_t>(w.type())];
-  const int64_t n_tokens = first_tokens < 0 ? a.n_tokens() : std::min(first_tokens, a.n_tokens());
   const PackedTileFn tile = w.vec_dot_order() ? k.packed_lanes_tile : k.packed_tile;
   const PackedLaneBiasFn lane_biases = w.vec_dot_order() ? k.packed_lanes_bias : k.packed_bias;
   const int step = std::clamp(w.vec_dot_order() ? k.packed_lanes_tokens : k.packed_tokens, 1, kMaxPackedTokens);
@@ -145,7 +146,7 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
   thread_local std::vector<int32_t> bias;
   if (lane_biases && g0 < g1 && n_tokens > 0) {
     if (bias.size() < static_cast<size_t>(biases_per_token * n_tokens)) bias.resize(biases_per_token * n_tokens);
-    lane_biases(a.row(0), a.row_bytes(), static_cast<int>(n_tokens), w.cols(), bias.data());
+    lane_biases(a.row(row0), a.row_bytes(), static_cast<int>(n_tokens), w.cols(), bias.data());
   }
   float tail[kMaxPackedTokens * kPackRows];
   for (int64_t g = g0; g < g1; ++g) {
@@ -155,14 +156,27 @@ void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, 
     for (int64_t t = 0; t < n_tokens; t += step) {
       const int nt = static_cast<int>(std::min<int64_t>(step, n_tokens - t));
       const int32_t* tb = lane_biases ? bias.data() + biases_per_token * t : nullptr;
+      const uint8_t* act = a.row(row0 + t);
       if (full) {
-        tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), tb, nt, y + t * ldy + r0, static_cast<size_t>(ldy));
+        tile(w.group(g), w.cols(), act, a.row_bytes(), tb, nt, y + t * ldy + r0, static_cast<size_t>(ldy));
         continue;
       }
-      tile(w.group(g), w.cols(), a.row(t), a.row_bytes(), tb, nt, tail, kPackRows);
+      tile(w.group(g), w.cols(), act, a.row_bytes(), tb, nt, tail, kPackRows);
       for (int i = 0; i < nt; ++i) std::memcpy(y + (t + i) * ldy + r0, tail + i * kPackRows, (w.rows() - r0) * sizeof(float));
     }
   }
+}
+}  // namespace
+
+void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
+                               int64_t g0, int64_t g1, float* y, int64_t ldy, int64_t first_tokens) {
+  const int64_t n_tokens = first_tokens < 0 ? a.n_tokens() : std::min(first_tokens, a.n_tokens());
+  packed_matmul_rows_of(table, w, a, 0, n_tokens, g0, g1, y, ldy);
+}
+
+void packed_matmul_span(const PackedMatrix& w, const PackedActivations& a, int64_t row0, int64_t n_tokens, int64_t g0,
+                        int64_t g1, float* y, int64_t ldy) {
+  packed_matmul_rows_of(kernel_table(), w, a, row0, n_tokens, g0, g1, y, ldy);
 }
 
 void packed_matmul_groups(const PackedMatrix& w, const PackedActivations& a, int64_t g0, int64_t g1, float* y,

@@ -105,6 +105,11 @@ void packed_matmul_groups(const PackedMatrix& w, const PackedActivations& a, int
 void packed_matmul_groups_with(const KernelTable& table, const PackedMatrix& w, const PackedActivations& a,
                                int64_t g0, int64_t g1, float* y, int64_t ldy, int64_t first_tokens = -1);
 
+// The same for the activation rows [row0, row0 + n_tokens) of a only, y[i * ldy + r]
+// for the i-th of them (the tokens routed to one expert).
+void packed_matmul_span(const PackedMatrix& w, const PackedActivations& a, int64_t row0, int64_t n_tokens, int64_t g0,
+                        int64_t g1, float* y, int64_t ldy);
+
 // The whole product on the pool: quantize x (n_tokens x cols), then every group.
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n_tokens, float* y, ThreadPool& pool,
                    PackedActivations& scratch);

@@ -998,6 +998,7 @@ TypeKernels scalar_kernels(DType t) {
     case DType::Q8_K:
       k = {nullptr, nullptr, quantize_as<BlockQ8_K, quantize_q8_k<false>, kQK_K>, dequantize_q8_k};
       break;
+    default: break;  // a type no kernel runs (is_supported_weight_type)
   }
   return k;
 }
