@@ -43,7 +43,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   // they are read.
   const gguf::File& file = model.file();
   const auto make = [&](const WeightView& w) {
-    Linear linear = Linear::make(w, arena);
+    Linear linear = Linear::make(w, arena, flavour_);
     if (linear.reads_copy()) file.release_pages(w.data, row_bytes(w.dtype, w.cols) * w.rows);
     return linear;
   };

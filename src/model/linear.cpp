@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/float_matmul.h"
 #include "kernels/cpu/kquant_layout.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed_layout.h"
@@ -12,9 +13,10 @@
 
 namespace inferd {
 
-Linear Linear::make(const WeightView& w, kernels::PackedArena* arena) {
+Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::GgmlFlavour flavour) {
   Linear l;
   l.view_ = w;
+  l.f32_avx512_order_ = w.dtype == DType::F32 && flavour == kernels::GgmlFlavour::kAvx512;
   if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena);
   if (!l.packed_ && !l.q4k_ && arena != nullptr) {
@@ -109,6 +111,11 @@ void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float
     kernels::repacked_q4k_rows(q4k_, in.rows.data(), tokens.n, tokens.places, y, rows(), r0, r1);
     return;
   }
+  if (f32_avx512_order_) {
+    kernels::f32_rows_ggml_avx512_order(view_.f32(), rows(), cols(), reinterpret_cast<const float*>(in.rows.data()),
+                                        tokens.n, tokens.places, y, r0, r1);
+    return;
+  }
   kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), in.rows.data(), tokens.n, tokens.places, y, r0, r1);
 }
 
@@ -123,6 +130,11 @@ void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepT
   const uint8_t* act = in.rows.data() + static_cast<size_t>(first) * kernels::matmul_act_row_bytes(view_.dtype, cols());
   if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) {
     kernels::repacked_q4k_rows(q4k_, act, tokens.n, tokens.places, y, rows(), r0, r1);
+    return;
+  }
+  if (f32_avx512_order_) {
+    kernels::f32_rows_ggml_avx512_order(view_.f32(), rows(), cols(), reinterpret_cast<const float*>(act), tokens.n,
+                                        tokens.places, y, r0, r1);
     return;
   }
   kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), act, tokens.n, tokens.places, y, r0, r1);

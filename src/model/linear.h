@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/flavour.h"
 #include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/packed.h"
@@ -41,7 +42,10 @@ class Linear {
  public:
   Linear() = default;
   // Repacks w when the packed kernels take its type (into arena when given).
-  static Linear make(const WeightView& w, kernels::PackedArena* arena = nullptr);
+  // flavour: whose order F32 weights are summed in (kernels/cpu/float_matmul.h;
+  // the other types' orders are the same in both GGML builds).
+  static Linear make(const WeightView& w, kernels::PackedArena* arena = nullptr,
+                     kernels::GgmlFlavour flavour = kernels::GgmlFlavour::kAvx2);
   // The arena space make() repacks w into (0 when it reads w in place).
   static size_t packed_bytes(const WeightView& w);
 
@@ -93,6 +97,7 @@ class Linear {
   kernels::PackedMatrix packed_;
   kernels::RepackedQ4K q4k_;  // GGML-order Q4_K in eight-row groups (its input as for view_)
   bool copied_ = false;       // view_ points at a verbatim copy of the file's rows in the arena
+  bool f32_avx512_order_ = false;  // F32 weights summed as GGML's AVX-512 build sums them
 };
 
 }  // namespace inferd
