@@ -17,10 +17,14 @@ float dot_vec_dot_order(const float* a, const float* b, int64_t n) {
   float v[16];
   for (int l = 0; l < 16; ++l) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
   float sum = detail::reduce16(v);
-  for (; i < n; ++i) {
-    const float product = a[i] * b[i];
+  // The tail as GCC compiled GGML's loop `sumf += x[i]*y[i]`: products of
+  // whole 8- and 4-element vectors rounded, then added one by one; the last
+  // n % 4 fused into the sum.
+  for (const int64_t rounded_end = i + (n - i) / 4 * 4; i < rounded_end; ++i) {
+    volatile float product = a[i] * b[i];  // volatile: the compiler must not fuse it into the add
     sum += product;
   }
+  for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
   return sum;
 }
 

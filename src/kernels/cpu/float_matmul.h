@@ -4,7 +4,9 @@
 // - ggml_vec_dot_f32 (one-token steps, and wherever tinyBLAS declines): four
 //   accumulators of 16 lanes over 64-element steps, fused multiply-adds,
 //   folded (0+2) + (1+3), then (02 + 13), summed as _mm512_reduce_add_ps;
-//   elements past the last whole step added one by one in float (not fused);
+//   elements past the last whole step added one by one in float, their
+//   products rounded except for the last n % 4, which are fused (GCC's
+//   vectorization of GGML's tail loop);
 // - llamafile's tinyBLAS (steps of two tokens or more, rows % 4 == 0 and
 //   cols % 16 == 0): one accumulator of 16 lanes, summed the same way.
 #pragma once

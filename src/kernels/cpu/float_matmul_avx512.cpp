@@ -2,6 +2,8 @@
 // runs, in its order (so the bits are the portable code's).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu/float_matmul.h"
 
 namespace inferd::kernels {
@@ -16,10 +18,14 @@ float dot_vec_dot_order(const float* a, const float* b, int64_t n) {
       acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * j), _mm512_loadu_ps(b + i + 16 * j), acc[j]);
   const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
   float sum = _mm512_reduce_add_ps(v);
-  for (; i < n; ++i) {
-    const float product = a[i] * b[i];
+  // The tail as GCC compiled GGML's loop `sumf += x[i]*y[i]`: products of
+  // whole 8- and 4-element vectors rounded, then added one by one; the last
+  // n % 4 fused into the sum.
+  for (const int64_t rounded_end = i + (n - i) / 4 * 4; i < rounded_end; ++i) {
+    volatile float product = a[i] * b[i];  // volatile: the compiler must not fuse it into the add
     sum += product;
   }
+  for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
   return sum;
 }
 
