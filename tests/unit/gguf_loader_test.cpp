@@ -364,6 +364,23 @@ TEST(GgufGood, TensorInfosNeedNotBeInOffsetOrder) {
   EXPECT_EQ((*f)->find_tensor("a")->offset, 32u);
 }
 
+TEST(GgufGood, TypesWithoutKernelsAreReadAndNamed) {
+  // gpt-oss's MXFP4 experts (3-D) and an IQ4_XS matrix: a file holding them is
+  // read and described (inferd info); loading it to run refuses the type
+  // (model/weights.cpp), not the reader.
+  Writer w;
+  w.tensor({"experts", static_cast<uint32_t>(DType::MXFP4), {64, 4, 2}, {}, {}, {}})
+      .tensor({"m", static_cast<uint32_t>(DType::IQ4_XS), {256, 2}, {}, {}, {}});
+  auto f = load(w.build());
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  const TensorInfo* experts = (*f)->find_tensor("experts");
+  ASSERT_NE(experts, nullptr);
+  EXPECT_EQ(experts->dtype, DType::MXFP4);
+  EXPECT_EQ(experts->n_bytes, 2u * 4u * 2u * 17u);  // 2 blocks of 32 per row, 17 bytes each
+  EXPECT_STREQ(dtype_name(experts->dtype), "MXFP4");
+  EXPECT_EQ((*f)->find_tensor("m")->n_bytes, 2u * 136u);
+}
+
 TEST(GgufGood, PerLayerHeadCountsMayBeArrays) {
   Writer w;
   w.str("general.architecture", "openelm")
