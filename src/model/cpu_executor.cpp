@@ -357,16 +357,17 @@ void rope_angles(const RopeConfig& rope, const float* factors, int64_t half, int
   }
 }
 
-// gate <- act(gate) * up over n elements, act as the architecture says.
-void gated_activation(Activation act, float* gate, const float* up, int64_t n, kernels::GgmlFlavour flavour) {
+
+}  // namespace
+
+void CpuExecutor::gated_activation(Activation act, float* gate, const float* up, int64_t n,
+                                   kernels::GgmlFlavour flavour) {
   if (act == Activation::kGeGLU) {
     kernels::geglu(gate, up, gate, n, flavour);
   } else {
     kernels::swiglu(gate, up, gate, n, flavour);
   }
 }
-
-}  // namespace
 
 // Phases alternate between splitting tokens, or (token, column block) items,
 // across threads (norms, the gated activation, quantizing a projection's

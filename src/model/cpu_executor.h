@@ -67,7 +67,8 @@ class CpuExecutor final : public Executor {
     std::vector<Linear> gate_exps, up_exps, down_exps;
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
-  struct MoeLayout;
+  // gate <- act(gate) * up over n elements, act as the architecture says.
+  static void gated_activation(Activation act, float* gate, const float* up, int64_t n, kernels::GgmlFlavour flavour);
   // The mixture-of-experts FFN of layer l after its norm phase (which filled
   // the router's and the experts' inputs): routing, each chosen expert's gated
   // MLP on the tokens routed to it (its weights read once per step), and the

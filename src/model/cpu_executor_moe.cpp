@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <numeric>
 
-#include "kernels/cpu/activation.h"
 #include "kernels/cpu/moe_routing.h"
 #include "kernels/cpu/packed_layout.h"
 #include "model/cpu_executor.h"
@@ -155,11 +154,7 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
     for (int64_t r = row0; r < row0 + n; ++r) {
       float* g = moe.gate.data() + r * F;
       const float* u = moe.up.data() + r * F;
-      if (config_.activation == Activation::kGeGLU) {
-        kernels::geglu(g + r0, u + r0, g + r0, r1 - r0, flavour_);
-      } else {
-        kernels::swiglu(g + r0, u + r0, g + r0, r1 - r0, flavour_);
-      }
+      gated_activation(config_.activation, g + r0, u + r0, r1 - r0, flavour_);
       if (r0 == 0 && r1 == F) {
         down0.quantize(moe.gate.data(), r, r + 1, s_.expert_tokens, moe.in_down);
       } else {

@@ -186,27 +186,33 @@ LLAMA3_TYPES = [
 ]
 
 
-def transformer_layers(b, h, types, q_k_norm=False, qkv_bias=False):
-    n_embd, n_ff = h["n_embd"], h["n_ff"]
+def attention_block(b, h, t, p, q_k_norm=False, qkv_bias=False):
+    """Layer p's attention norm and projections (types t), in the order the files hold them."""
+    n_embd = h["n_embd"]
     head_dim = h.get("head_dim") or n_embd // h["n_head"]
     q_dim, kv_dim = h["n_head"] * head_dim, h["n_head_kv"] * head_dim
+    b.norm(p + "attn_norm.weight", n_embd)
+    b.matrix(p + "attn_q.weight", q_dim, n_embd, t["q"])
+    b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
+    b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
+    if qkv_bias:
+        b.bias(p + "attn_q.bias", q_dim, 0.5)
+        b.bias(p + "attn_k.bias", kv_dim, 0.5)
+        b.bias(p + "attn_v.bias", kv_dim, 0.1)
+    if q_k_norm:
+        b.norm(p + "attn_q_norm.weight", head_dim, spread=0.2)
+        b.norm(p + "attn_k_norm.weight", head_dim, spread=0.2)
+    # Output projections a little larger than 1/sqrt(n): attention and FFN should move the
+    # residual stream enough that the context matters to the next token.
+    b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"], std=1.5 / math.sqrt(q_dim))
+
+
+def transformer_layers(b, h, types, q_k_norm=False, qkv_bias=False):
+    n_embd, n_ff = h["n_embd"], h["n_ff"]
     for i in range(h["n_layer"]):
         t = types[i % len(types)]
         p = f"blk.{i}."
-        b.norm(p + "attn_norm.weight", n_embd)
-        b.matrix(p + "attn_q.weight", q_dim, n_embd, t["q"])
-        b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
-        b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
-        if qkv_bias:
-            b.bias(p + "attn_q.bias", q_dim, 0.5)
-            b.bias(p + "attn_k.bias", kv_dim, 0.5)
-            b.bias(p + "attn_v.bias", kv_dim, 0.1)
-        if q_k_norm:
-            b.norm(p + "attn_q_norm.weight", head_dim, spread=0.2)
-            b.norm(p + "attn_k_norm.weight", head_dim, spread=0.2)
-        # Output projections a little larger than 1/sqrt(n): attention and FFN should move the
-        # residual stream enough that the context matters to the next token.
-        b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"], std=1.5 / math.sqrt(q_dim))
+        attention_block(b, h, t, p, q_k_norm, qkv_bias)
         b.norm(p + "ffn_norm.weight", n_embd)
         b.matrix(p + "ffn_gate.weight", n_ff, n_embd, t["gate"])
         b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
@@ -255,18 +261,11 @@ def make_qwen3moe(models_dir, path):
     b = Builder(seed=37)
     b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
     b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
-    n_embd, head_dim = h["n_embd"], h["head_dim"]
-    q_dim, kv_dim = h["n_head"] * head_dim, h["n_head_kv"] * head_dim
+    n_embd = h["n_embd"]
     for i in range(h["n_layer"]):
         t = QWEN3MOE_TYPES[i % len(QWEN3MOE_TYPES)]
         p = f"blk.{i}."
-        b.norm(p + "attn_norm.weight", n_embd)
-        b.matrix(p + "attn_q.weight", q_dim, n_embd, t["q"])
-        b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
-        b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
-        b.norm(p + "attn_q_norm.weight", head_dim, spread=0.2)
-        b.norm(p + "attn_k_norm.weight", head_dim, spread=0.2)
-        b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"], std=1.5 / math.sqrt(q_dim))
+        attention_block(b, h, t, p, q_k_norm=True)
         b.norm(p + "ffn_norm.weight", n_embd)
         # Router logits with a standard deviation near 2: each token has favourites, yet the
         # top-4 weights are not one-hot, so every chosen expert moves the output.

@@ -1,6 +1,4 @@
-#include "kernels/cpu/float_matmul.h"
-
-#include <cmath>
+#include "kernels/cpu/float_matmul_impl.h"
 
 #include "kernels/cpu/attention_portable_impl.h"
 
@@ -17,15 +15,7 @@ float dot_vec_dot_order(const float* a, const float* b, int64_t n) {
   float v[16];
   for (int l = 0; l < 16; ++l) v[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
   float sum = detail::reduce16(v);
-  // The tail as GCC compiled GGML's loop `sumf += x[i]*y[i]`: products of
-  // whole 8- and 4-element vectors rounded, then added one by one; the last
-  // n % 4 fused into the sum.
-  for (const int64_t rounded_end = i + (n - i) / 4 * 4; i < rounded_end; ++i) {
-    volatile float product = a[i] * b[i];  // volatile: the compiler must not fuse it into the add
-    sum += product;
-  }
-  for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
-  return sum;
+  return f32_dot_tail(a, b, i, n, sum);
 }
 
 float dot_tinyblas_order(const float* a, const float* b, int64_t n) {
@@ -39,13 +29,7 @@ float dot_tinyblas_order(const float* a, const float* b, int64_t n) {
 
 void f32_rows_ggml_avx512_order_portable(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
                                          const TokenPlace* places, float* y, int64_t r0, int64_t r1) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const bool tinyblas = f32_tinyblas_avx512(rows, cols, places[t]);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* w = W + r * cols;
-      y[t * rows + r] = tinyblas ? dot_tinyblas_order(w, x + t * cols, cols) : dot_vec_dot_order(w, x + t * cols, cols);
-    }
-  }
+  f32_rows_of<dot_vec_dot_order, dot_tinyblas_order>(W, rows, cols, x, n_tokens, places, y, r0, r1);
 }
 
 void f32_rows_ggml_avx512_order(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,

@@ -2,9 +2,7 @@
 // runs, in its order (so the bits are the portable code's).
 #include <immintrin.h>
 
-#include <cmath>
-
-#include "kernels/cpu/float_matmul.h"
+#include "kernels/cpu/float_matmul_impl.h"
 
 namespace inferd::kernels {
 
@@ -18,15 +16,7 @@ float dot_vec_dot_order(const float* a, const float* b, int64_t n) {
       acc[j] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16 * j), _mm512_loadu_ps(b + i + 16 * j), acc[j]);
   const __m512 v = _mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3]));
   float sum = _mm512_reduce_add_ps(v);
-  // The tail as GCC compiled GGML's loop `sumf += x[i]*y[i]`: products of
-  // whole 8- and 4-element vectors rounded, then added one by one; the last
-  // n % 4 fused into the sum.
-  for (const int64_t rounded_end = i + (n - i) / 4 * 4; i < rounded_end; ++i) {
-    volatile float product = a[i] * b[i];  // volatile: the compiler must not fuse it into the add
-    sum += product;
-  }
-  for (; i < n; ++i) sum = std::fma(a[i], b[i], sum);
-  return sum;
+  return f32_dot_tail(a, b, i, n, sum);
 }
 
 float dot_tinyblas_order(const float* a, const float* b, int64_t n) {
@@ -39,13 +29,7 @@ float dot_tinyblas_order(const float* a, const float* b, int64_t n) {
 
 void f32_rows_ggml_avx512_order_avx512(const float* W, int64_t rows, int64_t cols, const float* x, int64_t n_tokens,
                                        const TokenPlace* places, float* y, int64_t r0, int64_t r1) {
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    const bool tinyblas = f32_tinyblas_avx512(rows, cols, places[t]);
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* w = W + r * cols;
-      y[t * rows + r] = tinyblas ? dot_tinyblas_order(w, x + t * cols, cols) : dot_vec_dot_order(w, x + t * cols, cols);
-    }
-  }
+  f32_rows_of<dot_vec_dot_order, dot_tinyblas_order>(W, rows, cols, x, n_tokens, places, y, r0, r1);
 }
 
 }  // namespace inferd::kernels
