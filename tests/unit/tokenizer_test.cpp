@@ -750,5 +750,36 @@ TEST(RegexSplitter, Gpt2AndLlama3Words) {
             (std::vector<std::string>{"I", "'LL", " pay", " ", "123", "456", "7", "\n\n", " x"}));
 }
 
+TEST(RegexSplitter, Gpt4oWords) {
+  // llama.cpp's gpt-4o pattern: an "upper" run (any letter but a-z) then a
+  // "lower" run (any letter but A-Z), contractions attached, "/" and line
+  // breaks after punctuation. A non-ASCII capital counts as both, so "ÉCOLE"
+  // splits after "É" (tiktoken's \p{Lu}/\p{Ll} original keeps it whole), and a
+  // combining mark is no letter (tiktoken's \p{M} joins it to the word).
+  for (const char* name : {"gpt-4o", "llama4"}) {
+    auto spec = tok::pre_tokenizer_spec(name);
+    ASSERT_TRUE(spec.ok()) << name;
+    EXPECT_EQ(spec->name, "gpt-4o");
+    EXPECT_FALSE(spec->clean_spaces);
+    EXPECT_FALSE(spec->ignore_merges);
+  }
+  auto spec = tok::pre_tokenizer_spec("gpt-4o");
+  auto s = tok::RegexSplitter::create(spec->regexes);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto words = [&](std::string_view text) {
+    std::vector<std::string> out;
+    for (auto w : (*s)->split(text)) out.emplace_back(w);
+    return out;
+  };
+  EXPECT_EQ(words("HTTPServer's XMLHttpRequest DON'T"),
+            (std::vector<std::string>{"HTTPServer's", " XMLHttp", "Request", " DON'T"}));
+  EXPECT_EQ(words("path/to\n 1234567  end!/\n"),
+            (std::vector<std::string>{"path", "/to", "\n", " ", "123", "456", "7", " ", " end", "!/\n"}));
+  EXPECT_EQ(words("\xC3\x89" "COLE \xC3\x89" "cole"),
+            (std::vector<std::string>{"\xC3\x89", "COLE", " \xC3\x89" "cole"}));
+  EXPECT_EQ(words("caf\xC3\xA9 e\xCC\x81" "cole"),
+            (std::vector<std::string>{"caf\xC3\xA9", " e", "\xCC\x81" "cole"}));
+}
+
 }  // namespace
 }  // namespace inferd
