@@ -128,20 +128,27 @@ uint64_t fnv1a64_pieces(const Tokenizer& tok, bool special) {
 
 struct ModelCase {
   const char* name;  // tests/data/tokenizer/<name>.expected.jsonl
-  const char* gguf;
+  const char* gguf;  // under the models directory, or "@" + a path under tests/data
 };
 
 const ModelCase kModels[] = {
     {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
     {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf"},
     {"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"},
+    // gpt-oss's o200k_harmony, committed as a vocabulary-only GGUF (make_gpt_oss_vocab.py).
+    {"gpt-oss", "@vocab/gpt-oss-vocab.gguf"},
 };
+
+std::string model_path(const ModelCase& mc) {
+  if (mc.gguf[0] == '@') return std::string(INFERD_TEST_DATA_DIR) + "/" + (mc.gguf + 1);
+  return model_dir() + "/" + mc.gguf;
+}
 
 class TokenizerReference : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     const ModelCase& mc = GetParam();
-    const std::string path = model_dir() + "/" + mc.gguf;
+    const std::string path = model_path(mc);
     if (!std::ifstream(path).good()) {
       GTEST_SKIP() << "model file " << path << " not found (set INFERD_MODEL_DIR)";
     }
