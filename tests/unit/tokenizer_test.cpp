@@ -357,6 +357,46 @@ INSTANTIATE_TEST_SUITE_P(Models, TokenizerReference, ::testing::ValuesIn(kModels
                          });
 
 // ---------------------------------------------------------------------------
+// gpt-oss against a second, independent reference: OpenAI's tiktoken with its
+// own o200k_harmony definition (gpt_oss_tiktoken_reference.py). tiktoken merges
+// by rank, without the merges the GGUF carries, and splits with the original
+// \p{Lu}/\p{Ll}/\p{M} pattern. Entries where llama.cpp differs carry the reason
+// the script established ("pattern": llama.cpp's gpt-4o regex; "special":
+// USER_DEFINED harmony tokens matched without parse_special, or <|endofprompt|>);
+// everywhere else we must give tiktoken's ids.
+
+TEST(TokenizerTiktoken, GptOssMatchesTiktokenWhereLlamaCppDoes) {
+  auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/vocab/gpt-oss-vocab.gguf");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  std::map<int, std::string> texts;
+  for (const json& e : read_jsonl(data_dir() + "/corpus.jsonl")) texts[e["id"].get<int>()] = entry_text(e);
+  const auto ref = read_jsonl(data_dir() + "/gpt-oss.tiktoken.jsonl");
+  ASSERT_GT(ref.size(), 2500u);
+  size_t n_checked = 0, n_excused = 0, n_bad = 0;
+  std::ostringstream msg;
+  for (const json& e : ref) {
+    const std::string& text = texts.at(e["id"].get<int>());
+    for (bool special : {true, false}) {
+      if (e.contains(special ? "why_s" : "why_p")) {
+        ++n_excused;
+        continue;
+      }
+      ++n_checked;
+      const auto want = e[special ? "s" : "p"].get<std::vector<int32_t>>();
+      const auto got = (*tok)->encode(text, special, special);
+      if (got != want && n_bad++ < 5) {
+        msg << "\n  #" << e["id"] << " " << escaped(text) << "\n    tiktoken: " << ids_str(want)
+            << "\n    ours:     " << ids_str(got);
+      }
+    }
+  }
+  EXPECT_EQ(n_bad, 0u) << msg.str();
+  EXPECT_GT(n_checked, 20 * n_excused) << "tiktoken and llama.cpp should agree on most of the corpus";
+}
+
+// ---------------------------------------------------------------------------
 // Other byte-level pre-tokenizers: SmolLM2's vocabulary re-labelled with a
 // different tokenizer.ggml.pre (an in-memory GGUF of its tokenizer keys),
 // against llama.cpp on the same re-labelled vocabulary.
