@@ -14,7 +14,11 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   if (!config) return make_error(path + ": " + config.error().message);
   m->config_ = *config;
   auto tok = Tokenizer::from_gguf(*m->file_);
-  if (!tok) return make_error(path + ": " + tok.error().message);
+  if (!tok) {
+    if (!options.describe_only) return make_error(path + ": " + tok.error().message);
+    m->tokenizer_error_ = tok.error().message;
+    return m;
+  }
   m->tokenizer_ = std::move(*tok);
   if (options.describe_only) return m;
   if (m->can_generate()) {

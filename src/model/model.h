@@ -43,7 +43,8 @@ struct LoadOptions {
   int64_t max_output_rows = 0;
   // Read the file's metadata, tensors and tokenizer only (inferd info): no
   // weights are checked or paged in and no executor is made, so forward() must
-  // not be called.
+  // not be called. A tokenizer inferd cannot read does not fail the load then:
+  // tokenizer_error() says why and tokenizer() must not be called.
   bool describe_only = false;
 };
 
@@ -71,6 +72,8 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Why the tokenizer could not be read (describe_only loads only), else empty.
+  const std::string& tokenizer_error() const { return tokenizer_error_; }
   const gguf::File& file() const { return *file_; }
   const ModelWeights& weights() const { return weights_; }
   bool can_generate() const { return config_.can_generate(); }
@@ -99,6 +102,7 @@ class Model {
   kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::string tokenizer_error_;
   std::unique_ptr<Executor> executor_;  // null when the model cannot generate
 };
 
