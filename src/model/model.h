@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "kernels/cpu/flavour.h"
 #include "model/config.h"
+#include "model/layer_program.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
@@ -71,6 +72,8 @@ class Model {
   static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options);
 
   const ModelConfig& config() const { return config_; }
+  // Each layer's phases (model/layer_program.h); empty when it cannot generate.
+  const std::vector<LayerProgram>& layer_programs() const { return programs_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   // Why the tokenizer could not be read (describe_only loads only), else empty.
   const std::string& tokenizer_error() const { return tokenizer_error_; }
@@ -99,6 +102,7 @@ class Model {
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
+  std::vector<LayerProgram> programs_;
   kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
