@@ -655,13 +655,17 @@ void packed_half_mxfp4_avx2(const uint8_t* group, int h, int64_t cols, const uin
     }
     for (int t = 0; t < NT; ++t) {
       const int8_t* yq = y[t].qs + 32 * b;
-      __m256i s0 = _mm256_set1_epi32(-kMxfp4Bias * y[t].sum[b]);
-      __m256i s1 = _mm256_setzero_si256();
-      for (int j = 0; j < 8; j += 2) {
-        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(w[j], _mm256_set1_epi32(load_i32(yq + 4 * j))), ones));
-        s1 = _mm256_add_epi32(
-            s1, _mm256_madd_epi16(_mm256_maddubs_epi16(w[j + 1], _mm256_set1_epi32(load_i32(yq + 4 * j + 4))), ones));
+      // Four maddubs pairs per int16 lane before widening: at most 4 * 2 * 24 * 127 = 24384.
+      __m256i p16[2];
+      for (int k = 0; k < 2; ++k) {
+        const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w[4 * k], _mm256_set1_epi32(load_i32(yq + 16 * k))),
+                                           _mm256_maddubs_epi16(w[4 * k + 1], _mm256_set1_epi32(load_i32(yq + 16 * k + 4))));
+        const __m256i c = _mm256_add_epi16(_mm256_maddubs_epi16(w[4 * k + 2], _mm256_set1_epi32(load_i32(yq + 16 * k + 8))),
+                                           _mm256_maddubs_epi16(w[4 * k + 3], _mm256_set1_epi32(load_i32(yq + 16 * k + 12))));
+        p16[k] = _mm256_add_epi16(a, c);
       }
+      const __m256i s0 = _mm256_add_epi32(_mm256_set1_epi32(-kMxfp4Bias * y[t].sum[b]), _mm256_madd_epi16(p16[0], ones));
+      const __m256i s1 = _mm256_madd_epi16(p16[1], ones);
       const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale, acc[t]);
     }
