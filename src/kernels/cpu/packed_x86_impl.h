@@ -751,7 +751,7 @@ void packed_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_t* act, s
 // one token: lane j's exact isum as maddubs of u plus its lane bias; the even
 // blocks of each whole pair into one set of eight accumulators, the odd ones
 // into another, the sets added and summed as hsum_float_8; an odd last block
-// then by one fma. Plain AVX2: the AVX-512 level runs it too.
+// then by one fma (the AVX-512 level: packed_lanes512_mxfp4, 16 rows at once).
 void packed_lanes_half_mxfp4(const uint8_t* group, int h, int64_t cols, const PackedAct& y, const int32_t* bias,
                              float* out) {
   const int64_t nb = cols / 32;
@@ -799,6 +799,62 @@ void packed_lanes_half_mxfp4(const uint8_t* group, int h, int64_t cols, const Pa
   }
   _mm256_storeu_ps(out, sum);
 }
+
+#if INFERD_X86_AVX512
+// The same vec_dot order on all 16 rows of a group at once, one token: lane
+// j's sixteen rows are one zmm, a dpbusd (the lane's bias as its accumulator)
+// gives each row's exact isum_j.
+void packed_lanes512_mxfp4(const uint8_t* group, int64_t cols, const PackedAct& y, const int32_t* bias, float* out) {
+  const int64_t nb = cols / 32;
+  __m512 acc[2][8];
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 8; ++j) acc[k][j] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned)));
+  auto lane_isums = [&](int64_t b, __m512i isum[8]) {
+    const uint8_t* p = group + b * kPackedMXFP4BlockBytes;
+    prefetch_weights_ahead(p, kPackedMXFP4BlockBytes);
+    const int8_t* yq = y.qs + 32 * b;
+    const int32_t* bj = bias + 8 * b;
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(p + 16 + 64 * j);
+      const __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)),
+                            _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4))};
+      for (int k = 0; k < 2; ++k) {
+        const int lane = j + 4 * k;
+        isum[lane] = _mm512_dpbusd_epi32(_mm512_set1_epi32(bj[lane]), u[k], _mm512_set1_epi32(load_i32(yq + 4 * lane)));
+      }
+    }
+  };
+  const int64_t pairs_end = nb - nb % 2;
+  for (int64_t b = 0; b < pairs_end; ++b) {
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(y.d[b]), e8m0_half_x16(group + b * kPackedMXFP4BlockBytes));
+    __m512i isum[8];
+    lane_isums(b, isum);
+    for (int j = 0; j < 8; ++j) acc[b % 2][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[j]), acc[b % 2][j]);
+  }
+  __m512 s[8];
+  for (int j = 0; j < 8; ++j) s[j] = _mm512_add_ps(acc[0][j], acc[1][j]);
+  __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[4]), _mm512_add_ps(s[2], s[6])),
+                             _mm512_add_ps(_mm512_add_ps(s[1], s[5]), _mm512_add_ps(s[3], s[7])));
+  if (pairs_end < nb) {
+    const int64_t b = pairs_end;
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(y.d[b]), e8m0_half_x16(group + b * kPackedMXFP4BlockBytes));
+    __m512i isum[8];
+    lane_isums(b, isum);
+    __m512i total = isum[0];
+    for (int j = 1; j < 8; ++j) total = _mm512_add_epi32(total, isum[j]);
+    sum = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(total), sum);
+  }
+  _mm512_storeu_ps(out, sum);
+}
+
+void packed_lanes512_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias,
+                                int nt, float* out, size_t os) {
+  const int64_t nb = cols / 32;
+  for (int t = 0; t < nt; ++t) packed_lanes512_mxfp4(group, cols, packed_act(act + t * as, cols), bias + 8 * nb * t, out + t * os);
+}
+#endif
 
 // PackedLaneBiasFn for MXFP4: -12 times the sum of each four quants.
 void packed_lane_biases_mxfp4(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
@@ -863,5 +919,6 @@ void fill_x86_packed(KernelTable& table) {
   q8.packed_tile = packed_lanes512_tile<Lanes512Q8_0>;
   q8.packed_bias = packed_lane_biases<Lanes512Q8_0::kBiasShift>;
   q8.packed_tokens = kMaxPackedTokens;
+  mx.packed_lanes_tile = packed_lanes512_mxfp4_tile;
 #endif
 }
