@@ -63,6 +63,11 @@ constexpr ArchitectureTraits kArchitectures[] = {
     // Then the FFN kind and the routing: src/models/qwen3moe.cpp (softmax, weights renormalized).
     {"qwen3moe", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f, {},
      FfnKind::kMixtureOfExperts, MoeTraits{ExpertGating::kSoftmax, true}},
+    // Then attention sinks and the FFN norm's name: src/models/openai-moe.cpp
+    // (every other layer windowed, from layer 0; softmax over the chosen
+    // experts' logits; biases on Q/K/V, the output, the router and the experts).
+    {"gpt-oss", RopeStyle::kNeox, Activation::kSwiGLUOai, false, false, false, false, false, 2, 0.0f, {},
+     FfnKind::kMixtureOfExperts, MoeTraits{ExpertGating::kSoftmaxOfChosen, false}, true, "post_attention_norm.weight"},
 };
 
 }  // namespace

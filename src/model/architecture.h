@@ -18,6 +18,9 @@ enum class RopeStyle {
 enum class Activation {
   kSwiGLU,  // silu(gate) * up
   kGeGLU,   // gelu(gate) * up (GELU's tanh approximation, as GGML computes it)
+  // gpt-oss's clamped SwiGLU (GGML's swiglu_oai, alpha 1.702, limit 7):
+  // min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1)
+  kSwiGLUOai,
 };
 
 // The feed-forward block of a layer: one gated MLP, or a mixture of experts
@@ -59,6 +62,10 @@ struct ArchitectureTraits {
   // before `<arch>.leading_dense_block_count` stay dense).
   FfnKind ffn = FfnKind::kDense;
   MoeTraits moe = {};
+  // gpt-oss: every layer's attention has a sink per query head
+  // (attn_sinks.weight), and the FFN's norm is stored as post_attention_norm.
+  bool attention_sinks = false;
+  std::string_view ffn_norm_tensor = "ffn_norm.weight";
 };
 
 // The row for an architecture name, or null when inferd does not run it.

@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -85,6 +86,34 @@ Result<MoeConfig> moe_config(const gguf::File& f, const std::string& a, const Mo
   return m;
 }
 
+
+// YaRN as llama.cpp sets it up for a file that asks for it (its context's
+// defaults: ext_factor 1, beta_fast 32, beta_slow 1; the attention factor
+// that it computes and then cancels against rope_yarn's own), with GGML's
+// correction dimensions. Float arithmetic in llama.cpp's order: this file,
+// like libllama, is compiled without FMA instructions, so nothing is fused.
+Status yarn_scaling(RopeConfig& rope, int64_t rope_dim, int64_t orig_ctx, float rope_attn_factor) {
+  if (rope.freq_scale >= 1.0f) return make_error("YaRN RoPE scaling needs rope.scaling.factor > 1");
+  constexpr float kBetaFast = 32.0f, kBetaSlow = 1.0f;
+  rope.ext_factor = 1.0f;
+  const float factor = 1.0f / rope.freq_scale;
+  const auto get_mscale = [](float scale, float mscale) {
+    return scale <= 1.0f ? 1.0f : (0.1f * mscale * std::log(scale) + 1.0f);
+  };
+  float attn_factor = get_mscale(factor, 1.0f);
+  attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
+  attn_factor *= rope_attn_factor;
+  rope.attn_factor = attn_factor;
+  const auto corr_dim = [&](float n_rot) {
+    return static_cast<float>(rope_dim) *
+           std::log(static_cast<float>(orig_ctx) / (n_rot * 2 * static_cast<float>(M_PI))) /
+           (2 * std::log(rope.freq_base));
+  };
+  const float start = std::floor(corr_dim(kBetaFast)), end = std::ceil(corr_dim(kBetaSlow));
+  rope.corr_dims[0] = std::max(0.0f, start);
+  rope.corr_dims[1] = std::min(static_cast<float>(rope_dim - 1), end);
+  return {};
+}
 }  // namespace
 
 Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
@@ -158,14 +187,16 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   c.query_scale = t.scale_queries ? attention_scale : 1.0f;
   c.kq_scale = t.scale_queries ? 1.0f : attention_scale;
 
-  // RoPE scaling: linear (a frequency scale) or none; Llama 3's per-dimension
-  // factors come as the rope_freqs.weight tensor (ModelWeights).
+  // RoPE scaling: linear (a frequency scale), YaRN or none; Llama 3's
+  // per-dimension factors come as the rope_freqs.weight tensor (ModelWeights).
   RopeConfig global{c.rope_freq_base, 1.0f, f.find_tensor("rope_freqs.weight") != nullptr};
+  std::string scaling = "linear";  // llama.cpp's default when the key is absent
   if (f.find(a + ".rope.scaling.type")) {
     auto type = f.get_string(a + ".rope.scaling.type");
     if (!type) return type.error();
-    if (*type != "none" && *type != "linear")
-      return make_error("RoPE scaling '" + *type + "' is not supported (inferd runs none and linear)");
+    scaling = *type;
+    if (scaling != "none" && scaling != "linear" && scaling != "yarn")
+      return make_error("RoPE scaling '" + scaling + "' is not supported (inferd runs none, linear and yarn)");
   }
   for (const char* key : {"rope.scaling.factor", "rope.scale_linear"}) {
     auto factor = arch_float(f, a, key, 0.0f);
@@ -174,6 +205,15 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
       global.freq_scale = 1.0f / *factor;
       break;
     }
+  }
+  if (scaling == "none") global.freq_scale = 1.0f;
+  auto rope_attn_factor = arch_float(f, a, "rope.scaling.attn_factor", 1.0f);
+  if (!rope_attn_factor) return rope_attn_factor.error();
+  global.attn_factor = *rope_attn_factor;
+  if (scaling == "yarn") {
+    auto orig_ctx = arch_int(f, a, "rope.scaling.original_context_length", c.context_length);
+    if (!orig_ctx) return orig_ctx.error();
+    if (auto r = yarn_scaling(global, c.rope_dim, *orig_ctx, global.attn_factor); !r) return r.error();
   }
   c.ropes.push_back(global);
   c.layers.assign(static_cast<size_t>(c.n_layer), LayerConfig{});

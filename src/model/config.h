@@ -17,6 +17,12 @@ struct RopeConfig {
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;    // linear scaling: 1 / rope.scaling.factor
   bool freq_factors = false;  // divide by the per-dimension factors of rope_freqs.weight (Llama 3)
+  // YaRN (ext_factor != 0): dimensions below corr_dims[0] keep the
+  // unscaled angle, those above corr_dims[1] the scaled one, a linear ramp
+  // between; cos and sin are multiplied by mscale. GGML's rope_yarn.
+  float ext_factor = 0.0f;
+  float attn_factor = 1.0f;  // llama.cpp's yarn_attn_factor, as its context computes it
+  float corr_dims[2] = {0.0f, 0.0f};
 };
 
 // What differs between layers.

@@ -173,6 +173,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int
   const uint16_t* vc = pass.cache->v(layer);
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
+  const WeightView& sink_weights = weights_.layers[layer].attn_sinks;
+  const float* sinks = sink_weights ? sink_weights.f32() : nullptr;
   // One work item per (token, head); items are dealt out in contiguous runs,
   // and the heads of a run that share a key/value head are computed together.
   const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
@@ -188,7 +190,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int
     const auto attn_pass =
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
-                          c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_);
+                          c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
+                          sinks ? sinks + h : nullptr);
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
   }
 }
@@ -342,17 +345,27 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
 namespace {
 
 // Rotary angles of one table for one position, as GGML's rope cache computes
-// them: theta_i = pos * theta_scale^i by repeated multiplication, divided by
-// the dimension's factor, times the frequency scale.
+// them (ggml_rope_cache_init, rope_yarn): theta_i = pos * theta_scale^i by
+// repeated multiplication, divided by the dimension's factor, times the
+// frequency scale; with YaRN mixed with the unscaled angle by the ramp, and
+// cos and sin times the attention factor. GGML's CPU build fuses rope_yarn's
+// two multiply-adds (it is compiled with FMA instructions): so do these.
 void rope_angles(const RopeConfig& rope, const float* factors, int64_t half, int64_t rope_dim, int32_t pos,
                  float* cos_out, float* sin_out) {
   const float theta_scale = std::pow(rope.freq_base, -2.0f / static_cast<float>(rope_dim));
+  float mscale = rope.attn_factor;
+  if (rope.ext_factor != 0.0f) mscale *= std::fma(0.1f, std::log(1.0f / rope.freq_scale), 1.0f);
   float theta = static_cast<float>(pos);
   for (int64_t i = 0; i < half; ++i) {
     const float extrapolated = rope.freq_factors ? theta / factors[i] : theta;
-    const float angle = rope.freq_scale * extrapolated;
-    cos_out[i] = std::cos(angle);
-    sin_out[i] = std::sin(angle);
+    float angle = rope.freq_scale * extrapolated;
+    if (rope.ext_factor != 0.0f) {
+      const float y = (static_cast<float>(i) - rope.corr_dims[0]) / std::max(0.001f, rope.corr_dims[1] - rope.corr_dims[0]);
+      const float ramp_mix = (1 - std::min(1.0f, std::max(0.0f, y))) * rope.ext_factor;
+      angle = std::fma(angle, 1 - ramp_mix, extrapolated * ramp_mix);
+    }
+    cos_out[i] = std::cos(angle) * mscale;
+    sin_out[i] = std::sin(angle) * mscale;
     theta *= theta_scale;
   }
 }
@@ -364,6 +377,8 @@ void CpuExecutor::gated_activation(Activation act, float* gate, const float* up,
                                    kernels::GgmlFlavour flavour) {
   if (act == Activation::kGeGLU) {
     kernels::geglu(gate, up, gate, n, flavour);
+  } else if (act == Activation::kSwiGLUOai) {
+    kernels::swiglu_oai(gate, up, gate, n);
   } else {
     kernels::swiglu(gate, up, gate, n, flavour);
   }
@@ -496,6 +511,10 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     }
     pool.barrier(idle);
     wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
+    if (W.bo) {  // each thread adds the bias to the rows it computed
+      const auto [r0, r1] = wo.thread_rows(ti, nt);
+      for (int64_t t = 0; t < T && r0 < r1; ++t) add_bias(s_.h.data() + t * E + r0, W.bo.f32() + r0, r1 - r0);
+    }
     read_weights(1);
     pool.barrier(idle);
 

@@ -47,6 +47,11 @@ void for_each_unit_of_thread(const std::vector<int64_t>& first, int64_t rows, in
   }
 }
 
+// y += bias, element-wise (GGML's add and add_id).
+void add_rows(float* y, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += bias[i];
+}
+
 int64_t experts_in_use(const std::vector<int64_t>& first) {
   int64_t n = 0;
   for (size_t e = 0; e + 1 < first.size(); ++e) n += first[e + 1] > first[e];
@@ -93,6 +98,7 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
   const int64_t TF = ffn.n, X = m.n_expert, K = m.n_expert_used, F = m.n_ff_exp, E = config_.n_embd;
   const int64_t S = TF * K;
   const bool separate_up = !L.up_exps[0].same_input(L.gate_exps[0]);
+  const MoeWeights& B = weights_.layers[l].moe;  // for the biases (gpt-oss)
 
   // Router logits (a plain matmul: the batch's token places).
   L.router.compute(in_router, ffn, moe.logits.data(), ti, nt);
@@ -104,9 +110,12 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
   route_scratch.resize(X);
   {
     const auto [t0, t1] = ThreadPool::split(TF, ti, nt);
-    for (int64_t t = t0; t < t1; ++t)
-      kernels::route_token(params, moe.logits.data() + t * X, route_scratch.data(), moe.chosen.data() + t * K,
-                           moe.weights.data() + t * K, flavour_);
+    for (int64_t t = t0; t < t1; ++t) {
+      float* logits = moe.logits.data() + t * X;
+      if (B.router_bias) add_rows(logits, B.router_bias.f32(), X);
+      kernels::route_token(params, logits, route_scratch.data(), moe.chosen.data() + t * K, moe.weights.data() + t * K,
+                           flavour_);
+    }
   }
   pool.barrier(idle);
 
@@ -153,7 +162,9 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
     L.up_exps[e].compute_rows_span(up_input, row0, tokens, moe.up.data() + row0 * F, r0, r1);
     for (int64_t r = row0; r < row0 + n; ++r) {
       float* g = moe.gate.data() + r * F;
-      const float* u = moe.up.data() + r * F;
+      float* u = moe.up.data() + r * F;
+      if (B.gate_bias) add_rows(g + r0, B.gate_bias.f32() + e * F + r0, r1 - r0);
+      if (B.up_bias) add_rows(u + r0, B.up_bias.f32() + e * F + r0, r1 - r0);
       gated_activation(config_.activation, g + r0, u + r0, r1 - r0, flavour_);
       if (r0 == 0 && r1 == F) {
         down0.quantize(moe.gate.data(), r, r + 1, s_.expert_tokens, moe.in_down);
@@ -170,6 +181,8 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
     const int64_t row0 = first[e], n = first[e + 1] - first[e];
     const StepTokens tokens{n, s_.expert_places.data()};
     L.down_exps[e].compute_rows_span(moe.in_down, row0, tokens, moe.out.data() + row0 * E, r0, r1);
+    if (B.down_bias)
+      for (int64_t r = row0; r < row0 + n; ++r) add_rows(moe.out.data() + r * E + r0, B.down_bias.f32() + e * E + r0, r1 - r0);
   });
   pool.barrier(idle);
 

@@ -71,6 +71,13 @@ Result<ExpertsView> find_experts(const gguf::File& f, const std::string& name, i
   return ExpertsView{w->dtype, w->data, cols, rows, n_expert};
 }
 
+// Per-expert biases, GGML shape [n, n_expert], F32, or absent.
+Result<WeightView> find_bias(const gguf::File& f, const std::string& name, int64_t n, int64_t n_expert) {
+  const gguf::TensorInfo* t = f.find_tensor(name);
+  if (t && t->dtype != DType::F32) return make_error("tensor '" + name + "' is a bias and must be F32");
+  return find(f, name, {n, n_expert}, /*required=*/false);
+}
+
 }  // namespace
 
 Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelConfig& c) {
@@ -101,10 +108,12 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
       INFERD_TRY_SET(L.proj[static_cast<int>(spec.id)], find(f, p + spec.tensor, {cols, rows}));
     }
     INFERD_TRY_SET(L.attn_norm, find(f, p + "attn_norm.weight", {E}));
-    INFERD_TRY_SET(L.ffn_norm, find(f, p + "ffn_norm.weight", {E}));
+    INFERD_TRY_SET(L.ffn_norm, find(f, p + std::string(arch.ffn_norm_tensor), {E}));
     INFERD_TRY_SET(L.bq, find(f, p + "attn_q.bias", {c.q_dim()}, arch.qkv_bias));
     INFERD_TRY_SET(L.bk, find(f, p + "attn_k.bias", {c.kv_dim()}, arch.qkv_bias));
     INFERD_TRY_SET(L.bv, find(f, p + "attn_v.bias", {c.kv_dim()}, arch.qkv_bias));
+    INFERD_TRY_SET(L.bo, find(f, p + "attn_output.bias", {E}, false));
+    if (arch.attention_sinks) INFERD_TRY_SET(L.attn_sinks, find(f, p + "attn_sinks.weight", {c.n_head}));
     if (arch.qk_norm) {
       INFERD_TRY_SET(L.q_norm, find(f, p + "attn_q_norm.weight", {D}));
       INFERD_TRY_SET(L.k_norm, find(f, p + "attn_k_norm.weight", {D}));
@@ -120,6 +129,10 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
       INFERD_TRY_SET(L.moe.gate, find_experts(f, p + "ffn_gate_exps.weight", E, F, X));
       INFERD_TRY_SET(L.moe.up, find_experts(f, p + "ffn_up_exps.weight", E, F, X));
       INFERD_TRY_SET(L.moe.down, find_experts(f, p + "ffn_down_exps.weight", F, E, X));
+      INFERD_TRY_SET(L.moe.router_bias, find(f, p + "ffn_gate_inp.bias", {X}, false));
+      INFERD_TRY_SET(L.moe.gate_bias, find_bias(f, p + "ffn_gate_exps.bias", F, X));
+      INFERD_TRY_SET(L.moe.up_bias, find_bias(f, p + "ffn_up_exps.bias", F, X));
+      INFERD_TRY_SET(L.moe.down_bias, find_bias(f, p + "ffn_down_exps.bias", E, X));
     }
     m.layers.push_back(L);
   }

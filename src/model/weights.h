@@ -45,6 +45,9 @@ struct ExpertsView {
 struct MoeWeights {
   WeightView router;  // ffn_gate_inp
   ExpertsView gate, up, down;
+  // Biases (gpt-oss), else empty: the router's (n_expert), and each expert's
+  // gate, up and down outputs' (row e is expert e's).
+  WeightView router_bias, gate_bias, up_bias, down_bias;
   explicit operator bool() const { return static_cast<bool>(router); }
 };
 
@@ -78,6 +81,8 @@ struct LayerWeights {
   std::array<WeightView, kNumProjections> proj;
   WeightView attn_norm, ffn_norm;
   WeightView bq, bk, bv;                      // QKV biases (qwen2), else empty
+  WeightView bo;                              // the output projection's bias (gpt-oss), else empty
+  WeightView attn_sinks;                      // per query head (gpt-oss), else empty
   WeightView q_norm, k_norm;                  // per-head norms (qwen3, gemma3), else empty
   WeightView post_attn_norm, post_ffn_norm;   // sandwich norms (gemma), else empty
   MoeWeights moe;                             // a mixture-of-experts FFN, else empty

@@ -19,6 +19,17 @@ constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
+// gpt-4o (o200k_base, o200k_harmony): llama.cpp's rewrite of tiktoken's pattern
+// with lookaheads in place of \p{Lu}/\p{Ll}/\p{Lt}/\p{Lm}/\p{Lo}/\p{M}, which its
+// collapsed-category std::regex cannot tell apart: "upper" is any letter but a-z,
+// "lower" any letter but A-Z, so a non-ASCII letter is both and marks are no letters.
+constexpr const char* kGpt4o =
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|"
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
 bool one_of(const std::string& s, std::initializer_list<const char*> names) {
   for (const char* n : names) {
     if (s == n) return true;
@@ -91,6 +102,10 @@ Result<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
                           "exaone4"})) {
     spec.name = "gpt2";
     spec.regexes = {kGpt2};
+  } else if (one_of(pre, {"gpt-4o", "llama4", "kanana2", "talkie"})) {
+    spec.name = "gpt-4o";
+    spec.regexes = {kGpt4o};
+    spec.clean_spaces = false;
   } else if (one_of(pre, {"trillion", "granite-docling"})) {
     spec.name = pre;
     spec.regexes = {kGpt2};

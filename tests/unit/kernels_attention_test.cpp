@@ -90,16 +90,16 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
       const std::vector<double> want = naive(c, q.data(), 1, begin, n_pos, scale);
       for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
         std::vector<float> scalar(static_cast<size_t>(c.D)), simd(static_cast<size_t>(c.D));
-        detail::attend_one_head_scalar(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, scalar.data());
+        detail::attend_one_head_scalar(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, scalar.data(), nullptr);
         attend_one_head(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
         std::vector<float> fma = scalar;
         std::vector<float> avx2 = scalar;
         if (best_simd_level() >= SimdLevel::kAvx2) {
-          detail::attend_one_head_fma(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, fma.data());
-          detail::attend_heads_avx2(q.data(), 1, c.view(), c.D, c.D, begin, n_pos, scale, pass, avx2.data());
+          detail::attend_one_head_fma(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, fma.data(), nullptr);
+          detail::attend_heads_avx2(q.data(), 1, c.view(), c.D, c.D, begin, n_pos, scale, pass, avx2.data(), nullptr);
         }
         if (best_simd_level() >= SimdLevel::kAvx512) {
-          detail::attend_one_head_avx512(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data());
+          detail::attend_one_head_avx512(q.data(), c.view(), c.D, c.D, begin, n_pos, scale, pass, simd.data(), nullptr);
         }
         const char* name = pass == AttentionPass::kDecode ? "decode" : "prefill";
         for (int64_t i = 0; i < c.D; ++i) {
@@ -113,13 +113,11 @@ TEST(KernelsAttention, MatchesPlainSoftmaxAtEveryLevel) {
   }
 }
 
-using AttendHeadsFn = void (*)(const float*, int64_t, const PagedKV&, int64_t, int64_t, int64_t, int64_t, float,
-                               AttentionPass, float*);
-
 template <auto kOneHead>
 void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-               int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+               int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks = nullptr) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
 }
 
 // Every kernel of the AVX-512 flavour this machine can run but the scalar
@@ -132,8 +130,9 @@ std::vector<std::pair<std::string, AttendHeadsFn>> avx512_flavour_kernels() {
   }
   if (best_simd_level() >= SimdLevel::kAvx512) fns.emplace_back("avx512", detail::attend_heads_avx512);
   fns.emplace_back("dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
-    attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx512);
+                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                                  const float* sinks) {
+    attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx512, sinks);
   });
   return fns;
 }
@@ -160,7 +159,7 @@ TEST(KernelsAttention, GroupedHeadsGiveEachHeadsBits) {
                                                       pass, want.data());
             for (const auto& [name, fn] : avx512_flavour_kernels()) {
               std::vector<float> got(q.size());
-              fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data());
+              fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data(), nullptr);
               for (size_t i = 0; i < q.size(); ++i) {
                 ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
                     << name << (pass == AttentionPass::kDecode ? " decode" : " prefill") << " D " << D << " n_pos "
@@ -189,7 +188,7 @@ TEST(KernelsAttention, SharpScoresGiveTheSameBitsAtEveryLevel) {
         each_head<detail::attend_one_head_scalar>(q.data(), 3, c.view(), 0, D, 5, 200, scale, pass, want.data());
         for (const auto& [name, fn] : avx512_flavour_kernels()) {
           std::vector<float> got(q.size());
-          fn(q.data(), 3, c.view(), 0, D, 5, 200, scale, pass, got.data());
+          fn(q.data(), 3, c.view(), 0, D, 5, 200, scale, pass, got.data(), nullptr);
           for (size_t i = 0; i < q.size(); ++i)
             ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << name << " D " << D << " scale " << scale << " i " << i;
         }
@@ -333,8 +332,9 @@ std::vector<std::pair<std::string, AttendHeadsFn>> avx2_flavour_kernels() {
     fns.emplace_back("avx2", detail::attend_heads_ggml_avx2);
   }
   fns.emplace_back("dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
-    attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx2);
+                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                                  const float* sinks) {
+    attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, GgmlFlavour::kAvx2, sinks);
   });
   return fns;
 }
@@ -359,7 +359,7 @@ TEST(KernelsAttention, Avx2FlavourMatchesGgmlAvx2Build) {
         for (int64_t hk = 0; hk < c.n_head_kv; ++hk) {
           const int64_t first = (t * c.n_head + hk * group) * c.D;
           std::vector<float> out(static_cast<size_t>(group * c.D));
-          fn(q.data() + first, group, cache.view(), hk * c.D, c.D, begin, pos + 1, c.scale, pass, out.data());
+          fn(q.data() + first, group, cache.view(), hk * c.D, c.D, begin, pos + 1, c.scale, pass, out.data(), nullptr);
           for (int64_t i = 0; i < group * c.D; ++i) {
             if (bits_of(out[i]) != c.out[first + i] && ++mismatches <= 3) {
               float want;
@@ -435,7 +435,7 @@ TEST(KernelsAttention, Avx2FlavourSameBitsAtEveryLevel) {
             }
             for (const auto& [name, fn] : avx2_flavour_kernels()) {
               std::vector<float> got(q.size());
-              fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data());
+              fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data(), nullptr);
               for (size_t i = 0; i < q.size(); ++i) {
                 ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
                     << name << (pass == AttentionPass::kDecode ? " decode" : " prefill") << " D " << D << " n_pos "
@@ -464,6 +464,79 @@ TEST(KernelsAttention, FlavoursRoundDifferently) {
     int differ = 0;
     for (int i = 0; i < 64; ++i) differ += bits_of(a[i]) != bits_of(b[i]);
     EXPECT_GT(differ, 0);
+  }
+}
+
+// Attention sinks (gpt-oss): a per-head logit in the softmax's maximum and
+// sum with no value. Every kernel of both flavours gives the portable
+// kernel's bits with sinks below, among and above the scores (a sink that
+// dominates shrinks the output); the portable kernel stays close to a plain
+// softmax in double with the sink; a sink of -inf changes nothing.
+TEST(KernelsAttention, SinksGiveTheSameBitsAtEveryLevel) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t D : {64, 128, 80}) {
+    for (int64_t n_pos : {1, 9, 65, 300}) {
+      const Cache c = make_cache(rng, n_pos, D);
+      const int64_t n_heads = 3;
+      std::vector<float> q(static_cast<size_t>(n_heads * D));
+      for (float& x : q) x = 2.0f * dist(rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      for (float base : {-30.0f, 0.0f, 2.0f, 40.0f}) {
+        const std::vector<float> sinks = {base, base + 0.5f, base - 1.5f};
+        for (int64_t begin : {int64_t{0}, n_pos / 3}) {
+          for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
+            for (GgmlFlavour flavour : {GgmlFlavour::kAvx512, GgmlFlavour::kAvx2}) {
+              std::vector<float> want(q.size());
+              if (flavour == GgmlFlavour::kAvx512) {
+                each_head<detail::attend_one_head_scalar>(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale,
+                                                          pass, want.data(), sinks.data());
+              } else {
+                each_head<detail::attend_one_head_ggml_avx2_scalar>(q.data(), n_heads, c.view(), 2 * D, D, begin,
+                                                                    n_pos, scale, pass, want.data(), sinks.data());
+              }
+              for (int64_t h = 0; h < n_heads; ++h) {
+                // The plain softmax with the sink: scores s_p, weights e^(s_p - m) / (sum + e^(sink - m)).
+                const std::vector<double> plain = naive(c, q.data() + h * D, 2, begin, n_pos, scale);
+                std::vector<float> qh(q.begin() + h * D, q.begin() + (h + 1) * D);
+                double mx = -INFINITY, sum = 0;
+                std::vector<double> s;
+                for (int64_t p = begin; p < n_pos; ++p) {
+                  const int64_t slot = int64_t{c.block_table[p / c.block_size]} * c.block_size + p % c.block_size;
+                  double d = 0;
+                  for (int64_t i = 0; i < D; ++i)
+                    d += round_f16(qh[i]) * f16_to_f32(c.k[slot * D * c.heads + 2 * D + i]);
+                  s.push_back(d * scale);
+                  mx = std::max(mx, d * scale);
+                }
+                for (double x : s) sum += std::exp(x - mx);
+                // Without the sink the weights sum to 1; with it each is this much smaller.
+                const double shrink = sum / (sum + std::exp(sinks[h] - mx));
+                for (int64_t i = 0; i < D; ++i)
+                  EXPECT_NEAR(want[h * D + i], plain[i] * shrink, 2e-3 + 2e-3 * std::fabs(plain[i]))
+                      << "D " << D << " n_pos " << n_pos << " sink " << sinks[h] << " i " << i;
+              }
+              const auto fns = flavour == GgmlFlavour::kAvx512 ? avx512_flavour_kernels() : avx2_flavour_kernels();
+              for (const auto& [name, fn] : fns) {
+                std::vector<float> got(q.size());
+                fn(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, got.data(), sinks.data());
+                for (size_t i = 0; i < q.size(); ++i)
+                  ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+                      << name << " flavour " << static_cast<int>(flavour) << " D " << D << " n_pos " << n_pos
+                      << " sink " << base << " begin " << begin << " i " << i;
+              }
+              // A sink of -inf is no sink.
+              const std::vector<float> none(static_cast<size_t>(n_heads), -INFINITY);
+              std::vector<float> with_none(q.size()), without(q.size());
+              attend_heads(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, with_none.data(), flavour,
+                           none.data());
+              attend_heads(q.data(), n_heads, c.view(), 2 * D, D, begin, n_pos, scale, pass, without.data(), flavour);
+              for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(bits_of(with_none[i]), bits_of(without[i]));
+            }
+          }
+        }
+      }
+    }
   }
 }
 

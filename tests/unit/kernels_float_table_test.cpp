@@ -111,10 +111,10 @@ TEST(KernelsFloatTable, AttentionFromTheTableGivesTheScalarBitsInEachFlavour) {
   for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
     for (int f = 0; f < kNumGgmlFlavours; ++f) {
       std::vector<float> want(2 * D);
-      scalar.ops.attend_heads[f](q.data(), 2, kv, D, D, 37, n_pos, 0.125f, pass, want.data());
+      scalar.ops.attend_heads[f](q.data(), 2, kv, D, D, 37, n_pos, 0.125f, pass, want.data(), nullptr);
       for (SimdLevel level : levels_here()) {
         std::vector<float> got(2 * D);
-        build_kernel_table(level).ops.attend_heads[f](q.data(), 2, kv, D, D, 37, n_pos, 0.125f, pass, got.data());
+        build_kernel_table(level).ops.attend_heads[f](q.data(), 2, kv, D, D, 37, n_pos, 0.125f, pass, got.data(), nullptr);
         EXPECT_EQ(bits_of(got), bits_of(want)) << "flavour " << f << ", level " << static_cast<int>(level);
       }
       // The public entry point runs the table in force.

@@ -128,20 +128,27 @@ uint64_t fnv1a64_pieces(const Tokenizer& tok, bool special) {
 
 struct ModelCase {
   const char* name;  // tests/data/tokenizer/<name>.expected.jsonl
-  const char* gguf;
+  const char* gguf;  // under the models directory, or "@" + a path under tests/data
 };
 
 const ModelCase kModels[] = {
     {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
     {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf"},
     {"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"},
+    // gpt-oss's o200k_harmony, committed as a vocabulary-only GGUF (make_gpt_oss_vocab.py).
+    {"gpt-oss", "@vocab/gpt-oss-vocab.gguf"},
 };
+
+std::string model_path(const ModelCase& mc) {
+  if (mc.gguf[0] == '@') return std::string(INFERD_TEST_DATA_DIR) + "/" + (mc.gguf + 1);
+  return model_dir() + "/" + mc.gguf;
+}
 
 class TokenizerReference : public ::testing::TestWithParam<ModelCase> {
  protected:
   void SetUp() override {
     const ModelCase& mc = GetParam();
-    const std::string path = model_dir() + "/" + mc.gguf;
+    const std::string path = model_path(mc);
     if (!std::ifstream(path).good()) {
       GTEST_SKIP() << "model file " << path << " not found (set INFERD_MODEL_DIR)";
     }
@@ -348,6 +355,46 @@ INSTANTIATE_TEST_SUITE_P(Models, TokenizerReference, ::testing::ValuesIn(kModels
                            }
                            return n;
                          });
+
+// ---------------------------------------------------------------------------
+// gpt-oss against a second, independent reference: OpenAI's tiktoken with its
+// own o200k_harmony definition (gpt_oss_tiktoken_reference.py). tiktoken merges
+// by rank, without the merges the GGUF carries, and splits with the original
+// \p{Lu}/\p{Ll}/\p{M} pattern. Entries where llama.cpp differs carry the reason
+// the script established ("pattern": llama.cpp's gpt-4o regex; "special":
+// USER_DEFINED harmony tokens matched without parse_special, or <|endofprompt|>);
+// everywhere else we must give tiktoken's ids.
+
+TEST(TokenizerTiktoken, GptOssMatchesTiktokenWhereLlamaCppDoes) {
+  auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/vocab/gpt-oss-vocab.gguf");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  std::map<int, std::string> texts;
+  for (const json& e : read_jsonl(data_dir() + "/corpus.jsonl")) texts[e["id"].get<int>()] = entry_text(e);
+  const auto ref = read_jsonl(data_dir() + "/gpt-oss.tiktoken.jsonl");
+  ASSERT_GT(ref.size(), 2500u);
+  size_t n_checked = 0, n_excused = 0, n_bad = 0;
+  std::ostringstream msg;
+  for (const json& e : ref) {
+    const std::string& text = texts.at(e["id"].get<int>());
+    for (bool special : {true, false}) {
+      if (e.contains(special ? "why_s" : "why_p")) {
+        ++n_excused;
+        continue;
+      }
+      ++n_checked;
+      const auto want = e[special ? "s" : "p"].get<std::vector<int32_t>>();
+      const auto got = (*tok)->encode(text, special, special);
+      if (got != want && n_bad++ < 5) {
+        msg << "\n  #" << e["id"] << " " << escaped(text) << "\n    tiktoken: " << ids_str(want)
+            << "\n    ours:     " << ids_str(got);
+      }
+    }
+  }
+  EXPECT_EQ(n_bad, 0u) << msg.str();
+  EXPECT_GT(n_checked, 20 * n_excused) << "tiktoken and llama.cpp should agree on most of the corpus";
+}
 
 // ---------------------------------------------------------------------------
 // Other byte-level pre-tokenizers: SmolLM2's vocabulary re-labelled with a
@@ -748,6 +795,37 @@ TEST(RegexSplitter, Gpt2AndLlama3Words) {
   ASSERT_TRUE(s3.ok());
   EXPECT_EQ(words(**s3, "I'LL pay 1234567\n\n x"),
             (std::vector<std::string>{"I", "'LL", " pay", " ", "123", "456", "7", "\n\n", " x"}));
+}
+
+TEST(RegexSplitter, Gpt4oWords) {
+  // llama.cpp's gpt-4o pattern: an "upper" run (any letter but a-z) then a
+  // "lower" run (any letter but A-Z), contractions attached, "/" and line
+  // breaks after punctuation. A non-ASCII capital counts as both, so "ÉCOLE"
+  // splits after "É" (tiktoken's \p{Lu}/\p{Ll} original keeps it whole), and a
+  // combining mark is no letter (tiktoken's \p{M} joins it to the word).
+  for (const char* name : {"gpt-4o", "llama4"}) {
+    auto spec = tok::pre_tokenizer_spec(name);
+    ASSERT_TRUE(spec.ok()) << name;
+    EXPECT_EQ(spec->name, "gpt-4o");
+    EXPECT_FALSE(spec->clean_spaces);
+    EXPECT_FALSE(spec->ignore_merges);
+  }
+  auto spec = tok::pre_tokenizer_spec("gpt-4o");
+  auto s = tok::RegexSplitter::create(spec->regexes);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  auto words = [&](std::string_view text) {
+    std::vector<std::string> out;
+    for (auto w : (*s)->split(text)) out.emplace_back(w);
+    return out;
+  };
+  EXPECT_EQ(words("HTTPServer's XMLHttpRequest DON'T"),
+            (std::vector<std::string>{"HTTPServer's", " XMLHttp", "Request", " DON'T"}));
+  EXPECT_EQ(words("path/to\n 1234567  end!/\n"),
+            (std::vector<std::string>{"path", "/to", "\n", " ", "123", "456", "7", " ", " end", "!/\n"}));
+  EXPECT_EQ(words("\xC3\x89" "COLE \xC3\x89" "cole"),
+            (std::vector<std::string>{"\xC3\x89", "COLE", " \xC3\x89" "cole"}));
+  EXPECT_EQ(words("caf\xC3\xA9 e\xCC\x81" "cole"),
+            (std::vector<std::string>{"caf\xC3\xA9", " e", "\xCC\x81" "cole"}));
 }
 
 }  // namespace

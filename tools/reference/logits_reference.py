@@ -326,7 +326,18 @@ def gemma_turns(messages, add_generation_prompt=True):
     return out
 
 
-CHAT_FORMATS = {"chatml": chatml, "gemma": gemma_turns}
+def harmony(messages, add_generation_prompt=True):
+    """gpt-oss's harmony messages as its chat template writes plain turns
+    (<|start|>role<|message|>content<|end|>; a system turn as the developer's instructions is
+    the template's business, here it stays a "system" message), the generation prompt
+    <|start|>assistant."""
+    out = "".join(f"<|start|>{role}<|message|>{content}<|end|>" for role, content in messages)
+    if add_generation_prompt:
+        out += "<|start|>assistant"
+    return out
+
+
+CHAT_FORMATS = {"chatml": chatml, "gemma": gemma_turns, "harmony": harmony}
 
 CONV_SHORT = [("user", "How many legs has a spider?"), ("assistant", "Eight."), ("user", "An ant?")]
 
@@ -659,7 +670,8 @@ def main():
                     help="prompt set: full (1 to 1,000 tokens) or short (1 to 100 tokens)")
     ap.add_argument("--n-greedy", type=int, default=N_GREEDY, help="greedy tokens per prompt")
     ap.add_argument("--chat-format", choices=["auto"] + sorted(CHAT_FORMATS), default="auto",
-                    help="how the chat prompts are written (auto: gemma for gemma* models, else chatml)")
+                    help="how the chat prompts are written (auto: gemma for gemma* models, harmony for "
+                         "gpt-oss, else chatml)")
     ap.add_argument("--prompts-only", action="store_true",
                     help="write prompts.json only (tokenization, no inference): to check a rerun")
     args = ap.parse_args()
@@ -672,7 +684,8 @@ def main():
     arch = meta_str(model, "general.architecture")
     chat_format = args.chat_format
     if chat_format == "auto":
-        chat_format = "gemma" if arch and arch.startswith("gemma") else "chatml"
+        chat_format = ("gemma" if arch and arch.startswith("gemma") else
+                       "harmony" if arch == "gpt-oss" else "chatml")
 
     prompts, add_bos = build_prompts(vocab, args.prompts, chat_format)
     n_prompt_tokens = sum(len(p["ids"]) for p in prompts)

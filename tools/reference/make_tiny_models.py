@@ -37,6 +37,18 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      tokens, "▁", printable ASCII and a few two-character pieces) and the
                      v0.3-style tools template tests/data/chat/mistral_v3_tools.jinja. For the
                      tool-calling tests of the mistral format, whose marker is a control token.
+  tiny-gpt-oss.gguf  `gpt-oss`: 4 layers, 0 and 2 attending within a 128-token sliding window,
+                     1 and 3 globally (llama.cpp's default pattern for gpt-oss, no pattern key);
+                     NeoX RoPE base 150,000 with YaRN (factor 32, original context 4,096, as the
+                     real files); biases on Q/K/V and the output projection; a sink per query
+                     head (attn_sinks); the FFN norm stored as post_attention_norm; n_embd 32,
+                     GQA 4/2 with head_dim 64 (query width 256); a mixture of experts in every
+                     layer: an F32 router with a bias, 16 MXFP4 experts of width 64 (rows % 8 == 0,
+                     so GGML repacks them) with F32 biases on gate, up and down, 4 chosen per
+                     token by a softmax over the chosen logits, the clamped SwiGLU; an untied
+                     output. gpt-oss's own tokenizer (o200k_harmony, 201,088 tokens, made by
+                     make_gpt_oss_vocab.py into tests/data/vocab/gpt-oss-vocab.gguf) and
+                     llama.cpp's vendored gpt-oss chat template (tests/data/chat/).
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -68,6 +80,8 @@ DEFAULT_OUT = REPO_ROOT / "tests/data/models"
 DEFAULT_MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", Path.home() / ".cache/inferd/models"))
 
 QWEN_VOCAB_FROM = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
+GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/openai-gpt-oss-120b.jinja"
 SMOL_VOCAB_FROM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -428,8 +442,61 @@ def make_mistral(models_dir, path):
     return w
 
 
+
+# gpt-oss keeps its attention and router in 8 bits or more and its experts in MXFP4; the
+# attention types cycle per layer as elsewhere.
+GPT_OSS_TYPES = [
+    dict(q=T.Q8_0, k=T.Q5_0, v=T.Q4_1, o=T.Q5_0),
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q5_0, o=T.Q4_1),
+]
+
+
+def make_gpt_oss(models_dir, path):
+    h = dict(n_ctx_train=131072, n_embd=32, n_layer=4, n_ff=64, n_head=4, n_head_kv=2, head_dim=64,
+             rope_base=150000.0, rms_eps=1e-5)
+    n_expert, n_expert_used, n_ff_exp = 16, 4, 64
+    w = GGUFWriter(path, "gpt-oss")
+    common_hparams(w, "gpt-oss", "inferd tiny gpt-oss (random)", h)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_sliding_window(128)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    copy_tokenizer(w, GPT_OSS_VOCAB,
+                   {"tokenizer.chat_template": (GPT_OSS_TEMPLATE.read_text(), GGUFValueType.STRING)})
+    if not any(k == "tokenizer.chat_template" for k in GGUFReader(GPT_OSS_VOCAB).fields):
+        w.add_chat_template(GPT_OSS_TEMPLATE.read_text())
+    n_vocab = 201088
+    n_embd, q_dim = h["n_embd"], h["n_head"] * h["head_dim"]
+    b = Builder(seed=38)
+    b.matrix("token_embd.weight", n_vocab, n_embd, T.Q5_0, std=1.0)
+    for i in range(h["n_layer"]):
+        t = GPT_OSS_TYPES[i % len(GPT_OSS_TYPES)]
+        p = f"blk.{i}."
+        attention_block(b, h, t, p, qkv_bias=True)
+        b.bias(p + "attn_output.bias", n_embd, 0.1)
+        # Sinks near the scores' scale: some heads put real weight on them, none all.
+        b.add(p + "attn_sinks.weight", b.normal((h["n_head"],), 1.0), T.F32)
+        b.norm(p + "post_attention_norm.weight", n_embd)
+        b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+        b.bias(p + "ffn_gate_inp.bias", n_expert, 0.5)
+        # Gate and up wide enough that the clamp at 7 and the sigmoid's tails are reached.
+        b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 3.0 / math.sqrt(n_embd)), T.MXFP4)
+        b.add(p + "ffn_gate_exps.bias", b.normal((n_expert, n_ff_exp), 0.5), T.F32)
+        b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 3.0 / math.sqrt(n_embd)), T.MXFP4)
+        b.add(p + "ffn_up_exps.bias", b.normal((n_expert, n_ff_exp), 0.5), T.F32)
+        b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 1.0 / math.sqrt(n_ff_exp)),
+              T.MXFP4)
+        b.add(p + "ffn_down_exps.bias", b.normal((n_expert, n_embd), 0.1), T.F32)
+    b.norm("output_norm.weight", n_embd)
+    b.matrix("output.weight", n_vocab, n_embd, T.Q5_0, std=0.6)
+    b.write(w)
+    return w
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
-          "tiny-mistral": make_mistral}
+          "tiny-mistral": make_mistral, "tiny-gpt-oss": make_gpt_oss}
 
 
 def main():

@@ -90,6 +90,35 @@ SPECIAL_TEXT = [
     "<bos><bos>", "<start_of_turn>model\nSure!<end_of_turn>", "text<|im_end|>text",
 ]
 
+# gpt-oss's harmony format (o200k_harmony special tokens), appended after the
+# generated strings so that the earlier entries keep their ids.
+HARMONY_TEXT = [
+    "<|start|>user<|message|>What is 2+2?<|end|><|start|>assistant",
+    "<|start|>assistant<|channel|>analysis<|message|>Let me think.<|end|>",
+    "<|start|>assistant<|channel|>final<|message|>4<|return|>",
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    "<|message|>{\"city\": \"Paris\"}<|call|>",
+    "<|start|>system<|message|>You are ChatGPT.\nReasoning: high\n\n# Valid channels: analysis, "
+    "commentary, final.<|end|>",
+    "<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>",
+    "<|end|>", "<|message|>", "<|call|>", "<|reserved_200000|>", "<|reserved_200018|>",
+    "<|reserved_201087|>", "<|reserved_201088|>", "<|endofprompt|>", "<|start|", "start|>",
+    "<|end|><|end|>", "<<|message|>>", "<|call|><|return|>", "x<|channel|>y<|message|>z",
+    "< |end| >", "<|END|>",
+]
+
+# Letter case, marks and slashes: where gpt-4o's pre-tokenizer (upper- then
+# lower-case runs, "[\r\n/]*" after punctuation) and tiktoken's original differ.
+CASE_TEXT = [
+    "ÉCOLE École école", "HTTPServer XMLHttpRequest iPhone", "McDonald's DON'T don'T I'M",
+    "ΑΘΗΝΑ Αθήνα αθήνα", "ПРИВЕТ Привет мир", "ǅemal ǈubljana", "Straße STRASSE",
+    "ÀÉÎÕÜ àéîõü ÀéÎõÜ", "naïve café crème brûlée", "e\u0301cole E\u0301COLE", "ﬁle ﬂow",
+    "हिन्दी भाषा", "ภาษาไทย", "مرحبا بالعالم", "שָׁלוֹם", "Ελληνικά ΕΛΛΗΝΙΚΆ",
+    "/usr/local/bin\n", "a/b//c", "http://example.com/path?q=1&r=2", "!!/\r\n", " //\n/",
+    "3rd A1B2 x86_64", "CamelCaseWord snake_case_word SCREAMING_CASE", "ÅngströmÅ",
+    "ĲSSEL ĳssel", "Ǆ ǅ ǆ", "ᾈ ᾀ", "ＡＢＣ ａｂｃ", "𝐀𝐁𝐂 𝐚𝐛𝐜", "ʰʲʷ ˢ", "ä\u0308\u0308 A\u0308B",
+]
+
 WHITESPACE = [" ", "  ", "   ", "    ", "        ", "\t", "\t\t", "\n", "\n\n", "\n\n\n", "\r\n",
               "\r", " \n", "\n ", " \t ", "\t\n\t", "\u00a0", "\u3000", "\u2003", "\u2009",
               "\u202f", "\u0085", "\u2028", "\u2029", "\u000b", "\u000c", "\u1680", "\u205f",
@@ -278,6 +307,13 @@ def generate():
     add("long", "9" * 1000)
     add("long", "😀" * 300)
     add("long", "的" * 800)
+    # gpt-oss's special tokens and gpt-4o's case rules (after everything else).
+    for t in HARMONY_TEXT:
+        add("special", t)
+        add("special", "Hello " + t + " world")
+    for t in CASE_TEXT:
+        add("case", t)
+        add("case", "Word " + t + "\n")
     return out
 
 

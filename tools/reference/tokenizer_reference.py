@@ -36,6 +36,9 @@ MODELS = {
     # Qwen2.5's vocabulary (151,936 ids, pre-tokenizer qwen2), shared by the -1.5B model and by
     # the tiny qwen3 model of make_tiny_models.py.
     "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    # gpt-oss's o200k_harmony (201,088 ids, pre-tokenizer gpt-4o): the committed vocabulary-only
+    # GGUF of make_gpt_oss_vocab.py, read from the repository, not the models directory.
+    "gpt-oss": "@tests/data/vocab/gpt-oss-vocab.gguf",
 }
 
 # Other byte-level pre-tokenizers, checked on SmolLM2's vocabulary and merges
@@ -230,7 +233,10 @@ def main():
     for name, file in MODELS.items():
         if args.only and name != args.only:
             continue
-        path = os.path.join(args.models_dir, file)
+        if file.startswith("@"):
+            path = os.path.normpath(os.path.join(here, "..", "..", file[1:]))
+        else:
+            path = os.path.join(args.models_dir, file)
         if not os.path.exists(path):
             print(f"{name}: {path} not found, skipped", file=sys.stderr)
             continue

@@ -1,5 +1,6 @@
 #include "kernels/cpu/activation.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 
@@ -58,6 +59,16 @@ void fill_activation_kernels(FloatKernels& ops, SimdLevel level) {
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour) {
   kernel_table().ops.swiglu[static_cast<int>(flavour)](gate, up, out, n);
+}
+
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;  // llama.cpp's build_moe_ffn constants
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], kLimit);
+    const float y = std::clamp(up[i], -kLimit, kLimit);
+    const float glu = x / (1.0f + std::exp(kAlpha * (-x)));
+    out[i] = glu * (y + 1.0f);
+  }
 }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour /*flavour: same bits*/) {

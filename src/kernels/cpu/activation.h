@@ -22,6 +22,12 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavo
 // same bits. out may alias gate or up.
 void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour);
 
+// gpt-oss's clamped SwiGLU as GGML's swiglu_oai computes it (alpha 1.702,
+// limit 7; one scalar loop with libm's expf in both builds):
+// x = min(gate, limit), y = clamp(up, -limit, limit),
+// out = x / (1 + e^(alpha * -x)) * (y + 1). out may alias gate or up.
+void swiglu_oai(const float* gate, const float* up, float* out, int64_t n);
+
 namespace detail {
 void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_fma(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + FMA

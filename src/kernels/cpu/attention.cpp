@@ -13,14 +13,14 @@ namespace inferd::kernels {
 namespace detail {
 
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                            int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                            int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 void attend_one_head_ggml_avx2_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
                                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
-                                      float* out) {
-  ggml_avx2::attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                                      float* out, const float* sinks) {
+  ggml_avx2::attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 void softmax_ggml_avx2_scalar(float* w, int64_t n) {
@@ -36,8 +36,9 @@ namespace {
 // A one-head kernel run head by head (the levels without a grouped kernel).
 template <auto kOneHead>
 void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-               int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  for (int64_t h = 0; h < n_heads; ++h) kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+               int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
 }
 
 }  // namespace
@@ -55,15 +56,15 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
 }
 
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                     int64_t pos_end, float scale, AttentionPass pass, float* out, GgmlFlavour flavour) {
-  attend_heads(q, 1, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, flavour);
+                     int64_t pos_end, float scale, AttentionPass pass, float* out, GgmlFlavour flavour, const float* sinks) {
+  attend_heads(q, 1, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, flavour, sinks);
 }
 
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
-                  GgmlFlavour flavour) {
+                  GgmlFlavour flavour, const float* sinks) {
   kernel_table().ops.attend_heads[static_cast<int>(flavour)](q, n_heads, kv, head_offset, D, pos_begin, pos_end,
-                                                             scale, pass, out);
+                                                             scale, pass, out, sinks);
 }
 
 }  // namespace inferd::kernels

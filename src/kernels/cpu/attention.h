@@ -38,9 +38,13 @@ enum class AttentionPass { kDecode, kPrefill };
 // p in [pos_begin, pos_end), reading head `head_offset` (element offset within
 // a slot). Lanes are assigned by absolute position, so the result does not
 // depend on the batch.
+// `sinks` (gpt-oss's attention sinks; null: none): per query head, a logit
+// that joins the softmax's maximum and sum but has no value, as GGML's
+// soft_max with sinks adds it (e^(sink - max) by libm's expf, after the
+// positions' sum).
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                      int64_t pos_end, float scale, AttentionPass pass, float* out,
-                     GgmlFlavour flavour = GgmlFlavour::kAvx512);
+                     GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
 
 // The same for n_heads query heads that read one key/value head (grouped-
 // query attention); q and out hold the heads' D-vectors one after another.
@@ -48,23 +52,23 @@ void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int
 // read once for the group.
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
-                  GgmlFlavour flavour = GgmlFlavour::kAvx512);
+                  GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
 
 namespace detail {
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                            int64_t pos_end, float scale, AttentionPass pass, float* out);
+                            int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                         int64_t pos_end, float scale, AttentionPass pass, float* out);  // AVX2 + FMA
+                         int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);  // AVX2 + FMA
 void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                            int64_t pos_end, float scale, AttentionPass pass, float* out);
+                            int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 // The AVX-512 kernel's bits with AVX2, FMA and F16C (each 16-lane vector as
 // two 8-lane halves), query heads that share a key/value head together; and
 // its softmax before the f16 rounding, for tests: w[0, n) in place, n a
 // multiple of 16.
 void attend_heads_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void softmax_avx2(float* w, int64_t n);
 
 // GgmlFlavour::kAvx2: the portable kernel compiled without and with FMA
@@ -72,11 +76,11 @@ void softmax_avx2(float* w, int64_t n);
 // share a key/value head. All three give the same bits.
 void attend_one_head_ggml_avx2_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
                                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
-                                      float* out);
+                                      float* out, const float* sinks);
 void attend_one_head_ggml_avx2_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
-                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                            int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+                            int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 // Their softmax before the f16 rounding (for tests: the rounding hides most
 // last-bit differences of e^x): w[0, n) in place, n a multiple of 8.
 void softmax_ggml_avx2_scalar(float* w, int64_t n);

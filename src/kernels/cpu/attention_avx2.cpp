@@ -15,13 +15,13 @@
 namespace inferd::kernels::detail {
 
 void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                         int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                         int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 void attend_one_head_ggml_avx2_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
-                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  ggml_avx2::attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  ggml_avx2::attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 namespace {
@@ -253,14 +253,17 @@ template <class K, int NH, int NV>
 
 // The softmax on w[0, n) (n a multiple of K::kLanes, from a multiple of it):
 // e^(w - max), the sum in double per K::kLanes-position chunk (its movehl
-// tree), then the weights times 1 / sum, rounded to f16 (kRound). For
+// tree; a sink's term after it), then the weights times 1 / sum, rounded to f16
+// (kRound). For
 // v8::Build: ggml_avx2::softmax(_to_f16); for v16::Build: the portable
 // kernel's.
 template <class K, bool kRound>
-void softmax(float* w, int64_t n, float max) {
+void softmax(float* w, int64_t n, float max, const float* sink = nullptr) {
+  max = max_with_sink(max, sink);
   const __m256 vmax = _mm256_set1_ps(max);
   double sum = 0;
   for (int64_t i = 0; i < n; i += K::kLanes) sum += static_cast<double>(v8::reduce_movehl(K::exp_chunk(w + i, vmax)));
+  sum = add_sink(sum, sink, max);
   const __m256 inv = _mm256_set1_ps(static_cast<float>(1.0 / sum));
   for (int64_t i = 0; i < n; i += 8) {
     const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(w + i), inv);
@@ -280,7 +283,7 @@ void softmax_unrounded(float* w, int64_t n) {
 // the NH heads.
 template <class K, int NH, int NV>
 void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin, int64_t pos_end,
-                  float scale, AttentionPass pass, float* out) {
+                  float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int64_t D = 8 * NV;
   constexpr int64_t L = K::kLanes;
   const bool prefill = pass == AttentionPass::kPrefill;
@@ -329,7 +332,7 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax[h]), _mm256_extractf128_ps(vmax[h], 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    softmax<K, true>(&weights[h * n], n, _mm_cvtss_f32(m));
+    softmax<K, true>(&weights[h * n], n, _mm_cvtss_f32(m), sinks ? sinks + h : nullptr);
   }
 
   // Weighted values. Position p goes into set p % 4L (one-token step: four
@@ -378,14 +381,16 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
 // n_heads query heads NH at a time, then the rest (fewer than NH) together.
 template <class K, int NV, int NH = K::kMaxHeads>
 void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
-                  int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                  int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int64_t D = 8 * NV;
   int64_t h = 0;
   for (; n_heads - h >= NH; h += NH)
-    attend_heads<K, NH, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
+    attend_heads<K, NH, NV>(q + h * D, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D,
+                            sinks ? sinks + h : nullptr);
   if constexpr (NH > 1) {
     if (h < n_heads)
-      attend_group<K, NV, NH - 1>(q + h * D, n_heads - h, kv, head_offset, pos_begin, pos_end, scale, pass, out + h * D);
+      attend_group<K, NV, NH - 1>(q + h * D, n_heads - h, kv, head_offset, pos_begin, pos_end, scale, pass,
+                                  out + h * D, sinks ? sinks + h : nullptr);
   }
 }
 
@@ -395,16 +400,16 @@ void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
 // 64-element steps, so no double tail) get the vector kernel; others run the
 // portable one.
 void attend_heads_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                       int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   using v16::Build;
   switch (D) {
-    case 64: return attend_group<Build, 8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 128: return attend_group<Build, 16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 192: return attend_group<Build, 24>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 256: return attend_group<Build, 32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 64: return attend_group<Build, 8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 128: return attend_group<Build, 16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 192: return attend_group<Build, 24>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 256: return attend_group<Build, 32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
     default:
       for (int64_t h = 0; h < n_heads; ++h)
-        attend_one_head_fma(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+        attend_one_head_fma(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
   }
 }
 
@@ -414,15 +419,15 @@ void softmax_avx2(float* w, int64_t n) { softmax_unrounded<v16::Build>(w, n); }
 // step whose head size is not a multiple of 32, which ends in a double tail)
 // run the portable one.
 void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                            int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                            int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   using v8::Build;
   switch (D) {
-    case 64: return attend_group<Build, 8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 128: return attend_group<Build, 16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 256: return attend_group<Build, 32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 64: return attend_group<Build, 8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 128: return attend_group<Build, 16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 256: return attend_group<Build, 32>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
     default:
       for (int64_t h = 0; h < n_heads; ++h)
-        attend_one_head_ggml_avx2_fma(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+        attend_one_head_ggml_avx2_fma(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_portable_impl.h"
 #include "kernels/cpu/expf_poly.h"
 
 namespace inferd::kernels::detail {
@@ -105,8 +106,10 @@ uint64_t sets_reached(int64_t pos_begin, int64_t used, int64_t n_sets) {
 }
 
 // Scores w[0, n) (n a multiple of 16) into softmax weights rounded to f16:
-// e^(w - max) by expf_poly16, the sum in double per 16-position chunk.
-void softmax_to_f16(float* w, int64_t n, float max) {
+// e^(w - max) by expf_poly16, the sum in double per 16-position chunk (and a
+// sink's term after it).
+void softmax_to_f16(float* w, int64_t n, float max, const float* sink) {
+  max = max_with_sink(max, sink);
   const __m512 vmax = _mm512_set1_ps(max);
   double sum = 0;
   for (int64_t i = 0; i < n; i += 16) {
@@ -114,6 +117,7 @@ void softmax_to_f16(float* w, int64_t n, float max) {
     _mm512_storeu_ps(w + i, e);
     sum += static_cast<double>(_mm512_reduce_add_ps(e));
   }
+  sum = add_sink(sum, sink, max);
   const __m512 inv = _mm512_set1_ps(static_cast<float>(1.0 / sum));
   for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(w + i, round_f16(_mm512_mul_ps(_mm512_loadu_ps(w + i), inv)));
 }
@@ -269,7 +273,7 @@ void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P,
 // positions at a time (chunk_scores).
 template <int NH, int NV>
 void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
-                         int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                         int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int64_t D = 16 * NV;
   const bool prefill = pass == AttentionPass::kPrefill;
   thread_local std::vector<float> weights, acc;
@@ -301,7 +305,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   }
   for (int h = 0; h < NH; ++h) {
     float* w = &weights[h * n];
-    softmax_to_f16(w, n, _mm512_reduce_max_ps(vmax[h]));
+    softmax_to_f16(w, n, _mm512_reduce_max_ps(vmax[h]), sinks ? sinks + h : nullptr);
   }
 
   const ValueRows vrow{kv.v, slots.data(), kv.slot_stride, head_offset};
@@ -345,17 +349,18 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
 // Up to four heads of a group at a time (more would spill registers).
 template <int NV>
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
-                         int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                         int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int64_t D = 16 * NV;
   for (int64_t h = 0; h < n_heads;) {
     const int64_t nh = std::min<int64_t>(n_heads - h, 4);
     const float* qh = q + h * D;
     float* oh = out + h * D;
+    const float* sh = sinks ? sinks + h : nullptr;
     switch (nh) {
-      case 4: attend_heads_avx512<4, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
-      case 3: attend_heads_avx512<3, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
-      case 2: attend_heads_avx512<2, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
-      default: attend_heads_avx512<1, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh); break;
+      case 4: attend_heads_avx512<4, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 3: attend_heads_avx512<3, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 2: attend_heads_avx512<2, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      default: attend_heads_avx512<1, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
     }
     h += nh;
   }
@@ -366,22 +371,22 @@ void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int
 // Head sizes of 64, 128, 192 and 256 get the grouped kernels; others go one
 // head at a time.
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   switch (D) {
-    case 64: return attend_heads_avx512<4>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 128: return attend_heads_avx512<8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 192: return attend_heads_avx512<12>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
-    case 256: return attend_heads_avx512<16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out);
+    case 64: return attend_heads_avx512<4>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 128: return attend_heads_avx512<8>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 192: return attend_heads_avx512<12>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
+    case 256: return attend_heads_avx512<16>(q, n_heads, kv, head_offset, pos_begin, pos_end, scale, pass, out, sinks);
     default:
       for (int64_t h = 0; h < n_heads; ++h)
-        attend_one_head_avx512(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D);
+        attend_one_head_avx512(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
   }
 }
 
 void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                            int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                            int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   if (D % 16 != 0 || D > 256) {
-    attend_one_head_scalar(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+    attend_one_head_scalar(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
     return;
   }
   const int64_t nv = D / 16;
@@ -423,7 +428,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     weights[p - c0] = s;
     max = std::max(max, s);
   }
-  softmax_to_f16(weights.data(), n, max);
+  softmax_to_f16(weights.data(), n, max, sinks);
 
   // Partial sums per position lane (p mod 16; mod 64 for decode: four
   // accumulators of 16 lanes), each a D-vector held in registers while its

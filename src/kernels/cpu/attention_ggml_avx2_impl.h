@@ -56,8 +56,8 @@ inline void softmax(float* w, int64_t n, float max) { softmax_of<Build, false>(w
 
 inline void attend_one_head_portable(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D,
                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
-                                     float* out) {
-  attend_one_head_of<Build>(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                                     float* out, const float* sinks) {
+  attend_one_head_of<Build>(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 }  // namespace ggml_avx2

@@ -29,6 +29,13 @@ inline int64_t slot_of(const PagedKV& kv, int64_t p) {
 
 inline float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
+// An attention sink in GGML's soft_max: it joins the maximum as MAX(max, sink)
+// does, and e^(sink - max), by libm's expf, is added after the positions' sum.
+inline float max_with_sink(float max, const float* sink) { return sink && !(max > *sink) ? *sink : max; }
+inline double add_sink(double sum, const float* sink, float max) {
+  return sink ? sum + static_cast<double>(std::exp(*sink - max)) : sum;
+}
+
 // Sum of 16 lanes in the order of GCC's _mm512_reduce_add_ps (halves, then
 // quarters, then pairs), which GGML's AVX-512 kernels end with.
 inline float reduce16(const float* a) {
@@ -68,25 +75,27 @@ inline float dot_prefill(const float* q, const uint16_t* k, int64_t D) {
 }
 
 // Scores w[0, n) (n a multiple of L, positions outside the range -inf) into
-// softmax weights, as ggml_soft_max_f32 (with `max` their maximum): e^x by
-// K::expf, the double sum taken over L-position chunks, each chunk summed as
-// K::reduce_prefill; rounded to f16 (kRound) as the weights enter the product
-// with the values.
+// softmax weights, as ggml_soft_max_f32 (with `max` their maximum, and a sink
+// when given): e^x by K::expf, the double sum taken over L-position chunks,
+// each chunk summed as K::reduce_prefill; rounded to f16 (kRound) as the
+// weights enter the product with the values.
 template <class K, bool kRound>
-inline void softmax_of(float* w, int64_t n, float max) {
+inline void softmax_of(float* w, int64_t n, float max, const float* sink = nullptr) {
   constexpr int L = K::kLanes;
+  max = max_with_sink(max, sink);
   double sum = 0;
   for (int64_t i = 0; i < n; i += L) {
     for (int l = 0; l < L; ++l) w[i + l] = K::expf(w[i + l] - max);
     sum += static_cast<double>(K::reduce_prefill(w + i));
   }
+  sum = add_sink(sum, sink, max);
   const float inv = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) w[i] = kRound ? round_f16(w[i] * inv) : w[i] * inv;
 }
 
 template <class K>
 inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D,
-                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int L = K::kLanes;
   thread_local std::vector<float> q, weights, acc;
   q.resize(static_cast<size_t>(D));
@@ -105,7 +114,7 @@ inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t hea
     weights[p - c0] = s;
     max = std::max(max, s);
   }
-  softmax_of<K, true>(weights.data(), n, max);
+  softmax_of<K, true>(weights.data(), n, max, sinks);
 
   // Weighted values: one partial sum per lane (position mod L) and, for a
   // decode pass, per accumulator ((position / L) mod 4), folded as GGML does.
@@ -142,8 +151,8 @@ struct Avx512Build {
 };
 
 inline void attend_one_head_portable(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
-                            int64_t pos_end, float scale, AttentionPass pass, float* out) {
-  attend_one_head_of<Avx512Build>(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out);
+                            int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  attend_one_head_of<Avx512Build>(q_in, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ struct PagedKV;
 enum class AttentionPass;
 enum class RopePairs;
 using AttendHeadsFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 using GatedActivationFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
 using SumSquaresLanesFn = double (*)(const float* x, const float* h, int64_t n);
 using RopeHeadFn = void (*)(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t);
