@@ -1,7 +1,10 @@
 """gpt-oss's harmony format end to end through the official openai client, on
 the tiny random-weight gpt-oss (tests/data/models/tiny-gpt-oss.gguf: the real
-o200k_harmony tokenizer and gpt-oss chat template). The server picks harmony
-from the template (<|channel|>) for reasoning and tool calls alike.
+o200k_harmony tokenizer and gpt-oss chat template; skipped while absent), and
+on the tiny random Qwen3 given gpt-oss's template (tests/data/chat/gpt_oss.jinja)
+with --chat-template, where the markers are plain text: the same server path
+(parser, grammars, streaming) either way. The server picks harmony from the
+template (<|channel|>) for reasoning and tool calls alike.
 
 The weights are random, so only what a grammar forces is checked. The
 grammars let analysis (and, before a call, commentary) messages through and
@@ -21,9 +24,11 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from conftest import REPO, start, stop
+from conftest import REPO, start, stop, wait_until_ready
 
 TINY_GPT_OSS = REPO / "tests/data/models/tiny-gpt-oss.gguf"
+TINY_QWEN3 = REPO / "tests/data/models/tiny-qwen3.gguf"
+GPT_OSS_TEMPLATE = REPO / "tests/data/chat/gpt_oss.jinja"
 MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>")
 
 WEATHER = {
@@ -45,6 +50,7 @@ TIME = {
     "type": "function",
     "function": {
         "name": "get_time",
+        "description": "Get the time in a zone.",  # gpt-oss's template fails on a tool without one
         "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
                        "required": ["zone"], "additionalProperties": False},
     },
@@ -57,11 +63,22 @@ N = 8
 COMMON = dict(model="smollm2", messages=ASK, temperature=1.0, seed=1, n=N, max_tokens=60)
 
 
-@pytest.fixture(scope="module")
-def gpt_oss(tmp_path_factory):
-    if not TINY_GPT_OSS.exists():
-        pytest.skip(f"{TINY_GPT_OSS} is missing")
-    srv = start(tmp_path_factory.mktemp("tiny_gpt_oss"), model=TINY_GPT_OSS)
+@pytest.fixture(scope="module", params=["tiny-gpt-oss", "tiny-qwen3+gpt-oss-template"])
+def gpt_oss(request, tmp_path_factory):
+    if request.param == "tiny-gpt-oss":
+        if not TINY_GPT_OSS.exists():
+            pytest.skip(f"{TINY_GPT_OSS} is missing")
+        srv = start(tmp_path_factory.mktemp("tiny_gpt_oss"), model=TINY_GPT_OSS, wait_ready=False)
+        try:
+            wait_until_ready(srv)
+        except BaseException:
+            # Until gpt-oss's MXFP4 experts run, the server refuses the model: skip, saying why.
+            if srv.process.poll() is not None and "which inferd does not run" in srv.log():
+                pytest.skip("inferd does not run tiny-gpt-oss yet: " + srv.log().strip().splitlines()[-1])
+            raise
+    else:
+        srv = start(tmp_path_factory.mktemp("tiny_qwen3_harmony"), ["--chat-template", str(GPT_OSS_TEMPLATE)],
+                    model=TINY_QWEN3)
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]
 
@@ -152,7 +169,8 @@ def test_forced_call_streamed_matches_the_whole_response(client, tool_choice):
     for c in whole.choices:
         s = out[c.index]
         assert s["finish"] == c.finish_reason
-        assert s["reasoning"] == (reasoning_of(c.message) or "")
+        # The whole response's reasoning is trimmed; the stream's deltas are as written.
+        assert s["reasoning"].strip() == (reasoning_of(c.message) or "")
         assert [(n, json.loads(a)) for n, a in s["calls"]] == \
             [(t.function.name, json.loads(t.function.arguments)) for t in c.message.tool_calls or []]
 
@@ -160,7 +178,8 @@ def test_forced_call_streamed_matches_the_whole_response(client, tool_choice):
 def test_json_schema_applies_to_the_final_channel(client):
     fmt = {"type": "json_schema", "json_schema": {"name": "answer", "schema": ANSWER, "strict": True}}
     for stream in (False, True):
-        kwargs = dict(response_format=fmt, reasoning_effort="low", **COMMON)
+        # Two or three in sixteen of the tiny Qwen3's choices skip the analysis.
+        kwargs = dict(response_format=fmt, reasoning_effort="low", **{**COMMON, "n": 2 * N})
         if stream:
             choices = [(c["reasoning"], c["content"], c["finish"]) for c in streamed(client, **kwargs).values()]
         else:

@@ -5,11 +5,14 @@
 // reasoning_effort through our minijinja path; and the grammars of forced
 // calls and of structured output on harmony's final channel, compiled
 // against the committed tiny Qwen3's vocabulary (the markers as text) and fed
-// tokens. With the tiny gpt-oss (tests/data/models/tiny-gpt-oss.gguf, when
-// present) the markers are its tokens, and the detokenizer shows them.
+// tokens; and again with gpt-oss's own vocabulary (tests/data/vocab/
+// gpt-oss-vocab.gguf), where the markers are tokens: the detokenizer shows
+// them, <|call|> and <|return|> end the generation, a prompt's markers are
+// tokens and a user's are text, the grammars take them as tokens.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -318,35 +321,108 @@ TEST_F(ChatFormats, HarmonyStructuredOutputAppliesToTheFinalMessage) {
   EXPECT_FALSE(harmony_final_grammar(GrammarKind::kRegex, "a+").ok());
 }
 
-// ---- the tiny gpt-oss: its markers are tokens (skipped until it is committed) ----
+// ---- gpt-oss's own vocabulary (tests/data/vocab/gpt-oss-vocab.gguf): the markers are tokens ----
 
-TEST(ChatFormatsGptOss, MarkersAreTokensTheDetokenizerShows) {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-gpt-oss.gguf";
-  if (!std::ifstream(path).good()) GTEST_SKIP() << path << " not found";
-  auto file = gguf::File::open(path);
-  ASSERT_TRUE(file.ok()) << file.error().message;
-  auto tok = Tokenizer::from_gguf(**file);
-  ASSERT_TRUE(tok.ok()) << tok.error().message;
-  const std::vector<int32_t> ids = (*tok)->encode(
-      "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>final<|message|>ok", false, true);
-  // Every marker one token, and the text comes back with them.
-  EXPECT_LE(ids.size(), 12u);
-  IncrementalDecoder dec(**tok, /*render_special=*/true);
-  std::string text;
-  for (int32_t id : ids) text += dec.push(id);
-  text += dec.flush();
-  const HarmonyMessage m = parse_harmony(text);
-  EXPECT_EQ(m.reasoning, "hm");
-  EXPECT_EQ(m.content, "ok");
-  // <|return|> and <|call|> end the generation; <|end|> does not.
-  for (const char* t : {"<|return|>", "<|call|>"}) {
-    const std::vector<int32_t> one = (*tok)->encode(t, false, true);
-    ASSERT_EQ(one.size(), 1u) << t;
-    EXPECT_TRUE((*tok)->is_eog(one[0])) << t;
+class GptOssVocab : public ChatFormats {
+ protected:
+  void SetUp() override {
+    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/vocab/gpt-oss-vocab.gguf");
+    ASSERT_TRUE(file.ok()) << file.error().message;
+    file_ = std::move(*file);
+    auto tok = Tokenizer::from_gguf(*file_);
+    ASSERT_TRUE(tok.ok()) << tok.error().message;
+    tok_ = std::move(*tok);
+    auto gt = GrammarTokenizer::create(*tok_);
+    ASSERT_TRUE(gt.ok()) << gt.error().message;
+    compiler_ = std::make_unique<GrammarCompiler>(std::move(*gt));
+    tools_ = chat_ok(conversation("")).tools->tools;
   }
-  const std::vector<int32_t> end = (*tok)->encode("<|end|>", false, true);
-  ASSERT_EQ(end.size(), 1u);
-  EXPECT_FALSE((*tok)->is_eog(end[0]));
+
+  int32_t one_token(const std::string& text) {
+    const std::vector<int32_t> ids = tok_->encode(text, false, /*parse_special=*/true);
+    EXPECT_EQ(ids.size(), 1u) << text;
+    return ids.empty() ? -1 : ids[0];
+  }
+
+  std::string detokenize(const std::vector<int32_t>& ids, bool render_special) {
+    IncrementalDecoder dec(*tok_, render_special);
+    std::string text;
+    for (int32_t id : ids) text += dec.push(id);
+    return text + dec.flush();
+  }
+};
+
+TEST_F(GptOssVocab, MarkersAreTokensTheDetokenizerShowsAndCallEndsTheOutput) {
+  // llama.cpp's ids: <|return|> 200002, <|call|> 200012 end the generation; <|end|> does not.
+  EXPECT_EQ(one_token("<|return|>"), 200002);
+  EXPECT_EQ(one_token("<|call|>"), 200012);
+  EXPECT_TRUE(tok_->is_eog(200002));
+  EXPECT_TRUE(tok_->is_eog(200012));
+  EXPECT_FALSE(tok_->is_eog(one_token("<|end|>")));
+  const std::string out = "<|channel|>analysis<|message|>hm<|end|><|start|>assistant<|channel|>commentary "
+                          "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}";
+  std::vector<int32_t> ids = tok_->encode(out, false, /*parse_special=*/true);
+  for (const char* m : {"<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>"})
+    EXPECT_NE(std::find(ids.begin(), ids.end(), one_token(m)), ids.end()) << m;
+  // The request's decoder renders the markers for the parser (with or
+  // without control tokens: they are user-defined tokens here).
+  for (bool render : {true, false}) {
+    const HarmonyMessage m = parse_harmony(detokenize(ids, render));
+    EXPECT_EQ(m.reasoning, "hm");
+    ASSERT_EQ(m.tool_calls.size(), 1u);
+    EXPECT_EQ(m.tool_calls[0].arguments, R"({"city":"Paris"})");
+  }
+}
+
+TEST_F(GptOssVocab, TemplatePromptTokenizesMarkersAsTokensAndContentAsText) {
+  GenerationRequest r = chat_ok(conversation(R"(, "reasoning_effort": "low")"));
+  // The harmony markers are user-defined tokens, which the tokenizer reads
+  // in any text (llama.cpp does too; only control tokens typed in a message
+  // stay text, chat_prompt.h): a user typing one gets the token.
+  r.messages[1].content = "Weather in <|channel|>Paris?";
+  ChatPromptOptions options;
+  options.extra_context_json = r.chat_template_kwargs;
+  options.tools_json = r.tools->tools_json;
+  auto p = render_chat_prompt(ChatTemplate(chat_data("gpt_oss.jinja")), *tok_, r.messages, options);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_NE(p->text.find("Reasoning: low"), std::string::npos);
+  const std::vector<int32_t> ids = tokenize_chat_prompt(*tok_, *p);
+  const int32_t channel = one_token("<|channel|>");
+  // The template's own <|channel|> markers (the analysis before the call, the
+  // call, the tool result) and the user's.
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), channel), 4) << p->text;
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), one_token("<|call|>")), 1);
+  const std::vector<int32_t> tail = tok_->encode("<|start|>assistant", false, true);
+  ASSERT_GE(ids.size(), tail.size());
+  EXPECT_TRUE(std::equal(tail.begin(), tail.end(), ids.end() - static_cast<long>(tail.size())));
+}
+
+TEST_F(GptOssVocab, GrammarsAcceptTheMarkersAsTokens) {
+  auto call = compile(forced_tool_call_grammar(ToolCallFormat::kHarmony, tools_, "", false));
+  ASSERT_TRUE(call);
+  EXPECT_TRUE(accepts(call, "<|channel|>analysis<|message|>Need it.<|end|><|start|>assistant<|channel|>commentary "
+                            "to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\"}"));
+  EXPECT_FALSE(accepts(call, "<|channel|>final<|message|>Hi"));
+  auto json_final = compile(harmony_final_grammar(GrammarKind::kJsonSchema, R"({"type": "object", "properties":)"
+                                                                             R"( {"ok": {"type": "boolean"}}, "required": ["ok"]})"));
+  ASSERT_TRUE(json_final);
+  EXPECT_TRUE(accepts(json_final, "<|channel|>analysis<|message|>x<|end|><|start|>assistant<|channel|>final<|message|>{\"ok\": true}"));
+  EXPECT_FALSE(accepts(json_final, "<|channel|>final<|message|>{\"ok\": 1}"));
+  // After the analysis header, the model may write anything but the grammar
+  // keeps <|end|>, and then only <|start|>, open to it.
+  auto m = json_final->new_matcher();
+  ASSERT_TRUE(m.ok());
+  for (int32_t id : tok_->encode("<|channel|>analysis<|message|>Some thought", false, true)) {
+    auto mask = (*m)->compute_mask();
+    ASSERT_TRUE(mask.ok());
+    ASSERT_TRUE(token_allowed(*mask, id));
+    ASSERT_TRUE((*m)->commit(id).ok());
+  }
+  auto mask = (*m)->compute_mask();
+  ASSERT_TRUE(mask.ok());
+  EXPECT_TRUE(token_allowed(*mask, one_token("<|end|>")));
+  EXPECT_TRUE(token_allowed(*mask, tok_->encode(" more", false, false).at(0)));
+  EXPECT_FALSE(token_allowed(*mask, 200002));  // not finished: no end of generation
 }
 
 }  // namespace
