@@ -155,11 +155,11 @@ bool HarmonyStreamParser::step_body(std::vector<HarmonyDelta>& out, bool at_end)
     const std::string_view body = std::string_view(buffer_).substr(0, end == std::string::npos ? buffer_.size() : end);
     const std::string_view args = trim(body);
     const JsonScan scan = scan_json_value(args, 0);
-    nlohmann::json j;
+    nlohmann::ordered_json j;  // keys in the model's order
     if (scan.status == JsonScan::kComplete && scan.end == args.size())
-      j = nlohmann::json::parse(args, nullptr, /*allow_exceptions=*/false);
+      j = nlohmann::ordered_json::parse(args, nullptr, /*allow_exceptions=*/false);
     if (j.is_object()) {
-      out.push_back({"", "", ParsedToolCall{recipient_, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)},
+      out.push_back({"", "", ParsedToolCall{recipient_, j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)},
                      calls_++});
     } else {
       emit(out, Kind::kContent, body);  // not a call after all: the text as written

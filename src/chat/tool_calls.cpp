@@ -135,7 +135,7 @@ std::optional<ParsedToolCall> parse_qwen3_coder_call(std::string_view text,
       properties = &schema["properties"];
     break;
   }
-  json args = json::object();
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();  // in the order the model wrote them
   size_t i = name_end + 1;
   for (;;) {
     i = skip_space(s, i);
@@ -160,14 +160,14 @@ std::optional<ParsedToolCall> parse_qwen3_coder_call(std::string_view text,
     const json* param = nullptr;
     if (properties)
       if (auto it = properties->find(key); it != properties->end()) param = &*it;
-    args[key] = typed_value(std::string(value), param);
+    args[key] = nlohmann::ordered_json(typed_value(std::string(value), param));
     i = next;
   }
   if (i < s.size()) {
     i += kFunctionClose.size();
     if (skip_space(s, i) != s.size()) return std::nullopt;  // text after the function
   }
-  return ParsedToolCall{std::string(name), compact(args)};
+  return ParsedToolCall{std::string(name), args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
 }
 
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) {

@@ -140,6 +140,12 @@ TEST(Harmony, ToolCallRecipientInTheRole) {
   }
 }
 
+TEST(Harmony, ArgumentsKeepTheModelsKeyOrder) {
+  const HarmonyMessage m = parse_checked("<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"b\": 1, \"a\": [2]}");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"b":1,"a":[2]})");
+}
+
 TEST(Harmony, CallInTheAnalysisChannel) {
   // llama-server takes a recipient in the analysis channel as a call too.
   const HarmonyMessage m =

@@ -344,6 +344,12 @@ TEST(ToolCallsQwen3Coder, OneCallAsTheTemplateWritesIt) {
   EXPECT_EQ(m.tool_calls[0].name, "get_weather");
   EXPECT_EQ(m.tool_calls[0].arguments, R"({"city":"Paris","days":3})");
   expect_coder_stream_agrees(out);
+  // The arguments keep the order the model wrote them in (llama.cpp's too).
+  const ParsedAssistantMessage r = parse_coder(
+      "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n<parameter=city>\nParis\n</parameter>\n"
+      "</function>\n</tool_call>");
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].arguments, R"({"days":3,"city":"Paris"})");
 }
 
 TEST(ToolCallsQwen3Coder, ValuesTypedByTheSchema) {
