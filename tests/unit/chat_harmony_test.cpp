@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -217,6 +219,50 @@ TEST(Harmony, StreamHoldsBackOnlyWhatMayBeAMarker) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].content, " there");
   EXPECT_TRUE(p.finish().empty());
+}
+
+// llama.cpp's own parsers (tools/reference/chat_parsers_llamacpp.cpp) on the
+// same outputs: equal reasoning, content and calls, except the cases marked
+// with why inferd differs (those are checked to still differ, so the notes
+// stay true).
+TEST(Harmony, AgreesWithLlamaCpp) {
+  std::ifstream f(std::string(INFERD_TEST_DATA_DIR) + "/chat/output_parsers_llamacpp.json");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  const json file = json::parse(ss.str());
+  std::vector<ToolSignature> sigs;
+  for (const json& t : file.at("tools")) sigs.push_back({t["function"]["name"], t["function"]["parameters"].dump()});
+  size_t agreed = 0;
+  for (const json& c : file.at("cases")) {
+    const std::string output = c.at("output");
+    json ours = {{"reasoning", ""}, {"content", ""}, {"calls", json::array()}};
+    if (c.at("format") == "harmony") {
+      const HarmonyMessage m = parse_harmony(output);
+      ours["reasoning"] = m.reasoning;
+      ours["content"] = m.content;
+      for (const ParsedToolCall& call : m.tool_calls) ours["calls"].push_back({call.name, json::parse(call.arguments)});
+    } else {
+      const ParsedAssistantMessage m = parse_tool_calls(ToolCallFormat::kQwen3Coder, output, {}, sigs);
+      ours["content"] = m.content;
+      for (const ParsedToolCall& call : m.tool_calls) ours["calls"].push_back({call.name, json::parse(call.arguments)});
+    }
+    const json& ref = c.at("llamacpp");
+    json theirs = {{"reasoning", trimmed(ref.value("reasoning", ""))},
+                   {"content", trimmed(ref.value("content", ""))},
+                   {"calls", json::array()}};
+    for (const json& call : ref.value("calls", json::array())) {
+      const json args = json::parse(call[1].get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      theirs["calls"].push_back({call[0], args.is_discarded() ? json(call[1]) : args});
+    }
+    if (ref.contains("error")) theirs = {{"error", ref["error"]}};
+    if (c.contains("why")) {
+      EXPECT_NE(ours, theirs) << "no longer differs: " << c.at("why") << "\n" << output;
+    } else {
+      EXPECT_EQ(ours, theirs) << output;
+      ++agreed;
+    }
+  }
+  EXPECT_GE(agreed, 12u);
 }
 
 TEST(Harmony, DetectionFromTemplates) {
