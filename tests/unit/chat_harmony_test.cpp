@@ -129,7 +129,7 @@ TEST(Harmony, ToolCallRecipientInTheChannel) {
 
 TEST(Harmony, ToolCallRecipientInTheRole) {
   // As the template renders earlier calls (and gpt-oss often writes them).
-  for (const std::string text :
+  for (const std::string& text :
        {std::string("<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{\"city\": \"Oslo\"}"),
         std::string(" to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{\"city\": \"Oslo\"}<|call|>"),
         std::string("<|channel|>analysis<|message|>x<|end|><|start|>assistant to=functions.get_weather<|channel|>"

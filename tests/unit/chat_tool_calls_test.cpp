@@ -395,7 +395,7 @@ TEST(ToolCallsQwen3Coder, ParallelCallsAndMissingClosingTags) {
 }
 
 TEST(ToolCallsQwen3Coder, CutOrMalformedCallsAreContent) {
-  for (const std::string out : {
+  for (const std::string& out : {
            std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"),
            std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"),
            std::string("<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n</tool_call>"),
