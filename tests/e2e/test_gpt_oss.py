@@ -1,6 +1,6 @@
 """gpt-oss's harmony format end to end through the official openai client, on
 the tiny random-weight gpt-oss (tests/data/models/tiny-gpt-oss.gguf: the real
-o200k_harmony tokenizer and gpt-oss chat template; skipped while absent), and
+o200k_harmony tokenizer, gpt-oss chat template and MXFP4 experts), and
 on the tiny random Qwen3 given gpt-oss's template (tests/data/chat/gpt_oss.jinja)
 with --chat-template, where the markers are plain text: the same server path
 (parser, grammars, streaming) either way. The server picks harmony from the
@@ -24,7 +24,7 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from conftest import REPO, start, stop, wait_until_ready
+from conftest import REPO, start, stop
 
 TINY_GPT_OSS = REPO / "tests/data/models/tiny-gpt-oss.gguf"
 TINY_QWEN3 = REPO / "tests/data/models/tiny-qwen3.gguf"
@@ -66,16 +66,7 @@ COMMON = dict(model="smollm2", messages=ASK, temperature=1.0, seed=1, n=N, max_t
 @pytest.fixture(scope="module", params=["tiny-gpt-oss", "tiny-qwen3+gpt-oss-template"])
 def gpt_oss(request, tmp_path_factory):
     if request.param == "tiny-gpt-oss":
-        if not TINY_GPT_OSS.exists():
-            pytest.skip(f"{TINY_GPT_OSS} is missing")
-        srv = start(tmp_path_factory.mktemp("tiny_gpt_oss"), model=TINY_GPT_OSS, wait_ready=False)
-        try:
-            wait_until_ready(srv)
-        except BaseException:
-            # Until gpt-oss's MXFP4 experts run, the server refuses the model: skip, saying why.
-            if srv.process.poll() is not None and "which inferd does not run" in srv.log():
-                pytest.skip("inferd does not run tiny-gpt-oss yet: " + srv.log().strip().splitlines()[-1])
-            raise
+        srv = start(tmp_path_factory.mktemp("tiny_gpt_oss"), model=TINY_GPT_OSS)
     else:
         srv = start(tmp_path_factory.mktemp("tiny_qwen3_harmony"), ["--chat-template", str(GPT_OSS_TEMPLATE)],
                     model=TINY_QWEN3)
