@@ -88,7 +88,7 @@ DEFAULT_MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", Path.home() / ".cach
 
 QWEN_VOCAB_FROM = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
-GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/openai-gpt-oss-120b.jinja"
+GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/gpt_oss.jinja"
 SMOL_VOCAB_FROM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
