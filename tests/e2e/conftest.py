@@ -162,3 +162,36 @@ def start_server(tmp_path):
     for srv in started:
         code = stop(srv)
         assert code == 0, f"inferd serve exited with {code} after SIGTERM:\n{srv.log()[-4000:]}"
+
+
+# ---- tool definitions shared by the tool-calling tests ----------------------------
+
+WEATHER_DESCRIPTION = "Get the current weather in a city."
+CITY_ENUM = {"type": "string", "enum": ["Paris", "Oslo", "Tokyo"]}
+UNIT_ENUM = {"type": "string", "enum": ["celsius", "fahrenheit"]}
+ZONE_ENUM = {"type": "string", "enum": ["UTC", "CET"]}
+
+
+def function_tool(name: str, properties: dict, required: list[str], description: str | None = None,
+                  closed: bool = False) -> dict:
+    """An OpenAI tool: a function of an object (no description where None; no other properties where closed)."""
+    function: dict = {"name": name}
+    if description is not None:
+        function["description"] = description
+    parameters = {"type": "object", "properties": properties, "required": required}
+    if closed:
+        parameters["additionalProperties"] = False
+    function["parameters"] = parameters
+    return {"type": "function", "function": function}
+
+
+def weather_tool(properties: dict | None = None, required: list[str] | None = None) -> dict:
+    """get_weather: by default a city of three and an optional unit, both enums (a random model left free in a
+    string would write until max_tokens)."""
+    return function_tool("get_weather", properties or {"city": CITY_ENUM, "unit": UNIT_ENUM}, required or ["city"],
+                         WEATHER_DESCRIPTION)
+
+
+def tool_schemas(*tools: dict) -> dict[str, dict]:
+    """The tools' parameter schemas by name."""
+    return {t["function"]["name"]: t["function"]["parameters"] for t in tools}

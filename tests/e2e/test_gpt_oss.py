@@ -24,38 +24,17 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from conftest import REPO, start, stop
+from conftest import REPO, ZONE_ENUM, function_tool, start, stop, tool_schemas, weather_tool
 
 TINY_GPT_OSS = REPO / "tests/data/models/tiny-gpt-oss.gguf"
 TINY_QWEN3 = REPO / "tests/data/models/tiny-qwen3.gguf"
 GPT_OSS_TEMPLATE = REPO / "tests/data/chat/gpt_oss.jinja"
 MARKERS = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>", "<|call|>", "<|return|>")
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "enum": ["Paris", "Oslo", "Tokyo"]},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Get the time in a zone.",  # gpt-oss's template fails on a tool without one
-        "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-                       "required": ["zone"], "additionalProperties": False},
-    },
-}
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+WEATHER = weather_tool()
+# gpt-oss's template fails on a tool without a description.
+TIME = function_tool("get_time", {"zone": ZONE_ENUM}, ["zone"], "Get the time in a zone.", closed=True)
+SCHEMAS = tool_schemas(WEATHER, TIME)
 ANSWER = {"type": "object", "properties": {"ok": {"type": "boolean"}, "level": {"enum": ["low", "high"]}},
           "required": ["ok", "level"], "additionalProperties": False}
 ASK = [{"role": "user", "content": "What is the weather like in Paris?"}]

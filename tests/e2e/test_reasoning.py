@@ -19,7 +19,7 @@ import pytest
 import requests
 from openai import OpenAI
 
-from conftest import MODEL_DIR, MODEL_NAME, REPO, start, stop
+from conftest import MODEL_DIR, MODEL_NAME, REPO, start, stop, weather_tool
 
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
@@ -40,14 +40,7 @@ FEW_SHOT = [
                                      "</think>\n\n{\"name\": \"Berlin\", \"population\": 3600000}"},
     {"role": "user", "content": "City: Madrid"},
 ]
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    },
-}
+WEATHER = weather_tool({"city": {"type": "string"}})
 TOOL_FEW_SHOT = [
     {"role": "system", "content": "Think inside <think></think> first, then call a tool or answer."},
     {"role": "user", "content": "Weather in Paris?"},

@@ -16,39 +16,14 @@ import pytest
 import requests
 from openai import BadRequestError, OpenAI
 
-from conftest import MODEL_DIR, start, stop
+from conftest import MODEL_DIR, UNIT_ENUM, function_tool, start, stop, tool_schemas, weather_tool
 
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "description": "The city, e.g. Paris"},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Get the current local time in an IANA time zone.",
-        "parameters": {
-            "type": "object",
-            "properties": {"timezone": {"type": "string", "description": "e.g. Asia/Tokyo"}},
-            "required": ["timezone"],
-            "additionalProperties": False,
-        },
-    },
-}
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+WEATHER = weather_tool({"city": {"type": "string", "description": "The city, e.g. Paris"}, "unit": UNIT_ENUM})
+TIME = function_tool("get_time", {"timezone": {"type": "string", "description": "e.g. Asia/Tokyo"}}, ["timezone"],
+                     "Get the current local time in an IANA time zone.", closed=True)
+SCHEMAS = tool_schemas(WEATHER, TIME)
 ASK_WEATHER = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
 
 

@@ -19,39 +19,14 @@ import pytest
 import requests
 from openai import BadRequestError, OpenAI
 
-from conftest import REPO, start, stop
+from conftest import REPO, function_tool, start, stop, tool_schemas, weather_tool
 
 TINY_MISTRAL = REPO / "tests/data/models/tiny-mistral.gguf"
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "enum": ["Paris", "Oslo", "Tokyo"]},
-                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-            },
-            "required": ["city"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "Get the local time in an IANA time zone.",
-        "parameters": {
-            "type": "object",
-            "properties": {"zone": {"type": "string", "pattern": "^[A-Z][a-z]{2,6}/[A-Z][a-z]{2,6}$"}},
-            "required": ["zone"],
-            "additionalProperties": False,
-        },
-    },
-}
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+WEATHER = weather_tool()
+TIME = function_tool("get_time", {"zone": {"type": "string", "pattern": "^[A-Z][a-z]{2,6}/[A-Z][a-z]{2,6}$"}}, ["zone"],
+                     "Get the local time in an IANA time zone.", closed=True)
+SCHEMAS = tool_schemas(WEATHER, TIME)
 ASK = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
 COMMON = dict(model="smollm2", messages=ASK, tools=[WEATHER, TIME], temperature=0, max_tokens=400)
 

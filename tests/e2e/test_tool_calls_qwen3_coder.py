@@ -18,35 +18,14 @@ import jsonschema
 import pytest
 from openai import OpenAI
 
-from conftest import REPO, start, stop
+from conftest import CITY_ENUM, REPO, ZONE_ENUM, function_tool, start, stop, tool_schemas, weather_tool
 
 TINY_QWEN3 = REPO / "tests/data/models/tiny-qwen3.gguf"
 TEMPLATE = REPO / "tests/data/chat/qwen3_coder.jinja"
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Get the current weather in a city.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "city": {"type": "string", "enum": ["Paris", "Oslo", "Tokyo"]},
-                "metric": {"type": "boolean"},
-            },
-            "required": ["city", "metric"],
-        },
-    },
-}
-TIME = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-                       "required": ["zone"], "additionalProperties": False},
-    },
-}
-SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in (WEATHER, TIME)}
+WEATHER = weather_tool({"city": CITY_ENUM, "metric": {"type": "boolean"}}, ["city", "metric"])
+TIME = function_tool("get_time", {"zone": ZONE_ENUM}, ["zone"], closed=True)
+SCHEMAS = tool_schemas(WEATHER, TIME)
 ASK = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
 COMMON = dict(model="smollm2", messages=ASK, tools=[WEATHER, TIME], temperature=0, max_tokens=200)
 
