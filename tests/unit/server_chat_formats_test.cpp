@@ -27,6 +27,7 @@
 #include "server/openai_protocol.h"
 #include "server/tool_calling.h"
 #include "structured/grammar.h"
+#include "server_test_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace inferd::server {
@@ -34,16 +35,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const ProtocolLimits kLimits;
+using test::chat_ok;
 
-GenerationRequest chat_ok(const std::string& body) {
-  auto r = parse_chat_request(body, kLimits);
-  if (auto* e = std::get_if<ApiError>(&r)) {
-    ADD_FAILURE() << body << " -> " << e->message;
-    return {};
-  }
-  return std::get<GenerationRequest>(r);
-}
+const ProtocolLimits kLimits;
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path);
@@ -106,8 +100,11 @@ TEST(ChatFormatsRequest, ReasoningEffortAndEarlierReasoning) {
 
 class ChatFormats : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-qwen3.gguf");
+  void SetUp() override { load("/models/tiny-qwen3.gguf"); }
+
+  // The tokenizer, grammar compiler and tools of a GGUF under tests/data.
+  void load(const std::string& gguf) {
+    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + gguf);
     ASSERT_TRUE(file.ok()) << file.error().message;
     file_ = std::move(*file);
     auto tok = Tokenizer::from_gguf(*file_);
@@ -131,26 +128,13 @@ class ChatFormats : public ::testing::Test {
   }
 
   std::shared_ptr<const CompiledGrammar> compile(const Result<std::string>& lark) {
-    EXPECT_TRUE(lark.ok()) << lark.error().message;
-    if (!lark.ok()) return nullptr;
-    auto g = compiler_->compile(GrammarKind::kLark, *lark);
-    EXPECT_TRUE(g.ok()) << g.error().message << "\n" << *lark;
-    return g.ok() ? *g : nullptr;
+    return test::compile_lark(*compiler_, lark);
   }
 
   // Feeds the text's tokens: whether every one is allowed and the grammar
   // accepts the whole.
   bool accepts(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-    auto m = g->new_matcher();
-    EXPECT_TRUE(m.ok());
-    if (!m.ok()) return false;
-    for (int32_t id : tok_->encode(text, false, /*parse_special=*/true)) {
-      auto mask = (*m)->compute_mask();
-      EXPECT_TRUE(mask.ok());
-      if (!mask.ok() || !token_allowed(*mask, id)) return false;
-      if (!(*m)->commit(id).ok()) return false;
-    }
-    return (*m)->is_accepting();
+    return test::grammar_accepts(*g, tok_->encode(text, false, /*parse_special=*/true));
   }
 
   std::unique_ptr<gguf::File> file_;
@@ -325,18 +309,7 @@ TEST_F(ChatFormats, HarmonyStructuredOutputAppliesToTheFinalMessage) {
 
 class GptOssVocab : public ChatFormats {
  protected:
-  void SetUp() override {
-    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/vocab/gpt-oss-vocab.gguf");
-    ASSERT_TRUE(file.ok()) << file.error().message;
-    file_ = std::move(*file);
-    auto tok = Tokenizer::from_gguf(*file_);
-    ASSERT_TRUE(tok.ok()) << tok.error().message;
-    tok_ = std::move(*tok);
-    auto gt = GrammarTokenizer::create(*tok_);
-    ASSERT_TRUE(gt.ok()) << gt.error().message;
-    compiler_ = std::make_unique<GrammarCompiler>(std::move(*gt));
-    tools_ = chat_ok(conversation("")).tools->tools;
-  }
+  void SetUp() override { load("/vocab/gpt-oss-vocab.gguf"); }
 
   int32_t one_token(const std::string& text) {
     const std::vector<int32_t> ids = tok_->encode(text, false, /*parse_special=*/true);

@@ -25,6 +25,7 @@
 #include "gguf/gguf.h"
 #include "chat/chat_prompt.h"
 #include "server/openai_protocol.h"
+#include "server_test_util.h"
 #include "structured/grammar.h"
 
 namespace inferd::server {
@@ -32,16 +33,9 @@ namespace {
 
 using json = nlohmann::json;
 
-const ProtocolLimits kLimits;
+using test::chat_ok;
 
-GenerationRequest chat_ok(const std::string& body) {
-  auto r = parse_chat_request(body, kLimits);
-  if (auto* e = std::get_if<ApiError>(&r)) {
-    ADD_FAILURE() << body << " -> " << e->message;
-    return {};
-  }
-  return std::get<GenerationRequest>(r);
-}
+const ProtocolLimits kLimits;
 
 ApiError chat_error(const std::string& body) {
   auto r = parse_chat_request(body, kLimits);
@@ -307,27 +301,13 @@ class QwenToolGrammar : public QwenTools {
   }
 
   std::shared_ptr<const CompiledGrammar> compile(ToolCallFormat format, const std::string& only, bool parallel) {
-    auto lark = forced_tool_call_grammar(format, tools_, only, parallel);
-    EXPECT_TRUE(lark.ok()) << lark.error().message;
-    if (!lark.ok()) return nullptr;
-    auto g = compiler_->compile(GrammarKind::kLark, *lark);
-    EXPECT_TRUE(g.ok()) << g.error().message << "\n" << *lark;
-    return g.ok() ? *g : nullptr;
+    return test::compile_lark(*compiler_, forced_tool_call_grammar(format, tools_, only, parallel));
   }
 
   // Feeds the text's tokens (<tool_call> as its one token): whether every
   // token is allowed and the grammar accepts the whole.
   bool accepts(const std::shared_ptr<const CompiledGrammar>& g, const std::string& text) {
-    auto m = g->new_matcher();
-    EXPECT_TRUE(m.ok());
-    if (!m.ok()) return false;
-    for (int32_t id : tok_->encode(text, false, /*parse_special=*/true)) {
-      auto mask = (*m)->compute_mask();
-      EXPECT_TRUE(mask.ok());
-      if (!mask.ok() || !token_allowed(*mask, id)) return false;
-      if (!(*m)->commit(id).ok()) return false;
-    }
-    return (*m)->is_accepting();
+    return test::grammar_accepts(*g, tok_->encode(text, false, /*parse_special=*/true));
   }
 
   std::unique_ptr<GrammarCompiler> compiler_;
@@ -415,12 +395,8 @@ class MistralTools : public QwenTools {
   }
 
   std::shared_ptr<const CompiledGrammar> compile(const std::string& only, bool parallel) {
-    auto lark = forced_tool_call_grammar(ToolCallFormat::kMistral, tools_, only, parallel, marker_);
-    EXPECT_TRUE(lark.ok()) << lark.error().message;
-    if (!lark.ok()) return nullptr;
-    auto g = compiler_->compile(GrammarKind::kLark, *lark);
-    EXPECT_TRUE(g.ok()) << g.error().message << "\n" << *lark;
-    return g.ok() ? *g : nullptr;
+    return test::compile_lark(*compiler_,
+                              forced_tool_call_grammar(ToolCallFormat::kMistral, tools_, only, parallel, marker_));
   }
 
   // The marker token, then the text's tokens: whether every one is allowed
@@ -429,16 +405,7 @@ class MistralTools : public QwenTools {
     std::vector<int32_t> ids;
     if (marker) ids.push_back(marker_);
     for (int32_t id : tok_->encode(text, false, /*parse_special=*/false)) ids.push_back(id);
-    auto m = g->new_matcher();
-    EXPECT_TRUE(m.ok());
-    if (!m.ok()) return false;
-    for (int32_t id : ids) {
-      auto mask = (*m)->compute_mask();
-      EXPECT_TRUE(mask.ok());
-      if (!mask.ok() || !token_allowed(*mask, id)) return false;
-      if (!(*m)->commit(id).ok()) return false;
-    }
-    return (*m)->is_accepting();
+    return test::grammar_accepts(*g, ids);
   }
 
   std::unique_ptr<GrammarCompiler> compiler_;
