@@ -15,29 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "chat_test_util.h"
+
 namespace inferd {
 namespace {
 
 using nlohmann::json;
 
-std::string trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t\r\n");
-  return b == std::string::npos ? "" : s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
-}
+using test::trimmed;
 
 HarmonyMessage parse_in_pieces(const std::string& text, const std::vector<size_t>& cuts, bool calls = true) {
   HarmonyStreamParser parser(calls);
-  std::vector<HarmonyDelta> deltas;
-  size_t at = 0;
-  for (size_t cut : cuts) {
-    for (HarmonyDelta& d : parser.feed(std::string_view(text).substr(at, cut - at))) deltas.push_back(std::move(d));
-    at = cut;
-  }
-  for (HarmonyDelta& d : parser.feed(std::string_view(text).substr(at))) deltas.push_back(std::move(d));
-  for (HarmonyDelta& d : parser.finish()) deltas.push_back(std::move(d));
   HarmonyMessage m;
   int next_index = 0;
-  for (HarmonyDelta& d : deltas) {
+  for (HarmonyDelta& d : test::feed_in_pieces(parser, text, cuts)) {
     // Each delta is one thing: reasoning, content or a call.
     EXPECT_LE(int(!d.reasoning.empty()) + int(!d.content.empty()) + int(d.call.has_value()), 1);
     m.reasoning += d.reasoning;
@@ -55,25 +46,11 @@ HarmonyMessage parse_in_pieces(const std::string& text, const std::vector<size_t
 // Byte by byte, whole, and in random pieces: the same message.
 HarmonyMessage parse_checked(const std::string& text, bool calls = true) {
   const HarmonyMessage whole = parse_harmony(text, calls);
-  std::vector<size_t> every;
-  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
-  std::vector<std::vector<size_t>> splits = {every, {}};
-  std::mt19937 rng(static_cast<uint32_t>(text.size()));
-  for (int k = 0; k < 20; ++k) {
-    std::vector<size_t> cuts;
-    for (size_t i = 1; i < text.size(); ++i)
-      if (rng() % 5 == 0) cuts.push_back(i);
-    splits.push_back(cuts);
-  }
-  for (const auto& cuts : splits) {
+  for (const auto& cuts : test::stream_splits(text)) {
     const HarmonyMessage m = parse_in_pieces(text, cuts, calls);
     EXPECT_EQ(m.reasoning, whole.reasoning) << text;
     EXPECT_EQ(m.content, whole.content) << text;
-    EXPECT_EQ(m.tool_calls.size(), whole.tool_calls.size()) << text;
-    for (size_t i = 0; i < m.tool_calls.size() && i < whole.tool_calls.size(); ++i) {
-      EXPECT_EQ(m.tool_calls[i].name, whole.tool_calls[i].name);
-      EXPECT_EQ(m.tool_calls[i].arguments, whole.tool_calls[i].arguments);
-    }
+    test::expect_same_calls(m.tool_calls, whole.tool_calls, text);
   }
   return whole;
 }

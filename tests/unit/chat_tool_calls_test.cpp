@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <random>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "chat_test_util.h"
 
 namespace inferd {
 namespace {
@@ -23,54 +25,34 @@ void expect_call(const ParsedToolCall& call, const std::string& name, const json
 }
 
 // The message a stream of pieces gives, deltas joined.
-ParsedAssistantMessage parse_in_pieces(ToolCallFormat f, const std::string& text, const std::vector<size_t>& cuts) {
-  ToolCallStreamParser parser(f);
-  std::vector<ToolCallDelta> deltas;
-  size_t at = 0;
-  for (size_t cut : cuts) {
-    for (ToolCallDelta& d : parser.feed(std::string_view(text).substr(at, cut - at))) deltas.push_back(std::move(d));
-    at = cut;
-  }
-  for (ToolCallDelta& d : parser.feed(std::string_view(text).substr(at))) deltas.push_back(std::move(d));
-  for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
+ParsedAssistantMessage parse_in_pieces(ToolCallStreamParser parser, const std::string& text,
+                                       const std::vector<size_t>& cuts) {
   ParsedAssistantMessage m;
   int next_index = 0;
-  for (ToolCallDelta& d : deltas) {
+  for (ToolCallDelta& d : test::feed_in_pieces(parser, text, cuts)) {
     m.content += d.content;
     if (d.call) {
       EXPECT_EQ(d.call_index, next_index++);
       m.tool_calls.push_back(std::move(*d.call));
     }
   }
-  const size_t b = m.content.find_first_not_of(" \t\r\n");
-  m.content = b == std::string::npos ? "" : m.content.substr(b, m.content.find_last_not_of(" \t\r\n") - b + 1);
+  m.content = test::trimmed(m.content);
   return m;
 }
 
-// Fed one byte at a time, and in random pieces, the parser gives what the
-// whole-text parse gives.
-void expect_stream_agrees(ToolCallFormat f, const std::string& text) {
-  const ParsedAssistantMessage whole = parse(f, text);
-  std::vector<size_t> every;
-  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
-  std::mt19937 rng(static_cast<uint32_t>(text.size()));
-  std::vector<std::vector<size_t>> splits = {every, {}};
-  for (int k = 0; k < 20; ++k) {
-    std::vector<size_t> cuts;
-    for (size_t i = 1; i < text.size(); ++i) {
-      if (rng() % 5 == 0) cuts.push_back(i);
-    }
-    splits.push_back(cuts);
-  }
-  for (const std::vector<size_t>& cuts : splits) {
-    const ParsedAssistantMessage m = parse_in_pieces(f, text, cuts);
+// Fed one byte at a time, whole, and in random pieces, the parser gives what
+// the whole-text parse gives.
+void expect_stream_agrees(const ParsedAssistantMessage& whole, const std::string& text,
+                          const std::function<ToolCallStreamParser()>& make_parser) {
+  for (const std::vector<size_t>& cuts : test::stream_splits(text)) {
+    const ParsedAssistantMessage m = parse_in_pieces(make_parser(), text, cuts);
     EXPECT_EQ(m.content, whole.content) << text;
-    ASSERT_EQ(m.tool_calls.size(), whole.tool_calls.size()) << text;
-    for (size_t i = 0; i < m.tool_calls.size(); ++i) {
-      EXPECT_EQ(m.tool_calls[i].name, whole.tool_calls[i].name);
-      EXPECT_EQ(m.tool_calls[i].arguments, whole.tool_calls[i].arguments);
-    }
+    test::expect_same_calls(m.tool_calls, whole.tool_calls, text);
   }
+}
+
+void expect_stream_agrees(ToolCallFormat f, const std::string& text) {
+  expect_stream_agrees(parse(f, text), text, [f] { return ToolCallStreamParser(f); });
 }
 
 // ---- hermes (Qwen2.5's template asks for exactly this) -----------------------
@@ -294,44 +276,8 @@ ParsedAssistantMessage parse_coder(const std::string& text) {
 
 // Whole, byte by byte and in random pieces, with the signatures.
 void expect_coder_stream_agrees(const std::string& text) {
-  const ParsedAssistantMessage whole = parse_coder(text);
-  std::vector<std::vector<size_t>> splits = {{}};
-  std::vector<size_t> every;
-  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
-  splits.push_back(every);
-  std::mt19937 rng(static_cast<uint32_t>(text.size()));
-  for (int k = 0; k < 20; ++k) {
-    std::vector<size_t> cuts;
-    for (size_t i = 1; i < text.size(); ++i)
-      if (rng() % 5 == 0) cuts.push_back(i);
-    splits.push_back(cuts);
-  }
-  for (const auto& cuts : splits) {
-    ToolCallStreamParser parser(ToolCallFormat::kQwen3Coder, {}, kCoderTools);
-    std::string content;
-    std::vector<ParsedToolCall> calls;
-    size_t at = 0;
-    auto take = [&](std::vector<ToolCallDelta> ds) {
-      for (ToolCallDelta& d : ds) {
-        content += d.content;
-        if (d.call) calls.push_back(*d.call);
-      }
-    };
-    for (size_t cut : cuts) {
-      take(parser.feed(std::string_view(text).substr(at, cut - at)));
-      at = cut;
-    }
-    take(parser.feed(std::string_view(text).substr(at)));
-    take(parser.finish());
-    const size_t b = content.find_first_not_of(" \t\r\n");
-    content = b == std::string::npos ? "" : content.substr(b, content.find_last_not_of(" \t\r\n") - b + 1);
-    EXPECT_EQ(content, whole.content) << text;
-    ASSERT_EQ(calls.size(), whole.tool_calls.size()) << text;
-    for (size_t i = 0; i < calls.size(); ++i) {
-      EXPECT_EQ(calls[i].name, whole.tool_calls[i].name);
-      EXPECT_EQ(calls[i].arguments, whole.tool_calls[i].arguments);
-    }
-  }
+  expect_stream_agrees(parse_coder(text), text,
+                       [] { return ToolCallStreamParser(ToolCallFormat::kQwen3Coder, {}, kCoderTools); });
 }
 
 TEST(ToolCallsQwen3Coder, OneCallAsTheTemplateWritesIt) {
