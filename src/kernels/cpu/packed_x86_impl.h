@@ -47,6 +47,67 @@ struct PackedFormat {
   static constexpr size_t kQuantOffset = kHasMin ? 64 : 32;
 };
 
+// The steps the kernels below share, inlined so that each kernel's
+// instructions are what they were written out.
+
+// w[j] and w[j + 4] (j < 4): map of the low and of the high nibbles of the 32
+// bytes at q + 64j (one half of a group's Q4_0 or MXFP4 block).
+template <class Map>
+[[gnu::always_inline]] inline void unpack_nibbles256(const uint8_t* q, __m256i m4, __m256i w[8], Map map) {
+  for (int j = 0; j < 4; ++j) {
+    const __m256i v = load256(q + 64 * j);
+    w[j] = map(_mm256_and_si256(v, m4));
+    w[j + 4] = map(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+  }
+}
+
+// a[0] + ... + a[7] in hsum_float_8's order.
+[[gnu::always_inline]] inline __m256 sum8_ps(const __m256 a[8]) {
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
+                       _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+}
+
+#if INFERD_X86_AVX512
+// unpack_nibbles256 on all 16 rows: the 64 bytes at q + 64j.
+template <class Map>
+[[gnu::always_inline]] inline void unpack_nibbles512(const uint8_t* q, __m512i m4, __m512i w[8], Map map) {
+  for (int j = 0; j < 4; ++j) {
+    const __m512i v = _mm512_loadu_si512(q + 64 * j);
+    w[j] = map(_mm512_and_si512(v, m4));
+    w[j + 4] = map(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+  }
+}
+
+[[gnu::always_inline]] inline __m512 sum8_ps(const __m512 a[8]) {
+  return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                       _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+}
+
+// One block of one token in the repacked order, on all 16 rows: the unsigned
+// quants w[j] against the token's quad j (yq + 4j) by two dpbusd chains, the
+// even quads' starting at the correction of the quants' bias, then acc + isum
+// * d * the token's scale yd (read where it is used, as written out before).
+[[gnu::always_inline]] inline __m512 dpbusd_block(const __m512i w[8], const int8_t* yq, int32_t correction, __m512 d,
+                                                  const float& yd, __m512 acc) {
+  __m512i s0 = _mm512_set1_epi32(correction);
+  __m512i s1 = _mm512_setzero_si512();
+  for (int j = 0; j < 8; j += 2) {
+    s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(yq + 4 * j)));
+    s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(yq + 4 * j + 4)));
+  }
+  const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(yd));
+  return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc);
+}
+#endif
+
+// Nibbles as they are (Q4_0, Q4_1).
+struct Nibbles {
+  template <class V>
+  [[gnu::always_inline]] V operator()(V v) const {
+    return v;
+  }
+};
+
 // Q4_1 and Q8_0 in GGML's lane order (packed_ref.cpp), rows 8h..8h+7: one
 // float accumulator per lane j = elements 4j..4j+3 of each block, summed at the
 // end like hsum_float_8. Plain AVX2, so the AVX-512 level runs it too for Q8_0
@@ -75,11 +136,7 @@ void packed_half_lanes_avx2(const uint8_t* group, int h, int64_t cols, const uin
     if constexpr (F::kHasMin) m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32 + 16 * h)));
     __m256i w[8];
     if constexpr (F::kQ4) {
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = load256(q + 64 * j);
-        w[j] = _mm256_and_si256(v, m4);
-        w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      }
+      unpack_nibbles256(q, m4, w, Nibbles());
     } else {
       for (int j = 0; j < 8; ++j) w[j] = load256(q + 64 * j);  // signed
     }
@@ -101,9 +158,7 @@ void packed_half_lanes_avx2(const uint8_t* group, int h, int64_t cols, const uin
     }
   }
   for (int t = 0; t < NT; ++t) {
-    const __m256* a = acc[t];
-    const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a[0], a[4]), _mm256_add_ps(a[2], a[6])),
-                                     _mm256_add_ps(_mm256_add_ps(a[1], a[5]), _mm256_add_ps(a[3], a[7])));
+    const __m256 sum = sum8_ps(acc[t]);
     _mm256_storeu_ps(out + t * os + 8 * h, F::kHasMin ? _mm256_add_ps(sum, accm[t]) : sum);
   }
 }
@@ -131,26 +186,15 @@ void packed_tile_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, 
     // w[j]: unsigned quants for activation quad j (Q4: j < 4 low nibbles, j >= 4 high).
     __m512i w[8];
     if constexpr (F::kQ4) {
-      for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_loadu_si512(q + 64 * j);
-        w[j] = _mm512_and_si512(v, m4);
-        w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      }
+      unpack_nibbles512(q, m4, w, Nibbles());
     } else {
       for (int j = 0; j < 8; ++j) w[j] = _mm512_xor_si512(_mm512_loadu_si512(q + 64 * j), flip);  // q + 128
     }
     for (int t = 0; t < NT; ++t) {
-      const int8_t* yq = y[t].qs + 32 * b;
       // Unsigned-bias correction: Q4_0 stores q + 8, Q8_0 is read as q + 128.
       const int bias = kType == DType::Q4_0 ? 8 : 128;
-      __m512i s0 = _mm512_set1_epi32(-bias * y[t].sum[b]);
-      __m512i s1 = _mm512_setzero_si512();
-      for (int j = 0; j < 8; j += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(yq + 4 * j)));
-        s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(yq + 4 * j + 4)));
-      }
-      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[t]);
+      const int8_t* yq = y[t].qs + 32 * b;
+      acc[t] = dpbusd_block(w, yq, -bias * y[t].sum[b], d, y[t].d[b], acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * os, acc[t]);
@@ -178,11 +222,7 @@ void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* 
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
     __m512i w[8];
-    for (int j = 0; j < 4; ++j) {
-      const __m512i v = _mm512_loadu_si512(q + 64 * j);
-      w[j] = _mm512_and_si512(v, m4);
-      w[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    }
+    unpack_nibbles512(q, m4, w, Nibbles());
     for (int t = 0; t < NT; ++t) {
       const int8_t* yq = y[t].qs + 32 * b;
       const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
@@ -194,12 +234,7 @@ void packed_tile_q4_1_avx512(const uint8_t* group, int64_t cols, const uint8_t* 
       accm[t] = _mm512_fmadd_ps(m, _mm512_set1_ps(y[t].s[b]), accm[t]);
     }
   }
-  for (int t = 0; t < NT; ++t) {
-    const __m512* a = acc[t];
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
-                                     _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
-    _mm512_storeu_ps(out + t * os, _mm512_add_ps(sum, accm[t]));
-  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * os, _mm512_add_ps(sum8_ps(acc[t]), accm[t]));
 }
 
 template <DType kType>
@@ -256,11 +291,7 @@ void packed_half_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* 
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
     __m256i w[8];
     if constexpr (F::kQ4) {
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = load256(q + 64 * j);
-        w[j] = _mm256_and_si256(v, m4);
-        w[j + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      }
+      unpack_nibbles256(q, m4, w, Nibbles());
     } else {
       for (int j = 0; j < 8; ++j) w[j] = load256(q + 64 * j);  // signed
     }
@@ -392,15 +423,16 @@ void packed_lanes_half(const uint8_t* group, int h, int64_t cols, const PackedAc
       }
     }
   }
-  const __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[4]), _mm256_add_ps(acc[2], acc[6])),
-                                   _mm256_add_ps(_mm256_add_ps(acc[1], acc[5]), _mm256_add_ps(acc[3], acc[7])));
-  _mm256_storeu_ps(out, sum);
+  _mm256_storeu_ps(out, sum8_ps(acc));
 }
 
 // PackedLaneBiasFn: the lane biases of nt tokens (-(1 << kShift) times the
 // sum of each four quants, eight per block), token t's at 8 * nb * t.
-template <int kShift>
-void packed_lane_biases(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
+// Each quad's sum of quants through `of` (the sums of a block's eight quads
+// to their biases).
+template <class Of>
+[[gnu::always_inline]] inline void quad_biases(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias,
+                                               Of of) {
   const int64_t nb = cols / 32;
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
@@ -408,10 +440,21 @@ void packed_lane_biases(const uint8_t* act, size_t as, int nt, int64_t cols, int
     const PackedAct y = packed_act(act + t * as, cols);
     for (int64_t b = 0; b < nb; ++b) {
       const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(y.qs + 32 * b)), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * (nb * t + b)),
-                          _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(quads, kShift)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * (nb * t + b)), of(quads));
     }
   }
+}
+
+template <int kShift>
+struct ShiftedBias {
+  [[gnu::always_inline]] __m256i operator()(__m256i quads) const {
+    return _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(quads, kShift));
+  }
+};
+
+template <int kShift>
+void packed_lane_biases(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
+  quad_biases(act, as, nt, cols, bias, ShiftedBias<kShift>());
 }
 
 // PackedTileFn (lane biases by packed_lane_biases<Src::kBiasShift>): each
@@ -546,12 +589,7 @@ void lanes512_pass(const uint8_t* group, int64_t nb, const uint8_t* act, size_t 
       }
     }
   }
-  for (int t = 0; t < NT; ++t) {  // hsum_float_8's order, per row
-    const __m512* a = acc[t];
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
-                                     _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
-    _mm512_storeu_ps(out + t * os, sum);
-  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * os, sum8_ps(acc[t]));  // hsum_float_8's order, per row
 }
 
 template <class Src>
@@ -620,6 +658,11 @@ alignas(16) constexpr uint8_t kMxfp4Unsigned[16] = {12, 13, 14, 15, 16, 18, 20, 
 inline __m256i mxfp4_lut256() {
   return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned)));
 }
+// Nibbles to u by the table's byte shuffle (unpack_nibbles256/512's map).
+struct Mxfp4Nibbles256 {
+  __m256i lut;
+  [[gnu::always_inline]] __m256i operator()(__m256i v) const { return _mm256_shuffle_epi8(lut, v); }
+};
 // 2^(e - 128) for eight exponents.
 inline __m256 e8m0_half_x8(const uint8_t* e) {
   const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
@@ -648,11 +691,7 @@ void packed_half_mxfp4_avx2(const uint8_t* group, int h, int64_t cols, const uin
     if (h == 0) prefetch_weights_ahead(p, kPackedMXFP4BlockBytes, NT == 1);  // the second half reads the same lines
     const __m256 d = e8m0_half_x8(p + 8 * h);
     __m256i w[8];
-    for (int j = 0; j < 4; ++j) {
-      const __m256i v = load256(q + 64 * j);
-      w[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
-      w[j + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-    }
+    unpack_nibbles256(q, m4, w, Mxfp4Nibbles256{lut});
     for (int t = 0; t < NT; ++t) {
       const int8_t* yq = y[t].qs + 32 * b;
       // Four maddubs pairs per int16 lane before widening: at most 4 * 2 * 24 * 127 = 24384.
@@ -674,6 +713,11 @@ void packed_half_mxfp4_avx2(const uint8_t* group, int h, int64_t cols, const uin
 }
 
 #if INFERD_X86_AVX512
+struct Mxfp4Nibbles512 {
+  __m512i lut;
+  [[gnu::always_inline]] __m512i operator()(__m512i v) const { return _mm512_shuffle_epi8(lut, v); }
+};
+
 // 2^(e - 128) for sixteen exponents.
 inline __m512 e8m0_half_x16(const uint8_t* e) {
   const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
@@ -700,21 +744,10 @@ void packed_mxfp4_avx512(const uint8_t* group, int64_t cols, const uint8_t* act,
     prefetch_weights_ahead(p, kPackedMXFP4BlockBytes, NT == 1);
     const __m512 d = e8m0_half_x16(p);
     __m512i w[8];
-    for (int j = 0; j < 4; ++j) {
-      const __m512i v = _mm512_loadu_si512(q + 64 * j);
-      w[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
-      w[j + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
-    }
+    unpack_nibbles512(q, m4, w, Mxfp4Nibbles512{lut});
     for (int t = 0; t < NT; ++t) {
       const int8_t* yq = y[t].qs + 32 * b;
-      __m512i s0 = _mm512_set1_epi32(-kMxfp4Bias * y[t].sum[b]);
-      __m512i s1 = _mm512_setzero_si512();
-      for (int j = 0; j < 8; j += 2) {
-        s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(yq + 4 * j)));
-        s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(yq + 4 * j + 4)));
-      }
-      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[t]);
+      acc[t] = dpbusd_block(w, yq, -kMxfp4Bias * y[t].sum[b], d, y[t].d[b], acc[t]);
     }
   }
   for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * os, acc[t]);
@@ -786,8 +819,7 @@ void packed_lanes_half_mxfp4(const uint8_t* group, int h, int64_t cols, const Pa
   }
   __m256 s[8];
   for (int j = 0; j < 8; ++j) s[j] = _mm256_add_ps(acc[0][j], acc[1][j]);
-  __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6])),
-                             _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7])));
+  __m256 sum = sum8_ps(s);
   if (pairs_end < nb) {
     const int64_t b = pairs_end;
     const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(y.d[b]), e8m0_half_x8(group + b * kPackedMXFP4BlockBytes + 8 * h));
@@ -835,8 +867,7 @@ void packed_lanes512_mxfp4(const uint8_t* group, int64_t cols, const PackedAct& 
   }
   __m512 s[8];
   for (int j = 0; j < 8; ++j) s[j] = _mm512_add_ps(acc[0][j], acc[1][j]);
-  __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[4]), _mm512_add_ps(s[2], s[6])),
-                             _mm512_add_ps(_mm512_add_ps(s[1], s[5]), _mm512_add_ps(s[3], s[7])));
+  __m512 sum = sum8_ps(s);
   if (pairs_end < nb) {
     const int64_t b = pairs_end;
     const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(y.d[b]), e8m0_half_x16(group + b * kPackedMXFP4BlockBytes));
@@ -857,18 +888,14 @@ void packed_lanes512_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_
 #endif
 
 // PackedLaneBiasFn for MXFP4: -12 times the sum of each four quants.
-void packed_lane_biases_mxfp4(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
-  const int64_t nb = cols / 32;
-  const __m256i ones8 = _mm256_set1_epi8(1);
-  const __m256i ones16 = _mm256_set1_epi16(1);
-  for (int t = 0; t < nt; ++t) {
-    const PackedAct y = packed_act(act + t * as, cols);
-    for (int64_t b = 0; b < nb; ++b) {
-      const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(y.qs + 32 * b)), ones16);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * (nb * t + b)),
-                          _mm256_mullo_epi32(quads, _mm256_set1_epi32(-kMxfp4Bias)));
-    }
+struct Mxfp4Bias {
+  [[gnu::always_inline]] __m256i operator()(__m256i quads) const {
+    return _mm256_mullo_epi32(quads, _mm256_set1_epi32(-kMxfp4Bias));
   }
+};
+
+void packed_lane_biases_mxfp4(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
+  quad_biases(act, as, nt, cols, bias, Mxfp4Bias());
 }
 
 void packed_lanes_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias,
