@@ -43,7 +43,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
   // More blocks than every running request at full length needs would only
   // ever hold cached prefixes; a budget given as a fraction of memory stops there.
-  const KVLayout kv_layout = KVLayout::plan(model.config());
+  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size);
   if (max_model_len > 0 && config.kv_cache_bytes <= 0)
     rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
   auto runner = ModelRunner::create(model, rc);
@@ -117,17 +117,20 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   const ModelConfig& mc = model_.config();
   kvtransfer::AgentConfig ac;
   kvtransfer::KVDescriptor& d = ac.descriptor;
+  // Everything about the blocks' bytes is the cache's specs'.
+  const kv::KVCacheSpec& spec = cache.storage_spec();
   d.fingerprint = fingerprint;
-  d.dtype = static_cast<int32_t>(DType::F16);
-  d.block_size = static_cast<int32_t>(cache.block_size());
+  d.dtype = static_cast<int32_t>(spec.dtype);
+  d.block_size = spec.block_size;
   d.n_layers = static_cast<int32_t>(mc.n_layer);
-  d.n_kv_heads = static_cast<int32_t>(mc.n_head_kv);
-  d.head_dim = static_cast<int32_t>(mc.head_dim);
+  d.n_kv_heads = spec.num_kv_heads;
+  d.head_dim = spec.head_size;
   d.layers_per_block = cache.layout().layers_per_block;
   d.block_bytes = cache.block_bytes();
   d.group_windows = cache.layout().group_windows;
   d.layer_group = cache.layout().layer_group;
-  // Keys and values: each layers_per_block slabs of [block][slot][kv_dim] f16.
+  d.group_specs = cache.layout().group_specs;
+  // Keys and values: each layers_per_block slabs of [block][slot] (slots of the spec's slot_bytes).
   ac.pool.regions = {cache.keys_base(), cache.values_base()};
   if (cache.keys_fd() >= 0) {
     ac.pool.region_fds = {cache.keys_fd(), cache.values_fd()};
@@ -138,7 +141,7 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   }
   ac.pool.slabs = cache.layout().layers_per_block;
   ac.pool.n_blocks = cache.n_blocks();
-  ac.pool.segment_bytes = static_cast<uint64_t>(cache.block_size() * cache.kv_dim()) * sizeof(uint16_t);
+  ac.pool.segment_bytes = cache.segment_bytes();
   ac.engine_id = t.engine_id;
   if (t.produce) {
     leases_ = std::make_unique<kvtransfer::LeaseTable>();

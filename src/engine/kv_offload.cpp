@@ -3,6 +3,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <vector>
 
 namespace inferd {
 
@@ -16,15 +17,26 @@ uint64_t kv_fingerprint(const Model& model, const KVCache& cache) {
     XXH3_64bits_update(st, file.image() + off, n);
     file.release_pages(file.image() + off, n);
   }
+  // The layout from the cache's specs. The storage format is 1 for f16
+  // attention, the format before specs: an f16 cache's fingerprint is the
+  // one it had then, so disk stores written since stay valid.
   const KVLayout& layout = cache.layout();
-  const int64_t fields[] = {1 /* format: f16 keys then values per slab */,
+  const kv::KVCacheSpec& spec = cache.storage_spec();
+  const int64_t fields[] = {spec.storage_format(),
                             static_cast<int64_t>(model.ggml_flavour()),
-                            cache.block_size(),
+                            spec.block_size,
                             layout.layers_per_block,
-                            cache.kv_dim(),
+                            spec.slot_elements(),
                             static_cast<int64_t>(layout.layer_group.size())};
   XXH3_64bits_update(st, fields, sizeof fields);
-  XXH3_64bits_update(st, layout.group_windows.data(), layout.group_windows.size() * sizeof(int64_t));
+  // Per group, its window (kind: a window > 0 is a sliding window) and, for a
+  // group whose format differs from the storage's, that format too.
+  std::vector<int64_t> windows;
+  for (const kv::KVCacheSpec& g : layout.group_specs) {
+    windows.push_back(g.sliding_window);
+    if (g.storage_format() != spec.storage_format()) windows.push_back(g.storage_format());
+  }
+  XXH3_64bits_update(st, windows.data(), windows.size() * sizeof(int64_t));
   XXH3_64bits_update(st, layout.layer_group.data(), layout.layer_group.size() * sizeof(int32_t));
   XXH3_64bits_update(st, layout.layer_slab.data(), layout.layer_slab.size() * sizeof(int32_t));
   const uint64_t h = XXH3_64bits_digest(st);

@@ -23,8 +23,9 @@ class KVCacheBlocks : public kv::KVBlockStorage {
 };
 
 // XXH3 of the model file's bytes (every byte: two fine-tunes of one shape
-// differ only in their weights), the numerics flavour, and the KV layout
-// (dtype, block size, layers per block, head width, groups and windows).
+// differ only in their weights), the numerics flavour, and the KV layout as
+// the cache's specs give it (storage format: dtype and kind; block size,
+// layers per block, slot width, groups and windows).
 // Reads the whole file once (the mapped pages are let go as it goes).
 uint64_t kv_fingerprint(const Model& model, const KVCache& cache);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "kv/block_pool.h"
 
@@ -36,7 +37,7 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
     source = std::to_string(config.kv_cache_memory_fraction) + " of " + std::to_string(avail) +
              " available bytes";
   }
-  const int64_t block_bytes = static_cast<int64_t>(KVCache::block_bytes(model, config.block_size));
+  const int64_t block_bytes = static_cast<int64_t>(KVCache::block_bytes(model, config.block_size, config.kv_cache_dtype));
   int64_t n = bytes / block_bytes;
   if (config.max_blocks > 0) n = std::min(n, config.max_blocks);
   n = std::min<int64_t>(n, INT32_MAX);
@@ -50,9 +51,12 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
 Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const ModelRunnerConfig& config) {
   if (!model.can_generate())
     return make_error(unsupported_architecture_message(model.config().architecture));
+  if (config.block_size < 1) return make_error("the KV block size must be at least 1");
+  KVLayout layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype);
+  if (Status s = model.check_kv_cache(layout); !s) return s.error();
   auto n_blocks = kv_blocks_for_budget(model.config(), config);
   if (!n_blocks) return n_blocks.error();
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, *n_blocks, config.block_size, config.kv_cache_shareable));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(layout), *n_blocks, config.kv_cache_shareable));
   if (config.warm_up) runner->warm_up();
   return runner;
 }
@@ -80,8 +84,8 @@ void ModelRunner::warm_up() {
   logits_.clear();
 }
 
-ModelRunner::ModelRunner(Model& model, int32_t n_blocks, int32_t block_size, bool shareable_cache)
-    : model_(model), cache_(model.config(), n_blocks, block_size, shareable_cache) {}
+ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache)
+    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache) {}
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();

@@ -19,6 +19,9 @@ namespace inferd {
 
 struct ModelRunnerConfig {
   int32_t block_size = 16;  // tokens per KV block
+  // The KV cache's element type (kv/kv_cache_spec.h); one the executor does
+  // not read is refused at create().
+  DType kv_cache_dtype = kv::kDefaultKVCacheDType;
   // The KV cache's size: kv_cache_bytes if > 0, else this fraction of the
   // memory available now (MemAvailable).
   int64_t kv_cache_bytes = 0;
@@ -67,7 +70,7 @@ class ModelRunner {
   KVCache& kv_cache() { return cache_; }  // the pool's memory (offload tiers copy blocks)
 
  private:
-  ModelRunner(Model& model, int32_t n_blocks, int32_t block_size, bool shareable_cache);
+  ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache);
   // Forward passes over the reserved null block, whose contents nothing reads.
   void warm_up();
 

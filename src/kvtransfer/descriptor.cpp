@@ -38,6 +38,7 @@ std::optional<std::string> KVDescriptor::mismatch(const KVDescriptor& p) const {
   if (auto d = differs("bytes per block", block_bytes, p.block_bytes)) return d;
   if (auto d = differs("KV group windows", group_windows, p.group_windows)) return d;
   if (auto d = differs("layer groups", layer_group, p.layer_group)) return d;
+  if (auto d = kv::spec_mismatch(group_specs, p.group_specs)) return d;
   if (fingerprint != p.fingerprint)
     return "model fingerprint differs (another model file, quantization or numerics build)";
   return std::nullopt;
@@ -82,6 +83,14 @@ void write(Writer& w, const KVDescriptor& d) {
   for (int64_t v : d.group_windows) w.i64(v);
   w.u32(static_cast<uint32_t>(d.layer_group.size()));
   for (int32_t v : d.layer_group) w.u32(static_cast<uint32_t>(v));
+  w.u32(static_cast<uint32_t>(d.group_specs.size()));
+  for (const kv::KVCacheSpec& g : d.group_specs) {
+    w.u8(static_cast<uint8_t>(g.kind));
+    for (uint32_t v : {static_cast<uint32_t>(g.dtype), static_cast<uint32_t>(g.num_kv_heads),
+                       static_cast<uint32_t>(g.head_size), static_cast<uint32_t>(g.block_size)})
+      w.u32(v);
+    w.i64(g.sliding_window);
+  }
 }
 
 bool read(Reader& r, KVDescriptor& d) {
@@ -106,6 +115,23 @@ bool read(Reader& r, KVDescriptor& d) {
     uint32_t u = 0;
     if (!r.u32(u)) return false;
     v = static_cast<int32_t>(u);
+  }
+  // The groups' specs: read as numbers, compared as they are (an unknown
+  // kind or dtype is simply a spec that differs).
+  if (!r.u32(n) || n > 4096) return false;
+  d.group_specs.resize(n);
+  for (kv::KVCacheSpec& g : d.group_specs) {
+    uint8_t kind = 0;
+    uint32_t u[4];
+    if (!r.u8(kind)) return false;
+    for (uint32_t& v : u)
+      if (!r.u32(v)) return false;
+    g.kind = static_cast<kv::KVCacheKind>(kind);
+    g.dtype = static_cast<DType>(u[0]);
+    g.num_kv_heads = static_cast<int32_t>(u[1]);
+    g.head_size = static_cast<int32_t>(u[2]);
+    g.block_size = static_cast<int32_t>(u[3]);
+    if (!r.i64(g.sliding_window)) return false;
   }
   return true;
 }

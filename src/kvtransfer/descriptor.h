@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "kv/kv_cache_spec.h"
 
 namespace inferd::kvtransfer {
 
@@ -29,6 +30,9 @@ struct KVDescriptor {
   uint64_t block_bytes = 0;
   std::vector<int64_t> group_windows;  // the KV groups (0: full attention)
   std::vector<int32_t> layer_group;    // per layer: its group
+  // Per group, its spec (kind, window, dtype, heads, head size, block size):
+  // the fields above are the common part, these say each group's whole.
+  std::vector<kv::KVCacheSpec> group_specs;
 
   // The first field that differs, named, with both values; nullopt when the
   // peers' blocks are interchangeable.

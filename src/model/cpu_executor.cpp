@@ -192,27 +192,31 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
         for (int64_t i = 0; i < D; ++i) q[i] *= phase.query_scale;
     }
     const int64_t slot = batch.slots[pass.cache->group(l)][t];
+    // Keys and values are written as the cache's spec says (its dtype, its
+    // strides, computed once when the cache was made).
+    const DType kv_dtype = pass.cache->storage_spec().dtype;
+    const size_t slot_bytes = pass.cache->slot_bytes(), head_bytes = pass.cache->head_bytes();
     // The next position's slot is most often the next one: have its cache
     // lines owned by the time that token writes them (a write to a line not
     // in cache waits for memory, and the barrier after this phase drains it).
-    auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
+    auto prefetch_next_slot = [&](const std::byte* cache, size_t offset) {
       if (slot + 1 >= pass.cache->n_slots()) return;
-      for (int64_t byte = 0; byte < D * 2; byte += 64)
-        __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
+      for (size_t byte = 0; byte < head_bytes; byte += 64)
+        __builtin_prefetch(cache + (slot + 1) * slot_bytes + offset + byte, 1);
     };
     for (int64_t g = mine.k0; g < mine.k1; ++g) {
       float* k = s_.k.data() + t * KVD + g * D;
       if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
       if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
       kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
-      kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
-      prefetch_next_slot(pass.cache->k(l), g * D);
+      kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + slot * slot_bytes + g * head_bytes, D);
+      prefetch_next_slot(pass.cache->k(l), g * head_bytes);
     }
     for (int64_t g = mine.v0; g < mine.v1; ++g) {
       float* v = s_.v.data() + t * KVD + g * D;
       if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
-      kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
-      prefetch_next_slot(pass.cache->v(l), g * D);
+      kernels::quantize_row(kv_dtype, v, pass.cache->v(l) + slot * slot_bytes + g * head_bytes, D);
+      prefetch_next_slot(pass.cache->v(l), g * head_bytes);
     }
   }
 }
@@ -223,8 +227,11 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   const ForwardBatch& batch = *pass.batch;
   const int64_t D = c.head_dim, H = c.n_head, group = c.n_head / c.n_head_kv;
   const int64_t window = phase.window;
-  const uint16_t* kc = pass.cache->k(layer);
-  const uint16_t* vc = pass.cache->v(layer);
+  // The cache's dtype is one the kernels read (checked when the cache was made: Executor::supports_kv_cache).
+  const kv::KVCacheSpec& kv_spec = pass.cache->layer_spec(layer);
+  const auto* kc = reinterpret_cast<const uint16_t*>(pass.cache->k(layer));
+  const auto* vc = reinterpret_cast<const uint16_t*>(pass.cache->v(layer));
+  const int64_t slot_stride = kv_spec.slot_elements();
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
   const float* sinks = phase.sinks ? weights_.layers[layer].attn_sinks.f32() : nullptr;
@@ -237,7 +244,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     n_heads = std::min(end - item, group - h % group);
     while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
     const SequenceSlice& sl = batch.sequences[seq];
-    kernels::PagedKV kv{kc, vc, c.kv_dim(), pass.cache->block_size(), sl.block_tables[kv_group].data()};
+    kernels::PagedKV kv{kc, vc, slot_stride, kv_spec.block_size, sl.block_tables[kv_group].data(), kv_spec.dtype};
     const int64_t pos = batch.positions[t];
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass =

@@ -9,8 +9,10 @@
 #include <array>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/flavour.h"
 #include "model/linear.h"
 #include "model/model.h"
@@ -24,6 +26,13 @@ class CpuExecutor final : public Executor {
 
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override;
   std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
+  // Its attention kernels read F16 keys and values only (quantized KV: the
+  // KV-compression issue).
+  Status supports_kv_cache(const kv::KVCacheSpec& spec) const override {
+    if (kernels::attention_reads_kv(spec.dtype)) return {};
+    return make_error(std::string("a KV cache of ") + dtype_name(spec.dtype) +
+                      " is not supported: the CPU attention kernels read F16 keys and values only");
+  }
 
  private:
   std::shared_ptr<ThreadPool> pool_;  // possibly shared with another model's executor

@@ -3,10 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <utility>
 
 namespace inferd {
 
-KVLayout KVLayout::plan(const ModelConfig& c) {
+KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
   // Layers by window, full attention (0) first.
   std::map<int64_t, std::vector<int32_t>> by_window;
   for (int32_t l = 0; l < c.n_layer; ++l)
@@ -14,8 +15,13 @@ KVLayout KVLayout::plan(const ModelConfig& c) {
   KVLayout layout;
   layout.layer_group.assign(c.n_layer, 0);
   layout.layer_slab.assign(c.n_layer, 0);
+  const auto spec_for = [&](int64_t window) {
+    return kv::KVCacheSpec::for_window(dtype, static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
+                                       block_size, window);
+  };
   if (by_window.empty()) {  // no layers: one empty group keeps the shapes valid
     layout.group_windows = {0};
+    layout.group_specs = {spec_for(0)};
     return layout;
   }
   layout.layers_per_block = static_cast<int32_t>(c.n_layer);
@@ -25,7 +31,10 @@ KVLayout KVLayout::plan(const ModelConfig& c) {
   // empty (Gemma 3 1B: 4 global, 22 windowed -> 6 windowed groups, 2 places unused).
   for (const auto& [window, layers] : by_window) {
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (i % layout.layers_per_block == 0) layout.group_windows.push_back(window);
+      if (i % layout.layers_per_block == 0) {
+        layout.group_windows.push_back(window);
+        layout.group_specs.push_back(spec_for(window));
+      }
       layout.layer_group[layers[i]] = layout.num_groups() - 1;
       layout.layer_slab[layers[i]] = static_cast<int32_t>(i % layout.layers_per_block);
     }
@@ -34,12 +43,17 @@ KVLayout KVLayout::plan(const ModelConfig& c) {
 }
 
 KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size, bool shareable)
-    : layout_(KVLayout::plan(c)),
+    : KVCache(KVLayout::plan(c, static_cast<int32_t>(block_size)), n_blocks, shareable) {}
+
+KVCache::KVCache(KVLayout layout, int64_t n_blocks, bool shareable)
+    : layout_(std::move(layout)),
       n_blocks_(n_blocks),
-      block_size_(block_size),
-      kv_dim_(c.kv_dim()),
-      n_elements_(static_cast<size_t>(layout_.layers_per_block * n_blocks * block_size * kv_dim_)) {
-  const size_t bytes = n_elements_ * sizeof(uint16_t);
+      block_size_(layout_.storage_spec().block_size),
+      slot_bytes_(layout_.storage_spec().slot_bytes()),
+      head_bytes_(layout_.storage_spec().head_bytes()),
+      segment_bytes_(layout_.storage_spec().segment_bytes()),
+      slab_bytes_(static_cast<size_t>(n_blocks) * segment_bytes_) {
+  const size_t bytes = slab_bytes_ * static_cast<size_t>(layout_.layers_per_block);
   if (shareable && bytes > 0) {
     auto k = SharedBytes::create(bytes, kSharedName);
     auto v = k ? SharedBytes::create(bytes, kSharedName) : Result<SharedBytes>(k.error());
@@ -60,25 +74,24 @@ KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size, boo
 
 void KVCache::copy_block(int64_t src, int64_t dst) {
   // A block holds the same slots of each of its layers_per_block slabs.
-  const size_t block_elements = static_cast<size_t>(block_size_ * kv_dim_);
+  const size_t bytes = segment_bytes_;
   for (uint8_t* store : {k_, v_}) {
-    uint16_t* base = reinterpret_cast<uint16_t*>(store);
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab) {
-      uint16_t* s = base + static_cast<size_t>(slab) * n_slots() * kv_dim_;
-      std::memcpy(s + dst * block_elements, s + src * block_elements, block_elements * sizeof(uint16_t));
+      uint8_t* s = store + static_cast<size_t>(slab) * slab_bytes_;
+      std::memcpy(s + dst * bytes, s + src * bytes, bytes);
     }
   }
 }
 
 void KVCache::read_block(int64_t block, std::byte* dst) const {
-  const size_t bytes = static_cast<size_t>(block_size_ * kv_dim_) * sizeof(uint16_t);
+  const size_t bytes = segment_bytes_;
   for (const uint8_t* store : {k_, v_})
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, dst += bytes)
       std::memcpy(dst, store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, bytes);
 }
 
 void KVCache::write_block(int64_t block, const std::byte* src) {
-  const size_t bytes = static_cast<size_t>(block_size_ * kv_dim_) * sizeof(uint16_t);
+  const size_t bytes = segment_bytes_;
   for (uint8_t* store : {k_, v_})
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, src += bytes)
       std::memcpy(store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, src, bytes);

@@ -1,7 +1,9 @@
 // Storage for the key/value cache: a pool of fixed-size blocks of slots, one
-// slot per token, holding keys and values in f16. Which blocks belong to which
-// sequence is decided elsewhere (the block tables passed in a ForwardBatch);
-// this class only owns the memory and says which layers share a block.
+// slot per token, holding keys and values in the element type the groups'
+// specs name (kv/kv_cache_spec.h, which alone knows the bytes per element).
+// Which blocks belong to which sequence is decided elsewhere (the block
+// tables passed in a ForwardBatch); this class only owns the memory and says
+// which layers share a block.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +13,7 @@
 
 #include "core/aligned_bytes.h"
 #include "core/shared_bytes.h"
+#include "kv/kv_cache_spec.h"
 #include "model/config.h"
 
 namespace inferd {
@@ -24,14 +27,25 @@ namespace inferd {
 // (Gemma 3: 15 windowed, 3 global) gets layers_per_block = the smaller count
 // (3) and a group per 3 layers (1 global, 5 windowed), so a long request's
 // windowed layers hold a window's worth of blocks instead of the whole context.
+// Each group has a spec (kv::KVCacheSpec: kind, window, dtype, heads, block
+// size); every group's layers are the same shape, so their blocks are too.
 struct KVLayout {
   int32_t layers_per_block = 0;
-  std::vector<int64_t> group_windows;  // per group: 0 for full attention, else the window
+  std::vector<int64_t> group_windows;  // per group: 0 for full attention, else the window (its spec's)
   std::vector<int32_t> layer_group;    // per layer: its group
   std::vector<int32_t> layer_slab;     // per layer: its place among its block's layers
+  std::vector<kv::KVCacheSpec> group_specs;  // per group: what each of its layers keeps
 
-  static KVLayout plan(const ModelConfig& config);
+  // The groups of a model's layers, their specs with block_size tokens a
+  // block of dtype elements. (The defaults are the engine's; what only needs
+  // the grouping may leave them.)
+  static KVLayout plan(const ModelConfig& config, int32_t block_size = 16,
+                       DType dtype = kv::kDefaultKVCacheDType);
   int32_t num_groups() const { return static_cast<int32_t>(group_windows.size()); }
+  // What every group's slabs hold: the groups differ in kind and window only.
+  const kv::KVCacheSpec& storage_spec() const { return group_specs.front(); }
+  // Bytes of one block: keys and values of its layers_per_block layers.
+  size_t block_bytes() const { return static_cast<size_t>(layers_per_block) * storage_spec().page_bytes(); }
   // Blocks enough for one request of n_tokens in every group (an upper bound:
   // windowed groups give blocks back as the request grows).
   int64_t blocks_for_request(int64_t n_tokens, int64_t block_size) const {
@@ -45,34 +59,44 @@ class KVCache {
   // KV consumer on this host can map, when the system gives it (else, and by
   // default, on this process's own huge pages).
   KVCache(const ModelConfig& config, int64_t n_blocks, int64_t block_size, bool shareable = false);
+  // A cache of a planned layout (its specs give the block size and dtype).
+  KVCache(KVLayout layout, int64_t n_blocks, bool shareable = false);
   // The name of a shareable cache's memory objects (what a consumer checks).
   static constexpr const char* kSharedName = "inferd-kv";
 
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t n_slots() const { return n_blocks_ * block_size_; }
-  int64_t kv_dim() const { return kv_dim_; }
-  size_t bytes() const { return 2 * n_elements_ * sizeof(uint16_t); }
+  size_t bytes() const { return 2 * slab_bytes_ * static_cast<size_t>(layout_.layers_per_block); }
   const KVLayout& layout() const { return layout_; }
+  // The spec of a group, of a layer's group, and what every slab holds.
+  const kv::KVCacheSpec& spec(int32_t group) const { return layout_.group_specs[group]; }
+  const kv::KVCacheSpec& layer_spec(int64_t layer) const { return spec(group(layer)); }
+  const kv::KVCacheSpec& storage_spec() const { return layout_.storage_spec(); }
   // Bytes one token takes across all layers (keys and values) where every
   // layer keeps it.
-  static size_t bytes_per_token(const ModelConfig& c) {
-    return static_cast<size_t>(2 * c.n_layer * c.kv_dim()) * sizeof(uint16_t);
+  static size_t bytes_per_token(const ModelConfig& c, DType dtype = kv::kDefaultKVCacheDType) {
+    return static_cast<size_t>(c.n_layer) * KVLayout::plan(c, 1, dtype).storage_spec().bytes_per_token();
   }
   // Bytes of one block (keys and values of its layers_per_block layers).
-  static size_t block_bytes(const ModelConfig& c, int64_t block_size) {
-    return static_cast<size_t>(2 * KVLayout::plan(c).layers_per_block * block_size * c.kv_dim()) *
-           sizeof(uint16_t);
+  static size_t block_bytes(const ModelConfig& c, int64_t block_size, DType dtype = kv::kDefaultKVCacheDType) {
+    return KVLayout::plan(c, static_cast<int32_t>(block_size), dtype).block_bytes();
   }
 
-  // A layer's slab: slot s of block b is at (b * block_size + s) * kv_dim.
-  uint16_t* k(int64_t layer) { return reinterpret_cast<uint16_t*>(k_) + slab_offset(layer); }
-  uint16_t* v(int64_t layer) { return reinterpret_cast<uint16_t*>(v_) + slab_offset(layer); }
+  // A layer's slab: slot s of block b is at (b * block_size + s) *
+  // slot_bytes(), its head h at h * head_bytes() within the slot.
+  std::byte* k(int64_t layer) { return reinterpret_cast<std::byte*>(k_) + slab_offset(layer); }
+  std::byte* v(int64_t layer) { return reinterpret_cast<std::byte*>(v_) + slab_offset(layer); }
+  // The storage spec's strides, computed once (the forward pass reads them per token).
+  size_t slot_bytes() const { return slot_bytes_; }
+  size_t head_bytes() const { return head_bytes_; }
   // Copies every layer's keys and values of block `src` into block `dst`
   // (copy on write of a block that forked sequences shared).
   void copy_block(int64_t src, int64_t dst);
   // A block's bytes whole: its layers' keys, then their values (offload tiers).
-  size_t block_bytes() const { return 2 * static_cast<size_t>(layout_.layers_per_block * block_size_ * kv_dim_) * sizeof(uint16_t); }
+  size_t block_bytes() const { return layout_.block_bytes(); }
+  // Bytes of one layer's keys (or values) of one block: a block's run in a slab.
+  size_t segment_bytes() const { return segment_bytes_; }
   void read_block(int64_t block, std::byte* dst) const;
   void write_block(int64_t block, const std::byte* src);
   // The keys' and the values' arrays whole: layers_per_block slabs of
@@ -89,11 +113,12 @@ class KVCache {
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 
  private:
-  int64_t slab_offset(int64_t layer) const { return layout_.layer_slab[layer] * n_slots() * kv_dim_; }
+  size_t slab_offset(int64_t layer) const { return static_cast<size_t>(layout_.layer_slab[layer]) * slab_bytes_; }
 
   KVLayout layout_;
-  int64_t n_blocks_, block_size_, kv_dim_;
-  size_t n_elements_;
+  int64_t n_blocks_, block_size_;
+  size_t slot_bytes_, head_bytes_, segment_bytes_;
+  size_t slab_bytes_;  // one layer's keys (or values) of every block
   // Left uninitialized: a slot is always written before it is read, and an
   // untouched page costs no memory, so a cache sized from a memory budget
   // neither takes seconds to zero nor commits pages it never uses. On huge

@@ -46,6 +46,15 @@ void Model::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float
   executor_->forward(batch, cache, logits);
 }
 
+Status Model::check_kv_cache(const KVLayout& layout) const {
+  if (!executor_) return make_error("this model has no executor (it cannot generate)");
+  for (const kv::KVCacheSpec& spec : layout.group_specs) {
+    if (Status s = spec.validate(); !s) return s;
+    if (Status s = executor_->supports_kv_cache(spec); !s) return s;
+  }
+  return {};
+}
+
 std::unique_ptr<Executor> make_executor(const Model& model, const LoadOptions& options) {
   switch (options.backend) {
     case Backend::kCpu: {

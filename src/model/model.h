@@ -60,6 +60,9 @@ class Executor {
   virtual void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) = 0;
   // The host threads it runs on, for a second model to share (null: none).
   virtual std::shared_ptr<ThreadPool> thread_pool() const { return nullptr; }
+  // Whether its kernels can write and read a KV cache group of this spec
+  // (the dtype above all); an error names what they cannot.
+  virtual Status supports_kv_cache(const kv::KVCacheSpec& spec) const = 0;
 };
 
 // The executor of options.backend for a loaded model (which must outlive it).
@@ -93,6 +96,10 @@ class Model {
   // and returns logits for batch.logit_rows (logit_rows.size() x n_logits(),
   // row-major) in `logits`. Not thread-safe: one forward pass at a time per Model.
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits);
+  // Whether a cache of this layout can be made for this model: every group's
+  // spec is valid and one its executor runs (a KV dtype its attention kernels
+  // do not read is refused here, before any cache is allocated).
+  Status check_kv_cache(const KVLayout& layout) const;
   // The threads its forward passes run on (LoadOptions::thread_pool for a
   // draft model), or null for a model that cannot generate.
   std::shared_ptr<ThreadPool> thread_pool() const { return executor_ ? executor_->thread_pool() : nullptr; }

@@ -1,6 +1,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <cassert>
 #include <limits>
 
 #include "kernels/cpu/attention_ggml_avx2_impl.h"
@@ -63,6 +64,7 @@ void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int
 void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                   GgmlFlavour flavour, const float* sinks) {
+  assert(attention_reads_kv(kv.dtype));
   kernel_table().ops.attend_heads[static_cast<int>(flavour)](q, n_heads, kv, head_offset, D, pos_begin, pos_end,
                                                              scale, pass, out, sinks);
 }

@@ -15,16 +15,25 @@
 #pragma once
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "kernels/cpu/flavour.h"
 
 namespace inferd::kernels {
 
+// Whether these kernels read keys and values of this element type: F16 only
+// for now (quantized KV comes with its own kernels). An executor checks its
+// cache's spec against this before it runs (Executor::supports_kv_cache).
+constexpr bool attention_reads_kv(DType dtype) { return dtype == DType::F16; }
+
+// What the kernels read: keys and values of `dtype` (one attention_reads_kv
+// accepts; the kernels do not check it again per call), [slot][slot_stride].
 struct PagedKV {
-  const uint16_t* k = nullptr;  // f16, [slot][slot_stride]
+  const uint16_t* k = nullptr;  // F16, [slot][slot_stride]
   const uint16_t* v = nullptr;
   int64_t slot_stride = 0;      // elements between consecutive slots
   int64_t block_size = 0;
   const int32_t* block_table = nullptr;
+  DType dtype = DType::F16;
 };
 
 // llama.cpp computes attention with two different summation orders: a

@@ -1,0 +1,58 @@
+#include "kv/kv_cache_spec.h"
+
+namespace inferd::kv {
+
+const char* kv_cache_kind_name(KVCacheKind kind) {
+  switch (kind) {
+    case KVCacheKind::kFullAttention: return "full attention";
+    case KVCacheKind::kSlidingWindow: return "sliding window";
+  }
+  return "unknown";
+}
+
+Status KVCacheSpec::validate() const {
+  const DTypeInfo* t = dtype_info(static_cast<uint32_t>(dtype));
+  if (!t) return make_error("KV cache dtype " + std::to_string(static_cast<uint32_t>(dtype)) + " is not a known type");
+  if (num_kv_heads < 0 || head_size < 0 || block_size < 1)
+    return make_error("KV cache spec needs heads and head size >= 0 and a block size >= 1 (" + describe() + ")");
+  if (head_size % t->block_size != 0)
+    return make_error(std::string("KV cache dtype ") + t->name + " packs " + std::to_string(t->block_size) +
+                      " elements a block; a head of " + std::to_string(head_size) + " is not whole blocks");
+  if (kind == KVCacheKind::kSlidingWindow ? sliding_window < 1 : sliding_window != 0)
+    return make_error("KV cache spec: a sliding window needs a window >= 1, full attention none (" + describe() + ")");
+  return {};
+}
+
+std::string KVCacheSpec::describe() const {
+  const DTypeInfo* t = dtype_info(static_cast<uint32_t>(dtype));
+  std::string s = kv_cache_kind_name(kind);
+  if (kind == KVCacheKind::kSlidingWindow) s.append(" ").append(std::to_string(sliding_window));
+  s.append(", ");
+  if (t)
+    s.append(t->name);
+  else
+    s.append("dtype ").append(std::to_string(static_cast<uint32_t>(dtype)));
+  s.append(", ").append(std::to_string(num_kv_heads)).append(" KV heads x ").append(std::to_string(head_size));
+  return s.append(", ").append(std::to_string(block_size)).append(" tokens a block");
+}
+
+int64_t KVCacheSpec::storage_format() const {
+  const bool attention = kind == KVCacheKind::kFullAttention || kind == KVCacheKind::kSlidingWindow;
+  if (attention && dtype == DType::F16) return 1;
+  // Kind and dtype, kept clear of 1.
+  return (int64_t{static_cast<uint8_t>(kind) + 1} << 32) | (int64_t{static_cast<uint32_t>(dtype)} + 2);
+}
+
+std::optional<std::string> spec_mismatch(const std::vector<KVCacheSpec>& mine,
+                                         const std::vector<KVCacheSpec>& theirs) {
+  if (mine.size() != theirs.size())
+    return "KV group count differs (here " + std::to_string(mine.size()) + ", peer " + std::to_string(theirs.size()) +
+           ")";
+  for (size_t g = 0; g < mine.size(); ++g)
+    if (mine[g] != theirs[g])
+      return "KV group " + std::to_string(g) + " differs (here " + mine[g].describe() + "; peer " +
+             theirs[g].describe() + ")";
+  return std::nullopt;
+}
+
+}  // namespace inferd::kv

@@ -1,0 +1,97 @@
+// What one layer of a KV group keeps per token and per block, and in which
+// element type: the KV cache's format, in one place (vLLM v1's
+// kv_cache_interface.py: FullAttentionSpec, SlidingWindowSpec).
+//
+// Every size of the KV cache comes from here: the block pool's block size in
+// bytes (model/kv_cache.h: KVLayout, KVCache), the executor's slot strides,
+// the offload tiers' fingerprint and the KV transfer's descriptor. Nothing
+// else knows how many bytes an element takes, so another dtype (q8_0, q4_0,
+// fp8) or another kind (latent attention, recurrent state) changes this file
+// and whichever executor learns to read it.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/result.h"
+
+namespace inferd::kv {
+
+// How a group's layers use their slots. Latent attention (MLA: one
+// compressed vector per token) and recurrent state (Mamba, Gated DeltaNet: a
+// fixed state per sequence) come next; their sizes will differ, not the
+// interface.
+enum class KVCacheKind : uint8_t {
+  kFullAttention = 0,  // every position is kept
+  kSlidingWindow = 1,  // only the last `sliding_window` positions are read
+};
+const char* kv_cache_kind_name(KVCacheKind kind);
+
+// The KV element type when none is asked for (and the only one the CPU
+// attention kernels read today).
+inline constexpr DType kDefaultKVCacheDType = DType::F16;
+
+// One layer's keys and values in a KV group. A block of a group holds, for
+// each of its layers, block_size slots of keys and as many of values; a slot
+// is num_kv_heads heads of head_size elements of dtype.
+struct KVCacheSpec {
+  KVCacheKind kind = KVCacheKind::kFullAttention;
+  DType dtype = kDefaultKVCacheDType;
+  int32_t num_kv_heads = 0;
+  int32_t head_size = 0;
+  int32_t block_size = 0;      // tokens per block
+  int64_t sliding_window = 0;  // kSlidingWindow: positions read; else 0
+
+  static KVCacheSpec full_attention(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size) {
+    return {KVCacheKind::kFullAttention, dtype, num_kv_heads, head_size, block_size, 0};
+  }
+  static KVCacheSpec sliding(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size,
+                             int64_t window) {
+    return {KVCacheKind::kSlidingWindow, dtype, num_kv_heads, head_size, block_size, window};
+  }
+  // A layer attending within `window` positions (0: full attention).
+  static KVCacheSpec for_window(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size,
+                                int64_t window) {
+    return window > 0 ? sliding(dtype, num_kv_heads, head_size, block_size, window)
+                      : full_attention(dtype, num_kv_heads, head_size, block_size);
+  }
+
+  // Elements of one token's keys (or values) in one layer.
+  int64_t slot_elements() const { return int64_t{num_kv_heads} * head_size; }
+  // Bytes of one head's keys (or values) of one token.
+  size_t head_bytes() const { return row_bytes(dtype, head_size); }
+  // Bytes of one token's keys (or values) in one layer: the stride between
+  // slots in a layer's slab.
+  size_t slot_bytes() const { return static_cast<size_t>(num_kv_heads) * head_bytes(); }
+  // Bytes of one layer's keys (or values) of one block: the contiguous run a
+  // block is in each slab (what a KV transfer reads per layer, per side).
+  size_t segment_bytes() const { return static_cast<size_t>(block_size) * slot_bytes(); }
+  // Bytes one token takes in one layer, keys and values.
+  size_t bytes_per_token() const { return 2 * slot_bytes(); }
+  // Bytes of one layer's block, keys and values (vLLM's page_size_bytes).
+  size_t page_bytes() const { return 2 * segment_bytes(); }
+
+  // Why this spec cannot describe a cache (unknown dtype, a head that is not
+  // whole quantization blocks, a window on a full-attention spec, ...); ok
+  // when it can.
+  Status validate() const;
+  // "sliding window 512, F16, 1 KV heads x 256, 16 tokens a block".
+  std::string describe() const;
+  // The format of a block's bytes as one number, for fingerprints: 1 is f16
+  // keys then values per slab (full or windowed attention), the only format
+  // before specs, so stores fingerprinted then stay valid; any other dtype or
+  // kind gets a number of its own.
+  int64_t storage_format() const;
+
+  bool operator==(const KVCacheSpec&) const = default;
+};
+
+// The first spec that differs between two groups' lists, named with both
+// sides ("KV group 1 differs (here ..., peer ...)"); nullopt when equal.
+std::optional<std::string> spec_mismatch(const std::vector<KVCacheSpec>& mine,
+                                         const std::vector<KVCacheSpec>& theirs);
+
+}  // namespace inferd::kv

@@ -1,0 +1,148 @@
+// The KV cache's spec where blocks leave the pool: the offload tiers'
+// fingerprint and the KV transfer's descriptor differ when the spec does (so
+// a store or a peer of another format is never read), an f16 cache keeps the
+// fingerprint it had before specs, and a runner asked for a KV dtype the
+// executor does not read is refused by name.
+#include <gtest/gtest.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "engine/kv_offload.h"
+#include "engine/model_runner.h"
+#include "kvtransfer/descriptor.h"
+
+namespace inferd {
+namespace {
+
+std::unique_ptr<Model> load(const std::string& name) {
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/" + name;
+  if (!std::ifstream(path).good()) {
+    ADD_FAILURE() << path << " not found";
+    return nullptr;
+  }
+  LoadOptions options;
+  options.n_threads = 1;
+  options.prefault = false;
+  auto m = Model::load(path, options);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  return m.ok() ? std::move(*m) : nullptr;
+}
+
+// The fingerprint as it was computed before the KV cache had specs (f16 only).
+uint64_t pre_spec_fingerprint(const Model& model, const KVCache& cache) {
+  XXH3_state_t* st = XXH3_createState();
+  XXH3_64bits_reset(st);
+  const gguf::File& file = model.file();
+  XXH3_64bits_update(st, file.image(), file.file_size());
+  const KVLayout& layout = cache.layout();
+  const int64_t fields[] = {1,
+                            static_cast<int64_t>(model.ggml_flavour()),
+                            cache.block_size(),
+                            layout.layers_per_block,
+                            model.config().kv_dim(),
+                            static_cast<int64_t>(layout.layer_group.size())};
+  XXH3_64bits_update(st, fields, sizeof fields);
+  XXH3_64bits_update(st, layout.group_windows.data(), layout.group_windows.size() * sizeof(int64_t));
+  XXH3_64bits_update(st, layout.layer_group.data(), layout.layer_group.size() * sizeof(int32_t));
+  XXH3_64bits_update(st, layout.layer_slab.data(), layout.layer_slab.size() * sizeof(int32_t));
+  const uint64_t h = XXH3_64bits_digest(st);
+  XXH3_freeState(st);
+  return h;
+}
+
+TEST(EngineKVCacheSpec, TheFingerprintDiffersWhenTheSpecDiffers) {
+  auto model = load("tiny-gemma3.gguf");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  const KVCache f16(KVLayout::plan(c, 16), 4);
+  const KVCache f16_again(KVLayout::plan(c, 16), 8);  // the pool's size is no part of it
+  const KVCache bigger_blocks(KVLayout::plan(c, 32), 4);
+  const KVCache q8(KVLayout::plan(c, 16, DType::Q8_0), 4);  // storage only: no executor reads it
+  const KVCache bf16(KVLayout::plan(c, 16, DType::BF16), 4);
+  const uint64_t fp = kv_fingerprint(*model, f16);
+  EXPECT_EQ(fp, kv_fingerprint(*model, f16_again));
+  EXPECT_EQ(fp, pre_spec_fingerprint(*model, f16));  // disk stores written before specs stay valid
+  EXPECT_NE(fp, kv_fingerprint(*model, bigger_blocks));
+  EXPECT_NE(fp, kv_fingerprint(*model, q8));
+  EXPECT_NE(fp, kv_fingerprint(*model, bf16));
+  EXPECT_NE(kv_fingerprint(*model, q8), kv_fingerprint(*model, bf16));
+  // Another model (its file and its layout) too.
+  auto llama = load("tiny-llama3.gguf");
+  ASSERT_TRUE(llama);
+  const KVCache other(KVLayout::plan(llama->config(), 16), 4);
+  EXPECT_EQ(kv_fingerprint(*llama, other), pre_spec_fingerprint(*llama, other));
+  EXPECT_NE(fp, kv_fingerprint(*llama, other));
+}
+
+kvtransfer::KVDescriptor descriptor_of(const KVCache& cache, const ModelConfig& c) {
+  kvtransfer::KVDescriptor d;
+  const kv::KVCacheSpec& s = cache.storage_spec();
+  d.dtype = static_cast<int32_t>(s.dtype);
+  d.block_size = s.block_size;
+  d.n_layers = static_cast<int32_t>(c.n_layer);
+  d.n_kv_heads = s.num_kv_heads;
+  d.head_dim = s.head_size;
+  d.layers_per_block = cache.layout().layers_per_block;
+  d.block_bytes = cache.block_bytes();
+  d.group_windows = cache.layout().group_windows;
+  d.layer_group = cache.layout().layer_group;
+  d.group_specs = cache.layout().group_specs;
+  return d;
+}
+
+TEST(EngineKVCacheSpec, TheTransferDescriptorCarriesEveryGroupsSpec) {
+  auto model = load("tiny-gemma3.gguf");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  const KVCache mine(KVLayout::plan(c, 16), 4);
+  const kvtransfer::KVDescriptor a = descriptor_of(mine, c);
+  ASSERT_EQ(a.group_specs.size(), static_cast<size_t>(mine.layout().num_groups()));
+  // On the wire and back, specs included.
+  kvtransfer::Writer w;
+  write(w, a);
+  kvtransfer::KVDescriptor b;
+  kvtransfer::Reader r(w.bytes());
+  ASSERT_TRUE(read(r, b));
+  EXPECT_EQ(b.group_specs, a.group_specs);
+  EXPECT_EQ(a.mismatch(b), std::nullopt);
+  for (size_t n = 0; n < w.bytes().size(); ++n) {
+    kvtransfer::Reader cut(std::span<const std::byte>(w.bytes().data(), n));
+    kvtransfer::KVDescriptor t;
+    EXPECT_FALSE(read(cut, t)) << n;
+  }
+  // A peer whose cache is another dtype is refused, by its dtype first.
+  const KVCache q8(KVLayout::plan(c, 16, DType::Q8_0), 4);
+  EXPECT_EQ(a.mismatch(descriptor_of(q8, c)).value_or(""), "KV dtype differs (here 1, peer 8)");
+  // A group whose spec alone differs (a kind the common fields do not show).
+  kvtransfer::KVDescriptor d = a;
+  d.group_specs.back().kind = kv::KVCacheKind::kFullAttention;
+  d.group_specs.back().sliding_window = 0;
+  const std::string why = a.mismatch(d).value_or("");
+  EXPECT_EQ(why.rfind("KV group " + std::to_string(a.group_specs.size() - 1) + " differs (here sliding window", 0), 0u)
+      << why;
+}
+
+TEST(EngineKVCacheSpec, ARunnerForAKVDTypeTheExecutorDoesNotReadIsRefused) {
+  auto model = load("tiny-llama3.gguf");
+  ASSERT_TRUE(model);
+  ModelRunnerConfig rc;
+  rc.kv_cache_bytes = int64_t{1} << 20;
+  rc.warm_up = false;
+  rc.kv_cache_dtype = DType::Q8_0;
+  auto refused = ModelRunner::create(*model, rc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message,
+            "a KV cache of Q8_0 is not supported: the CPU attention kernels read F16 keys and values only");
+  rc.kv_cache_dtype = DType::F16;
+  auto runner = ModelRunner::create(*model, rc);
+  ASSERT_TRUE(runner.ok()) << runner.error().message;
+  EXPECT_EQ((*runner)->kv_cache().storage_spec().dtype, DType::F16);
+  EXPECT_EQ(static_cast<int64_t>((*runner)->kv_cache_bytes()),
+            (*runner)->n_blocks() * static_cast<int64_t>(KVCache::block_bytes(model->config(), rc.block_size)));
+}
+
+}  // namespace
+}  // namespace inferd

@@ -1,0 +1,97 @@
+// KVCacheSpec: the sizes of a KV cache group's slots, segments and pages per
+// dtype, what a spec refuses to describe, and how two specs differ.
+#include "kv/kv_cache_spec.h"
+
+#include <gtest/gtest.h>
+
+namespace inferd::kv {
+namespace {
+
+TEST(KVCacheSpec, F16SizesAreTwoBytesAnElement) {
+  // SmolLM2-135M's shape: 3 KV heads of 64, 16 tokens a block.
+  const KVCacheSpec s = KVCacheSpec::full_attention(DType::F16, 3, 64, 16);
+  EXPECT_TRUE(s.validate().ok());
+  EXPECT_EQ(s.slot_elements(), 192);
+  EXPECT_EQ(s.head_bytes(), 128u);
+  EXPECT_EQ(s.slot_bytes(), 384u);
+  EXPECT_EQ(s.segment_bytes(), 16u * 384);  // the 6 KiB a KV transfer reads per layer and side
+  EXPECT_EQ(s.bytes_per_token(), 768u);
+  EXPECT_EQ(s.page_bytes(), 2u * 16 * 384);
+  EXPECT_EQ(s.storage_format(), 1);
+  EXPECT_EQ(s.kind, KVCacheKind::kFullAttention);
+  EXPECT_EQ(s.sliding_window, 0);
+}
+
+TEST(KVCacheSpec, QuantizedSizesCountWholeBlocks) {
+  // Q8_0: 34 bytes a block of 32; Q4_0: 18. (Sizes only: no executor reads them yet.)
+  const KVCacheSpec q8 = KVCacheSpec::full_attention(DType::Q8_0, 2, 64, 16);
+  EXPECT_TRUE(q8.validate().ok());
+  EXPECT_EQ(q8.head_bytes(), 68u);
+  EXPECT_EQ(q8.slot_bytes(), 136u);
+  EXPECT_EQ(q8.page_bytes(), 2u * 16 * 136);
+  const KVCacheSpec q4 = KVCacheSpec::full_attention(DType::Q4_0, 2, 64, 16);
+  EXPECT_EQ(q4.head_bytes(), 36u);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::F32, 2, 64, 16).head_bytes(), 256u);
+}
+
+TEST(KVCacheSpec, ForWindowPicksTheKind) {
+  const KVCacheSpec w = KVCacheSpec::for_window(DType::F16, 1, 256, 16, 512);
+  EXPECT_EQ(w.kind, KVCacheKind::kSlidingWindow);
+  EXPECT_EQ(w.sliding_window, 512);
+  EXPECT_TRUE(w.validate().ok());
+  const KVCacheSpec f = KVCacheSpec::for_window(DType::F16, 1, 256, 16, 0);
+  EXPECT_EQ(f.kind, KVCacheKind::kFullAttention);
+  // A window changes what is read, not the bytes a block takes.
+  EXPECT_EQ(w.page_bytes(), f.page_bytes());
+  EXPECT_EQ(w.storage_format(), f.storage_format());
+  EXPECT_NE(w, f);
+}
+
+TEST(KVCacheSpec, ValidateRefusesWhatCannotBeLaidOut) {
+  KVCacheSpec s = KVCacheSpec::full_attention(DType::Q8_0, 2, 48, 16);  // 48 is not whole blocks of 32
+  EXPECT_NE(s.validate().error().message.find("not whole blocks"), std::string::npos);
+  s = KVCacheSpec::full_attention(DType::F16, 2, 64, 0);
+  EXPECT_FALSE(s.validate().ok());
+  s = KVCacheSpec::full_attention(DType::F16, 2, 64, 16);
+  s.dtype = static_cast<DType>(4);  // a number GGML removed
+  EXPECT_NE(s.validate().error().message.find("not a known type"), std::string::npos);
+  s = KVCacheSpec::full_attention(DType::F16, 2, 64, 16);
+  s.kind = KVCacheKind::kSlidingWindow;  // without a window
+  EXPECT_FALSE(s.validate().ok());
+  s = KVCacheSpec::full_attention(DType::F16, 2, 64, 16);
+  s.sliding_window = 64;  // a window on full attention
+  EXPECT_FALSE(s.validate().ok());
+}
+
+TEST(KVCacheSpec, EveryOtherFormatHasANumberOfItsOwn) {
+  const int64_t f16 = KVCacheSpec::full_attention(DType::F16, 2, 64, 16).storage_format();
+  const int64_t bf16 = KVCacheSpec::full_attention(DType::BF16, 2, 64, 16).storage_format();
+  const int64_t q8 = KVCacheSpec::full_attention(DType::Q8_0, 2, 64, 16).storage_format();
+  const int64_t q4 = KVCacheSpec::full_attention(DType::Q4_0, 2, 64, 16).storage_format();
+  EXPECT_EQ(f16, 1);
+  EXPECT_NE(bf16, f16);
+  EXPECT_NE(q8, f16);
+  EXPECT_NE(q8, bf16);
+  EXPECT_NE(q4, q8);
+}
+
+TEST(KVCacheSpec, MismatchNamesTheGroupAndBothSpecs) {
+  const std::vector<KVCacheSpec> mine = {KVCacheSpec::full_attention(DType::F16, 1, 256, 16),
+                                         KVCacheSpec::sliding(DType::F16, 1, 256, 16, 512)};
+  EXPECT_EQ(spec_mismatch(mine, mine), std::nullopt);
+  std::vector<KVCacheSpec> theirs = mine;
+  theirs[1].dtype = DType::Q8_0;
+  EXPECT_EQ(spec_mismatch(mine, theirs).value_or(""),
+            "KV group 1 differs (here sliding window 512, F16, 1 KV heads x 256, 16 tokens a block; "
+            "peer sliding window 512, Q8_0, 1 KV heads x 256, 16 tokens a block)");
+  theirs.pop_back();
+  EXPECT_EQ(spec_mismatch(mine, theirs).value_or(""), "KV group count differs (here 2, peer 1)");
+  // A peer's numbers that name no dtype or kind are described, never trusted.
+  theirs = mine;
+  theirs[0].dtype = static_cast<DType>(999);
+  theirs[0].kind = static_cast<KVCacheKind>(7);
+  EXPECT_NE(spec_mismatch(mine, theirs).value_or("").find("unknown, dtype 999"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd::kv

@@ -1,0 +1,112 @@
+// The KV layout's specs and the cache laid out from them: gemma3's windowed
+// and global groups, the cache's strides and blocks from the spec, and a KV
+// dtype the CPU executor's attention kernels do not read refused before any
+// cache is made.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace inferd {
+namespace {
+
+// Gemma 3 270M's attention: 18 layers, every 6th global and the rest within
+// 512 positions, 1 KV head of 256.
+ModelConfig gemma3_270m_shape() {
+  ModelConfig c;
+  c.n_layer = 18;
+  c.n_head = 4;
+  c.n_head_kv = 1;
+  c.head_dim = 256;
+  c.layers.assign(18, LayerConfig{});
+  for (int l = 0; l < 18; ++l) c.layers[l].sliding_window = (l + 1) % 6 == 0 ? 0 : 512;
+  return c;
+}
+
+TEST(ModelKVCacheSpec, Gemma3GroupsGetAFullAndFiveSlidingWindowSpecs) {
+  const ModelConfig c = gemma3_270m_shape();
+  const KVLayout layout = KVLayout::plan(c, 16);
+  ASSERT_EQ(layout.layers_per_block, 3);
+  ASSERT_EQ(layout.num_groups(), 6);
+  ASSERT_EQ(layout.group_specs.size(), 6u);
+  EXPECT_EQ(layout.group_specs[0], kv::KVCacheSpec::full_attention(DType::F16, 1, 256, 16));
+  for (int g = 1; g < 6; ++g) {
+    EXPECT_EQ(layout.group_specs[g], kv::KVCacheSpec::sliding(DType::F16, 1, 256, 16, 512)) << g;
+    EXPECT_EQ(layout.group_windows[g], layout.group_specs[g].sliding_window);
+  }
+  // The global layers 5, 11, 17 share group 0.
+  for (int l : {5, 11, 17}) EXPECT_EQ(layout.layer_group[l], 0) << l;
+  // A block: 3 layers x (keys + values) x 16 slots x 256 x 2 bytes, the same in every group.
+  EXPECT_EQ(layout.block_bytes(), 3u * 2 * 16 * 256 * 2);
+  EXPECT_EQ(KVCache::block_bytes(c, 16), layout.block_bytes());
+  EXPECT_EQ(KVCache::bytes_per_token(c), 18u * 2 * 256 * 2);
+  // Another dtype changes the bytes, not the grouping.
+  const KVLayout q8 = KVLayout::plan(c, 16, DType::Q8_0);
+  EXPECT_EQ(q8.layer_group, layout.layer_group);
+  EXPECT_EQ(q8.block_bytes(), 3u * 2 * 16 * (256 / 32 * 34));
+  EXPECT_EQ(KVCache::block_bytes(c, 16, DType::Q8_0), q8.block_bytes());
+}
+
+TEST(ModelKVCacheSpec, TheCacheIsLaidOutFromItsSpec) {
+  ModelConfig c = gemma3_270m_shape();
+  KVCache cache(c, /*n_blocks=*/4, /*block_size=*/8);
+  const kv::KVCacheSpec& s = cache.storage_spec();
+  EXPECT_EQ(s.block_size, 8);
+  EXPECT_EQ(cache.slot_bytes(), s.slot_bytes());
+  EXPECT_EQ(cache.head_bytes(), 512u);
+  EXPECT_EQ(cache.segment_bytes(), 8u * 512);
+  EXPECT_EQ(cache.block_bytes(), 3 * s.page_bytes());
+  EXPECT_EQ(cache.bytes(), 4 * cache.block_bytes());
+  EXPECT_EQ(cache.layer_spec(5).kind, kv::KVCacheKind::kFullAttention);
+  EXPECT_EQ(cache.layer_spec(0).kind, kv::KVCacheKind::kSlidingWindow);
+  // Layers in the same place of their blocks share a slab; the slabs are
+  // n_blocks segments apart.
+  EXPECT_EQ(cache.k(0), cache.k(3));
+  EXPECT_EQ(cache.k(1) - cache.k(0), static_cast<std::ptrdiff_t>(4 * cache.segment_bytes()));
+  // A block's bytes whole, round trip: every layer's keys, then values.
+  std::vector<std::byte> block(cache.block_bytes()), back(cache.block_bytes());
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>(i * 7 + 3);
+  cache.write_block(2, block.data());
+  cache.copy_block(2, 1);
+  cache.read_block(1, back.data());
+  EXPECT_EQ(std::memcmp(block.data(), back.data(), block.size()), 0);
+  EXPECT_EQ(std::memcmp(cache.v(0) + 2 * cache.segment_bytes(), block.data() + 3 * cache.segment_bytes(),
+                        cache.segment_bytes()),
+            0);
+}
+
+std::string tiny_gemma3() {
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-gemma3.gguf";
+  if (!std::ifstream(path).good()) ADD_FAILURE() << path << " not found";
+  return path;
+}
+
+TEST(ModelKVCacheSpec, TheCpuExecutorRefusesAKVDTypeItsAttentionDoesNotRead) {
+  LoadOptions options;
+  options.n_threads = 1;
+  options.prefault = false;
+  auto model = Model::load(tiny_gemma3(), options);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const ModelConfig& c = (*model)->config();
+  EXPECT_TRUE((*model)->check_kv_cache(KVLayout::plan(c, 16)).ok());
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::BF16, DType::F32}) {
+    const Status s = (*model)->check_kv_cache(KVLayout::plan(c, 16, t));
+    ASSERT_FALSE(s.ok()) << dtype_name(t);
+    EXPECT_EQ(s.error().message, std::string("a KV cache of ") + dtype_name(t) +
+                                     " is not supported: the CPU attention kernels read F16 keys and values only");
+  }
+  // A spec that cannot be laid out at all says so first.
+  KVLayout bad = KVLayout::plan(c, 16);
+  bad.group_specs[0].head_size = 17;
+  bad.group_specs[0].dtype = DType::Q8_0;
+  EXPECT_NE((*model)->check_kv_cache(bad).error().message.find("not whole blocks"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd
