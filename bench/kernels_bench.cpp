@@ -3,7 +3,7 @@
 // reported as GFLOP/s), at every SIMD level this CPU runs.
 //
 // The "packed" cases time the row-interleaved kernels the model runs for
-// Q4_0/Q4_1/Q5_0/Q8_0 (weights packed once, activations quantized once, one
+// Q4_0/Q4_1/Q5_0/Q8_0/MXFP4 (weights packed once, activations quantized once, one
 // thread over every group), as GFLOP/s; the "repacked" ones repacked Q4_K the
 // same way, in its gemm order (a prompt chunk) or its gemv order (a batch of
 // decoding sequences, "decode" in the name).
@@ -156,6 +156,16 @@ int main(int argc, char** argv) {
       {"packed qwen attn_v Q8_0", DType::Q8_0, 896, 896, 1},
       {"packed smol ffn_up Q4_1", DType::Q4_1, 1536, 576, 64},
       {"ggml qwen15 output Q6_K decode", DType::Q6_K, 16384, 1536, 16},
+      // gpt-oss's experts are MXFP4 of 2880 columns; against Q4_0 of the same shape (17 vs 18 bytes
+      // per 32 weights), in llama.cpp's repacked order (rows % 8 == 0) and its vec_dot order.
+      {"packed big MXFP4", DType::MXFP4, 16384, 2880, 1},
+      {"packed big Q4_0 ", DType::Q4_0, 16384, 2880, 1},
+      {"packed big MXFP4 rows%8", DType::MXFP4, 16380, 2880, 1},
+      {"packed big Q4_0  rows%8", DType::Q4_0, 16380, 2880, 1},
+      {"packed gptoss expert MXFP4", DType::MXFP4, 2880, 2880, 4},
+      {"packed gptoss expert Q4_0 ", DType::Q4_0, 2880, 2880, 4},
+      {"packed gptoss expert MXFP4", DType::MXFP4, 2880, 2880, 64},
+      {"packed gptoss expert Q4_0 ", DType::Q4_0, 2880, 2880, 64},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);

@@ -124,6 +124,7 @@ Result<ChatPrompt> render_chat_prompt(const ChatTemplate& tmpl, const Tokenizer&
     for (ChatMessage& m : escaped) {
       m.content = esc.text(m.content);
       m.tool_call_id = esc.text(m.tool_call_id);
+      m.reasoning_content = esc.text(m.reasoning_content);
       m.tool_calls_json = esc.json_text(m.tool_calls_json);
     }
     escaped_opts.tools_json = esc.json_text(topts.tools_json);

@@ -69,6 +69,10 @@ Result<std::string> ChatTemplate::render(const std::vector<ChatMessage>& message
       message["tool_calls"] = std::move(calls);
     }
     if (!m.tool_call_id.empty()) message["tool_call_id"] = m.tool_call_id;
+    if (!m.reasoning_content.empty()) {
+      message["reasoning_content"] = m.reasoning_content;
+      message["thinking"] = m.reasoning_content;
+    }
     list.push_back(std::move(message));
   }
   context["add_generation_prompt"] = options.add_generation_prompt;

@@ -26,6 +26,10 @@ struct ChatMessage {
   // parsed as one); empty: the message has none.
   std::string tool_calls_json = {};
   std::string tool_call_id = {};  // role "tool": the call it answers; empty: none
+  // An assistant's earlier thinking (the request's `reasoning_content`), given
+  // to the template as `reasoning_content` (Qwen3's templates read it) and as
+  // `thinking` (gpt-oss's reads that, as llama-server passes it); empty: none.
+  std::string reasoning_content = {};
 };
 
 // Bounds on one render, so a hostile or broken template errors out instead of

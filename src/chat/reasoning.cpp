@@ -17,6 +17,7 @@ std::optional<ReasoningParser> reasoning_parser_from_name(std::string_view name)
   if (name == "auto") return ReasoningParser::kAuto;
   if (name == "qwen3") return ReasoningParser::kQwen3;
   if (name == "deepseek_r1" || name == "deepseek") return ReasoningParser::kDeepSeekR1;
+  if (name == "harmony" || name == "openai" || name == "openai_gptoss") return ReasoningParser::kHarmony;
   return std::nullopt;
 }
 
@@ -26,6 +27,7 @@ const char* reasoning_parser_name(ReasoningParser p) {
     case ReasoningParser::kAuto: return "auto";
     case ReasoningParser::kQwen3: return "qwen3";
     case ReasoningParser::kDeepSeekR1: return "deepseek_r1";
+    case ReasoningParser::kHarmony: return "harmony";
   }
   return "none";
 }

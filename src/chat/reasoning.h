@@ -9,6 +9,9 @@
 //   deepseek_r1  the chat template already opened <think> in the prompt, so
 //                the output starts inside the thinking (a repeated <think> at
 //                its start is dropped)
+//   harmony      gpt-oss: the thinking is the `analysis` channel's messages
+//                (chat/harmony.h parses them, not this parser); vLLM's name
+//                "openai_gptoss", and "openai" as for its tool-call parser
 // The server also reads the rendered prompt: one that ends in an open <think>
 // starts inside whatever the parser, and one that ends in a closed
 // <think>...</think> (Qwen3's enable_thinking=false) has no thinking to split.
@@ -26,10 +29,11 @@ namespace inferd {
 inline constexpr std::string_view kThinkStart = "<think>";
 inline constexpr std::string_view kThinkEnd = "</think>";
 
-enum class ReasoningParser { kNone, kAuto, kQwen3, kDeepSeekR1 };
+enum class ReasoningParser { kNone, kAuto, kQwen3, kDeepSeekR1, kHarmony };
 
-// "none", "auto", "qwen3", "deepseek_r1" (the server flag's names, vLLM's), and
-// llama-server's "deepseek" (= deepseek_r1).
+// "none", "auto", "qwen3", "deepseek_r1", "openai_gptoss" (the server flag's
+// names, vLLM's), llama-server's "deepseek" (= deepseek_r1), and "harmony" or
+// "openai" (= openai_gptoss).
 std::optional<ReasoningParser> reasoning_parser_from_name(std::string_view name);
 const char* reasoning_parser_name(ReasoningParser p);
 

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <utility>
 
 #include "chat/text_scan.h"
@@ -17,6 +18,10 @@ constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 constexpr std::string_view kMistralCalls = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kFunctionOpen = "<function=";
+constexpr std::string_view kFunctionClose = "</function>";
+constexpr std::string_view kParameterOpen = "<parameter=";
+constexpr std::string_view kParameterClose = "</parameter>";
 
 using text_scan::is_space;
 using text_scan::partial_marker_at_end;
@@ -64,12 +69,113 @@ std::optional<ParsedToolCall> parse_call(std::string_view text) {
   return j ? call_from_json(*j) : std::nullopt;
 }
 
+// The JSON types a parameter's schema allows ("type": a name or a list);
+// empty when it names none.
+std::vector<std::string> schema_types(const json& schema) {
+  std::vector<std::string> types;
+  if (!schema.is_object()) return types;
+  const auto t = schema.find("type");
+  if (t == schema.end()) return types;
+  if (t->is_string()) types.push_back(t->get<std::string>());
+  if (t->is_array())
+    for (const json& x : *t)
+      if (x.is_string()) types.push_back(x.get<std::string>());
+  return types;
+}
+
+bool json_has_type(const json& v, const std::vector<std::string>& types) {
+  for (const std::string& t : types) {
+    const bool whole = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+    if ((t == "number" && v.is_number()) || (t == "integer" && whole) || (t == "boolean" && v.is_boolean()) ||
+        (t == "null" && v.is_null()) || (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
+        (t == "string" && v.is_string()))
+      return true;
+  }
+  return false;
+}
+
+// A Qwen3-Coder parameter's text as JSON, by the type its schema gives it.
+json typed_value(const std::string& text, const json* schema) {
+  if (!schema) return text;  // a parameter the function does not declare: text
+  const std::vector<std::string> types = schema_types(*schema);
+  if (types.size() == 1 && types[0] == "string") return text;
+  std::string t(trim(text));
+  // Python's spellings (vLLM accepts them).
+  if (t == "True" || t == "False" || t == "None") {
+    bool wants_bool = types.empty();
+    for (const std::string& ty : types) wants_bool = wants_bool || ty == "boolean" || ty == "null";
+    if (wants_bool) t = t == "True" ? "true" : t == "False" ? "false" : "null";
+  }
+  if (!t.empty() && (t[0] == '{' || t[0] == '[')) {  // bounded nesting first: the parse below recurses
+    const JsonScan scan = scan_json_value(t, 0);
+    if (scan.status != JsonScan::kComplete || scan.end != t.size()) return text;
+  }
+  json v = json::parse(t, nullptr, /*allow_exceptions=*/false, /*ignore_comments=*/false);
+  if (v.is_discarded()) return text;
+  if (types.empty() || json_has_type(v, types)) return v;
+  return text;
+}
+
 }  // namespace
+
+std::optional<ParsedToolCall> parse_qwen3_coder_call(std::string_view text,
+                                                     const std::vector<ToolSignature>& signatures) {
+  std::string_view s = trim(text);
+  if (!s.starts_with(kFunctionOpen)) return std::nullopt;
+  const size_t name_end = s.find('>');
+  if (name_end == std::string_view::npos) return std::nullopt;
+  const std::string_view name = trim(s.substr(kFunctionOpen.size(), name_end - kFunctionOpen.size()));
+  if (name.empty() || name.find_first_of(" \t\r\n<>") != std::string_view::npos) return std::nullopt;
+  const json* properties = nullptr;
+  json schema;
+  for (const ToolSignature& sig : signatures) {
+    if (sig.name != name) continue;
+    schema = json::parse(sig.parameters, nullptr, /*allow_exceptions=*/false);
+    if (schema.is_object() && schema.contains("properties") && schema["properties"].is_object())
+      properties = &schema["properties"];
+    break;
+  }
+  nlohmann::ordered_json args = nlohmann::ordered_json::object();  // in the order the model wrote them
+  size_t i = name_end + 1;
+  for (;;) {
+    i = skip_space(s, i);
+    if (i == s.size() || s.substr(i).starts_with(kFunctionClose)) break;  // the closing tag may be missing
+    if (!s.substr(i).starts_with(kParameterOpen)) return std::nullopt;
+    const size_t key_end = s.find('>', i);
+    if (key_end == std::string_view::npos) return std::nullopt;
+    const std::string key(trim(s.substr(i + kParameterOpen.size(), key_end - i - kParameterOpen.size())));
+    if (key.empty()) return std::nullopt;
+    // The value runs to </parameter>, or (when the model left that out) to
+    // the next parameter or the function's end.
+    size_t value_end = s.find(kParameterClose, key_end);
+    size_t next = value_end == std::string_view::npos ? std::string_view::npos : value_end + kParameterClose.size();
+    if (value_end == std::string_view::npos) {
+      value_end = std::min(s.find(kParameterOpen, key_end), s.find(kFunctionClose, key_end));
+      if (value_end == std::string_view::npos) value_end = s.size();
+      next = value_end;
+    }
+    std::string_view value = s.substr(key_end + 1, value_end - key_end - 1);
+    if (value.starts_with('\n')) value.remove_prefix(1);
+    if (value.ends_with('\n')) value.remove_suffix(1);
+    const json* param = nullptr;
+    if (properties)
+      if (auto it = properties->find(key); it != properties->end()) param = &*it;
+    args[key] = nlohmann::ordered_json(typed_value(std::string(value), param));
+    i = next;
+  }
+  if (i < s.size()) {
+    i += kFunctionClose.size();
+    if (skip_space(s, i) != s.size()) return std::nullopt;  // text after the function
+  }
+  return ParsedToolCall{std::string(name), args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
+}
 
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name) {
   if (name == "hermes") return ToolCallFormat::kHermes;
   if (name == "llama3_json") return ToolCallFormat::kLlama3Json;
   if (name == "mistral") return ToolCallFormat::kMistral;
+  if (name == "qwen3_coder") return ToolCallFormat::kQwen3Coder;
+  if (name == "openai" || name == "harmony") return ToolCallFormat::kHarmony;
   return std::nullopt;
 }
 
@@ -78,13 +184,17 @@ const char* tool_call_format_name(ToolCallFormat format) {
     case ToolCallFormat::kHermes: return "hermes";
     case ToolCallFormat::kLlama3Json: return "llama3_json";
     case ToolCallFormat::kMistral: return "mistral";
+    case ToolCallFormat::kQwen3Coder: return "qwen3_coder";
+    case ToolCallFormat::kHarmony: return "openai";
   }
   return "";
 }
 
 std::optional<ToolCallFormat> detect_tool_call_format(std::string_view source) {
   // Checked from the most specific marker: a template names the markers it
-  // asks the model to write.
+  // asks the model to write (Qwen3-Coder's template shows <tool_call> too).
+  if (source.find("<|channel|>") != std::string_view::npos) return ToolCallFormat::kHarmony;
+  if (source.find(kFunctionOpen) != std::string_view::npos) return ToolCallFormat::kQwen3Coder;
   if (source.find(kHermesOpen) != std::string_view::npos) return ToolCallFormat::kHermes;
   if (source.find(kMistralCalls) != std::string_view::npos) return ToolCallFormat::kMistral;
   if (source.find(kPythonTag) != std::string_view::npos ||
@@ -211,9 +321,10 @@ void ToolCallStreamParser::step(std::vector<ToolCallDelta>& out, bool at_end) {
 
 bool ToolCallStreamParser::step_content(std::vector<ToolCallDelta>& out, bool at_end) {
   if (buffer_.empty()) return false;
-  const std::string_view marker = format_ == ToolCallFormat::kHermes    ? kHermesOpen
-                                  : format_ == ToolCallFormat::kMistral ? kMistralCalls
-                                                                        : std::string_view();
+  const std::string_view marker =
+      format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kQwen3Coder ? kHermesOpen
+      : format_ == ToolCallFormat::kMistral                                        ? kMistralCalls
+                                                                                   : std::string_view();
   if (marker.empty()) {  // Llama 3: once the answer is text, it is text to the end
     emit_content(out, buffer_);
     buffer_.clear();
@@ -273,6 +384,30 @@ bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at
       state_ = State::kContent;
       return true;
     }
+    case ToolCallFormat::kQwen3Coder: {
+      const size_t close = buffer_.find(kHermesClose);
+      if (close == std::string::npos && !at_end) return false;
+      // At the end, a call whose closing tag alone is missing still counts.
+      const size_t inner_end = close == std::string::npos ? buffer_.size() : close;
+      const size_t end = close == std::string::npos ? buffer_.size() : close + kHermesClose.size();
+      const std::string_view inner = std::string_view(buffer_).substr(0, inner_end);
+      std::optional<ParsedToolCall> call;
+      // A call cut inside a value is not whole: its </function> must be there
+      // unless the closing tag was.
+      if (close != std::string::npos || trim(inner).ends_with(kFunctionClose))
+        call = parse_qwen3_coder_call(inner, signatures_);
+      if (call) {
+        accept_calls(out, {std::move(*call)}, end);
+      } else {
+        reject_call(out, end);
+      }
+      state_ = State::kContent;
+      return true;
+    }
+    case ToolCallFormat::kHarmony:
+      reject_call(out, buffer_.size());  // not parsed here (chat/harmony.h)
+      state_ = State::kContent;
+      return true;
     case ToolCallFormat::kLlama3Json: {
       const JsonScan scan = scan_json_value(buffer_, 0);
       if (scan.status == JsonScan::kIncomplete && !at_end) return false;
@@ -366,8 +501,9 @@ bool ToolCallStreamParser::step_after_json_call(bool at_end) {
 }
 
 ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output,
-                                        std::vector<std::string> bare_call_names) {
-  ToolCallStreamParser parser(format, std::move(bare_call_names));
+                                        std::vector<std::string> bare_call_names,
+                                        std::vector<ToolSignature> signatures) {
+  ToolCallStreamParser parser(format, std::move(bare_call_names), std::move(signatures));
   std::vector<ToolCallDelta> deltas = parser.feed(output);
   for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
   ParsedAssistantMessage message;

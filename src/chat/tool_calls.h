@@ -9,6 +9,15 @@
 //               <|python_tag|> (Llama 3.1-3.3's JSON tool calling)
 //   mistral     [TOOL_CALLS] then a JSON array of {"name", "arguments"}
 //               objects (v3 tokenizers), or name[ARGS]{...} per call (v11+)
+//   qwen3_coder <tool_call>\n<function=NAME>\n<parameter=ARG>\nVALUE\n</parameter>\n
+//               ...</function>\n</tool_call> (Qwen3-Coder); a value is text,
+//               turned into JSON by the type the function's parameter schema
+//               gives it, as vLLM's qwen3_coder parser and llama.cpp do: a
+//               string stays the text; numbers, booleans, null, objects and
+//               arrays are parsed as JSON (text that does not parse stays a
+//               string); a parameter the schema does not know is a string
+//   harmony     gpt-oss's channels (chat/harmony.h parses them; this parser
+//               does not take this format)
 //
 // A call is only reported once it is complete and parses: a malformed or cut
 // call stays in the content as the model wrote it, so a bad answer is still
@@ -23,9 +32,10 @@
 
 namespace inferd {
 
-enum class ToolCallFormat { kHermes, kLlama3Json, kMistral };
+enum class ToolCallFormat { kHermes, kLlama3Json, kMistral, kQwen3Coder, kHarmony };
 
-// "hermes", "llama3_json", "mistral" (the names vLLM's --tool-call-parser uses).
+// "hermes", "llama3_json", "mistral", "qwen3_coder", "openai" (the names vLLM's
+// --tool-call-parser uses; "harmony" too for openai).
 std::optional<ToolCallFormat> tool_call_format_from_name(std::string_view name);
 const char* tool_call_format_name(ToolCallFormat format);
 // The format a chat template's tool section asks the model for, from markers
@@ -35,6 +45,13 @@ std::optional<ToolCallFormat> detect_tool_call_format(std::string_view template_
 struct ParsedToolCall {
   std::string name;
   std::string arguments;  // a JSON object, as compact text (OpenAI's `arguments` string)
+};
+
+// A function the request offers: its name and parameters' JSON schema (text).
+// qwen3_coder reads the parameters' types from it.
+struct ToolSignature {
+  std::string name;
+  std::string parameters;
 };
 
 struct ParsedAssistantMessage {
@@ -58,8 +75,11 @@ class ToolCallStreamParser {
   // tags, naming one of these functions, counts as a call too. Small Qwen
   // models often write their calls so; llama.cpp's hermes parser accepts
   // them as well. Empty: only tagged calls.
-  explicit ToolCallStreamParser(ToolCallFormat format, std::vector<std::string> bare_call_names = {})
-      : format_(format), bare_call_names_(std::move(bare_call_names)) {}
+  // `signatures` (qwen3_coder): the request's functions, whose schemas type
+  // the arguments.
+  explicit ToolCallStreamParser(ToolCallFormat format, std::vector<std::string> bare_call_names = {},
+                                std::vector<ToolSignature> signatures = {})
+      : format_(format), bare_call_names_(std::move(bare_call_names)), signatures_(std::move(signatures)) {}
   // The deltas that text (the next piece of output) completes. Text that may
   // start a call is held back until it is known whether it does.
   std::vector<ToolCallDelta> feed(std::string_view text);
@@ -80,6 +100,7 @@ class ToolCallStreamParser {
 
   ToolCallFormat format_;
   std::vector<std::string> bare_call_names_;
+  std::vector<ToolSignature> signatures_;
   bool bare_ = false;  // the call in buffer_ has no tags (hermes)
   State state_ = State::kStart;
   std::string buffer_;      // output not yet turned into deltas
@@ -89,7 +110,14 @@ class ToolCallStreamParser {
 
 // The whole output at once.
 ParsedAssistantMessage parse_tool_calls(ToolCallFormat format, std::string_view output,
-                                        std::vector<std::string> bare_call_names = {});
+                                        std::vector<std::string> bare_call_names = {},
+                                        std::vector<ToolSignature> signatures = {});
+
+// One Qwen3-Coder call, the text between <tool_call> and </tool_call>
+// (surrounding whitespace allowed), its values typed by `signatures`;
+// nullopt when it is not such a call.
+std::optional<ParsedToolCall> parse_qwen3_coder_call(std::string_view text,
+                                                     const std::vector<ToolSignature>& signatures);
 
 // Where the JSON object or array that starts at text[begin] (after
 // whitespace) ends: string escapes and nesting are followed, nothing else is

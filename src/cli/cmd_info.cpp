@@ -49,7 +49,12 @@ int run_info(const InfoFlags& f) {
     cannot_run = w.error().message;
   }
   const gguf::File& file = model->file();
-  const Tokenizer& tok = model->tokenizer();
+  // A tokenizer inferd cannot read is one more reason the file does not run.
+  const Tokenizer* tok = model->tokenizer_error().empty() ? &model->tokenizer() : nullptr;
+  if (!tok && cannot_run.empty()) cannot_run = model->tokenizer_error();
+  std::string tokenizer_name;
+  if (file.find("tokenizer.ggml.model"))
+    if (auto s = file.get_string("tokenizer.ggml.model")) tokenizer_name = *s;
   int64_t params = 0;
   std::map<std::string, std::pair<int64_t, uint64_t>> by_type;  // count, bytes
   for (const auto& t : file.tensors()) {
@@ -87,9 +92,14 @@ int run_info(const InfoFlags& f) {
   j["rope_freq_base"] = c.rope_freq_base;
   j["sliding_window"] = c.sliding_window;
   j["vocab_size"] = c.n_vocab;
-  j["tokenizer"] = tok.model_name();
-  j["bos_token_id"] = tok.bos_id();
-  j["eos_token_id"] = tok.eos_id();
+  if (tok) {
+    j["tokenizer"] = tok->model_name();
+    j["bos_token_id"] = tok->bos_id();
+    j["eos_token_id"] = tok->eos_id();
+  } else {
+    j["tokenizer"] = tokenizer_name;
+    j["tokenizer_error"] = model->tokenizer_error();
+  }
   j["tensor_count"] = file.tensors().size();
   for (const auto& [name, e] : by_type) j["tensor_types"][name] = {{"count", e.first}, {"bytes", e.second}};
   j["chat_template"] = tmpl.empty() ? nlohmann::json(nullptr) : nlohmann::json(tmpl);
@@ -122,8 +132,13 @@ int run_info(const InfoFlags& f) {
   std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
               (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
   std::printf("context        %lld tokens (RoPE base %g)\n", (long long)c.context_length, c.rope_freq_base);
-  std::printf("vocabulary     %lld tokens, %s, BOS %d, EOS %d\n", (long long)c.n_vocab,
-              tok.model_name().c_str(), tok.bos_id(), tok.eos_id());
+  if (tok) {
+    std::printf("vocabulary     %lld tokens, %s, BOS %d, EOS %d\n", (long long)c.n_vocab, tok->model_name().c_str(),
+                tok->bos_id(), tok->eos_id());
+  } else {
+    std::printf("vocabulary     %lld tokens, %s (not read: %s)\n", (long long)c.n_vocab, tokenizer_name.c_str(),
+                model->tokenizer_error().c_str());
+  }
   std::printf("tensors        %zu\n", file.tensors().size());
   for (const auto& [name, e] : by_type)
     std::printf("  %-6s       %4lld tensors, %s\n", name.c_str(), (long long)e.first,

@@ -222,14 +222,16 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
   sub->add_option("--tool-call-parser", flags->tool_call_parser,
-                  "Tool-call format of the model's output (vLLM's names; default: from the chat template)")
-      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral"}));
+                  "Tool-call format of the model's output (vLLM's names; default: from the chat template): "
+                  "hermes, llama3_json, mistral, qwen3_coder, openai (gpt-oss's harmony; also 'harmony')")
+      ->check(CLI::IsMember({"hermes", "llama3_json", "mistral", "qwen3_coder", "openai", "harmony"}));
   sub->add_option("--reasoning-parser", flags->reasoning_parser,
                   "Return the thinking of <think>...</think> models as reasoning_content, and apply grammars "
-                  "after it: qwen3 (the output opens <think>), deepseek_r1 (the prompt opened it), none, or auto "
-                  "(qwen3 when the chat template writes </think>)")
+                  "after it: qwen3 (the output opens <think>), deepseek_r1 (the prompt opened it), openai_gptoss "
+                  "(gpt-oss's analysis channel; also 'openai', 'harmony'), none, or auto (harmony when the chat "
+                  "template writes <|channel|>, qwen3 when it writes </think>)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"none", "auto", "qwen3", "deepseek_r1"}));
+      ->check(CLI::IsMember({"none", "auto", "qwen3", "deepseek_r1", "openai_gptoss", "openai", "harmony"}));
   sub->add_flag("--chat-special-tokens-in-content", flags->chat_special_tokens_in_content,
                 "Read special-token text in chat messages (e.g. <|im_end|>) as the special token, as before; "
                 "by default it is plain text, so a message cannot forge the template's turns");

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <numeric>
 #include <tuple>
+#include <variant>
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
@@ -20,7 +21,8 @@ namespace inferd {
 
 CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)),
-      config_(model.config()), weights_(model.weights()), flavour_(model.ggml_flavour()) {
+      config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
+      flavour_(model.ggml_flavour()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   size_t packed_bytes = Linear::packed_bytes(weights_.output);
@@ -126,9 +128,8 @@ CpuExecutor::QkvHeads CpuExecutor::qkv_heads(int ti, int nt) const {
 }
 
 // Each thread's share of every projection in the order forward_thread reads
-// them: the layer plan's projections per layer (a mixture-of-experts layer's
-// router in place of its FFN's), then the output projection.
-// Fixed for a thread count.
+// them: the layers' programs, phase by phase (a mixture-of-experts phase's
+// router only), then the output projection. Fixed for a thread count.
 void CpuExecutor::plan_prefetch(int n_threads) {
   s_.prefetch.resize(n_threads);
   for (int ti = 0; ti < n_threads; ++ti) {
@@ -136,45 +137,97 @@ void CpuExecutor::plan_prefetch(int n_threads) {
     pf.clear();
     const QkvHeads mine = qkv_heads(ti, n_threads);
     const int64_t D = config_.head_dim;
+    auto add = [&pf](std::pair<const void*, size_t> range) { pf.add(range.first, range.second); };
     for (size_t l = 0; l < linears_.size(); ++l) {
       const LayerLinears& L = linears_[l];
-      for (const ProjectionSpec& spec : kLayerPlan) {
-        if (!layer_has(spec.id, config_, static_cast<int64_t>(l))) continue;
-        const Linear& linear = L[spec.id];
-        std::pair<const void*, size_t> range;
-        switch (spec.id) {
-          case Projection::kQ: range = linear.rows_bytes(mine.q0 * D, mine.q1 * D); break;
-          case Projection::kK: range = linear.rows_bytes(mine.k0 * D, mine.k1 * D); break;
-          case Projection::kV: range = linear.rows_bytes(mine.v0 * D, mine.v1 * D); break;
-          case Projection::kGate:
-          case Projection::kUp: range = linear.thread_bytes(ti, n_threads, own_rows_align(L, n_threads)); break;
-          default: range = linear.thread_bytes(ti, n_threads); break;
+      for (const Phase& phase : programs_[l].phases) {
+        if (std::holds_alternative<QkvPhase>(phase)) {
+          add(L[Projection::kQ].rows_bytes(mine.q0 * D, mine.q1 * D));
+          add(L[Projection::kK].rows_bytes(mine.k0 * D, mine.k1 * D));
+          add(L[Projection::kV].rows_bytes(mine.v0 * D, mine.v1 * D));
+        } else if (std::holds_alternative<OutputPhase>(phase)) {
+          add(L[Projection::kO].thread_bytes(ti, n_threads));
+        } else if (std::holds_alternative<DenseFfnPhase>(phase)) {
+          const int64_t align = own_rows_align(L, n_threads);
+          add(L[Projection::kGate].thread_bytes(ti, n_threads, align));
+          add(L[Projection::kUp].thread_bytes(ti, n_threads, align));
+          add(L[Projection::kDown].thread_bytes(ti, n_threads));
+        } else if (std::holds_alternative<MoeFfnPhase>(phase)) {
+          // Which experts a step reads is known only once it has routed.
+          add(L.router.thread_bytes(ti, n_threads));
         }
-        pf.add(range.first, range.second);
-      }
-      // Which experts a step reads is known only once it has routed: the
-      // router alone is planned.
-      if (config_.layers[l].ffn == FfnKind::kMixtureOfExperts) {
-        const auto [bytes, n] = L.router.thread_bytes(ti, n_threads);
-        pf.add(bytes, n);
       }
     }
-    const auto [bytes, n] = output_.thread_bytes(ti, n_threads);
-    pf.add(bytes, n);
+    add(output_.thread_bytes(ti, n_threads));
   }
 }
 
-void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int64_t o_block) {
+// Q, K and V split by whole heads, so that each thread goes on to the biases,
+// per-head norms, RoPE and cache writes of the heads it computed without a
+// barrier.
+void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const LinearInput& in_q,
+                      const LinearInput& in_k, const LinearInput& in_v, int ti, int nt) {
+  const ModelConfig& c = config_;
+  const ForwardBatch& batch = *pass.batch;
+  const LayerWeights& W = weights_.layers[l];
+  const LayerLinears& L = linears_[l];
+  const int64_t T = batch.size(), QD = c.q_dim(), KVD = c.kv_dim(), D = c.head_dim, half = c.rope_dim / 2;
+  const auto rope_pairs =
+      phase.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
+  const QkvHeads mine = qkv_heads(ti, nt);
+  L[Projection::kQ].compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
+  L[Projection::kK].compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
+  L[Projection::kV].compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
+  const float* q_norm = phase.qk_norm ? W.q_norm.f32() : nullptr;
+  const float* k_norm = phase.qk_norm ? W.k_norm.f32() : nullptr;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* cos_t = &s_.rope_cos[phase.rope][t * half];
+    const float* sin_t = &s_.rope_sin[phase.rope][t * half];
+    for (int64_t h = mine.q0; h < mine.q1; ++h) {
+      float* q = s_.q.data() + t * QD + h * D;
+      if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
+      if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
+      kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+      if (phase.query_scale != 1.0f)
+        for (int64_t i = 0; i < D; ++i) q[i] *= phase.query_scale;
+    }
+    const int64_t slot = batch.slots[pass.cache->group(l)][t];
+    // The next position's slot is most often the next one: have its cache
+    // lines owned by the time that token writes them (a write to a line not
+    // in cache waits for memory, and the barrier after this phase drains it).
+    auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
+      if (slot + 1 >= pass.cache->n_slots()) return;
+      for (int64_t byte = 0; byte < D * 2; byte += 64)
+        __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
+    };
+    for (int64_t g = mine.k0; g < mine.k1; ++g) {
+      float* k = s_.k.data() + t * KVD + g * D;
+      if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
+      if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
+      kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+      kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
+      prefetch_next_slot(pass.cache->k(l), g * D);
+    }
+    for (int64_t g = mine.v0; g < mine.v1; ++g) {
+      float* v = s_.v.data() + t * KVD + g * D;
+      if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
+      kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
+      prefetch_next_slot(pass.cache->v(l), g * D);
+    }
+  }
+}
+
+void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhase& phase, int ti, int nt,
+                            int64_t o_block) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   const int64_t D = c.head_dim, H = c.n_head, group = c.n_head / c.n_head_kv;
-  const int64_t window = c.layers[layer].sliding_window;
+  const int64_t window = phase.window;
   const uint16_t* kc = pass.cache->k(layer);
   const uint16_t* vc = pass.cache->v(layer);
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
-  const WeightView& sink_weights = weights_.layers[layer].attn_sinks;
-  const float* sinks = sink_weights ? sink_weights.f32() : nullptr;
+  const float* sinks = phase.sinks ? weights_.layers[layer].attn_sinks.f32() : nullptr;
   // One work item per (token, head); items are dealt out in contiguous runs,
   // and the heads of a run that share a key/value head are computed together.
   const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
@@ -190,7 +243,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, int ti, int nt, int
     const auto attn_pass =
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
-                          c.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
+                          phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
                           sinks ? sinks + h : nullptr);
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
   }
@@ -395,9 +448,8 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   ThreadPool& pool = *pass.pool;
-  const int64_t T = batch.size(), E = c.n_embd, QD = c.q_dim(), KVD = c.kv_dim(), F = c.n_ff;
+  const int64_t T = batch.size(), E = c.n_embd, F = c.n_ff;
   const int64_t half = c.rope_dim / 2, D = c.head_dim;
-  const auto rope_pairs = c.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
   float* x = s_.x.data();
   float* x_next = s_.x2.data();
 
@@ -431,158 +483,131 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
   const bool own = !s_.own.empty();
   NormOutputs& norm = own ? s_.own[ti] : s_.norm;
+  float* xn = norm.xn.data();
+  // The branch output waiting for the next norm phase's residual add (in
+  // s_.h), and the norm it goes through first (sandwich norms), if any.
+  bool pending = false;
+  const float* pending_norm = nullptr;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& W = weights_.layers[l];
     const LayerLinears& L = linears_[l];
-    const Linear &wq = L[Projection::kQ], &wk = L[Projection::kK], &wv = L[Projection::kV];
-    const Linear &wo = L[Projection::kO], &gate = L[Projection::kGate], &up = L[Projection::kUp];
-    const Linear& down = L[Projection::kDown];
-    // The previous layer's FFN output, and its sandwich norm when it has one.
-    const float* h_prev = l > 0 ? s_.h.data() : nullptr;
-    const float* h_prev_weight = l > 0 && c.sandwich_norms ? weights_.layers[l - 1].post_ffn_norm.f32() : nullptr;
-    float* xn = norm.xn.data();
-    LinearInput& in_q = norm.q;
-    LinearInput& in_k = wk.same_input(wq) ? norm.q : norm.k;
-    LinearInput& in_v = wv.same_input(wq) ? norm.q : norm.v;
-    LinearInput& in_gate = norm.gate;
-    LinearInput& in_up = up.same_input(gate) ? norm.gate : norm.up;
-
-    // (The previous layer's residual,) attention norm, Q/K/V input.
-    norm_phase(ti, nt, pass.tokens, nullptr, x, h_prev, h_prev_weight, l > 0 ? x_next : nullptr, W.attn_norm.f32(),
-               xn, {{&wq, &in_q}, {&wk, &in_k}, {&wv, &in_v}}, own);
-    if (l > 0) std::swap(x, x_next);
-    if (!own) pool.barrier(idle);
-
-    // Q, K and V split by whole heads, so that each thread goes on to the
-    // biases, per-head norms, RoPE and cache writes of the heads it computed
-    // without a barrier.
-    const QkvHeads mine = qkv_heads(ti, nt);
-    wq.compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
-    wk.compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
-    wv.compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
-    read_weights(3);
-    const int rope = c.layers[l].rope;
-    const float* q_norm = W.q_norm ? W.q_norm.f32() : nullptr;
-    const float* k_norm = W.k_norm ? W.k_norm.f32() : nullptr;
-    for (int64_t t = 0; t < T; ++t) {
-      const float* cos_t = &s_.rope_cos[rope][t * half];
-      const float* sin_t = &s_.rope_sin[rope][t * half];
-      for (int64_t h = mine.q0; h < mine.q1; ++h) {
-        float* q = s_.q.data() + t * QD + h * D;
-        if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
-        if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
-        kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
-        if (c.query_scale != 1.0f)
-          for (int64_t i = 0; i < D; ++i) q[i] *= c.query_scale;
-      }
-      const int64_t slot = batch.slots[pass.cache->group(l)][t];
-      // The next position's slot is most often the next one: have its cache
-      // lines owned by the time that token writes them (a write to a line not
-      // in cache waits for memory, and the barrier after this phase drains it).
-      auto prefetch_next_slot = [&](const uint16_t* cache, int64_t offset) {
-        if (slot + 1 >= pass.cache->n_slots()) return;
-        for (int64_t byte = 0; byte < D * 2; byte += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(cache + (slot + 1) * KVD + offset) + byte, 1);
-      };
-      for (int64_t g = mine.k0; g < mine.k1; ++g) {
-        float* k = s_.k.data() + t * KVD + g * D;
-        if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
-        if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
-        kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
-        kernels::quantize_row(DType::F16, k, pass.cache->k(l) + slot * KVD + g * D, D);
-        prefetch_next_slot(pass.cache->k(l), g * D);
-      }
-      for (int64_t g = mine.v0; g < mine.v1; ++g) {
-        float* v = s_.v.data() + t * KVD + g * D;
-        if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
-        kernels::quantize_row(DType::F16, v, pass.cache->v(l) + slot * KVD + g * D, D);
-        prefetch_next_slot(pass.cache->v(l), g * D);
-      }
-    }
-    pool.barrier(idle);
-
-    // Attention; each head's output is quantized for the output projection
-    // right away when its columns are whole quantize blocks.
-    const int64_t o_block = quantize_block_of(wo, D);
-    attention(pass, l, ti, nt, o_block);
-    if (o_block == 0) {
-      pool.barrier(idle);
-      wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
-    }
-    pool.barrier(idle);
-    wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
-    if (W.bo) {  // each thread adds the bias to the rows it computed
-      const auto [r0, r1] = wo.thread_rows(ti, nt);
-      for (int64_t t = 0; t < T && r0 < r1; ++t) add_bias(s_.h.data() + t * E + r0, W.bo.f32() + r0, r1 - r0);
-    }
-    read_weights(1);
-    pool.barrier(idle);
-
-    // Residual (through the post-attention norm where there is one), FFN
-    // norm, gate/up input. The last layer's FFN runs on the output rows only,
-    // as llama.cpp's graphs do: no other row is read again (its h is then
-    // indexed by output row).
+    const std::vector<Phase>& phases = programs_[l].phases;
+    // The last layer's FFN runs on the output rows only, as llama.cpp's graphs
+    // do: no other row is read again (its h is then indexed by output row).
     const bool last = l + 1 == c.n_layer;
     const StepTokens& ffn = last ? pass.outputs : pass.tokens;
     const int64_t TF = ffn.n;
-    const float* post_attn_norm = c.sandwich_norms ? W.post_attn_norm.f32() : nullptr;
-    const int32_t* ffn_row_token = last ? batch.logit_rows.data() : nullptr;
-    if (c.layers[l].ffn == FfnKind::kMixtureOfExperts) {
-      // The router's input and the experts' (quantized once per token, in
-      // GGML's mul_mat_id order), then the experts.
-      const Linear& expert_gate = L.gate_exps[0];
-      LinearInput& in_exp_up = L.up_exps[0].same_input(expert_gate) ? norm.gate : norm.up;
-      norm_phase(ti, nt, ffn, ffn_row_token, x, s_.h.data(), post_attn_norm, x_next, W.ffn_norm.f32(), xn,
-                 {{&L.router, &norm.router},
-                  {&expert_gate, &norm.gate, &s_.expert_tokens},
-                  {&L.up_exps[0], &in_exp_up, &s_.expert_tokens}},
-                 own);
-      std::swap(x, x_next);
-      if (!own) pool.barrier(idle);
-      moe_ffn(pass, l, ffn, norm.router, norm.gate, in_exp_up, ti, nt, idle);
-      read_weights(1);
-      continue;
-    }
-    norm_phase(ti, nt, ffn, ffn_row_token, x, s_.h.data(), post_attn_norm, x_next, W.ffn_norm.f32(), xn,
-               {{&gate, &in_gate}, {&up, &in_up}}, own);
-    std::swap(x, x_next);
-    if (!own) pool.barrier(idle);
-
-    // Gate and up, then the gated activation and the down-projection input.
-    // When the down projection's input quantizes by blocks, each thread goes
-    // on to its own rows' outputs (gate and up split on whole blocks) without
-    // a barrier.
-    const int64_t align = own_rows_align(L, nt);  // the down projection's input block, or 1
-    const bool own_rows = align > 1;
-    gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
-    up.compute(in_up, ffn, s_.up.data(), ti, nt, align);
-    read_weights(2);
-    if (own_rows) {
-      // Shares start on whole blocks, so a share's tail is the row's tail.
-      const auto [r0, r1] = gate.thread_rows(ti, nt, align);
-      for (int64_t t = 0; t < TF && r0 < r1; ++t) {
-        gated_activation(c.activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0, flavour_);
-        down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, ffn, s_.in_down);
+    // What a norm phase quantized for the phase after it.
+    LinearInput *in_q = nullptr, *in_k = nullptr, *in_v = nullptr, *in_gate = nullptr, *in_up = nullptr;
+    for (size_t i = 0; i < phases.size(); ++i) {
+      const Phase& phase = phases[i];
+      if (const auto* ph = std::get_if<NormPhase>(&phase)) {
+        const Phase& next = phases.at(i + 1);
+        const bool for_ffn = ph->branch == NormPhase::Branch::kFfn;
+        const WeightView& weight = for_ffn ? W.ffn_norm : W.attn_norm;
+        const StepTokens& rows = for_ffn ? ffn : pass.tokens;
+        const int32_t* row_token = for_ffn && last ? batch.logit_rows.data() : nullptr;
+        float* x_out = pending ? x_next : nullptr;
+        const float* h = pending ? s_.h.data() : nullptr;
+        if (std::holds_alternative<QkvPhase>(next)) {
+          const Linear &wq = L[Projection::kQ], &wk = L[Projection::kK], &wv = L[Projection::kV];
+          in_q = &norm.q;
+          in_k = wk.same_input(wq) ? &norm.q : &norm.k;
+          in_v = wv.same_input(wq) ? &norm.q : &norm.v;
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                     {{&wq, in_q}, {&wk, in_k}, {&wv, in_v}}, own);
+        } else if (std::holds_alternative<MoeFfnPhase>(next)) {
+          // The router's input and the experts' (quantized once per token, in
+          // GGML's mul_mat_id order).
+          const Linear& expert_gate = L.gate_exps[0];
+          in_gate = &norm.gate;
+          in_up = L.up_exps[0].same_input(expert_gate) ? &norm.gate : &norm.up;
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                     {{&L.router, &norm.router},
+                      {&expert_gate, in_gate, &s_.expert_tokens},
+                      {&L.up_exps[0], in_up, &s_.expert_tokens}},
+                     own);
+        } else {
+          const Linear &gate = L[Projection::kGate], &up = L[Projection::kUp];
+          in_gate = &norm.gate;
+          in_up = up.same_input(gate) ? &norm.gate : &norm.up;
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                     {{&gate, in_gate}, {&up, in_up}}, own);
+        }
+        if (pending) std::swap(x, x_next);
+        pending = false;
+        if (!own) pool.barrier(idle);
+      } else if (const auto* ph = std::get_if<QkvPhase>(&phase)) {
+        qkv(pass, l, *ph, *in_q, *in_k, *in_v, ti, nt);
+        read_weights(3);
+        pool.barrier(idle);
+      } else if (const auto* ph = std::get_if<AttentionPhase>(&phase)) {
+        // Each head's output is quantized for the output projection right
+        // away when its columns are whole quantize blocks.
+        const Linear& wo = L[Projection::kO];
+        const int64_t o_block = quantize_block_of(wo, D);
+        attention(pass, l, *ph, ti, nt, o_block);
+        if (o_block == 0) {
+          pool.barrier(idle);
+          wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
+        }
+        pool.barrier(idle);
+      } else if (const auto* ph = std::get_if<OutputPhase>(&phase)) {
+        const Linear& wo = L[Projection::kO];
+        wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
+        if (W.bo) {  // each thread adds the bias to the rows it computed
+          const auto [r0, r1] = wo.thread_rows(ti, nt);
+          for (int64_t t = 0; t < T && r0 < r1; ++t) add_bias(s_.h.data() + t * E + r0, W.bo.f32() + r0, r1 - r0);
+        }
+        read_weights(1);
+        pool.barrier(idle);
+        pending = true;
+        pending_norm = ph->post_norm ? W.post_attn_norm.f32() : nullptr;
+      } else if (const auto* ph = std::get_if<MoeFfnPhase>(&phase)) {
+        moe_ffn(pass, l, ffn, norm.router, *in_gate, *in_up, ti, nt, idle);
+        read_weights(1);
+        pending = true;
+        pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
+      } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase)) {
+        const Linear &gate = L[Projection::kGate], &up = L[Projection::kUp], &down = L[Projection::kDown];
+        // Gate and up, then the gated activation and the down-projection
+        // input. When the down projection's input quantizes by blocks, each
+        // thread goes on to its own rows' outputs (gate and up split on whole
+        // blocks) without a barrier.
+        const int64_t align = own_rows_align(L, nt);  // the down projection's input block, or 1
+        gate.compute(*in_gate, ffn, s_.gate.data(), ti, nt, align);
+        up.compute(*in_up, ffn, s_.up.data(), ti, nt, align);
+        read_weights(2);
+        if (align > 1) {
+          // Shares start on whole blocks, so a share's tail is the row's tail.
+          const auto [r0, r1] = gate.thread_rows(ti, nt, align);
+          for (int64_t t = 0; t < TF && r0 < r1; ++t) {
+            gated_activation(ph->activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0,
+                             flavour_);
+            down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, ffn, s_.in_down);
+          }
+        } else {
+          pool.barrier(idle);
+          const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
+          // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
+          for (int64_t t = f0; t < f1; ++t)
+            gated_activation(ph->activation, s_.gate.data() + t * F, s_.up.data() + t * F, F, flavour_);
+          down.quantize(s_.gate.data(), f0, f1, ffn, s_.in_down);
+        }
+        pool.barrier(idle);
+        down.compute(s_.in_down, ffn, s_.h.data(), ti, nt);
+        read_weights(1);
+        pool.barrier(idle);
+        pending = true;
+        pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       }
-    } else {
-      pool.barrier(idle);
-      const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
-      // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
-      for (int64_t t = f0; t < f1; ++t)
-        gated_activation(c.activation, s_.gate.data() + t * F, s_.up.data() + t * F, F, flavour_);
-      down.quantize(s_.gate.data(), f0, f1, ffn, s_.in_down);
     }
-    pool.barrier(idle);
-    down.compute(s_.in_down, ffn, s_.h.data(), ti, nt);
-    read_weights(1);
-    pool.barrier(idle);
   }
 
-  // The last residual (through the last post-FFN norm where there is one),
-  // the final norm and the output projection's input, for the rows whose
-  // logits are wanted.
-  const float* h_last_weight = c.sandwich_norms ? weights_.layers.back().post_ffn_norm.f32() : nullptr;
-  norm_phase(ti, nt, pass.outputs, batch.logit_rows.data(), x, s_.h.data(), h_last_weight, nullptr,
+  // The last residual (through the last branch's own norm where there is
+  // one), the final norm and the output projection's input, for the rows
+  // whose logits are wanted.
+  norm_phase(ti, nt, pass.outputs, batch.logit_rows.data(), x, s_.h.data(), pending_norm, nullptr,
              weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false, /*h_by_row=*/true);
   pool.barrier(idle);
   assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order

@@ -28,6 +28,7 @@ class CpuExecutor final : public Executor {
  private:
   std::shared_ptr<ThreadPool> pool_;  // possibly shared with another model's executor
   const ModelConfig& config_;
+  const std::vector<LayerProgram>& programs_;  // each layer's phases, walked by forward_thread
   const ModelWeights& weights_;   // views of the model's file
   kernels::GgmlFlavour flavour_;  // whose rounding the kernels reproduce
 
@@ -44,7 +45,14 @@ class CpuExecutor final : public Executor {
   void prepare_moe_scratch(int64_t n_tokens, int n_threads);
   // One thread's part of the whole forward pass; phases end at pool barriers.
   void forward_thread(const Pass& pass, int thread_index, int n_threads);
-  void attention(const Pass& pass, int64_t layer, int thread_index, int n_threads, int64_t o_block);
+  // A layer's phases (model/layer_program.h), each ending where forward_thread
+  // says: Q/K/V with biases, norms, RoPE and the cache writes of this
+  // thread's heads; attention over (token, head) items, each head's output
+  // quantized for the output projection when o_block > 0.
+  void qkv(const Pass& pass, int64_t layer, const QkvPhase& phase, const LinearInput& in_q, const LinearInput& in_k,
+           const LinearInput& in_v, int thread_index, int n_threads);
+  void attention(const Pass& pass, int64_t layer, const AttentionPhase& phase, int thread_index, int n_threads,
+                 int64_t o_block);
   struct NormTarget {
     const Linear* linear;
     LinearInput* in;

@@ -2,7 +2,7 @@
 // steps for a forward pass that runs inside one parallel region: quantize the
 // input rows (threads split tokens), then multiply (threads split weight rows).
 //
-// Q4_0/Q4_1/Q5_0/Q8_0 weights are repacked at load time into row-interleaved
+// Q4_0/Q4_1/Q5_0/Q8_0/MXFP4 weights are repacked at load time into row-interleaved
 // groups (kernels/cpu/packed.h), and so are the Q4_K weights llama.cpp repacks
 // (kernels/cpu/kquant_pack.h, its own layout and GGML's orders); other types
 // run on their GGML rows in the mapped file.

@@ -14,11 +14,16 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   if (!config) return make_error(path + ": " + config.error().message);
   m->config_ = *config;
   auto tok = Tokenizer::from_gguf(*m->file_);
-  if (!tok) return make_error(path + ": " + tok.error().message);
+  if (!tok) {
+    if (!options.describe_only) return make_error(path + ": " + tok.error().message);
+    m->tokenizer_error_ = tok.error().message;
+    return m;
+  }
   m->tokenizer_ = std::move(*tok);
   if (options.describe_only) return m;
   if (m->can_generate()) {
-    auto w = ModelWeights::from_gguf(*m->file_, m->config_);
+    m->programs_ = build_layer_programs(m->config_);
+    auto w = ModelWeights::from_gguf(*m->file_, m->config_, m->programs_);
     if (!w) return make_error(path + ": " + w.error().message);
     m->weights_ = std::move(*w);
     // The first rows of a row-major matrix are a view of their own.

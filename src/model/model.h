@@ -13,6 +13,7 @@
 #include "gguf/gguf.h"
 #include "kernels/cpu/flavour.h"
 #include "model/config.h"
+#include "model/layer_program.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
@@ -43,7 +44,8 @@ struct LoadOptions {
   int64_t max_output_rows = 0;
   // Read the file's metadata, tensors and tokenizer only (inferd info): no
   // weights are checked or paged in and no executor is made, so forward() must
-  // not be called.
+  // not be called. A tokenizer inferd cannot read does not fail the load then:
+  // tokenizer_error() says why and tokenizer() must not be called.
   bool describe_only = false;
 };
 
@@ -70,7 +72,11 @@ class Model {
   static Result<std::unique_ptr<Model>> load(const std::string& path, const LoadOptions& options);
 
   const ModelConfig& config() const { return config_; }
+  // Each layer's phases (model/layer_program.h); empty when it cannot generate.
+  const std::vector<LayerProgram>& layer_programs() const { return programs_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
+  // Why the tokenizer could not be read (describe_only loads only), else empty.
+  const std::string& tokenizer_error() const { return tokenizer_error_; }
   const gguf::File& file() const { return *file_; }
   const ModelWeights& weights() const { return weights_; }
   bool can_generate() const { return config_.can_generate(); }
@@ -96,9 +102,11 @@ class Model {
 
   std::unique_ptr<gguf::File> file_;
   ModelConfig config_;
+  std::vector<LayerProgram> programs_;
   kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  std::string tokenizer_error_;
   std::unique_ptr<Executor> executor_;  // null when the model cannot generate
 };
 

@@ -1,12 +1,10 @@
 #include "model/weights.h"
 
+#include <variant>
+
 #include "kernels/cpu/quants.h"
 
 namespace inferd {
-
-bool layer_has(Projection p, const ModelConfig& c, int64_t layer) {
-  return !ffn_projection(p) || c.layers[layer].ffn == FfnKind::kDense;
-}
 
 std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c) {
   switch (p) {
@@ -78,11 +76,86 @@ Result<WeightView> find_bias(const gguf::File& f, const std::string& name, int64
   return find(f, name, {n, n_expert}, /*required=*/false);
 }
 
+// Each phase's tensors of layer `i` (prefix p = "blk.i.") into L.
+class LayerLoader {
+ public:
+  LayerLoader(const gguf::File& f, const ModelConfig& c, const std::string& p, LayerWeights& L)
+      : f_(f), c_(c), p_(p), L_(L) {}
+  Status operator()(const NormPhase& ph) {
+    WeightView& w = ph.branch == NormPhase::Branch::kAttention ? L_.attn_norm : L_.ffn_norm;
+    return set(w, find(f_, p_ + ph.weight, {c_.n_embd}));
+  }
+  Status operator()(const QkvPhase& ph) {
+    if (Status s = projection(Projection::kQ, "attn_q.weight"); !s) return s;
+    if (Status s = projection(Projection::kK, "attn_k.weight"); !s) return s;
+    if (Status s = projection(Projection::kV, "attn_v.weight"); !s) return s;
+    if (Status s = set(L_.bq, find(f_, p_ + "attn_q.bias", {c_.q_dim()}, ph.required_bias)); !s) return s;
+    if (Status s = set(L_.bk, find(f_, p_ + "attn_k.bias", {c_.kv_dim()}, ph.required_bias)); !s) return s;
+    if (Status s = set(L_.bv, find(f_, p_ + "attn_v.bias", {c_.kv_dim()}, ph.required_bias)); !s) return s;
+    if (!ph.qk_norm) return {};
+    if (Status s = set(L_.q_norm, find(f_, p_ + "attn_q_norm.weight", {c_.head_dim})); !s) return s;
+    return set(L_.k_norm, find(f_, p_ + "attn_k_norm.weight", {c_.head_dim}));
+  }
+  Status operator()(const AttentionPhase& ph) {
+    if (!ph.sinks) return {};
+    return set(L_.attn_sinks, find(f_, p_ + "attn_sinks.weight", {c_.n_head}));
+  }
+  Status operator()(const OutputPhase& ph) {
+    if (Status s = projection(Projection::kO, "attn_output.weight"); !s) return s;
+    if (Status s = set(L_.bo, find(f_, p_ + "attn_output.bias", {c_.n_embd}, false)); !s) return s;
+    return post_norm(L_.post_attn_norm, ph.post_norm);
+  }
+  Status operator()(const DenseFfnPhase& ph) {
+    if (Status s = projection(Projection::kGate, "ffn_gate.weight"); !s) return s;
+    if (Status s = projection(Projection::kUp, "ffn_up.weight"); !s) return s;
+    if (Status s = projection(Projection::kDown, "ffn_down.weight"); !s) return s;
+    return post_norm(L_.post_ffn_norm, ph.post_norm);
+  }
+  Status operator()(const MoeFfnPhase& ph) {
+    const MoeConfig& moe = c_.moe;
+    const int64_t E = c_.n_embd, F = moe.n_ff_exp, X = moe.n_expert;
+    MoeWeights& m = L_.moe;
+    if (Status s = set(m.router, find(f_, p_ + "ffn_gate_inp.weight", {E, X})); !s) return s;
+    if (Status s = set(m.gate, find_experts(f_, p_ + "ffn_gate_exps.weight", E, F, X)); !s) return s;
+    if (Status s = set(m.up, find_experts(f_, p_ + "ffn_up_exps.weight", E, F, X)); !s) return s;
+    if (Status s = set(m.down, find_experts(f_, p_ + "ffn_down_exps.weight", F, E, X)); !s) return s;
+    if (Status s = set(m.router_bias, find(f_, p_ + "ffn_gate_inp.bias", {X}, false)); !s) return s;
+    if (Status s = set(m.gate_bias, find_bias(f_, p_ + "ffn_gate_exps.bias", F, X)); !s) return s;
+    if (Status s = set(m.up_bias, find_bias(f_, p_ + "ffn_up_exps.bias", F, X)); !s) return s;
+    if (Status s = set(m.down_bias, find_bias(f_, p_ + "ffn_down_exps.bias", E, X)); !s) return s;
+    return post_norm(L_.post_ffn_norm, ph.post_norm);
+  }
+
+ private:
+  template <class T>
+  static Status set(T& dst, Result<T> r) {
+    if (!r) return r.error();
+    dst = *r;
+    return {};
+  }
+  Status projection(Projection id, const char* tensor) {
+    const auto [cols, rows] = projection_shape(id, c_);
+    return set(L_.proj[static_cast<int>(id)], find(f_, p_ + tensor, {cols, rows}));
+  }
+  Status post_norm(WeightView& w, const char* tensor) {
+    if (!tensor) return {};
+    return set(w, find(f_, p_ + tensor, {c_.n_embd}));
+  }
+  const gguf::File& f_;
+  const ModelConfig& c_;
+  const std::string& p_;
+  LayerWeights& L_;
+};
+
 }  // namespace
 
 Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelConfig& c) {
+  return from_gguf(f, c, build_layer_programs(c));
+}
+
+Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelConfig& c,
+                                             const std::vector<LayerProgram>& programs) {
   if (!c.traits) return make_error(unsupported_architecture_message(c.architecture));
-  const ArchitectureTraits& arch = *c.traits;
   ModelWeights m;
 #define INFERD_TRY_SET(dst, expr) \
   {                               \
@@ -90,7 +163,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
     if (!r) return r.error();     \
     dst = *r;                     \
   }
-  const int64_t E = c.n_embd, D = c.head_dim;
+  const int64_t E = c.n_embd;
   INFERD_TRY_SET(m.tok_embd, find(f, "token_embd.weight", {E, c.n_vocab}));
   INFERD_TRY_SET(m.output_norm, find(f, "output_norm.weight", {E}));
   INFERD_TRY_SET(m.output, find(f, "output.weight", {E, c.n_vocab}, /*required=*/false));
@@ -99,44 +172,14 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
     m.tied_embeddings = true;
   }
   INFERD_TRY_SET(m.rope_freqs, find(f, "rope_freqs.weight", {c.rope_dim / 2}, false));
+#undef INFERD_TRY_SET
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
-    LayerWeights L;
-    for (const ProjectionSpec& spec : kLayerPlan) {
-      if (!layer_has(spec.id, c, i)) continue;
-      const auto [cols, rows] = projection_shape(spec.id, c);
-      INFERD_TRY_SET(L.proj[static_cast<int>(spec.id)], find(f, p + spec.tensor, {cols, rows}));
-    }
-    INFERD_TRY_SET(L.attn_norm, find(f, p + "attn_norm.weight", {E}));
-    INFERD_TRY_SET(L.ffn_norm, find(f, p + std::string(arch.ffn_norm_tensor), {E}));
-    INFERD_TRY_SET(L.bq, find(f, p + "attn_q.bias", {c.q_dim()}, arch.qkv_bias));
-    INFERD_TRY_SET(L.bk, find(f, p + "attn_k.bias", {c.kv_dim()}, arch.qkv_bias));
-    INFERD_TRY_SET(L.bv, find(f, p + "attn_v.bias", {c.kv_dim()}, arch.qkv_bias));
-    INFERD_TRY_SET(L.bo, find(f, p + "attn_output.bias", {E}, false));
-    if (arch.attention_sinks) INFERD_TRY_SET(L.attn_sinks, find(f, p + "attn_sinks.weight", {c.n_head}));
-    if (arch.qk_norm) {
-      INFERD_TRY_SET(L.q_norm, find(f, p + "attn_q_norm.weight", {D}));
-      INFERD_TRY_SET(L.k_norm, find(f, p + "attn_k_norm.weight", {D}));
-    }
-    if (arch.sandwich_norms) {
-      INFERD_TRY_SET(L.post_attn_norm, find(f, p + "post_attention_norm.weight", {E}));
-      INFERD_TRY_SET(L.post_ffn_norm, find(f, p + "post_ffw_norm.weight", {E}));
-    }
-    if (c.layers[i].ffn == FfnKind::kMixtureOfExperts) {
-      const MoeConfig& moe = c.moe;
-      const int64_t F = moe.n_ff_exp, X = moe.n_expert;
-      INFERD_TRY_SET(L.moe.router, find(f, p + "ffn_gate_inp.weight", {E, X}));
-      INFERD_TRY_SET(L.moe.gate, find_experts(f, p + "ffn_gate_exps.weight", E, F, X));
-      INFERD_TRY_SET(L.moe.up, find_experts(f, p + "ffn_up_exps.weight", E, F, X));
-      INFERD_TRY_SET(L.moe.down, find_experts(f, p + "ffn_down_exps.weight", F, E, X));
-      INFERD_TRY_SET(L.moe.router_bias, find(f, p + "ffn_gate_inp.bias", {X}, false));
-      INFERD_TRY_SET(L.moe.gate_bias, find_bias(f, p + "ffn_gate_exps.bias", F, X));
-      INFERD_TRY_SET(L.moe.up_bias, find_bias(f, p + "ffn_up_exps.bias", F, X));
-      INFERD_TRY_SET(L.moe.down_bias, find_bias(f, p + "ffn_down_exps.bias", E, X));
-    }
-    m.layers.push_back(L);
+    LayerWeights& L = m.layers.emplace_back();
+    LayerLoader load(f, c, p, L);
+    for (const Phase& phase : programs[i].phases)
+      if (Status s = std::visit(load, phase); !s) return s.error();
   }
-#undef INFERD_TRY_SET
   return m;
 }
 

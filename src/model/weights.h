@@ -11,6 +11,7 @@
 #include "core/result.h"
 #include "gguf/gguf.h"
 #include "model/config.h"
+#include "model/layer_program.h"
 
 namespace inferd {
 
@@ -51,29 +52,12 @@ struct MoeWeights {
   explicit operator bool() const { return static_cast<bool>(router); }
 };
 
-// The layer plan: a layer's projections in the order a forward pass reads
-// them. Loading, the CPU executor's weight prefetch and its forward pass all
-// walk this one list, so a projection cannot be in one and missing in another.
-// A layer with a mixture-of-experts FFN has the attention projections only
-// (ffn_projection() says which are the FFN's); its experts are MoeWeights.
+// A layer's projections (the phases of its program that read them, model/
+// layer_program.h): Q, K, V (QkvPhase), O (OutputPhase), and a dense FFN's
+// gate, up and down (DenseFfnPhase). A mixture-of-experts layer has the first
+// four only; its router and experts are MoeWeights.
 enum class Projection : int { kQ, kK, kV, kO, kGate, kUp, kDown };
 constexpr int kNumProjections = 7;
-struct ProjectionSpec {
-  Projection id;
-  const char* tensor;  // GGUF name after "blk.N."
-};
-constexpr ProjectionSpec kLayerPlan[kNumProjections] = {
-    {Projection::kQ, "attn_q.weight"},      {Projection::kK, "attn_k.weight"},
-    {Projection::kV, "attn_v.weight"},      {Projection::kO, "attn_output.weight"},
-    {Projection::kGate, "ffn_gate.weight"}, {Projection::kUp, "ffn_up.weight"},
-    {Projection::kDown, "ffn_down.weight"},
-};
-constexpr bool ffn_projection(Projection p) {
-  return p == Projection::kGate || p == Projection::kUp || p == Projection::kDown;
-}
-// Whether layer `layer` of a model has projection p (dense FFN projections
-// only in dense-FFN layers).
-bool layer_has(Projection p, const ModelConfig& c, int64_t layer);
 // {input columns, output rows} of a projection.
 std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c);
 
@@ -97,8 +81,11 @@ struct ModelWeights {
   WeightView rope_freqs;  // Llama 3's per-dimension RoPE factors, else empty
   std::vector<LayerWeights> layers;
 
-  // Finds every tensor the architecture needs and checks its type and shape;
-  // the error names the offending tensor.
+  // Finds every tensor the layers' programs read and checks its type and
+  // shape; the error names the offending tensor.
+  static Result<ModelWeights> from_gguf(const gguf::File& file, const ModelConfig& config,
+                                        const std::vector<LayerProgram>& programs);
+  // The same with the programs built from config (inferd info).
   static Result<ModelWeights> from_gguf(const gguf::File& file, const ModelConfig& config);
 };
 

@@ -671,6 +671,14 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
         if (!id->is_string()) fail("'" + at + ".tool_call_id' must be a string", "messages");
         if (role_name == "tool") message.tool_call_id = id->get<std::string>();
       }
+      // An assistant's earlier thinking: `reasoning_content` (llama-server's
+      // and vLLM's name) or `reasoning` (vLLM's newer one).
+      for (const char* key : {"reasoning_content", "reasoning"}) {
+        const json* rc = field(m, key);
+        if (!rc || rc->is_null()) continue;
+        if (!rc->is_string()) fail("'" + at + "." + key + "' must be a string", "messages");
+        if (role_name == "assistant" && message.reasoning_content.empty()) message.reasoning_content = rc->get<std::string>();
+      }
       r.messages.push_back(std::move(message));
     }
 
@@ -692,13 +700,27 @@ ParseResult parse_chat_request(std::string_view text, const ProtocolLimits& limi
       const std::string name = get_string(body, "reasoning_format");
       r.reasoning_format = reasoning_parser_from_name(name);
       if (!r.reasoning_format)
-        fail("'reasoning_format' must be one of none, auto, deepseek, qwen3, deepseek_r1", "reasoning_format");
+        fail("'reasoning_format' must be one of none, auto, deepseek, qwen3, deepseek_r1, openai_gptoss",
+             "reasoning_format");
     }
     r.add_generation_prompt = get_bool(body, "add_generation_prompt", true);
+    json kwargs = nullptr;
     if (const json* kw = field(body, "chat_template_kwargs")) {
       if (!kw->is_object()) fail("'chat_template_kwargs' must be an object", "chat_template_kwargs");
-      r.chat_template_kwargs = kw->dump(-1, ' ', false, json::error_handler_t::replace);
+      kwargs = *kw;
     }
+    // OpenAI's reasoning_effort, given to the template (gpt-oss's reads it
+    // into its system message), as vLLM and llama-server do; a
+    // chat_template_kwargs of the same name wins.
+    if (const json* effort = field(body, "reasoning_effort"); effort && !effort->is_null()) {
+      const std::string e = effort->is_string() ? effort->get<std::string>() : std::string();
+      if (e != "low" && e != "medium" && e != "high")
+        fail("'reasoning_effort' must be one of 'low', 'medium' or 'high'", "reasoning_effort");
+      r.reasoning_effort = e;
+      if (kwargs.is_null()) kwargs = json::object();
+      if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = e;
+    }
+    if (!kwargs.is_null()) r.chat_template_kwargs = kwargs.dump(-1, ' ', false, json::error_handler_t::replace);
     check_beam_search(r);
     return r;
   } catch (const Invalid& e) {

@@ -110,6 +110,9 @@ struct GenerationRequest {
   // chat: llama-server's per-request `reasoning_format` ("none", "auto",
   // "deepseek", and the server flag's "qwen3", "deepseek_r1"); absent: the server's.
   std::optional<ReasoningParser> reasoning_format;
+  // chat: OpenAI's reasoning_effort ("low", "medium", "high"; empty: not
+  // given), passed to the chat template as `reasoning_effort`.
+  std::string reasoning_effort;
   // Prefill/decode disaggregation (server/kv_transfer.h); what it means
   // depends on the instance's --kv-transfer-config.
   std::optional<KVTransferParams> kv_transfer;

@@ -41,6 +41,9 @@ struct Choice {
   // split), and the thinking found (whole responses).
   std::shared_ptr<ReasoningStreamParser> reasoning_parser;
   std::string reasoning;
+  // gpt-oss's harmony format: one parser splits the channels into reasoning,
+  // content and tool calls (null: not harmony).
+  std::shared_ptr<HarmonyStreamParser> harmony_parser;
   std::vector<BeamOutput> beams;  // beam search: the engine request's beams (it stands for n choices)
   // Prefill for a remote decode: the lease holding the prompt's blocks, and their ids per KV group.
   uint64_t kv_lease_id = 0;
@@ -55,6 +58,9 @@ struct PreparedGeneration {
   std::shared_ptr<const CompiledGrammar> grammar;  // structured output, compiled (shared by every choice)
   std::optional<ToolCallFormat> tool_format;       // tool calls are parsed from the output in this format
   std::vector<std::string> tool_names;             // the request's functions (untagged hermes calls)
+  std::vector<ToolSignature> tool_signatures;      // and their parameter schemas (qwen3_coder's types)
+  bool harmony = false;                            // the output is harmony (chat/harmony.h)
+  bool harmony_calls = false;                      // harmony: messages to functions are tool calls
   std::optional<ReasoningSpec> reasoning;          // chat: the thinking is split from the answer
   bool render_special = false;                     // the output's text shows control tokens
 };
@@ -295,9 +301,9 @@ class ResponseWriter {
         lp = logprobs(c, c.logprobs);
       }
       json choice = {{"index", c.index}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
-      if (chat_ && (c.tool_parser || c.reasoning_parser)) {
+      if (chat_ && (c.tool_parser || c.reasoning_parser || c.harmony_parser)) {
         json message = {{"role", "assistant"}, {"content", c.content.empty() ? json(nullptr) : json(c.content)}};
-        if (c.reasoning_parser) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
+        if (c.reasoning_parser || c.harmony_parser) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
         if (!c.tool_calls.empty()) message["tool_calls"] = c.tool_calls;
         choice["message"] = std::move(message);
       } else if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
@@ -354,8 +360,8 @@ std::vector<ToolCallDelta> parse_streamed(Choice& c, const RequestOutput& out) {
 // Whole: the calls of the choice's output and the content around them;
 // content null (empty) when only whitespace remains beside the calls.
 void finish_tool_calls(Choice& c, const std::string& text, ToolCallFormat format,
-                       const std::vector<std::string>& names) {
-  ParsedAssistantMessage m = parse_tool_calls(format, text, names);
+                       const std::vector<std::string>& names, const std::vector<ToolSignature>& signatures) {
+  ParsedAssistantMessage m = parse_tool_calls(format, text, names, signatures);
   if (m.tool_calls.empty()) {
     c.content = text;
     return;
@@ -370,6 +376,18 @@ void finish_tool_calls(Choice& c, const std::string& text, ToolCallFormat format
 
 // Whole: the thinking split from the answer, then the answer's tool calls.
 void finish_message(Choice& c, const PreparedGeneration& pg) {
+  if (c.harmony_parser) {
+    HarmonyMessage m = parse_harmony(c.text, pg.harmony_calls);
+    c.reasoning = std::move(m.reasoning);
+    c.content = std::move(m.content);
+    for (ParsedToolCall& call : m.tool_calls) {
+      json fn = {{"name", std::move(call.name)}, {"arguments", std::move(call.arguments)}};
+      c.tool_calls.push_back(json{{"id", new_tool_call_id()}, {"type", "function"}, {"function", std::move(fn)}});
+    }
+    if (!c.tool_calls.empty() && (c.finish_reason == "stop" || c.finish_reason == "length"))
+      c.finish_reason = "tool_calls";
+    return;
+  }
   std::string text = c.text;
   if (c.reasoning_parser) {
     ReasoningDelta d = parse_reasoning(pg.reasoning->starts_inside, c.text);
@@ -377,7 +395,7 @@ void finish_message(Choice& c, const PreparedGeneration& pg) {
     text = std::move(d.content);
     c.content = text;
   }
-  if (c.tool_parser) finish_tool_calls(c, text, *pg.tool_format, pg.tool_names);
+  if (c.tool_parser) finish_tool_calls(c, text, *pg.tool_format, pg.tool_names, pg.tool_signatures);
 }
 
 // Streaming with reasoning: thinking deltas first, then the answer's deltas as
@@ -404,6 +422,29 @@ std::string reasoning_events(const ResponseWriter& writer, Choice& c, const Requ
   } else {
     events += writer.chunk(c, answer, want_logprobs);
   }
+  return events;
+}
+
+// Streaming harmony: the reasoning of one engine output first (with its
+// logprobs), then its content and calls as tool_events sends them.
+std::string harmony_events(const ResponseWriter& writer, Choice& c, const RequestOutput& out, bool want_logprobs) {
+  std::vector<HarmonyDelta> deltas = c.harmony_parser->feed(out.text);
+  if (out.finished)
+    for (HarmonyDelta& d : c.harmony_parser->finish()) deltas.push_back(std::move(d));
+  std::string reasoning;
+  std::vector<ToolCallDelta> answer_deltas;
+  for (HarmonyDelta& d : deltas) {
+    reasoning += d.reasoning;
+    if (!d.content.empty() || d.call) answer_deltas.push_back({std::move(d.content), std::move(d.call), d.call_index});
+  }
+  RequestOutput answer = out;
+  answer.text.clear();
+  std::string events;
+  if (!reasoning.empty()) {
+    events += writer.reasoning_chunk(c, reasoning, out.logprobs, want_logprobs);
+    answer.logprobs.clear();
+  }
+  events += writer.tool_events(c, answer_deltas, answer, want_logprobs);
   return events;
 }
 
@@ -498,6 +539,7 @@ std::vector<Choice> beam_choices(const std::vector<Choice>& requests) {
       b.metrics = c.metrics;
       b.tool_parser = c.tool_parser;  // finish_message parses each beam's whole text
       b.reasoning_parser = c.reasoning_parser;
+      b.harmony_parser = c.harmony_parser;
       out.push_back(std::move(b));
     }
   }
@@ -522,12 +564,19 @@ void OpenAIServer::attach(Model& model, Engine& engine, std::optional<ChatTempla
   if (!tool_format_ && template_) tool_format_ = detect_tool_call_format(template_->source());
   if (tool_format_) tool_marker_token_ = tool_call_marker_token(*tool_format_, model.tokenizer());
   reasoning_ = options_.reasoning_parser;
+  const bool template_harmony = template_ && template_uses_harmony(template_->source());
   if (reasoning_ == ReasoningParser::kAuto)
-    reasoning_ = template_ && template_thinks(template_->source()) ? ReasoningParser::kQwen3 : ReasoningParser::kNone;
+    reasoning_ = template_harmony                                       ? ReasoningParser::kHarmony
+                 : template_ && template_thinks(template_->source()) ? ReasoningParser::kQwen3
+                                                                      : ReasoningParser::kNone;
+  // gpt-oss's output is harmony whichever flag says so: its channels are
+  // split by one parser (chat/harmony.h).
+  harmony_ = reasoning_ == ReasoningParser::kHarmony || tool_format_ == ToolCallFormat::kHarmony;
   if (reasoning_ != ReasoningParser::kNone)
     spdlog::info("reasoning: {} parser{}", reasoning_parser_name(reasoning_),
-                 options_.reasoning_parser == ReasoningParser::kAuto ? " (the chat template writes </think>)"
-                                                                    : " (--reasoning-parser)");
+                 options_.reasoning_parser != ReasoningParser::kAuto ? " (--reasoning-parser)"
+                 : template_harmony                                  ? " (the chat template writes <|channel|>)"
+                                                                     : " (the chat template writes </think>)");
   if (template_ && template_supports_tools(template_->source()))
     spdlog::info("tool calling: {} format{}", tool_format_ ? tool_call_format_name(*tool_format_) : "no known",
                  options_.tool_call_parser ? " (--tool-call-parser)" : " (from the chat template)");
@@ -743,6 +792,8 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
   // ---- prompts as token ids ----
   const Tokenizer& tok = model_->tokenizer();
   if (chat) {
+    pg.harmony = harmony_;
+    if (pg.harmony) pg.render_special = true;  // the parser reads the channels' markers (the client never sees them)
     if (req.tools)
       if (auto e = prepare_tools(pg)) return *e;
     auto prompt = render_chat(req.messages, req.add_generation_prompt, req.chat_template_kwargs,
@@ -758,7 +809,7 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
     ReasoningParser rp = req.reasoning_format.value_or(reasoning_);
     if (rp == ReasoningParser::kAuto) rp = reasoning_ != ReasoningParser::kNone ? reasoning_ : ReasoningParser::kQwen3;
     const PromptThinking pt = prompt_thinking(cp.text);
-    if (rp != ReasoningParser::kNone && pt != PromptThinking::kClosed) {
+    if (!pg.harmony && rp != ReasoningParser::kNone && rp != ReasoningParser::kHarmony && pt != PromptThinking::kClosed) {
       ReasoningSpec spec;
       spec.start = std::string(kThinkStart);
       spec.end = std::string(kThinkEnd);
@@ -787,7 +838,16 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
   // ---- the structured-output constraint, compiled (or found in the cache) ----
   if (req.structured) {
     if (!grammars_) return bad_request("structured outputs are unavailable: " + grammar_error_, req.structured->param);
-    auto compiled = grammars_->compile(req.structured->kind, req.structured->text);
+    GrammarKind kind = req.structured->kind;
+    std::string text = req.structured->text;
+    if (pg.harmony) {
+      // The analysis messages go free; the constraint applies to the final message.
+      auto lark = harmony_final_grammar(kind, text);
+      if (!lark) return bad_request(lark.error().message, req.structured->param);
+      kind = GrammarKind::kLark;
+      text = std::move(*lark);
+    }
+    auto compiled = grammars_->compile(kind, text);
     if (!compiled) return bad_request(compiled.error().message, req.structured->param);
     pg.grammar = std::move(*compiled);
   }
@@ -815,22 +875,27 @@ std::optional<ApiError> OpenAIServer::prepare_tools(PreparedGeneration& pg) cons
                        "start the server with --chat-template FILE of a template that does",
                        "tools");
   if (tools.choice == ToolChoice::kNone) return std::nullopt;  // rendered, not parsed (as vLLM)
-  if (!tool_format_)
+  if (pg.harmony) pg.harmony_calls = true;
+  const std::optional<ToolCallFormat> format = pg.harmony ? std::optional(ToolCallFormat::kHarmony) : tool_format_;
+  if (!format)
     return bad_request("the tool-call format of this model's chat template is unknown; start the server with "
-                       "--tool-call-parser hermes|llama3_json|mistral",
+                       "--tool-call-parser hermes|llama3_json|mistral|qwen3_coder|openai",
                        "tools");
-  pg.tool_format = tool_format_;
+  pg.tool_format = format;
   // Mistral's calls open with the control token [TOOL_CALLS], which the
   // parser must see in the text (vLLM's mistral parser turns
   // skip_special_tokens off likewise).
-  if (*tool_format_ == ToolCallFormat::kMistral) pg.render_special = true;
-  for (const ToolSpec& spec : tools.tools) pg.tool_names.push_back(spec.name);
+  if (*format == ToolCallFormat::kMistral) pg.render_special = true;
+  for (const ToolSpec& spec : tools.tools) {
+    pg.tool_names.push_back(spec.name);
+    pg.tool_signatures.push_back({spec.name, spec.parameters});
+  }
   if (tools.choice == ToolChoice::kAuto) return std::nullopt;
   // "required" or a named function: a grammar admits only such calls (a
   // named function is called once, as vLLM does; "required" calls one or,
   // with parallel_tool_calls, several).
   const bool named = tools.choice == ToolChoice::kNamed;
-  auto lark = forced_tool_call_grammar(*tool_format_, tools.tools, named ? tools.named : std::string(),
+  auto lark = forced_tool_call_grammar(*format, tools.tools, named ? tools.named : std::string(),
                                        !named && tools.parallel, tool_marker_token_);
   if (!lark) return bad_request(lark.error().message, "tool_choice");
   if (!grammars_)
@@ -913,7 +978,9 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       c.stream = handle->stream;
       c.index = index;
       c.prompt_index = p;
-      if (pg.tool_format) c.tool_parser = std::make_shared<ToolCallStreamParser>(*pg.tool_format, pg.tool_names);
+      if (pg.harmony) c.harmony_parser = std::make_shared<HarmonyStreamParser>(pg.harmony_calls);
+      else if (pg.tool_format)
+        c.tool_parser = std::make_shared<ToolCallStreamParser>(*pg.tool_format, pg.tool_names, pg.tool_signatures);
       if (pg.reasoning) c.reasoning_parser = std::make_shared<ReasoningStreamParser>(pg.reasoning->starts_inside);
       c.stream->set_listener(wake);
       choices.push_back(std::move(c));
@@ -988,6 +1055,11 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
         }
         if (!c.error.empty() && !co_await ex.write_chunk(writer.error_event("generation failed: " + c.error)))
           co_return;
+        if (c.harmony_parser) {
+          std::string events = harmony_events(writer, c, *out, want_logprobs);
+          if (!events.empty() && !co_await ex.write_chunk(std::move(events))) co_return;
+          continue;
+        }
         if (c.reasoning_parser) {
           std::string events = reasoning_events(writer, c, *out, want_logprobs);
           if (!events.empty() && !co_await ex.write_chunk(std::move(events))) co_return;

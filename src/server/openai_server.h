@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "chat/chat_template.h"
+#include "chat/harmony.h"
 #include "chat/reasoning.h"
 #include "chat/tool_calls.h"
 #include "engine/engine.h"
@@ -56,7 +57,8 @@ struct ServerOptions {
   std::optional<ToolCallFormat> tool_call_parser;
   // Reasoning output (vLLM's --reasoning-parser): chat answers return the
   // thinking as `reasoning_content`, and a grammar applies after it. kAuto:
-  // qwen3 when the chat template writes </think>, else none.
+  // harmony when the chat template writes <|channel|> (gpt-oss), qwen3 when
+  // it writes </think>, else none.
   ReasoningParser reasoning_parser = ReasoningParser::kAuto;
   size_t worker_threads = 2;  // parse, render and tokenize requests (off the I/O threads)
   bool webui = true;          // serve the web chat page at / (server/webui.h)
@@ -127,6 +129,7 @@ class OpenAIServer {
   std::optional<ToolCallFormat> tool_format_;  // the parser's flag, or the template's format
   int32_t tool_marker_token_ = -1;             // the control token opening the format's calls ([TOOL_CALLS])
   ReasoningParser reasoning_ = ReasoningParser::kNone;  // options_.reasoning_parser, auto resolved
+  bool harmony_ = false;  // the output is gpt-oss's harmony (either parser's flag, or the template's markers)
   ServingMetrics metrics_;
   std::atomic<int64_t> unfinished_{0};  // requests added and not yet finished
 

@@ -19,11 +19,23 @@ namespace inferd::server {
 // (calls separated by a newline); llama3_json: {"name", "parameters"}
 // (calls separated by "; "); mistral: [TOOL_CALLS], an optional space, then a
 // JSON array of {"name", "arguments"} (one item, or with `parallel` one or
-// more). `marker_token` is the id of the vocabulary's control token for the
+// more); qwen3_coder: <tool_call>\n<function=NAME>\n, each parameter as
+// <parameter=KEY>\nVALUE\n</parameter>\n (the schema's required ones, its
+// others optionally, in its order; a string's value any text, any other
+// JSON valid against its schema), </function>\n</tool_call> (calls separated
+// by a newline); harmony (gpt-oss): free analysis and commentary messages,
+// then one message to functions.NAME whose body is the arguments' JSON (one
+// call: <|call|> ends the output). `marker_token` is the id of the vocabulary's control token for the
 // format's marker (tool_call_marker_token), matched as that token; -1: the
 // marker is matched as text.
 Result<std::string> forced_tool_call_grammar(ToolCallFormat format, const std::vector<ToolSpec>& tools,
                                              const std::string& only, bool parallel, int32_t marker_token = -1);
+
+// Structured output under gpt-oss's harmony format: free analysis messages,
+// then the final message's header and a body valid against the JSON schema
+// (kJsonSchema, kJsonObject; other kinds are refused): the constraint applies
+// to the final channel only, as llama-server's gpt-oss grammar does.
+Result<std::string> harmony_final_grammar(GrammarKind kind, const std::string& text);
 
 // The control token whose text is the marker that opens the format's calls
 // (mistral's [TOOL_CALLS]); -1 for the other formats, whose markers are text

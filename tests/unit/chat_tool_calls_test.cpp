@@ -279,10 +279,159 @@ TEST(ToolCallsMistral, BrokenCallsAreContent) {
   }
 }
 
+// ---- qwen3_coder (Qwen3-Coder's template asks for exactly this) -----------------
+
+const std::vector<ToolSignature> kCoderTools = {
+    {"get_weather",
+     R"({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"},)"
+     R"( "metric": {"type": "boolean"}, "ratio": {"type": "number"}, "tags": {"type": "array"},)"
+     R"( "opts": {"type": "object"}, "note": {"type": ["string", "null"]}, "n": {"type": ["integer", "string"]}}})"},
+    {"run", R"({"type": "object", "properties": {"code": {"type": "string"}}})"}};
+
+ParsedAssistantMessage parse_coder(const std::string& text) {
+  return parse_tool_calls(ToolCallFormat::kQwen3Coder, text, {}, kCoderTools);
+}
+
+// Whole, byte by byte and in random pieces, with the signatures.
+void expect_coder_stream_agrees(const std::string& text) {
+  const ParsedAssistantMessage whole = parse_coder(text);
+  std::vector<std::vector<size_t>> splits = {{}};
+  std::vector<size_t> every;
+  for (size_t i = 1; i < text.size(); ++i) every.push_back(i);
+  splits.push_back(every);
+  std::mt19937 rng(static_cast<uint32_t>(text.size()));
+  for (int k = 0; k < 20; ++k) {
+    std::vector<size_t> cuts;
+    for (size_t i = 1; i < text.size(); ++i)
+      if (rng() % 5 == 0) cuts.push_back(i);
+    splits.push_back(cuts);
+  }
+  for (const auto& cuts : splits) {
+    ToolCallStreamParser parser(ToolCallFormat::kQwen3Coder, {}, kCoderTools);
+    std::string content;
+    std::vector<ParsedToolCall> calls;
+    size_t at = 0;
+    auto take = [&](std::vector<ToolCallDelta> ds) {
+      for (ToolCallDelta& d : ds) {
+        content += d.content;
+        if (d.call) calls.push_back(*d.call);
+      }
+    };
+    for (size_t cut : cuts) {
+      take(parser.feed(std::string_view(text).substr(at, cut - at)));
+      at = cut;
+    }
+    take(parser.feed(std::string_view(text).substr(at)));
+    take(parser.finish());
+    const size_t b = content.find_first_not_of(" \t\r\n");
+    content = b == std::string::npos ? "" : content.substr(b, content.find_last_not_of(" \t\r\n") - b + 1);
+    EXPECT_EQ(content, whole.content) << text;
+    ASSERT_EQ(calls.size(), whole.tool_calls.size()) << text;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(calls[i].name, whole.tool_calls[i].name);
+      EXPECT_EQ(calls[i].arguments, whole.tool_calls[i].arguments);
+    }
+  }
+}
+
+TEST(ToolCallsQwen3Coder, OneCallAsTheTemplateWritesIt) {
+  const std::string out =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n"
+      "</parameter>\n</function>\n</tool_call>";
+  const ParsedAssistantMessage m = parse_coder(out);
+  EXPECT_EQ(m.content, "");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"city":"Paris","days":3})");
+  expect_coder_stream_agrees(out);
+  // The arguments keep the order the model wrote them in (llama.cpp's too).
+  const ParsedAssistantMessage r = parse_coder(
+      "<tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>\n<parameter=city>\nParis\n</parameter>\n"
+      "</function>\n</tool_call>");
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].arguments, R"({"days":3,"city":"Paris"})");
+}
+
+TEST(ToolCallsQwen3Coder, ValuesTypedByTheSchema) {
+  // As vLLM's qwen3_coder parser: a string stays text (even one that looks
+  // like a number or JSON), other types are parsed, Python's True/False too,
+  // text that does not parse stays a string, unknown parameters are strings.
+  const std::string out =
+      "<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n<parameter=metric>\nTrue\n"
+      "</parameter>\n<parameter=ratio>\n0.5\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n"
+      "<parameter=opts>\n{\"x\": {\"y\": null}}\n</parameter>\n<parameter=note>\nnull\n</parameter>\n"
+      "<parameter=n>\nseven\n</parameter>\n<parameter=days>\nmany\n</parameter>\n<parameter=extra>\n12\n"
+      "</parameter>\n</function>\n</tool_call>";
+  const ParsedAssistantMessage m = parse_coder(out);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(m.tool_calls[0].arguments),
+            json::parse(R"({"city": "42", "metric": true, "ratio": 0.5, "tags": ["a", "b"], "opts": {"x": {"y": null}},)"
+                        R"( "note": null, "n": "seven", "days": "many", "extra": "12"})"));
+  expect_coder_stream_agrees(out);
+}
+
+TEST(ToolCallsQwen3Coder, MultilineStringKeepsItsInnerNewlines) {
+  const std::string out =
+      "Running it.\n<tool_call>\n<function=run>\n<parameter=code>\ndef f():\n    return 1\n\n</parameter>\n"
+      "</function>\n</tool_call>";
+  const ParsedAssistantMessage m = parse_coder(out);
+  EXPECT_EQ(m.content, "Running it.");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(json::parse(m.tool_calls[0].arguments).at("code"), "def f():\n    return 1\n");
+  expect_coder_stream_agrees(out);
+}
+
+TEST(ToolCallsQwen3Coder, ParallelCallsAndMissingClosingTags) {
+  const std::string out =
+      "<tool_call>\n<function=run>\n<parameter=code>\na\n</parameter>\n</function>\n</tool_call>\n<tool_call>\n"
+      "<function=get_weather>\n<parameter=city>\nRome\n</function>\n";
+  const ParsedAssistantMessage m = parse_coder(out);
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"code":"a"})");
+  EXPECT_EQ(m.tool_calls[1].name, "get_weather");
+  EXPECT_EQ(m.tool_calls[1].arguments, R"({"city":"Rome"})");
+  EXPECT_EQ(m.content, "");
+  expect_coder_stream_agrees(out);
+}
+
+TEST(ToolCallsQwen3Coder, CutOrMalformedCallsAreContent) {
+  for (const std::string& out : {
+           std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"),
+           std::string("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"),
+           std::string("<tool_call>\n{\"name\": \"run\", \"arguments\": {}}\n</tool_call>"),
+           std::string("<tool_call>\n<function=>\n</function>\n</tool_call>"),
+           std::string("<tool_call>\n<function=run>\ncode = 1\n</function>\n</tool_call>"),
+       }) {
+    const ParsedAssistantMessage m = parse_coder(out);
+    EXPECT_TRUE(m.tool_calls.empty()) << out;
+    EXPECT_EQ(m.content, std::string(out.substr(0, out.find_last_not_of(" \n") + 1))) << out;
+    expect_coder_stream_agrees(out);
+  }
+  // A malformed call stays text and the next one parses.
+  const std::string out =
+      "<tool_call>\nnot a call\n</tool_call>\n<tool_call>\n<function=run>\n<parameter=code>\nx\n</parameter>\n"
+      "</function>\n</tool_call>";
+  const ParsedAssistantMessage m = parse_coder(out);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.content, "<tool_call>\nnot a call\n</tool_call>");
+  expect_coder_stream_agrees(out);
+}
+
+TEST(ToolCallsQwen3Coder, WithoutSignaturesValuesAreJsonOrText) {
+  const ParsedAssistantMessage m = parse_tool_calls(
+      ToolCallFormat::kQwen3Coder,
+      "<tool_call>\n<function=f>\n<parameter=a>\n1\n</parameter>\n<parameter=b>\nhi\n</parameter>\n</function>\n"
+      "</tool_call>");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  // A function the request does not declare: its values are text (vLLM).
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"a":"1","b":"hi"})");
+}
+
 // ---- formats and the JSON scanner ---------------------------------------------
 
 TEST(ToolCallFormats, NamesAndDetectionFromTemplates) {
-  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+  for (ToolCallFormat f : {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral,
+                           ToolCallFormat::kQwen3Coder, ToolCallFormat::kHarmony}) {
     EXPECT_EQ(tool_call_format_from_name(tool_call_format_name(f)), f);
   }
   EXPECT_FALSE(tool_call_format_from_name("pythonic").has_value());
@@ -294,6 +443,9 @@ TEST(ToolCallFormats, NamesAndDetectionFromTemplates) {
                                     "tool_call.name }}"),
             ToolCallFormat::kLlama3Json);
   EXPECT_EQ(detect_tool_call_format("{{- \"[TOOL_CALLS] [\" }}"), ToolCallFormat::kMistral);
+  // Qwen3-Coder's template shows <tool_call> too: its <function= wins.
+  EXPECT_EQ(detect_tool_call_format("<tool_call>\\n<function=example_function_name>\\n<parameter=example_parameter_1>"),
+            ToolCallFormat::kQwen3Coder);
   EXPECT_FALSE(detect_tool_call_format("{% for message in messages %}{{ message.content }}{% endfor %}"));
 }
 

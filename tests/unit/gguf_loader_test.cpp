@@ -366,8 +366,8 @@ TEST(GgufGood, TensorInfosNeedNotBeInOffsetOrder) {
 
 TEST(GgufGood, TypesWithoutKernelsAreReadAndNamed) {
   // gpt-oss's MXFP4 experts (3-D) and an IQ4_XS matrix: a file holding them is
-  // read and described (inferd info); loading it to run refuses the type
-  // (model/weights.cpp), not the reader.
+  // read and described (inferd info); a type no kernel runs (IQ4_XS) is refused
+  // when the model is loaded to run (model/weights.cpp), not by the reader.
   Writer w;
   w.tensor({"experts", static_cast<uint32_t>(DType::MXFP4), {64, 4, 2}, {}, {}, {}})
       .tensor({"m", static_cast<uint32_t>(DType::IQ4_XS), {256, 2}, {}, {}, {}});

@@ -8,6 +8,10 @@
 // tools/reference/ggml_matmul_reference.c from ggml_mul_mat on llama.cpp's CPU
 // backend (AVX2 build, tinyBLAS and the repack buffer on), real rows of the
 // Qwen2.5-Coder and Gemma 3 Q4_K_M files and random rows of other types.
+// MXFP4 (ggml_matmul_mxfp4_avx2.bin and _avx512.bin, by the same tool with
+// --mxfp4 against GGML's AVX2 and AVX-512 builds): ggml_mul_mat and
+// ggml_mul_mat_id (gpt-oss's experts), in and outside the repack buffer, N = 1..9,
+// 12, 16, 17; both builds' outputs are checked.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,8 +57,8 @@ T read_as(std::ifstream& in) {
   return v;
 }
 
-std::vector<Case> load() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_matmul_avx2.bin";
+std::vector<Case> load(const std::string& file = "ggml_matmul_avx2.bin") {
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/" + file;
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << "missing " << path;
   char magic[8] = {};
@@ -107,7 +111,7 @@ bool matched(DType t) {
   switch (t) {
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
-    case DType::F16: case DType::BF16: case DType::F32:
+    case DType::F16: case DType::BF16: case DType::F32: case DType::MXFP4:
       return true;
     default:
       return false;
@@ -147,9 +151,7 @@ std::vector<float> linear_matmul(const KernelTable& table, const Case& c, const 
   return y;
 }
 
-TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
-  const std::vector<Case> cases = load();
-  ASSERT_GE(cases.size(), 13u);
+int check_cases(const std::vector<Case>& cases) {
   int checked = 0;
   for (const Case& c : cases) {
     // The reference's idea of the repack buffer is ours.
@@ -167,7 +169,7 @@ TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
             // Q4_K, Q4_0 and Q5_0 have a kernel of GGML's order on the GGML rows
             // too (Q4_1's row kernel pairs blocks: Linear runs it packed only).
             if (ggml_rows && !RepackedQ4K::applies(c.type, c.rows) && c.type != DType::Q4_0 &&
-                c.type != DType::Q5_0) {
+                c.type != DType::Q5_0 && c.type != DType::MXFP4) {
               continue;
             }
             const std::vector<float> y = linear_matmul(table, c, x, run.n, split, ggml_rows);
@@ -185,7 +187,31 @@ TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
       }
     }
   }
-  EXPECT_GT(checked, 0);
+  return checked;
+}
+
+TEST(KernelsGgmlMatmul, MatchesGgmlCpuBackendBitForBit) {
+  const std::vector<Case> cases = load();
+  ASSERT_GE(cases.size(), 13u);
+  EXPECT_GT(check_cases(cases), 0);
+}
+
+// MXFP4 sums in the same order in GGML's two builds (vec_dot has no AVX-512
+// code; the repacked gemm's AVX-512 tiles take the same float steps as its
+// AVX2 ones), so the same kernels must give both builds' bits.
+TEST(KernelsGgmlMatmul, Mxfp4MatchesBothGgmlBuildsBitForBit) {
+  for (const char* file : {"ggml_matmul_mxfp4_avx2.bin", "ggml_matmul_mxfp4_avx512.bin"}) {
+    SCOPED_TRACE(file);
+    const std::vector<Case> cases = load(file);
+    ASSERT_EQ(cases.size(), 14u);
+    int repacked = 0;
+    for (const Case& c : cases) {
+      EXPECT_EQ(c.type, DType::MXFP4) << c.name;
+      repacked += c.repacked;
+    }
+    EXPECT_EQ(repacked, 7);  // 3 mul_mat and 2 x 2 mul_mat_id cases in the repack buffer
+    EXPECT_GT(check_cases(cases), 0);
+  }
 }
 
 // Threads that share a token's row quantize its blocks apart (Linear::
@@ -201,7 +227,7 @@ TEST(KernelsGgmlMatmul, InputBlocksQuantizeAsTheirRow) {
   for (SimdLevel level : runnable_levels()) {
     const KernelTable table = build_kernel_table(level);
     for (DType w : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                    DType::F16, DType::BF16, DType::F32}) {
+                    DType::F16, DType::BF16, DType::F32, DType::MXFP4}) {
       const int64_t rows = 64;  // Q4_K and Q4_0 in llama.cpp's repack buffer
       const size_t row = matmul_act_row_bytes(w, cols);
       std::vector<uint8_t> whole(row * n), blocks(row * n, 0xAB);

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/cpu/quants.h"
 #include "kernels_test_util.h"
 
 namespace inferd::kernels {
@@ -31,7 +32,7 @@ std::vector<float> run(const KernelTable& table, const PackedMatrix& m, const Pr
   return y;
 }
 
-const DType kPackable[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0};
+const DType kPackable[] = {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0, DType::MXFP4};
 
 TEST(KernelsPacked, EveryLevelMatchesTheScalarReferenceBitForBit) {
   std::mt19937 rng(7);
@@ -170,11 +171,73 @@ TEST(KernelsPacked, ArenaSizedBySpaceForHoldsEveryMatrix) {
   EXPECT_EQ(arena.take(1), nullptr) << "a matrix was packed outside the arena";
 }
 
+// MXFP4 rows of random bytes, exponents from the subnormal scales (e = 0, 1)
+// to large ones: rows % 8 == 0 packed in GGML's repacked order, the others in
+// its vec_dot order, even and odd block counts (the vec_dot order's last odd
+// block), 1 to 9 tokens. Every level gives the bits of the GGML-row kernels of
+// the same orders (ref::vec_dot for ggml_vec_dot_mxfp4_q8_0, the table's
+// repack_tile for the repacked gemv/gemm), on Q8_0 activations as GGML's CPU
+// backend quantizes them.
+TEST(KernelsPacked, Mxfp4MatchesTheGgmlRowOrdersAtEveryLevel) {
+  std::mt19937 rng(21);
+  const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
+  for (int64_t rows : {48, 40, 37, 44, 8, 3}) {
+    for (int64_t cols : {32, 64, 352, 576}) {
+      Problem p = make_problem(rng, DType::MXFP4, rows, cols, 9);
+      for (size_t i = 0; i < p.w.size(); ++i) p.w[i] = static_cast<uint8_t>(rng());
+      for (size_t b = 0; b < p.w.size() / 17; ++b) {
+        const uint32_t pick = rng() % 8;
+        p.w[17 * b] = static_cast<uint8_t>(pick < 3 ? pick : 100 + rng() % 50);  // e
+      }
+      const PackedMatrix m = PackedMatrix::pack(DType::MXFP4, p.w.data(), p.rows, p.cols);
+      EXPECT_EQ(m.vec_dot_order(), rows % 8 != 0);
+      const size_t w_row = row_bytes(DType::MXFP4, cols), a_row = row_bytes(DType::Q8_0, cols);
+      std::vector<uint8_t> act(a_row * p.n_tokens);
+      for (int64_t t = 0; t < p.n_tokens; ++t)
+        scalar.quantize_q8_0_cpu(p.x.data() + t * cols, act.data() + t * a_row, cols);
+      const TypeKernels& k = scalar.type[static_cast<uint32_t>(DType::MXFP4)];
+      std::vector<float> want(static_cast<size_t>(rows * p.n_tokens));
+      for (int64_t t = 0; t < p.n_tokens; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          float& w = want[t * rows + r];
+          if (rows % 8 == 0) {
+            k.repack_tile(cols, p.w.data() + r * w_row, w_row, 1, act.data() + t * a_row, a_row, 1, &w, 1, 1);
+          } else {
+            w = ref::vec_dot(DType::MXFP4, cols, p.w.data() + r * w_row, act.data() + t * a_row);
+          }
+        }
+      }
+      for (SimdLevel level : runnable_levels()) {
+        const KernelTable table = build_kernel_table(level);
+        for (int64_t n : {int64_t{1}, int64_t{5}, p.n_tokens}) {
+          const std::vector<float> got = run(table, m, p, 0, n);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(testing::bits_of(got[i]), testing::bits_of(want[i]))
+                << level_name(level) << " rows=" << rows << " cols=" << cols << " n=" << n << " token " << i / rows
+                << " row " << i % rows << ": " << got[i] << " want " << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+
+// The E8M0 scales as GGML makes them (ggml_e8m0_to_fp32_half): 2^(e - 128).
+TEST(KernelsPacked, E8m0HalfIsAPowerOfTwo) {
+  EXPECT_EQ(testing::bits_of(e8m0_to_f32_half(0)), 0x00200000u);  // 2^-128, subnormal
+  EXPECT_EQ(testing::bits_of(e8m0_to_f32_half(1)), 0x00400000u);
+  EXPECT_EQ(e8m0_to_f32_half(2), std::ldexp(1.0f, -126));
+  EXPECT_EQ(e8m0_to_f32_half(128), 1.0f);
+  EXPECT_EQ(e8m0_to_f32_half(127), 0.5f);
+  EXPECT_EQ(e8m0_to_f32_half(254), std::ldexp(1.0f, 126));
+}
+
 TEST(KernelsPacked, PacksOnlyTheSimpleBlockFormats) {
   EXPECT_TRUE(can_pack(DType::Q4_0));
   EXPECT_TRUE(can_pack(DType::Q4_1));
   EXPECT_TRUE(can_pack(DType::Q5_0));
   EXPECT_TRUE(can_pack(DType::Q8_0));
+  EXPECT_TRUE(can_pack(DType::MXFP4));
   EXPECT_FALSE(can_pack(DType::Q4_K));
   EXPECT_FALSE(can_pack(DType::F32));
 }

@@ -351,6 +351,7 @@ std::vector<uint8_t> random_weights(std::mt19937& rng, DType t, int64_t n, bool 
   }
   std::uniform_real_distribution<float> scale(-0.1f, 0.1f);
   for (size_t b = 0; b < q.size(); b += static_cast<size_t>(info(t).block_bytes)) {
+    if (t == DType::MXFP4) q[b] = static_cast<uint8_t>(rng() % 4 == 0 ? rng() % 3 : 100 + rng() % 50);  // E8M0
     for (int off : f16_fields) {
       const uint16_t h = f32_to_f16(scale(rng));
       std::memcpy(&q[b + off], &h, 2);

@@ -17,7 +17,7 @@ inline const std::vector<DType>& weight_types() {
   static const std::vector<DType> types = {DType::F32,  DType::F16,  DType::BF16, DType::Q4_0,
                                            DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0,
                                            DType::Q2_K, DType::Q3_K, DType::Q4_K, DType::Q5_K,
-                                           DType::Q6_K};
+                                           DType::Q6_K, DType::MXFP4};
   return types;
 }
 

@@ -20,6 +20,16 @@
 //      -L$L/build/bin -lggml -lggml-base -lggml-cpu -Wl,-rpath,$L/build/bin -o /tmp/ggml_matmul_reference
 //   /tmp/ggml_matmul_reference ~/.cache/inferd/models tests/data/kernels/ggml_matmul_avx2.bin
 //
+// With --mxfp4 in place of MODEL_DIR it writes the MXFP4 cases only (the same
+// format), which read the same in GGML's AVX2 and AVX-512 builds:
+//   /tmp/ggml_matmul_reference --mxfp4 tests/data/kernels/ggml_matmul_mxfp4_avx512.bin
+// against the native (AVX-512) build, and ..._avx2.bin against a build of
+// ggml with -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=OFF (AVX, FMA,
+// F16C, BMI2 on). Its mul_mat cases go through ggml_mul_mat; its ".mmid" cases
+// through ggml_mul_mat_id, as gpt-oss multiplies its experts: a 3-D weight of
+// two experts, every token routed to both (ids {0, 1} or {1, 0} by token), and
+// each expert written as a case of its own (its rows, its outputs per token).
+//
 // Output (little-endian): "IFMM0001", u32 n_cases, then per case:
 //   char name[48] | u32 ggml_type | u32 rows | u32 cols | u32 seed | u32 repacked (1: weight in the
 //   repack buffer) | u64 weight_bytes | weight bytes | u32 n_runs | per run: u32 N | f32 y[N * rows]
@@ -124,6 +134,70 @@ static void run_matmul(ggml_backend_t backend, ggml_backend_buffer_type_t wbuft,
   ggml_free(wctx);
 }
 
+// ggml_mul_mat_id of a [cols, rows, 2] weight (both experts' rows, expert 0
+// first) with every token routed to both experts, token t's slots in the order
+// {t % 2, 1 - t % 2}: y0 and y1 (N x rows each) the outputs of expert 0 and 1.
+static void run_mul_mat_id(ggml_backend_t backend, ggml_backend_buffer_type_t wbuft, enum ggml_type type, int rows,
+                           int cols, const void* wbytes, const float* x, int n, int threads, float* y0, float* y1) {
+  struct ggml_init_params ip = {8 * ggml_tensor_overhead(), NULL, true};
+  struct ggml_context* wctx = ggml_init(ip);
+  struct ggml_tensor* w = ggml_new_tensor_3d(wctx, type, cols, rows, 2);
+  ggml_backend_buffer_t wbuf = ggml_backend_alloc_ctx_tensors_from_buft(wctx, wbuft);
+  ggml_backend_tensor_set(w, wbytes, 0, ggml_nbytes(w));
+
+  struct ggml_init_params gp = {16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
+  struct ggml_context* ctx = ggml_init(gp);
+  struct ggml_tensor* xt = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, cols, 1, n);
+  struct ggml_tensor* ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 2, n);
+  struct ggml_tensor* yt = ggml_mul_mat_id(ctx, w, xt, ids);  // [rows, 2, n]
+  struct ggml_cgraph* g = ggml_new_graph(ctx);
+  ggml_build_forward_expand(g, yt);
+  ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+  ggml_backend_tensor_set(xt, x, 0, ggml_nbytes(xt));
+  int32_t* id = malloc(sizeof(int32_t) * 2 * n);
+  for (int t = 0; t < n; ++t) id[2 * t] = t % 2, id[2 * t + 1] = 1 - t % 2;
+  ggml_backend_tensor_set(ids, id, 0, ggml_nbytes(ids));
+  ggml_backend_cpu_set_n_threads(backend, threads);
+  if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
+    fprintf(stderr, "compute failed\n");
+    exit(1);
+  }
+  float* y = malloc(ggml_nbytes(yt));
+  ggml_backend_tensor_get(yt, y, 0, ggml_nbytes(yt));
+  for (int t = 0; t < n; ++t) {
+    for (int k = 0; k < 2; ++k) {
+      float* dst = id[2 * t + k] == 0 ? y0 : y1;
+      memcpy(dst + (size_t)t * rows, y + ((size_t)t * 2 + k) * rows, sizeof(float) * rows);
+    }
+  }
+  free(id);
+  free(y);
+  ggml_backend_buffer_free(buf);
+  ggml_free(ctx);
+  ggml_backend_buffer_free(wbuf);
+  ggml_free(wctx);
+}
+
+// Would llama.cpp put this 3-D expert weight into the repack buffer (its test
+// for mul_mat_id: the device supports the op with the weight there)?
+static int experts_go_to_repack(ggml_backend_dev_t dev, ggml_backend_buffer_type_t buft, enum ggml_type type,
+                                int rows, int cols) {
+  if (buft == NULL) return 0;
+  struct ggml_init_params ip = {16 * ggml_tensor_overhead() + ggml_graph_overhead(), NULL, true};
+  struct ggml_context* ctx = ggml_init(ip);
+  struct ggml_tensor* w = ggml_new_tensor_3d(ctx, type, cols, rows, 2);
+  struct ggml_tensor* x = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, cols, 1, 4);
+  struct ggml_tensor* ids = ggml_new_tensor_2d(ctx, GGML_TYPE_I32, 2, 4);
+  struct ggml_tensor* y = ggml_mul_mat_id(ctx, w, x, ids);
+  ggml_backend_buffer_t dummy = ggml_backend_buft_alloc_buffer(buft, 0);
+  w->buffer = dummy;
+  const int ok = ggml_backend_dev_supports_op(dev, y);
+  w->buffer = NULL;
+  ggml_backend_buffer_free(dummy);
+  ggml_free(ctx);
+  return ok;
+}
+
 struct Case {
   char name[48];
   enum ggml_type type;
@@ -133,6 +207,7 @@ struct Case {
   size_t wbytes;
   const int* ns;  // the step sizes run (NULL: kNs)
   int n_ns;
+  int mmid_expert;  // 0: a mul_mat case; 1 or 2: expert 0 or 1 of a mul_mat_id pair (w: both experts' rows)
 };
 
 // The first kRealRows rows of a model tensor, or 0 when the file is not there.
@@ -185,9 +260,10 @@ static void random_rows(enum ggml_type type, int rows, int cols, uint32_t seed, 
 
 int main(int argc, char** argv) {
   if (argc != 3) {
-    fprintf(stderr, "usage: %s MODEL_DIR OUT.bin\n", argv[0]);
+    fprintf(stderr, "usage: %s MODEL_DIR|--mxfp4 OUT.bin\n", argv[0]);
     return 2;
   }
+  const int mxfp4_only = strcmp(argv[1], "--mxfp4") == 0;
   ggml_backend_t backend = ggml_backend_cpu_init();
   ggml_backend_dev_t dev = ggml_backend_get_device(backend);
   ggml_backend_buffer_type_t rbuft = repack_buft(dev);
@@ -195,6 +271,7 @@ int main(int argc, char** argv) {
 
   struct Case cases[64];
   int nc = 0;
+  if (mxfp4_only) goto mxfp4;
   static const struct {
     const char *name, *file, *tensor;
   } real[] = {
@@ -271,6 +348,44 @@ int main(int argc, char** argv) {
     c->n_ns = kNumStepNs;
   }
 
+  goto write;
+mxfp4:
+  // MXFP4 (gpt-oss's experts): in the repack buffer (rows % 8 == 0, GGML's
+  // mxfp4_8x8 gemv/gemm) and outside it (ggml_vec_dot_mxfp4_q8_0), even and
+  // odd block counts, gpt-oss's 2880-wide rows; through mul_mat and mul_mat_id.
+  {
+    static const struct {
+      int rows, cols, mmid;
+    } mx[] = {
+        {16, 512, 0}, {24, 2880, 0}, {64, 1056, 0}, {13, 1056, 0}, {20, 640, 0}, {7, 2080, 0},
+        {16, 2880, 1}, {8, 1056, 1}, {12, 2880, 1}, {13, 1056, 1},
+    };
+    for (size_t i = 0; i < sizeof mx / sizeof mx[0]; ++i) {
+      struct Case* c = &cases[nc];
+      memset(c, 0, sizeof *c);
+      c->seed = 500 + (uint32_t)i;
+      c->ns = kStepNs;
+      c->n_ns = kNumStepNs;
+      if (!mx[i].mmid) {
+        snprintf(c->name, sizeof c->name, "random.mxfp4.%dx%d.steps", mx[i].rows, mx[i].cols);
+        random_rows(GGML_TYPE_MXFP4, mx[i].rows, mx[i].cols, c->seed, c);
+        ++nc;
+        continue;
+      }
+      random_rows(GGML_TYPE_MXFP4, 2 * mx[i].rows, mx[i].cols, c->seed, c);
+      c->rows = mx[i].rows;
+      for (int e = 0; e < 2; ++e) {
+        if (e == 1) {
+          cases[nc + 1] = *c;
+          c = &cases[nc + 1];
+        }
+        c->mmid_expert = 1 + e;
+        snprintf(c->name, sizeof c->name, "random.mxfp4.%dx%d.mmid.e%d", mx[i].rows, mx[i].cols, e);
+      }
+      nc += 2;
+    }
+  }
+write:;
   FILE* out = fopen(argv[2], "wb");
   fwrite("IFMM0001", 1, 8, out);
   const uint32_t n32 = (uint32_t)nc;
@@ -282,20 +397,35 @@ int main(int argc, char** argv) {
     float* y3 = malloc(sizeof(float) * kMaxN * c->rows);
     const int* ns = c->ns ? c->ns : kNs;
     const int n_ns = c->ns ? c->n_ns : kNumNs;
-    const int rep = goes_to_repack(dev, rbuft, c->type, c->rows, c->cols);
+    const int rep = c->mmid_expert ? experts_go_to_repack(dev, rbuft, c->type, c->rows, c->cols)
+                                   : goes_to_repack(dev, rbuft, c->type, c->rows, c->cols);
+    // An expert's own rows: the second half of the pair's bytes for expert 1.
+    const size_t expert_bytes = c->mmid_expert ? c->wbytes / 2 : c->wbytes;
+    const uint8_t* expert_w = (const uint8_t*)c->w + (c->mmid_expert == 2 ? expert_bytes : 0);
     for (int t = 0; t < kMaxN; ++t) make_activations(c->seed, t, c->cols, x + (size_t)t * c->cols);
     fwrite(c->name, 1, 48, out);
     const uint32_t hdr[5] = {(uint32_t)c->type, (uint32_t)c->rows, (uint32_t)c->cols, c->seed, (uint32_t)rep};
     fwrite(hdr, 4, 5, out);
-    const uint64_t wb = c->wbytes;
+    const uint64_t wb = expert_bytes;
     fwrite(&wb, 8, 1, out);
-    fwrite(c->w, 1, c->wbytes, out);
+    fwrite(expert_w, 1, expert_bytes, out);
     const uint32_t nn = (uint32_t)n_ns;
     fwrite(&nn, 4, 1, out);
     for (int k = 0; k < n_ns; ++k) {
       const int n = ns[k];
-      run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 1, y1);
-      run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 3, y3);
+      if (c->mmid_expert) {
+        float* other = malloc(sizeof(float) * kMaxN * c->rows);
+        float* a = c->mmid_expert == 1 ? y1 : other;
+        float* b = c->mmid_expert == 1 ? other : y1;
+        run_mul_mat_id(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 1, a, b);
+        a = c->mmid_expert == 1 ? y3 : other;
+        b = c->mmid_expert == 1 ? other : y3;
+        run_mul_mat_id(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 3, a, b);
+        free(other);
+      } else {
+        run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 1, y1);
+        run_matmul(backend, rep ? rbuft : cbuft, c->type, c->rows, c->cols, c->w, x, n, 3, y3);
+      }
       if (memcmp(y1, y3, sizeof(float) * n * c->rows) != 0) {
         fprintf(stderr, "%s N=%d: 1 and 3 threads disagree\n", c->name, n);
       }

@@ -20,6 +20,13 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      high_freq_factor 4, original context 8192, base 500,000: Llama 3.2's values),
                      normal RoPE, GQA 2/1, an untied output matrix. SmolLM2's tokenizer (49,152
                      tokens; SmolLM2 is a `llama` model too).
+  tiny-llama-mxfp4.gguf  `llama` with MXFP4 weights (gpt-oss's type): every attention
+                     projection, the FFN's gate and up, and the output matrix; n_embd 64, GQA
+                     2/1, head_dim 32, so q, k, v, o (64, 32, 32, 64 rows) and the output (49,152
+                     rows) have rows % 8 == 0 (llama.cpp's repack buffer: the mxfp4_8x8 gemv/
+                     gemm) while gate and up have n_ff = 100 rows (rows % 8 != 0: ggml_vec_dot_
+                     mxfp4_q8_0). ffn_down, whose rows of 100 no 32-element block fits, is F32.
+                     Q8_0 embeddings, normal RoPE (base 1e4), SmolLM2's tokenizer.
   tiny-gemma3.gguf   `gemma3`: 6 layers, 0, 1, 3, 4 attending within a 64-token sliding window
                      (sliding_window_pattern written as one bool per layer) with RoPE base 1e4
                      (rope.freq_base_swa), 2 and 5 globally with base 1e6; NeoX RoPE, per-head
@@ -81,7 +88,7 @@ DEFAULT_MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", Path.home() / ".cach
 
 QWEN_VOCAB_FROM = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
-GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/openai-gpt-oss-120b.jinja"
+GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/gpt_oss.jinja"
 SMOL_VOCAB_FROM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -313,6 +320,32 @@ def make_llama3(models_dir, path):
     return w
 
 
+def make_llama_mxfp4(models_dir, path):
+    h = dict(n_ctx_train=4096, n_embd=64, n_layer=2, n_ff=100, n_head=2, n_head_kv=1,
+             rope_base=10000.0, rms_eps=1e-5)
+    head_dim = h["n_embd"] // h["n_head"]
+    w = GGUFWriter(path, "llama")
+    common_hparams(w, "llama", "inferd tiny llama, MXFP4 (random)", h)
+    w.add_rope_dimension_count(head_dim)
+    w.add_vocab_size(49152)
+    copy_tokenizer(w, models_dir / SMOL_VOCAB_FROM)
+    n_vocab = 49152
+    b = Builder(seed=39)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q8_0, std=1.0)
+    t = dict(q=T.MXFP4, k=T.MXFP4, v=T.MXFP4, o=T.MXFP4)
+    for i in range(h["n_layer"]):
+        p = f"blk.{i}."
+        attention_block(b, h, t, p)
+        b.norm(p + "ffn_norm.weight", h["n_embd"])
+        b.matrix(p + "ffn_gate.weight", h["n_ff"], h["n_embd"], T.MXFP4)
+        b.matrix(p + "ffn_up.weight", h["n_ff"], h["n_embd"], T.MXFP4)
+        b.matrix(p + "ffn_down.weight", h["n_embd"], h["n_ff"], T.F32, std=1.5 / math.sqrt(h["n_ff"]))
+    b.norm("output_norm.weight", h["n_embd"])
+    b.matrix("output.weight", n_vocab, h["n_embd"], T.MXFP4, std=0.6)
+    b.write(w)
+    return w
+
+
 # Cycled over the six layers (layers 2 and 5, the global ones, get the third).
 GEMMA3_TYPES = [
     dict(q=T.Q5_0, k=T.Q8_0, v=T.Q4_1, o=T.Q8_0, gate=T.Q4_1, up=T.Q5_0, down=T.Q8_0),
@@ -495,8 +528,9 @@ def make_gpt_oss(models_dir, path):
     b.write(w)
     return w
 
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
-          "tiny-mistral": make_mistral, "tiny-gpt-oss": make_gpt_oss}
+          "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss}
 
 
 def main():

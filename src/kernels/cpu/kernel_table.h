@@ -75,7 +75,7 @@ struct FloatKernels {
 // Largest tile any kernel is asked for.
 constexpr int kMaxTileRows = 4;
 constexpr int kMaxTileTokens = 4;
-constexpr int kNumTypeSlots = 32;  // GGML type numbers we know are all below this
+constexpr int kNumTypeSlots = 48;  // GGML type numbers we know are all below this (MXFP4 = 39)
 
 struct TypeKernels {
   VecDotFn vec_dot = nullptr;

@@ -162,11 +162,11 @@ void matmul_rows(DType wtype, const void* W, int64_t rows, int64_t cols, const u
 }
 
 bool ggml_repacked(DType wtype, int64_t rows) {
-  // ggml_repack_get_optimal_repack_type on an AVX2 CPU: Q4_K (q4_K_8x8) and
-  // Q4_0 (q4_0_8x8) with rows % 8 == 0; llama.cpp puts every such matmul
-  // weight in the repack buffer, and its kernels then run for any number of
-  // tokens.
-  return (wtype == DType::Q4_K || wtype == DType::Q4_0) && rows % 8 == 0;
+  // ggml_repack_get_optimal_repack_type on an AVX2 CPU: Q4_K (q4_K_8x8),
+  // Q4_0 (q4_0_8x8) and MXFP4 (mxfp4_8x8) with rows % 8 == 0; llama.cpp puts
+  // every such matmul weight in the repack buffer (experts of mul_mat_id
+  // too), and its kernels then run for any number of tokens.
+  return (wtype == DType::Q4_K || wtype == DType::Q4_0 || wtype == DType::MXFP4) && rows % 8 == 0;
 }
 
 GgmlOrder ggml_order_for(DType wtype, int64_t rows, int64_t cols, TokenPlace place) {

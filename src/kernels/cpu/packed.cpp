@@ -23,6 +23,7 @@ size_t packed_block_bytes(DType t) {
     case DType::Q4_1: return kPackedQ4_1BlockBytes;
     case DType::Q5_0: return kPackedQ5_0BlockBytes;
     case DType::Q8_0: return kPackedQ8_0BlockBytes;
+    case DType::MXFP4: return kPackedMXFP4BlockBytes;
     default: return 0;
   }
 }
@@ -53,7 +54,7 @@ size_t PackedMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
 PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
   PackedMatrix m;
   m.type_ = t;
-  m.vec_dot_order_ = t == DType::Q4_0 && !ggml_repacked(t, rows);
+  m.vec_dot_order_ = (t == DType::Q4_0 || t == DType::MXFP4) && !ggml_repacked(t, rows);
   m.rows_ = rows;
   m.cols_ = cols;
   const int64_t nb = cols / kQK;
@@ -94,6 +95,12 @@ PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t co
           for (int e = 0; e < kQK; ++e) lanes |= ((qh >> e) & 1u) << (8 * (e % 4) + e / 4);
           std::memcpy(dst + 32 + 4 * r, &lanes, 4);
           scatter_quants(x.qs, 16, r, dst + 96);
+          break;
+        }
+        case DType::MXFP4: {
+          const auto& x = reinterpret_cast<const BlockMXFP4*>(src)[b];
+          dst[r] = x.e;
+          scatter_quants(x.qs, 16, r, dst + 16);
           break;
         }
         default: {  // Q8_0

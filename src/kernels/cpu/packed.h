@@ -2,7 +2,7 @@
 // integer matmul over them (layouts and the reasons in packed_layout.h).
 //
 // Used for the formats whose blocks are 32 quants with one or two scales
-// (Q4_0, Q4_1, Q5_0, Q8_0): decode reads each weight byte once with a few
+// (Q4_0, Q4_1, Q5_0, Q8_0, MXFP4): decode reads each weight byte once with a few
 // instructions per 16 rows, and batched steps unpack a weight block once for
 // up to kMaxPackedTokens tokens. Results are bit-identical across SIMD levels,
 // batch sizes and thread splits (see PackedTileFn), and to GGML's CPU backend
@@ -59,8 +59,8 @@ class PackedMatrix {
   int64_t groups() const { return (rows_ + 15) / 16; }
   const uint8_t* group(int64_t g) const { return data_ + g * group_bytes_; }
   size_t bytes() const { return size_; }
-  // Q4_0 of rows llama.cpp does not repack (rows % 8 != 0): summed in its
-  // vec_dot order (KernelTable packed_lanes_tile), else in its repacked one.
+  // Q4_0 and MXFP4 of rows llama.cpp does not repack (rows % 8 != 0): summed
+  // in its vec_dot order (KernelTable packed_lanes_tile), else in its repacked one.
   bool vec_dot_order() const { return vec_dot_order_; }
 
  private:

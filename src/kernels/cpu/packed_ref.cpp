@@ -14,6 +14,14 @@
 //                 acc[j] = fma(float(isum_j), d_row * d_act, acc[j])
 //                 accm   = fma(m_row, s_act, accm)                 (Q4_1)
 //               result ((acc0+acc4)+(acc2+acc6)) + ((acc1+acc5)+(acc3+acc7)) (+ accm).
+//   MXFP4 (values kMxfp4Values[nibble], scale d_row = 2^(e - 128)), as Q4_0:
+//               rows % 8 == 0 (packed_tile): the repacked order above
+//               (ggml_gemv/gemm_mxfp4_8x8_q8_0); otherwise (packed_lanes_tile)
+//               ggml_vec_dot_mxfp4_q8_0's: two sets of eight lanes, A for the
+//               even blocks and B for the odd ones of each whole pair,
+//                 lane[j] = fma(d_act * d_row, float(isum_j), lane[j])
+//               s = hsum8(A + B), then an odd last block
+//                 s = fma(d_act * d_row, float(isum), s).
 // (GGML computes the scale as d_act * d_row; the product is the same. Its
 // Q8_0 activations have the quants and f16 scale of our Q8_1 ones.)
 // Why these follow GGML to the bit: the activations are re-quantized to int8
@@ -118,6 +126,50 @@ void packed_tile_ref(const uint8_t* group, int64_t cols, const uint8_t* act, siz
   }
 }
 
+// MXFP4 in GGML's repacked order (kVecDot false) or its vec_dot order.
+template <bool kVecDot>
+void packed_tile_mxfp4_ref(const uint8_t* group, int64_t cols, const uint8_t* act, size_t act_stride,
+                           const int32_t* /*lane_bias*/, int nt, float* out, size_t out_stride) {
+  const int64_t nb = cols / 32;
+  auto isum = [](const uint8_t* q, const int8_t* yq, int r, int e0, int e1) {
+    int32_t s = 0;
+    for (int e = e0; e < e1; ++e) s += kMxfp4Values[quant_q4(q, r, e, 0)] * yq[e];
+    return s;
+  };
+  for (int t = 0; t < nt; ++t) {
+    const ActRow y = act_row(act + t * act_stride, cols);
+    for (int r = 0; r < kPackRows; ++r) {
+      float acc = 0.0f;
+      float lanes[2][8] = {};
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* p = group + b * kPackedMXFP4BlockBytes;
+        const uint8_t* q = p + 16;
+        const int8_t* yq = y.qs + 32 * b;
+        const float scale = e8m0_to_f32_half(p[r]) * y.d[b];
+        if constexpr (kVecDot) {
+          if (b == nb - 1 && nb % 2 == 1) {  // after the pairs' hsum
+            float sum[8];
+            for (int j = 0; j < 8; ++j) sum[j] = lanes[0][j] + lanes[1][j];
+            acc = ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
+            acc = std::fma(scale, static_cast<float>(isum(q, yq, r, 0, 32)), acc);
+            break;
+          }
+          for (int j = 0; j < 8; ++j)
+            lanes[b % 2][j] = std::fma(scale, static_cast<float>(isum(q, yq, r, 4 * j, 4 * j + 4)), lanes[b % 2][j]);
+          if (b == nb - 1) {
+            float sum[8];
+            for (int j = 0; j < 8; ++j) sum[j] = lanes[0][j] + lanes[1][j];
+            acc = ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
+          }
+        } else {
+          acc = std::fma(static_cast<float>(isum(q, yq, r, 0, 32)), scale, acc);
+        }
+      }
+      out[t * out_stride + r] = acc;
+    }
+  }
+}
+
 // PackedQuantizeFn by the reference Q8_1 quantizer, block by block.
 void quantize_packed_ref(const float* x, int64_t n_blocks, int8_t* qs, float* d, float* s, int32_t* sum) {
   for (int64_t i = 0; i < n_blocks; ++i) {
@@ -143,6 +195,11 @@ void fill_scalar_packed_kernels(KernelTable& table) {
   for (DType t : {DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q8_0}) table.type[static_cast<uint32_t>(t)].packed_tokens = 4;
   table.type[static_cast<uint32_t>(DType::Q4_0)].packed_lanes_tile = packed_tile_ref<DType::Q4_0, true>;
   table.type[static_cast<uint32_t>(DType::Q4_0)].packed_lanes_tokens = 4;
+  TypeKernels& mx = table.type[static_cast<uint32_t>(DType::MXFP4)];
+  mx.packed_tile = packed_tile_mxfp4_ref<false>;
+  mx.packed_tokens = 4;
+  mx.packed_lanes_tile = packed_tile_mxfp4_ref<true>;
+  mx.packed_lanes_tokens = 4;
 }
 
 }  // namespace inferd::kernels

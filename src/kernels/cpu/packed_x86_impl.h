@@ -607,6 +607,279 @@ void packed_q5_0_tile512(const uint8_t* group, int64_t cols, const uint8_t* act,
 
 #endif
 
+// ---- MXFP4 ------------------------------------------------------------------
+// Blocks of 16 E8M0 exponents and Q4_0's nibble layout (packed_layout.h). A
+// nibble becomes u = kMxfp4Values[nibble] + 12 (0..24) by one byte shuffle, so
+// the products stay unsigned x signed (maddubs: at most 2 * 24 * 127, no
+// saturation; dpbusd), and -12 times the activation quants' sum is added back.
+// The scales are exact powers of two, made from the exponents by integer ops
+// as GGML's ggml_e8m0_to_fp32_half makes them (e < 2: subnormal).
+constexpr int kMxfp4Bias = 12;
+alignas(16) constexpr uint8_t kMxfp4Unsigned[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+inline __m256i mxfp4_lut256() {
+  return _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned)));
+}
+// 2^(e - 128) for eight exponents.
+inline __m256 e8m0_half_x8(const uint8_t* e) {
+  const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+  const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(v, _mm256_set1_epi32(1)), 23);
+  const __m256i sub = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), v);  // e = 0, 1
+  return _mm256_castsi256_ps(_mm256_blendv_epi8(sub, normal, _mm256_cmpgt_epi32(v, _mm256_set1_epi32(1))));
+}
+
+// GGML's repacked order, rows 8h..8h+7 of a group against NT tokens.
+template <int NT>
+void packed_half_mxfp4_avx2(const uint8_t* group, int h, int64_t cols, const uint8_t* act, size_t as, float* out,
+                            size_t os) {
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m256 acc[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    acc[t] = _mm256_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i lut = mxfp4_lut256();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * kPackedMXFP4BlockBytes;
+    const uint8_t* q = p + 16 + 32 * h;
+    if (h == 0) prefetch_weights_ahead(p, kPackedMXFP4BlockBytes, NT == 1);  // the second half reads the same lines
+    const __m256 d = e8m0_half_x8(p + 8 * h);
+    __m256i w[8];
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = load256(q + 64 * j);
+      w[j] = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4));
+      w[j + 4] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      // Four maddubs pairs per int16 lane before widening: at most 4 * 2 * 24 * 127 = 24384.
+      __m256i p16[2];
+      for (int k = 0; k < 2; ++k) {
+        const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(w[4 * k], _mm256_set1_epi32(load_i32(yq + 16 * k))),
+                                           _mm256_maddubs_epi16(w[4 * k + 1], _mm256_set1_epi32(load_i32(yq + 16 * k + 4))));
+        const __m256i c = _mm256_add_epi16(_mm256_maddubs_epi16(w[4 * k + 2], _mm256_set1_epi32(load_i32(yq + 16 * k + 8))),
+                                           _mm256_maddubs_epi16(w[4 * k + 3], _mm256_set1_epi32(load_i32(yq + 16 * k + 12))));
+        p16[k] = _mm256_add_epi16(a, c);
+      }
+      const __m256i s0 = _mm256_add_epi32(_mm256_set1_epi32(-kMxfp4Bias * y[t].sum[b]), _mm256_madd_epi16(p16[0], ones));
+      const __m256i s1 = _mm256_madd_epi16(p16[1], ones);
+      const __m256 scale = _mm256_mul_ps(d, _mm256_set1_ps(y[t].d[b]));
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)), scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm256_storeu_ps(out + t * os + 8 * h, acc[t]);
+}
+
+#if INFERD_X86_AVX512
+// 2^(e - 128) for sixteen exponents.
+inline __m512 e8m0_half_x16(const uint8_t* e) {
+  const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
+  const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(v, _mm512_set1_epi32(1)), 23);
+  const __m512i sub = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), v);
+  return _mm512_castsi512_ps(_mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(v, _mm512_set1_epi32(1)), sub, normal));
+}
+
+// GGML's repacked order on all 16 rows: one dpbusd per 64 bytes of quants.
+template <int NT>
+void packed_mxfp4_avx512(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, float* out, size_t os) {
+  const int64_t nb = cols / 32;
+  PackedAct y[NT];
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) {
+    y[t] = packed_act(act + t * as, cols);
+    acc[t] = _mm512_setzero_ps();
+  }
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned)));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* p = group + b * kPackedMXFP4BlockBytes;
+    const uint8_t* q = p + 16;
+    prefetch_weights_ahead(p, kPackedMXFP4BlockBytes, NT == 1);
+    const __m512 d = e8m0_half_x16(p);
+    __m512i w[8];
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(q + 64 * j);
+      w[j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4));
+      w[j + 4] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    }
+    for (int t = 0; t < NT; ++t) {
+      const int8_t* yq = y[t].qs + 32 * b;
+      __m512i s0 = _mm512_set1_epi32(-kMxfp4Bias * y[t].sum[b]);
+      __m512i s1 = _mm512_setzero_si512();
+      for (int j = 0; j < 8; j += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, w[j], _mm512_set1_epi32(load_i32(yq + 4 * j)));
+        s1 = _mm512_dpbusd_epi32(s1, w[j + 1], _mm512_set1_epi32(load_i32(yq + 4 * j + 4)));
+      }
+      const __m512 scale = _mm512_mul_ps(d, _mm512_set1_ps(y[t].d[b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)), scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(out + t * os, acc[t]);
+}
+#endif
+
+// PackedTileFn in GGML's repacked order (rows % 8 == 0).
+void packed_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* /*bias*/,
+                       int nt, float* out, size_t os) {
+  for (int t = 0; t < nt; t += 4) {
+    const uint8_t* a = act + t * as;
+    float* o = out + t * os;
+#if INFERD_X86_AVX512
+    switch (nt - t) {
+      case 1: packed_mxfp4_avx512<1>(group, cols, a, as, o, os); break;
+      case 2: packed_mxfp4_avx512<2>(group, cols, a, as, o, os); break;
+      case 3: packed_mxfp4_avx512<3>(group, cols, a, as, o, os); break;
+      default: packed_mxfp4_avx512<4>(group, cols, a, as, o, os); break;
+    }
+#else
+    for (int h = 0; h < 2; ++h) {
+      switch (nt - t) {
+        case 1: packed_half_mxfp4_avx2<1>(group, h, cols, a, as, o, os); break;
+        case 2: packed_half_mxfp4_avx2<2>(group, h, cols, a, as, o, os); break;
+        case 3: packed_half_mxfp4_avx2<3>(group, h, cols, a, as, o, os); break;
+        default: packed_half_mxfp4_avx2<4>(group, h, cols, a, as, o, os); break;
+      }
+    }
+#endif
+  }
+}
+
+// GGML's vec_dot order (rows % 8 != 0; packed_ref.cpp), rows 8h..8h+7 against
+// one token: lane j's exact isum as maddubs of u plus its lane bias; the even
+// blocks of each whole pair into one set of eight accumulators, the odd ones
+// into another, the sets added and summed as hsum_float_8; an odd last block
+// then by one fma (the AVX-512 level: packed_lanes512_mxfp4, 16 rows at once).
+void packed_lanes_half_mxfp4(const uint8_t* group, int h, int64_t cols, const PackedAct& y, const int32_t* bias,
+                             float* out) {
+  const int64_t nb = cols / 32;
+  __m256 acc[2][8];
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 8; ++j) acc[k][j] = _mm256_setzero_ps();
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i lut = mxfp4_lut256();
+  const int64_t pairs_end = nb - nb % 2;
+  auto lane_isums = [&](int64_t b, __m256i isum[8]) {
+    const uint8_t* p = group + b * kPackedMXFP4BlockBytes;
+    if (h == 0) prefetch_weights_ahead(p, kPackedMXFP4BlockBytes);  // the second half reads the same lines
+    const int8_t* yq = y.qs + 32 * b;
+    const int32_t* bj = bias + 8 * b;
+    for (int j = 0; j < 4; ++j) {
+      const __m256i v = load256(p + 16 + 32 * h + 64 * j);
+      const __m256i u[2] = {_mm256_shuffle_epi8(lut, _mm256_and_si256(v, m4)),
+                            _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4))};
+      for (int k = 0; k < 2; ++k) {
+        const int lane = j + 4 * k;
+        const __m256i pairs = _mm256_maddubs_epi16(u[k], _mm256_set1_epi32(load_i32(yq + 4 * lane)));
+        isum[lane] = _mm256_add_epi32(_mm256_madd_epi16(pairs, ones), _mm256_set1_epi32(bj[lane]));
+      }
+    }
+  };
+  for (int64_t b = 0; b < pairs_end; ++b) {
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(y.d[b]), e8m0_half_x8(group + b * kPackedMXFP4BlockBytes + 8 * h));
+    __m256i isum[8];
+    lane_isums(b, isum);
+    for (int j = 0; j < 8; ++j) acc[b % 2][j] = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(isum[j]), acc[b % 2][j]);
+  }
+  __m256 s[8];
+  for (int j = 0; j < 8; ++j) s[j] = _mm256_add_ps(acc[0][j], acc[1][j]);
+  __m256 sum = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6])),
+                             _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7])));
+  if (pairs_end < nb) {
+    const int64_t b = pairs_end;
+    const __m256 scale = _mm256_mul_ps(_mm256_set1_ps(y.d[b]), e8m0_half_x8(group + b * kPackedMXFP4BlockBytes + 8 * h));
+    __m256i isum[8];
+    lane_isums(b, isum);
+    __m256i total = isum[0];
+    for (int j = 1; j < 8; ++j) total = _mm256_add_epi32(total, isum[j]);
+    sum = _mm256_fmadd_ps(scale, _mm256_cvtepi32_ps(total), sum);
+  }
+  _mm256_storeu_ps(out, sum);
+}
+
+#if INFERD_X86_AVX512
+// The same vec_dot order on all 16 rows of a group at once, one token: lane
+// j's sixteen rows are one zmm, a dpbusd (the lane's bias as its accumulator)
+// gives each row's exact isum_j.
+void packed_lanes512_mxfp4(const uint8_t* group, int64_t cols, const PackedAct& y, const int32_t* bias, float* out) {
+  const int64_t nb = cols / 32;
+  __m512 acc[2][8];
+  for (int k = 0; k < 2; ++k)
+    for (int j = 0; j < 8; ++j) acc[k][j] = _mm512_setzero_ps();
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i lut = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(kMxfp4Unsigned)));
+  auto lane_isums = [&](int64_t b, __m512i isum[8]) {
+    const uint8_t* p = group + b * kPackedMXFP4BlockBytes;
+    prefetch_weights_ahead(p, kPackedMXFP4BlockBytes);
+    const int8_t* yq = y.qs + 32 * b;
+    const int32_t* bj = bias + 8 * b;
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(p + 16 + 64 * j);
+      const __m512i u[2] = {_mm512_shuffle_epi8(lut, _mm512_and_si512(v, m4)),
+                            _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4))};
+      for (int k = 0; k < 2; ++k) {
+        const int lane = j + 4 * k;
+        isum[lane] = _mm512_dpbusd_epi32(_mm512_set1_epi32(bj[lane]), u[k], _mm512_set1_epi32(load_i32(yq + 4 * lane)));
+      }
+    }
+  };
+  const int64_t pairs_end = nb - nb % 2;
+  for (int64_t b = 0; b < pairs_end; ++b) {
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(y.d[b]), e8m0_half_x16(group + b * kPackedMXFP4BlockBytes));
+    __m512i isum[8];
+    lane_isums(b, isum);
+    for (int j = 0; j < 8; ++j) acc[b % 2][j] = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(isum[j]), acc[b % 2][j]);
+  }
+  __m512 s[8];
+  for (int j = 0; j < 8; ++j) s[j] = _mm512_add_ps(acc[0][j], acc[1][j]);
+  __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[4]), _mm512_add_ps(s[2], s[6])),
+                             _mm512_add_ps(_mm512_add_ps(s[1], s[5]), _mm512_add_ps(s[3], s[7])));
+  if (pairs_end < nb) {
+    const int64_t b = pairs_end;
+    const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(y.d[b]), e8m0_half_x16(group + b * kPackedMXFP4BlockBytes));
+    __m512i isum[8];
+    lane_isums(b, isum);
+    __m512i total = isum[0];
+    for (int j = 1; j < 8; ++j) total = _mm512_add_epi32(total, isum[j]);
+    sum = _mm512_fmadd_ps(scale, _mm512_cvtepi32_ps(total), sum);
+  }
+  _mm512_storeu_ps(out, sum);
+}
+
+void packed_lanes512_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias,
+                                int nt, float* out, size_t os) {
+  const int64_t nb = cols / 32;
+  for (int t = 0; t < nt; ++t) packed_lanes512_mxfp4(group, cols, packed_act(act + t * as, cols), bias + 8 * nb * t, out + t * os);
+}
+#endif
+
+// PackedLaneBiasFn for MXFP4: -12 times the sum of each four quants.
+void packed_lane_biases_mxfp4(const uint8_t* act, size_t as, int nt, int64_t cols, int32_t* bias) {
+  const int64_t nb = cols / 32;
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int t = 0; t < nt; ++t) {
+    const PackedAct y = packed_act(act + t * as, cols);
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, load256(y.qs + 32 * b)), ones16);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(bias + 8 * (nb * t + b)),
+                          _mm256_mullo_epi32(quads, _mm256_set1_epi32(-kMxfp4Bias)));
+    }
+  }
+}
+
+void packed_lanes_mxfp4_tile(const uint8_t* group, int64_t cols, const uint8_t* act, size_t as, const int32_t* bias,
+                             int nt, float* out, size_t os) {
+  const int64_t nb = cols / 32;
+  for (int t = 0; t < nt; ++t) {
+    const PackedAct y = packed_act(act + t * as, cols);
+    for (int h = 0; h < 2; ++h) packed_lanes_half_mxfp4(group, h, cols, y, bias + 8 * nb * t, out + t * os + 8 * h);
+  }
+}
+
 template <DType kType>
 void set_packed(KernelTable& table) {
   TypeKernels& k = table.type[static_cast<uint32_t>(kType)];
@@ -629,6 +902,13 @@ void fill_x86_packed(KernelTable& table) {
   q5.packed_tile = packed_q5_0_tile;
   q5.packed_bias = packed_lane_biases<LanesQ5_0::kBiasShift>;
   q5.packed_tokens = kMaxPackedTokens;
+  TypeKernels& mx = table.type[static_cast<uint32_t>(DType::MXFP4)];
+  mx.packed_tile = packed_mxfp4_tile;
+  mx.packed_bias = nullptr;  // the bias is the block's, added in the tile
+  mx.packed_tokens = 4;
+  mx.packed_lanes_tile = packed_lanes_mxfp4_tile;
+  mx.packed_lanes_bias = packed_lane_biases_mxfp4;
+  mx.packed_lanes_tokens = 4;
 #if INFERD_X86_AVX512
   // GGML's lane order on 16 rows per register (the AVX2 kernels above: 8).
   q4.packed_lanes_tile = packed_lanes512_tile<Lanes512Q4_0>;
@@ -639,5 +919,6 @@ void fill_x86_packed(KernelTable& table) {
   q8.packed_tile = packed_lanes512_tile<Lanes512Q8_0>;
   q8.packed_bias = packed_lane_biases<Lanes512Q8_0::kBiasShift>;
   q8.packed_tokens = kMaxPackedTokens;
+  mx.packed_lanes_tile = packed_lanes512_mxfp4_tile;
 #endif
 }

@@ -3,7 +3,7 @@
 // and a quantized activation row.
 //
 // Each weight type W is paired with an activation type (vec_dot_type(W)):
-// Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F16 -> F16,
+// Q4_0/Q5_0/Q8_0/MXFP4 -> Q8_0, Q4_1/Q5_1 -> Q8_1, K-quants -> Q8_K, F16 -> F16,
 // BF16 -> BF16, F32 -> F32. Activations are quantized once per row and reused
 // for every weight row, which is what turns the dot products into integer
 // arithmetic.
@@ -20,6 +20,9 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 float bf16_to_f32(uint16_t h);
 uint16_t f32_to_bf16(float f);
+// An MXFP4 block's E8M0 scale halved, 2^(e - 128), as GGML's
+// GGML_E8M0_TO_FP32_HALF gives it (e < 2: subnormal).
+float e8m0_to_f32_half(uint8_t e);
 
 bool is_supported_weight_type(DType t);
 DType vec_dot_type(DType weight_type);

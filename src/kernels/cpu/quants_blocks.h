@@ -39,6 +39,14 @@ struct BlockQ8_1 {
   uint16_t d, s;  // s = d * sum(qs), used to fold Q4_1/Q5_1's offset m
   int8_t qs[kQK];
 };
+// MXFP4 (gpt-oss): x = kMxfp4Values[q] * 2^(e - 128), the E2M1 values doubled
+// and the E8M0 scale halved, as GGML stores and multiplies them.
+struct BlockMXFP4 {
+  uint8_t e;            // E8M0 exponent
+  uint8_t qs[kQK / 2];  // element j in the low nibble of qs[j], j+16 in the high
+};
+// GGML's kvalues_mxfp4: E2M1 code -> value times two.
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // K-quants: super-blocks of 256 split into sub-blocks with their own small scales.
 struct BlockQ2_K {
@@ -81,6 +89,7 @@ static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockQ2_K) == 84);
 static_assert(sizeof(BlockQ3_K) == 110);
 static_assert(sizeof(BlockQ4_K) == 144);

@@ -73,11 +73,17 @@ uint16_t f32_to_bf16(float f) {
   return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1)) >> 16);
 }
 
+float e8m0_to_f32_half(uint8_t e) {
+  // GGML's ggml_e8m0_to_fp32_half: 2^(e - 128); below e = 2 the subnormal patterns.
+  return bits_float(e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23);
+}
+
 bool is_supported_weight_type(DType t) {
   switch (t) {
     case DType::F32: case DType::F16: case DType::BF16:
     case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1: case DType::Q8_0:
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
+    case DType::MXFP4:
       return true;
     default:
       return false;
@@ -86,7 +92,7 @@ bool is_supported_weight_type(DType t) {
 
 DType vec_dot_type(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: return DType::Q8_0;
+    case DType::Q4_0: case DType::Q5_0: case DType::Q8_0: case DType::MXFP4: return DType::Q8_0;
     case DType::Q4_1: case DType::Q5_1: return DType::Q8_1;
     case DType::Q2_K: case DType::Q3_K: case DType::Q4_K: case DType::Q5_K: case DType::Q6_K:
     case DType::Q8_K:
@@ -144,6 +150,28 @@ void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nb) {
       const int q1 = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
       y[i].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
     }
+  }
+}
+
+// GGML's quantize_row_mxfp4_ref: e from the block's largest magnitude, each
+// element the nearest of the sixteen values (the first of equals).
+void quantize_mxfp4(const float* x, BlockMXFP4* y, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += kQK) {
+    float amax = 0.0f;
+    for (int j = 0; j < kQK; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(std::floor(std::log2(amax)) - 2 + 127) : 0;
+    const float d = e8m0_to_f32_half(e);
+    auto best = [d](float v) {
+      int best_i = 0;
+      float best_err = std::fabs(kMxfp4Values[0] * d - v);
+      for (int k = 1; k < 16; ++k) {
+        const float err = std::fabs(kMxfp4Values[k] * d - v);
+        if (err < best_err) best_i = k, best_err = err;
+      }
+      return best_i;
+    };
+    y[i].e = e;
+    for (int j = 0; j < kQK / 2; ++j) y[i].qs[j] = static_cast<uint8_t>(best(x[j]) | (best(x[j + 16]) << 4));
   }
 }
 
@@ -771,6 +799,58 @@ float dot_q4_0_x8(int64_t n, const void* va, const void* vb) {
   return acc;
 }
 
+// MXFP4 . Q8_0. The scale of a block is GGML's d = fp16(dy) * 2^(e - 128)
+// (a power of two times dy: exact unless it leaves float's range). Its value
+// e of element e of a block is kMxfp4Values[nibble].
+int value_mxfp4(const BlockMXFP4& b, int e) { return kMxfp4Values[q4_value(b.qs, e)]; }
+int32_t isum_mxfp4(const BlockMXFP4& x, const BlockQ8_0& y, int e0, int e1) {
+  int32_t dot = 0;
+  for (int e = e0; e < e1; ++e) dot += value_mxfp4(x, e) * y.qs[e];
+  return dot;
+}
+// In the order of AVX2 ggml_vec_dot_mxfp4_q8_0 (llama.cpp's kernel for MXFP4
+// weights outside the repack buffer, rows % 8 != 0, at every step size:
+// tinyBLAS takes no MXFP4; the AVX-512 build runs the same code): blocks in
+// pairs, two sets of eight float lanes, the even blocks' and the odd ones',
+// lane j holding the integer dot of elements 4j..4j+3, lane = fma(d,
+// float(dot), lane); the sets added lane by lane and summed as hsum8; an odd
+// last block then by one fma (GCC fuses `sumf += d * (sumi1 + sumi2)`).
+float vec_dot_mxfp4(int64_t n, const void* va, const void* vb) {
+  const BlockMXFP4* x = static_cast<const BlockMXFP4*>(va);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
+  const int64_t nb = n / kQK;
+  float acc[2][8] = {};
+  int64_t i = 0;
+  for (; i < nb - nb % 2; ++i) {  // whole pairs
+    const float d = fp16(y[i].d) * e8m0_to_f32_half(x[i].e);
+    for (int j = 0; j < 8; ++j) {
+      acc[i % 2][j] = std::fma(d, static_cast<float>(isum_mxfp4(x[i], y[i], 4 * j, 4 * j + 4)), acc[i % 2][j]);
+    }
+  }
+  float lanes[8];
+  for (int j = 0; j < 8; ++j) lanes[j] = acc[0][j] + acc[1][j];
+  float sum = hsum8(lanes);
+  if (i < nb) {
+    const float d = fp16(y[i].d) * e8m0_to_f32_half(x[i].e);
+    sum = std::fma(d, static_cast<float>(isum_mxfp4(x[i], y[i], 0, kQK)), sum);
+  }
+  return sum;
+}
+// In the order of GGML's repacked MXFP4 kernels (ggml_gemv_mxfp4_8x8_q8_0 and
+// ggml_gemm_mxfp4_8x8_q8_0, AVX2 and AVX-512 alike, which llama.cpp runs on
+// weights of rows % 8 == 0 for every step size, and one token at a time in
+// mul_mat_id): Q4_0's repacked order with the E8M0 scale,
+// acc = fma(float(isum), 2^(e - 128) * dy, acc) block after block.
+float dot_mxfp4_x8(int64_t n, const void* va, const void* vb) {
+  const BlockMXFP4* x = static_cast<const BlockMXFP4*>(va);
+  const BlockQ8_0* y = static_cast<const BlockQ8_0*>(vb);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < n / kQK; ++i) {
+    acc = std::fma(static_cast<float>(isum_mxfp4(x[i], y[i], 0, kQK)), e8m0_to_f32_half(x[i].e) * fp16(y[i].d), acc);
+  }
+  return acc;
+}
+
 float vec_dot_q4_1(int64_t n, const void* va, const void* vb) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(va);
   const BlockQ8_1* y = static_cast<const BlockQ8_1*>(vb);
@@ -885,6 +965,13 @@ void dequantize_q4_0(const void* src, float* y, int64_t n) {
     for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(q4_value(x[i].qs, j) - 8) * d;
   }
 }
+void dequantize_mxfp4(const void* src, float* y, int64_t n) {
+  const BlockMXFP4* x = static_cast<const BlockMXFP4*>(src);
+  for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
+    const float d = e8m0_to_f32_half(x[i].e);
+    for (int j = 0; j < kQK; ++j) y[j] = static_cast<float>(value_mxfp4(x[i], j)) * d;
+  }
+}
 void dequantize_q4_1(const void* src, float* y, int64_t n) {
   const BlockQ4_1* x = static_cast<const BlockQ4_1*>(src);
   for (int64_t i = 0; i < n / kQK; ++i, y += kQK) {
@@ -972,6 +1059,9 @@ TypeKernels scalar_kernels(DType t) {
     case DType::Q8_0:
       k = {vec_dot_q8_0, nullptr, quantize_as<BlockQ8_0, quantize_q8_0, kQK>, dequantize_q8_0};
       break;
+    case DType::MXFP4:
+      k = {vec_dot_mxfp4, nullptr, quantize_as<BlockMXFP4, quantize_mxfp4, kQK>, dequantize_mxfp4};
+      break;
     case DType::Q8_1:
       k = {nullptr, nullptr, quantize_as<BlockQ8_1, quantize_q8_1, kQK>, dequantize_q8_1};
       break;
@@ -1023,7 +1113,7 @@ float repacked_q4k_dot(int64_t n, const void* a, const void* b, bool gemm) {
 void fill_scalar_kernels(KernelTable& table) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                   DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K, DType::Q8_K}) {
+                  DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::MXFP4}) {
     table.type[static_cast<uint32_t>(t)] = ref::scalar_kernels(t);
   }
   auto at = [&](DType t) -> TypeKernels& { return table.type[static_cast<uint32_t>(t)]; };
@@ -1039,6 +1129,8 @@ void fill_scalar_kernels(KernelTable& table) {
   at(DType::Q4_K).repack_gemm_tile = ref::tile_by_pairs<ref::dot_q4_k_x8_gemm>;
   at(DType::Q4_0).repack_tile = ref::tile_by_pairs<ref::dot_q4_0_x8>;
   at(DType::Q4_0).repack_gemm_tile = ref::tile_by_pairs<ref::dot_q4_0_x8>;
+  at(DType::MXFP4).repack_tile = ref::tile_by_pairs<ref::dot_mxfp4_x8>;
+  at(DType::MXFP4).repack_gemm_tile = ref::tile_by_pairs<ref::dot_mxfp4_x8>;
   table.quantize_q8_k_x4 = ref::quantize_as<BlockQ8_K, ref::quantize_q8_k<true>, kQK_K>;
   table.quantize_q8_0_cpu = ref::quantize_as<BlockQ8_0, ref::quantize_q8_0_cpu, kQK>;
   table.level = "scalar";

@@ -1,0 +1,62 @@
+#include "model/layer_program.h"
+
+namespace inferd {
+
+namespace {
+
+// The attention branch every skeleton shares: norm, Q/K/V, attention.
+void attention_branch(const ModelConfig& c, int64_t l, std::vector<Phase>& out) {
+  const LayerConfig& layer = c.layers[l];
+  const ArchitectureTraits& t = *c.traits;
+  out.push_back(NormPhase{NormPhase::Branch::kAttention, "attn_norm.weight"});
+  out.push_back(QkvPhase{t.qkv_bias, c.qk_norm, layer.rope, c.rope_style, c.query_scale});
+  out.push_back(AttentionPhase{layer.sliding_window, t.attention_sinks, c.kq_scale});
+}
+
+// The FFN branch: its norm, then a gated MLP or a mixture of experts.
+void ffn_branch(const ModelConfig& c, int64_t l, const char* post_norm, std::vector<Phase>& out) {
+  out.push_back(NormPhase{NormPhase::Branch::kFfn, c.traits->ffn_norm_tensor.data()});
+  if (c.layers[l].ffn == FfnKind::kMixtureOfExperts) {
+    out.push_back(MoeFfnPhase{c.activation, post_norm});
+  } else {
+    out.push_back(DenseFfnPhase{c.activation, post_norm});
+  }
+}
+
+// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss): each branch's
+// output is added to the stream as it is.
+LayerProgram pre_norm_layer(const ModelConfig& c, int64_t l) {
+  LayerProgram p;
+  attention_branch(c, l, p.phases);
+  p.phases.push_back(OutputPhase{nullptr});
+  ffn_branch(c, l, nullptr, p.phases);
+  return p;
+}
+
+// Sandwich norms (gemma3): each branch's output is RMS-normalized by a norm of
+// its own before it is added.
+LayerProgram sandwich_norm_layer(const ModelConfig& c, int64_t l) {
+  LayerProgram p;
+  attention_branch(c, l, p.phases);
+  p.phases.push_back(OutputPhase{"post_attention_norm.weight"});
+  ffn_branch(c, l, "post_ffw_norm.weight", p.phases);
+  return p;
+}
+
+}  // namespace
+
+std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
+  std::vector<LayerProgram> programs;
+  if (!c.traits) return programs;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    programs.push_back(c.sandwich_norms ? sandwich_norm_layer(c, l) : pre_norm_layer(c, l));
+  return programs;
+}
+
+const char* phase_name(const Phase& phase) {
+  static constexpr const char* kNames[] = {"norm", "qkv", "attention", "output", "dense_ffn", "moe_ffn"};
+  static_assert(std::variant_size_v<Phase> == std::size(kNames));
+  return kNames[phase.index()];
+}
+
+}  // namespace inferd

@@ -1,0 +1,85 @@
+// A layer of a decoder-only transformer as data: the phases a forward pass
+// runs, in order, each with what differs between architectures and layers.
+// One builder per layer skeleton turns the model's metadata (ModelConfig and
+// its architecture row) into each layer's program; the weight loader (which
+// tensors a layer has, and their shapes: model/weights.cpp), the CPU
+// executor's weight-prefetch plan and its fused pass (model/cpu_executor.cpp)
+// all walk the same program, so a phase cannot be loaded and not run, or run
+// and not prefetched.
+//
+// The residual stream runs through the phases: a norm phase first adds the
+// output of the branch before it (through that branch's own norm, where the
+// architecture has sandwich norms), then normalizes the stream for the next
+// branch, whose last phase leaves its output pending for the next norm.
+#pragma once
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "model/config.h"
+
+namespace inferd {
+
+// The residual add of the pending branch output, then an RMSNorm of the
+// stream whose result the next phase's projections take as input.
+struct NormPhase {
+  enum class Branch { kAttention, kFfn } branch;  // the branch it feeds (LayerWeights::attn_norm, ffn_norm)
+  const char* weight;                             // the norm's tensor, after "blk.N."
+};
+
+// The Q, K and V projections, with their biases where the file has them
+// (required_bias: this architecture's files always do), the per-head
+// RMSNorm of Q and K, RoPE of table `rope` in `rope_style`, Q times
+// query_scale; the keys and values go to the cache.
+struct QkvPhase {
+  bool required_bias;
+  bool qk_norm;
+  int rope;  // index into ModelConfig::ropes
+  RopeStyle rope_style;
+  float query_scale;  // 1: none
+};
+
+// Attention over the paged KV cache: every position, or the last `window`
+// (the token's own included); with a sink logit per query head
+// (attn_sinks.weight) when `sinks`.
+struct AttentionPhase {
+  int64_t window;  // 0: full attention
+  bool sinks;
+  float kq_scale;
+};
+
+// The output projection, with its bias where the file has one. With a
+// post-branch norm (sandwich norms) the branch output is RMS-normalized by it
+// before the residual add.
+struct OutputPhase {
+  const char* post_norm;  // tensor after "blk.N.", or null
+};
+
+// A gated MLP: down(act(gate x) * up x).
+struct DenseFfnPhase {
+  Activation activation;
+  const char* post_norm;  // as OutputPhase's
+};
+
+// A mixture of experts routed as ModelConfig::moe says: the router (with its
+// bias where the file has one), the top k, each chosen expert's gated MLP
+// (with per-expert biases where present), the weighted sum.
+struct MoeFfnPhase {
+  Activation activation;
+  const char* post_norm;  // as OutputPhase's
+};
+
+using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase>;
+
+struct LayerProgram {
+  std::vector<Phase> phases;
+};
+
+// Every layer's program for a model inferd runs (config.traits set).
+std::vector<LayerProgram> build_layer_programs(const ModelConfig& config);
+
+// A phase's name for messages and tests: "norm", "qkv", "attention",
+// "output", "dense_ffn", "moe_ffn".
+const char* phase_name(const Phase& phase);
+
+}  // namespace inferd
