@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""Random-weight mixture-of-experts GGUFs with the real models' shapes, for speed benchmarks.
+
+Speed does not depend on weight values, only on shapes, types and (for a mixture of experts)
+on how the router spreads tokens over the experts; so these files have the real models'
+hyperparameters, tensor names, shapes and GGML types, truncated to fewer layers, and random
+weights at scales that keep the residual stream near unit RMS (no overflow, so routing stays
+spread out as a real model's does: every router is a true random F32 matrix).
+
+  qwen3moe  Qwen3-30B-A3B: n_embd 2048, 32 query / 4 KV heads of 128, per-head q/k RMS norms,
+            NeoX RoPE base 1e6, 128 experts of width 768, 8 chosen (softmax, renormalized),
+            vocabulary 151,936 (Qwen2.5's tokenizer, copied from the Qwen2.5-Coder-0.5B GGUF),
+            untied output; 48 layers in the real model. Written as a Q8_0 source (F32 norms and
+            router), then quantized to Q4_K_M by llama.cpp's `llama-quantize`, as the common
+            download is (its per-tensor mix: Q6_K head, Q6_K for attn_v and ffn_down_exps in
+            some layers, Q4_K elsewhere).
+  gpt-oss   gpt-oss-20b: n_embd 2880, 64 query / 8 KV heads of 64, 32 experts of width 2880,
+            4 chosen (softmax over the chosen), a 128-token window on even layers, YaRN
+            (factor 32, original context 4,096), RoPE base 150,000, biases on Q/K/V/O, the
+            router and the experts, attn_sinks, post_attention_norm as the FFN norm, untied
+            output; 24 layers in the real model; gpt-oss's tokenizer (o200k_harmony, from
+            tests/data/vocab/gpt-oss-vocab.gguf). Types as llama-quantize's MXFP4_MOE gives
+            them (src/llama-quant.cpp), which is what the ggml-org release holds: 3-D expert
+            tensors MXFP4, every other matrix (token_embd and output included) Q8_0, the router
+            and 1-D tensors F32. Written directly in those types.
+
+Tensors are streamed to disk one at a time. Quantizing billions of random values in numpy
+would take hours, so each (type, row width, scale) gets a pool of a few thousand random rows,
+quantized once, and every matrix is a window of that pool's rows at a random start (expert
+tensors: a window per expert). Deterministic for a given seed.
+
+Usage: bench/make_synthetic_moe.py qwen3moe --layers 16 [--out DIR] [--no-quantize]
+       bench/make_synthetic_moe.py gpt-oss --layers 12 [--out DIR]
+Default DIR: ~/.cache/inferd/synthetic. Files: qwen3moe-30b-a3b-L16-q4_k_m.gguf (the Q8_0 source
+is deleted after quantizing unless --keep-source), gpt-oss-20b-L12-mxfp4.gguf.
+"""
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as T, GGUFReader, GGUFValueType, GGUFWriter, LlamaFileType, quants
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("INFERD_CACHE", Path.home() / ".cache/inferd"))
+MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", CACHE / "models"))
+QWEN_VOCAB_FROM = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
+GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/openai-gpt-oss-120b.jinja"
+LLAMA_QUANTIZE = CACHE / "llama.cpp/build/bin/llama-quantize"
+
+sys.path.insert(0, str(REPO_ROOT / "tools/reference"))
+from make_tiny_models import copy_tokenizer  # noqa: E402
+
+
+class Pools:
+    """Quantized random rows, one pool per (type, columns, std)."""
+
+    def __init__(self, seed, pool_rows=4096):
+        self.rng = np.random.default_rng(seed)
+        self.pool_rows = pool_rows
+        self.pools = {}
+
+    def pool(self, qtype, cols, std):
+        key = (qtype, cols, round(std, 9))
+        if key not in self.pools:
+            x = (self.rng.standard_normal((self.pool_rows, cols)) * std).astype(np.float32)
+            self.pools[key] = quants.quantize(x, qtype) if qtype not in (T.F32, T.F16) else x.astype(
+                np.float16 if qtype == T.F16 else np.float32)
+        return self.pools[key]
+
+    def rows(self, qtype, n_rows, cols, std):
+        """n_rows quantized rows: a window of the pool at a random start, wrapping around."""
+        p = self.pool(qtype, cols, std)
+        start = int(self.rng.integers(0, p.shape[0]))
+        idx = (start + np.arange(n_rows)) % p.shape[0]
+        return p[idx]
+
+
+class Model:
+    """Tensor specs in file order; data is made when the tensor is written."""
+
+    def __init__(self, path, arch, seed):
+        self.writer = GGUFWriter(path, arch)
+        self.pools = Pools(seed)
+        self.rng = np.random.default_rng(seed + 1)
+        self.specs = []  # (name, make() -> ndarray)
+
+    def matrix(self, name, n_out, n_in, qtype, std=None, n_expert=0):
+        """GGUF shape [n_in, n_out] (numpy [n_out, n_in]); [n_in, n_out, n_expert] for experts."""
+        std = std if std is not None else 1.0 / math.sqrt(n_in)
+        if qtype == T.F32:  # the router: true random values
+            make = lambda: (self.rng.standard_normal((n_out, n_in)) * std).astype(np.float32)
+            shape, nbytes, dtype = (n_out, n_in), n_out * n_in * 4, np.float32
+        else:
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+            row_bytes = n_in // block * type_size
+            e = max(n_expert, 1)
+            if n_expert:
+                make = lambda: np.stack([self.pools.rows(qtype, n_out, n_in, std) for _ in range(e)])
+                shape = (e, n_out, row_bytes)
+            else:
+                make = lambda: self.pools.rows(qtype, n_out, n_in, std)
+                shape = (n_out, row_bytes)
+            nbytes, dtype = e * n_out * row_bytes, np.uint8
+        self.writer.add_tensor_info(name, shape, np.dtype(dtype), nbytes, raw_dtype=None if qtype == T.F32 else qtype)
+        self.specs.append((name, make))
+
+    def vector(self, name, shape, std, center=0.0):
+        shape = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+        make = lambda: (center + self.rng.standard_normal(shape) * std).astype(np.float32)
+        self.writer.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+        self.specs.append((name, make))
+
+    def write(self):
+        w = self.writer
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        t0, done = time.time(), 0
+        for i, (name, make) in enumerate(self.specs):
+            data = make()
+            w.write_tensor_data(data)
+            done += data.nbytes
+            if i % 20 == 0:
+                print(f"  {name}: {done / 2**30:.2f} GiB written, {time.time() - t0:.0f} s", file=sys.stderr)
+        w.close()
+
+
+def common(w, name, n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, rope_base, eps,
+           n_expert, n_expert_used, n_ff_exp, ftype):
+    w.add_name(name)
+    w.add_description("random weights with the real model's shapes, for speed benchmarks "
+                      "(bench/make_synthetic_moe.py); not a trained model")
+    w.add_context_length(n_ctx)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_freq_base(rope_base)
+    w.add_layer_norm_rms_eps(eps)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_file_type(ftype)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+
+
+def make_qwen3moe(path, n_layer, seed=300):
+    n_embd, n_head, n_head_kv, hd, n_vocab = 2048, 32, 4, 128, 151936
+    n_expert, n_used, n_ff_exp = 128, 8, 768
+    m = Model(path, "qwen3moe", seed)
+    common(m.writer, f"synthetic Qwen3-30B-A3B ({n_layer} of 48 layers, random)", 40960, n_embd, n_layer, 6144,
+           n_head, n_head_kv, hd, 1e6, 1e-6, n_expert, n_used, n_ff_exp, LlamaFileType.MOSTLY_Q8_0)
+    copy_tokenizer(m.writer, QWEN_VOCAB_FROM)
+    q = T.Q8_0
+    m.matrix("token_embd.weight", n_vocab, n_embd, q, std=1.0)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        m.vector(p + "attn_norm.weight", n_embd, 0.1, 1.0)
+        m.matrix(p + "attn_q.weight", n_head * hd, n_embd, q)
+        m.matrix(p + "attn_k.weight", n_head_kv * hd, n_embd, q)
+        m.matrix(p + "attn_v.weight", n_head_kv * hd, n_embd, q)
+        m.vector(p + "attn_q_norm.weight", hd, 0.2, 1.0)
+        m.vector(p + "attn_k_norm.weight", hd, 0.2, 1.0)
+        m.matrix(p + "attn_output.weight", n_embd, n_head * hd, q, std=1.0 / math.sqrt(n_head * hd))
+        m.vector(p + "ffn_norm.weight", n_embd, 0.1, 1.0)
+        # Router logits with a standard deviation near 2: each token has favourites, the top-8
+        # weights are not one-hot, and tokens spread over all 128 experts.
+        m.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+        m.matrix(p + "ffn_gate_exps.weight", n_ff_exp, n_embd, q, n_expert=n_expert)
+        m.matrix(p + "ffn_up_exps.weight", n_ff_exp, n_embd, q, n_expert=n_expert)
+        m.matrix(p + "ffn_down_exps.weight", n_embd, n_ff_exp, q, std=1.0 / math.sqrt(n_ff_exp), n_expert=n_expert)
+    m.vector("output_norm.weight", n_embd, 0.1, 1.0)
+    m.matrix("output.weight", n_vocab, n_embd, q, std=0.5 / math.sqrt(n_embd))
+    m.write()
+
+
+def make_gpt_oss(path, n_layer, seed=400):
+    n_embd, n_head, n_head_kv, hd, n_vocab = 2880, 64, 8, 64, 201088
+    n_expert, n_used, n_ff_exp = 32, 4, 2880
+    m = Model(path, "gpt-oss", seed)
+    w = m.writer
+    common(w, f"synthetic gpt-oss-20b ({n_layer} of 24 layers, random)", 131072, n_embd, n_layer, n_ff_exp,
+           n_head, n_head_kv, hd, 150000.0, 1e-5, n_expert, n_used, n_ff_exp, LlamaFileType.MOSTLY_MXFP4_MOE)
+    w.add_sliding_window(128)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(32.0)
+    w.add_rope_scaling_orig_ctx_len(4096)
+    copy_tokenizer(w, GPT_OSS_VOCAB, {"tokenizer.chat_template": (GPT_OSS_TEMPLATE.read_text(), GGUFValueType.STRING)})
+    if not any(k == "tokenizer.chat_template" for k in GGUFReader(GPT_OSS_VOCAB).fields):
+        w.add_chat_template(GPT_OSS_TEMPLATE.read_text())
+    q, qd = T.Q8_0, n_head * hd
+    m.matrix("token_embd.weight", n_vocab, n_embd, q, std=1.0)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        m.vector(p + "attn_norm.weight", n_embd, 0.1, 1.0)
+        m.matrix(p + "attn_q.weight", qd, n_embd, q)
+        m.vector(p + "attn_q.bias", qd, 0.5)
+        m.matrix(p + "attn_k.weight", n_head_kv * hd, n_embd, q)
+        m.vector(p + "attn_k.bias", n_head_kv * hd, 0.5)
+        m.matrix(p + "attn_v.weight", n_head_kv * hd, n_embd, q)
+        m.vector(p + "attn_v.bias", n_head_kv * hd, 0.1)
+        m.matrix(p + "attn_output.weight", n_embd, qd, q, std=1.0 / math.sqrt(qd))
+        m.vector(p + "attn_output.bias", n_embd, 0.1)
+        m.vector(p + "attn_sinks.weight", n_head, 1.0)
+        m.vector(p + "post_attention_norm.weight", n_embd, 0.1, 1.0)
+        m.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+        m.vector(p + "ffn_gate_inp.bias", n_expert, 0.5)
+        m.matrix(p + "ffn_gate_exps.weight", n_ff_exp, n_embd, T.MXFP4, n_expert=n_expert)
+        m.vector(p + "ffn_gate_exps.bias", (n_expert, n_ff_exp), 0.5)
+        m.matrix(p + "ffn_up_exps.weight", n_ff_exp, n_embd, T.MXFP4, n_expert=n_expert)
+        m.vector(p + "ffn_up_exps.bias", (n_expert, n_ff_exp), 0.5)
+        m.matrix(p + "ffn_down_exps.weight", n_embd, n_ff_exp, T.MXFP4, std=1.0 / math.sqrt(n_ff_exp),
+                 n_expert=n_expert)
+        m.vector(p + "ffn_down_exps.bias", (n_expert, n_embd), 0.1)
+    m.vector("output_norm.weight", n_embd, 0.1, 1.0)
+    m.matrix("output.weight", n_vocab, n_embd, q, std=0.5 / math.sqrt(n_embd))
+    m.write()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("arch", choices=["qwen3moe", "gpt-oss"])
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--out", type=Path, default=CACHE / "synthetic")
+    ap.add_argument("--no-quantize", action="store_true", help="qwen3moe: stop at the Q8_0 source")
+    ap.add_argument("--keep-source", action="store_true")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    if args.arch == "gpt-oss":
+        path = args.out / f"gpt-oss-20b-L{args.layers}-mxfp4.gguf"
+        make_gpt_oss(path, args.layers)
+    else:
+        src = args.out / f"qwen3moe-30b-a3b-L{args.layers}-q8_0-source.gguf"
+        make_qwen3moe(src, args.layers)
+        path = src
+        if not args.no_quantize:
+            path = args.out / f"qwen3moe-30b-a3b-L{args.layers}-q4_k_m.gguf"
+            subprocess.run([str(LLAMA_QUANTIZE), "--allow-requantize", str(src), str(path), "Q4_K_M",
+                            str(args.threads)], check=True)
+            if not args.keep_source:
+                src.unlink()
+    print(f"wrote {path} ({path.stat().st_size / 2**30:.2f} GiB) in {time.time() - t0:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
