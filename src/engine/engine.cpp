@@ -116,20 +116,8 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   KVCache& cache = runner_->kv_cache();
   const ModelConfig& mc = model_.config();
   kvtransfer::AgentConfig ac;
-  kvtransfer::KVDescriptor& d = ac.descriptor;
   // Everything about the blocks' bytes is the cache's specs'.
-  const kv::KVCacheSpec& spec = cache.storage_spec();
-  d.fingerprint = fingerprint;
-  d.dtype = static_cast<int32_t>(spec.dtype);
-  d.block_size = spec.block_size;
-  d.n_layers = static_cast<int32_t>(mc.n_layer);
-  d.n_kv_heads = spec.num_kv_heads;
-  d.head_dim = spec.head_size;
-  d.layers_per_block = cache.layout().layers_per_block;
-  d.block_bytes = cache.block_bytes();
-  d.group_windows = cache.layout().group_windows;
-  d.layer_group = cache.layout().layer_group;
-  d.group_specs = cache.layout().group_specs;
+  ac.descriptor = kv_descriptor(mc, cache, fingerprint);
   // Keys and values: each layers_per_block slabs of [block][slot] (slots of the spec's slot_bytes).
   ac.pool.regions = {cache.keys_base(), cache.values_base()};
   if (cache.keys_fd() >= 0) {

@@ -44,4 +44,21 @@ uint64_t kv_fingerprint(const Model& model, const KVCache& cache) {
   return h;
 }
 
+kvtransfer::KVDescriptor kv_descriptor(const ModelConfig& config, const KVCache& cache, uint64_t fingerprint) {
+  kvtransfer::KVDescriptor d;
+  const kv::KVCacheSpec& spec = cache.storage_spec();
+  d.fingerprint = fingerprint;
+  d.dtype = static_cast<int32_t>(spec.dtype);
+  d.block_size = spec.block_size;
+  d.n_layers = static_cast<int32_t>(config.n_layer);
+  d.n_kv_heads = spec.num_kv_heads;
+  d.head_dim = spec.head_size;
+  d.layers_per_block = cache.layout().layers_per_block;
+  d.block_bytes = cache.block_bytes();
+  d.group_windows = cache.layout().group_windows;
+  d.layer_group = cache.layout().layer_group;
+  d.group_specs = cache.layout().group_specs;
+  return d;
+}
+
 }  // namespace inferd

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kv/kv_connector.h"
+#include "kvtransfer/descriptor.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -28,5 +29,9 @@ class KVCacheBlocks : public kv::KVBlockStorage {
 // layers per block, slot width, groups and windows).
 // Reads the whole file once (the mapped pages are let go as it goes).
 uint64_t kv_fingerprint(const Model& model, const KVCache& cache);
+
+// The cache's blocks as a KV transfer describes them to its peer (sizes and
+// layout from the cache's specs); the pool's memory regions are the caller's.
+kvtransfer::KVDescriptor kv_descriptor(const ModelConfig& config, const KVCache& cache, uint64_t fingerprint);
 
 }  // namespace inferd

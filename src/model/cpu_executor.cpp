@@ -67,10 +67,6 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
 
 namespace {
 
-void add_bias(float* y, const float* bias, int64_t n) {
-  for (int64_t r = 0; r < n; ++r) y[r] += bias[r];
-}
-
 // The block size by which `linear` can quantize a row of `cols`, or 0 if it
 // quantizes whole rows only (then a row is not split between threads).
 int64_t quantize_block_of(const Linear& linear, int64_t cols) {
@@ -571,7 +567,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         pending = true;
         pending_norm = ph->post_norm ? W.post_attn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<MoeFfnPhase>(&phase)) {
-        moe_ffn(pass, l, ffn, norm.router, *in_gate, *in_up, ti, nt, idle);
+        moe_ffn(pass, l, *ph, ffn, norm.router, *in_gate, *in_up, ti, nt, idle);
         read_weights(1);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;

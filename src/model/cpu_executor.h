@@ -84,14 +84,19 @@ class CpuExecutor final : public Executor {
     std::vector<Linear> gate_exps, up_exps, down_exps;
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
+  // y += bias over n elements (GGML's add, and add_id for per-expert rows).
+  static void add_bias(float* y, const float* bias, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) y[i] += bias[i];
+  }
   // gate <- act(gate) * up over n elements, act as the architecture says.
   static void gated_activation(Activation act, float* gate, const float* up, int64_t n, kernels::GgmlFlavour flavour);
   // The mixture-of-experts FFN of layer l after its norm phase (which filled
   // the router's and the experts' inputs): routing, each chosen expert's gated
   // MLP on the tokens routed to it (its weights read once per step), and the
   // weighted sum into h. Ends at a barrier. cpu_executor_moe.cpp.
-  void moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, const LinearInput& in_router,
-               const LinearInput& in_gate, const LinearInput& in_up, int ti, int nt, const BarrierIdle& idle);
+  void moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase, const StepTokens& ffn,
+               const LinearInput& in_router, const LinearInput& in_gate, const LinearInput& in_up, int ti, int nt,
+               const BarrierIdle& idle);
   // The row alignment of gate/up's thread shares: the down projection's input
   // block when each thread can run the gated activation and that quantize on
   // its own rows right after gate/up (with shares nearly even), else 1.

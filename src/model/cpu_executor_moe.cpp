@@ -47,11 +47,6 @@ void for_each_unit_of_thread(const std::vector<int64_t>& first, int64_t rows, in
   }
 }
 
-// y += bias, element-wise (GGML's add and add_id).
-void add_rows(float* y, const float* bias, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += bias[i];
-}
-
 int64_t experts_in_use(const std::vector<int64_t>& first) {
   int64_t n = 0;
   for (size_t e = 0; e + 1 < first.size(); ++e) n += first[e + 1] > first[e];
@@ -88,7 +83,8 @@ void CpuExecutor::prepare_moe_scratch(int64_t T, int n_threads) {
   s_.expert_tokens = StepTokens{S, s_.expert_places.data()};
 }
 
-void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, const LinearInput& in_router,
+void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase, const StepTokens& ffn,
+                          const LinearInput& in_router,
                           const LinearInput& in_gate, const LinearInput& in_up, int ti, int nt,
                           const BarrierIdle& idle) {
   ThreadPool& pool = *pass.pool;
@@ -112,7 +108,7 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
     const auto [t0, t1] = ThreadPool::split(TF, ti, nt);
     for (int64_t t = t0; t < t1; ++t) {
       float* logits = moe.logits.data() + t * X;
-      if (B.router_bias) add_rows(logits, B.router_bias.f32(), X);
+      if (B.router_bias) add_bias(logits, B.router_bias.f32(), X);
       kernels::route_token(params, logits, route_scratch.data(), moe.chosen.data() + t * K, moe.weights.data() + t * K,
                            flavour_);
     }
@@ -163,9 +159,9 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
     for (int64_t r = row0; r < row0 + n; ++r) {
       float* g = moe.gate.data() + r * F;
       float* u = moe.up.data() + r * F;
-      if (B.gate_bias) add_rows(g + r0, B.gate_bias.f32() + e * F + r0, r1 - r0);
-      if (B.up_bias) add_rows(u + r0, B.up_bias.f32() + e * F + r0, r1 - r0);
-      gated_activation(config_.activation, g + r0, u + r0, r1 - r0, flavour_);
+      if (B.gate_bias) add_bias(g + r0, B.gate_bias.f32() + e * F + r0, r1 - r0);
+      if (B.up_bias) add_bias(u + r0, B.up_bias.f32() + e * F + r0, r1 - r0);
+      gated_activation(phase.activation, g + r0, u + r0, r1 - r0, flavour_);
       if (r0 == 0 && r1 == F) {
         down0.quantize(moe.gate.data(), r, r + 1, s_.expert_tokens, moe.in_down);
       } else {
@@ -182,7 +178,7 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const StepTokens& ffn, co
     const StepTokens tokens{n, s_.expert_places.data()};
     L.down_exps[e].compute_rows_span(moe.in_down, row0, tokens, moe.out.data() + row0 * E, r0, r1);
     if (B.down_bias)
-      for (int64_t r = row0; r < row0 + n; ++r) add_rows(moe.out.data() + r * E + r0, B.down_bias.f32() + e * E + r0, r1 - r0);
+      for (int64_t r = row0; r < row0 + n; ++r) add_bias(moe.out.data() + r * E + r0, B.down_bias.f32() + e * E + r0, r1 - r0);
   });
   pool.barrier(idle);
 

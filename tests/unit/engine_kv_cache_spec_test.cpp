@@ -77,28 +77,13 @@ TEST(EngineKVCacheSpec, TheFingerprintDiffersWhenTheSpecDiffers) {
   EXPECT_NE(fp, kv_fingerprint(*llama, other));
 }
 
-kvtransfer::KVDescriptor descriptor_of(const KVCache& cache, const ModelConfig& c) {
-  kvtransfer::KVDescriptor d;
-  const kv::KVCacheSpec& s = cache.storage_spec();
-  d.dtype = static_cast<int32_t>(s.dtype);
-  d.block_size = s.block_size;
-  d.n_layers = static_cast<int32_t>(c.n_layer);
-  d.n_kv_heads = s.num_kv_heads;
-  d.head_dim = s.head_size;
-  d.layers_per_block = cache.layout().layers_per_block;
-  d.block_bytes = cache.block_bytes();
-  d.group_windows = cache.layout().group_windows;
-  d.layer_group = cache.layout().layer_group;
-  d.group_specs = cache.layout().group_specs;
-  return d;
-}
 
 TEST(EngineKVCacheSpec, TheTransferDescriptorCarriesEveryGroupsSpec) {
   auto model = load("tiny-gemma3.gguf");
   ASSERT_TRUE(model);
   const ModelConfig& c = model->config();
   const KVCache mine(KVLayout::plan(c, 16), 4);
-  const kvtransfer::KVDescriptor a = descriptor_of(mine, c);
+  const kvtransfer::KVDescriptor a = kv_descriptor(c, mine, 0);
   ASSERT_EQ(a.group_specs.size(), static_cast<size_t>(mine.layout().num_groups()));
   // On the wire and back, specs included.
   kvtransfer::Writer w;
@@ -115,7 +100,7 @@ TEST(EngineKVCacheSpec, TheTransferDescriptorCarriesEveryGroupsSpec) {
   }
   // A peer whose cache is another dtype is refused, by its dtype first.
   const KVCache q8(KVLayout::plan(c, 16, DType::Q8_0), 4);
-  EXPECT_EQ(a.mismatch(descriptor_of(q8, c)).value_or(""), "KV dtype differs (here 1, peer 8)");
+  EXPECT_EQ(a.mismatch(kv_descriptor(c, q8, 0)).value_or(""), "KV dtype differs (here 1, peer 8)");
   // A group whose spec alone differs (a kind the common fields do not show).
   kvtransfer::KVDescriptor d = a;
   d.group_specs.back().kind = kv::KVCacheKind::kFullAttention;
