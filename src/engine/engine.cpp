@@ -34,6 +34,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
 
   ModelRunnerConfig rc;
   rc.block_size = config.block_size;
+  rc.kv_cache_dtype = config.kv_cache_dtype;
   rc.kv_cache_bytes = config.kv_cache_bytes;
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
   rc.warm_up = config.warm_up;

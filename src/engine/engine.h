@@ -58,6 +58,9 @@ struct EngineConfig {
   int64_t max_model_len = 0;  // prompt + max_tokens at most; 0: the model's context length
   bool enable_prefix_caching = true;
   int32_t block_size = 16;
+  // The KV cache's element type (ModelRunnerConfig::kv_cache_dtype): F16, or
+  // Q8_0 / Q4_0 for about half / a quarter of the bytes per token.
+  DType kv_cache_dtype = kv::kDefaultKVCacheDType;
   // KV cache size: kv_cache_bytes if > 0, else this fraction of available
   // memory; never more blocks than max_num_seqs requests of max_model_len need.
   int64_t kv_cache_bytes = 0;
