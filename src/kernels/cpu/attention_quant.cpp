@@ -58,17 +58,20 @@ struct ScalarLevel {
     return 1.0f / sum;
   }
 
-  template <DType kType>
-  static void values(const float* w, int64_t stride, int64_t heads, int64_t D, const uint8_t* row, float* out) {
+  // Straight into out, position by position.
+  template <DType kType, int64_t kHeads>
+  static void values(const float* w, int64_t stride, int64_t D, const uint8_t* const* rows, int64_t n_rows,
+                     float* out) {
     float x[kQK];
-    for (int64_t b = 0; b < D / kQK; ++b) {
-      const float d = load_block<kType>(row, b, x);
-      for (int64_t h = 0; h < heads; ++h) {
-        const float c = w[h * stride] * d;
-        float* o = out + h * D + b * kQK;
-        for (int i = 0; i < kQK; ++i) o[i] += c * x[i];
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t b = 0; b < D / kQK; ++b) {
+        const float d = load_block<kType>(rows[r], b, x);
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const float c = w[h * stride + r] * d;
+          float* o = out + h * D + b * kQK;
+          for (int i = 0; i < kQK; ++i) o[i] += c * x[i];
+        }
       }
-    }
   }
 
   static void scale(float* out, int64_t D, float f) {

@@ -10,6 +10,8 @@
 //   m     = max(max_p s_p, sink)
 //   w_p   = e^(s_p - m) (expf_poly),  S = sum_p w_p (+ e^(sink - m))
 //   out   = (1 / S) * sum_p sum_b (w_p * d_vb) qv_b  positions in ascending order
+//           (AVX-512: each chunk of 16 positions from pos_begin summed in
+//           registers, then added to the total)
 // A token's result therefore depends only on its query, its positions'
 // keys and values and pos_begin, never on the chunk or batch it came in
 // (docs/design.md, "Quantized KV"). Each SIMD level has its own lane order

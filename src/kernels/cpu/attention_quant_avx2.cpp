@@ -101,17 +101,21 @@ struct Avx2Level {
     return 1.0f / s;
   }
 
-  template <DType kType>
-  static void values(const float* w, int64_t stride, int64_t heads, int64_t D, const uint8_t* row, float* out) {
-    for (int64_t b = 0; b < D / kQK; ++b) {
-      __m256 x[4];
-      const float d = load_block<kType>(row, b, x);
-      for (int64_t h = 0; h < heads; ++h) {
-        const __m256 c = _mm256_set1_ps(w[h * stride] * d);
-        float* o = out + h * D + b * kQK;
-        for (int j = 0; j < 4; ++j) _mm256_storeu_ps(o + 8 * j, _mm256_fmadd_ps(c, x[j], _mm256_loadu_ps(o + 8 * j)));
+  // Straight into out, position by position.
+  template <DType kType, int64_t kHeads>
+  static void values(const float* w, int64_t stride, int64_t D, const uint8_t* const* rows, int64_t n_rows,
+                     float* out) {
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t b = 0; b < D / kQK; ++b) {
+        __m256 x[4];
+        const float d = load_block<kType>(rows[r], b, x);
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const __m256 c = _mm256_set1_ps(w[h * stride + r] * d);
+          float* o = out + h * D + b * kQK;
+          for (int j = 0; j < 4; ++j)
+            _mm256_storeu_ps(o + 8 * j, _mm256_fmadd_ps(c, x[j], _mm256_loadu_ps(o + 8 * j)));
+        }
       }
-    }
   }
 
   static void scale(float* out, int64_t D, float f) {

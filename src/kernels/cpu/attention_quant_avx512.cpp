@@ -71,16 +71,29 @@ struct Avx512Level {
     return 1.0f / s;
   }
 
-  template <DType kType>
-  static void values(const float* w, int64_t stride, int64_t heads, int64_t D, const uint8_t* row, float* out) {
+  // Block by block, the chunk's positions summed in registers (two vectors
+  // per head: at most 16 live) and added to out once: the chunk's rows stay
+  // in L1 between blocks, and out is stored once per chunk, not per position
+  // (this is the decode hot loop at long context).
+  template <DType kType, int64_t kHeads>
+  static void values(const float* w, int64_t stride, int64_t D, const uint8_t* const* rows, int64_t n_rows,
+                     float* out) {
     for (int64_t b = 0; b < D / kQK; ++b) {
-      __m512 lo, hi;
-      const float d = load_block<kType>(row, b, lo, hi);
-      for (int64_t h = 0; h < heads; ++h) {
-        const __m512 c = _mm512_set1_ps(w[h * stride] * d);
+      __m512 acc_lo[kHeads], acc_hi[kHeads];
+      for (int64_t h = 0; h < kHeads; ++h) acc_lo[h] = acc_hi[h] = _mm512_setzero_ps();
+      for (int64_t r = 0; r < n_rows; ++r) {
+        __m512 lo, hi;
+        const float d = load_block<kType>(rows[r], b, lo, hi);
+        for (int64_t h = 0; h < kHeads; ++h) {
+          const __m512 c = _mm512_set1_ps(w[h * stride + r] * d);
+          acc_lo[h] = _mm512_fmadd_ps(c, lo, acc_lo[h]);
+          acc_hi[h] = _mm512_fmadd_ps(c, hi, acc_hi[h]);
+        }
+      }
+      for (int64_t h = 0; h < kHeads; ++h) {
         float* o = out + h * D + b * kQK;
-        _mm512_storeu_ps(o, _mm512_fmadd_ps(c, lo, _mm512_loadu_ps(o)));
-        _mm512_storeu_ps(o + 16, _mm512_fmadd_ps(c, hi, _mm512_loadu_ps(o + 16)));
+        _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc_lo[h]));
+        _mm512_storeu_ps(o + 16, _mm512_add_ps(_mm512_loadu_ps(o + 16), acc_hi[h]));
       }
     }
   }

@@ -26,6 +26,9 @@ constexpr size_t kQuantKVBlockBytes = kType == DType::Q8_0 ? sizeof(BlockQ8_0) :
 // Heads whose scores a Level keeps in registers at once; a larger group runs
 // in chunks of this many (each head's arithmetic is the same either way).
 constexpr int64_t kQuantKVMaxGroup = 8;
+// Positions whose values are summed as one chunk (counted from pos_begin, so
+// the chunks of a token are the same in every pass and batch).
+constexpr int64_t kQuantKVChunk = 16;
 
 // One head's keys (or values) at position p: its first block.
 template <DType kType>
@@ -38,8 +41,11 @@ inline const uint8_t* quant_kv_row(const void* base, const PagedKV& kv, int64_t 
 //   w[h * stride] = scale * (head h's query q + h * D) . (the D-element row).
 // Level::softmax(w, n, sink): w[0, n) = e^(w - m) in place, m the maximum of
 //   w and *sink (if any); returns 1 / (their sum, plus e^(sink - m)).
-// Level::values<kType>(w, stride, heads, D, row, out): for h < heads,
-//   out[h * D, +D) += w[h * stride] * (the D-element row).
+// Level::values<kType, kHeads>(w, stride, D, rows, n_rows, out): for
+//   h < kHeads, out[h * D, +D) += sum over r < n_rows (in order) of
+//   w[h * stride + r] * (the D-element row rows[r]); n_rows <= kQuantKVChunk.
+//   A level may sum a chunk apart before adding it to out, as long as it
+//   does so for every chunk alike.
 // Level::scale(out, D, f): out[0, D) *= f.
 template <class Level, DType kType, int64_t kHeads>
 inline void quant_scores_at(const float* q, int64_t heads, int64_t D, const uint8_t* row, float scale, float* w,
@@ -48,6 +54,15 @@ inline void quant_scores_at(const float* q, int64_t heads, int64_t D, const uint
     if (heads < kHeads) return quant_scores_at<Level, kType, kHeads - 1>(q, heads, D, row, scale, w, stride);
   }
   Level::template scores<kType, kHeads>(q, D, row, scale, w, stride);
+}
+
+template <class Level, DType kType, int64_t kHeads>
+inline void quant_values_at(const float* w, int64_t stride, int64_t heads, int64_t D, const uint8_t* const* rows,
+                            int64_t n_rows, float* out) {
+  if constexpr (kHeads > 1) {
+    if (heads < kHeads) return quant_values_at<Level, kType, kHeads - 1>(w, stride, heads, D, rows, n_rows, out);
+  }
+  Level::template values<kType, kHeads>(w, stride, D, rows, n_rows, out);
 }
 
 template <class Level, DType kType>
@@ -71,11 +86,14 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
     float inv_sum[kQuantKVMaxGroup];
     for (int64_t h = 0; h < heads; ++h) inv_sum[h] = Level::softmax(w.data() + h * n, n, sinks ? sinks + h0 + h : nullptr);
     std::fill(oh, oh + heads * D, 0.0f);
-    // The values of each position once for the group, positions in order:
-    // every output element is one sum in ascending position order.
-    for (int64_t i = 0; i < n; ++i)
-      Level::template values<kType>(w.data() + i, n, heads, D, quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i),
-                                    oh);
+    // The values of each position once for the group, in chunks of positions
+    // in ascending order.
+    for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk) {
+      const int64_t n_rows = std::min(kQuantKVChunk, n - i0);
+      const uint8_t* rows[kQuantKVChunk];
+      for (int64_t r = 0; r < n_rows; ++r) rows[r] = quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r);
+      quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, D, rows, n_rows, oh);
+    }
     for (int64_t h = 0; h < heads; ++h) Level::scale(oh + h * D, D, inv_sum[h]);
   }
 }
