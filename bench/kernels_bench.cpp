@@ -142,6 +142,8 @@ int main(int argc, char** argv) {
       // Matrices that stay in one core's 2 MiB L2: the kernels' own speed, without memory's.
       {"repacked L2 GEMV Q4_K decode", DType::Q4_K, 1024, 2048, 1},
       {"L2 GEMV Q6_K", DType::Q6_K, 1024, 2048, 1},
+      {"ggml L2 rows Q6_K decode", DType::Q6_K, 256, 2048, 1},
+      {"repacked L2small GEMV Q4_K decode", DType::Q4_K, 256, 2048, 1},
       {"L2 GEMV Q4_K", DType::Q4_K, 1024, 2048, 1},
       {"prefill ffn_up    Q4_1", DType::Q4_1, 1536, 576, 64},
       {"prefill ffn_gate  Q5_0", DType::Q5_0, 2048, 640, 64},
