@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   inferd::cli::register_info(app, exit_code);
   inferd::cli::register_serve(app, exit_code);
   inferd::cli::register_router(app, exit_code);
+  inferd::cli::register_perplexity(app, exit_code);
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
   inferd::cli::register_bench_throughput(*bench, exit_code);
