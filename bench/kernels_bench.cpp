@@ -145,6 +145,8 @@ int main(int argc, char** argv) {
       {"ggml L2 rows Q6_K decode", DType::Q6_K, 256, 2048, 1},
       {"repacked L2small GEMV Q4_K decode", DType::Q4_K, 256, 2048, 1},
       {"L2 GEMV Q4_K", DType::Q4_K, 1024, 2048, 1},
+      {"packed L2 Q8_0 (GB/s = GFLOP/s x 0.53)", DType::Q8_0, 512, 2048, 1},
+      {"packed L2 MXFP4 (GB/s = GFLOP/s x 0.27)", DType::MXFP4, 1024, 2048, 1},
       {"prefill ffn_up    Q4_1", DType::Q4_1, 1536, 576, 64},
       {"prefill ffn_gate  Q5_0", DType::Q5_0, 2048, 640, 64},
       {"prefill attn_out  Q4_K", DType::Q4_K, 640, 1024, 64},
