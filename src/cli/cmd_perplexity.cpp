@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/perplexity.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
 
@@ -21,25 +22,16 @@ struct PerplexityFlags {
   int64_t context = 512;
   int64_t batch = 512;
   int64_t chunks = -1;
-  std::string kv_cache_dtype = "f16";
+  std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;
   bool kl_divergence = false;
   bool json = false;
   int threads = default_threads();
 };
 
-std::optional<DType> kv_dtype_named(const std::string& name) {
-  if (name == "auto" || name == "f16") return DType::F16;
-  if (name == "bf16") return DType::BF16;
-  if (name == "q8_0") return DType::Q8_0;
-  if (name == "q4_0") return DType::Q4_0;
-  return std::nullopt;
-}
-
 int run_perplexity(const PerplexityFlags& f) {
-  const std::optional<DType> dtype = kv_dtype_named(f.kv_cache_dtype);
+  const Result<DType> dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
   if (!dtype) {
-    std::fprintf(stderr, "error: --kv-cache-dtype: unknown '%s' (auto, f16, bf16, q8_0 or q4_0)\n",
-                 f.kv_cache_dtype.c_str());
+    std::fprintf(stderr, "error: %s\n", dtype.error().message.c_str());
     return 1;
   }
   std::ifstream in(f.file, std::ios::binary);
@@ -65,7 +57,7 @@ int run_perplexity(const PerplexityFlags& f) {
   o.compare_with_f16 = f.kl_divergence;
   if (!f.json)
     std::fprintf(stderr, "%zu tokens, windows of %lld, KV cache %s%s\n", tokens.size(),
-                 static_cast<long long>(f.context), dtype_name(*dtype), f.kl_divergence ? " against f16" : "");
+                 static_cast<long long>(f.context), kv::kv_cache_dtype_name(*dtype).c_str(), f.kl_divergence ? " against f16" : "");
   auto r = measure_perplexity(*model, tokens, o, [&](const PerplexityResult& p) {
     if (!f.json) std::fprintf(stderr, "[%lld]%.4f ", static_cast<long long>(p.windows), p.perplexity());
   });
@@ -77,7 +69,7 @@ int run_perplexity(const PerplexityFlags& f) {
   if (f.json) {
     nlohmann::json j = {{"tokens", tokens.size()},       {"context", f.context},
                         {"windows", r->windows},         {"scored", r->scored},
-                        {"kv_cache_dtype", dtype_name(*dtype)}, {"perplexity", r->perplexity()},
+                        {"kv_cache_dtype", kv::kv_cache_dtype_name(*dtype)}, {"perplexity", r->perplexity()},
                         {"perplexity_error", r->perplexity_error()}};
     if (r->compared) {
       j["perplexity_f16"] = r->perplexity_base();
@@ -94,7 +86,7 @@ int run_perplexity(const PerplexityFlags& f) {
   }
   std::printf("Final estimate: PPL = %.4f +/- %.5f (%lld windows, %lld positions, KV cache %s)\n", r->perplexity(),
               r->perplexity_error(), static_cast<long long>(r->windows), static_cast<long long>(r->scored),
-              dtype_name(*dtype));
+              kv::kv_cache_dtype_name(*dtype).c_str());
   if (r->compared) {
     std::printf("f16 KV cache: PPL = %.4f; ratio %.6f\n", r->perplexity_base(),
                 r->perplexity() / r->perplexity_base());
@@ -121,7 +113,7 @@ void register_perplexity(CLI::App& app, int& exit_code) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--chunks", flags->chunks, "Windows to score (-1: all)")->capture_default_str();
-  sub->add_option("--kv-cache-dtype", flags->kv_cache_dtype, "KV cache element type")->capture_default_str();
+  add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
   sub->add_flag("--kl-divergence", flags->kl_divergence,
                 "Also run an f16 KV cache and report the KL divergence of each prediction from it");
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
