@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds llama.cpp's native tools (llama-bench, llama-server, llama-cli) from the
+# Builds llama.cpp's native tools (llama-bench, llama-server, llama-cli,
+# llama-perplexity) from the
 # llama-cpp-python source package on PyPI, for side-by-side benchmarks.
 # Usage: bench/build_llama_cpp.sh [DEST]   (default ~/.cache/inferd/llama.cpp)
 set -euo pipefail
@@ -7,6 +8,8 @@ VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 DEST="${1:-${INFERD_CACHE:-$HOME/.cache/inferd}/llama.cpp}"
 JOBS="${JOBS:-$(nproc)}"
 if [[ -x "$DEST/build/bin/llama-bench" && -x "$DEST/build/bin/llama-server" ]]; then
+  # A build from before llama-perplexity was on the list gets just that tool.
+  [[ -x "$DEST/build/bin/llama-perplexity" ]] || ninja -C "$DEST/build" -j "$JOBS" llama-perplexity
   echo "llama.cpp tools already built in $DEST/build/bin"; exit 0
 fi
 mkdir -p "$DEST"
@@ -30,5 +33,5 @@ cmake -S "$DEST/src" -B "$DEST/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML
   -DCMAKE_C_FLAGS="$NATIVE_FLAGS" -DCMAKE_CXX_FLAGS="$NATIVE_FLAGS" \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON >/dev/null
-ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli
+ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli llama-perplexity
 echo "built: $DEST/build/bin"

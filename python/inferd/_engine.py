@@ -59,6 +59,9 @@ class EngineArgs:
     kv_offload_size: Optional[Union[int, str]] = None
     kv_store_path: Optional[str] = None  #: disk tier's directory (found again after a restart); None: none
     kv_store_size: Union[int, str] = "10G"  #: the disk tier's bound
+    #: the KV cache's element type: "auto" (f16), "f16", "bf16", "q8_0", "q4_0", ... (vLLM's name; llama.cpp's
+    #: types). q8_0 holds about 1.9x and q4_0 3.5x the tokens of f16 in the same memory, at a small cost in accuracy
+    kv_cache_dtype: str = "auto"
 
 
 def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
@@ -78,6 +81,7 @@ def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     core.kv_offload_size = "" if args.kv_offload_size is None else str(args.kv_offload_size)
     core.kv_store_path = os.fspath(args.kv_store_path) if args.kv_store_path else ""
     core.kv_store_size = str(args.kv_store_size)
+    core.kv_cache_dtype = str(args.kv_cache_dtype)
     return _core.Session(
         model=os.fspath(model) if model is not None else default_model(),
         args=core,

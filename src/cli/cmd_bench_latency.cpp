@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
 
@@ -30,6 +31,7 @@ struct BenchLatencyFlags {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   std::string kv_cache_memory = "256M";
+  std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
   bool enable_prefix_caching = false;
   bool warm_up = true;
   float temperature = 0.0f;
@@ -60,6 +62,11 @@ void print_row(const char* name, const char* unit, const bench::Summary& s, doub
 }
 
 int run_bench_latency(const BenchLatencyFlags& f) {
+  const auto kv_dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
+  if (!kv_dtype) {
+    std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
+    return 1;
+  }
   auto model = load_model_or_report(f.model, false, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
@@ -72,6 +79,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   ec.max_model_len = f.max_model_len;
   ec.enable_prefix_caching = f.enable_prefix_caching;
   ec.warm_up = f.warm_up;
+  ec.kv_cache_dtype = *kv_dtype;
   ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
   if (ec.kv_cache_bytes <= 0) {
     std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 256M or 1G\n");
@@ -172,7 +180,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   print_row("End-to-end latency", "ms", s_e2e, 1e3);
   // What one request's keys and values took at their largest: windowed layers
   // (Gemma 3) give back blocks their window no longer reaches.
-  const int64_t kv_block_bytes = static_cast<int64_t>(KVCache::block_bytes(model->config(), ec.block_size));
+  const int64_t kv_block_bytes = static_cast<int64_t>(KVCache::block_bytes(model->config(), ec.block_size, ec.kv_cache_dtype));
   const int64_t peak_kv_bytes = peak_kv_blocks * kv_block_bytes;
   const int64_t last_kv_bytes = last_kv_blocks * kv_block_bytes;
   std::printf("%-22s %10.2f MiB (%lld blocks of %lld bytes)\n", "Peak KV per request",
@@ -203,6 +211,7 @@ int run_bench_latency(const BenchLatencyFlags& f) {
                    {"num_iters_warmup", f.num_iters_warmup},
                    {"max_num_batched_tokens", f.max_num_batched_tokens},
                    {"enable_prefix_caching", f.enable_prefix_caching},
+                   {"kv_cache_dtype", kv::kv_cache_dtype_name(ec.kv_cache_dtype)},
                    {"warm_up", f.warm_up},
                    {"temperature", f.temperature},
                    {"threads", f.threads},
@@ -230,6 +239,7 @@ void register_bench_latency(CLI::App& bench, int& exit_code) {
   sub->add_option("--max-model-len", flags->max_model_len, "0 = the model's context length")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 256M")->capture_default_str();
+  add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
   sub->add_flag("--warm-up,!--no-warm-up", flags->warm_up,
                 "Run a prefill and a decode pass when the engine starts, before the first request")
       ->capture_default_str();

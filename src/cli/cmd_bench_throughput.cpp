@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "kv/kv_cache_dtype.h"
 #include "engine/stats_json.h"
 
 namespace inferd::cli {
@@ -142,11 +143,13 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
   std::printf("Total num prompt tokens:  %lld\n", static_cast<long long>(total_prompt));
   std::printf("Total num output tokens:  %lld\n", static_cast<long long>(generated));
   std::printf("Elapsed: %.2f s (forward passes %.2f s); %lld steps, %.1f tokens/step; "
-              "%lld preemptions; prefix cache hits %lld of %lld tokens; KV cache %d blocks of %lld tokens\n",
+              "%lld preemptions; prefix cache hits %lld of %lld tokens; KV cache %d blocks of %lld tokens "
+              "(%lld tokens of %s)\n",
               elapsed, st.forward_seconds, static_cast<long long>(st.scheduler.steps),
               st.mean_tokens_per_step(), static_cast<long long>(st.scheduler.preemptions),
               static_cast<long long>(pc.hit_tokens), static_cast<long long>(pc.queried_tokens),
-              st.kv_total_blocks, static_cast<long long>(f.engine.block_size));
+              st.kv_total_blocks, static_cast<long long>(f.engine.block_size),
+              static_cast<long long>(st.kv_capacity_tokens), kv::kv_cache_dtype_name(st.kv_cache_dtype).c_str());
   // Shared prefix blocks hold tokens for several requests, so with prefix
   // hits "held" can exceed "allocated"; clamp the waste at zero.
   const double kv_waste =
@@ -189,6 +192,7 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                    {"max_num_batched_tokens", f.engine.max_num_batched_tokens},
                    {"max_model_len", (*engine)->config().max_model_len},
                    {"block_size", f.engine.block_size},
+                   {"kv_cache_dtype", kv::kv_cache_dtype_name(st.kv_cache_dtype)},
                    {"enable_prefix_caching", f.engine.enable_prefix_caching},
                    {"temperature", f.temperature},
                    {"threads", f.threads},

@@ -23,10 +23,16 @@ struct ChatFlags {
   int threads = default_threads();
   SamplingFlags sampling;
   std::string speculative_config;  // vLLM's JSON; empty: off
+  std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
 };
 
 // The chat template: --chat-template FILE, else the model's own.
 int run_chat(const ChatFlags& f) {
+  const auto kv_dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
+  if (!kv_dtype) {
+    std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
+    return 1;
+  }
   auto model = load_model_or_report(f.model, false, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
@@ -44,7 +50,7 @@ int run_chat(const ChatFlags& f) {
   const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
   // Earlier turns are prefix-cache hits of the engine, not recomputed.
   auto speculative = parse_speculative_config(f.speculative_config);
-  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative)
+  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative, 1, *kv_dtype)
                             : Result<SingleRequestEngine>(speculative.error());
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
@@ -122,6 +128,7 @@ void register_chat(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
   add_speculative_option(*sub, flags->speculative_config);
+  add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
   flags->sampling.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_chat(*flags); });
 }

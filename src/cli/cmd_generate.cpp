@@ -28,6 +28,7 @@ struct GenerateFlags {
   int32_t n_beams = 1;             // beams printed, best first
   float length_penalty = 1.0f;
   std::string early_stopping = "false";
+  std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
 };
 
 // --early-stopping: HF's / vLLM's true, false or never.
@@ -39,6 +40,11 @@ std::optional<EarlyStopping> parse_early_stopping(const std::string& s) {
 }
 
 int run_generate(const GenerateFlags& f) {
+  const auto kv_dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
+  if (!kv_dtype) {
+    std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
+    return 1;
+  }
   auto model = load_model_or_report(f.model, f.json, f.threads);
   if (!model) return 1;
   if (!model->can_generate()) {
@@ -62,7 +68,7 @@ int run_generate(const GenerateFlags& f) {
     return 1;
   }
   auto speculative = parse_speculative_config(f.speculative_config);
-  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative, std::max(1, f.beam_width))
+  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative, std::max(1, f.beam_width), *kv_dtype)
                             : Result<SingleRequestEngine>(speculative.error());
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
@@ -158,6 +164,7 @@ void register_generate(CLI::App& app, int& exit_code) {
       ->check(CLI::PositiveNumber);
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
   add_speculative_option(*sub, flags->speculative_config);
+  add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
   sub->add_flag("--json", flags->json, "Print prompt ids, generated ids and text as JSON");
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Do not stop at end-of-generation tokens");
   sub->add_flag("--no-special", flags->no_special, "Tokenize special-token text as plain text");

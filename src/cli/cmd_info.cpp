@@ -4,9 +4,13 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "engine/kv_capacity.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
 
@@ -27,6 +31,24 @@ std::string human_bytes(double b) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
   return buf;
+}
+
+struct KVCacheRow {
+  std::string dtype;
+  int64_t bytes_per_token = 0;
+  int64_t tokens_per_gib = 0;  // in blocks of 16 tokens, as serve sizes them
+};
+
+std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
+  std::vector<KVCacheRow> rows;
+  if (c.n_layer < 1 || c.head_dim < 1) return rows;
+  constexpr int32_t kBlockSize = 16;  // EngineArgs' default
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
+    if (!KVLayout::plan(c, kBlockSize, t).storage_spec().validate()) continue;
+    const KVCapacity cap = kv_capacity_for_bytes(c, kBlockSize, t, int64_t{1} << 30);
+    rows.push_back({kv::kv_cache_dtype_name(t), static_cast<int64_t>(cap.bytes_per_token), cap.tokens});
+  }
+  return rows;
 }
 
 int run_info(const InfoFlags& f) {
@@ -100,6 +122,13 @@ int run_info(const InfoFlags& f) {
     j["tokenizer"] = tokenizer_name;
     j["tokenizer_error"] = model->tokenizer_error();
   }
+  // What the KV cache costs per token in the dtypes --kv-cache-dtype offers
+  // most (a dtype whose blocks do not divide the head size has no row).
+  const std::vector<KVCacheRow> kv_rows = kv_cache_rows(c);
+  j["kv_cache"] = nlohmann::json::array();
+  for (const KVCacheRow& r : kv_rows)
+    j["kv_cache"].push_back(
+        {{"dtype", r.dtype}, {"bytes_per_token", r.bytes_per_token}, {"tokens_per_gib", r.tokens_per_gib}});
   j["tensor_count"] = file.tensors().size();
   for (const auto& [name, e] : by_type) j["tensor_types"][name] = {{"count", e.first}, {"bytes", e.second}};
   j["chat_template"] = tmpl.empty() ? nlohmann::json(nullptr) : nlohmann::json(tmpl);
@@ -138,6 +167,12 @@ int run_info(const InfoFlags& f) {
   } else {
     std::printf("vocabulary     %lld tokens, %s (not read: %s)\n", (long long)c.n_vocab, tokenizer_name.c_str(),
                 model->tokenizer_error().c_str());
+  }
+  if (!kv_rows.empty()) {
+    std::printf("KV cache       %-7s %15s %15s\n", "dtype", "bytes/token", "tokens/GiB");
+    for (const KVCacheRow& r : kv_rows)
+      std::printf("               %-7s %15lld %15lld\n", r.dtype.c_str(), static_cast<long long>(r.bytes_per_token),
+                  static_cast<long long>(r.tokens_per_gib));
   }
   std::printf("tensors        %zu\n", file.tensors().size());
   for (const auto& [name, e] : by_type)

@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/engine.h"
+#include "kv/kv_cache_dtype.h"
 #include "server/http_server.h"
 #include "server/openai_server.h"
 
@@ -116,6 +117,8 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
   spdlog::info("model {} ready: max_model_len {}, KV cache {} blocks of {} tokens, {} threads, prefix caching {}",
                out.model->config().name, out.engine->config().max_model_len, stats.kv_total_blocks,
                out.engine->config().block_size, f.threads, f.engine.enable_prefix_caching ? "on" : "off");
+  spdlog::info("KV cache capacity {} tokens: {} keys and values, {} bytes a token", stats.kv_capacity_tokens,
+               kv::kv_cache_dtype_name(stats.kv_cache_dtype), stats.kv_bytes_per_token);
   if (stats.offload.host_enabled)
     spdlog::info("KV offload: host tier of {} MiB", stats.offload.host.capacity_bytes >> 20);
   if (stats.offload.disk_enabled)

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/byte_size.h"
 #include "core/result.h"
@@ -52,6 +53,18 @@ struct EngineFlags : EngineArgs {
 
 void add_speculative_option(CLI::App& app, std::string& json);
 
+// --kv-cache-dtype (vLLM's) and --cache-type-k / --cache-type-v (llama.cpp's;
+// -ctk / -ctv are rewritten to them before parsing, see
+// expand_llama_cpp_short_flags): EngineArgs' three names of the KV dtype,
+// read by resolve_kv_cache_dtype.
+void add_kv_cache_dtype_options(CLI::App& app, std::string& kv_cache_dtype, std::string& cache_type_k,
+                                std::string& cache_type_v);
+
+// The command line with llama.cpp's multi-letter short flags (-ctk, -ctv)
+// spelled as their long names: CLI11 takes a single dash for one letter, so
+// `-ctk q8_0` would read as `-c tk`. Only whole arguments are rewritten.
+std::vector<std::string> expand_llama_cpp_short_flags(int argc, char** argv);
+
 // One request at a time through the serving engine, driven step by step on
 // the calling thread: `generate` and `chat` use the same loop, sampler, stop
 // handling and prefix cache as `serve` (a chat's earlier turns are prefix-cache
@@ -60,8 +73,10 @@ class SingleRequestEngine {
  public:
   // An engine for one request of up to `max_model_len` tokens, run as up to
   // `max_sequences` sequences (a beam search's beams).
+  // Its KV cache holds them in kv_cache_dtype (sized in that dtype's bytes).
   static Result<SingleRequestEngine> create(Model& model, int64_t max_model_len,
-                                            const SpeculativeConfig& speculative = {}, int32_t max_sequences = 1);
+                                            const SpeculativeConfig& speculative = {}, int32_t max_sequences = 1,
+                                            DType kv_cache_dtype = kv::kDefaultKVCacheDType);
   // Runs `params` to the end, calling on_delta with each output as it comes;
   // returns the final output with every token id and the whole text.
   Result<RequestOutput> run(GenerationParams params, const std::function<void(const RequestOutput&)>& on_delta);

@@ -43,16 +43,20 @@ Result<std::unique_ptr<DraftModelProposer>> DraftModelProposer::create(const Mod
   if (std::string why = draft_vocabulary_mismatch(target.tokenizer(), draft->tokenizer()); !why.empty())
     return make_error("the draft model's vocabulary does not match the target's: " + why);
   if (config.n_blocks < 2) return make_error("the draft model's KV cache needs at least 2 blocks");
+  // The draft's KV cache stays in the default dtype (f16) whatever the
+  // target's --kv-cache-dtype: it is a small model's, and what it proposes the
+  // target verifies, so quantizing it would save little and cost acceptance.
   ModelRunnerConfig rc;
   rc.block_size = config.block_size;
-  rc.kv_cache_bytes = int64_t{config.n_blocks} * static_cast<int64_t>(KVCache::block_bytes(draft->config(), config.block_size));
+  rc.kv_cache_dtype = kv::kDefaultKVCacheDType;
+  rc.kv_cache_bytes = int64_t{config.n_blocks} * static_cast<int64_t>(KVCache::block_bytes(draft->config(), config.block_size, rc.kv_cache_dtype));
   rc.warm_up = config.warm_up;
   auto runner = ModelRunner::create(*draft, rc);
   if (!runner) return make_error("the draft model: " + runner.error().message);
   const kv::KVCacheConfig kv{.n_blocks = (*runner)->n_blocks(),
                              .block_size = config.block_size,
                              .enable_prefix_caching = config.enable_prefix_caching,
-                             .group_windows = KVLayout::plan(draft->config()).group_windows};
+                             .group_windows = KVLayout::plan(draft->config(), config.block_size, rc.kv_cache_dtype).group_windows};
   auto proposer = std::unique_ptr<DraftModelProposer>(
       new DraftModelProposer(std::move(draft), std::move(*runner), config, kv));
   proposer->n_target_vocab_ = static_cast<int32_t>(target.config().n_vocab);

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/dtype.h"
+#include "engine/kv_capacity.h"
 
 namespace inferd {
 
@@ -34,9 +35,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
 
   ModelRunnerConfig rc;
   rc.block_size = config.block_size;
-  rc.kv_cache_dtype = config.kv_cache_dtype;
   rc.kv_cache_bytes = config.kv_cache_bytes;
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
+  rc.kv_cache_dtype = config.kv_cache_dtype;
   rc.warm_up = config.warm_up;
   // A kv_producer's KV cache goes on shared memory, which consumers on this
   // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
@@ -44,7 +45,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
   // More blocks than every running request at full length needs would only
   // ever hold cached prefixes; a budget given as a fraction of memory stops there.
-  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size);
+  if (Status s = check_kv_cache_dtype(model, config.kv_cache_dtype, config.block_size); !s) return s.error();
+  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype);
   if (max_model_len > 0 && config.kv_cache_bytes <= 0)
     rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
   auto runner = ModelRunner::create(model, rc);
@@ -72,9 +74,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
     auto draft = Model::load(config.speculative.draft_model, options);
     if (!draft) return make_error("cannot load the draft model: " + draft.error().message);
     // Room for every token the target's cache holds, plus each running
-    // request's drafts: the draft's cache is never what stops a request.
-    const KVLayout draft_layout = KVLayout::plan((*draft)->config());
-    const int64_t target_tokens = int64_t{sc.kv.n_blocks} / kv_layout.num_groups() * config.block_size;
+    // request's drafts: the draft's cache is never what stops a request. The
+    // draft keeps its cache in the default dtype (f16) whatever the target's
+    // --kv-cache-dtype: it is small, and its drafts are only proposals the
+    // target verifies (DraftModelProposer sizes it the same way).
+    const KVLayout draft_layout = KVLayout::plan((*draft)->config(), config.block_size);
+    const int64_t target_tokens = kv_tokens_for_blocks(kv_layout, sc.kv.n_blocks);
     const int64_t draft_blocks =
         draft_layout.blocks_for_request(target_tokens, config.block_size) +
         int64_t{config.max_num_seqs} *
@@ -1014,6 +1019,9 @@ void Engine::publish_stats() {
   EngineStats s;
   s.scheduler = scheduler_.stats();
   s.kv_total_blocks = scheduler_.kv_cache().num_usable_blocks();
+  s.kv_cache_dtype = runner_->kv_cache().storage_spec().dtype;
+  s.kv_bytes_per_token = KVCache::bytes_per_token(model_.config(), s.kv_cache_dtype);
+  s.kv_capacity_tokens = kv_tokens_for_blocks(runner_->kv_cache().layout(), s.kv_total_blocks);
   s.requests_added = requests_added_;
   s.prompt_tokens = prompt_tokens_;
   s.computed_prompt_tokens = computed_prompt_tokens_;

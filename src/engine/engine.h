@@ -58,13 +58,14 @@ struct EngineConfig {
   int64_t max_model_len = 0;  // prompt + max_tokens at most; 0: the model's context length
   bool enable_prefix_caching = true;
   int32_t block_size = 16;
-  // The KV cache's element type (ModelRunnerConfig::kv_cache_dtype): F16, or
-  // Q8_0 / Q4_0 for about half / a quarter of the bytes per token.
-  DType kv_cache_dtype = kv::kDefaultKVCacheDType;
   // KV cache size: kv_cache_bytes if > 0, else this fraction of available
   // memory; never more blocks than max_num_seqs requests of max_model_len need.
   int64_t kv_cache_bytes = 0;
   double kv_cache_memory_fraction = 0.25;
+  // The KV cache's element type: the budget above buys blocks of this dtype
+  // (q8_0 about 1.9 times f16's tokens, q4_0 3.5 times). One the model's
+  // executor cannot read is refused at create(), naming those it can.
+  DType kv_cache_dtype = kv::kDefaultKVCacheDType;
   int32_t max_logprobs = 20;  // largest `logprobs` a request may ask for
   // Run a prefill-shaped and a decode-shaped pass at creation, so the first
   // request is as fast as the next (ModelRunnerConfig::warm_up).
@@ -158,6 +159,9 @@ inline std::optional<uint64_t> choice_seed(std::optional<uint64_t> seed, int32_t
 struct EngineStats {
   SchedulerStats scheduler;  // steps, tokens per step, KV blocks, prefix cache, preemptions
   int32_t kv_total_blocks = 0;      // usable blocks (the reserved null block excluded)
+  DType kv_cache_dtype = kv::kDefaultKVCacheDType;  // what the KV cache keeps keys and values in
+  size_t kv_bytes_per_token = 0;    // one token's keys and values, every layer
+  int64_t kv_capacity_tokens = 0;   // tokens of full context the usable blocks hold
   int64_t requests_added = 0;
   int64_t prompt_tokens = 0;           // of added requests
   int64_t computed_prompt_tokens = 0;  // prompt positions run through the model (recomputes included)

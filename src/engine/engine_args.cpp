@@ -4,6 +4,7 @@
 
 #include "core/byte_size.h"
 #include "engine/speculative_json.h"
+#include "kv/kv_cache_dtype.h"
 
 namespace inferd {
 
@@ -16,6 +17,27 @@ std::string arg_name(const std::string& keyword, EngineArgs::Naming naming) {
   return flag;
 }
 }  // namespace
+
+Result<DType> resolve_kv_cache_dtype(const std::string& kv_cache_dtype, const std::string& cache_type_k,
+                                     const std::string& cache_type_v, EngineArgs::Naming naming) {
+  struct Named {
+    const char* keyword;
+    const std::string& value;
+  };
+  const Named given[] = {{"kv_cache_dtype", kv_cache_dtype}, {"cache_type_k", cache_type_k}, {"cache_type_v", cache_type_v}};
+  const Named* chosen = nullptr;
+  DType dtype = kv::kDefaultKVCacheDType;
+  for (const Named& g : given) {
+    if (g.value.empty() || g.value == "auto") continue;
+    auto t = kv::parse_kv_cache_dtype(g.value);
+    if (!t) return make_error(arg_name(g.keyword, naming) + ": " + t.error().message);
+    if (chosen && *t != dtype)
+      return make_error(arg_name(chosen->keyword, naming) + " " + chosen->value + " and " + arg_name(g.keyword, naming) +
+                        " " + g.value + " differ: keys and values are kept in one dtype");
+    if (!chosen) chosen = &g, dtype = *t;
+  }
+  return dtype;
+}
 
 Result<EngineConfig> EngineArgs::config(Naming naming) const {
   const auto out_of_range = [&](const char* keyword, int64_t value, int64_t lo, int64_t hi) -> Status {
@@ -41,6 +63,9 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
   ec.kv_cache_memory_fraction = kv_cache_memory_fraction;
   ec.max_logprobs = static_cast<int32_t>(max_logprobs);
   ec.long_prefill_token_threshold = long_prefill_token_threshold;
+  auto dtype = resolve_kv_cache_dtype(kv_cache_dtype, cache_type_k, cache_type_v, naming);
+  if (!dtype) return dtype.error();
+  ec.kv_cache_dtype = *dtype;
   if (!kv_cache_memory.empty()) {
     ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
     if (ec.kv_cache_bytes <= 0)

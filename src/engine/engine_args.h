@@ -26,6 +26,12 @@ struct EngineArgs {
   std::string kv_offload_size;       // host-memory tier for evicted prefix blocks; empty: none
   std::string kv_store_path;         // disk tier's directory; empty: none
   std::string kv_store_size = "10G";  // the disk tier's bound
+  // The KV cache's element type by name (kv/kv_cache_dtype.h): vLLM's
+  // kv_cache_dtype, or llama.cpp's cache_type_k / cache_type_v (empty unless
+  // given). Keys and values are kept in one dtype, so whichever are given
+  // must name the same one.
+  std::string kv_cache_dtype = "auto";
+  std::string cache_type_k, cache_type_v;
 
   // How an error names an argument: as a flag (--kv-cache-memory) or as a
   // keyword argument (kv_cache_memory).
@@ -33,5 +39,12 @@ struct EngineArgs {
   // The config, or an error naming the argument out of range or malformed.
   Result<EngineConfig> config(Naming naming = Naming::kFlag) const;
 };
+
+// The one KV cache dtype that kv_cache_dtype, cache_type_k and cache_type_v
+// name ("auto" and empty name none: the default), or an error naming the
+// argument that is unknown or the two that differ.
+Result<DType> resolve_kv_cache_dtype(const std::string& kv_cache_dtype, const std::string& cache_type_k,
+                                     const std::string& cache_type_v,
+                                     EngineArgs::Naming naming = EngineArgs::Naming::kFlag);
 
 }  // namespace inferd

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kv/kv_cache_dtype.h"
+
 namespace inferd::server {
 
 namespace {
@@ -119,6 +121,14 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
         static_cast<double>(s.num_waiting + s.num_loading + num_waiting_extra));
   gauge("kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 means 100 percent).",
         stats.kv_total_blocks > 0 ? static_cast<double>(s.kv_used_blocks) / stats.kv_total_blocks : 0.0);
+  {
+    // Labelled with the dtype, so dashboards can compare instances whose
+    // caches hold the same memory in another format.
+    const std::string n = "inferd:kv_cache_capacity_tokens";
+    header(out, n, "gauge", "Tokens of full context the KV cache holds, in its dtype (label kv_cache_dtype).");
+    sample(out, n, labels_ + ",kv_cache_dtype=\"" + kv::kv_cache_dtype_name(stats.kv_cache_dtype) + "\"",
+           stats.kv_capacity_tokens);
+  }
   counter("prompt_tokens_total", "Prompt tokens of the requests received.", stats.prompt_tokens);
   counter("generation_tokens_total", "Tokens generated.", stats.generation_tokens);
   counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",

@@ -149,3 +149,27 @@ def test_speculative_config_gives_the_same_greedy_tokens(llm):
     assert spec.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids == \
         llm.generate(prompt, params, use_tqdm=False)[0].outputs[0].token_ids
     assert spec.stats()["spec_draft_tokens"] > 0
+
+
+def test_kv_cache_dtype_sets_the_caches_type_and_its_capacity(llm):
+    f16 = llm.stats()
+    assert f16["kv_cache_dtype"] == "f16"  # auto
+    assert f16["kv_capacity_tokens"] == f16["kv_cache_blocks"] * 16
+    try:
+        q8 = LLM(str(DEFAULT_MODEL), kv_cache_dtype="q8_0", **ENGINE_ARGS)
+    except ValueError as e:
+        if "KV cache dtype q8_0 is not supported for this model" not in str(e):
+            raise
+        pytest.skip(f"the executor does not read q8_0 KV caches yet: {e}")
+    s = q8.stats()
+    assert s["kv_cache_dtype"] == "q8_0"
+    # The same 256M: 34 bytes per 32 values instead of 64.
+    assert s["kv_capacity_tokens"] / f16["kv_capacity_tokens"] == pytest.approx(64 / 34, rel=0.01)
+    assert s["kv_bytes_per_token"] * 64 == f16["kv_bytes_per_token"] * 34
+    # Quantized keys and values move the logits a little, not the model's
+    # answers: the first greedy token of most prompts is f16's.
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    mine = [o.outputs[0].token_ids for o in q8.generate(PROMPTS, params, use_tqdm=False)]
+    ref = [o.outputs[0].token_ids for o in llm.generate(PROMPTS, params, use_tqdm=False)]
+    assert all(len(t) == 8 for t in mine)
+    assert sum(a[0] == b[0] for a, b in zip(mine, ref)) >= 6, (mine, ref)

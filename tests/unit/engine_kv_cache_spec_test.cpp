@@ -1,17 +1,22 @@
 // The KV cache's spec where blocks leave the pool: the offload tiers'
 // fingerprint and the KV transfer's descriptor differ when the spec does (so
-// a store or a peer of another format is never read), an f16 cache keeps the
+// a store or a peer of another format is never read: a disk store written by
+// an f16 cache gives a q8_0 cache nothing), an f16 cache keeps the
 // fingerprint it had before specs, and a runner asked for a KV dtype the
 // executor does not read is refused by name.
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "engine/kv_offload.h"
 #include "engine/model_runner.h"
+#include "kvstore/tiered_connector.h"
 #include "kvtransfer/descriptor.h"
 
 namespace inferd {
@@ -80,6 +85,58 @@ TEST(EngineKVCacheSpec, TheFingerprintDiffersWhenTheSpecDiffers) {
   EXPECT_NE(fp, kv_fingerprint(*llama, other));
 }
 
+// Two caches of one model in different dtypes on one disk store: the second
+// never sees the first's blocks (same prefix key, other bytes), while a
+// cache of the first's dtype does.
+TEST(EngineKVCacheSpec, AnOffloadTierNeverLoadsBlocksWrittenUnderAnotherDType) {
+  auto model = load("tiny-llama3.gguf");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("inferd_kv_dtype_store_" + std::to_string(::getpid()))).string();
+  std::filesystem::remove_all(dir);
+  kvstore::OffloadConfig oc;
+  oc.disk_path = dir;
+  oc.disk_bytes = int64_t{16} << 20;
+  const kv::BlockHash key = 0x5eed;
+  KVCache f16(KVLayout::plan(c, 16), 4);
+  std::vector<std::byte> written(f16.block_bytes());
+  for (size_t i = 0; i < written.size(); ++i) written[i] = static_cast<std::byte>(i * 7 + 1);
+  f16.write_block(1, written.data());
+  {
+    KVCacheBlocks blocks(f16);
+    auto tiers = kvstore::TieredConnector::create(oc, blocks, kv_fingerprint(*model, f16));
+    ASSERT_TRUE(tiers.ok()) << tiers.error().message;
+    const kv::BlockTransfer save{key, 1};
+    (*tiers)->save_computed({&save, 1});
+    (*tiers)->flush();
+    EXPECT_EQ((*tiers)->stats().disk.blocks, 1);
+  }
+  {  // The same dtype again finds it, byte for byte.
+    KVCache again(KVLayout::plan(c, 16), 4);
+    KVCacheBlocks blocks(again);
+    auto tiers = kvstore::TieredConnector::create(oc, blocks, kv_fingerprint(*model, again));
+    ASSERT_TRUE(tiers.ok()) << tiers.error().message;
+    EXPECT_TRUE((*tiers)->contains(key));
+    const kv::BlockTransfer load{key, 2};
+    EXPECT_EQ((*tiers)->load({&load, 1}, false), std::vector<bool>{true});
+    std::vector<std::byte> read(again.block_bytes());
+    again.read_block(2, read.data());
+    EXPECT_EQ(read, written);
+  }
+  for (DType other : {DType::Q8_0, DType::Q4_0, DType::BF16}) {
+    KVCache cache(KVLayout::plan(c, 16, other), 4);
+    KVCacheBlocks blocks(cache);
+    auto tiers = kvstore::TieredConnector::create(oc, blocks, kv_fingerprint(*model, cache));
+    ASSERT_TRUE(tiers.ok()) << tiers.error().message;
+    EXPECT_FALSE((*tiers)->contains(key)) << dtype_name(other);
+    const kv::BlockTransfer load{key, 2};
+    EXPECT_EQ((*tiers)->load({&load, 1}, true), std::vector<bool>{false}) << dtype_name(other);
+    EXPECT_EQ((*tiers)->stats().disk.blocks, 0) << dtype_name(other);
+    EXPECT_EQ((*tiers)->stats().disk.hits, 0) << dtype_name(other);
+  }
+  std::filesystem::remove_all(dir);
+}
 
 TEST(EngineKVCacheSpec, TheTransferDescriptorCarriesEveryGroupsSpec) {
   auto model = load("tiny-gemma3.gguf");

@@ -284,6 +284,35 @@ TEST_P(UcxAgentTest, AMismatchedPeerIsRefusedByName) {
   EXPECT_EQ(leases.stats().held, 1);
 }
 
+// A consumer whose cache is another dtype (here q8_0 against the producer's
+// f16) refuses the producer before reading a byte, even with pools of the
+// same shape: the bytes would read as other numbers. (The engine then
+// computes the prompt itself.)
+TEST_P(UcxAgentTest, AConsumerOfAnotherKVDTypeRefusesTheProducer) {
+  Pool prod_pool(8, 1), cons_pool(8, 2);
+  LeaseTable leases;
+  leases.add(1, now_s() + 60);
+  KVDescriptor f16 = descriptor();
+  f16.group_specs = {kv::KVCacheSpec::full_attention(DType::F16, 2, 64, 16)};
+  auto prod = producer(prod_pool, leases, f16);
+  KVDescriptor q8 = f16;
+  q8.dtype = static_cast<int32_t>(DType::Q8_0);
+  q8.group_specs = {kv::KVCacheSpec::full_attention(DType::Q8_0, 2, 64, 16)};
+  auto cons = consumer(cons_pool, q8);
+  const Pool before = cons_pool;
+  expect_failure(pull(*cons, prod->port(), "", 1, {{1, 1}, {2, 2}}), "KV dtype differs");
+  EXPECT_EQ(cons_pool.block(1), before.block(1));
+  EXPECT_EQ(cons_pool.block(2), before.block(2));
+  EXPECT_EQ(cons->stats().refusals, 1);
+  EXPECT_EQ(prod->stats().peers_refused, 1);
+  // Only the group specs differing (a descriptor whose dtype field agrees) is refused too.
+  KVDescriptor specs_only = f16;
+  specs_only.group_specs = q8.group_specs;
+  auto cons2 = consumer(cons_pool, specs_only);
+  expect_failure(pull(*cons2, prod->port(), "", 1, {{1, 1}}), "KV group 0 differs");
+  EXPECT_EQ(cons_pool.block(1), before.block(1));
+}
+
 TEST_P(UcxAgentTest, AnotherEngineOnThePortIsRefused) {
   Pool prod_pool(8, 1), cons_pool(8, 2);
   LeaseTable leases;

@@ -216,5 +216,19 @@ TEST(ServingMetrics, HistogramIsCumulative) {
   EXPECT_EQ(escape_label_value("a\"b\\c\n"), "a\\\"b\\\\c\\n");
 }
 
+TEST(ServingMetrics, TheKVCapacityGaugeCarriesTheDType) {
+  ServingMetrics metrics("tiny");
+  EngineStats stats;
+  stats.kv_cache_dtype = DType::Q8_0;
+  stats.kv_capacity_tokens = 30112;
+  const std::string out = metrics.render(stats, 0, nullptr);
+  EXPECT_NE(out.find("# TYPE inferd:kv_cache_capacity_tokens gauge\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("inferd:kv_cache_capacity_tokens{model_name=\"tiny\",kv_cache_dtype=\"q8_0\"} 30112\n"),
+            std::string::npos)
+      << out;
+  stats.kv_cache_dtype = DType::F16;
+  EXPECT_NE(metrics.render(stats, 0, nullptr).find("kv_cache_dtype=\"f16\"}"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace inferd::server

@@ -1,0 +1,41 @@
+// What a KV cache of a given dtype holds for a model, and whether the model
+// can have one: the numbers people size a cache by (bytes per token, tokens
+// for a budget) and the check behind --kv-cache-dtype. The bytes themselves
+// come from the specs (kv/kv_cache_spec.h via KVLayout); this only turns
+// blocks into tokens.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/result.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+namespace inferd {
+
+// Tokens of full context that `usable_blocks` blocks of a layout hold: each
+// token takes a slot in every group's block, so a model with windowed layers
+// (several groups) holds fewer per block than a model with one group.
+int64_t kv_tokens_for_blocks(const KVLayout& layout, int64_t usable_blocks);
+
+struct KVCapacity {
+  DType dtype = kv::kDefaultKVCacheDType;
+  size_t bytes_per_token = 0;  // keys and values of every layer
+  int64_t blocks = 0;          // usable blocks (the reserved null block excluded)
+  int64_t tokens = 0;          // tokens of full context those blocks hold
+};
+
+// What a cache of `budget_bytes` of this dtype holds for a model with blocks
+// of block_size tokens (as ModelRunner sizes it: whole blocks, one reserved).
+KVCapacity kv_capacity_for_bytes(const ModelConfig& config, int32_t block_size, DType dtype, int64_t budget_bytes);
+
+// The dtypes of kv::kv_cache_dtype_choices() this model's executor can keep
+// its KV cache in, f16 first.
+std::vector<DType> supported_kv_cache_dtypes(const Model& model, int32_t block_size);
+
+// Ok when this model's executor can keep its KV cache in `dtype`; else an
+// error naming the dtype, why not, and the dtypes it can.
+Status check_kv_cache_dtype(const Model& model, DType dtype, int32_t block_size);
+
+}  // namespace inferd

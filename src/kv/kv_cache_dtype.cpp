@@ -1,0 +1,45 @@
+#include "kv/kv_cache_dtype.h"
+
+#include <cctype>
+
+#include "kv/kv_cache_spec.h"
+
+namespace inferd::kv {
+
+const std::vector<DType>& kv_cache_dtype_choices() {
+  // llama.cpp's --cache-type-k values (common/arg.cpp kv_cache_types), f16 first.
+  static const std::vector<DType> choices = {DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
+                                             DType::IQ4_NL, DType::Q5_0, DType::Q5_1, DType::F32};
+  return choices;
+}
+
+std::string kv_cache_dtype_name(DType dtype) {
+  std::string name = dtype_name(dtype);
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::string kv_cache_dtype_names() {
+  std::string names = "auto";
+  for (DType t : kv_cache_dtype_choices()) names += ", " + kv_cache_dtype_name(t);
+  return names;
+}
+
+Result<DType> parse_kv_cache_dtype(std::string_view name) {
+  std::string lower(name);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "auto") return kDefaultKVCacheDType;
+  // vLLM's spellings of the plain floats.
+  if (lower == "float16" || lower == "half") return DType::F16;
+  if (lower == "bfloat16") return DType::BF16;
+  if (lower == "float32" || lower == "float") return DType::F32;
+  if (lower == "fp8" || lower == "fp8_e4m3" || lower == "fp8_e5m2")
+    return make_error("KV cache dtype '" + std::string(name) +
+                      "' is not supported yet (no GGML type holds fp8); q8_0 keeps 8 bits a value");
+  for (DType t : kv_cache_dtype_choices())
+    if (lower == kv_cache_dtype_name(t)) return t;
+  return make_error("unknown KV cache dtype '" + std::string(name) + "' (expected one of " + kv_cache_dtype_names() +
+                    ")");
+}
+
+}  // namespace inferd::kv
