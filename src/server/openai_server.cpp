@@ -138,7 +138,7 @@ struct Route {
 const Route kRoutes[] = {{"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
                          {"/v1/models", http::verb::get},       {"/metrics", http::verb::get},
                          {"/tokenize", http::verb::post},       {"/detokenize", http::verb::post},
-                         {"/version", http::verb::get}};
+                         {"/version", http::verb::get},         {"/tokenizer_info", http::verb::get}};
 const Route* find_route(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
@@ -754,6 +754,8 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
         grammars_ ? std::optional(grammars_->stats()) : std::nullopt;
     co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                         metrics_.render(stats, not_yet_scheduled, grammar_stats ? &*grammar_stats : nullptr));
+  } else if (path == "/tokenizer_info") {
+    co_await ex.respond(http::status::ok, "application/json", tokenizer_info_json());
   } else if (path == "/tokenize" || path == "/detokenize") {
     const std::string& body = ex.request().body();
     const bool to_ids = path == "/tokenize";
@@ -833,6 +835,18 @@ std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& te
     ids = model_->tokenizer().encode(it->get<std::string>(), add_special, /*parse_special=*/true);
   }
   return dump(json{{"count", ids.size()}, {"max_model_len", engine_->config().max_model_len}, {"tokens", ids}});
+}
+
+std::string OpenAIServer::tokenizer_info_json() const {
+  const Tokenizer& tok = model_->tokenizer();
+  auto piece = [&](int32_t id) { return id >= 0 ? json(tok.token_to_piece(id, true)) : json(nullptr); };
+  json info = {{"tokenizer_class", "inferd"},
+               {"eos_token", piece(tok.eos_id())},
+               {"bos_token", piece(tok.bos_id())},
+               {"pad_token", nullptr},
+               {"model_max_length", engine_->config().max_model_len},
+               {"chat_template", template_ ? json(template_->source()) : json(nullptr)}};
+  return dump(info);
 }
 
 std::variant<std::string, ApiError> OpenAIServer::detokenize(const std::string& text) const {

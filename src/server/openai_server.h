@@ -108,6 +108,10 @@ class OpenAIServer {
   // /tokenize and /detokenize: the response body, or the error.
   std::variant<std::string, ApiError> tokenize(const std::string& body) const;
   std::variant<std::string, ApiError> detokenize(const std::string& body) const;
+  // vLLM's GET /tokenizer_info: the special tokens' text, the context length
+  // and the chat template (lm-evaluation-harness's remote tokenizer reads it,
+  // then tokenizes through /tokenize and /detokenize).
+  std::string tokenizer_info_json() const;
   boost::asio::awaitable<void> send_error(Exchange& ex, const ApiError& e, const Headers& extra = {});
   std::optional<ApiError> check_auth(const HttpRequest& req) const;
   std::string models_json() const;
