@@ -6,17 +6,12 @@ a multiple-choice task and a perplexity task committed in tests/e2e/lm_eval/
 sum taken from the server's vLLM-style `prompt_logprobs`."""
 from __future__ import annotations
 
-import json
 import math
-import os
-import pathlib
-import subprocess
-import sys
 
 import pytest
 import requests
 
-TASKS = pathlib.Path(__file__).resolve().parent / "lm_eval"
+from conftest import run_lm_eval
 
 pytest.importorskip("lm_eval", reason="lm-eval is installed by scripts/setup.sh")
 
@@ -40,20 +35,7 @@ def prompt_logprobs(server, ids):
 
 @pytest.fixture(scope="module")
 def lm_eval_run(server, tmp_path_factory):
-    out = tmp_path_factory.mktemp("lm_eval")
-    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    model_args = (f"base_url={server.base_url}/v1/completions,model={server.model},tokenizer_backend=remote,"
-                  "tokenized_requests=True,num_concurrent=1,max_retries=1,max_length=2048")
-    cmd = [sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args", model_args,
-           "--tasks", "inferd_mc,inferd_ppl", "--include_path", str(TASKS), "--output_path", str(out),
-           "--log_samples", "--batch_size", "1"]
-    # The tasks name their data files relative to their folder.
-    proc = subprocess.run(cmd, cwd=TASKS, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    results = next(out.rglob("results_*.json"))
-    samples = {p.name.split("samples_")[1].rsplit("_", 1)[0]: [json.loads(line) for line in p.open()]
-               for p in out.rglob("samples_*.jsonl")}
-    return json.loads(results.read_text())["results"], samples
+    return run_lm_eval(server, tmp_path_factory.mktemp("lm_eval"))
 
 
 def test_multiple_choice_scores_are_the_servers_prompt_logprobs(server, lm_eval_run):
