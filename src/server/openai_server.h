@@ -1,7 +1,7 @@
 // The OpenAI-compatible API on top of the engine: routing, authentication,
 // prompt building (tokenizer, chat template), admission (context length,
 // queue bound), streaming of engine outputs as server-sent events, usage,
-// logprobs, /metrics, /tokenize and /detokenize, and the web chat page at /.
+// logprobs, /metrics, /tokenize, /detokenize and /tokenizer_info, and the web chat page at /.
 //
 // A request's engine work is tied to its HTTP exchange: when the client goes
 // away, or the handler ends for any reason, every unfinished choice is
