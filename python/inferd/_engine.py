@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _core
-from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from .outputs import CompletionOutput, Logprob, PromptLogprobs, RequestMetrics, RequestOutput
 from .sampling_params import RequestOutputKind, SamplingParams
 
 #: A prompt: text, token ids, or vLLM's dicts {"prompt": text} / {"prompt_token_ids": ids}.
@@ -180,6 +180,7 @@ def make_params(
         logprobs=-1 if params.logprobs is None else int(params.logprobs),
         skip_special_tokens=bool(params.skip_special_tokens),
         request_id=request_id,
+        prompt_logprobs=-1 if params.prompt_logprobs is None else int(params.prompt_logprobs),
     )
 
 
@@ -263,6 +264,11 @@ def convert_logprobs(session: "_core.Session", raw: List[tuple]) -> List[Dict[in
     return out
 
 
+def convert_prompt_logprobs(session: "_core.Session", raw: List[tuple]) -> PromptLogprobs:
+    """Engine prompt logprobs -> vLLM's shape: None for the first prompt token, then as convert_logprobs."""
+    return [None] + convert_logprobs(session, raw)
+
+
 def metrics_of(raw: tuple) -> RequestMetrics:
     return RequestMetrics(*raw)
 
@@ -290,6 +296,8 @@ class Assembler:
         self._prompt = prompt
         self._index = {eid: k for k, eid in enumerate(engine_ids)}
         self._want_logprobs = params.logprobs is not None
+        # Every choice's engine request scores the same prompt: the first one's are kept.
+        self._prompt_logprobs: Optional[PromptLogprobs] = [None] if params.prompt_logprobs is not None else None
         self._kind = kind
         self.choices = [
             CompletionOutput(index=k, text="", token_ids=[], logprobs=[] if self._want_logprobs else None,
@@ -308,6 +316,8 @@ class Assembler:
         check_error(out)
         k = self._index[out.request_id]
         c = self.choices[k]
+        if self._prompt_logprobs is not None and k == 0:
+            self._prompt_logprobs.extend(convert_logprobs(self._session, out.prompt_logprobs))
         text, token_ids = out.text, out.token_ids
         logprobs = convert_logprobs(self._session, out.logprobs) if self._want_logprobs else None
         c.text += text
@@ -339,6 +349,7 @@ class Assembler:
             finished=self.finished,
             num_cached_tokens=m.num_cached_tokens if m else None,
             metrics=m,
+            prompt_logprobs=None if self._prompt_logprobs is None else list(self._prompt_logprobs),
         )
 
 

@@ -13,6 +13,7 @@ from ._engine import (
     PromptType,
     Seeder,
     completion_of,
+    convert_prompt_logprobs,
     is_conversation,
     make_params,
     metrics_of,
@@ -190,6 +191,8 @@ class LLM:
                     finished=True,
                     num_cached_tokens=metrics.num_cached_tokens,
                     metrics=metrics,
+                    prompt_logprobs=None if sp.prompt_logprobs is None
+                    else convert_prompt_logprobs(self._session, wholes[0].prompt_logprobs),
                 )
             )
         return outputs

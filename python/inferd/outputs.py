@@ -19,6 +19,10 @@ class Logprob:
 #: requested number of most likely alternatives (vLLM's ``SampleLogprobs``).
 SampleLogprobs = List[Dict[int, Logprob]]
 
+#: Per prompt token: None for the first (nothing comes before it), then as
+#: ``SampleLogprobs``: the prompt's token and the most likely ones (vLLM's ``PromptLogprobs``).
+PromptLogprobs = List[Optional[Dict[int, Logprob]]]
+
 
 @dataclass
 class CompletionOutput:
@@ -61,4 +65,5 @@ class RequestOutput:
     finished: bool
     num_cached_tokens: Optional[int] = None
     metrics: Optional[RequestMetrics] = None
-    prompt_logprobs: None = field(default=None)  # not computed by inferd
+    #: with ``SamplingParams(prompt_logprobs=k)``; None otherwise
+    prompt_logprobs: Optional[PromptLogprobs] = field(default=None)

@@ -40,6 +40,10 @@ class SamplingParams:
         max_tokens: output tokens at most; ``None`` fills the context.
         logprobs: with a number k, each token's logprob and the k most likely
             alternatives (vLLM's shape: a dict per token, see ``Logprob``).
+        prompt_logprobs: with a number k, each prompt token's logprob (after
+            the first, which has none) and the k most likely alternatives, in
+            ``RequestOutput.prompt_logprobs``. Computed in the prompt's own
+            forward passes; such a request does not use the prefix cache.
         skip_special_tokens: leave control tokens out of the text.
         output_kind: what streamed outputs hold (``AsyncLLM`` and ``LLM.stream``).
     """
@@ -58,6 +62,7 @@ class SamplingParams:
     ignore_eos: bool = False
     max_tokens: Optional[int] = 16
     logprobs: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
     skip_special_tokens: bool = True
     output_kind: RequestOutputKind = RequestOutputKind.CUMULATIVE
 
@@ -69,6 +74,8 @@ class SamplingParams:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}.")
         if self.logprobs is not None and (not isinstance(self.logprobs, int) or self.logprobs < 0):
             raise ValueError(f"logprobs must be non-negative, got {self.logprobs}.")
+        if self.prompt_logprobs is not None and (not isinstance(self.prompt_logprobs, int) or self.prompt_logprobs < 0):
+            raise ValueError(f"prompt_logprobs must be non-negative, got {self.prompt_logprobs}.")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             raise ValueError(f"seed must be a non-negative integer, got {self.seed}.")
         if isinstance(self.stop, str):

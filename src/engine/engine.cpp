@@ -231,6 +231,9 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   if (p.logprobs > config_.max_logprobs)
     return make_error("logprobs is " + str(p.logprobs) + "; at most " + str(config_.max_logprobs) +
                       " are allowed");
+  if (p.prompt_logprobs > config_.max_logprobs)
+    return make_error("prompt_logprobs is " + str(p.prompt_logprobs) + "; at most " + str(config_.max_logprobs) +
+                      " are allowed");
   std::unique_ptr<GrammarMatcher> matcher;
   if (p.grammar) {
     if (p.grammar->n_vocab() > n_vocab)
@@ -250,6 +253,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   // Every end-of-generation token (EOS, EOT, <|im_end|>, ...) stops, not just EOS.
   if (!p.ignore_eos) r.stop_token_ids.insert(r.stop_token_ids.end(), eog_tokens_.begin(), eog_tokens_.end());
   r.ignore_eos = p.ignore_eos;
+  r.needs_prompt_logits = p.prompt_logprobs >= 0;
   r.cache_salt = std::move(p.cache_salt);
   r.arrival_time = arrival;
   if (p.reasoning && p.reasoning->end.empty()) return make_error("the reasoning end marker is empty");
@@ -260,6 +264,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     if (Status s = p.beam_search->validate(); !s) return s.error();
     if (matcher) return make_error("beam search cannot be combined with structured output (a grammar)");
     if (p.logprobs >= 0) return make_error("logprobs are not returned with beam search");
+    if (p.prompt_logprobs >= 0) return make_error("prompt logprobs are not returned with beam search");
     r.beam_group = "pending";
     r.beam_width = p.beam_search->beam_width;
   }
@@ -280,7 +285,7 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     // A beam search's beams share its prompt but run as forks: none holds a lease.
     if (p.kv_hold_for_remote_decode && leases_ && !p.beam_search) r.kv_lease_id = ++next_lease_;
     commands_.emplace_back(AddCommand{std::move(r), h.stream, std::move(p.stop), std::max(-1, p.logprobs),
-                                      std::move(matcher), std::move(p.reasoning), p.render_special,
+                                      std::max(-1, p.prompt_logprobs), std::move(matcher), std::move(p.reasoning), p.render_special,
                                       p.beam_search});
   }
   cmd_cv_.notify_one();
@@ -321,6 +326,7 @@ void Engine::apply(Command& cmd) {
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     live.kv_lease_id = add->request.kv_lease_id;
+    live.prompt_logprobs = add->prompt_logprobs;
     const int64_t n_prompt = add->request.num_prompt_tokens();
     if (add->beam_search) {
       live.beams = std::make_unique<BeamGroup>(BeamSearch(*add->beam_search, n_prompt, add->request.max_tokens));
@@ -594,6 +600,11 @@ std::vector<RequestOutput> Engine::run_step() {
     const ScheduledRequest& s = out.scheduled[i];
     std::vector<int32_t>& tokens = sampled_[i];
     tokens.clear();
+    if (const int64_t prompt_rows = ModelRunner::prompt_logit_rows(s); prompt_rows > 0) {
+      score_prompt(live_.at(s.request_id), s, scheduler_.find(s.request_id)->prompt_token_ids,
+                   logits.data() + row * n_vocab, prompt_rows);
+      row += prompt_rows;
+    }
     if (!s.sample) continue;
     if (beam_owner_.count(s.request_id)) {
       beam_rows[i] = row;
@@ -683,6 +694,8 @@ std::vector<RequestOutput> Engine::run_step() {
     Live& live = live_.at(u.request_id);
     RequestOutput o;
     o.request_id = u.request_id;
+    o.prompt_logprobs = std::move(live.pending_prompt_logprobs);
+    live.pending_prompt_logprobs.clear();
     for (size_t t = 0; t < u.new_token_ids.size(); ++t) {
       o.token_times.push_back(t_token);
       live.metrics.token_times.push_back(t_token);
@@ -743,6 +756,22 @@ std::vector<RequestOutput> Engine::run_step() {
   apply_beams(advanced, t_token);
   propose_drafts(*updates);
   return end_step();
+}
+
+void Engine::score_prompt(Live& live, const ScheduledRequest& s, const std::vector<int32_t>& prompt,
+                          const float* logits, int64_t rows) {
+  const int64_t n_vocab = runner_->n_vocab();
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t target = s.num_computed_tokens + r + 1;  // the prompt token this row scores
+    if (target != live.prompt_tokens_scored) continue;     // scored before a preemption
+    const float* lg = logits + r * n_vocab;
+    SampledLogprobs& lp = live.pending_prompt_logprobs.emplace_back();
+    lp.token = prompt[target];
+    lp.logprob = token_logprob(lg, n_vocab, lp.token);
+    lp.rank = token_rank(lg, n_vocab, lp.token);
+    lp.top = top_logprobs(lg, n_vocab, live.prompt_logprobs);
+    ++live.prompt_tokens_scored;
+  }
 }
 
 bool Engine::holds_stop_string(const Live& live) {

@@ -116,6 +116,11 @@ struct GenerationParams {
   std::vector<std::string> stop;        // finish before any of these strings (not emitted)
   bool ignore_eos = false;              // do not stop at end-of-generation tokens
   int32_t logprobs = -1;                // >= 0: each token's logprob plus this many alternatives
+  // >= 0: each prompt token after the first scored by the model (its logprob,
+  // rank and this many alternatives: RequestOutput::prompt_logprobs), from
+  // logits computed in the prompt's own forward passes. The request then
+  // takes nothing from the prefix cache. Not with beam search.
+  int32_t prompt_logprobs = -1;
   std::string cache_salt;               // prefixes are shared only between equal salts
   // Structured output: when set, every token is sampled from the tokens the
   // grammar allows next (the others' logits are -inf before the sampler), and
@@ -252,6 +257,7 @@ class Engine {
     std::shared_ptr<RequestStream> stream;
     std::vector<std::string> stop;
     int32_t logprobs;
+    int32_t prompt_logprobs;
     std::unique_ptr<GrammarMatcher> matcher;  // structured output, if any
     std::optional<ReasoningSpec> reasoning;   // the grammar waits for the thinking's end
     bool render_special = false;              // the decoder writes control tokens' text
@@ -309,10 +315,16 @@ class Engine {
     // kMaybe: the matcher has taken the marker's tokens written so far
     // (used), and allowed them all (ok: the answer could still begin so).
     bool gate_grammar_used = false, gate_grammar_ok = true;
-    std::optional<DraftLength> draft_length;  // speculation: drafts to propose next, made at the first proposal
-    std::optional<NgramProposer> ngram;  // the n-gram method's proposer, made at the first proposal
-    std::unique_ptr<BeamGroup> beams;  // beam search; null for one sequence
+    std::optional<DraftLength> draft_length = {};  // speculation: drafts to propose next, made at the first proposal
+    std::optional<NgramProposer> ngram = {};  // the n-gram method's proposer, made at the first proposal
+    std::unique_ptr<BeamGroup> beams = {};  // beam search; null for one sequence
     uint64_t kv_lease_id = 0;          // prefill for a remote decode: its lease (Request::kv_lease_id)
+    // Prompt logprobs: alternatives asked for (-1: none), the prompt tokens
+    // scored so far (a recompute after a preemption scores them again: those
+    // are dropped), and those not yet emitted.
+    int32_t prompt_logprobs = -1;
+    int64_t prompt_tokens_scored = 1;
+    std::vector<SampledLogprobs> pending_prompt_logprobs = {};
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner,
@@ -332,6 +344,11 @@ class Engine {
   // Publishes the stats, then pushes the step's outputs to their streams (so a
   // client that sees an output also sees the stats of the step that made it).
   std::vector<RequestOutput> end_step();
+  // Scores the prompt tokens whose logits a step computed (`rows` of them,
+  // from `logits`, for positions s.num_computed_tokens..) into
+  // live.pending_prompt_logprobs.
+  void score_prompt(Live& live, const ScheduledRequest& s, const std::vector<int32_t>& prompt, const float* logits,
+                    int64_t rows);
   // Text of `live.held` that can be emitted now; sets *stop_at to a matched
   // stop string, if any (the text before it is returned, the rest dropped).
   std::string release_text(Live& live, bool final, std::string* stop_at);

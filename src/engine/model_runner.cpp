@@ -118,6 +118,8 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
     const int64_t outputs_from = s.num_draft_tokens > 0 ? begin : std::clamp(s.num_prompt_tokens, begin, end);
     if (outputs_from > begin) add_slice(s, begin, outputs_from, false);
     if (end > outputs_from) add_slice(s, outputs_from, end, end - outputs_from > 1);
+    const int64_t first = batch.size() - s.num_new_tokens;  // its token at position `begin`
+    for (int64_t r = 0; r < prompt_logit_rows(s); ++r) batch.logit_rows.push_back(static_cast<int32_t>(first + r));
     if (s.sample)
       for (int64_t row = batch.size() - 1 - s.num_draft_tokens; row < batch.size(); ++row)
         batch.logit_rows.push_back(static_cast<int32_t>(row));

@@ -5,6 +5,7 @@
 // owns the KV cache memory, sized once from a memory budget. It makes no
 // policy (GUIDE rule 2): which tokens run and where they go is in the output.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -57,10 +58,19 @@ class ModelRunner {
   // (the prompt part of a chunk in a slice of its own before it).
   static void build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch);
 
-  // Runs the step, after the step's block copies (copy on write). Returns num_draft_tokens + 1 rows of n_vocab() logits per
-  // scheduled request with `sample` set, in the order of out.scheduled. The rows stay valid (and
+  // Runs the step, after the step's block copies (copy on write). Returns, per scheduled request in
+  // the order of out.scheduled: with `prompt_logits` set, a row of n_vocab() logits for each of its
+  // positions before the prompt's last (prompt_logit_rows()); then with `sample` set,
+  // num_draft_tokens + 1 rows. The rows stay valid (and
   // may be modified, e.g. by a sampler) until the next execute().
   std::vector<float>& execute(const SchedulerOutput& out);
+
+  // The rows of prompt positions a scheduled request gets before its sample rows.
+  static int64_t prompt_logit_rows(const ScheduledRequest& s) {
+    if (!s.prompt_logits) return 0;
+    return std::max<int64_t>(0, std::min(s.num_computed_tokens + s.num_new_tokens, s.num_prompt_tokens - 1) -
+                                    s.num_computed_tokens);
+  }
 
   int32_t n_blocks() const { return static_cast<int32_t>(cache_.n_blocks()); }
   int32_t block_size() const { return static_cast<int32_t>(cache_.block_size()); }

@@ -57,6 +57,11 @@ struct Request {
   // full blocks of its prompt stay held under this lease (non-zero) until
   // Scheduler::end_lease (server/kv_transfer.h).
   uint64_t kv_lease_id = 0;
+  // Prompt logprobs: every prompt position gets a row of logits, computed in
+  // the pass that fills its KV, so the request takes nothing from the prefix
+  // cache (a cached position has no logits) and its prompt is fed at most
+  // kMaxPromptLogitRowsPerStep positions a step (Scheduler).
+  bool needs_prompt_logits = false;
 
   // ---- state, kept by the scheduler ----
   std::vector<int32_t> output_token_ids;

@@ -73,6 +73,11 @@ struct RequestOutput {
   // cannot.
   std::string text;
   std::vector<SampledLogprobs> logprobs;  // one per new token, if the request asked
+  // Prompt logprobs, if the request asked (GenerationParams::prompt_logprobs):
+  // entry i scores prompt token i + 1 (the first prompt token has none) from
+  // the logits of position i. They come before the first token's output, in
+  // the output of the step that computed them or a later one.
+  std::vector<SampledLogprobs> prompt_logprobs;
   std::vector<double> token_times;        // when each new token was sampled
   bool finished = false;
   RequestStatus status = RequestStatus::kRunning;  // the finished status when finished
@@ -100,6 +105,7 @@ inline void accumulate(RequestOutput& whole, RequestOutput&& delta) {
   whole.token_ids.insert(whole.token_ids.end(), delta.token_ids.begin(), delta.token_ids.end());
   whole.text += delta.text;
   for (SampledLogprobs& lp : delta.logprobs) whole.logprobs.push_back(std::move(lp));
+  for (SampledLogprobs& lp : delta.prompt_logprobs) whole.prompt_logprobs.push_back(std::move(lp));
   whole.token_times.insert(whole.token_times.end(), delta.token_times.begin(), delta.token_times.end());
   if (!delta.finished) return;
   whole.finished = true;

@@ -102,6 +102,9 @@ Status Scheduler::add_request(Request r) {
 int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const {
   int64_t n = r.num_tokens() - num_computed;
   if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
+  // A prompt scored position by position returns a vocabulary-sized row per
+  // token: a few at a time keep that memory bounded however long the prompt.
+  if (r.needs_prompt_logits && num_computed < r.num_prompt_tokens()) n = std::min(n, kMaxPromptLogitRowsPerStep);
   return std::min(n, budget);
 }
 
@@ -126,6 +129,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
   s.is_new = is_new;
   s.resumed = resumed;
   s.sample = r.num_computed_tokens + (n - n_drafts) == r.num_tokens();
+  s.prompt_logits = r.needs_prompt_logits && r.num_computed_tokens < r.num_prompt_tokens() - 1;
   s.num_cached_tokens = num_cached;
   out.total_num_scheduled_tokens += n;
   out.scheduled.push_back(std::move(s));
@@ -201,7 +205,11 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
   // failed goes straight to the second.
   kv::KVConnector* first = r.kv_load_failed ? nullptr : connector_;
   for (kv::KVConnector* connector : {first, static_cast<kv::KVConnector*>(nullptr)}) {
-    *hit = kv_.get_computed_blocks(r.all_token_ids, r.cache_key, connector);
+    // Prompt logprobs need every prompt position computed (cached ones have no
+    // logits), after a preemption too: such a request looks nothing up. The
+    // blocks it computes are cached for others as usual.
+    *hit = kv_.get_computed_blocks(r.needs_prompt_logits ? std::span<const int32_t>{} : std::span(r.all_token_ids),
+                                   r.cache_key, connector);
     *n = tokens_to_schedule(r, hit->num_tokens, budget);
     if (*n <= 0) return std::nullopt;
     std::vector<kv::BlockTransfer> loads;

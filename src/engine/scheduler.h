@@ -103,6 +103,10 @@ struct SchedulerStats {
   int64_t kv_leases = 0;  // prompts' blocks held for a remote decode
 };
 
+// Prompt positions a request with prompt logprobs feeds per step at most:
+// each returns a row of logits (256 rows of a 152k vocabulary: 156 MB).
+constexpr int64_t kMaxPromptLogitRowsPerStep = 256;
+
 class Scheduler {
  public:
   explicit Scheduler(const SchedulerConfig& config);  // config.validate() must pass

@@ -37,6 +37,10 @@ struct ScheduledRequest {
   // (after the request's last real token); each of them and the token before
   // them gets a row of logits, computed as a one-token decode would be.
   int64_t num_draft_tokens = 0;
+  // Prompt logprobs (Request::needs_prompt_logits): each scheduled position
+  // before the prompt's last also gets a row of logits, ahead of the sample
+  // rows; the row of position p scores prompt token p + 1.
+  bool prompt_logits = false;
   // Positions from here on hold output tokens (the default: none does).
   int64_t num_prompt_tokens = std::numeric_limits<int64_t>::max();
   int64_t num_cached_tokens = 0;  // if is_new: tokens taken from the prefix cache

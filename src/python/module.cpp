@@ -59,7 +59,7 @@ GenerationParams make_params(std::vector<int32_t> prompt_token_ids, float temper
                              float min_p, float repetition_penalty, float frequency_penalty, float presence_penalty,
                              std::optional<uint64_t> seed, int64_t max_tokens, std::vector<std::string> stop,
                              std::vector<int32_t> stop_token_ids, bool ignore_eos, int32_t logprobs,
-                             bool skip_special_tokens, std::string request_id) {
+                             bool skip_special_tokens, std::string request_id, int32_t prompt_logprobs) {
   GenerationParams p;
   p.request_id = std::move(request_id);
   p.prompt_token_ids = std::move(prompt_token_ids);
@@ -78,8 +78,19 @@ GenerationParams make_params(std::vector<int32_t> prompt_token_ids, float temper
   p.stop_token_ids = std::move(stop_token_ids);
   p.ignore_eos = ignore_eos;
   p.logprobs = logprobs;
+  p.prompt_logprobs = prompt_logprobs;
   p.render_special = !skip_special_tokens;
   return p;
+}
+
+py::list logprob_tuples(const std::vector<SampledLogprobs>& lps) {
+  py::list out;
+  for (const SampledLogprobs& lp : lps) {
+    py::list top;
+    for (const TokenLogprob& t : lp.top) top.append(py::make_tuple(t.token, t.logprob));
+    out.append(py::make_tuple(lp.token, lp.logprob, lp.rank, top));
+  }
+  return out;
 }
 
 // messages: (role, content, tool_calls_json, tool_call_id) tuples, made by the Python side.
@@ -98,7 +109,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("top_k"), py::arg("min_p"), py::arg("repetition_penalty"), py::arg("frequency_penalty"),
         py::arg("presence_penalty"), py::arg("seed"), py::arg("max_tokens"), py::arg("stop"),
         py::arg("stop_token_ids"), py::arg("ignore_eos"), py::arg("logprobs"), py::arg("skip_special_tokens"),
-        py::arg("request_id"));
+        py::arg("request_id"), py::arg("prompt_logprobs") = -1);
 
   py::class_<RequestOutput>(m, "Output")
       .def_property_readonly("request_id", [](const RequestOutput& o) { return o.request_id; })
@@ -117,16 +128,9 @@ PYBIND11_MODULE(_core, m) {
                              })
       .def_property_readonly("error", [](const RequestOutput& o) { return o.error; })
       // Per token: (token id, logprob, rank, [(id, logprob) of the most likely, best first]).
-      .def_property_readonly("logprobs",
-                             [](const RequestOutput& o) {
-                               py::list out;
-                               for (const SampledLogprobs& lp : o.logprobs) {
-                                 py::list top;
-                                 for (const TokenLogprob& t : lp.top) top.append(py::make_tuple(t.token, t.logprob));
-                                 out.append(py::make_tuple(lp.token, lp.logprob, lp.rank, top));
-                               }
-                               return out;
-                             })
+      .def_property_readonly("logprobs", [](const RequestOutput& o) { return logprob_tuples(o.logprobs); })
+      // The same per prompt token from the second on (GenerationParams::prompt_logprobs).
+      .def_property_readonly("prompt_logprobs", [](const RequestOutput& o) { return logprob_tuples(o.prompt_logprobs); })
       // RequestMetrics' fields in the order of inferd.RequestMetrics.
       .def_property_readonly("metrics", [](const RequestOutput& o) {
         const RequestMetrics& m = o.metrics;

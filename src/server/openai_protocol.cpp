@@ -167,6 +167,15 @@ void parse_common(const json& body, GenerationRequest& r, const ProtocolLimits& 
     r.stop_token_ids = token_ids(*ids, "stop_token_ids");
   }
   r.ignore_eos = get_bool(body, "ignore_eos", false);
+  if (const auto k = get_int(body, "prompt_logprobs")) {
+    // vLLM's -1 (the whole vocabulary per token) is not offered.
+    if (*k < 0 || *k > limits.max_logprobs)
+      fail("'prompt_logprobs' must be between 0 and " + std::to_string(limits.max_logprobs) + ", got " +
+               std::to_string(*k),
+           "prompt_logprobs");
+    if (r.stream) fail("'prompt_logprobs' is not supported with 'stream'", "prompt_logprobs");
+    r.prompt_logprobs = static_cast<int32_t>(*k);
+  }
   r.skip_special_tokens = get_bool(body, "skip_special_tokens", true);
   r.cache_salt = get_string(body, "cache_salt");
   if (field(body, "cache_salt") && r.cache_salt.empty()) fail("'cache_salt' must not be empty", "cache_salt");
@@ -209,14 +218,17 @@ void parse_common(const json& body, GenerationRequest& r, const ProtocolLimits& 
 void check_beam_search(const GenerationRequest& r) {
   if (!r.use_beam_search) return;
   if (r.logprobs >= 0) fail("'logprobs' is not supported with 'use_beam_search'", "logprobs");
+  if (r.prompt_logprobs >= 0) fail("'prompt_logprobs' is not supported with 'use_beam_search'", "prompt_logprobs");
+  if (r.echo) fail("'echo' is not supported with 'use_beam_search'", "echo");
   if (r.structured) fail("'" + r.structured->param + "' cannot be combined with 'use_beam_search'", r.structured->param);
   if (r.tools && (r.tools->choice == ToolChoice::kRequired || r.tools->choice == ToolChoice::kNamed))
     fail("'tool_choice' that forces a call cannot be combined with 'use_beam_search'", "tool_choice");
 }
 
-void parse_max_tokens(const json& body, const char* name, GenerationRequest& r) {
+// `min` is 0 where echo may score the prompt alone (completions; checked there).
+void parse_max_tokens(const json& body, const char* name, GenerationRequest& r, int64_t min = 1) {
   if (const auto m = get_int(body, name)) {
-    if (*m < 1) fail(std::string("'") + name + "' must be at least 1, got " + std::to_string(*m), name);
+    if (*m < min) fail(std::string("'") + name + "' must be at least " + std::to_string(min) + ", got " + std::to_string(*m), name);
     r.max_tokens = *m;
   }
 }
@@ -584,7 +596,7 @@ ParseResult parse_completion_request(std::string_view text, const ProtocolLimits
     const json body = parse_body(text);
     GenerationRequest r;
     parse_common(body, r, limits);
-    parse_max_tokens(body, "max_tokens", r);
+    parse_max_tokens(body, "max_tokens", r, 0);
     parse_structured(body, text, r);
 
     const json* prompt = field(body, "prompt");
@@ -619,7 +631,10 @@ ParseResult parse_completion_request(std::string_view text, const ProtocolLimits
              "logprobs");
       r.logprobs = static_cast<int32_t>(n);
     }
-    if (get_bool(body, "echo", false)) fail("'echo' is not supported", "echo");
+    r.echo = get_bool(body, "echo", false);
+    if (r.max_tokens == 0 && !r.echo)
+      fail("'max_tokens' must be at least 1, got 0 (0 only with 'echo', to score the prompt)", "max_tokens");
+    if (r.echo && r.stream) fail("'echo' is not supported with 'stream'", "echo");
     if (!get_string(body, "suffix").empty()) fail("'suffix' is not supported", "suffix");
     check_beam_search(r);
     return r;

@@ -98,6 +98,14 @@ struct GenerationRequest {
   // (never the token that ended it).
   bool skip_special_tokens = true;
   int32_t logprobs = -1;                // alternatives per token; -1: no logprobs
+  // completions: the prompt's text before the completion; with `logprobs`,
+  // the prompt tokens' logprobs before the completion's (the first null). With
+  // max_tokens 0 (allowed only with echo) nothing is generated. Not with stream.
+  bool echo = false;
+  // vLLM's prompt_logprobs (both endpoints): each prompt token's logprob, rank
+  // and this many alternatives, in the response's `prompt_logprobs`; -1: none.
+  // Not with stream.
+  int32_t prompt_logprobs = -1;
   std::string cache_salt;
   std::optional<StructuredOutputRequest> structured;  // at most one constraint
   std::optional<ToolsRequest> tools;                  // chat: a non-empty 'tools'

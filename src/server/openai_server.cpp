@@ -26,6 +26,11 @@ struct Choice {
   int64_t num_tokens = 0;
   std::vector<SampledLogprobs> logprobs;
   size_t logprob_text_offset = 0;  // completions: where the next token's text starts
+  // Scoring the prompt: echo's text before the completion (completions), the
+  // prompt's first token (which has no logprob), and the engine's prompt logprobs.
+  std::optional<std::string> echo;
+  int32_t prompt_first_token = 0;
+  std::vector<SampledLogprobs> prompt_logprobs;
   bool finished = false;
   bool sent_role = false;  // chat streaming: the first delta carries the role
   std::string finish_reason;
@@ -63,6 +68,11 @@ struct PreparedGeneration {
   bool harmony_calls = false;                      // harmony: messages to functions are tool calls
   std::optional<ReasoningSpec> reasoning;          // chat: the thinking is split from the answer
   bool render_special = false;                     // the output's text shows control tokens
+  // completions' echo: each prompt's text as the response repeats it (the
+  // client's text, or its token ids decoded); score_only: max_tokens 0, the
+  // one token the engine generates is dropped.
+  std::vector<std::string> echo_texts;
+  bool score_only = false;
 };
 
 namespace {
@@ -128,7 +138,7 @@ struct Route {
 const Route kRoutes[] = {{"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
                          {"/v1/models", http::verb::get},       {"/metrics", http::verb::get},
                          {"/tokenize", http::verb::post},       {"/detokenize", http::verb::post},
-                         {"/version", http::verb::get}};
+                         {"/version", http::verb::get},         {"/tokenizer_info", http::verb::get}};
 const Route* find_route(const std::string& path) {
   for (const Route& r : kRoutes)
     if (path == r.path) return &r;
@@ -143,6 +153,65 @@ class ResponseWriter {
   ResponseWriter(const Tokenizer& tok, bool chat, bool include_usage, std::string id, std::string model)
       : tok_(tok), chat_(chat), include_usage_(include_usage), id_(std::move(id)), model_(std::move(model)),
         created_(unix_now()) {}
+
+  // Whole responses that score the prompt: the alternatives asked for by
+  // `logprobs` (echo's prompt tokens) and `prompt_logprobs` (-1: none).
+  void set_prompt_scores(int32_t echo_top, int32_t prompt_logprobs) {
+    echo_top_ = echo_top;
+    prompt_logprobs_ = prompt_logprobs;
+  }
+
+  // completions with echo: the prompt's tokens in the `logprobs` object (the
+  // first with a null logprob, as OpenAI and vLLM give it), then the
+  // completion's, text offsets running on from the prompt's.
+  json echo_logprobs(Choice& c) const {
+    json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+         offsets = json::array();
+    auto add = [&](int32_t token, json logprob, json top) {
+      const std::string piece = tok_.token_to_piece(token, true);
+      tokens.push_back(piece);
+      token_logprobs.push_back(std::move(logprob));
+      top_logprobs.push_back(std::move(top));
+      offsets.push_back(c.logprob_text_offset);
+      c.logprob_text_offset += piece.size();
+    };
+    add(c.prompt_first_token, nullptr, nullptr);
+    for (const SampledLogprobs& lp : c.prompt_logprobs) {
+      json top = json::object();
+      for (size_t j = 0; j < lp.top.size() && j < static_cast<size_t>(echo_top_); ++j)
+        top[tok_.token_to_piece(lp.top[j].token, true)] = finite_logprob(lp.top[j].logprob);
+      add(lp.token, finite_logprob(lp.logprob), std::move(top));
+    }
+    for (const SampledLogprobs& lp : c.logprobs) {  // as logprobs() writes them
+      json top = json::object();
+      for (const TokenLogprob& t : lp.top) top[tok_.token_to_piece(t.token, true)] = finite_logprob(t.logprob);
+      add(lp.token, finite_logprob(lp.logprob), std::move(top));
+    }
+    return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs},
+                {"text_offset", offsets}};
+  }
+
+  // vLLM's `prompt_logprobs`: null for the first token, then per token
+  // {token id: {logprob, rank, decoded_token}}: the prompt's token and the
+  // most likely ones.
+  json vllm_prompt_logprobs(const Choice& c) const {
+    json all = json::array({nullptr});
+    for (const SampledLogprobs& lp : c.prompt_logprobs) {
+      json entry = json::object();
+      auto put = [&](int32_t token, float logprob, int32_t rank) {
+        const std::string key = std::to_string(token);
+        if (entry.contains(key)) return;
+        entry[key] = {{"logprob", finite_logprob(logprob)},
+                      {"rank", rank},
+                      {"decoded_token", tok_.token_to_piece(token, true)}};
+      };
+      put(lp.token, lp.logprob, lp.rank);
+      for (size_t j = 0; j < lp.top.size() && j < static_cast<size_t>(prompt_logprobs_); ++j)
+        put(lp.top[j].token, lp.top[j].logprob, static_cast<int32_t>(j + 1));
+      all.push_back(std::move(entry));
+    }
+    return all;
+  }
 
   json logprobs(Choice& c, const std::vector<SampledLogprobs>& lps) const {
     if (chat_) {
@@ -298,16 +367,17 @@ class ResponseWriter {
       json lp = nullptr;
       if (want_logprobs) {
         c.logprob_text_offset = 0;
-        lp = logprobs(c, c.logprobs);
+        lp = c.echo ? echo_logprobs(c) : logprobs(c, c.logprobs);
       }
       json choice = {{"index", c.index}, {"logprobs", lp}, {"finish_reason", c.finish_reason}};
+      if (!chat_ && prompt_logprobs_ >= 0) choice["prompt_logprobs"] = vllm_prompt_logprobs(c);
       if (chat_ && (c.tool_parser || c.reasoning_parser || c.harmony_parser)) {
         json message = {{"role", "assistant"}, {"content", c.content.empty() ? json(nullptr) : json(c.content)}};
         if (c.reasoning_parser || c.harmony_parser) message["reasoning_content"] = c.reasoning.empty() ? json(nullptr) : json(c.reasoning);
         if (!c.tool_calls.empty()) message["tool_calls"] = c.tool_calls;
         choice["message"] = std::move(message);
       } else if (chat_) choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-      else choice["text"] = c.text;
+      else choice["text"] = c.echo ? *c.echo + c.text : c.text;
       out_choices.push_back(std::move(choice));
     }
     json response = {{"id", id_},
@@ -317,6 +387,8 @@ class ResponseWriter {
                      {"choices", out_choices},
                      {"usage", usage}};
     if (!kv_transfer_params.is_null()) response["kv_transfer_params"] = kv_transfer_params;
+    // Chat has one prompt: vLLM gives its scores once, beside the choices.
+    if (chat_ && prompt_logprobs_ >= 0 && !choices.empty()) response["prompt_logprobs"] = vllm_prompt_logprobs(choices[0]);
     return dump(response);
   }
 
@@ -346,6 +418,7 @@ class ResponseWriter {
   const bool chat_, include_usage_;
   const std::string id_, model_;
   const int64_t created_;
+  int32_t echo_top_ = 0, prompt_logprobs_ = -1;
 };
 
 // Tool calls (plain functions, out of the coroutines for GCC 12's sake).
@@ -681,6 +754,8 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
         grammars_ ? std::optional(grammars_->stats()) : std::nullopt;
     co_await ex.respond(http::status::ok, "text/plain; version=0.0.4; charset=utf-8",
                         metrics_.render(stats, not_yet_scheduled, grammar_stats ? &*grammar_stats : nullptr));
+  } else if (path == "/tokenizer_info") {
+    co_await ex.respond(http::status::ok, "application/json", tokenizer_info_json());
   } else if (path == "/tokenize" || path == "/detokenize") {
     const std::string& body = ex.request().body();
     const bool to_ids = path == "/tokenize";
@@ -762,6 +837,18 @@ std::variant<std::string, ApiError> OpenAIServer::tokenize(const std::string& te
   return dump(json{{"count", ids.size()}, {"max_model_len", engine_->config().max_model_len}, {"tokens", ids}});
 }
 
+std::string OpenAIServer::tokenizer_info_json() const {
+  const Tokenizer& tok = model_->tokenizer();
+  auto piece = [&](int32_t id) { return id >= 0 ? json(tok.token_to_piece(id, true)) : json(nullptr); };
+  json info = {{"tokenizer_class", "inferd"},
+               {"eos_token", piece(tok.eos_id())},
+               {"bos_token", piece(tok.bos_id())},
+               {"pad_token", nullptr},
+               {"model_max_length", engine_->config().max_model_len},
+               {"chat_template", template_ ? json(template_->source()) : json(nullptr)}};
+  return dump(info);
+}
+
 std::variant<std::string, ApiError> OpenAIServer::detokenize(const std::string& text) const {
   auto parsed_body = parse_object(text);
   if (auto* e = std::get_if<ApiError>(&parsed_body)) return *e;
@@ -832,6 +919,7 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
       }
       if (options_.log_prompts) pg.prompt_texts.push_back(p.is_tokens ? tok.decode(pg.prompts.back(), true) : p.text);
       if (pg.prompts.back().empty()) return bad_request("'prompt' must not be empty", "prompt");
+      if (req.echo) pg.echo_texts.push_back(p.is_tokens ? tok.decode(pg.prompts.back(), true) : p.text);
     }
   }
 
@@ -850,6 +938,13 @@ std::variant<PreparedGeneration, ApiError> OpenAIServer::prepare_generation(cons
     auto compiled = grammars_->compile(kind, text);
     if (!compiled) return bad_request(compiled.error().message, req.structured->param);
     pg.grammar = std::move(*compiled);
+  }
+
+  // max_tokens 0 (echo): the engine generates its least, one token, which the
+  // response leaves out (as vLLM does).
+  if (req.max_tokens == 0) {
+    pg.score_only = true;
+    req.max_tokens = 1;
   }
 
   // ---- the context length ----
@@ -936,6 +1031,8 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       gp.stop = req.stop;
       gp.ignore_eos = req.ignore_eos;
       gp.logprobs = req.logprobs;
+      // echo's prompt tokens are scored with as many alternatives as the completion's.
+      gp.prompt_logprobs = std::max(req.prompt_logprobs, req.echo ? req.logprobs : -1);
       gp.cache_salt = req.cache_salt;
       gp.grammar = pg.grammar;  // each choice gets its own matcher
       gp.reasoning = pg.reasoning;  // the grammar applies after the thinking
@@ -978,6 +1075,8 @@ std::optional<ApiError> OpenAIServer::admit(PreparedGeneration& pg, const std::s
       c.stream = handle->stream;
       c.index = index;
       c.prompt_index = p;
+      if (req.echo) c.echo = pg.echo_texts[p];
+      c.prompt_first_token = pg.prompts[p][0];
       if (pg.harmony) c.harmony_parser = std::make_shared<HarmonyStreamParser>(pg.harmony_calls);
       else if (pg.tool_format)
         c.tool_parser = std::make_shared<ToolCallStreamParser>(*pg.tool_format, pg.tool_names, pg.tool_signatures);
@@ -1027,7 +1126,8 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
 
   // ---- outputs back to the client ----
   const Tokenizer& tok = model_->tokenizer();
-  const ResponseWriter writer(tok, chat, req.include_usage, api_id, options_.served_model_name);
+  ResponseWriter writer(tok, chat, req.include_usage, api_id, options_.served_model_name);
+  writer.set_prompt_scores(req.echo ? req.logprobs : 0, req.prompt_logprobs);
   const bool want_logprobs = req.logprobs >= 0;
   if (req.stream && !co_await ex.begin_stream(http::status::ok, "text/event-stream")) co_return;
 
@@ -1051,6 +1151,7 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
         }
         if (!req.stream) {
           if (want_logprobs) c.logprobs.insert(c.logprobs.end(), out->logprobs.begin(), out->logprobs.end());
+          c.prompt_logprobs.insert(c.prompt_logprobs.end(), out->prompt_logprobs.begin(), out->prompt_logprobs.end());
           continue;
         }
         if (!c.error.empty() && !co_await ex.write_chunk(writer.error_event("generation failed: " + c.error)))
@@ -1096,6 +1197,13 @@ net::awaitable<void> OpenAIServer::generate(Exchange& ex, bool chat) {
       co_return;
     }
   if (req.use_beam_search) choices = beam_choices(choices);
+  if (pg.score_only)
+    for (Choice& c : choices) {
+      c.text.clear();
+      c.logprobs.clear();
+      c.num_tokens = 0;
+      c.finish_reason = "length";
+    }
   for (Choice& c : choices) finish_message(c, pg);
   const json transfer =
       remote_decode ? producer_params(*options_.kv_transfer, engine_->kv_transfer_port(), api_id, prompts, choices,

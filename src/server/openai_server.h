@@ -1,7 +1,7 @@
 // The OpenAI-compatible API on top of the engine: routing, authentication,
 // prompt building (tokenizer, chat template), admission (context length,
 // queue bound), streaming of engine outputs as server-sent events, usage,
-// logprobs, /metrics, /tokenize and /detokenize, and the web chat page at /.
+// logprobs, /metrics, /tokenize, /detokenize and /tokenizer_info, and the web chat page at /.
 //
 // A request's engine work is tied to its HTTP exchange: when the client goes
 // away, or the handler ends for any reason, every unfinished choice is
@@ -108,6 +108,10 @@ class OpenAIServer {
   // /tokenize and /detokenize: the response body, or the error.
   std::variant<std::string, ApiError> tokenize(const std::string& body) const;
   std::variant<std::string, ApiError> detokenize(const std::string& body) const;
+  // vLLM's GET /tokenizer_info: the special tokens' text, the context length
+  // and the chat template (lm-evaluation-harness's remote tokenizer reads it,
+  // then tokenizes through /tokenize and /detokenize).
+  std::string tokenizer_info_json() const;
   boost::asio::awaitable<void> send_error(Exchange& ex, const ApiError& e, const Headers& extra = {});
   std::optional<ApiError> check_auth(const HttpRequest& req) const;
   std::string models_json() const;

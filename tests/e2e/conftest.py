@@ -7,11 +7,13 @@ with SIGTERM at teardown, and a clean exit (status 0) is part of the check.
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -133,6 +135,27 @@ def stop(srv: Server) -> int:
             srv.process.wait()
             pytest.fail(f"inferd serve did not exit within 30 s of SIGTERM:\n{srv.log()[-4000:]}")
     return srv.process.returncode
+
+
+LM_EVAL_TASKS = REPO / "tests" / "e2e" / "lm_eval"
+
+
+def run_lm_eval(srv: Server, out: pathlib.Path) -> tuple[dict, dict]:
+    """lm-evaluation-harness's local-completions against `srv` on the tasks of tests/e2e/lm_eval/ (offline,
+    the server's tokenizer): the results per task, and the logged samples per task."""
+    env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    model_args = (f"base_url={srv.base_url}/v1/completions,model={srv.model},tokenizer_backend=remote,"
+                  "tokenized_requests=True,num_concurrent=1,max_retries=1,max_length=2048")
+    cmd = [sys.executable, "-m", "lm_eval", "--model", "local-completions", "--model_args", model_args,
+           "--tasks", "inferd_mc,inferd_ppl", "--include_path", str(LM_EVAL_TASKS), "--output_path", str(out),
+           "--log_samples", "--batch_size", "1"]
+    # The tasks name their data files relative to their folder.
+    proc = subprocess.run(cmd, cwd=LM_EVAL_TASKS, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    results = next(out.rglob("results_*.json"))
+    samples = {p.name.split("samples_")[1].rsplit("_", 1)[0]: [json.loads(line) for line in p.open()]
+               for p in out.rglob("samples_*.jsonl")}
+    return json.loads(results.read_text())["results"], samples
 
 
 @pytest.fixture(scope="session")

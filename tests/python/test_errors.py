@@ -20,6 +20,10 @@ def test_bad_sampling_parameters_raise_value_error(llm):
         llm.generate("Hi", SamplingParams(top_p=0.0), use_tqdm=False)
     with pytest.raises(ValueError, match="logprobs"):
         llm.generate("Hi", SamplingParams(logprobs=1000), use_tqdm=False)
+    with pytest.raises(ValueError, match="prompt_logprobs"):
+        llm.generate("Hi", SamplingParams(prompt_logprobs=1000), use_tqdm=False)
+    with pytest.raises(ValueError, match="prompt_logprobs"):
+        SamplingParams(prompt_logprobs=-1)
     with pytest.raises(ValueError, match="n must be"):
         SamplingParams(n=0)
     with pytest.raises(ValueError, match="max_tokens"):

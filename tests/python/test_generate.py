@@ -67,6 +67,27 @@ def test_logprobs_have_vllms_shape_and_the_servers_values(llm, server):
     assert math.isclose(got.cumulative_logprob, sum(ref["token_logprobs"]), abs_tol=1e-3)
 
 
+def test_prompt_logprobs_have_vllms_shape_and_the_servers_echo_values(llm, server):
+    params = SamplingParams(temperature=0, max_tokens=2, prompt_logprobs=2)
+    outs = llm.generate(PROMPTS[:2], params, use_tqdm=False)
+    for prompt, out in zip(PROMPTS[:2], outs):
+        plp = out.prompt_logprobs
+        assert len(plp) == len(out.prompt_token_ids) and plp[0] is None
+        ref = server_completion(server, prompt, max_tokens=0, echo=True, logprobs=2)["choices"][0]["logprobs"]
+        assert ref["token_logprobs"][0] is None
+        for token, entry, ref_lp, ref_top in zip(out.prompt_token_ids[1:], plp[1:], ref["token_logprobs"][1:],
+                                                 ref["top_logprobs"][1:]):
+            assert token in entry and 2 <= len(entry) <= 3  # the prompt's token and the 2 most likely
+            assert math.isclose(entry[token].logprob, ref_lp, abs_tol=1e-4)
+            assert {1, 2} <= {e.rank for e in entry.values()}
+            top = sorted((e for e in entry.values() if e.rank <= 2), key=lambda e: e.rank)
+            assert {e.decoded_token for e in top} == set(ref_top)
+    # Without it there are none; the generation is the same either way.
+    plain = llm.generate(PROMPTS[0], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0]
+    assert plain.prompt_logprobs is None
+    assert plain.outputs[0].token_ids == outs[0].outputs[0].token_ids
+
+
 def test_seeds_reproduce_and_differ(llm):
     def sample(seed):
         p = SamplingParams(temperature=1.0, top_p=1.0, max_tokens=32, seed=seed, ignore_eos=True)

@@ -97,6 +97,32 @@ TEST(EngineModelRunner, DraftsAndRecomputedOutputTokensAreComputedAsDecodes) {
   EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0, 1, 2, 7}));
 }
 
+TEST(EngineModelRunner, PromptLogitsGiveARowToEveryPromptPositionButTheLast) {
+  SchedulerOutput out;
+  // A middle chunk (positions 2..4 of a 6-token prompt): three rows, no sample.
+  ScheduledRequest mid = scheduled("m", 2, {1, 2, 3}, {2, 3}, false);
+  mid.num_prompt_tokens = 6;
+  mid.prompt_logits = true;
+  out.scheduled.push_back(mid);
+  // The last chunk (positions 3..5 of the same length): rows for 3 and 4, then
+  // the sample row of 5 (the first output token's, not a prompt score).
+  ScheduledRequest last = scheduled("l", 3, {4, 5, 6}, {2, 3}, true);
+  last.num_prompt_tokens = 6;
+  last.prompt_logits = true;
+  out.scheduled.push_back(last);
+  // A resumed request recomputing its 3-token prompt and one output token.
+  ScheduledRequest resumed = scheduled("r", 0, {7, 8, 9, 10}, {4}, true);
+  resumed.num_prompt_tokens = 3;
+  resumed.prompt_logits = true;
+  out.scheduled.push_back(resumed);
+  ForwardBatch b;
+  ModelRunner::build_batch(out, 4, b);
+  EXPECT_EQ(b.logit_rows, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 9}));
+  EXPECT_EQ(ModelRunner::prompt_logit_rows(out.scheduled[0]), 3);
+  EXPECT_EQ(ModelRunner::prompt_logit_rows(out.scheduled[1]), 2);
+  EXPECT_EQ(ModelRunner::prompt_logit_rows(out.scheduled[2]), 2);
+}
+
 TEST(EngineModelRunner, BuildBatchGivesEachKvGroupItsSlotsAndTable) {
   // Two groups: a full-attention table and a windowed one whose first block
   // has gone back to the pool (the null block stands in).

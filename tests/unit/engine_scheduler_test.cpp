@@ -406,6 +406,36 @@ TEST(EngineScheduler, LongPrefillThresholdCapsChunks) {
   expect_idle_and_clean(s);
 }
 
+TEST(EngineScheduler, PromptLogitsSkipThePrefixCacheAndComeAFewRowsAStep) {
+  Scheduler s(config(2048, 8, 200, 16));
+  FakeRunner runner(s);
+  Recorder rec;
+  const std::vector<int32_t> p = prompt(600, 5);
+  ASSERT_TRUE(s.add_request(make_request("warm", p, 2)).ok());
+  run_until_idle(s, runner, rec);
+  Request scored = make_request("scored", p, 2);
+  scored.needs_prompt_logits = true;
+  ASSERT_TRUE(s.add_request(scored).ok());
+  step(s, runner, rec);
+  const ScheduledRequest* first = find_in(rec.steps.back(), "scored");
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->num_cached_tokens, 0);  // the warm blocks have no logits
+  EXPECT_EQ(first->num_new_tokens, kMaxPromptLogitRowsPerStep);
+  EXPECT_TRUE(first->prompt_logits);
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs.at("scored"), rec.outputs.at("warm"));
+  // Its decodes have no prompt rows; a request that does not ask still hits the cache.
+  for (const SchedulerOutput& out : rec.steps)
+    if (const ScheduledRequest* sr = find_in(out, "scored"); sr && sr->num_computed_tokens >= 599) {
+      EXPECT_FALSE(sr->prompt_logits);
+    }
+  ASSERT_TRUE(s.add_request(make_request("again", p, 1)).ok());
+  step(s, runner, rec);
+  EXPECT_GT(find_in(rec.steps.back(), "again")->num_cached_tokens, 0);
+  run_until_idle(s, runner, rec);
+  expect_idle_and_clean(s);
+}
+
 // Runs the same requests under a config and returns their outputs.
 Recorder run_all(const SchedulerConfig& c, const std::vector<Request>& reqs, SchedulerStats* stats,
                  int64_t* prefilled = nullptr) {

@@ -140,6 +140,39 @@ TEST(OpenAIProtocol, BeamSearchFieldsAndWhatTheyCannotBeCombinedWith) {
   ASSERT_TRUE(std::holds_alternative<GenerationRequest>(chat));  // tool_choice auto: parsed from each beam
 }
 
+TEST(OpenAIProtocol, EchoAndPromptLogprobsScoreThePrompt) {
+  GenerationRequest r = completion_ok(R"({"prompt": "x", "echo": true, "logprobs": 3, "max_tokens": 0})");
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.max_tokens, 0);
+  EXPECT_EQ(r.prompt_logprobs, -1);
+  r = completion_ok(R"({"prompt": "x", "prompt_logprobs": 2, "max_tokens": 1})");
+  EXPECT_FALSE(r.echo);
+  EXPECT_EQ(r.prompt_logprobs, 2);
+  EXPECT_EQ(completion_ok(R"({"prompt": "x", "prompt_logprobs": null})").prompt_logprobs, -1);
+  auto chat = parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 0})", kLimits);
+  ASSERT_TRUE(std::holds_alternative<GenerationRequest>(chat));
+  EXPECT_EQ(std::get<GenerationRequest>(chat).prompt_logprobs, 0);
+
+  // max_tokens 0 generates nothing: only echo makes that an answer.
+  ApiError e = completion_error(R"({"prompt": "x", "max_tokens": 0})");
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_NE(e.message.find("echo"), std::string::npos) << e.message;
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "echo": true, "max_tokens": -1})").param, "max_tokens");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "echo": true, "stream": true})").param, "echo");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "echo": 1})").param, "echo");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "echo": true, "logprobs": 21})").param, "logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "prompt_logprobs": 21})").param, "prompt_logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "prompt_logprobs": -1})").param, "prompt_logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "prompt_logprobs": 1, "stream": true})").param, "prompt_logprobs");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "echo": true})").param, "echo");
+  EXPECT_EQ(completion_error(R"({"prompt": "x", "use_beam_search": true, "prompt_logprobs": 1})").param,
+            "prompt_logprobs");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "prompt_logprobs": 21})").param,
+            "prompt_logprobs");
+  EXPECT_EQ(chat_error(R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})").param, "max_tokens");
+}
+
 TEST(OpenAIProtocol, ChatMessages) {
   auto r = parse_chat_request(R"({"messages": [{"role": "system", "content": "s"},
       {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},

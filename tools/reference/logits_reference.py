@@ -15,12 +15,18 @@ Writes, under tests/data/logits/<model>/ (or --out):
   meta.json         llama-cpp-python version, ggml commit, llama.cpp settings, CPU features,
                     ggml_flavour (avx512/avx2: the GGML build whose arithmetic the test
                     follows), the model file's name and sha256, prompt set, the date.
+  prompt_logprobs.json  only with --prompt-logprobs (alone: the other files are read, not
+                    written): for a few of prompts.json's prompts, llama.cpp's logits at every
+                    prompt position (logits_all, one llama_decode of the whole prompt) as
+                    log-softmax in float64: per position i the logprob of prompt token i + 1 and
+                    the top PROMPT_LOGPROBS_TOP (id, logprob). Consumer:
+                    tests/unit/engine_prompt_logprobs_reference_test.cpp.
 
 Deterministic: with the same llama.cpp build and CPU, a rerun gives byte-identical
 prompts.json, last_logits.f32 and greedy.json (meta.json differs only in its date).
 
 Usage: python tools/reference/logits_reference.py [--model PATH] [--out DIR] [--prompts full|short]
-           [--n-greedy N] [--chat-format auto|chatml|gemma] [--prompts-only]
+           [--n-greedy N] [--chat-format auto|chatml|gemma] [--prompts-only] [--prompt-logprobs]
 """
 
 import argparse
@@ -547,6 +553,60 @@ def decode(ctx, ids, start_pos, want_logits_last=True, chunk=None):
     return np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float32, copy=True)
 
 
+# The prompts whose every position is scored (--prompt-logprobs): short ones of several kinds,
+# so the file and the engine's test stay small; and how many alternatives each position keeps.
+PROMPT_LOGPROBS_NAMES = ["en_fragment", "arithmetic", "short_question", "chat_short", "python_short", "list"]
+PROMPT_LOGPROBS_TOP = 5
+
+
+def all_logits(ctx, ids):
+    """The logits of every position of `ids` fed from position 0 in one llama_decode call
+    (logits_all), as float32 [len(ids)][n_vocab]."""
+    batch = llama_cpp.llama_batch_init(len(ids), 0, 1)
+    try:
+        batch.n_tokens = len(ids)
+        for i, t in enumerate(ids):
+            batch.token[i] = t
+            batch.pos[i] = i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = 1
+        rc = llama_cpp.llama_decode(ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode failed with {rc}")
+    finally:
+        llama_cpp.llama_batch_free(batch)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(llama_cpp.llama_get_model(ctx)))
+    ptr = llama_cpp.llama_get_logits(ctx)
+    return np.ctypeslib.as_array(ptr, shape=(len(ids), n_vocab)).astype(np.float32, copy=True)
+
+
+def prompt_logprobs(model, prompts):
+    """Per prompt of PROMPT_LOGPROBS_NAMES: the log-softmax (float64) at every position but the
+    last, the logprob of the next prompt token and the top PROMPT_LOGPROBS_TOP (lowest id on ties)."""
+    out = []
+    for p in prompts:
+        if p["name"] not in PROMPT_LOGPROBS_NAMES or len(p["ids"]) < 2:
+            continue
+        ids = p["ids"]
+        ctx = new_context(model, SETTINGS["n_ctx"], SETTINGS["n_batch"], SETTINGS["n_ubatch"],
+                          SETTINGS["n_threads"], flash_attn=False)
+        try:
+            logits = all_logits(ctx, ids).astype(np.float64)
+        finally:
+            llama_cpp.llama_free(ctx)
+        m = logits.max(axis=1, keepdims=True)
+        lsm = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
+        targets, tops = [], []
+        for i in range(len(ids) - 1):
+            targets.append(float(f"{lsm[i, ids[i + 1]]:.7g}"))
+            order = np.lexsort((np.arange(lsm.shape[1]), -lsm[i]))[:PROMPT_LOGPROBS_TOP]
+            tops.append([[int(t), float(f"{lsm[i, t]:.7g}")] for t in order])
+        out.append({"name": p["name"], "ids": ids, "logprobs": targets, "top": tops})
+        print(f"  {p['name']:<26} {len(ids):>5} tokens scored", file=sys.stderr)
+    return out
+
+
 def top2(logits):
     """(top1 id, top2 id, top1 - top2). Ties go to the lowest id (np.argmax semantics)."""
     first = int(np.argmax(logits))
@@ -661,6 +721,39 @@ def default_out(model_path):
     return DEFAULT_OUT / DATA_DIR_NAMES.get(model_path.name, model_path.stem)
 
 
+def write_prompt_logprobs(model_path, out):
+    meta = json.loads((out / "meta.json").read_text())
+    prompts = json.loads((out / "prompts.json").read_text())
+    if meta["model_file"] != model_path.name:
+        sys.exit(f"{out} holds data of {meta['model_file']}, not {model_path.name}")
+    system_info = llama_cpp.llama_print_system_info().decode().strip()
+    if ggml_flavour(system_info) != meta["ggml_flavour"]:
+        sys.exit(f"{out} was made by an {meta['ggml_flavour']} build; this llama.cpp is {ggml_flavour(system_info)}")
+    init_backend()
+    model = load_model(model_path)
+    n_vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(model))
+    # The same build as the directory's: its first multi-token prompt's last logits, to the bit.
+    stored = np.fromfile(out / "last_logits.f32", dtype="<f4").reshape(len(prompts), n_vocab)
+    k = next(i for i, p in enumerate(prompts) if len(p["ids"]) > 1)
+    ctx = new_context(model, SETTINGS["n_ctx"], SETTINGS["n_batch"], SETTINGS["n_ubatch"], SETTINGS["n_threads"])
+    try:
+        again = decode(ctx, prompts[k]["ids"], 0)
+    finally:
+        llama_cpp.llama_free(ctx)
+    if not np.array_equal(again, stored[k]):
+        sys.exit(f"this llama.cpp build does not reproduce {out}/last_logits.f32 "
+                 f"(max diff {np.abs(again - stored[k]).max():.3g}): regenerate the whole directory instead")
+    scored = prompt_logprobs(model, prompts)
+    with open(out / "prompt_logprobs.json", "w", encoding="utf-8") as f:
+        f.write("[\n")
+        for i, s in enumerate(scored):
+            f.write(" " + json.dumps(s) + (",\n" if i + 1 < len(scored) else "\n"))
+        f.write("]\n")
+    llama_cpp.llama_model_free(model)
+    print(f"wrote {out / 'prompt_logprobs.json'} ({len(scored)} prompts, top {PROMPT_LOGPROBS_TOP}, "
+          f"llama-cpp-python {llama_cpp.__version__}, {ggml_flavour(system_info)})", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
@@ -674,8 +767,15 @@ def main():
                          "gpt-oss, else chatml)")
     ap.add_argument("--prompts-only", action="store_true",
                     help="write prompts.json only (tokenization, no inference): to check a rerun")
+    ap.add_argument("--prompt-logprobs", action="store_true",
+                    help="write prompt_logprobs.json only, for the prompts of the directory's prompts.json; "
+                         "refused unless this llama.cpp build is the one its meta.json names (flavour) and "
+                         "reproduces its last_logits.f32")
     args = ap.parse_args()
     out = args.out or default_out(args.model)
+    if args.prompt_logprobs:
+        write_prompt_logprobs(args.model, out)
+        return
 
     init_backend()
     model = load_model(args.model)
