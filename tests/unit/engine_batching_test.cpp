@@ -223,7 +223,8 @@ TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineBatching,
                          ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen3moe.gguf",
-                                           "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf"),
+                                           "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf",
+                                           "tiny-glm4moe.gguf"),
                          test::model_name);
 
 }  // namespace
