@@ -23,7 +23,7 @@ void ffn_branch(const ModelConfig& c, int64_t l, const char* post_norm, std::vec
   }
 }
 
-// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss): each branch's
+// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss, glm4moe): each branch's
 // output is added to the stream as it is.
 LayerProgram pre_norm_layer(const ModelConfig& c, int64_t l) {
   LayerProgram p;
