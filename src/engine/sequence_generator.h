@@ -34,7 +34,8 @@ struct GenerationStats {
 
 class SequenceGenerator {
  public:
-  SequenceGenerator(Model& model, int64_t max_context);
+  // kv_dtype: the element type of its KV cache (one the model's executor reads).
+  SequenceGenerator(Model& model, int64_t max_context, DType kv_dtype = kv::kDefaultKVCacheDType);
 
   // on_token is called with each new token; returning false stops generation.
   // Returns the generated tokens (the stopping end-of-generation token included).

@@ -238,8 +238,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   const int64_t window = phase.window;
   // The cache's dtype is one the kernels read (checked when the cache was made: Executor::supports_kv_cache).
   const kv::KVCacheSpec& kv_spec = pass.cache->layer_spec(layer);
-  const auto* kc = reinterpret_cast<const uint16_t*>(pass.cache->k(layer));
-  const auto* vc = reinterpret_cast<const uint16_t*>(pass.cache->v(layer));
+  const std::byte* kc = pass.cache->k(layer);
+  const std::byte* vc = pass.cache->v(layer);
   const int64_t slot_stride = kv_spec.slot_elements();
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];

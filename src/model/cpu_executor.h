@@ -26,12 +26,12 @@ class CpuExecutor final : public Executor {
 
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override;
   std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
-  // Its attention kernels read F16 keys and values only (quantized KV: the
-  // KV-compression issue).
+  // Its attention kernels read F16, Q8_0 and Q4_0 keys and values
+  // (kernels/cpu/attention.h).
   Status supports_kv_cache(const kv::KVCacheSpec& spec) const override {
     if (kernels::attention_reads_kv(spec.dtype)) return {};
     return make_error(std::string("a KV cache of ") + dtype_name(spec.dtype) +
-                      " is not supported: the CPU attention kernels read F16 keys and values only");
+                      " is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
   }
 
  private:

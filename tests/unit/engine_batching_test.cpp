@@ -6,11 +6,15 @@
 // weight types sum in the same order whatever the chunking; the K-quant
 // matmuls of Q4_K_M files follow llama.cpp's chunk-dependent kernels (see
 // kernels/cpu/matmul.h, TokenPlace), so there the same holds only for equal
-// chunking, as in llama.cpp.
+// chunking, as in llama.cpp. Each model runs with its KV cache in F16 and in
+// Q8_0 and Q4_0, whose attention kernels sum in one order for every pass
+// (kernels/cpu/attention_quant.h), so the same holds there.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <tuple>
 
 #include "engine_test_util.h"
 
@@ -19,10 +23,14 @@ namespace {
 
 using test::Outputs;
 
-class EngineBatching : public test::ModelTest, public ::testing::WithParamInterface<std::string> {
+// A model file and the KV cache's dtype.
+using BatchingParam = std::tuple<std::string, DType>;
+
+class EngineBatching : public test::ModelTest, public ::testing::WithParamInterface<BatchingParam> {
  protected:
   void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(use_model(GetParam()));
+    ASSERT_NO_FATAL_FAILURE(use_model(std::get<0>(GetParam())));
+    use_kv_dtype(std::get<1>(GetParam()));
     ModelTest::SetUp();
   }
 };
@@ -222,10 +230,16 @@ TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineBatching,
-                         ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen3moe.gguf",
-                                           "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf",
-                                           "tiny-glm4moe.gguf"),
-                         test::model_name);
+                         ::testing::Combine(::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf",
+                                                              "tiny-qwen3moe.gguf", "tiny-llama3.gguf",
+                                                              "tiny-gemma3.gguf", "tiny-gpt-oss.gguf",
+                                                              "tiny-glm4moe.gguf"),
+                                            ::testing::Values(DType::F16, DType::Q8_0, DType::Q4_0)),
+                         [](const ::testing::TestParamInfo<BatchingParam>& info) {
+                           const std::string model =
+                               test::model_name({std::get<0>(info.param), info.index});
+                           return model + "_" + dtype_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace inferd

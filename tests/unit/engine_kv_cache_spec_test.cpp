@@ -65,7 +65,8 @@ TEST(EngineKVCacheSpec, TheFingerprintDiffersWhenTheSpecDiffers) {
   const KVCache f16(KVLayout::plan(c, 16), 4);
   const KVCache f16_again(KVLayout::plan(c, 16), 8);  // the pool's size is no part of it
   const KVCache bigger_blocks(KVLayout::plan(c, 32), 4);
-  const KVCache q8(KVLayout::plan(c, 16, DType::Q8_0), 4);  // storage only: no executor reads it
+  const KVCache q8(KVLayout::plan(c, 16, DType::Q8_0), 4);
+  const KVCache q4(KVLayout::plan(c, 16, DType::Q4_0), 4);
   const KVCache bf16(KVLayout::plan(c, 16, DType::BF16), 4);
   const uint64_t fp = kv_fingerprint(*model, f16);
   EXPECT_EQ(fp, kv_fingerprint(*model, f16_again));
@@ -74,6 +75,8 @@ TEST(EngineKVCacheSpec, TheFingerprintDiffersWhenTheSpecDiffers) {
   EXPECT_NE(fp, kv_fingerprint(*model, q8));
   EXPECT_NE(fp, kv_fingerprint(*model, bf16));
   EXPECT_NE(kv_fingerprint(*model, q8), kv_fingerprint(*model, bf16));
+  EXPECT_NE(fp, kv_fingerprint(*model, q4));
+  EXPECT_NE(kv_fingerprint(*model, q8), kv_fingerprint(*model, q4));
   // Another model (its file and its layout) too.
   auto llama = load("tiny-llama3.gguf");
   ASSERT_TRUE(llama);
@@ -173,17 +176,19 @@ TEST(EngineKVCacheSpec, ARunnerForAKVDTypeTheExecutorDoesNotReadIsRefused) {
   ModelRunnerConfig rc;
   rc.kv_cache_bytes = int64_t{1} << 20;
   rc.warm_up = false;
-  rc.kv_cache_dtype = DType::Q8_0;
+  rc.kv_cache_dtype = DType::BF16;
   auto refused = ModelRunner::create(*model, rc);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().message,
-            "a KV cache of Q8_0 is not supported: the CPU attention kernels read F16 keys and values only");
-  rc.kv_cache_dtype = DType::F16;
-  auto runner = ModelRunner::create(*model, rc);
-  ASSERT_TRUE(runner.ok()) << runner.error().message;
-  EXPECT_EQ((*runner)->kv_cache().storage_spec().dtype, DType::F16);
-  EXPECT_EQ(static_cast<int64_t>((*runner)->kv_cache_bytes()),
-            (*runner)->n_blocks() * static_cast<int64_t>(KVCache::block_bytes(model->config(), rc.block_size)));
+            "a KV cache of BF16 is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
+    rc.kv_cache_dtype = t;
+    auto runner = ModelRunner::create(*model, rc);
+    ASSERT_TRUE(runner.ok()) << runner.error().message;
+    EXPECT_EQ((*runner)->kv_cache().storage_spec().dtype, t);
+    EXPECT_EQ(static_cast<int64_t>((*runner)->kv_cache_bytes()),
+              (*runner)->n_blocks() * static_cast<int64_t>(KVCache::block_bytes(model->config(), rc.block_size, t)));
+  }
 }
 
 }  // namespace

@@ -56,6 +56,7 @@ class ModelTest : public ::testing::Test {
     delete model_;
     model_ = nullptr;
     model_file_.clear();
+    kv_dtype_ = kv::kDefaultKVCacheDType;
   }
   // Makes `file` (looked up by find_model_file) the model the helpers below
   // use, loading it unless it already is; a parametrized suite calls it from
@@ -78,6 +79,9 @@ class ModelTest : public ::testing::Test {
     o.n_threads = 2;
     return o;
   }
+  // The KV cache dtype of the engines and the run-alone reference below (a
+  // parametrized suite sets it from SetUp; F16 unless set).
+  static void use_kv_dtype(DType dtype) { kv_dtype_ = dtype; }
   void SetUp() override {
     if (!model_)
       GTEST_SKIP() << "default model not found at " << model_path()
@@ -100,7 +104,7 @@ class ModelTest : public ::testing::Test {
   // The request run alone by the single-sequence generator, never stopping early.
   static std::vector<int32_t> run_alone(const std::vector<int32_t>& prompt, int64_t max_tokens,
                                         const SamplingParams& sampling = greedy()) {
-    SequenceGenerator gen(*model_, static_cast<int64_t>(prompt.size()) + max_tokens);
+    SequenceGenerator gen(*model_, static_cast<int64_t>(prompt.size()) + max_tokens, kv_dtype_);
     GenerationOptions o;
     o.max_tokens = max_tokens;
     o.sampling = sampling;
@@ -126,7 +130,7 @@ class ModelTest : public ::testing::Test {
 
   // A KV budget of exactly n_blocks blocks (the reserved one included).
   static int64_t kv_bytes_for_blocks(int64_t n_blocks, int64_t block_size = 16) {
-    return n_blocks * static_cast<int64_t>(KVCache::block_bytes(model_->config(), block_size));
+    return n_blocks * static_cast<int64_t>(KVCache::block_bytes(model_->config(), block_size, kv_dtype_));
   }
 
   static EngineConfig engine_config(int64_t budget, int32_t max_seqs, int64_t n_blocks,
@@ -134,6 +138,7 @@ class ModelTest : public ::testing::Test {
     EngineConfig c;
     c.max_num_batched_tokens = budget;
     c.max_num_seqs = max_seqs;
+    c.kv_cache_dtype = kv_dtype_;
     c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks);
     c.enable_prefix_caching = prefix_caching;
     return c;
@@ -163,6 +168,7 @@ class ModelTest : public ::testing::Test {
 
   inline static Model* model_ = nullptr;
   inline static std::string model_file_;  // set by use_model
+  inline static DType kv_dtype_ = kv::kDefaultKVCacheDType;  // set by use_kv_dtype
 };
 
 // A ModelTest with one grammar compiler for the suite's model (structured

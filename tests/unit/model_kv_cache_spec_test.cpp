@@ -94,12 +94,14 @@ TEST(ModelKVCacheSpec, TheCpuExecutorRefusesAKVDTypeItsAttentionDoesNotRead) {
   auto model = Model::load(tiny_gemma3(), options);
   ASSERT_TRUE(model.ok()) << model.error().message;
   const ModelConfig& c = (*model)->config();
-  EXPECT_TRUE((*model)->check_kv_cache(KVLayout::plan(c, 16)).ok());
-  for (DType t : {DType::Q8_0, DType::Q4_0, DType::BF16, DType::F32}) {
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0})
+    EXPECT_TRUE((*model)->check_kv_cache(KVLayout::plan(c, 16, t)).ok()) << dtype_name(t);
+  for (DType t : {DType::Q4_1, DType::BF16, DType::F32}) {
     const Status s = (*model)->check_kv_cache(KVLayout::plan(c, 16, t));
     ASSERT_FALSE(s.ok()) << dtype_name(t);
-    EXPECT_EQ(s.error().message, std::string("a KV cache of ") + dtype_name(t) +
-                                     " is not supported: the CPU attention kernels read F16 keys and values only");
+    EXPECT_EQ(s.error().message,
+              std::string("a KV cache of ") + dtype_name(t) +
+                  " is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
   }
   // A spec that cannot be laid out at all says so first.
   KVLayout bad = KVLayout::plan(c, 16);

@@ -65,8 +65,9 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                   GgmlFlavour flavour, const float* sinks) {
   assert(attention_reads_kv(kv.dtype));
-  kernel_table().ops.attend_heads[static_cast<int>(flavour)](q, n_heads, kv, head_offset, D, pos_begin, pos_end,
-                                                             scale, pass, out, sinks);
+  const FloatKernels& ops = kernel_table().ops;
+  const AttendHeadsFn fn = kv.dtype == DType::F16 ? ops.attend_heads[static_cast<int>(flavour)] : ops.attend_heads_quant;
+  fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 }  // namespace inferd::kernels

@@ -20,20 +20,29 @@
 
 namespace inferd::kernels {
 
-// Whether these kernels read keys and values of this element type: F16 only
-// for now (quantized KV comes with its own kernels). An executor checks its
-// cache's spec against this before it runs (Executor::supports_kv_cache).
-constexpr bool attention_reads_kv(DType dtype) { return dtype == DType::F16; }
+// Whether these kernels read keys and values of this element type: F16 (the
+// GGML-exact kernels below) and Q8_0, Q4_0 (attention_quant.h, read in place).
+// An executor checks its cache's spec against this before it runs
+// (Executor::supports_kv_cache).
+constexpr bool attention_reads_kv(DType dtype) {
+  return dtype == DType::F16 || dtype == DType::Q8_0 || dtype == DType::Q4_0;
+}
 
 // What the kernels read: keys and values of `dtype` (one attention_reads_kv
 // accepts; the kernels do not check it again per call), [slot][slot_stride].
+// The bytes are untyped so one view serves every dtype; offsets are counted in
+// elements (a quantized dtype's slot stride and head offset are whole blocks
+// of it) and turned into bytes by the kernel that knows the dtype.
 struct PagedKV {
-  const uint16_t* k = nullptr;  // F16, [slot][slot_stride]
-  const uint16_t* v = nullptr;
+  const void* k = nullptr;      // [slot][slot_stride elements of dtype]
+  const void* v = nullptr;
   int64_t slot_stride = 0;      // elements between consecutive slots
   int64_t block_size = 0;
   const int32_t* block_table = nullptr;
   DType dtype = DType::F16;
+
+  const uint16_t* k_f16() const { return static_cast<const uint16_t*>(k); }
+  const uint16_t* v_f16() const { return static_cast<const uint16_t*>(v); }
 };
 
 // llama.cpp computes attention with two different summation orders: a
@@ -43,6 +52,10 @@ struct PagedKV {
 // that feeds several a kPrefill pass, whatever else shares the step.
 enum class AttentionPass { kDecode, kPrefill };
 
+// F16 keys and values run the GGML-exact kernels (flavour and pass pick the
+// order); Q8_0 and Q4_0 run attention_quant.h's, which have one order for
+// every pass and ignore flavour (GGML has no such kernel to match).
+//
 // out[0..D) = sum_p softmax_p(scale * q . k_p) v_p for positions
 // p in [pos_begin, pos_end), reading head `head_offset` (element offset within
 // a slot). Lanes are assigned by absolute position, so the result does not

@@ -292,7 +292,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     const int64_t lo = std::max(ch, pos_begin) - ch, hi = std::min(ch + 16, pos_end) - ch;
     const uint16_t* keys[16];
     for (int64_t l = 0; l < 16; ++l)
-      keys[l] = l >= lo && l < hi ? kv.k + slots[ch + l - pos_begin] * kv.slot_stride + head_offset : nullptr;
+      keys[l] = l >= lo && l < hi ? kv.k_f16() + slots[ch + l - pos_begin] * kv.slot_stride + head_offset : nullptr;
     __m512 s[NH];
     chunk_scores<NH, NV>(q, keys, prefill, s);
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -308,7 +308,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     softmax_to_f16(w, n, _mm512_reduce_max_ps(vmax[h]), sinks ? sinks + h : nullptr);
   }
 
-  const ValueRows vrow{kv.v, slots.data(), kv.slot_stride, head_offset};
+  const ValueRows vrow{kv.v_f16(), slots.data(), kv.slot_stride, head_offset};
   if (!prefill && pos_end - pos_begin <= kRegisterSetsMaxPositions) {
     weighted_values_decode<NH, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
     return;
@@ -403,7 +403,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   float max = -std::numeric_limits<float>::infinity();
   const int64_t np = D & ~int64_t{63};
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* k = kv.k + slots[p - pos_begin] * kv.slot_stride + head_offset;
+    const uint16_t* k = kv.k_f16() + slots[p - pos_begin] * kv.slot_stride + head_offset;
     float s;
     if (prefill) {  // tinyBLAS: one accumulator
       __m512 c = _mm512_setzero_ps();
@@ -440,7 +440,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     __m512 a[16];
     for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
     for (int64_t p = p0; p < pos_end; p += n_sets) {
-      const uint16_t* v = kv.v + slots[p - pos_begin] * kv.slot_stride + head_offset;
+      const uint16_t* v = kv.v_f16() + slots[p - pos_begin] * kv.slot_stride + head_offset;
       const __m512 w = _mm512_set1_ps(weights[p - c0]);
       for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(v + 16 * j), w, a[j]);
     }

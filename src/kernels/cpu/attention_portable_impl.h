@@ -109,7 +109,7 @@ inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t hea
   weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* k = kv.k + slot_of(kv, p) * kv.slot_stride + head_offset;
+    const uint16_t* k = kv.k_f16() + slot_of(kv, p) * kv.slot_stride + head_offset;
     const float s = (prefill_scores ? dot_prefill<K>(q.data(), k, D) : dot_decode<K>(q.data(), k, D)) * scale;
     weights[p - c0] = s;
     max = std::max(max, s);
@@ -122,7 +122,7 @@ inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t hea
   const int64_t n_sets = prefill ? L : 4 * L;
   acc.assign(static_cast<size_t>(n_sets * D), 0.0f);
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* v = kv.v + slot_of(kv, p) * kv.slot_stride + head_offset;
+    const uint16_t* v = kv.v_f16() + slot_of(kv, p) * kv.slot_stride + head_offset;
     float* a = &acc[(p % n_sets) * D];
     const float w = weights[p - c0];
     for (int64_t d = 0; d < D; ++d) a[d] = std::fma(f16_to_f32(v[d]), w, a[d]);

@@ -110,6 +110,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
   if (level >= SimdLevel::kAmx) fill_amx_kernels(t);
   fill_attention_kernels(t.ops, level);
+  fill_attention_quant_kernels(t.ops, level);
   fill_activation_kernels(t.ops, level);
   fill_rms_norm_kernels(t.ops, level);
   fill_rope_kernels(t.ops, level);

@@ -64,7 +64,8 @@ constexpr int kNumGgmlFlavours = 2;
 
 // Indexed by GgmlFlavour where the two GGML builds round differently.
 struct FloatKernels {
-  AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};
+  AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
+  AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0 and Q4_0 (attention_quant.h): one order, no flavour
   GatedActivationFn swiglu[kNumGgmlFlavours] = {};
   GatedActivationFn geglu = nullptr;  // the same bits in both builds
   SumSquaresLanesFn sum_squares_lanes = nullptr;  // RMSNorm's lane sums (rms_norm.h)
@@ -150,6 +151,7 @@ bool amx_usable();                                          // dispatch.cpp
 void fill_scalar_packed_kernels(KernelTable& t);            // packed_ref.cpp
 // The float kernels of a level, one filler per kernel family.
 void fill_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention.cpp
+void fill_attention_quant_kernels(FloatKernels& ops, SimdLevel level);  // attention_quant.cpp
 void fill_activation_kernels(FloatKernels& ops, SimdLevel level);  // activation.cpp
 void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.cpp
 void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp

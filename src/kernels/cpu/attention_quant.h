@@ -1,0 +1,44 @@
+// Attention over keys and values held in a paged KV cache of Q8_0 or Q4_0
+// (GGML's 32-element blocks: an f16 scale d and 32 quants; a head of D
+// elements is D/32 blocks), read in place: a block is widened to floats in
+// registers and its scale applied once per block, so no dequantized copy of
+// the context is ever made.
+//
+// The arithmetic, the same for AttentionPass::kDecode and kPrefill (the pass
+// is ignored) and for any number of grouped heads:
+//   s_p   = scale * sum_b d_kb * (q_b . qk_b)      per position, blocks in order
+//   m     = max(max_p s_p, sink)
+//   w_p   = e^(s_p - m) (expf_poly),  S = sum_p w_p (+ e^(sink - m))
+//   out   = (1 / S) * sum_p sum_b (w_p * d_vb) qv_b  positions in ascending order
+//           (AVX-512: each chunk of 16 positions from pos_begin summed in
+//           registers, then added to the total)
+// A token's result therefore depends only on its query, its positions'
+// keys and values and pos_begin, never on the chunk or batch it came in
+// (docs/design.md, "Quantized KV"). Each SIMD level has its own lane order
+// (no GGML kernel to reproduce here), so levels agree within a tolerance,
+// not to the bit; within a level the bits are fixed.
+//
+// Internal to kernels/cpu: callers go through attend_heads (attention.h),
+// which dispatches on PagedKV::dtype.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace inferd::kernels {
+
+namespace detail {
+// Each reads kv.dtype (Q8_0 or Q4_0) and otherwise takes attend_heads'
+// arguments; `pass` is ignored (one order for both).
+void attend_heads_quant_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                               const float* sinks);
+void attend_heads_quant_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                             int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                             const float* sinks);  // AVX2 + FMA + F16C
+void attend_heads_quant_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                               const float* sinks);
+}  // namespace detail
+
+}  // namespace inferd::kernels

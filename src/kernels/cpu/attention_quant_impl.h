@@ -1,0 +1,112 @@
+// The quantized-KV attention kernel's skeleton (attention_quant.h), written
+// once and compiled per SIMD level: `Level` supplies the block arithmetic
+// (scores of a few heads at one position, the softmax of one head, the value
+// update of a few heads at one position); the walk over positions and heads
+// is here, so every level sums in the same structure and only lane orders
+// differ.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/quants_blocks.h"
+
+namespace inferd::kernels::detail {
+
+// Internal linkage: this header is compiled with different instruction sets in
+// different files, and one shared out-of-line copy could carry the wrong ones.
+namespace {
+
+template <DType kType>
+constexpr size_t kQuantKVBlockBytes = kType == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+
+// Heads whose scores a Level keeps in registers at once; a larger group runs
+// in chunks of this many (each head's arithmetic is the same either way).
+constexpr int64_t kQuantKVMaxGroup = 8;
+// Positions whose values are summed as one chunk (counted from pos_begin, so
+// the chunks of a token are the same in every pass and batch).
+constexpr int64_t kQuantKVChunk = 16;
+
+// One head's keys (or values) at position p: its first block.
+template <DType kType>
+inline const uint8_t* quant_kv_row(const void* base, const PagedKV& kv, int64_t head_offset, int64_t p) {
+  const int64_t slot = int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
+  return static_cast<const uint8_t*>(base) + (slot * kv.slot_stride + head_offset) / kQK * kQuantKVBlockBytes<kType>;
+}
+
+// Level::scores<kType, kHeads>(q, D, row, scale, w, stride): for h < kHeads,
+//   w[h * stride] = scale * (head h's query q + h * D) . (the D-element row).
+// Level::softmax(w, n, sink): w[0, n) = e^(w - m) in place, m the maximum of
+//   w and *sink (if any); returns 1 / (their sum, plus e^(sink - m)).
+// Level::values<kType, kHeads>(w, stride, D, rows, n_rows, out): for
+//   h < kHeads, out[h * D, +D) += sum over r < n_rows (in order) of
+//   w[h * stride + r] * (the D-element row rows[r]); n_rows <= kQuantKVChunk.
+//   A level may sum a chunk apart before adding it to out, as long as it
+//   does so for every chunk alike.
+// Level::scale(out, D, f): out[0, D) *= f.
+template <class Level, DType kType, int64_t kHeads>
+inline void quant_scores_at(const float* q, int64_t heads, int64_t D, const uint8_t* row, float scale, float* w,
+                            int64_t stride) {
+  if constexpr (kHeads > 1) {
+    if (heads < kHeads) return quant_scores_at<Level, kType, kHeads - 1>(q, heads, D, row, scale, w, stride);
+  }
+  Level::template scores<kType, kHeads>(q, D, row, scale, w, stride);
+}
+
+template <class Level, DType kType, int64_t kHeads>
+inline void quant_values_at(const float* w, int64_t stride, int64_t heads, int64_t D, const uint8_t* const* rows,
+                            int64_t n_rows, float* out) {
+  if constexpr (kHeads > 1) {
+    if (heads < kHeads) return quant_values_at<Level, kType, kHeads - 1>(w, stride, heads, D, rows, n_rows, out);
+  }
+  Level::template values<kType, kHeads>(w, stride, D, rows, n_rows, out);
+}
+
+template <class Level, DType kType>
+void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                             int64_t pos_begin, int64_t pos_end, float scale, float* out, const float* sinks) {
+  const int64_t n = pos_end - pos_begin;
+  if (n <= 0) {
+    std::fill(out, out + n_heads * D, 0.0f);
+    return;
+  }
+  // Scores, then the softmax's weights in place: [head][position].
+  thread_local std::vector<float> w;
+  w.resize(static_cast<size_t>(std::min(n_heads, kQuantKVMaxGroup) * n));
+  for (int64_t h0 = 0; h0 < n_heads; h0 += kQuantKVMaxGroup) {
+    const int64_t heads = std::min(kQuantKVMaxGroup, n_heads - h0);
+    const float* qh = q + h0 * D;
+    float* oh = out + h0 * D;
+    for (int64_t i = 0; i < n; ++i)
+      quant_scores_at<Level, kType, kQuantKVMaxGroup>(qh, heads, D, quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i),
+                                                      scale, w.data() + i, n);
+    float inv_sum[kQuantKVMaxGroup];
+    for (int64_t h = 0; h < heads; ++h) inv_sum[h] = Level::softmax(w.data() + h * n, n, sinks ? sinks + h0 + h : nullptr);
+    std::fill(oh, oh + heads * D, 0.0f);
+    // The values of each position once for the group, in chunks of positions
+    // in ascending order.
+    for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk) {
+      const int64_t n_rows = std::min(kQuantKVChunk, n - i0);
+      const uint8_t* rows[kQuantKVChunk];
+      for (int64_t r = 0; r < n_rows; ++r) rows[r] = quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r);
+      quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, D, rows, n_rows, oh);
+    }
+    for (int64_t h = 0; h < heads; ++h) Level::scale(oh + h * D, D, inv_sum[h]);
+  }
+}
+
+// attend_heads' signature over the impl, by the cache's dtype.
+template <class Level>
+void attend_heads_quant_by_dtype(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                 int64_t pos_begin, int64_t pos_end, float scale, float* out, const float* sinks) {
+  if (kv.dtype == DType::Q8_0)
+    attend_heads_quant_impl<Level, DType::Q8_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, out, sinks);
+  else
+    attend_heads_quant_impl<Level, DType::Q4_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, out, sinks);
+}
+
+}  // namespace
+}  // namespace inferd::kernels::detail

@@ -1,0 +1,251 @@
+// Paged attention over Q8_0 and Q4_0 keys and values (attention_quant.h): at
+// every SIMD level, against a plain softmax in double over the dequantized
+// keys and values; the same bits for both passes; each head's bits the same
+// whether it is computed alone or with the other heads of its group.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_quant.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cpu/quants_blocks.h"
+#include "kernels_test_util.h"
+
+namespace inferd::kernels {
+namespace {
+
+using testing::bits_of;
+using testing::level_name;
+using testing::runnable_levels;
+
+constexpr int64_t kKVHeads = 2;  // the tests read head 1, so the head offset is exercised
+
+// A paged cache of n_pos positions in shuffled blocks, keys and values
+// quantized from normal samples.
+struct QuantCache {
+  DType dtype = DType::Q8_0;
+  int64_t D = 64, block_size = 16;
+  std::vector<uint8_t> k, v;
+  std::vector<int32_t> block_table;
+  PagedKV view() const { return PagedKV{k.data(), v.data(), D * kKVHeads, block_size, block_table.data(), dtype}; }
+
+  // Head `head`'s keys (or values) at position p, dequantized in double.
+  std::vector<double> row(const std::vector<uint8_t>& bytes, int64_t head, int64_t p) const {
+    const int64_t slot = int64_t{block_table[p / block_size]} * block_size + p % block_size;
+    const uint8_t* base = bytes.data() + row_bytes(dtype, slot * D * kKVHeads + head * D);
+    std::vector<double> x(static_cast<size_t>(D));
+    for (int64_t b = 0; b < D / kQK; ++b) {
+      if (dtype == DType::Q8_0) {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(base) + b;
+        for (int i = 0; i < kQK; ++i) x[b * kQK + i] = double{f16_to_f32(blk->d)} * blk->qs[i];
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(base) + b;
+        for (int i = 0; i < kQK / 2; ++i) {
+          x[b * kQK + i] = double{f16_to_f32(blk->d)} * ((blk->qs[i] & 0x0F) - 8);
+          x[b * kQK + i + kQK / 2] = double{f16_to_f32(blk->d)} * ((blk->qs[i] >> 4) - 8);
+        }
+      }
+    }
+    return x;
+  }
+};
+
+QuantCache make_cache(std::mt19937& rng, DType dtype, int64_t n_pos, int64_t D, int64_t block_size) {
+  QuantCache c;
+  c.dtype = dtype, c.D = D, c.block_size = block_size;
+  const int64_t n_blocks = (n_pos + block_size - 1) / block_size;
+  for (int64_t b = 0; b < n_blocks; ++b) c.block_table.push_back(static_cast<int32_t>(b));
+  std::shuffle(c.block_table.begin(), c.block_table.end(), rng);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t elements = n_blocks * block_size * D * kKVHeads;
+  std::vector<float> x(static_cast<size_t>(elements));
+  for (auto* bytes : {&c.k, &c.v}) {
+    for (float& e : x) e = dist(rng);
+    bytes->resize(row_bytes(dtype, elements));
+    quantize_row(dtype, x.data(), bytes->data(), elements);
+  }
+  return c;
+}
+
+// softmax(scale q.k, sink) v over [begin, end) in double, from the
+// dequantized keys and values.
+std::vector<double> reference(const QuantCache& c, const float* q, int64_t head, int64_t begin, int64_t end,
+                              float scale, const float* sink) {
+  std::vector<double> s;
+  for (int64_t p = begin; p < end; ++p) {
+    const std::vector<double> k = c.row(c.k, head, p);
+    double d = 0;
+    for (int64_t i = 0; i < c.D; ++i) d += double{q[i]} * k[i];
+    s.push_back(d * scale);
+  }
+  double mx = *std::max_element(s.begin(), s.end());
+  if (sink) mx = std::max(mx, double{*sink});
+  double sum = sink ? std::exp(*sink - mx) : 0.0;
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  std::vector<double> out(static_cast<size_t>(c.D), 0.0);
+  for (int64_t p = begin; p < end; ++p) {
+    const std::vector<double> v = c.row(c.v, head, p);
+    for (int64_t i = 0; i < c.D; ++i) out[i] += s[p - begin] / sum * v[i];
+  }
+  return out;
+}
+
+struct Level {
+  std::string name;
+  AttendHeadsFn fn;
+};
+
+// Each runnable level's kernel as its table holds it, and the dispatching
+// entry point (attend_heads, which must pick the quantized kernels by dtype).
+std::vector<Level> levels() {
+  std::vector<Level> out;
+  for (SimdLevel l : runnable_levels()) {
+    if (l == SimdLevel::kAmx) continue;  // AVX-512's table entry
+    out.push_back({level_name(l), build_kernel_table(l).ops.attend_heads_quant});
+  }
+  out.push_back({"dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                                const float* sinks) {
+                   attend_heads(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out,
+                                GgmlFlavour::kAvx512, sinks);
+                 }});
+  return out;
+}
+
+TEST(KernelsAttentionQuant, TableHoldsEachLevelsKernel) {
+  EXPECT_EQ(build_kernel_table(SimdLevel::kScalar).ops.attend_heads_quant, detail::attend_heads_quant_scalar);
+  if (best_simd_level() >= SimdLevel::kAvx2)
+    EXPECT_EQ(build_kernel_table(SimdLevel::kAvx2).ops.attend_heads_quant, detail::attend_heads_quant_avx2);
+  if (best_simd_level() >= SimdLevel::kAvx512)
+    EXPECT_EQ(build_kernel_table(SimdLevel::kAvx512).ops.attend_heads_quant, detail::attend_heads_quant_avx512);
+  EXPECT_TRUE(attention_reads_kv(DType::Q8_0));
+  EXPECT_TRUE(attention_reads_kv(DType::Q4_0));
+  EXPECT_FALSE(attention_reads_kv(DType::Q4_1));
+}
+
+// The tolerance: the kernels sum in f32 what the reference sums in double
+// from the same dequantized values. A score is a sum of D <= 256 products of
+// |q| <~ 8 and |k| <~ 4, scaled by 1/sqrt(D): its f32 rounding error is a few
+// 1e-7; the weights inherit it as a relative error (e^x adds 1-2 ulp), their
+// sum adds about sqrt(n_pos) * 2^-24 (a random walk; <= 2e-6 at 4000
+// positions), and the output is a convex combination of values |v| <~ 4, so
+// its error is a few 1e-6 (2.6e-6 measured at most). 2e-5 leaves room for
+// other seeds and still catches any real mistake (a wrong block, nibble,
+// scale or position moves the output by 1e-2 or more).
+constexpr double kTolerance = 2e-5;
+
+struct Shape {
+  DType dtype;
+  int64_t D, group, block_size;
+};
+
+TEST(KernelsAttentionQuant, MatchesDoubleReferenceAtEveryLevel) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::vector<Level> fns = levels();
+  double worst = 0;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0})
+    for (int64_t D : {64, 128, 256})
+      for (int64_t group : {1, 4, 8})
+        for (int64_t block_size : {16, 32})
+          for (int64_t n_pos : {1, 15, 16, 17, 31, 32, 33, 100, 257, 700}) {
+            if (D == 256 && n_pos == 700 && group > 1) continue;  // time; 700 positions run at the other shapes
+            const QuantCache c = make_cache(rng, dtype, n_pos, D, block_size);
+            std::vector<float> q(static_cast<size_t>(group * D)), sinks(static_cast<size_t>(group));
+            for (float& x : q) x = 2.0f * dist(rng);  // sharp enough that the max matters
+            for (float& x : sinks) x = 2.0f * dist(rng);
+            const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+            for (int64_t begin : {int64_t{0}, n_pos / 3}) {  // all positions, a window
+              for (const float* sink : {static_cast<const float*>(nullptr), static_cast<const float*>(sinks.data())}) {
+                std::vector<std::vector<double>> want;
+                for (int64_t h = 0; h < group; ++h)
+                  want.push_back(reference(c, q.data() + h * D, 1, begin, n_pos, scale, sink ? sink + h : nullptr));
+                for (const Level& level : fns) {
+                  std::vector<float> got(static_cast<size_t>(group * D), NAN);
+                  level.fn(q.data(), group, c.view(), D, D, begin, n_pos, scale, AttentionPass::kDecode, got.data(),
+                           sink);
+                  for (int64_t h = 0; h < group; ++h)
+                    for (int64_t i = 0; i < D; ++i) {
+                      const double err = std::fabs(got[h * D + i] - want[h][i]);
+                      worst = std::max(worst, err);
+                      ASSERT_LE(err, kTolerance)
+                          << level.name << " " << dtype_name(dtype) << " D " << D << " group " << group << " block "
+                          << block_size << " n_pos " << n_pos << " begin " << begin << " sink " << (sink != nullptr)
+                          << " head " << h << " element " << i << ": " << got[h * D + i] << " vs " << want[h][i];
+                    }
+                }
+              }
+            }
+          }
+  std::printf("largest difference from the double reference: %.3g\n", worst);
+}
+
+// One order for both passes, and per head whatever else is grouped with it:
+// the same bits for a head computed alone, in its group, and in either pass.
+TEST(KernelsAttentionQuant, SameBitsForEitherPassAndAnyGrouping) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const Level& level : levels())
+    for (DType dtype : {DType::Q8_0, DType::Q4_0})
+      for (int64_t D : {64, 128, 256})
+        for (int64_t group : {4, 8, 12}) {  // 12: more than one chunk of grouped heads
+          const int64_t n_pos = 77, block_size = 16;
+          const QuantCache c = make_cache(rng, dtype, n_pos, D, block_size);
+          std::vector<float> q(static_cast<size_t>(group * D)), sinks(static_cast<size_t>(group));
+          for (float& x : q) x = 2.0f * dist(rng);
+          for (float& x : sinks) x = dist(rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+          for (const float* sink : {static_cast<const float*>(nullptr), static_cast<const float*>(sinks.data())})
+            for (int64_t begin : {int64_t{0}, int64_t{30}}) {
+              std::vector<float> decode(static_cast<size_t>(group * D)), prefill(decode.size()), alone(decode.size()),
+                  halves(decode.size());
+              level.fn(q.data(), group, c.view(), D, D, begin, n_pos, scale, AttentionPass::kDecode, decode.data(), sink);
+              level.fn(q.data(), group, c.view(), D, D, begin, n_pos, scale, AttentionPass::kPrefill, prefill.data(),
+                       sink);
+              for (int64_t h = 0; h < group; ++h)
+                level.fn(q.data() + h * D, 1, c.view(), D, D, begin, n_pos, scale, AttentionPass::kPrefill,
+                         alone.data() + h * D, sink ? sink + h : nullptr);
+              const int64_t first = group / 2 + 1;  // an uneven split
+              level.fn(q.data(), first, c.view(), D, D, begin, n_pos, scale, AttentionPass::kDecode, halves.data(), sink);
+              level.fn(q.data() + first * D, group - first, c.view(), D, D, begin, n_pos, scale,
+                       AttentionPass::kDecode, halves.data() + first * D, sink ? sink + first : nullptr);
+              for (size_t i = 0; i < decode.size(); ++i) {
+                const std::string where = level.name + " " + dtype_name(dtype) + " D " + std::to_string(D) +
+                                          " group " + std::to_string(group) + " element " + std::to_string(i);
+                ASSERT_EQ(bits_of(prefill[i]), bits_of(decode[i])) << where;
+                ASSERT_EQ(bits_of(alone[i]), bits_of(decode[i])) << where;
+                ASSERT_EQ(bits_of(halves[i]), bits_of(decode[i])) << where;
+              }
+            }
+        }
+}
+
+// The levels agree with each other within the reference's tolerance on a
+// long context (where the lane orders differ most).
+TEST(KernelsAttentionQuant, LevelsAgreeOnALongContext) {
+  std::mt19937 rng(13);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t D = 64, n_pos = 4000;
+  for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+    const QuantCache c = make_cache(rng, dtype, n_pos, D, 16);
+    std::vector<float> q(static_cast<size_t>(D));
+    for (float& x : q) x = dist(rng);
+    const std::vector<double> want = reference(c, q.data(), 1, 0, n_pos, 0.125f, nullptr);
+    for (const Level& level : levels()) {
+      std::vector<float> got(static_cast<size_t>(D));
+      level.fn(q.data(), 1, c.view(), D, D, 0, n_pos, 0.125f, AttentionPass::kDecode, got.data(), nullptr);
+      for (int64_t i = 0; i < D; ++i) EXPECT_NEAR(got[i], want[i], kTolerance) << level.name << " " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferd::kernels
