@@ -108,8 +108,10 @@ int run_info(const InfoFlags& f) {
     j["experts"] = {{"count", c.moe.n_expert},
                     {"used", c.moe.n_expert_used},
                     {"feed_forward_length", c.moe.n_ff_exp},
-                    {"leading_dense_layers", c.moe.n_leading_dense}};
+                    {"leading_dense_layers", c.moe.n_leading_dense},
+                    {"shared", c.moe.n_expert_shared}};
   }
+  if (c.n_layer_nextn > 0) j["nextn_layers"] = c.n_layer_nextn;  // in the file after `layers`, not run
   j["context_length"] = c.context_length;
   j["rope_freq_base"] = c.rope_freq_base;
   j["sliding_window"] = c.sliding_window;
@@ -142,11 +144,13 @@ int run_info(const InfoFlags& f) {
   std::printf("architecture   %s\n", c.architecture.c_str());
   std::printf("runs          %s%s\n", cannot_run.empty() ? " yes" : " no: ", cannot_run.c_str());
   std::printf("parameters     %.1f M\n", params / 1e6);
-  std::printf("layers         %lld, embedding %lld, feed-forward %lld\n", (long long)c.n_layer,
-              (long long)c.n_embd, (long long)c.n_ff);
+  std::printf("layers         %lld, embedding %lld, feed-forward %lld%s\n", (long long)c.n_layer,
+              (long long)c.n_embd, (long long)c.n_ff,
+              c.n_layer_nextn > 0 ? (" (then " + std::to_string(c.n_layer_nextn) + " NextN, not run)").c_str() : "");
   if (c.moe.n_expert > 0)
-    std::printf("experts        %lld of %lld per token, feed-forward %lld each%s\n", (long long)c.moe.n_expert_used,
+    std::printf("experts        %lld of %lld per token, feed-forward %lld each%s%s\n", (long long)c.moe.n_expert_used,
                 (long long)c.moe.n_expert, (long long)c.moe.n_ff_exp,
+                c.moe.n_expert_shared > 0 ? (", " + std::to_string(c.moe.n_expert_shared) + " shared").c_str() : "",
                 c.moe.n_leading_dense > 0
                     ? (", " + std::to_string(c.moe.n_leading_dense) + " leading dense layers").c_str()
                     : "");

@@ -68,6 +68,16 @@ constexpr ArchitectureTraits kArchitectures[] = {
     // experts' logits; biases on Q/K/V, the output, the router and the experts).
     {"gpt-oss", RopeStyle::kNeox, Activation::kSwiGLUOai, false, false, false, false, false, 2, 0.0f, {},
      FfnKind::kMixtureOfExperts, MoeTraits{ExpertGating::kSoftmaxOfChosen, false}, true, "post_attention_norm.weight"},
+    // Then optional QK norms and NextN blocks: src/models/glm4-moe.cpp
+    // (GLM-4.5/4.6: Q/K/V biases (taken when present, as everywhere), partial NeoX RoPE from rope.dimension_count,
+    // the FFN norm stored as post_attention_norm; dense leading layers; sigmoid
+    // gating with a selection bias, one shared expert; the routing keys read
+    // from the file, sigmoid and no renormalization when absent).
+    {"glm4moe", RopeStyle::kNeox, Activation::kSwiGLU, false, false, false, false, false, 0, 0.0f, {},
+     FfnKind::kMixtureOfExperts,
+     MoeTraits{ExpertGating::kSigmoid, false, /*routing_from_file=*/true, /*selection_bias=*/true,
+               /*shared_experts=*/true},
+     false, "post_attention_norm.weight", /*qk_norm_if_present=*/true, /*nextn_layers=*/true},
 };
 
 }  // namespace

@@ -40,6 +40,17 @@ enum class ExpertGating {
 struct MoeTraits {
   ExpertGating gating = ExpertGating::kSoftmax;
   bool normalize_weights = false;  // divide the chosen experts' weights by their sum
+  // The file's `<arch>.expert_gating_func` and `<arch>.expert_weights_norm`
+  // override the two above when present (llama.cpp's loader reads them for
+  // this architecture; for the others its graph fixes them).
+  bool routing_from_file = false;
+  // Each MoE layer has a per-expert selection bias (exp_probs_b.bias, added
+  // to the probabilities for choosing only: DeepSeek V3, GLM-4.5) and
+  // `<arch>.expert_shared_count` shared experts: one dense gated MLP
+  // (ffn_{gate,up,down}_shexp, n_ff_exp times that count wide) run for every
+  // token, its output added to the routed experts' sum.
+  bool selection_bias = false;
+  bool shared_experts = false;
 };
 
 struct ArchitectureTraits {
@@ -66,6 +77,12 @@ struct ArchitectureTraits {
   // (attn_sinks.weight), and the FFN's norm is stored as post_attention_norm.
   bool attention_sinks = false;
   std::string_view ffn_norm_tensor = "ffn_norm.weight";
+  // Per-head Q/K RMSNorms where the file has them (GLM-4.5 355B has them,
+  // GLM-4.5-Air not): decided by layer 0's attn_q_norm.weight.
+  bool qk_norm_if_present = false;
+  // block_count includes `<arch>.nextn_predict_layers` trailing NextN (multi-
+  // token prediction) blocks, which the main model does not run (glm4moe).
+  bool nextn_layers = false;
 };
 
 // The row for an architecture name, or null when inferd does not run it.

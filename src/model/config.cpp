@@ -61,6 +61,29 @@ Result<MoeConfig> moe_config(const gguf::File& f, const std::string& a, const Mo
   MoeConfig m;
   m.gating = traits.gating;
   m.normalize_weights = traits.normalize_weights;
+  m.selection_bias = traits.selection_bias;
+  if (traits.routing_from_file) {
+    // llama_expert_gating_func_type: 1 softmax, 2 sigmoid (0: none, the default).
+    if (f.find(a + ".expert_gating_func")) {
+      auto g = f.get_i64(a + ".expert_gating_func");
+      if (!g) return g.error();
+      if (*g == 1) m.gating = ExpertGating::kSoftmax;
+      else if (*g == 2) m.gating = ExpertGating::kSigmoid;
+      else if (*g != 0)
+        return make_error("'" + a + ".expert_gating_func' " + std::to_string(*g) +
+                          " is not supported (inferd runs 1, softmax, and 2, sigmoid)");
+    }
+    if (f.find(a + ".expert_weights_norm")) {
+      auto norm = f.get_bool(a + ".expert_weights_norm");
+      if (!norm) return norm.error();
+      m.normalize_weights = *norm;
+    }
+  }
+  if (traits.shared_experts) {
+    auto shared = arch_int(f, a, "expert_shared_count");
+    if (!shared) return shared.error();
+    m.n_expert_shared = *shared;
+  }
   auto n_expert = arch_int(f, a, "expert_count");
   if (!n_expert) return n_expert.error();
   auto n_used = arch_int(f, a, "expert_used_count");
@@ -133,6 +156,14 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
     c.field = *r;                                       \
   }
   INFERD_TRY_INT(n_layer, "block_count");
+  if (c.traits && c.traits->nextn_layers && f.find(a + ".nextn_predict_layers")) {
+    auto nextn = f.get_i64(a + ".nextn_predict_layers");
+    if (!nextn) return nextn.error();
+    if (*nextn < 0 || *nextn >= c.n_layer)
+      return make_error("'" + a + ".nextn_predict_layers' must be below block_count");
+    c.n_layer_nextn = *nextn;
+    c.n_layer -= *nextn;
+  }
   INFERD_TRY_INT(n_embd, "embedding_length");
   INFERD_TRY_INT(n_ff, "feed_forward_length");
   INFERD_TRY_INT(n_head, "attention.head_count");
@@ -180,7 +211,7 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   const ArchitectureTraits& t = *c.traits;
   c.rope_style = t.rope_style;
   c.activation = t.activation;
-  c.qk_norm = t.qk_norm;
+  c.qk_norm = t.qk_norm || (t.qk_norm_if_present && f.find_tensor("blk.0.attn_q_norm.weight") != nullptr);
   c.sandwich_norms = t.sandwich_norms;
   if (t.scale_embeddings) c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
   const float attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));

@@ -41,6 +41,9 @@ struct MoeConfig {
   bool normalize_weights = false;  // chosen weights divided by their sum
   float weights_scale = 0.0f;      // chosen weights times this (0 or 1: left as they are)
   int64_t n_leading_dense = 0;     // the first this-many layers have a dense FFN
+  bool selection_bias = false;     // exp_probs_b.bias per MoE layer (MoeTraits)
+  int64_t n_expert_shared = 0;     // shared experts (one MLP n_ff_exp times this wide); 0: none
+  int64_t shared_width() const { return n_ff_exp * n_expert_shared; }
 };
 
 struct ModelConfig {
@@ -49,7 +52,8 @@ struct ModelConfig {
   // The architecture's row, or null when inferd cannot run it (the model still
   // loads for `info` and tokenizing).
   const ArchitectureTraits* traits = nullptr;
-  int64_t n_layer = 0;
+  int64_t n_layer = 0;       // the layers the model runs
+  int64_t n_layer_nextn = 0;  // NextN blocks after them in the file, not run (ArchitectureTraits::nextn_layers)
   int64_t n_embd = 0;
   int64_t n_ff = 0;
   int64_t n_head = 0;

@@ -33,6 +33,8 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       packed_bytes += Linear::packed_bytes(L.moe.router);
       for (const ExpertsView* experts : {&L.moe.gate, &L.moe.up, &L.moe.down})
         packed_bytes += Linear::packed_bytes(experts->expert(0)) * static_cast<size_t>(experts->n_expert);
+      for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp})
+        if (*w) packed_bytes += Linear::packed_bytes(*w);
     }
   }
   if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
@@ -59,6 +61,11 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
         linears.gate_exps.push_back(make(L.moe.gate.expert(e)));
         linears.up_exps.push_back(make(L.moe.up.expert(e)));
         linears.down_exps.push_back(make(L.moe.down.expert(e)));
+      }
+      if (L.moe.gate_shexp) {
+        linears.gate_shexp = make(L.moe.gate_shexp);
+        linears.up_shexp = make(L.moe.up_shexp);
+        linears.down_shexp = make(L.moe.down_shexp);
       }
     }
   }
@@ -93,14 +100,14 @@ bool prefetch_while_waiting(void* prefetcher) {
 
 }  // namespace
 
-int64_t CpuExecutor::own_rows_align(const LayerLinears& L, int n_threads) const {
-  const int64_t down_block = quantize_block_of(L[Projection::kDown], config_.n_ff);
+int64_t CpuExecutor::own_rows_align(const Linear& down, int64_t width, int n_threads) const {
+  const int64_t down_block = quantize_block_of(down, width);
   // Gate and up split on the down projection's input blocks (Linear::compute
   // takes multiples of the 16-row group). Large blocks (Q8_K's 256) can leave
   // one thread a larger share: past 5% more than an even one, the barrier and
   // a token split of the activation cost less than the threads' wait.
   if (down_block <= 1 || down_block % kernels::kPackRows != 0) return 1;
-  const int64_t units = config_.n_ff / down_block, largest = (units + n_threads - 1) / n_threads;
+  const int64_t units = width / down_block, largest = (units + n_threads - 1) / n_threads;
   return largest * n_threads * 20 <= units * 21 ? down_block : 1;
 }
 
@@ -144,11 +151,17 @@ void CpuExecutor::plan_prefetch(int n_threads) {
         } else if (std::holds_alternative<OutputPhase>(phase)) {
           add(L[Projection::kO].thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<DenseFfnPhase>(phase)) {
-          const int64_t align = own_rows_align(L, n_threads);
+          const int64_t align = own_rows_align(L[Projection::kDown], config_.n_ff, n_threads);
           add(L[Projection::kGate].thread_bytes(ti, n_threads, align));
           add(L[Projection::kUp].thread_bytes(ti, n_threads, align));
           add(L[Projection::kDown].thread_bytes(ti, n_threads));
-        } else if (std::holds_alternative<MoeFfnPhase>(phase)) {
+        } else if (const auto* moe = std::get_if<MoeFfnPhase>(&phase)) {
+          if (moe->shared_expert) {  // run first, as a dense MLP
+            const int64_t align = own_rows_align(L.down_shexp, config_.moe.shared_width(), n_threads);
+            add(L.gate_shexp.thread_bytes(ti, n_threads, align));
+            add(L.up_shexp.thread_bytes(ti, n_threads, align));
+            add(L.down_shexp.thread_bytes(ti, n_threads));
+          }
           // Which experts a step reads is known only once it has routed.
           add(L.router.thread_bytes(ti, n_threads));
         }
@@ -262,8 +275,9 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.k.resize(T * c.kv_dim());
   s_.v.resize(T * c.kv_dim());
   s_.attn.resize(T * c.q_dim());
-  s_.gate.resize(T * c.n_ff);
-  s_.up.resize(T * c.n_ff);
+  const int64_t mlp_width = std::max(c.n_ff, c.moe.shared_width());  // the dense FFN's, or a shared expert's
+  s_.gate.resize(T * mlp_width);
+  s_.up.resize(T * mlp_width);
   s_.logits_in.resize(R * c.n_embd);
   s_.rope_cos.resize(c.ropes.size());
   s_.rope_sin.resize(c.ropes.size());
@@ -273,6 +287,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   }
   for (const LayerLinears& L : linears_) {
     L[Projection::kO].prepare(s_.in_o, T);
+    if (L.shared_expert()) L.down_shexp.prepare(s_.in_down_shexp, T);
     if (!L.down_exps.empty()) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
   }
@@ -296,6 +311,10 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
     gate.prepare(out.gate, T);
     if (!up.same_input(gate)) up.prepare(out.up, T);
     if (moe) L.router.prepare(out.router, T);
+    if (L.shared_expert()) {
+      L.gate_shexp.prepare(out.shexp_gate, T);
+      if (!L.up_shexp.same_input(L.gate_shexp)) L.up_shexp.prepare(out.shexp_up, T);
+    }
   }
 }
 
@@ -336,7 +355,7 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
   const int64_t n_rows = rows.n;
   const int64_t E = config_.n_embd;
   const float eps = config_.rms_eps;
-  NormTarget targets[4] = {};
+  NormTarget targets[6] = {};
   int n_targets = 0;
   assert(all_targets.size() <= std::size(targets));
   for (const NormTarget& tg : all_targets) {
@@ -483,6 +502,40 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   }
   pool.barrier(idle);
 
+  // A gated MLP of `width` on the FFN rows into s_.h: a dense FFN, or a
+  // mixture's shared expert. Gate and up, then the gated activation and the
+  // down-projection input. When the down projection's input quantizes by
+  // blocks, each thread goes on to its own rows' outputs (gate and up split on
+  // whole blocks) without a barrier. Ends at a barrier.
+  auto gated_mlp = [&](const Linear& gate, const Linear& up, const Linear& down, int64_t width, Activation act,
+                       const LinearInput& in_gate, const LinearInput& in_up, LinearInput& in_down,
+                       const StepTokens& ffn) {
+    const int64_t TF = ffn.n;
+    const int64_t align = own_rows_align(down, width, nt);  // the down projection's input block, or 1
+    gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
+    up.compute(in_up, ffn, s_.up.data(), ti, nt, align);
+    read_weights(2);
+    if (align > 1) {
+      // Shares start on whole blocks, so a share's tail is the row's tail.
+      const auto [r0, r1] = gate.thread_rows(ti, nt, align);
+      for (int64_t t = 0; t < TF && r0 < r1; ++t) {
+        gated_activation(act, s_.gate.data() + t * width + r0, s_.up.data() + t * width + r0, r1 - r0, flavour_);
+        down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, ffn, in_down);
+      }
+    } else {
+      pool.barrier(idle);
+      const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
+      // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
+      for (int64_t t = f0; t < f1; ++t)
+        gated_activation(act, s_.gate.data() + t * width, s_.up.data() + t * width, width, flavour_);
+      down.quantize(s_.gate.data(), f0, f1, ffn, in_down);
+    }
+    pool.barrier(idle);
+    down.compute(in_down, ffn, s_.h.data(), ti, nt);
+    read_weights(1);
+    pool.barrier(idle);
+  };
+
   // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
   const bool own = !s_.own.empty();
   NormOutputs& norm = own ? s_.own[ti] : s_.norm;
@@ -499,9 +552,9 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     // do: no other row is read again (its h is then indexed by output row).
     const bool last = l + 1 == c.n_layer;
     const StepTokens& ffn = last ? pass.outputs : pass.tokens;
-    const int64_t TF = ffn.n;
     // What a norm phase quantized for the phase after it.
     LinearInput *in_q = nullptr, *in_k = nullptr, *in_v = nullptr, *in_gate = nullptr, *in_up = nullptr;
+    LinearInput *in_shexp_gate = nullptr, *in_shexp_up = nullptr;
     for (size_t i = 0; i < phases.size(); ++i) {
       const Phase& phase = phases[i];
       if (const auto* ph = std::get_if<NormPhase>(&phase)) {
@@ -522,14 +575,28 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         } else if (std::holds_alternative<MoeFfnPhase>(next)) {
           // The router's input and the experts' (quantized once per token, in
           // GGML's mul_mat_id order).
+          // A shared expert's inputs are quantized for the batch's token
+          // places, as a dense FFN's (it runs as one: ggml_mul_mat).
           const Linear& expert_gate = L.gate_exps[0];
           in_gate = &norm.gate;
           in_up = L.up_exps[0].same_input(expert_gate) ? &norm.gate : &norm.up;
-          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
-                     {{&L.router, &norm.router},
-                      {&expert_gate, in_gate, &s_.expert_tokens},
-                      {&L.up_exps[0], in_up, &s_.expert_tokens}},
-                     own);
+          if (L.shared_expert()) {
+            in_shexp_gate = &norm.shexp_gate;
+            in_shexp_up = L.up_shexp.same_input(L.gate_shexp) ? &norm.shexp_gate : &norm.shexp_up;
+            norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                       {{&L.router, &norm.router},
+                        {&expert_gate, in_gate, &s_.expert_tokens},
+                        {&L.up_exps[0], in_up, &s_.expert_tokens},
+                        {&L.gate_shexp, in_shexp_gate},
+                        {&L.up_shexp, in_shexp_up}},
+                       own);
+          } else {
+            norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                       {{&L.router, &norm.router},
+                        {&expert_gate, in_gate, &s_.expert_tokens},
+                        {&L.up_exps[0], in_up, &s_.expert_tokens}},
+                       own);
+          }
         } else {
           const Linear &gate = L[Projection::kGate], &up = L[Projection::kUp];
           in_gate = &norm.gate;
@@ -567,40 +634,17 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         pending = true;
         pending_norm = ph->post_norm ? W.post_attn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<MoeFfnPhase>(&phase)) {
+        if (ph->shared_expert) {
+          gated_mlp(L.gate_shexp, L.up_shexp, L.down_shexp, c.moe.shared_width(), ph->activation, *in_shexp_gate,
+                    *in_shexp_up, s_.in_down_shexp, ffn);
+        }
         moe_ffn(pass, l, *ph, ffn, norm.router, *in_gate, *in_up, ti, nt, idle);
         read_weights(1);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase)) {
-        const Linear &gate = L[Projection::kGate], &up = L[Projection::kUp], &down = L[Projection::kDown];
-        // Gate and up, then the gated activation and the down-projection
-        // input. When the down projection's input quantizes by blocks, each
-        // thread goes on to its own rows' outputs (gate and up split on whole
-        // blocks) without a barrier.
-        const int64_t align = own_rows_align(L, nt);  // the down projection's input block, or 1
-        gate.compute(*in_gate, ffn, s_.gate.data(), ti, nt, align);
-        up.compute(*in_up, ffn, s_.up.data(), ti, nt, align);
-        read_weights(2);
-        if (align > 1) {
-          // Shares start on whole blocks, so a share's tail is the row's tail.
-          const auto [r0, r1] = gate.thread_rows(ti, nt, align);
-          for (int64_t t = 0; t < TF && r0 < r1; ++t) {
-            gated_activation(ph->activation, s_.gate.data() + t * F + r0, s_.up.data() + t * F + r0, r1 - r0,
-                             flavour_);
-            down.quantize_blocks(s_.gate.data(), t, r0 / align, r1 / align, ffn, s_.in_down);
-          }
-        } else {
-          pool.barrier(idle);
-          const auto [f0, f1] = ThreadPool::split(TF, ti, nt);
-          // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
-          for (int64_t t = f0; t < f1; ++t)
-            gated_activation(ph->activation, s_.gate.data() + t * F, s_.up.data() + t * F, F, flavour_);
-          down.quantize(s_.gate.data(), f0, f1, ffn, s_.in_down);
-        }
-        pool.barrier(idle);
-        down.compute(s_.in_down, ffn, s_.h.data(), ti, nt);
-        read_weights(1);
-        pool.barrier(idle);
+        gated_mlp(L[Projection::kGate], L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_gate, *in_up,
+                  s_.in_down, ffn);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       }

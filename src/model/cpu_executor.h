@@ -82,6 +82,8 @@ class CpuExecutor final : public Executor {
     // A mixture-of-experts FFN: the router and every expert's projections.
     Linear router;
     std::vector<Linear> gate_exps, up_exps, down_exps;
+    Linear gate_shexp, up_shexp, down_shexp;  // its shared expert, else empty
+    bool shared_expert() const { return gate_shexp.rows() > 0; }
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
   // y += bias over n elements (GGML's add, and add_id for per-expert rows).
@@ -94,13 +96,16 @@ class CpuExecutor final : public Executor {
   // the router's and the experts' inputs): routing, each chosen expert's gated
   // MLP on the tokens routed to it (its weights read once per step), and the
   // weighted sum into h. Ends at a barrier. cpu_executor_moe.cpp.
+  // With a shared expert, h already holds its output (by FFN row), and the
+  // routed sum is added to it: routed + shared, as llama.cpp's ggml_add.
   void moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase, const StepTokens& ffn,
                const LinearInput& in_router, const LinearInput& in_gate, const LinearInput& in_up, int ti, int nt,
                const BarrierIdle& idle);
   // The row alignment of gate/up's thread shares: the down projection's input
   // block when each thread can run the gated activation and that quantize on
   // its own rows right after gate/up (with shares nearly even), else 1.
-  int64_t own_rows_align(const LayerLinears& L, int n_threads) const;
+  // down: the MLP's down projection, width its input's columns.
+  int64_t own_rows_align(const Linear& down, int64_t width, int n_threads) const;
   // The query, key and value heads [q0, q1), [k0, k1), [v0, v1) a thread
   // computes and then rotates and writes to the cache.
   struct QkvHeads {
@@ -118,6 +123,7 @@ class CpuExecutor final : public Executor {
   struct NormOutputs {
     std::vector<float> xn;
     LinearInput q, k, v, gate, up, router;
+    LinearInput shexp_gate, shexp_up;  // a shared expert's (the batch's token places, not the experts')
   };
   void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
 
@@ -133,6 +139,7 @@ class CpuExecutor final : public Executor {
     std::vector<NormOutputs> own;
     // The other quantized projection inputs.
     LinearInput in_o, in_down, in_out;
+    LinearInput in_down_shexp;  // a shared expert's down projection's (its width, not n_ff)
     std::vector<WeightPrefetcher> prefetch;  // one per thread
     std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
     // Every expert matmul runs in GGML's mul_mat_id order: one row at a time

@@ -101,7 +101,8 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
   pool.barrier(idle);
 
   // Each token's experts and weights.
-  const kernels::RouterParams params{router_gating(m.gating), X, K, m.normalize_weights, m.weights_scale, nullptr};
+  const kernels::RouterParams params{router_gating(m.gating), X, K, m.normalize_weights, m.weights_scale,
+                                     phase.selection_bias ? B.selection_bias.f32() : nullptr};
   thread_local std::vector<float> route_scratch;
   route_scratch.resize(X);
   {
@@ -182,14 +183,25 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
   });
   pool.barrier(idle);
 
-  // Each token's experts weighted and summed in its choice order.
+  // Each token's experts weighted and summed in its choice order; then the
+  // shared expert's output (already in h) added to the whole sum, as
+  // llama.cpp's graph does before the residual add (added to the residual
+  // first, or into the sum before its last expert, it would round otherwise).
   {
     const auto [t0, t1] = ThreadPool::split(TF, ti, nt);
     thread_local std::vector<const float*> rows;
+    thread_local std::vector<float> routed;
     rows.resize(K);
+    routed.resize(E);
     for (int64_t t = t0; t < t1; ++t) {
       for (int64_t j = 0; j < K; ++j) rows[j] = moe.out.data() + choice_row[t * K + j] * E;
-      kernels::combine_experts(rows.data(), moe.weights.data() + t * K, K, E, s_.h.data() + t * E);
+      float* h = s_.h.data() + t * E;
+      if (!phase.shared_expert) {
+        kernels::combine_experts(rows.data(), moe.weights.data() + t * K, K, E, h);
+        continue;
+      }
+      kernels::combine_experts(rows.data(), moe.weights.data() + t * K, K, E, routed.data());
+      for (int64_t i = 0; i < E; ++i) h[i] = routed[i] + h[i];
     }
   }
   pool.barrier(idle);

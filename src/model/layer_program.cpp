@@ -17,13 +17,13 @@ void attention_branch(const ModelConfig& c, int64_t l, std::vector<Phase>& out) 
 void ffn_branch(const ModelConfig& c, int64_t l, const char* post_norm, std::vector<Phase>& out) {
   out.push_back(NormPhase{NormPhase::Branch::kFfn, c.traits->ffn_norm_tensor.data()});
   if (c.layers[l].ffn == FfnKind::kMixtureOfExperts) {
-    out.push_back(MoeFfnPhase{c.activation, post_norm});
+    out.push_back(MoeFfnPhase{c.activation, post_norm, c.moe.selection_bias, c.moe.n_expert_shared > 0});
   } else {
     out.push_back(DenseFfnPhase{c.activation, post_norm});
   }
 }
 
-// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss): each branch's
+// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss, glm4moe): each branch's
 // output is added to the stream as it is.
 LayerProgram pre_norm_layer(const ModelConfig& c, int64_t l) {
   LayerProgram p;

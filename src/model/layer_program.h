@@ -62,11 +62,17 @@ struct DenseFfnPhase {
 };
 
 // A mixture of experts routed as ModelConfig::moe says: the router (with its
-// bias where the file has one), the top k, each chosen expert's gated MLP
-// (with per-expert biases where present), the weighted sum.
+// bias where the file has one), the top k (chosen on the probabilities plus
+// exp_probs_b.bias when selection_bias), each chosen expert's gated MLP
+// (with per-expert biases where present), the weighted sum; with a shared
+// expert, a dense gated MLP of every token (ffn_{gate,up,down}_shexp) whose
+// output is added to that sum, as llama.cpp adds it: (routed + shared), then
+// the residual.
 struct MoeFfnPhase {
   Activation activation;
   const char* post_norm;  // as OutputPhase's
+  bool selection_bias = false;
+  bool shared_expert = false;
 };
 
 using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase>;

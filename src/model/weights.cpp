@@ -123,6 +123,14 @@ class LayerLoader {
     if (Status s = set(m.gate_bias, find_bias(f_, p_ + "ffn_gate_exps.bias", F, X)); !s) return s;
     if (Status s = set(m.up_bias, find_bias(f_, p_ + "ffn_up_exps.bias", F, X)); !s) return s;
     if (Status s = set(m.down_bias, find_bias(f_, p_ + "ffn_down_exps.bias", E, X)); !s) return s;
+    if (ph.selection_bias)
+      if (Status s = set(m.selection_bias, find(f_, p_ + "exp_probs_b.bias", {X})); !s) return s;
+    if (ph.shared_expert) {
+      const int64_t S = moe.shared_width();
+      if (Status s = set(m.gate_shexp, find(f_, p_ + "ffn_gate_shexp.weight", {E, S})); !s) return s;
+      if (Status s = set(m.up_shexp, find(f_, p_ + "ffn_up_shexp.weight", {E, S})); !s) return s;
+      if (Status s = set(m.down_shexp, find(f_, p_ + "ffn_down_shexp.weight", {S, E})); !s) return s;
+    }
     return post_norm(L_.post_ffn_norm, ph.post_norm);
   }
 

@@ -49,6 +49,10 @@ struct MoeWeights {
   // Biases (gpt-oss), else empty: the router's (n_expert), and each expert's
   // gate, up and down outputs' (row e is expert e's).
   WeightView router_bias, gate_bias, up_bias, down_bias;
+  // The selection bias (exp_probs_b.bias, n_expert), else empty.
+  WeightView selection_bias;
+  // The shared expert's gated MLP (MoeFfnPhase::shared_expert), else empty.
+  WeightView gate_shexp, up_shexp, down_shexp;
   explicit operator bool() const { return static_cast<bool>(router); }
 };
 

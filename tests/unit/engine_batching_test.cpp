@@ -232,7 +232,8 @@ TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput
 INSTANTIATE_TEST_SUITE_P(Models, EngineBatching,
                          ::testing::Combine(::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf",
                                                               "tiny-qwen3moe.gguf", "tiny-llama3.gguf",
-                                                              "tiny-gemma3.gguf", "tiny-gpt-oss.gguf"),
+                                                              "tiny-gemma3.gguf", "tiny-gpt-oss.gguf",
+                                                              "tiny-glm4moe.gguf"),
                                             ::testing::Values(DType::F16, DType::Q8_0, DType::Q4_0)),
                          [](const ::testing::TestParamInfo<BatchingParam>& info) {
                            const std::string model =

@@ -12,7 +12,9 @@
 #include "gguf/gguf.h"
 #include "model/architecture.h"
 #include "model/config.h"
+#include "model/layer_program.h"
 #include "model/model.h"
+#include "model/weights.h"
 
 namespace inferd {
 namespace {
@@ -38,7 +40,7 @@ ModelConfig config_of(const std::string& name) {
 }
 
 TEST(ModelArchitecture, TableNamesWhatRunsAndRefusesTheRest) {
-  for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss"}) {
+  for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "glm4moe"}) {
     ASSERT_NE(find_architecture(name), nullptr) << name;
     EXPECT_EQ(find_architecture(name)->name, name);
   }
@@ -80,6 +82,75 @@ TEST(ModelArchitecture, GptOssLayersAndYarnFromMetadata) {
   EXPECT_EQ(r.corr_dims[1], 18.0f);
   EXPECT_NEAR(r.attn_factor, 1.0f, 1e-6f);
   EXPECT_EQ(c.kq_scale, 0.125f);  // 1 / sqrt(64)
+}
+
+// glm4moe (GLM-4.5) from the tiny model's metadata: block_count 5 of which the
+// last is a NextN block (not run, its tensors not loaded), two dense leading
+// layers, then MoE layers routed by sigmoid with a selection bias, renormalized
+// and scaled (the file's keys), with a shared expert 1 x 64 wide; partial NeoX
+// RoPE (16 of 32 dimensions); biases taken from the file, no QK norms.
+TEST(ModelArchitecture, Glm4MoeLayersAndRoutingFromMetadata) {
+  const ModelConfig c = config_of("tiny-glm4moe.gguf");
+  ASSERT_TRUE(c.can_generate());
+  EXPECT_EQ(c.rope_style, RopeStyle::kNeox);
+  EXPECT_EQ(c.activation, Activation::kSwiGLU);
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_FALSE(c.qk_norm);  // the file has none (GLM-4.5-Air's shape)
+  EXPECT_EQ(c.traits->ffn_norm_tensor, "post_attention_norm.weight");
+  EXPECT_EQ(c.n_layer, 4);
+  EXPECT_EQ(c.n_layer_nextn, 1);
+  EXPECT_EQ(c.moe.gating, ExpertGating::kSigmoid);
+  EXPECT_TRUE(c.moe.normalize_weights);  // expert_weights_norm, which the row alone leaves off
+  EXPECT_EQ(c.moe.weights_scale, 2.5f);
+  EXPECT_TRUE(c.moe.selection_bias);
+  EXPECT_EQ(c.moe.n_expert_shared, 1);
+  EXPECT_EQ(c.moe.shared_width(), 64);
+  EXPECT_EQ(c.moe.n_leading_dense, 2);
+  ASSERT_EQ(c.layers.size(), 4u);
+  for (int64_t l = 0; l < 4; ++l)
+    EXPECT_EQ(c.layers[l].ffn, l < 2 ? FfnKind::kDense : FfnKind::kMixtureOfExperts) << l;
+
+  const std::vector<LayerProgram> programs = build_layer_programs(c);
+  ASSERT_EQ(programs.size(), 4u);
+  const auto* dense = std::get_if<DenseFfnPhase>(&programs[1].phases.back());
+  EXPECT_NE(dense, nullptr);
+  const auto* moe = std::get_if<MoeFfnPhase>(&programs[2].phases.back());
+  ASSERT_NE(moe, nullptr);
+  EXPECT_TRUE(moe->selection_bias);
+  EXPECT_TRUE(moe->shared_expert);
+
+  auto f = gguf::File::open(model_file("tiny-glm4moe.gguf"));
+  ASSERT_TRUE(f.ok());
+  auto w = ModelWeights::from_gguf(**f, c, programs);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  ASSERT_EQ(w->layers.size(), 4u);  // blk.4, the NextN block, is left in the file
+  for (int64_t l = 0; l < 4; ++l) {
+    const LayerWeights& L = w->layers[l];
+    EXPECT_TRUE(L.bq && L.bk && L.bv) << l;
+    EXPECT_EQ(static_cast<bool>(L.moe), l >= 2) << l;
+    if (l < 2) continue;
+    EXPECT_EQ(L.moe.selection_bias.cols, 16) << l;
+    EXPECT_EQ(L.moe.gate_shexp.rows, 64) << l;
+    EXPECT_EQ(L.moe.down_shexp.cols, 64) << l;
+  }
+}
+
+// Without expert_gating_func and expert_weights_norm, glm4moe routes as
+// llama.cpp's loader defaults it: sigmoid, weights not renormalized; a qwen3moe
+// file's keys are not read (its graph fixes softmax and renormalization).
+TEST(ModelArchitecture, Glm4MoeRoutingDefaultsAndOtherRowsIgnoreTheKeys) {
+  const ArchitectureTraits* glm = find_architecture("glm4moe");
+  ASSERT_NE(glm, nullptr);
+  EXPECT_EQ(glm->moe.gating, ExpertGating::kSigmoid);
+  EXPECT_FALSE(glm->moe.normalize_weights);
+  EXPECT_TRUE(glm->moe.routing_from_file);
+  EXPECT_FALSE(find_architecture("qwen3moe")->moe.routing_from_file);
+  EXPECT_FALSE(find_architecture("gpt-oss")->moe.shared_experts);
+  const ModelConfig q = config_of("tiny-qwen3moe.gguf");
+  EXPECT_EQ(q.moe.n_expert_shared, 0);
+  EXPECT_FALSE(q.moe.selection_bias);
+  EXPECT_EQ(q.n_layer_nextn, 0);
 }
 
 TEST(ModelArchitecture, Gemma3LayersFromMetadata) {

@@ -56,6 +56,17 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      output. gpt-oss's own tokenizer (o200k_harmony, 201,088 tokens, made by
                      make_gpt_oss_vocab.py into tests/data/vocab/gpt-oss-vocab.gguf) and
                      llama.cpp's vendored gpt-oss chat template (tests/data/chat/).
+  tiny-glm4moe.gguf  `glm4moe` (GLM-4.5): 5 blocks, of which the last is a NextN/MTP block
+                     (nextn_predict_layers 1: the main model runs 4 and skips it; it carries
+                     nextn.eh_proj/enorm/hnorm/shared_head_norm as real files do); layers 0 and 1
+                     dense (leading_dense_block_count 2), 2 and 3 a mixture of 16 experts of width 64
+                     with one shared expert (ffn_{gate,up,down}_shexp, width 64, run for every
+                     token and added to the routed sum), 4 chosen by sigmoid gating with a
+                     per-expert selection bias (exp_probs_b.bias), the weights renormalized and
+                     scaled by 2.5 (expert_weights_norm, expert_weights_scale); biases on Q/K/V,
+                     no QK norms (as GLM-4.5-Air), the FFN norm stored as post_attention_norm,
+                     partial NeoX RoPE (16 of head_dim 32 rotated, as GLM's factor 0.5); n_embd
+                     32, GQA 4/2; tied output. Qwen2.5's tokenizer, as tiny-qwen3.
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -529,8 +540,68 @@ def make_gpt_oss(models_dir, path):
     return w
 
 
+# The dense leading layers and the MoE layers cycle types as qwen3moe's; the shared expert takes
+# the layer's dense gate/up/down types.
+def make_glm4moe(models_dir, path):
+    n_trunk, n_nextn, n_dense = 4, 1, 2
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=n_trunk + n_nextn, n_ff=96, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=1000000.0, rms_eps=1e-5)
+    n_expert, n_expert_used, n_ff_exp, n_shared = 16, 4, 64, 1
+    rope_dim = h["head_dim"] // 2  # GLM-4.5's partial_rotary_factor 0.5
+    w = GGUFWriter(path, "glm4moe")
+    common_hparams(w, "glm4moe", "inferd tiny glm4moe (random)", h)
+    w.add_rope_dimension_count(rope_dim)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_count(n_shared)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_expert_weights_scale(2.5)
+    w.add_expert_weights_norm(True)
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_nextn_predict_layers(n_nextn)
+    copy_tokenizer(w, models_dir / QWEN_VOCAB_FROM)
+    n_vocab = 151936
+    b = Builder(seed=45)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    n_embd, n_ff = h["n_embd"], h["n_ff"]
+    for i in range(h["n_layer"]):
+        t = QWEN3MOE_TYPES[i % len(QWEN3MOE_TYPES)]
+        p = f"blk.{i}."
+        attention_block(b, h, t, p, qkv_bias=True)
+        b.norm(p + "post_attention_norm.weight", n_embd)
+        if i < n_dense:
+            b.matrix(p + "ffn_gate.weight", n_ff, n_embd, t["gate"])
+            b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
+            b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
+        else:
+            b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+            # A selection bias of the sigmoid probabilities' own scale: it changes which experts are
+            # chosen for many tokens, but not the chosen ones' weights.
+            b.bias(p + "exp_probs_b.bias", n_expert, 0.3)
+            b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)),
+                  t["gate"])
+            b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
+            b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 1.5 / math.sqrt(n_ff_exp)),
+                  t["down"])
+            n_ff_sh = n_ff_exp * n_shared
+            b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
+            b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
+            b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+        if i >= n_trunk:
+            # The NextN block's own tensors: llama.cpp's main graph never reads them.
+            b.matrix(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd, T.Q8_0)
+            b.norm(p + "nextn.enorm.weight", n_embd)
+            b.norm(p + "nextn.hnorm.weight", n_embd)
+            b.norm(p + "nextn.shared_head_norm.weight", n_embd)
+    b.write(w)
+    return w
+
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
-          "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss}
+          "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
+          "tiny-glm4moe": make_glm4moe}
 
 
 def main():
