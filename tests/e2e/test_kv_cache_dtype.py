@@ -69,7 +69,6 @@ def test_serve_logs_and_exports_the_capacity(server):
     assert server.metric("inferd:kv_cache_capacity_tokens", kv_cache_dtype="f16") == int(m.group(1))
 
 
-# Needs the CPU attention kernels to read q8_0; skipped, naming that, until they do.
 def test_a_q8_0_server_holds_about_1_9_times_the_tokens(server, tmp_path):
     srv = start(tmp_path, ["--kv-cache-dtype", "q8_0"], wait_ready=False)
     try:
@@ -82,9 +81,6 @@ def test_a_q8_0_server_holds_about_1_9_times_the_tokens(server, tmp_path):
                 pass
             time.sleep(0.1)
         if srv.process.poll() is not None:
-            refused = re.search(r"KV cache dtype q8_0 is not supported for this model.*", srv.log())
-            if refused:
-                pytest.skip("the executor does not read q8_0 KV caches yet: " + refused.group(0))
             pytest.fail(f"inferd serve exited with {srv.process.returncode}:\n{srv.log()}")
         f16 = int(capacity_line(server.log()).group(1))
         q8 = capacity_line(srv.log())

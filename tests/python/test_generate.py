@@ -176,12 +176,7 @@ def test_kv_cache_dtype_sets_the_caches_type_and_its_capacity(llm):
     f16 = llm.stats()
     assert f16["kv_cache_dtype"] == "f16"  # auto
     assert f16["kv_capacity_tokens"] == f16["kv_cache_blocks"] * 16
-    try:
-        q8 = LLM(str(DEFAULT_MODEL), kv_cache_dtype="q8_0", **ENGINE_ARGS)
-    except ValueError as e:
-        if "KV cache dtype q8_0 is not supported for this model" not in str(e):
-            raise
-        pytest.skip(f"the executor does not read q8_0 KV caches yet: {e}")
+    q8 = LLM(str(DEFAULT_MODEL), kv_cache_dtype="q8_0", **ENGINE_ARGS)
     s = q8.stats()
     assert s["kv_cache_dtype"] == "q8_0"
     # The same 256M: 34 bytes per 32 values instead of 64.
