@@ -66,6 +66,20 @@ struct KVCacheSpec {
   // Bytes of one token's keys (or values) in one layer: the stride between
   // slots in a layer's slab.
   size_t slot_bytes() const { return static_cast<size_t>(num_kv_heads) * head_bytes(); }
+  // Quantized keys and values are stored rotated by a Walsh-Hadamard matrix
+  // (kernels/cpu/hadamard.h) in chunks of these many elements, as
+  // llama.cpp's cache does when the head is whole multiples of 64: keys (and
+  // the queries that read them) by the largest power of two from 64 up that
+  // divides the head, values by 64 (rotated back after attention). 0: not
+  // rotated (f16, bf16, or a head that is not a multiple of 64).
+  int64_t key_rotation() const {
+    if (!is_quantized_kv() || head_size % 64 != 0) return 0;
+    int64_t n = 64;
+    while (head_size % (2 * n) == 0) n *= 2;
+    return n;
+  }
+  int64_t value_rotation() const { return is_quantized_kv() && head_size % 64 == 0 ? 64 : 0; }
+  bool is_quantized_kv() const { return dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F32; }
   // Bytes of one layer's keys (or values) of one block: the contiguous run a
   // block is in each slab (what a KV transfer reads per layer, per side).
   size_t segment_bytes() const { return static_cast<size_t>(block_size) * slot_bytes(); }

@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/rms_norm.h"
@@ -189,6 +190,10 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
   L[Projection::kV].compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
   const float* q_norm = phase.qk_norm ? W.q_norm.f32() : nullptr;
   const float* k_norm = phase.qk_norm ? W.k_norm.f32() : nullptr;
+  // A quantized cache keeps keys and values rotated (kv::KVCacheSpec::
+  // key_rotation); queries turn with the keys, so their products do not.
+  const kv::KVCacheSpec& kv_spec = pass.cache->layer_spec(l);
+  const int64_t k_rot = kv_spec.key_rotation(), v_rot = kv_spec.value_rotation();
   for (int64_t t = 0; t < T; ++t) {
     const float* cos_t = &s_.rope_cos[phase.rope][t * half];
     const float* sin_t = &s_.rope_sin[phase.rope][t * half];
@@ -199,6 +204,7 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
       kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
       if (phase.query_scale != 1.0f)
         for (int64_t i = 0; i < D; ++i) q[i] *= phase.query_scale;
+      if (k_rot > 0) kernels::hadamard_rotate(q, D, k_rot);
     }
     const int64_t slot = batch.slots[pass.cache->group(l)][t];
     // Keys and values are written as the cache's spec says (its dtype, its
@@ -218,12 +224,14 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
       if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
       if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
       kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+      if (k_rot > 0) kernels::hadamard_rotate(k, D, k_rot);
       kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + slot * slot_bytes + g * head_bytes, D);
       prefetch_next_slot(pass.cache->k(l), g * head_bytes);
     }
     for (int64_t g = mine.v0; g < mine.v1; ++g) {
       float* v = s_.v.data() + t * KVD + g * D;
       if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
+      if (v_rot > 0) kernels::hadamard_rotate(v, D, v_rot);
       kernels::quantize_row(kv_dtype, v, pass.cache->v(l) + slot * slot_bytes + g * head_bytes, D);
       prefetch_next_slot(pass.cache->v(l), g * head_bytes);
     }
@@ -261,6 +269,9 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
                           phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
                           sinks ? sinks + h : nullptr);
+    // Values were stored rotated: the weighted sum turns back (H is its own inverse).
+    if (const int64_t v_rot = kv_spec.value_rotation(); v_rot > 0)
+      kernels::hadamard_rotate(s_.attn.data() + t * c.q_dim() + h * D, n_heads * D, v_rot);
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
   }
 }
