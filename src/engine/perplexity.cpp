@@ -4,59 +4,11 @@
 #include <cmath>
 #include <string>
 
-#include "engine/scheduler_output.h"
-#include "model/forward_batch.h"
-#include "model/kv_cache.h"
+#include "engine/sequence_generator.h"
 
 namespace inferd {
 
 namespace {
-
-constexpr int32_t kBlockSize = 16;
-
-// One window's keys and values in one dtype: a cache whose blocks all belong
-// to the one sequence, each KV group its own run of them.
-class WindowCache {
- public:
-  WindowCache(const ModelConfig& config, int64_t context, DType dtype)
-      : layout_(KVLayout::plan(config, kBlockSize, dtype)),
-        cache_(layout_, layout_.blocks_for_request(context, kBlockSize)) {
-    const int32_t n_groups = layout_.num_groups();
-    const int32_t per_group = static_cast<int32_t>(cache_.n_blocks() / n_groups);
-    tables_.resize(n_groups);
-    for (int32_t g = 0; g < n_groups; ++g)
-      for (int32_t b = 0; b < per_group; ++b) tables_[g].push_back(g * per_group + b);
-  }
-  const KVLayout& layout() const { return layout_; }
-
-  // Runs window[from, to) at positions from..to-1 (the positions before it
-  // already in the cache) and returns the logits of positions [first_logit,
-  // last_logit) that fall in it, a row each, in order.
-  void run(Model& model, const std::vector<int32_t>& window, int64_t from, int64_t to, int64_t first_logit,
-           int64_t last_logit, std::vector<float>& logits) {
-    batch_.clear();
-    batch_.slots.resize(tables_.size());
-    for (int64_t p = from; p < to; ++p) {
-      batch_.tokens.push_back(window[p]);
-      batch_.positions.push_back(static_cast<int32_t>(p));
-      for (size_t g = 0; g < tables_.size(); ++g) batch_.slots[g].push_back(kv_slot(tables_[g], kBlockSize, p));
-      if (p >= first_logit && p < last_logit) batch_.logit_rows.push_back(static_cast<int32_t>(p - from));
-    }
-    SequenceSlice s;
-    s.first_token = 0;
-    s.n_tokens = static_cast<int32_t>(to - from);
-    for (const std::vector<int32_t>& table : tables_)
-      s.block_tables.emplace_back(table.begin(), table.begin() + (to + kBlockSize - 1) / kBlockSize);
-    batch_.sequences.push_back(std::move(s));
-    model.forward(batch_, cache_, logits);
-  }
-
- private:
-  KVLayout layout_;
-  KVCache cache_;
-  std::vector<std::vector<int32_t>> tables_;
-  ForwardBatch batch_;
-};
 
 double mean_error(double sum, double sum2, int64_t n) {
   if (n < 2) return 0.0;
@@ -132,10 +84,11 @@ Result<PerplexityResult> measure_perplexity(Model& model, const std::vector<int3
                       std::to_string(o.context));
   const int64_t windows = o.max_windows < 0 ? whole : std::min(whole, o.max_windows);
 
-  WindowCache cache(config, o.context, o.kv_dtype);
-  if (Status s = model.check_kv_cache(cache.layout()); !s) return s.error();
-  std::unique_ptr<WindowCache> base;
-  if (o.compare_with_f16) base = std::make_unique<WindowCache>(config, o.context, DType::F16);
+  // A window's keys and values in the dtype asked for, and in f16 beside it.
+  SequenceGenerator cache(model, o.context, o.kv_dtype);
+  if (Status s = model.check_kv_cache(cache.kv_layout()); !s) return s.error();
+  std::unique_ptr<SequenceGenerator> base;
+  if (o.compare_with_f16) base = std::make_unique<SequenceGenerator>(model, o.context, DType::F16);
 
   const Tokenizer& tok = model.tokenizer();
   const bool bos = tok.add_bos() && tok.bos_id() >= 0;
@@ -151,8 +104,8 @@ Result<PerplexityResult> measure_perplexity(Model& model, const std::vector<int3
     if (bos) window[0] = tok.bos_id();
     for (int64_t from = 0; from < o.context; from += o.batch) {
       const int64_t to = std::min(o.context, from + o.batch);
-      cache.run(model, window, from, to, first, last, logits);
-      if (base) base->run(model, window, from, to, first, last, base_logits);
+      cache.feed(window, from, to, first, last, logits);
+      if (base) base->feed(window, from, to, first, last, base_logits);
       for (int64_t p = std::max(from, first), row = 0; p < std::min(to, last); ++p, ++row) {
         const int32_t next = window[p + 1];
         const float* l = logits.data() + row * n_vocab;

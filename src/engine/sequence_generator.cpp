@@ -26,8 +26,8 @@ SequenceGenerator::SequenceGenerator(Model& model, int64_t max_context, DType kv
     for (int32_t b = 0; b < per_group; ++b) block_tables_[g].push_back(g * per_group + b);
 }
 
-void SequenceGenerator::run(const std::vector<int32_t>& tokens, int64_t from, int64_t to,
-                            bool want_logits) {
+void SequenceGenerator::run(const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t first_logit,
+                            int64_t last_logit, std::vector<float>& logits) {
   batch_.clear();
   const size_t n_groups = block_tables_.size();
   batch_.slots.resize(n_groups);
@@ -35,6 +35,7 @@ void SequenceGenerator::run(const std::vector<int32_t>& tokens, int64_t from, in
     batch_.tokens.push_back(tokens[p]);
     batch_.positions.push_back(static_cast<int32_t>(p));
     for (size_t g = 0; g < n_groups; ++g) batch_.slots[g].push_back(kv_slot(block_tables_[g], kBlockSize, p));
+    if (p >= first_logit && p < last_logit) batch_.logit_rows.push_back(static_cast<int32_t>(p - from));
   }
   SequenceSlice s;
   s.first_token = 0;
@@ -42,8 +43,13 @@ void SequenceGenerator::run(const std::vector<int32_t>& tokens, int64_t from, in
   for (const std::vector<int32_t>& table : block_tables_)
     s.block_tables.emplace_back(table.begin(), table.begin() + (to + kBlockSize - 1) / kBlockSize);
   batch_.sequences.push_back(std::move(s));
-  if (want_logits) batch_.logit_rows.push_back(static_cast<int32_t>(to - from - 1));
-  model_.forward(batch_, cache_, logits_);
+  model_.forward(batch_, cache_, logits);
+}
+
+void SequenceGenerator::feed(const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t first_logit,
+                             int64_t last_logit, std::vector<float>& logits) {
+  cached_.clear();
+  run(tokens, from, to, first_logit, last_logit, logits);
 }
 
 Result<std::vector<float>> SequenceGenerator::prompt_logits(const std::vector<int32_t>& prompt) {
@@ -83,7 +89,7 @@ Result<std::vector<int32_t>> SequenceGenerator::generate(
   const int64_t n = static_cast<int64_t>(prompt.size());
   for (int64_t from = reuse; from < n; from += options.prefill_chunk) {
     const int64_t to = std::min(n, from + options.prefill_chunk);
-    run(prompt, from, to, to == n);
+    run(prompt, from, to, n - 1, to == n ? n : n - 1, logits_);
   }
   cached_ = prompt;
   stats_.prefill_seconds = seconds_since(t0);
@@ -100,8 +106,8 @@ Result<std::vector<int32_t>> SequenceGenerator::generate(
     if (options.stop_at_end_of_generation && model_.tokenizer().is_eog(tok)) break;
     if (i + 1 == options.max_tokens) break;
     cached_.push_back(tok);
-    run(cached_, static_cast<int64_t>(cached_.size()) - 1, static_cast<int64_t>(cached_.size()),
-        true);
+    const int64_t last = static_cast<int64_t>(cached_.size());
+    run(cached_, last - 1, last, last - 1, last, logits_);
   }
   stats_.generated_tokens = static_cast<int64_t>(out.size());
   stats_.decode_seconds = seconds_since(t0);

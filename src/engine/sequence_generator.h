@@ -46,12 +46,22 @@ class SequenceGenerator {
   // Runs the prompt only and returns the logits at its last position.
   Result<std::vector<float>> prompt_logits(const std::vector<int32_t>& prompt);
 
+  // Feeds tokens[from, to) at positions from..to-1, after the cache's
+  // positions [0, from), and returns the logits of the positions in
+  // [first_logit, last_logit) among them, a row each, in order (scoring:
+  // engine/perplexity.h). The next generate() recomputes its whole prompt.
+  void feed(const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t first_logit, int64_t last_logit,
+            std::vector<float>& logits);
+
+  const KVLayout& kv_layout() const { return cache_.layout(); }
   const GenerationStats& stats() const { return stats_; }
   int64_t max_context() const { return max_context_; }
 
  private:
-  // Feeds tokens[from, to) at positions from..to-1; returns logits of the last.
-  void run(const std::vector<int32_t>& tokens, int64_t from, int64_t to, bool want_logits);
+  // Feeds tokens[from, to) at positions from..to-1; logits of positions
+  // [first_logit, last_logit) into `logits`.
+  void run(const std::vector<int32_t>& tokens, int64_t from, int64_t to, int64_t first_logit, int64_t last_logit,
+           std::vector<float>& logits);
 
   Model& model_;
   int64_t max_context_;
