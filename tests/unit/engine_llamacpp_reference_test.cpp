@@ -40,35 +40,17 @@ constexpr float kLogitTolerance = 1e-3f;
 constexpr float kNearTieGap = kLogitTolerance;
 constexpr int kMinIdenticalOf20 = 19;
 
-std::string logits_root() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
-
 // Every directory of tests/data/logits/ with a meta.json, sorted.
-std::vector<std::string> reference_dirs() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(logits_root(), ec)) {
-    if (e.is_directory() && fs::exists(e.path() / "meta.json")) out.push_back(e.path().filename().string());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::vector<std::string> reference_dirs() { return test::logits_dirs_with("meta.json"); }
 
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    ADD_FAILURE() << "missing " << path;
-    return nlohmann::json();
-  }
-  return nlohmann::json::parse(in);
-}
 
 class LlamaCppReference : public ::testing::TestWithParam<std::string> {};
 
 // One pass per prompt: prefill (compare the last-position logits), then the
 // greedy steps from a fresh cache (compare the continuation).
 TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
-  const std::string dir = logits_root() + "/" + GetParam();
-  const nlohmann::json meta = read_json(dir + "/meta.json");
+  const std::string dir = test::logits_root() + "/" + GetParam();
+  const nlohmann::json meta = test::read_json(dir + "/meta.json");
   ASSERT_TRUE(meta.is_object());
   ASSERT_TRUE(meta.contains("model_file")) << dir << "/meta.json names no model_file";
   const std::string model_file = meta["model_file"].get<std::string>();
@@ -89,8 +71,8 @@ TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
   ASSERT_TRUE(loaded.ok()) << path << ": " << loaded.error().message;
   std::unique_ptr<Model> model = std::move(*loaded);
 
-  const nlohmann::json prompts = read_json(dir + "/prompts.json");
-  const nlohmann::json greedy = read_json(dir + "/greedy.json");
+  const nlohmann::json prompts = test::read_json(dir + "/prompts.json");
+  const nlohmann::json greedy = test::read_json(dir + "/greedy.json");
   ASSERT_EQ(prompts.size(), greedy.size());
   ASSERT_FALSE(prompts.empty());
   const int64_t n_vocab = model->config().n_vocab;
@@ -191,19 +173,19 @@ INSTANTIATE_TEST_SUITE_P(Models, LlamaCppReference, ::testing::ValuesIn(referenc
 // silently skipped.
 TEST(LlamaCppReferenceData, EveryDirectoryIsComplete) {
   const std::vector<std::string> dirs = reference_dirs();
-  EXPECT_GE(dirs.size(), 1u) << "no reference data under " << logits_root();
-  for (const fs::directory_entry& e : fs::directory_iterator(logits_root())) {
+  EXPECT_GE(dirs.size(), 1u) << "no reference data under " << test::logits_root();
+  for (const fs::directory_entry& e : fs::directory_iterator(test::logits_root())) {
     EXPECT_TRUE(e.is_directory()) << e.path() << ": reference data lives in one directory per model";
   }
   for (const std::string& d : dirs) {
-    const nlohmann::json meta = read_json(logits_root() + "/" + d + "/meta.json");
+    const nlohmann::json meta = test::read_json(test::logits_root() + "/" + d + "/meta.json");
     EXPECT_TRUE(meta.contains("model_file")) << d;
     EXPECT_TRUE(meta.contains("model_sha256")) << d;
     EXPECT_TRUE(meta.contains("ggml_flavour") &&
                 kernels::parse_ggml_flavour(meta["ggml_flavour"].get<std::string>()).has_value())
         << d;
     for (const char* f : {"prompts.json", "greedy.json", "last_logits.f32"})
-      EXPECT_TRUE(fs::exists(logits_root() + "/" + d + "/" + f)) << d << "/" << f;
+      EXPECT_TRUE(fs::exists(test::logits_root() + "/" + d + "/" + f)) << d << "/" << f;
   }
 }
 

@@ -24,31 +24,14 @@ namespace fs = std::filesystem;
 // log-sum-exp of the row, which may move by as much again.
 constexpr double kLogprobTolerance = 2 * 1e-3;
 
-std::string logits_root() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
+std::vector<std::string> scored_dirs() { return test::logits_dirs_with("prompt_logprobs.json"); }
 
-std::vector<std::string> scored_dirs() {
-  std::vector<std::string> out;
-  std::error_code ec;
-  for (const fs::directory_entry& e : fs::directory_iterator(logits_root(), ec))
-    if (e.is_directory() && fs::exists(e.path() / "prompt_logprobs.json")) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    ADD_FAILURE() << "missing " << path;
-    return nlohmann::json();
-  }
-  return nlohmann::json::parse(in);
-}
 
 class PromptLogprobsReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
-  const std::string dir = logits_root() + "/" + GetParam();
-  const nlohmann::json meta = read_json(dir + "/meta.json");
+  const std::string dir = test::logits_root() + "/" + GetParam();
+  const nlohmann::json meta = test::read_json(dir + "/meta.json");
   const std::string model_file = meta["model_file"].get<std::string>();
   const std::string path = test::find_model_file(model_file);
   ASSERT_FALSE(path.empty()) << model_file << " not found in " << test::model_dir() << " nor in "
@@ -62,7 +45,7 @@ TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
   auto model = Model::load(path, lo);
   ASSERT_TRUE(model.ok()) << path << ": " << model.error().message;
 
-  const nlohmann::json scored = read_json(dir + "/prompt_logprobs.json");
+  const nlohmann::json scored = test::read_json(dir + "/prompt_logprobs.json");
   ASSERT_FALSE(scored.empty());
   EngineConfig config;
   config.kv_cache_bytes = 64 << 20;

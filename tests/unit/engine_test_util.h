@@ -4,14 +4,18 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "engine/sequence_generator.h"
@@ -42,6 +46,30 @@ inline std::string find_model_file(const std::string& file) {
     if (std::ifstream(path).good()) return path;
   }
   return "";
+}
+
+// tests/data/logits/: one directory of llama.cpp reference data per model
+// (tools/reference/logits_reference.py).
+inline std::string logits_root() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
+
+// The directories of logits_root() that hold `file`, sorted.
+inline std::vector<std::string> logits_dirs_with(const std::string& file) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const std::filesystem::directory_entry& e : std::filesystem::directory_iterator(logits_root(), ec))
+    if (e.is_directory() && std::filesystem::exists(e.path() / file)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A JSON file, or null (and a test failure naming it) when it is missing.
+inline nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    ADD_FAILURE() << "missing " << path;
+    return nlohmann::json();
+  }
+  return nlohmann::json::parse(in);
 }
 
 class ModelTest : public ::testing::Test {
