@@ -44,7 +44,9 @@ std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
   if (c.n_layer < 1 || c.head_dim < 1) return rows;
   constexpr int32_t kBlockSize = 16;  // EngineArgs' default
   for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
-    if (!KVLayout::plan(c, kBlockSize, t).storage_spec().validate()) continue;
+    const kv::KVCacheSpec spec = KVLayout::plan(c, kBlockSize, t).storage_spec();
+    if (!spec.validate()) continue;
+    if (spec.kind == kv::KVCacheKind::kLatent && t != DType::F16) continue;  // the latent cache is F16 only
     const KVCapacity cap = kv_capacity_for_bytes(c, kBlockSize, t, int64_t{1} << 30);
     rows.push_back({kv::kv_cache_dtype_name(t), static_cast<int64_t>(cap.bytes_per_token), cap.tokens});
   }

@@ -70,4 +70,21 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
   fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
+void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                         GgmlFlavour flavour) {
+  assert(kv.dtype == DType::F16 && Dv <= Dk);
+  // The portable kernel, head by head: a latent head (576 for DeepSeek) is
+  // wider than the vector kernels' registers hold.
+  for (int64_t h = 0; h < n_heads; ++h) {
+    if (flavour == GgmlFlavour::kAvx2) {
+      detail::attend_one_head_kv_of<detail::ggml_avx2::Build>(q + h * Dk, kv, 0, Dk, Dv, pos_begin, pos_end, scale,
+                                                              pass, out + h * Dv, nullptr);
+    } else {
+      detail::attend_one_head_kv_of<detail::Avx512Build>(q + h * Dk, kv, 0, Dk, Dv, pos_begin, pos_end, scale, pass,
+                                                         out + h * Dv, nullptr);
+    }
+  }
+}
+
 }  // namespace inferd::kernels
