@@ -113,6 +113,13 @@ int run_info(const InfoFlags& f) {
                     {"leading_dense_layers", c.moe.n_leading_dense},
                     {"shared", c.moe.n_expert_shared}};
   }
+  if (c.mla) {
+    j["latent_attention"] = {{"q_lora_rank", c.mla.q_lora_rank},
+                             {"kv_lora_rank", c.mla.kv_lora_rank},
+                             {"qk_nope_head_dim", c.mla.qk_nope},
+                             {"qk_rope_head_dim", c.mla.qk_rope},
+                             {"v_head_dim", c.mla.v_head}};
+  }
   if (c.n_layer_nextn > 0) j["nextn_layers"] = c.n_layer_nextn;  // in the file after `layers`, not run
   j["context_length"] = c.context_length;
   j["rope_freq_base"] = c.rope_freq_base;
@@ -164,8 +171,18 @@ int run_info(const InfoFlags& f) {
              std::to_string(c.n_layer) + " layers";
   else if (c.sliding_window > 0)
     window = ", sliding window " + std::to_string(c.sliding_window);
-  std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
-              (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
+  if (c.mla) {
+    // The cache keeps one latent + RoPE key a token (head_dim), not per-head keys and values.
+    std::printf("attention      %lld heads, latent (MLA): cache %lld = latent %lld + RoPE key %lld, query %s, "
+                "heads' keys %lld, values %lld\n",
+                (long long)c.n_head, (long long)c.mla.latent_width(), (long long)c.mla.kv_lora_rank,
+                (long long)c.mla.qk_rope,
+                c.mla.q_lora_rank > 0 ? ("compressed to " + std::to_string(c.mla.q_lora_rank)).c_str() : "direct",
+                (long long)c.mla.q_head(), (long long)c.mla.v_head);
+  } else {
+    std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
+                (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
+  }
   std::printf("context        %lld tokens (RoPE base %g)\n", (long long)c.context_length, c.rope_freq_base);
   if (tok) {
     std::printf("vocabulary     %lld tokens, %s, BOS %d, EOS %d\n", (long long)c.n_vocab, tok->model_name().c_str(),

@@ -146,6 +146,7 @@ Status yarn_scaling(RopeConfig& rope, int64_t rope_dim, int64_t orig_ctx, float 
   rope.corr_dims[1] = std::min(static_cast<float>(rope_dim - 1), end);
   return {};
 }
+
 // `<arch>.attention.*` of latent attention as llama.cpp's deepseek2 loader
 // reads them (files converted since attn_kv_b is split into attn_k_b and
 // attn_v_b, which carry key_length_mla and value_length_mla).

@@ -88,6 +88,14 @@ void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int
                          GgmlFlavour flavour = GgmlFlavour::kAvx512);
 
 namespace detail {
+// attend_latent_heads in `flavour`'s order, compiled for any x86-64 CPU and
+// with FMA instructions (attention_avx2.cpp): the same bits.
+template <GgmlFlavour flavour>
+void attend_latent_heads_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+template <GgmlFlavour flavour>
+void attend_latent_heads_fma(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                             int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
