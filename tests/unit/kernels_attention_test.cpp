@@ -570,6 +570,18 @@ TEST(KernelsAttention, LatentHeadsReadTheirValuesFromTheKeys) {
                                                               : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx2>;
           scalar(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass, portable.data());
           ASSERT_EQ(std::memcmp(got.data(), portable.data(), got.size() * sizeof(float)), 0) << "Dk " << Dk;
+          if (best_simd_level() >= SimdLevel::kAvx2) {  // and so do the FMA-compiled and AVX-512 ones
+            std::vector<float> other(got.size());
+            const auto fma = flavour == GgmlFlavour::kAvx512 ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx512>
+                                                             : detail::attend_latent_heads_fma<GgmlFlavour::kAvx2>;
+            fma(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass, other.data());
+            ASSERT_EQ(std::memcmp(got.data(), other.data(), got.size() * sizeof(float)), 0) << "fma, Dk " << Dk;
+            if (best_simd_level() >= SimdLevel::kAvx512 && flavour == GgmlFlavour::kAvx512) {
+              detail::attend_latent_heads_avx512(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass,
+                                                 other.data());
+              ASSERT_EQ(std::memcmp(got.data(), other.data(), got.size() * sizeof(float)), 0) << "avx512, Dk " << Dk;
+            }
+          }
           for (int64_t h = 0; h < n_heads; ++h) {
             std::vector<float> want(static_cast<size_t>(Dk));
             if (flavour == GgmlFlavour::kAvx512) {

@@ -66,11 +66,14 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
   // included), else the portable one.
   avx2_build = level >= SimdLevel::kAvx2 ? detail::attend_heads_ggml_avx2
                                          : each_head<detail::attend_one_head_ggml_avx2_scalar>;
-  // Latent heads (576 wide for DeepSeek) run the portable kernel, with FMA
-  // instructions where the CPU has them.
+  // Latent heads (576 wide for DeepSeek): the AVX-512 build's order with
+  // AVX-512 instructions, else the portable kernel (with FMA instructions
+  // where the CPU has them).
   const bool fma = level >= SimdLevel::kAvx2;
   ops.attend_latent[static_cast<int>(GgmlFlavour::kAvx512)] =
-      fma ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx512> : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx512>;
+      level >= SimdLevel::kAvx512 ? detail::attend_latent_heads_avx512
+      : fma                       ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx512>
+                                  : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx512>;
   ops.attend_latent[static_cast<int>(GgmlFlavour::kAvx2)] =
       fma ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx2> : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx2>;
 }

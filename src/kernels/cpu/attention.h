@@ -93,6 +93,9 @@ namespace detail {
 template <GgmlFlavour flavour>
 void attend_latent_heads_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
                                 int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+// The AVX-512 build's order with AVX-512 instructions (the same bits again).
+void attend_latent_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
 template <GgmlFlavour flavour>
 void attend_latent_heads_fma(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
                              int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
