@@ -556,6 +556,25 @@ def make_gpt_oss(models_dir, path):
     return w
 
 
+def shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias, down_std):
+    """A mixture-of-experts FFN with shared experts (glm4moe, deepseek2): an F32 router, a selection
+    bias when asked, the 3-D experts (types t, the down projection's std down_std / sqrt(width)), and
+    the shared experts' dense MLP of n_ff_exp * n_shared."""
+    b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+    if selection_bias:
+        # A selection bias of the sigmoid probabilities' own scale: it changes which experts are
+        # chosen for many tokens, but not the chosen ones' weights.
+        b.bias(p + "exp_probs_b.bias", n_expert, 0.3)
+    b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["gate"])
+    b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
+    b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), down_std / math.sqrt(n_ff_exp)),
+          t["down"])
+    n_ff_sh = n_ff_exp * n_shared
+    b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
+    b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
+    b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+
+
 # The dense leading layers and the MoE layers cycle types as qwen3moe's; the shared expert takes
 # the layer's dense gate/up/down types.
 def make_glm4moe(models_dir, path):
@@ -592,19 +611,8 @@ def make_glm4moe(models_dir, path):
             b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
             b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
         else:
-            b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
-            # A selection bias of the sigmoid probabilities' own scale: it changes which experts are
-            # chosen for many tokens, but not the chosen ones' weights.
-            b.bias(p + "exp_probs_b.bias", n_expert, 0.3)
-            b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)),
-                  t["gate"])
-            b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
-            b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 1.5 / math.sqrt(n_ff_exp)),
-                  t["down"])
-            n_ff_sh = n_ff_exp * n_shared
-            b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
-            b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
-            b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+            shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias=True,
+                                    down_std=1.5)
         if i >= n_trunk:
             # The NextN block's own tensors: llama.cpp's main graph never reads them.
             b.matrix(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd, T.Q8_0)
@@ -691,17 +699,7 @@ def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lor
             b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
             b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
             continue
-        b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
-        if sigmoid:
-            b.bias(p + "exp_probs_b.bias", n_expert, 0.3)  # as tiny-glm4moe's
-        b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["gate"])
-        b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
-        b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 2.0 / math.sqrt(n_ff_exp)),
-              t["down"])
-        n_ff_sh = n_ff_exp * n_shared
-        b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
-        b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
-        b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+        shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias=sigmoid, down_std=2.0)
     b.write(w)
     return w
 
