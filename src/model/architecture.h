@@ -51,6 +51,9 @@ struct MoeTraits {
   // token, its output added to the routed experts' sum.
   bool selection_bias = false;
   bool shared_experts = false;
+  // The selection bias where the file has one (decided by the first MoE
+  // layer's exp_probs_b.bias: DeepSeek V3 has it, V2 not).
+  bool selection_bias_if_present = false;
 };
 
 struct ArchitectureTraits {
@@ -83,6 +86,9 @@ struct ArchitectureTraits {
   // block_count includes `<arch>.nextn_predict_layers` trailing NextN (multi-
   // token prediction) blocks, which the main model does not run (glm4moe).
   bool nextn_layers = false;
+  // Multi-head latent attention (deepseek2: ModelConfig::mla), in place of
+  // the Q/K/V projections and the per-head KV cache.
+  bool latent_attention = false;
 };
 
 // The row for an architecture name, or null when inferd does not run it.

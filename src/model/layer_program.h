@@ -48,6 +48,26 @@ struct AttentionPhase {
   float kq_scale;
 };
 
+// Multi-head latent attention's projections (ModelConfig::mla): the queries
+// (attn_q; or attn_q_a, its RMSNorm attn_q_a_norm, attn_q_b), the compressed
+// KV (attn_kv_a_mqa: the latent, RMS-normalized by attn_kv_a_norm, and one
+// RoPE key for every head), which go to the latent cache; each head's query
+// RoPE'd in its last qk_rope dims and its first qk_nope dims taken into the
+// latent space by attn_k_b (llama.cpp's absorbed form): the queries the
+// attention phase reads.
+struct MlaQkvPhase {
+  bool q_lora;  // attn_q_a/attn_q_b (DeepSeek V3) rather than attn_q (V2-Lite)
+  int rope;     // index into ModelConfig::ropes
+  RopeStyle rope_style;
+};
+
+// Attention of every head over the latent cache (one head of latent + RoPE
+// key per token; the latent is also the value), each head's output then
+// taken out of the latent space by attn_v_b: the output projection's input.
+struct MlaAttentionPhase {
+  float kq_scale;
+};
+
 // The output projection, with its bias where the file has one. With a
 // post-branch norm (sandwich norms) the branch output is RMS-normalized by it
 // before the residual add.
@@ -75,7 +95,8 @@ struct MoeFfnPhase {
   bool shared_expert = false;
 };
 
-using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase>;
+using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase, MlaQkvPhase,
+                           MlaAttentionPhase>;
 
 struct LayerProgram {
   std::vector<Phase> phases;
@@ -85,7 +106,7 @@ struct LayerProgram {
 std::vector<LayerProgram> build_layer_programs(const ModelConfig& config);
 
 // A phase's name for messages and tests: "norm", "qkv", "attention",
-// "output", "dense_ffn", "moe_ffn".
+// "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention".
 const char* phase_name(const Phase& phase);
 
 }  // namespace inferd
