@@ -19,10 +19,9 @@ import pytest
 import requests
 from openai import BadRequestError, NotFoundError, OpenAI
 
-from conftest import MODEL_DIR, MODEL_NAME, start, stop, tool_schemas, weather_tool
+from conftest import MODEL_NAME, start, stop, tool_schemas, weather_tool
 from test_reasoning import CITY, FEW_SHOT  # a few-shot conversation that teaches the model to think first
-
-QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+from test_tool_calls import QWEN, qwen  # noqa: F401 (the fixture: Qwen2.5-Coder-0.5B as the tool tests serve it)
 
 ANSWER = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]}},
           "required": ["answer"], "additionalProperties": False}
@@ -215,15 +214,6 @@ def test_bad_routes(server):
 
 
 # ---- tools on Qwen2.5-Coder-0.5B ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def qwen(tmp_path_factory):
-    if not QWEN.exists():
-        pytest.skip(f"{QWEN} is missing (scripts/fetch_models.sh --all)")
-    srv = start(tmp_path_factory.mktemp("qwen_responses"), model=QWEN)
-    yield srv
-    assert stop(srv) == 0, srv.log()[-4000:]
 
 
 @pytest.fixture(scope="module")
