@@ -40,6 +40,8 @@ struct ServeFlags {
   std::string ggml_flavour = "native";
   int io_threads = 1;
   int64_t max_queued_requests = 4096;
+  int64_t responses_store_size = 1024;
+  int64_t responses_store_ttl = 3600;
   int64_t max_n = 16;
   int64_t max_logprobs = 20;
   std::string max_request_body = "16M";
@@ -146,6 +148,8 @@ int run_serve(const ServeFlags& f) {
       f.served_model_name.empty() ? std::filesystem::path(f.model).stem().string() : f.served_model_name;
   options.api_key = f.api_key;
   options.max_queued_requests = f.max_queued_requests;
+  options.responses_store_size = static_cast<size_t>(f.responses_store_size);
+  options.responses_store_ttl = std::chrono::seconds(f.responses_store_ttl);
   options.log_prompts = f.log_prompts;
   options.max_log_len = static_cast<size_t>(std::max<int64_t>(0, f.max_log_len));
   options.special_tokens_in_chat_content = f.chat_special_tokens_in_content;
@@ -249,6 +253,14 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--max-queued-requests", flags->max_queued_requests,
                   "Waiting requests at most; beyond it requests get 503")
       ->capture_default_str();
+  sub->add_option("--responses-store-size", flags->responses_store_size,
+                  "Responses kept for previous_response_id and GET /v1/responses/{id} (the oldest go first; 0: none)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--responses-store-ttl", flags->responses_store_ttl,
+                  "Seconds a stored response is kept")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--max-n", flags->max_n, "Largest 'n' (choices per prompt) a request may ask for")
       ->capture_default_str();
   sub->add_option("--max-logprobs", flags->max_logprobs, "Largest number of logprobs a request may ask for")

@@ -14,14 +14,8 @@ using json = nlohmann::json;
 
 namespace {
 
-// Thrown inside the parser, caught at its top: keeps each field check one line.
-struct Invalid {
-  ApiError error;
-};
-
-[[noreturn]] void fail(std::string message, std::string param) {
-  throw Invalid{bad_request(std::move(message), std::move(param))};
-}
+using parsing::fail;
+using parsing::Invalid;
 
 const char* type_name(const json& v) {
   switch (v.type()) {

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -32,6 +33,17 @@ struct ApiError {
 std::string error_json(const ApiError& e);
 ApiError bad_request(std::string message, std::string param = {});
 ApiError not_found(std::string message, std::string code = "not_found");
+
+// For the request parsers (this file's, responses_protocol's): a bad request
+// thrown inside a parser and caught at its top, so each field check is one line.
+namespace parsing {
+struct Invalid {
+  ApiError error;
+};
+[[noreturn]] inline void fail(std::string message, std::string param) {
+  throw Invalid{bad_request(std::move(message), std::move(param))};
+}
+}  // namespace parsing
 
 // One prompt of /v1/completions: text, or token ids given by the client.
 struct PromptInput {

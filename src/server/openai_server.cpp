@@ -25,13 +25,20 @@ net::awaitable<void> send_error(Exchange& ex, const ApiError& e, const Headers& 
 
 }  // namespace
 
-OpenAIServer::OpenAIServer(ServerOptions options) : core_(std::move(options)) {
-  // Each route's handler lives in its API's file; the lambdas only bind the core.
+OpenAIServer::OpenAIServer(ServerOptions options)
+    : core_(std::move(options)),
+      responses_(core_, core_.options().responses_store_size, core_.options().responses_store_ttl) {
+  // Each route's handler lives in its API's file; the lambdas only bind the core (or the API).
   ServingCore& core = core_;
+  ResponsesApi& responses = responses_;
   routes_ = {
       {"/v1/completions", http::verb::post, true, false, [&core](Exchange& ex) { return serve_completions(core, ex); }},
       {"/v1/chat/completions", http::verb::post, true, false,
        [&core](Exchange& ex) { return serve_chat_completions(core, ex); }},
+      {"/v1/responses", http::verb::post, true, false, [&responses](Exchange& ex) { return responses.create(ex); }},
+      {"/v1/responses/", http::verb::get, true, true, [&responses](Exchange& ex) { return responses.retrieve(ex); }},
+      {"/v1/responses/", http::verb::delete_, true, true,
+       [&responses](Exchange& ex) { return responses.remove(ex); }},
       {"/v1/models", http::verb::get, true, false, [&core](Exchange& ex) { return serve_models(core, ex); }},
       {"/metrics", http::verb::get, true, false, [&core](Exchange& ex) { return serve_metrics(core, ex); }},
       {"/tokenize", http::verb::post, true, false, [&core](Exchange& ex) { return serve_tokenize(core, ex, true); }},

@@ -1,7 +1,7 @@
 // The HTTP front of the serving APIs: /health, the web chat page at /,
 // authentication, and routing to the APIs, each in its own file on the
 // shared serving core (serving_core.h): Chat Completions (serving_chat),
-// Completions (serving_completion), the tokenizer endpoints
+// Completions (serving_completion), Responses (serving_responses), the tokenizer endpoints
 // (serving_tokenize), and /v1/models, /version, /metrics (serving_info).
 //
 // Everything that costs CPU per request byte (JSON parsing, validation, chat
@@ -20,6 +20,7 @@
 
 #include "server/http_server.h"
 #include "server/serving_core.h"
+#include "server/serving_responses.h"
 
 namespace inferd::server {
 
@@ -60,6 +61,7 @@ class OpenAIServer {
   std::optional<ApiError> check_auth(const HttpRequest& req) const;
 
   ServingCore core_;
+  ResponsesApi responses_;  // its store of responses
   std::vector<Route> routes_;
 };
 

@@ -112,6 +112,41 @@ void finish_message(Choice& c, const PreparedGeneration& pg) {
   if (c.tool_parser) finish_tool_calls(c, text, *pg.tool_format, pg.tool_names, pg.tool_signatures);
 }
 
+OutputParts split_output(Choice& c, const RequestOutput& out) {
+  OutputParts parts;
+  if (c.harmony_parser) {
+    std::vector<HarmonyDelta> deltas = c.harmony_parser->feed(out.text);
+    if (out.finished)
+      for (HarmonyDelta& d : c.harmony_parser->finish()) deltas.push_back(std::move(d));
+    for (HarmonyDelta& d : deltas) {
+      parts.reasoning += d.reasoning;
+      if (!d.content.empty() || d.call) parts.answer.push_back({std::move(d.content), std::move(d.call), d.call_index});
+    }
+    return parts;
+  }
+  RequestOutput answer;  // the text after the thinking (the tool parser reads text and finished only)
+  answer.finished = out.finished;
+  answer.text = out.text;
+  if (c.reasoning_parser) {
+    ReasoningDelta d = c.reasoning_parser->feed(out.text);
+    if (out.finished) {
+      ReasoningDelta tail = c.reasoning_parser->finish();
+      d.reasoning += tail.reasoning;
+      d.content += tail.content;
+    }
+    parts.reasoning = std::move(d.reasoning);
+    answer.text = std::move(d.content);
+  }
+  if (c.tool_parser) {
+    parts.answer = parse_streamed(c, answer);
+  } else if (!answer.text.empty()) {
+    ToolCallDelta text;
+    text.content = std::move(answer.text);
+    parts.answer.push_back(std::move(text));
+  }
+  return parts;
+}
+
 // Beam search: each engine request (one per prompt) becomes its beams, one
 // choice each, best first, at the indexes the request holds for its prompt.
 std::vector<Choice> beam_choices(const std::vector<Choice>& requests) {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -70,6 +71,10 @@ struct ServerOptions {
   // disaggregation (server/kv_transfer.h); nullopt: none, kv_transfer_params ignored.
   std::optional<KVTransferConfig> kv_transfer;
   ProtocolLimits limits;
+  // The Responses API's stored responses (previous_response_id, GET and
+  // DELETE /v1/responses/{id}): at most this many, each for this long.
+  size_t responses_store_size = 1024;
+  std::chrono::seconds responses_store_ttl{3600};
 };
 
 // One choice: an engine request and what has come back from it so far.
@@ -175,6 +180,16 @@ std::string random_hex(size_t n);
 void finish_message(Choice& c, const PreparedGeneration& pg);
 // Streaming with tool parsing: what one engine output of the choice adds.
 std::vector<ToolCallDelta> parse_streamed(Choice& c, const RequestOutput& out);
+// What one engine output of a choice says, split by the choice's parsers:
+// the thinking, then the answer as content and whole tool calls (harmony's
+// channels, the reasoning parser's split, the tool-call parser's calls; the
+// text as content where there is no parser). An API streams these in its own
+// protocol's events.
+struct OutputParts {
+  std::string reasoning;
+  std::vector<ToolCallDelta> answer;
+};
+OutputParts split_output(Choice& c, const RequestOutput& out);
 // Beam search: each engine request (one per prompt) becomes its beams, one
 // choice each, best first, at the indexes the request holds for its prompt.
 std::vector<Choice> beam_choices(const std::vector<Choice>& requests);

@@ -104,6 +104,23 @@ BAD_400 = [
     ("number overflow detokenize", "/detokenize", b'{"tokens": [1e999]}', None),
     ("tokenize without prompt", "/tokenize", {"text": "hi"}, "prompt"),
     ("detokenize bad ids", "/detokenize", {"tokens": [1, "two"]}, "tokens"),
+    # The Responses API (/v1/responses): its items, tools and options.
+    ("responses input missing", "/v1/responses", {"max_output_tokens": 4}, "input"),
+    ("responses input empty list", "/v1/responses", {"input": []}, "input"),
+    ("responses unknown item type", "/v1/responses", {"input": [{"type": "mcp_call", "id": "x"}]}, "input"),
+    ("responses item not object", "/v1/responses", {"input": ["hi"]}, "input"),
+    ("responses image part", "/v1/responses",
+     {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, "input"),
+    ("responses output without its call", "/v1/responses",
+     {"input": [{"type": "function_call_output", "call_id": "call_1", "output": "18 C"}]}, "input"),
+    ("responses unknown tool_choice", "/v1/responses", {"input": "hi", "tool_choice": "maybe"}, "tool_choice"),
+    ("responses non-function tool", "/v1/responses", {"input": "hi", "tools": [{"type": "file_search"}]}, "tools"),
+    ("responses background", "/v1/responses", {"input": "hi", "background": True}, "background"),
+    ("responses bad text.format", "/v1/responses", {"input": "hi", "text": {"format": {"type": "csv"}}},
+     "text.format"),
+    ("responses max_output_tokens string", "/v1/responses", {"input": "hi", "max_output_tokens": "ten"},
+     "max_output_tokens"),
+    ("responses number overflow", "/v1/responses", b'{"input": "hi", "temperature": 1e999}', None),
 ]
 
 
@@ -136,6 +153,12 @@ def test_unknown_route_and_model_get_404(server):
     err = check_error(post(server, "/v1/completions", {**COMPLETION, "model": "gpt-9"}), 404)
     assert "gpt-9" in err["message"] and err["code"] == "model_not_found"
     check_error(post(server, "/v1/chat/completions", {**CHAT, "model": "gpt-9"}), 404)
+    # A stored response that does not exist: to continue, to read, to delete.
+    err = check_error(post(server, "/v1/responses", {"input": "hi", "previous_response_id": "resp_gone"}), 404,
+                      param="previous_response_id", contains="resp_gone")
+    assert err["code"] == "previous_response_not_found"
+    check_error(requests.get(server.base_url + "/v1/responses/resp_gone", timeout=10), 404, contains="resp_gone")
+    check_error(requests.delete(server.base_url + "/v1/responses/resp_gone", timeout=10), 404)
     still_serving(server)
 
 
