@@ -461,6 +461,7 @@ net::awaitable<void> ServingCore::generate(Exchange& ex, PreparedGeneration& pg,
         if (out->finished) {
           c.finished = true;
           c.finish_reason = out->finish_reason();
+          c.stop_string = out->stop_string;
           c.error = out->error;
           c.metrics = out->metrics;
           c.beams = std::move(out->beams);

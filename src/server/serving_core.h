@@ -90,6 +90,7 @@ struct Choice {
   bool finished = false;
   bool sent_role = false;  // chat streaming: the first delta carries the role
   std::string finish_reason;
+  std::string stop_string;  // the stop string that ended it, if one did
   std::string error;
   RequestMetrics metrics;
   // Tool calls: the parser of this choice's output (null: none parsed), and
