@@ -38,6 +38,8 @@ std::string_view header_value(const HttpRequest& req, Name name) {
   return std::string_view(it->value().data(), it->value().size());
 }
 
+std::string draining_body() { return R"({"status":"draining"})"; }
+
 }  // namespace
 
 OpenAIServer::OpenAIServer(ServerOptions options) : core_(std::move(options)) {
@@ -94,6 +96,9 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   if (path == "/health") {
     if (method != http::verb::get && method != http::verb::head) {
       co_await send_error(ex, method_not_allowed("use GET for /health"));
+    } else if (core_.shutting_down()) {
+      // Draining: balancers take the instance out while its requests finish.
+      co_await ex.respond(http::status::service_unavailable, "application/json", draining_body(), retry_after());
     } else if (ready()) {
       co_await ex.respond(http::status::ok, "application/json", "{}");
     } else {
@@ -138,6 +143,10 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   }
   if (route->needs_model && !ready()) {
     co_await send_error(ex, model_loading(), retry_after());
+    co_return;
+  }
+  if (route->needs_model && core_.shutting_down()) {
+    co_await send_error(ex, shutting_down_error(), retry_after());
     co_return;
   }
   co_await route->serve(ex);
