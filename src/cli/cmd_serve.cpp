@@ -225,7 +225,8 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", flags->port, "Port to listen on")->capture_default_str();
   sub->add_option("--api-key", flags->api_key,
-                  "Require 'Authorization: Bearer KEY' on every route but /health and the web page's files");
+                  "Require 'Authorization: Bearer KEY' (or Anthropic's 'x-api-key: KEY') on every route but "
+                  "/health and the web page's files");
   sub->add_option("--served-model-name", flags->served_model_name,
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
