@@ -145,10 +145,6 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
     co_await send_error(ex, model_loading(), retry_after());
     co_return;
   }
-  if (route->needs_model && core_.shutting_down()) {
-    co_await send_error(ex, shutting_down_error(), retry_after());
-    co_return;
-  }
   co_await route->serve(ex);
 }
 

@@ -76,6 +76,11 @@ def test_sigterm_lets_running_streams_finish(tmp_path):
     r = requests.post(srv.base_url + "/v1/messages", timeout=10,
                       json={"model": MODEL_NAME, "max_tokens": 2, "messages": [{"role": "user", "content": "Hi"}]})
     assert r.status_code == 503 and r.json()["error"]["type"] == "overloaded_error", r.text
+    assert r.headers.get("retry-after") == "1"
+    # What does not enter the engine still answers: the streams show in the metrics.
+    metrics = requests.get(srv.base_url + "/metrics", timeout=10)
+    assert metrics.status_code == 200
+    assert 'inferd:num_requests_running{model_name="smollm2"} 16' in metrics.text
     for t in threads:
         t.join(120)
     for i in range(STREAMS):
