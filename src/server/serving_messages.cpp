@@ -75,10 +75,12 @@ class MessagesOutput : public GenerationOutput {
     }
     std::string events;
     if (thinking_) events += events_.thinking(thinking);
+    const bool calls_possible = c.tool_parser || c.harmony_parser;
     for (ToolCallDelta& d : answer) {
-      // Whitespace alone waits for text after it; before or after a call it is dropped.
+      // With calls possible, whitespace alone waits for text after it; before
+      // or after a call it is dropped (as the whole message's text is trimmed).
       if (!d.content.empty()) {
-        if (only_whitespace(d.content)) {
+        if (calls_possible && only_whitespace(d.content)) {
           c.held_space += d.content;
         } else {
           events += events_.text(c.held_space + d.content);
