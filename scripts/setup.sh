@@ -45,10 +45,11 @@ scripts/fetch_models.sh ${INFERD_FETCH_ALL_MODELS:+--all}
 # the web page's tests drive Chromium with selenium. The Python package
 # (pip install .) builds with scikit-build-core and pybind11 and draws its
 # progress bar with tqdm. lm-evaluation-harness (with its API models' extra)
-# scores the server as evaluators do (tests/e2e/test_lm_eval.py).
-PY_PACKAGES=(openai pytest requests pydantic jsonschema selenium "scikit-build-core>=0.10" "pybind11>=2.10" tqdm
+# scores the server as evaluators do (tests/e2e/test_lm_eval.py). The Messages
+# API is tested with Anthropic's official client (anthropic).
+PY_PACKAGES=(openai anthropic pytest requests pydantic jsonschema selenium "scikit-build-core>=0.10" "pybind11>=2.10" tqdm
              "lm-eval[api]==0.4.13")
-if ! python3 -c "import openai, pytest, requests, pydantic, jsonschema, selenium, scikit_build_core, pybind11, tqdm, lm_eval, tenacity" 2>/dev/null; then
+if ! python3 -c "import openai, anthropic, pytest, requests, pydantic, jsonschema, selenium, scikit_build_core, pybind11, tqdm, lm_eval, tenacity" 2>/dev/null; then
   python3 -m pip install -q "${PY_PACKAGES[@]}" 2>/dev/null ||
     python3 -m pip install -q --break-system-packages "${PY_PACKAGES[@]}"
 fi

@@ -1,7 +1,9 @@
 // `inferd router`: the prefill/decode router (src/router/router.h). It loads
 // no model: it listens, sends each generation request to a prefill instance
 // and then a decode instance, and relays the answer. SIGINT or SIGTERM stop
-// it: it stops accepting, lets open connections finish for a moment, exits 0.
+// it: it drains (new generation requests and /health get 503 while relayed
+// requests finish, for up to --shutdown-timeout seconds; a second signal cuts
+// it short), stops accepting, closes what is left, exits 0.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -26,6 +28,7 @@ struct RouterFlags {
   int io_threads = 1;
   double prefill_timeout = 60.0;
   double connect_timeout = 5.0;
+  double shutdown_timeout = 30.0;  // seconds relayed requests may finish after SIGTERM; 0: close at once
 };
 
 int run_router(const RouterFlags& f) {
@@ -64,6 +67,8 @@ int run_router(const RouterFlags& f) {
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  r.begin_drain();
+  if (f.shutdown_timeout > 0) drain_requests(signals, f.shutdown_timeout, [&r] { return r.in_flight(); });
   http->stop_accepting();
   http->stop(std::chrono::seconds(2));
   return 0;
@@ -97,6 +102,11 @@ void register_router(CLI::App& app, int& exit_code) {
   sub->add_option("--connect-timeout", flags->connect_timeout, "Seconds to wait for a connection to an instance")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option("--shutdown-timeout", flags->shutdown_timeout,
+                  "Seconds that relayed requests may take to finish after SIGTERM (new ones get 503, /health "
+                  "reports draining); then their connections are closed. 0: at once. A second signal ends at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->callback([flags, &exit_code] { exit_code = run_router(*flags); });
 }
 

@@ -1,9 +1,11 @@
 // `inferd serve`: the OpenAI-compatible server. It listens at once (GET
 // /health answers 503 while the model loads, 200 when ready), loads the model
-// on a side thread, then serves until SIGINT or SIGTERM: it stops accepting,
-// ends unfinished requests with finish_reason "abort" (streams still get their
-// last chunk and [DONE]), answers requests that arrive meanwhile on open
-// connections with 503, gives connections a moment to drain, and exits 0.
+// on a side thread, then serves until SIGINT or SIGTERM. Then it drains: new
+// requests get 503 with Retry-After and /health 503 {"status": "draining"},
+// while requests already running finish, for up to --shutdown-timeout seconds
+// (a second signal cuts it short). Then it stops accepting, ends what is left
+// with finish_reason "abort" (streams still get their last chunk and [DONE]),
+// gives connections a moment to finish, and exits 0.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -52,6 +54,7 @@ struct ServeFlags {
   std::string reasoning_parser = "auto";
   bool no_webui = false;
   std::string kv_transfer_config;  // vLLM's JSON; empty: not part of a disaggregated deployment
+  double shutdown_timeout = 30.0;  // seconds running requests may finish after SIGTERM; 0: abort at once
 };
 
 // An instance's name in transfer parameters, new at every start (vLLM: a uuid).
@@ -200,8 +203,10 @@ int run_serve(const ServeFlags& f) {
   loader.join();
   if (!load_failed) spdlog::info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
 
-  http->stop_accepting();
   api.begin_shutdown();  // before the engine stops: nothing may enter it after
+  if (loaded.engine && f.shutdown_timeout > 0)
+    drain_requests(signals, f.shutdown_timeout, [&api] { return api.unfinished_requests(); });
+  http->stop_accepting();
   if (loaded.engine) {
     loaded.engine->stop();
     loaded.engine->abort_all();
@@ -224,7 +229,8 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_option("--host", flags->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", flags->port, "Port to listen on")->capture_default_str();
   sub->add_option("--api-key", flags->api_key,
-                  "Require 'Authorization: Bearer KEY' on every route but /health and the web page's files");
+                  "Require 'Authorization: Bearer KEY' (or Anthropic's 'x-api-key: KEY') on every route but "
+                  "/health and the web page's files");
   sub->add_option("--served-model-name", flags->served_model_name,
                   "Model name in the API (default: the model file's name without .gguf)");
   sub->add_option("--chat-template", flags->chat_template, "Jinja chat template file (overrides the model's)");
@@ -261,6 +267,11 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Seconds a stored response is kept")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option("--shutdown-timeout", flags->shutdown_timeout,
+                  "Seconds that running requests may take to finish after SIGTERM (new ones get 503, /health "
+                  "reports draining); then the rest are aborted. 0: abort at once. A second signal ends at once")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--max-n", flags->max_n, "Largest 'n' (choices per prompt) a request may ask for")
       ->capture_default_str();
   sub->add_option("--max-logprobs", flags->max_logprobs, "Largest number of logprobs a request may ask for")

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <spdlog/spdlog.h>
 #include <cstdio>
 #include <cctype>
 #include <cstdlib>
@@ -107,6 +109,30 @@ sigset_t prepare_server_process() {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
   return signals;
+}
+
+bool drain_requests(const sigset_t& signals, double timeout_seconds, const std::function<int64_t()>& in_flight) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  int64_t n = in_flight();
+  if (n > 0)
+    spdlog::info("draining: {} request(s) in flight may finish within {} s (--shutdown-timeout); new requests get 503; "
+                 "SIGTERM or SIGINT again ends at once",
+                 n, timeout_seconds);
+  for (; n > 0; n = in_flight()) {
+    if (clock::now() >= deadline) {
+      spdlog::warn("drain timed out after {} s: aborting {} request(s)", timeout_seconds, n);
+      return false;
+    }
+    timespec poll{0, 50'000'000};  // the count is polled; a signal ends the wait at once
+    const int sig = sigtimedwait(&signals, nullptr, &poll);
+    if (sig == SIGINT || sig == SIGTERM) {
+      spdlog::warn("{} during the drain: aborting {} request(s)", sig == SIGINT ? "SIGINT" : "SIGTERM", n);
+      return false;
+    }
+  }
+  spdlog::info("drained: every request finished");
+  return true;
 }
 
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads,

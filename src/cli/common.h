@@ -98,4 +98,10 @@ int default_threads();
 // connection, not the usual 1,024).
 sigset_t prepare_server_process();
 
+// The graceful drain after a first SIGTERM (the server already refuses new
+// requests): waits until `in_flight()` is zero, `timeout_seconds` have passed,
+// or a second SIGINT or SIGTERM (from `signals`) asks to end at once. Returns
+// whether every request finished; logs what happened.
+bool drain_requests(const sigset_t& signals, double timeout_seconds, const std::function<int64_t()>& in_flight);
+
 }  // namespace inferd::cli

@@ -8,6 +8,7 @@
 
 #include "router/upstream_call.h"
 #include "server/openai_protocol.h"
+#include "server/serving_core.h"
 
 namespace inferd::router {
 
@@ -43,6 +44,12 @@ nlohmann::ordered_json decode_body(const ordered_json& request, const json* kv_t
 }
 
 namespace {
+
+// A draining router's answer: /health's status, or OpenAI's error for a new request.
+std::string draining_body(bool health) {
+  if (health) return R"({"status":"draining"})";
+  return server::error_json(server::shutting_down_error());
+}
 
 std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace); }
 
@@ -149,6 +156,12 @@ net::awaitable<void> Router::send_error(Exchange& ex, int code, std::string mess
 net::awaitable<void> Router::handle(Exchange& ex) {
   const std::string path(ex.path());
   const verb method = ex.request().method();
+  const bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
+  if (draining_.load() && (path == "/health" || generation)) {
+    co_await ex.respond(status::service_unavailable, "application/json", draining_body(path == "/health"),
+                        server::retry_after());
+    co_return;
+  }
   if (path == "/health") {
     co_await to_decode(ex, verb::get, "/health", std::string());
     co_return;
@@ -167,6 +180,12 @@ net::awaitable<void> Router::handle(Exchange& ex) {
       co_await send_error(ex, 405, "use POST for " + path, "invalid_request_error", "method_not_allowed");
       co_return;
     }
+    // Counted while it runs, for the drain.
+    struct Counted {
+      std::atomic<int64_t>& n;
+      explicit Counted(std::atomic<int64_t>& count) : n(count) { ++n; }
+      ~Counted() { --n; }
+    } counted(in_flight_);
     co_await generate(ex, path == "/v1/chat/completions");
   } else if (path == "/v1/models") {
     co_await to_decode(ex, verb::get, "/v1/models", std::string());

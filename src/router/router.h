@@ -15,14 +15,18 @@
 // closes the upstream connection, so the instance aborts the request.
 //
 // /v1/models and /health are passed to a decode instance; /metrics is the
-// router's own (router_metrics.h).
+// router's own (router_metrics.h). After SIGTERM the router drains (as inferd
+// serve does): generation requests and /health get 503 while the requests
+// under way finish.
 #pragma once
 #include <utility>
 
 #include <boost/asio/awaitable.hpp>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -60,6 +64,12 @@ class Router {
   static Result<std::unique_ptr<Router>> create(RouterOptions options);
 
   boost::asio::awaitable<void> handle(server::Exchange& ex);
+  // The drain after SIGTERM: from now on generation requests get 503 with
+  // Retry-After and /health 503 {"status": "draining"} (not asked of an
+  // instance), while the requests already relayed run on.
+  void begin_drain() { draining_.store(true); }
+  // Generation requests being relayed now.
+  int64_t in_flight() const { return in_flight_.load(); }
   // Body for a request the HTTP layer refused itself (413, 400, 503).
   std::string rejection_body(server::http::status status, std::string_view message) const;
 
@@ -78,6 +88,8 @@ class Router {
   std::vector<bench::BaseUrl> prefill_urls_, decode_urls_;
   InstanceChooser chooser_;
   RouterMetrics metrics_;
+  std::atomic<bool> draining_{false};
+  std::atomic<int64_t> in_flight_{0};
 };
 
 }  // namespace inferd::router

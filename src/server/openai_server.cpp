@@ -3,6 +3,8 @@
 #include "server/serving_chat.h"
 #include "server/serving_completion.h"
 #include "server/serving_info.h"
+#include "server/messages_protocol.h"
+#include "server/serving_messages.h"
 #include "server/serving_tokenize.h"
 #include "server/webui.h"
 
@@ -19,9 +21,24 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-net::awaitable<void> send_error(Exchange& ex, const ApiError& e, const Headers& extra = {}) {
-  co_await ex.respond(static_cast<http::status>(e.status), "application/json", error_json(e), extra);
+// Errors in the shape of the API the path belongs to (Anthropic's for /v1/messages).
+std::string error_body_for(std::string_view path, const ApiError& e) {
+  return is_messages_path(path) ? anthropic_error_json(e) : error_json(e);
 }
+
+net::awaitable<void> send_error(Exchange& ex, const ApiError& e, const Headers& extra = {}) {
+  co_await ex.respond(static_cast<http::status>(e.status), "application/json", error_body_for(ex.path(), e), extra);
+}
+
+// A header's value ("" when absent); `name` is a beast::http::field or the header's name.
+template <class Name>
+std::string_view header_value(const HttpRequest& req, Name name) {
+  auto it = req.find(name);
+  if (it == req.end()) return {};
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+std::string draining_body() { return R"({"status":"draining"})"; }
 
 }  // namespace
 
@@ -47,6 +64,10 @@ OpenAIServer::OpenAIServer(ServerOptions options)
       {"/version", http::verb::get, false, false, [&core](Exchange& ex) { return serve_version(core, ex); }},
       {"/tokenizer_info", http::verb::get, true, false,
        [&core](Exchange& ex) { return serve_tokenizer_info(core, ex); }},
+      // Anthropic's Messages API.
+      {"/v1/messages", http::verb::post, true, false, [&core](Exchange& ex) { return serve_messages(core, ex); }},
+      {"/v1/messages/count_tokens", http::verb::post, true, false,
+       [&core](Exchange& ex) { return serve_messages_count_tokens(core, ex); }},
   };
 }
 
@@ -61,16 +82,18 @@ std::string OpenAIServer::rejection_body(http::status status, std::string_view m
 std::optional<ApiError> OpenAIServer::check_auth(const HttpRequest& req) const {
   const std::string& api_key = core_.options().api_key;
   if (api_key.empty()) return std::nullopt;
-  auto it = req.find(http::field::authorization);
-  std::string_view given;
-  if (it != req.end()) given = std::string_view(it->value().data(), it->value().size());
+  const std::string_view given = header_value(req, http::field::authorization);
   constexpr std::string_view kBearer = "Bearer ";
   if (given.size() > kBearer.size() && given.substr(0, kBearer.size()) == kBearer &&
       constant_time_equal(given.substr(kBearer.size()), api_key))
     return std::nullopt;
+  // Anthropic's clients send the key as x-api-key.
+  const std::string_view x_api_key = header_value(req, boost::beast::string_view("x-api-key"));
+  if (!x_api_key.empty() && constant_time_equal(x_api_key, api_key)) return std::nullopt;
   return ApiError{401,
-                  given.empty() ? "Missing API key: send it as 'Authorization: Bearer <key>'."
-                                : "Incorrect API key provided.",
+                  given.empty() && x_api_key.empty()
+                      ? "Missing API key: send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+                      : "Incorrect API key provided.",
                   "invalid_request_error", {}, "invalid_api_key"};
 }
 
@@ -80,6 +103,9 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   if (path == "/health") {
     if (method != http::verb::get && method != http::verb::head) {
       co_await send_error(ex, method_not_allowed("use GET for /health"));
+    } else if (core_.shutting_down()) {
+      // Draining: balancers take the instance out while its requests finish.
+      co_await ex.respond(http::status::service_unavailable, "application/json", draining_body(), retry_after());
     } else if (ready()) {
       co_await ex.respond(http::status::ok, "application/json", "{}");
     } else {

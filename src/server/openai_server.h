@@ -35,9 +35,12 @@ class OpenAIServer {
     core_.attach(model, engine, std::move(tmpl));
   }
   bool ready() const { return core_.ready(); }
-  // Shutdown has begun: from now on no request enters the engine; those not
-  // yet in it get 503. Call before stopping the engine.
+  // Shutdown has begun (the drain): from now on no request enters the engine;
+  // new ones get 503 with Retry-After and /health 503 {"status": "draining"},
+  // while those in the engine run on. Call before stopping the engine.
   void begin_shutdown() { core_.begin_shutdown(); }
+  // Engine requests not yet finished: the drain is over at zero.
+  int64_t unfinished_requests() const { return core_.unfinished_requests(); }
   // Waits for request preparation in flight. Call after the HTTP server's I/O
   // threads have stopped and before it (and the model) are destroyed.
   void join_workers() { core_.join_workers(); }

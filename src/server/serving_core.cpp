@@ -20,6 +20,9 @@ ApiError method_not_allowed(std::string message) {
 ApiError model_loading() { return ApiError{503, "the model is loading", "server_error", {}, "model_loading"}; }
 ApiError server_error(std::string message) { return ApiError{500, std::move(message), "server_error", {}, {}}; }
 Headers retry_after() { return {{"Retry-After", "1"}}; }
+ApiError shutting_down_error() {
+  return ApiError{503, "the server is shutting down", "server_error", {}, "server_shutting_down"};
+}
 
 namespace {
 
@@ -28,9 +31,6 @@ ApiError overloaded(int64_t waiting, int64_t bound) {
                   "The server is overloaded: " + std::to_string(waiting) +
                       " requests are waiting (--max-queued-requests " + std::to_string(bound) + "). Retry later.",
                   "server_error", {}, "server_overloaded"};
-}
-ApiError shutting_down() {
-  return ApiError{503, "the server is shutting down", "server_error", {}, "server_shutting_down"};
 }
 
 double ms(double seconds) { return seconds * 1000.0; }
@@ -177,6 +177,7 @@ ServingCore::ServingCore(ServerOptions options)
 void ServingCore::begin_shutdown() {
   std::lock_guard<std::mutex> lock(admit_mu_);
   shutting_down_ = true;
+  stopping_.store(true);
 }
 
 void ServingCore::attach(Model& model, Engine& engine, std::optional<ChatTemplate> tmpl) {
@@ -373,7 +374,7 @@ std::optional<ApiError> ServingCore::admit(PreparedGeneration& pg, const std::st
   // begin_shutdown() has returned (the engine may be stopped by then), and
   // concurrent requests cannot overshoot the queue bound together.
   std::lock_guard<std::mutex> lock(admit_mu_);
-  if (shutting_down_) return shutting_down();
+  if (shutting_down_) return shutting_down_error();
   const int64_t new_requests = static_cast<int64_t>(pg.prompts.size()) * req.n;
   const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running_requests;
   if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
@@ -468,7 +469,8 @@ net::awaitable<void> ServingCore::generate(Exchange& ex, PreparedGeneration& pg,
   } abort_unfinished{*engine_, choices};
   const std::function<void()> wake = ex.waker();
   if (std::optional<ApiError> refused = admit(pg, api_id, wake, choices)) {
-    const Headers extra = refused->code == "server_overloaded" ? retry_after() : Headers();
+    // Overloaded, or draining: another instance (or this one, later) can take it.
+    const Headers extra = refused->status == 503 ? retry_after() : Headers();
     co_await ex.respond(static_cast<http::status>(refused->status), "application/json", output.error_body(*refused),
                         extra);
     co_return;
@@ -496,6 +498,7 @@ net::awaitable<void> ServingCore::generate(Exchange& ex, PreparedGeneration& pg,
         if (out->finished) {
           c.finished = true;
           c.finish_reason = out->finish_reason();
+          c.stop_string = out->stop_string;
           c.error = out->error;
           c.metrics = out->metrics;
           c.beams = std::move(out->beams);

@@ -95,6 +95,7 @@ struct Choice {
   bool finished = false;
   bool sent_role = false;  // chat streaming: the first delta carries the role
   std::string finish_reason;
+  std::string stop_string;  // the stop string that ended it, if one did
   std::string error;
   RequestMetrics metrics;
   // Tool calls: the parser of this choice's output (null: none parsed), and
@@ -163,6 +164,7 @@ class GenerationOutput {
 ApiError method_not_allowed(std::string message);
 ApiError model_loading();
 ApiError server_error(std::string message);
+ApiError shutting_down_error();  // 503 server_shutting_down: draining, or stopped
 Headers retry_after();
 
 // A request body that must be a JSON object.
@@ -203,8 +205,12 @@ class ServingCore {
   // must outlive every handler.
   void attach(Model& model, Engine& engine, std::optional<ChatTemplate> tmpl);
   bool ready() const { return ready_.load(); }
-  // From now on no request enters the engine; those not yet in it get 503.
+  // From now on no request enters the engine; those not yet in it get 503
+  // (with Retry-After), while those in it run on (the drain).
   void begin_shutdown();
+  bool shutting_down() const { return stopping_.load(); }
+  // Engine requests added and not yet finished (the drain waits for none).
+  int64_t unfinished_requests() const { return unfinished_.load(); }
   void join_workers() { workers_.join(); }
   // The engine's finished listener (engine thread): metrics and the log line.
   void on_finished(const RequestOutput& out);
@@ -276,6 +282,7 @@ class ServingCore {
 
   std::mutex admit_mu_;         // shutdown and the queue bound are checked and requests added under it
   bool shutting_down_ = false;  // guarded by admit_mu_
+  std::atomic<bool> stopping_{false};  // shutting_down_, readable without the lock
 
   WorkerPool workers_;  // last: its work uses the members above, so it is joined first
 };

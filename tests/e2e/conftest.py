@@ -99,6 +99,9 @@ def start(tmp_dir: pathlib.Path, extra_args: list[str] | None = None, api_key: s
             "--threads", "2"]
     if "--kv-cache-memory" not in (extra_args or []):
         args += ["--kv-cache-memory", "256M"]
+    if "--shutdown-timeout" not in (extra_args or []):
+        # A request left running at teardown is drained for at most 10 s, within stop()'s 30 s.
+        args += ["--shutdown-timeout", "10"]
     if api_key:
         args += ["--api-key", api_key]
     args += extra_args or []

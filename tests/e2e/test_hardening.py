@@ -159,7 +159,7 @@ def test_http10_whole_response_has_a_length(server):
 # ---- item 4: shutdown drain ---------------------------------------------------
 
 def test_request_during_shutdown_drain_gets_503(start_server):
-    srv = start_server()
+    srv = start_server("--shutdown-timeout", "0")  # no drain: running requests end at once
     idle = socket.create_connection(("127.0.0.1", port_of(srv)), timeout=30)
     idle.sendall(raw_request("GET", "/health"))
     assert read_until(idle, b"{}").startswith(b"HTTP/1.1 200")  # kept alive, now idle

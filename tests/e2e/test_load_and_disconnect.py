@@ -150,9 +150,10 @@ def test_hundreds_of_concurrent_streams_complete_and_metrics_agree(server):
 
 
 def test_sigterm_ends_open_streams_cleanly(start_server, tmp_path):
-    """Graceful shutdown: running streams get their last chunk and [DONE], the process exits 0."""
+    """Shutdown without a drain (--shutdown-timeout 0): running streams get their last chunk, "abort", and
+    [DONE], the process exits 0."""
     import signal
-    srv = start_server("--log-prompts")
+    srv = start_server("--log-prompts", "--shutdown-timeout", "0")
     sockets = [open_stream(srv, f"Stream {i} tells a long tale.", 1500) for i in range(3)]
     for s in sockets:
         assert b"data: {" in read_until(s, b"data: {")
