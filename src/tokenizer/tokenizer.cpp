@@ -16,6 +16,7 @@
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
+#include "tokenizer/wordpiece.h"
 
 namespace inferd {
 
@@ -97,8 +98,10 @@ class GgufTokenizer final : public Tokenizer {
       if (!vocab.ok()) return vocab.error();
       t->vocab_ = std::move(*vocab);
       t->name_ = "llama";
+    } else if (*model == "bert") {
+      return tok::make_wordpiece_tokenizer(file);
     } else {
-      return make_error("unsupported tokenizer.ggml.model \"" + *model + "\" (supported: gpt2, llama)");
+      return make_error("unsupported tokenizer.ggml.model \"" + *model + "\" (supported: gpt2, llama, bert)");
     }
     t->build_byte_tokens();
     t->build_pieces();
