@@ -78,6 +78,10 @@ constexpr ArchitectureTraits kArchitectures[] = {
      MoeTraits{ExpertGating::kSigmoid, false, /*routing_from_file=*/true, /*selection_bias=*/true,
                /*shared_experts=*/true},
      false, "post_attention_norm.weight", /*qk_norm_if_present=*/true, /*nextn_layers=*/true},
+    // An encoder: src/models/bert.cpp (Q/K/V and output biases, no RoPE;
+    // the tensors named as convert_hf_to_gguf.py names BERT's).
+    {"bert", RopeStyle::kNeox, Activation::kGelu, true, false, false, false, false, 0, 0.0f, {}, FfnKind::kDense, {},
+     false, "ffn_norm.weight", false, false, /*encoder=*/true},
 };
 
 }  // namespace

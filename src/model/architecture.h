@@ -21,6 +21,9 @@ enum class Activation {
   // gpt-oss's clamped SwiGLU (GGML's swiglu_oai, alpha 1.702, limit 7):
   // min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1)
   kSwiGLUOai,
+  // The non-gated FFN of an encoder (PlainFfnPhase): gelu(up), GELU exact
+  // (erf), as BERT's Hugging Face implementation computes "gelu".
+  kGelu,
 };
 
 // The feed-forward block of a layer: one gated MLP, or a mixture of experts
@@ -83,6 +86,12 @@ struct ArchitectureTraits {
   // block_count includes `<arch>.nextn_predict_layers` trailing NextN (multi-
   // token prediction) blocks, which the main model does not run (glm4moe).
   bool nextn_layers = false;
+  // An encoder (BERT): every token attends to the whole input, learned
+  // absolute positions and token types are added to the embeddings (then a
+  // LayerNorm), each branch's output is added and then LayerNorm'd (post-norm,
+  // with biases), a plain GELU FFN, and no LM head: the output is pooled
+  // (ModelConfig::pooling). Runs on the encoder executor (model/cpu_encoder.h).
+  bool encoder = false;
 };
 
 // The row for an architecture name, or null when inferd does not run it.

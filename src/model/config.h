@@ -46,6 +46,12 @@ struct MoeConfig {
   int64_t shared_width() const { return n_ff_exp * n_expert_shared; }
 };
 
+// How a sequence's hidden states become one output (llama.cpp's
+// llama_pooling_type, `<arch>.pooling_type` in a GGUF, same numbering).
+enum class PoolingType : int { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
+// "none", "mean", "cls", "last", "rank".
+const char* pooling_name(PoolingType p);
+
 struct ModelConfig {
   std::string architecture;  // "llama", "gemma3", ...
   std::string name;          // general.name, for display
@@ -75,10 +81,19 @@ struct ModelConfig {
   std::vector<RopeConfig> ropes;    // the distinct rotary tables, one or two
   std::vector<LayerConfig> layers;  // n_layer entries
   MoeConfig moe;                    // n_expert 0 for a dense model
+  // An embedding or reranking model's pooling (kNone: a generative model's
+  // logits), and an encoder's LayerNorm epsilon (`attention.layer_norm_epsilon`).
+  PoolingType pooling = PoolingType::kNone;
+  float layer_norm_eps = 1e-12f;
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   bool can_generate() const { return traits != nullptr; }
+  // An encoder (ArchitectureTraits::encoder): pooled outputs only, no tokens.
+  bool is_encoder() const { return traits && traits->encoder; }
+  // Whether its forward pass can return one pooled vector per sequence.
+  bool can_embed() const { return traits && pooling != PoolingType::kNone && pooling != PoolingType::kRank; }
+  bool can_rank() const { return traits && pooling == PoolingType::kRank; }
 
   static Result<ModelConfig> from_gguf(const gguf::File& file);
 };
