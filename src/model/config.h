@@ -92,8 +92,10 @@ struct ModelConfig {
   // An encoder (ArchitectureTraits::encoder): pooled outputs only, no tokens.
   bool is_encoder() const { return traits && traits->encoder; }
   // Whether its forward pass can return one pooled vector per sequence.
-  bool can_embed() const { return traits && pooling != PoolingType::kNone && pooling != PoolingType::kRank; }
-  bool can_rank() const { return traits && pooling == PoolingType::kRank; }
+  // (Decoders' embedding GGUFs, e.g. qwen3 with last-token pooling, are not
+  // pooled yet: their pass returns logits.)
+  bool can_embed() const { return is_encoder() && pooling != PoolingType::kNone && pooling != PoolingType::kRank; }
+  bool can_rank() const { return is_encoder() && pooling == PoolingType::kRank; }
 
   static Result<ModelConfig> from_gguf(const gguf::File& file);
 };
