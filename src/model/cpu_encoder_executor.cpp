@@ -6,6 +6,7 @@
 #include <cmath>
 #include <variant>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/quants.h"
 
 namespace inferd {
@@ -24,7 +25,6 @@ void add_bias(float* y, const float* bias, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += bias[i];
 }
 
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f)); }
 
 }  // namespace
 
@@ -215,8 +215,8 @@ void CpuEncoderExecutor::forward_thread(const Pass& pass, int ti, int nt) {
                 pool.barrier();
                 for (int64_t t = t0; t < t1; ++t) {
                   float* u = s_.up.data() + t * F;
-                  const float* b = W.b_up.f32();
-                  for (int64_t i = 0; i < F; ++i) u[i] = gelu_erf(u[i] + b[i]);
+                  add_bias(u, W.b_up.f32(), F);
+                  kernels::gelu(u, u, F);
                 }
                 L.down.quantize(s_.up.data(), t0, t1, pass.tokens, s_.in_down);
                 pool.barrier();

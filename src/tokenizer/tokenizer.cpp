@@ -577,6 +577,17 @@ std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, bool
   return encode(text, add_special, /*parse_special=*/literal.empty());
 }
 
+std::vector<int32_t> encode_pair(const Tokenizer& tok, std::string_view a, std::string_view b) {
+  std::vector<int32_t> ids;
+  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  for (std::string_view text : {a, b}) {
+    const std::vector<int32_t> part = tok.encode(text, /*add_special=*/false, /*parse_special=*/false);
+    ids.insert(ids.end(), part.begin(), part.end());
+    if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+  }
+  return ids;
+}
+
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {
   return detokenize(ids, render_special);
 }
