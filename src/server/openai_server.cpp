@@ -2,6 +2,7 @@
 
 #include "server/serving_chat.h"
 #include "server/serving_completion.h"
+#include "server/serving_embedding.h"
 #include "server/serving_info.h"
 #include "server/serving_tokenize.h"
 #include "server/webui.h"
@@ -32,6 +33,9 @@ OpenAIServer::OpenAIServer(ServerOptions options) : core_(std::move(options)) {
       {"/v1/completions", http::verb::post, true, false, [&core](Exchange& ex) { return serve_completions(core, ex); }},
       {"/v1/chat/completions", http::verb::post, true, false,
        [&core](Exchange& ex) { return serve_chat_completions(core, ex); }},
+      {"/v1/embeddings", http::verb::post, true, false, [&core](Exchange& ex) { return serve_embeddings(core, ex); }},
+      {"/v1/rerank", http::verb::post, true, false, [&core](Exchange& ex) { return serve_rerank(core, ex); }},
+      {"/rerank", http::verb::post, true, false, [&core](Exchange& ex) { return serve_rerank(core, ex); }},
       {"/v1/models", http::verb::get, true, false, [&core](Exchange& ex) { return serve_models(core, ex); }},
       {"/metrics", http::verb::get, true, false, [&core](Exchange& ex) { return serve_metrics(core, ex); }},
       {"/tokenize", http::verb::post, true, false, [&core](Exchange& ex) { return serve_tokenize(core, ex, true); }},
