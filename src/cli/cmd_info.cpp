@@ -44,7 +44,9 @@ std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
   if (c.n_layer < 1 || c.head_dim < 1) return rows;
   constexpr int32_t kBlockSize = 16;  // EngineArgs' default
   for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
-    if (!KVLayout::plan(c, kBlockSize, t).storage_spec().validate()) continue;
+    const kv::KVCacheSpec spec = KVLayout::plan(c, kBlockSize, t).storage_spec();
+    if (!spec.validate()) continue;
+    if (spec.kind == kv::KVCacheKind::kLatent && t != DType::F16) continue;  // the latent cache is F16 only
     const KVCapacity cap = kv_capacity_for_bytes(c, kBlockSize, t, int64_t{1} << 30);
     rows.push_back({kv::kv_cache_dtype_name(t), static_cast<int64_t>(cap.bytes_per_token), cap.tokens});
   }
@@ -111,6 +113,13 @@ int run_info(const InfoFlags& f) {
                     {"leading_dense_layers", c.moe.n_leading_dense},
                     {"shared", c.moe.n_expert_shared}};
   }
+  if (c.mla) {
+    j["latent_attention"] = {{"q_lora_rank", c.mla.q_lora_rank},
+                             {"kv_lora_rank", c.mla.kv_lora_rank},
+                             {"qk_nope_head_dim", c.mla.qk_nope},
+                             {"qk_rope_head_dim", c.mla.qk_rope},
+                             {"v_head_dim", c.mla.v_head}};
+  }
   if (c.n_layer_nextn > 0) j["nextn_layers"] = c.n_layer_nextn;  // in the file after `layers`, not run
   j["context_length"] = c.context_length;
   j["rope_freq_base"] = c.rope_freq_base;
@@ -162,8 +171,18 @@ int run_info(const InfoFlags& f) {
              std::to_string(c.n_layer) + " layers";
   else if (c.sliding_window > 0)
     window = ", sliding window " + std::to_string(c.sliding_window);
-  std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
-              (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
+  if (c.mla) {
+    // The cache keeps one latent + RoPE key a token (head_dim), not per-head keys and values.
+    std::printf("attention      %lld heads, latent (MLA): cache %lld = latent %lld + RoPE key %lld, query %s, "
+                "heads' keys %lld, values %lld\n",
+                (long long)c.n_head, (long long)c.mla.latent_width(), (long long)c.mla.kv_lora_rank,
+                (long long)c.mla.qk_rope,
+                c.mla.q_lora_rank > 0 ? ("compressed to " + std::to_string(c.mla.q_lora_rank)).c_str() : "direct",
+                (long long)c.mla.q_head(), (long long)c.mla.v_head);
+  } else {
+    std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
+                (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
+  }
   if (c.is_encoder()) {
     std::printf("context        %lld tokens (learned positions), non-causal (an encoder)\n", (long long)c.context_length);
   } else {

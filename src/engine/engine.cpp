@@ -125,9 +125,13 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   // Everything about the blocks' bytes is the cache's specs'.
   ac.descriptor = kv_descriptor(mc, cache, fingerprint);
   // Keys and values: each layers_per_block slabs of [block][slot] (slots of the spec's slot_bytes).
-  ac.pool.regions = {cache.keys_base(), cache.values_base()};
+  // (A latent cache has keys only.)
+  const bool values = cache.storage_spec().has_values();
+  ac.pool.regions = {cache.keys_base()};
+  if (values) ac.pool.regions.push_back(cache.values_base());
   if (cache.keys_fd() >= 0) {
-    ac.pool.region_fds = {cache.keys_fd(), cache.values_fd()};
+    ac.pool.region_fds = {cache.keys_fd()};
+    if (values) ac.pool.region_fds.push_back(cache.values_fd());
     ac.pool.shared_name = KVCache::kSharedName;
   } else if (t.produce && !t.consume) {
     spdlog::warn("KV transfer: the KV cache is not on shared memory ({}); consumers on this host read it by system "

@@ -6,6 +6,7 @@ const char* kv_cache_kind_name(KVCacheKind kind) {
   switch (kind) {
     case KVCacheKind::kFullAttention: return "full attention";
     case KVCacheKind::kSlidingWindow: return "sliding window";
+    case KVCacheKind::kLatent: return "latent attention";
   }
   return "unknown";
 }
@@ -18,6 +19,8 @@ Status KVCacheSpec::validate() const {
   if (head_size % t->block_size != 0)
     return make_error(std::string("KV cache dtype ") + t->name + " packs " + std::to_string(t->block_size) +
                       " elements a block; a head of " + std::to_string(head_size) + " is not whole blocks");
+  if (kind == KVCacheKind::kLatent && num_kv_heads != 1)
+    return make_error("KV cache spec: a latent cache has one head (" + describe() + ")");
   if (kind == KVCacheKind::kSlidingWindow ? sliding_window < 1 : sliding_window != 0)
     return make_error("KV cache spec: a sliding window needs a window >= 1, full attention none (" + describe() + ")");
   return {};

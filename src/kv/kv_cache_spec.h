@@ -20,13 +20,17 @@
 
 namespace inferd::kv {
 
-// How a group's layers use their slots. Latent attention (MLA: one
-// compressed vector per token) and recurrent state (Mamba, Gated DeltaNet: a
-// fixed state per sequence) come next; their sizes will differ, not the
-// interface.
+// How a group's layers use their slots. Recurrent state (Mamba, Gated
+// DeltaNet: a fixed state per sequence) comes next; its sizes will differ, not
+// the interface.
 enum class KVCacheKind : uint8_t {
   kFullAttention = 0,  // every position is kept
   kSlidingWindow = 1,  // only the last `sliding_window` positions are read
+  // Multi-head latent attention (DeepSeek's MLA): every position is kept, as
+  // one "head" of keys only, the compressed latent then the RoPE key
+  // (head_size = kv_lora_rank + qk_rope); the values are read from the keys'
+  // latent, so a slot has no values (has_values()).
+  kLatent = 2,
 };
 const char* kv_cache_kind_name(KVCacheKind kind);
 
@@ -52,6 +56,10 @@ struct KVCacheSpec {
                              int64_t window) {
     return {KVCacheKind::kSlidingWindow, dtype, num_kv_heads, head_size, block_size, window};
   }
+  // One latent head of `width` elements (the latent and the RoPE key) per token.
+  static KVCacheSpec latent(DType dtype, int32_t width, int32_t block_size) {
+    return {KVCacheKind::kLatent, dtype, 1, width, block_size, 0};
+  }
   // A layer attending within `window` positions (0: full attention).
   static KVCacheSpec for_window(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size,
                                 int64_t window) {
@@ -63,6 +71,10 @@ struct KVCacheSpec {
   int64_t slot_elements() const { return int64_t{num_kv_heads} * head_size; }
   // Bytes of one head's keys (or values) of one token.
   size_t head_bytes() const { return row_bytes(dtype, head_size); }
+  // Whether a slot has values beside its keys (all kinds but latent attention).
+  bool has_values() const { return kind != KVCacheKind::kLatent; }
+  // The stores a layer's slots take: keys, and values where it has them.
+  int32_t n_stores() const { return has_values() ? 2 : 1; }
   // Bytes of one token's keys (or values) in one layer: the stride between
   // slots in a layer's slab.
   size_t slot_bytes() const { return static_cast<size_t>(num_kv_heads) * head_bytes(); }
@@ -83,10 +95,10 @@ struct KVCacheSpec {
   // Bytes of one layer's keys (or values) of one block: the contiguous run a
   // block is in each slab (what a KV transfer reads per layer, per side).
   size_t segment_bytes() const { return static_cast<size_t>(block_size) * slot_bytes(); }
-  // Bytes one token takes in one layer, keys and values.
-  size_t bytes_per_token() const { return 2 * slot_bytes(); }
+  // Bytes one token takes in one layer, keys and values (a latent: its keys alone).
+  size_t bytes_per_token() const { return n_stores() * slot_bytes(); }
   // Bytes of one layer's block, keys and values (vLLM's page_size_bytes).
-  size_t page_bytes() const { return 2 * segment_bytes(); }
+  size_t page_bytes() const { return n_stores() * segment_bytes(); }
 
   // Why this spec cannot describe a cache (unknown dtype, a head that is not
   // whole quantization blocks, a window on a full-attention spec, ...); ok

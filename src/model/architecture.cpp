@@ -78,10 +78,19 @@ constexpr ArchitectureTraits kArchitectures[] = {
      MoeTraits{ExpertGating::kSigmoid, false, /*routing_from_file=*/true, /*selection_bias=*/true,
                /*shared_experts=*/true},
      false, "post_attention_norm.weight", /*qk_norm_if_present=*/true, /*nextn_layers=*/true},
+    // Then latent attention: src/models/deepseek2.cpp (DeepSeek V2/V2-Lite/V3/R1:
+    // MLA with or without query compression, normal RoPE of rope.dimension_count
+    // dims with YaRN; dense leading layers, softmax gating unless the file says
+    // sigmoid, a selection bias where the file has one, shared experts).
+    {"deepseek2", RopeStyle::kInterleaved, Activation::kSwiGLU, false, false, false, false, false, 0, 0.0f, {},
+     FfnKind::kMixtureOfExperts,
+     MoeTraits{ExpertGating::kSoftmax, false, /*routing_from_file=*/true, /*selection_bias=*/false,
+               /*shared_experts=*/true, /*selection_bias_if_present=*/true},
+     false, "ffn_norm.weight", false, false, /*latent_attention=*/true},
     // An encoder: src/models/bert.cpp (Q/K/V and output biases, no RoPE;
     // the tensors named as convert_hf_to_gguf.py names BERT's).
     {"bert", RopeStyle::kNeox, Activation::kGelu, true, false, false, false, false, 0, 0.0f, {}, FfnKind::kDense, {},
-     false, "ffn_norm.weight", false, false, /*encoder=*/true},
+     false, "ffn_norm.weight", false, false, /*latent_attention=*/false, /*encoder=*/true},
 };
 
 }  // namespace

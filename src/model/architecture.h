@@ -56,6 +56,9 @@ struct MoeTraits {
   // token, its output added to the routed experts' sum.
   bool selection_bias = false;
   bool shared_experts = false;
+  // The selection bias where the file has one (decided by the first MoE
+  // layer's exp_probs_b.bias: DeepSeek V3 has it, V2 not).
+  bool selection_bias_if_present = false;
 };
 
 struct ArchitectureTraits {
@@ -88,11 +91,14 @@ struct ArchitectureTraits {
   // block_count includes `<arch>.nextn_predict_layers` trailing NextN (multi-
   // token prediction) blocks, which the main model does not run (glm4moe).
   bool nextn_layers = false;
+  // Multi-head latent attention (deepseek2: ModelConfig::mla), in place of
+  // the Q/K/V projections and the per-head KV cache.
+  bool latent_attention = false;
   // An encoder (BERT): every token attends to the whole input, learned
   // absolute positions and token types are added to the embeddings (then a
   // LayerNorm), each branch's output is added and then LayerNorm'd (post-norm,
   // with biases), a plain GELU FFN, and no LM head: the output is pooled
-  // (ModelConfig::pooling). Runs on the encoder executor (model/cpu_encoder.h).
+  // (ModelConfig::pooling). Runs on the encoder executor (model/cpu_encoder_executor.h).
   bool encoder = false;
 };
 

@@ -115,7 +115,12 @@ Result<MoeConfig> moe_config(const gguf::File& f, const std::string& a, const Mo
 // that it computes and then cancels against rope_yarn's own), with GGML's
 // correction dimensions. Float arithmetic in llama.cpp's order: this file,
 // like libllama, is compiled without FMA instructions, so nothing is fused.
-Status yarn_scaling(RopeConfig& rope, int64_t rope_dim, int64_t orig_ctx, float rope_attn_factor) {
+// yarn_log_mul: DeepSeek's mscale_all_dim (0: none), which llama.cpp's
+// context turns into the attention factor get_mscale(mscale) /
+// get_mscale(mscale_all_dim), with mscale taken equal to mscale_all_dim
+// (DeepSeek V2's config) unless that is 1.
+Status yarn_scaling(RopeConfig& rope, int64_t rope_dim, int64_t orig_ctx, float rope_attn_factor,
+                    float yarn_log_mul = 0.0f) {
   if (rope.freq_scale >= 1.0f) return make_error("YaRN RoPE scaling needs rope.scaling.factor > 1");
   constexpr float kBetaFast = 32.0f, kBetaSlow = 1.0f;
   rope.ext_factor = 1.0f;
@@ -124,6 +129,10 @@ Status yarn_scaling(RopeConfig& rope, int64_t rope_dim, int64_t orig_ctx, float 
     return scale <= 1.0f ? 1.0f : (0.1f * mscale * std::log(scale) + 1.0f);
   };
   float attn_factor = get_mscale(factor, 1.0f);
+  if (yarn_log_mul != 0.0f) {
+    const float mscale = yarn_log_mul != 1.0f ? yarn_log_mul : 1.0f;
+    attn_factor = get_mscale(factor, mscale) / get_mscale(factor, yarn_log_mul);
+  }
   attn_factor *= 1.0f / (1.0f + 0.1f * std::log(factor));
   attn_factor *= rope_attn_factor;
   rope.attn_factor = attn_factor;
@@ -137,6 +146,43 @@ Status yarn_scaling(RopeConfig& rope, int64_t rope_dim, int64_t orig_ctx, float 
   rope.corr_dims[1] = std::min(static_cast<float>(rope_dim - 1), end);
   return {};
 }
+
+// `<arch>.attention.*` of latent attention as llama.cpp's deepseek2 loader
+// reads them (files converted since attn_kv_b is split into attn_k_b and
+// attn_v_b, which carry key_length_mla and value_length_mla).
+Result<MlaConfig> mla_config(const gguf::File& f, const std::string& a, const ModelConfig& c) {
+  MlaConfig m;
+  if (f.find(a + ".attention.q_lora_rank")) {  // 0 or absent: attn_q (V2-Lite)
+    auto q = f.get_i64(a + ".attention.q_lora_rank");
+    if (!q) return q.error();
+    m.q_lora_rank = std::max<int64_t>(*q, 0);
+  }
+  auto kv = arch_int(f, a, "attention.kv_lora_rank");
+  if (!kv) return kv.error();
+  m.kv_lora_rank = *kv;
+  if (!f.find(a + ".attention.key_length_mla") || !f.find(a + ".attention.value_length_mla"))
+    return make_error("latent attention needs '" + a + ".attention.key_length_mla' and 'value_length_mla': this " +
+                      "file predates llama.cpp's attn_k_b/attn_v_b split of attn_kv_b (inferd runs only the split " +
+                      "form); convert the model again with a current convert_hf_to_gguf.py");
+  auto k_mla = arch_int(f, a, "attention.key_length_mla");
+  if (!k_mla) return k_mla.error();
+  auto v_mla = arch_int(f, a, "attention.value_length_mla");
+  if (!v_mla) return v_mla.error();
+  m.qk_rope = c.rope_dim;
+  m.qk_nope = *k_mla - c.rope_dim;
+  m.v_head = *v_mla;
+  if (m.qk_nope < 1) return make_error("attention.key_length_mla must exceed rope.dimension_count");
+  if (c.n_head_kv != 1 || c.head_dim != m.latent_width())
+    return make_error("latent attention needs head_count_kv 1 and key_length = kv_lora_rank + rope.dimension_count (" +
+                      std::to_string(m.latent_width()) + "), as llama.cpp's converter writes them");
+  if (f.find(a + ".rope.scaling.yarn_log_multiplier")) {
+    auto mul = f.get_f32(a + ".rope.scaling.yarn_log_multiplier");
+    if (!mul) return mul.error();
+    m.yarn_log_mul = *mul / 0.1f;  // the converter writes 0.1 * mscale_all_dim
+  }
+  return m;
+}
+
 }  // namespace
 
 const char* pooling_name(PoolingType p) {
@@ -189,7 +235,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
                       std::to_string(c.n_head_kv) + ")");
   if (c.rope_dim > c.head_dim || c.rope_dim % 2 != 0)
     return make_error("rope.dimension_count must be even and at most the head size");
-  if (f.find(a + ".attention.value_length")) {
+  const bool latent = c.traits && c.traits->latent_attention;
+  if (f.find(a + ".attention.value_length") && !latent) {  // latent attention: the latent's width (mla_config)
     auto v = f.get_i64(a + ".attention.value_length");
     if (!v) return v.error();
     if (*v != c.head_dim) return make_error("attention.value_length != key_length is not supported");
@@ -265,10 +312,26 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   auto rope_attn_factor = arch_float(f, a, "rope.scaling.attn_factor", 1.0f);
   if (!rope_attn_factor) return rope_attn_factor.error();
   global.attn_factor = *rope_attn_factor;
+  if (t.latent_attention) {
+    auto mla = mla_config(f, a, c);
+    if (!mla) return mla.error();
+    c.mla = *mla;
+  }
   if (scaling == "yarn") {
     auto orig_ctx = arch_int(f, a, "rope.scaling.original_context_length", c.context_length);
     if (!orig_ctx) return orig_ctx.error();
-    if (auto r = yarn_scaling(global, c.rope_dim, *orig_ctx, global.attn_factor); !r) return r.error();
+    if (auto r = yarn_scaling(global, c.rope_dim, *orig_ctx, global.attn_factor, c.mla.yarn_log_mul); !r)
+      return r.error();
+  }
+  if (c.mla) {
+    // llama.cpp's deepseek2 graph: the YaRN factor its context folded into the
+    // attention factor is taken out again and, with mscale_all_dim's, squared
+    // into the softmax scale over the per-head query width.
+    const float log_inv_scale = std::log(1.0f / global.freq_scale);
+    const float attn_factor_org = global.attn_factor * (1.0f + 0.1f * log_inv_scale);
+    const float mscale = attn_factor_org * (1.0f + 0.1f * c.mla.yarn_log_mul * log_inv_scale);
+    c.kq_scale = 1.0f * mscale * mscale / std::sqrt(static_cast<float>(c.mla.q_head()));
+    c.query_scale = 1.0f;
   }
   c.ropes.push_back(global);
   c.layers.assign(static_cast<size_t>(c.n_layer), LayerConfig{});
@@ -276,6 +339,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
     auto moe = moe_config(f, a, t.moe, c.n_ff, c.n_layer);
     if (!moe) return moe.error();
     c.moe = *moe;
+    if (t.moe.selection_bias_if_present && c.moe.n_leading_dense < c.n_layer)
+      c.moe.selection_bias =
+          f.find_tensor("blk." + std::to_string(c.moe.n_leading_dense) + ".exp_probs_b.bias") != nullptr;
     for (int64_t i = c.moe.n_leading_dense; i < c.n_layer; ++i) c.layers[i].ffn = FfnKind::kMixtureOfExperts;
   }
   if (c.sliding_window > 0) {

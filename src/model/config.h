@@ -46,6 +46,24 @@ struct MoeConfig {
   int64_t shared_width() const { return n_ff_exp * n_expert_shared; }
 };
 
+// Multi-head latent attention (DeepSeek V2/V3, llama.cpp's MLA with the
+// attn_k_b/attn_v_b split): each token's keys and values are one latent of
+// kv_lora_rank (attn_kv_a_mqa, then attn_kv_a_norm) plus one RoPE key of
+// qk_rope dims shared by every head, which is all the cache keeps; a head's
+// key is its qk_nope dims expanded from the latent (attn_k_b) and the RoPE key,
+// its value v_head dims expanded from the latent (attn_v_b).
+struct MlaConfig {
+  int64_t q_lora_rank = 0;   // the query's compression (attn_q_a/attn_q_b); 0: attn_q straight from the norm
+  int64_t kv_lora_rank = 0;  // 0: not latent attention
+  int64_t qk_nope = 0;       // query/key dims per head without RoPE
+  int64_t qk_rope = 0;       // with RoPE (ModelConfig::rope_dim)
+  int64_t v_head = 0;        // value dims per head
+  float yarn_log_mul = 0.0f;  // mscale_all_dim (rope.scaling.yarn_log_multiplier / 0.1), 0: none
+  int64_t q_head() const { return qk_nope + qk_rope; }
+  // One token's cache slot per layer: the normalized latent, then the RoPE key.
+  int64_t latent_width() const { return kv_lora_rank + qk_rope; }
+  explicit operator bool() const { return kv_lora_rank > 0; }
+};
 // How a sequence's hidden states become one output (llama.cpp's
 // llama_pooling_type, `<arch>.pooling_type` in a GGUF, same numbering).
 enum class PoolingType : int { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
@@ -64,7 +82,7 @@ struct ModelConfig {
   int64_t n_ff = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;      // key/value length per head
+  int64_t head_dim = 0;      // key/value length per head (latent attention: the latent cache's slot)
   int64_t n_vocab = 0;
   int64_t context_length = 0;
   int64_t rope_dim = 0;      // dimensions rotated per head (<= head_dim)
@@ -81,6 +99,7 @@ struct ModelConfig {
   std::vector<RopeConfig> ropes;    // the distinct rotary tables, one or two
   std::vector<LayerConfig> layers;  // n_layer entries
   MoeConfig moe;                    // n_expert 0 for a dense model
+  MlaConfig mla;                    // kv_lora_rank 0 unless the layers attend through a latent
   // An embedding or reranking model's pooling (kNone: a generative model's
   // logits), and an encoder's LayerNorm epsilon (`attention.layer_norm_epsilon`).
   PoolingType pooling = PoolingType::kNone;
@@ -88,6 +107,8 @@ struct ModelConfig {
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
+  // The attention output's width, the output projection's input.
+  int64_t attn_out_dim() const { return mla ? n_head * mla.v_head : q_dim(); }
   bool can_generate() const { return traits != nullptr; }
   // An encoder (ArchitectureTraits::encoder): pooled outputs only, no tokens.
   bool is_encoder() const { return traits && traits->encoder; }

@@ -225,9 +225,7 @@ void CpuEncoderExecutor::forward_thread(const Pass& pass, int ti, int nt) {
                 pool.barrier();
               },
               // A decoder's phases: never in an encoder's program (build_layer_programs).
-              [&](const NormPhase&) { assert(false); },
-              [&](const DenseFfnPhase&) { assert(false); },
-              [&](const MoeFfnPhase&) { assert(false); },
+              [&](const auto&) { assert(false); },
           },
           phase);
     }

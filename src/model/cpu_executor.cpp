@@ -37,6 +37,12 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp})
         if (*w) packed_bytes += Linear::packed_bytes(*w);
     }
+    if (L.mla) {
+      for (const WeightView* w : {&L.mla.q, &L.mla.q_a, &L.mla.q_b, &L.mla.kv_a})
+        if (*w) packed_bytes += Linear::packed_bytes(*w);
+      for (const ExpertsView* heads : {&L.mla.k_b, &L.mla.v_b})
+        packed_bytes += Linear::packed_bytes(heads->expert(0)) * static_cast<size_t>(heads->n_expert);
+    }
   }
   if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
   kernels::PackedArena* arena = packed_arena_.get();
@@ -67,6 +73,15 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
         linears.gate_shexp = make(L.moe.gate_shexp);
         linears.up_shexp = make(L.moe.up_shexp);
         linears.down_shexp = make(L.moe.down_shexp);
+      }
+    }
+    if (L.mla) {
+      linears.mla_q = make(L.mla.q ? L.mla.q : L.mla.q_a);
+      if (L.mla.q_b) linears.mla_q_b = make(L.mla.q_b);
+      linears.mla_kv_a = make(L.mla.kv_a);
+      for (int64_t h = 0; h < L.mla.k_b.n_expert; ++h) {
+        linears.mla_k_b.push_back(make(L.mla.k_b.expert(h)));
+        linears.mla_v_b.push_back(make(L.mla.v_b.expert(h)));
       }
     }
   }
@@ -149,6 +164,11 @@ void CpuExecutor::plan_prefetch(int n_threads) {
           add(L[Projection::kQ].rows_bytes(mine.q0 * D, mine.q1 * D));
           add(L[Projection::kK].rows_bytes(mine.k0 * D, mine.k1 * D));
           add(L[Projection::kV].rows_bytes(mine.v0 * D, mine.v1 * D));
+        } else if (const auto* mla = std::get_if<MlaQkvPhase>(&phase)) {
+          // The per-head attn_k_b and attn_v_b are small: not prefetched.
+          add(L.mla_q.thread_bytes(ti, n_threads));
+          add(L.mla_kv_a.thread_bytes(ti, n_threads));
+          if (mla->q_lora) add(L.mla_q_b.thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<OutputPhase>(phase)) {
           add(L[Projection::kO].thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<DenseFfnPhase>(phase)) {
@@ -285,7 +305,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.q.resize(T * c.q_dim());
   s_.k.resize(T * c.kv_dim());
   s_.v.resize(T * c.kv_dim());
-  s_.attn.resize(T * c.q_dim());
+  s_.attn.resize(T * c.attn_out_dim());
   const int64_t mlp_width = std::max(c.n_ff, c.moe.shared_width());  // the dense FFN's, or a shared expert's
   s_.gate.resize(T * mlp_width);
   s_.up.resize(T * mlp_width);
@@ -304,6 +324,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   }
   output_.prepare(s_.in_out, R);
   if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
+  if (c.mla) prepare_mla_scratch(T);
   prepare_norm_outputs(s_.norm, T);
   s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
   for (NormOutputs& own : s_.own) prepare_norm_outputs(own, T);
@@ -312,10 +333,15 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
 void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   out.xn.resize(T * config_.n_embd);
   for (const LayerLinears& L : linears_) {
-    const Linear& wq = L[Projection::kQ];
-    wq.prepare(out.q, T);
-    if (!L[Projection::kK].same_input(wq)) L[Projection::kK].prepare(out.k, T);
-    if (!L[Projection::kV].same_input(wq)) L[Projection::kV].prepare(out.v, T);
+    if (L.latent_attention()) {
+      L.mla_q.prepare(out.q, T);
+      if (!L.mla_kv_a.same_input(L.mla_q)) L.mla_kv_a.prepare(out.k, T);
+    } else {
+      const Linear& wq = L[Projection::kQ];
+      wq.prepare(out.q, T);
+      if (!L[Projection::kK].same_input(wq)) L[Projection::kK].prepare(out.k, T);
+      if (!L[Projection::kV].same_input(wq)) L[Projection::kV].prepare(out.v, T);
+    }
     const bool moe = !L.gate_exps.empty();
     const Linear& gate = moe ? L.gate_exps[0] : L[Projection::kGate];
     const Linear& up = moe ? L.up_exps[0] : L[Projection::kUp];
@@ -583,6 +609,12 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
           in_v = wv.same_input(wq) ? &norm.q : &norm.v;
           norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
                      {{&wq, in_q}, {&wk, in_k}, {&wv, in_v}}, own);
+        } else if (std::holds_alternative<MlaQkvPhase>(next)) {
+          // The query's first projection and attn_kv_a_mqa (in_q, in_k).
+          in_q = &norm.q;
+          in_k = L.mla_kv_a.same_input(L.mla_q) ? &norm.q : &norm.k;
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                     {{&L.mla_q, in_q}, {&L.mla_kv_a, in_k}}, own);
         } else if (std::holds_alternative<MoeFfnPhase>(next)) {
           // The router's input and the experts' (quantized once per token, in
           // GGML's mul_mat_id order).
@@ -633,6 +665,11 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
           wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
         }
         pool.barrier(idle);
+      } else if (const auto* ph = std::get_if<MlaQkvPhase>(&phase)) {
+        mla_qkv(pass, l, *ph, *in_q, *in_k, ti, nt, idle);
+        read_weights(ph->q_lora ? 3 : 2);
+      } else if (const auto* ph = std::get_if<MlaAttentionPhase>(&phase)) {
+        mla_attention(pass, l, *ph, ti, nt, idle);
       } else if (const auto* ph = std::get_if<OutputPhase>(&phase)) {
         const Linear& wo = L[Projection::kO];
         wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);

@@ -29,6 +29,9 @@ class CpuExecutor final : public Executor {
   // Its attention kernels read F16, Q8_0 and Q4_0 keys and values
   // (kernels/cpu/attention.h).
   Status supports_kv_cache(const kv::KVCacheSpec& spec) const override {
+    if (spec.kind == kv::KVCacheKind::kLatent && spec.dtype != DType::F16)
+      return make_error(std::string("a latent (multi-head latent attention) KV cache of ") + dtype_name(spec.dtype) +
+                        " is not supported: its attention reads F16 only (use --kv-cache-dtype f16 or auto)");
     if (kernels::attention_reads_kv(spec.dtype)) return {};
     return make_error(std::string("a KV cache of ") + dtype_name(spec.dtype) +
                       " is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
@@ -62,6 +65,16 @@ class CpuExecutor final : public Executor {
            const LinearInput& in_v, int thread_index, int n_threads);
   void attention(const Pass& pass, int64_t layer, const AttentionPhase& phase, int thread_index, int n_threads,
                  int64_t o_block);
+  // Latent attention's phases (cpu_executor_mla.cpp), each ending at a
+  // barrier: the queries (absorbed into the latent space) and the latent
+  // cache's writes, from the norm's inputs for the query's first projection
+  // and attn_kv_a_mqa; then attention over the latent cache, attn_v_b, and
+  // the output projection's input.
+  void mla_qkv(const Pass& pass, int64_t layer, const MlaQkvPhase& phase, const LinearInput& in_q,
+               const LinearInput& in_kv, int thread_index, int n_threads, const BarrierIdle& idle);
+  void mla_attention(const Pass& pass, int64_t layer, const MlaAttentionPhase& phase, int thread_index, int n_threads,
+                     const BarrierIdle& idle);
+  void prepare_mla_scratch(int64_t n_tokens);
   struct NormTarget {
     const Linear* linear;
     LinearInput* in;
@@ -84,6 +97,12 @@ class CpuExecutor final : public Executor {
     std::vector<Linear> gate_exps, up_exps, down_exps;
     Linear gate_shexp, up_shexp, down_shexp;  // its shared expert, else empty
     bool shared_expert() const { return gate_shexp.rows() > 0; }
+    // Latent attention (MlaWeights), else empty: the query's first
+    // projection (attn_q or attn_q_a), attn_q_b, attn_kv_a_mqa, and per head
+    // attn_k_b and attn_v_b.
+    Linear mla_q, mla_q_b, mla_kv_a;
+    std::vector<Linear> mla_k_b, mla_v_b;
+    bool latent_attention() const { return mla_kv_a.rows() > 0; }
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
   // y += bias over n elements (GGML's add, and add_id for per-expert rows).
@@ -160,6 +179,20 @@ class CpuExecutor final : public Executor {
       LinearInput in_gate, in_up, in_down;  // gathered per routed row
       std::vector<float> gate, up, out;     // per routed row: n_ff_exp, n_ff_exp, n_embd
     } moe;
+    // A latent-attention layer's step (cpu_executor_mla.cpp); R is kv_lora_rank,
+    // W the latent cache's slot (R + qk_rope).
+    struct Mla {
+      std::vector<float> q_a;       // per token: q_lora_rank (normalized in place)
+      std::vector<float> q;         // per token: n_head x (qk_nope + qk_rope)
+      std::vector<float> kv;        // per token: W (latent, then the RoPE key)
+      std::vector<float> q_nope;    // per head, per token: qk_nope (attn_k_b's input)
+      std::vector<float> absorbed;  // per head, per token: R (attn_k_b's output)
+      std::vector<float> q_latent;  // per token, per head: W (the attention's query)
+      std::vector<float> out;       // per head, per token: R (the attention's output)
+      std::vector<float> value;     // per head, per token: v_head (attn_v_b's output)
+      LinearInput in_q_b;
+      std::vector<LinearInput> in_k_b, in_v_b;  // per head
+    } mla;
   } s_;
 };
 

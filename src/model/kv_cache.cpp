@@ -16,6 +16,7 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
   layout.layer_group.assign(c.n_layer, 0);
   layout.layer_slab.assign(c.n_layer, 0);
   const auto spec_for = [&](int64_t window) {
+    if (c.mla) return kv::KVCacheSpec::latent(dtype, static_cast<int32_t>(c.mla.latent_width()), block_size);
     return kv::KVCacheSpec::for_window(dtype, static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
                                        block_size, window);
   };
@@ -54,28 +55,36 @@ KVCache::KVCache(KVLayout layout, int64_t n_blocks, bool shareable)
       segment_bytes_(layout_.storage_spec().segment_bytes()),
       slab_bytes_(static_cast<size_t>(n_blocks) * segment_bytes_) {
   const size_t bytes = slab_bytes_ * static_cast<size_t>(layout_.layers_per_block);
+  // A latent cache (kv::KVCacheSpec::has_values) has keys only.
+  const size_t v_bytes = layout_.storage_spec().has_values() ? bytes : 0;
   if (shareable && bytes > 0) {
     auto k = SharedBytes::create(bytes, kSharedName);
-    auto v = k ? SharedBytes::create(bytes, kSharedName) : Result<SharedBytes>(k.error());
+    auto v = !k ? Result<SharedBytes>(k.error()) : v_bytes > 0 ? SharedBytes::create(v_bytes, kSharedName)
+                                                               : Result<SharedBytes>(SharedBytes{});
     if (k && v) {
       k_shared_ = std::move(*k);
       v_shared_ = std::move(*v);
       k_ = k_shared_.data();
-      v_ = v_shared_.data();
+      v_ = v_bytes > 0 ? v_shared_.data() : nullptr;
       return;
     }
     shared_error_ = (k ? v : k).error().message;
   }
   k_local_ = AlignedBytes(bytes, /*huge_pages=*/true, /*zeroed=*/false);
-  v_local_ = AlignedBytes(bytes, /*huge_pages=*/true, /*zeroed=*/false);
+  if (v_bytes > 0) v_local_ = AlignedBytes(v_bytes, /*huge_pages=*/true, /*zeroed=*/false);
   k_ = k_local_.data();
-  v_ = v_local_.data();
+  v_ = v_bytes > 0 ? v_local_.data() : nullptr;
+}
+
+std::vector<uint8_t*> KVCache::stores() const {
+  if (v_) return {k_, v_};
+  return {k_};
 }
 
 void KVCache::copy_block(int64_t src, int64_t dst) {
   // A block holds the same slots of each of its layers_per_block slabs.
   const size_t bytes = segment_bytes_;
-  for (uint8_t* store : {k_, v_}) {
+  for (uint8_t* store : stores()) {
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab) {
       uint8_t* s = store + static_cast<size_t>(slab) * slab_bytes_;
       std::memcpy(s + dst * bytes, s + src * bytes, bytes);
@@ -85,14 +94,14 @@ void KVCache::copy_block(int64_t src, int64_t dst) {
 
 void KVCache::read_block(int64_t block, std::byte* dst) const {
   const size_t bytes = segment_bytes_;
-  for (const uint8_t* store : {k_, v_})
+  for (const uint8_t* store : stores())
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, dst += bytes)
       std::memcpy(dst, store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, bytes);
 }
 
 void KVCache::write_block(int64_t block, const std::byte* src) {
   const size_t bytes = segment_bytes_;
-  for (uint8_t* store : {k_, v_})
+  for (uint8_t* store : stores())
     for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, src += bytes)
       std::memcpy(store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, src, bytes);
 }

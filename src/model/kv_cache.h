@@ -67,7 +67,9 @@ class KVCache {
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t n_slots() const { return n_blocks_ * block_size_; }
-  size_t bytes() const { return 2 * slab_bytes_ * static_cast<size_t>(layout_.layers_per_block); }
+  size_t bytes() const {
+    return storage_spec().n_stores() * slab_bytes_ * static_cast<size_t>(layout_.layers_per_block);
+  }
   const KVLayout& layout() const { return layout_; }
   // The spec of a group, of a layer's group, and what every slab holds.
   const kv::KVCacheSpec& spec(int32_t group) const { return layout_.group_specs[group]; }
@@ -86,7 +88,9 @@ class KVCache {
   // A layer's slab: slot s of block b is at (b * block_size + s) *
   // slot_bytes(), its head h at h * head_bytes() within the slot.
   std::byte* k(int64_t layer) { return reinterpret_cast<std::byte*>(k_) + slab_offset(layer); }
-  std::byte* v(int64_t layer) { return reinterpret_cast<std::byte*>(v_) + slab_offset(layer); }
+  std::byte* v(int64_t layer) {  // null for a latent cache (keys only)
+    return v_ ? reinterpret_cast<std::byte*>(v_) + slab_offset(layer) : nullptr;
+  }
   // The storage spec's strides, computed once (the forward pass reads them per token).
   size_t slot_bytes() const { return slot_bytes_; }
   size_t head_bytes() const { return head_bytes_; }
@@ -103,7 +107,7 @@ class KVCache {
   // [block][slot][kv_dim] each (a KV transfer maps them and reads blocks
   // straight out of them).
   std::byte* keys_base() { return reinterpret_cast<std::byte*>(k_); }
-  std::byte* values_base() { return reinterpret_cast<std::byte*>(v_); }
+  std::byte* values_base() { return reinterpret_cast<std::byte*>(v_); }  // null for a latent cache (keys only)
   // Their memfds when they are on shared memory, else -1.
   int keys_fd() const { return k_shared_ ? k_shared_.fd() : -1; }
   int values_fd() const { return v_shared_ ? v_shared_.fd() : -1; }
@@ -113,6 +117,8 @@ class KVCache {
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 
  private:
+  // The keys' array, and the values' where the spec has values.
+  std::vector<uint8_t*> stores() const;
   size_t slab_offset(int64_t layer) const { return static_cast<size_t>(layout_.layer_slab[layer]) * slab_bytes_; }
 
   KVLayout layout_;

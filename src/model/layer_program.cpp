@@ -9,6 +9,11 @@ void attention_branch(const ModelConfig& c, int64_t l, std::vector<Phase>& out) 
   const LayerConfig& layer = c.layers[l];
   const ArchitectureTraits& t = *c.traits;
   out.push_back(NormPhase{NormPhase::Branch::kAttention, "attn_norm.weight"});
+  if (c.mla) {
+    out.push_back(MlaQkvPhase{c.mla.q_lora_rank > 0, layer.rope, c.rope_style});
+    out.push_back(MlaAttentionPhase{c.kq_scale});
+    return;
+  }
   out.push_back(QkvPhase{t.qkv_bias, c.qk_norm, layer.rope, c.rope_style, c.query_scale});
   out.push_back(AttentionPhase{layer.sliding_window, t.attention_sinks, c.kq_scale});
 }
@@ -23,7 +28,7 @@ void ffn_branch(const ModelConfig& c, int64_t l, const char* post_norm, std::vec
   }
 }
 
-// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss, glm4moe): each branch's
+// Pre-norm (llama, mistral, qwen2/3, qwen3moe, gpt-oss, glm4moe, deepseek2): each branch's
 // output is added to the stream as it is.
 LayerProgram pre_norm_layer(const ModelConfig& c, int64_t l) {
   LayerProgram p;
@@ -73,8 +78,8 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
 }
 
 const char* phase_name(const Phase& phase) {
-  static constexpr const char* kNames[] = {"norm",    "qkv",     "attention",  "output",
-                                                  "dense_ffn", "moe_ffn", "layer_norm", "plain_ffn"};
+  static constexpr const char* kNames[] = {"norm",    "qkv",     "attention", "output",     "dense_ffn",
+                                           "moe_ffn", "mla_qkv", "mla_attention", "layer_norm", "plain_ffn"};
   static_assert(std::variant_size_v<Phase> == std::size(kNames));
   return kNames[phase.index()];
 }

@@ -59,6 +59,26 @@ struct AttentionPhase {
   bool causal = true;  // false: every token attends to its whole sequence (encoders)
 };
 
+// Multi-head latent attention's projections (ModelConfig::mla): the queries
+// (attn_q; or attn_q_a, its RMSNorm attn_q_a_norm, attn_q_b), the compressed
+// KV (attn_kv_a_mqa: the latent, RMS-normalized by attn_kv_a_norm, and one
+// RoPE key for every head), which go to the latent cache; each head's query
+// RoPE'd in its last qk_rope dims and its first qk_nope dims taken into the
+// latent space by attn_k_b (llama.cpp's absorbed form): the queries the
+// attention phase reads.
+struct MlaQkvPhase {
+  bool q_lora;  // attn_q_a/attn_q_b (DeepSeek V3) rather than attn_q (V2-Lite)
+  int rope;     // index into ModelConfig::ropes
+  RopeStyle rope_style;
+};
+
+// Attention of every head over the latent cache (one head of latent + RoPE
+// key per token; the latent is also the value), each head's output then
+// taken out of the latent space by attn_v_b: the output projection's input.
+struct MlaAttentionPhase {
+  float kq_scale;
+};
+
 // The output projection, with its bias where the file has one. With a
 // post-branch norm (sandwich norms) the branch output is RMS-normalized by it
 // before the residual add.
@@ -91,8 +111,8 @@ struct PlainFfnPhase {
   Activation activation;
 };
 
-using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase,
-                           LayerNormPhase, PlainFfnPhase>;
+using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase, MlaQkvPhase,
+                           MlaAttentionPhase, LayerNormPhase, PlainFfnPhase>;
 
 struct LayerProgram {
   std::vector<Phase> phases;
@@ -102,7 +122,8 @@ struct LayerProgram {
 std::vector<LayerProgram> build_layer_programs(const ModelConfig& config);
 
 // A phase's name for messages and tests: "norm", "qkv", "attention",
-// "output", "dense_ffn", "moe_ffn", "layer_norm", "plain_ffn".
+// "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention", "layer_norm",
+// "plain_ffn".
 const char* phase_name(const Phase& phase);
 
 }  // namespace inferd

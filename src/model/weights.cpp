@@ -11,7 +11,7 @@ std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c)
     case Projection::kQ: return {c.n_embd, c.q_dim()};
     case Projection::kK: return {c.n_embd, c.kv_dim()};
     case Projection::kV: return {c.n_embd, c.kv_dim()};
-    case Projection::kO: return {c.q_dim(), c.n_embd};
+    case Projection::kO: return {c.attn_out_dim(), c.n_embd};
     case Projection::kGate: return {c.n_embd, c.n_ff};
     case Projection::kUp: return {c.n_embd, c.n_ff};
     case Projection::kDown: return {c.n_ff, c.n_embd};
@@ -99,6 +99,25 @@ class LayerLoader {
   Status operator()(const AttentionPhase& ph) {
     if (!ph.sinks) return {};
     return set(L_.attn_sinks, find(f_, p_ + "attn_sinks.weight", {c_.n_head}));
+  }
+  Status operator()(const MlaQkvPhase& ph) {
+    const MlaConfig& m = c_.mla;
+    const int64_t E = c_.n_embd, H = c_.n_head, Q = H * m.q_head();
+    MlaWeights& w = L_.mla;
+    if (ph.q_lora) {
+      if (Status s = set(w.q_a, find(f_, p_ + "attn_q_a.weight", {E, m.q_lora_rank})); !s) return s;
+      if (Status s = set(w.q_a_norm, find(f_, p_ + "attn_q_a_norm.weight", {m.q_lora_rank})); !s) return s;
+      if (Status s = set(w.q_b, find(f_, p_ + "attn_q_b.weight", {m.q_lora_rank, Q})); !s) return s;
+    } else if (Status s = set(w.q, find(f_, p_ + "attn_q.weight", {E, Q})); !s) {
+      return s;
+    }
+    if (Status s = set(w.kv_a, find(f_, p_ + "attn_kv_a_mqa.weight", {E, m.latent_width()})); !s) return s;
+    if (Status s = set(w.kv_a_norm, find(f_, p_ + "attn_kv_a_norm.weight", {m.kv_lora_rank})); !s) return s;
+    return set(w.k_b, find_experts(f_, p_ + "attn_k_b.weight", m.qk_nope, m.kv_lora_rank, H));
+  }
+  Status operator()(const MlaAttentionPhase&) {
+    const MlaConfig& m = c_.mla;
+    return set(L_.mla.v_b, find_experts(f_, p_ + "attn_v_b.weight", m.kv_lora_rank, m.v_head, c_.n_head));
   }
   Status operator()(const OutputPhase& ph) {
     if (Status s = projection(Projection::kO, "attn_output.weight"); !s) return s;

@@ -56,6 +56,18 @@ struct MoeWeights {
   explicit operator bool() const { return static_cast<bool>(router); }
 };
 
+// Latent attention's weights (MlaQkvPhase, MlaAttentionPhase), else empty:
+// the query's projection (q) or its compression (q_a, q_a_norm, q_b); the
+// compressed KV's (kv_a: latent then RoPE key) and its latent's norm; per
+// head, k_b (kv_lora_rank rows of qk_nope: a head's no-RoPE query into the
+// latent space) and v_b (v_head rows of kv_lora_rank: the latent out to the
+// head's value), as stacks of one matrix per head.
+struct MlaWeights {
+  WeightView q, q_a, q_a_norm, q_b, kv_a, kv_a_norm;
+  ExpertsView k_b, v_b;
+  explicit operator bool() const { return static_cast<bool>(kv_a); }
+};
+
 // A layer's projections (the phases of its program that read them, model/
 // layer_program.h): Q, K, V (QkvPhase), O (OutputPhase), and a dense FFN's
 // gate, up and down (DenseFfnPhase). A mixture-of-experts layer has the first
@@ -74,6 +86,7 @@ struct LayerWeights {
   WeightView q_norm, k_norm;                  // per-head norms (qwen3, gemma3), else empty
   WeightView post_attn_norm, post_ffn_norm;   // sandwich norms (gemma), else empty
   MoeWeights moe;                             // a mixture-of-experts FFN, else empty
+  MlaWeights mla;                             // latent attention, else empty (no Q/K/V projections then)
   // An encoder's: its LayerNorms' biases (LayerNormPhase; the weights are
   // attn_norm and ffn_norm) and its plain MLP's biases (PlainFfnPhase).
   WeightView attn_norm_b, ffn_norm_b, b_up, b_down;

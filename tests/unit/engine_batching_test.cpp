@@ -233,13 +233,15 @@ TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput
 
 // Every model with its cache in F16; the quantized caches on models that
 // cover their cases between them (the default model; sliding windows and
-// sinks; KV groups of windowed layers; shared experts), each in one dtype: the
+// sinks; KV groups of windowed layers; shared experts), each in one dtype (a
+// latent cache, tiny-deepseek2's, is F16 only): the
 // quantized kernels sum in one order whatever the pass, so a further pairing
 // would test the same thing again for minutes of CI.
 std::vector<BatchingParam> batching_cases() {
   std::vector<BatchingParam> cases;
   for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen3moe.gguf",
-                            "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf", "tiny-glm4moe.gguf"})
+                            "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf", "tiny-glm4moe.gguf",
+                            "tiny-deepseek2.gguf"})
     cases.emplace_back(model, DType::F16);
   cases.emplace_back("SmolLM2-135M-Instruct.Q4_1.gguf", DType::Q8_0);
   cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0);

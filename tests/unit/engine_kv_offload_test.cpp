@@ -2,7 +2,8 @@
 // working set is several times the KV pool gets its earlier turns back from
 // the host and disk tiers (their stats show it) with the same greedy tokens
 // as without tiers; an engine started again on the same disk path finds the
-// old prefixes; another KV layout never sees them.
+// old prefixes; another KV layout never sees them; a latent cache's blocks
+// come back too.
 #include <unistd.h>
 
 #include <filesystem>
@@ -143,6 +144,22 @@ TEST_F(EngineKVOffload, RefusesTiersWithoutPrefixCaching) {
   auto e = Engine::create(*model_, c);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message.find("prefix caching"), std::string::npos);
+}
+
+// A latent cache (tiny-deepseek2: one latent + RoPE key a token and layer,
+// no values) goes out to the host tier and back as its blocks' bytes. Last in
+// the suite: it leaves that model loaded.
+TEST_F(EngineKVOffload, LatentCacheBlocksComeBackFromTheHostTier) {
+  use_model("tiny-deepseek2.gguf");
+  EXPECT_EQ(KVLayout::plan(model_->config(), 16).storage_spec().kind, kv::KVCacheKind::kLatent);
+  const Run reference = chat(engine_config(512, 4, 400));
+  EngineConfig host = config();
+  host.offload.host_bytes = kv_bytes_for_blocks(400);
+  const Run with_host = chat(host);
+  EXPECT_EQ(with_host.outputs, reference.outputs);
+  EXPECT_EQ(with_host.stats.computed_prompt_tokens, reference.stats.computed_prompt_tokens);
+  EXPECT_GT(with_host.stats.offload.host.hits, 0);
+  EXPECT_GT(with_host.stats.scheduler.prefix_cache.external_hit_tokens, 0);
 }
 
 }  // namespace

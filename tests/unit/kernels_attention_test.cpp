@@ -540,5 +540,69 @@ TEST(KernelsAttention, SinksGiveTheSameBitsAtEveryLevel) {
   }
 }
 
+// Latent attention (DeepSeek's MLA, absorbed): keys of Dk and values that are
+// the keys' first Dv elements, in one store. Each output element is a
+// weighted sum of its own dimension only, so it must have the bits of plain
+// attention with D = Dk over a value store that holds the keys themselves
+// (its first Dv elements), for both passes and both GGML builds, and agree
+// with the plain softmax in double.
+TEST(KernelsAttention, LatentHeadsReadTheirValuesFromTheKeys) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const auto [Dk, Dv] : {std::pair<int64_t, int64_t>{80, 64}, {112, 96}, {576, 512}}) {
+    for (int64_t n_pos : {1, 17, 130}) {
+      Cache c = make_cache(rng, n_pos, Dk);
+      c.heads = 1;
+      c.k.resize(c.block_table.size() * c.block_size * Dk);
+      c.v = c.k;  // plain attention's view: values = keys
+      const PagedKV latent{c.k.data(), c.k.data(), Dk, c.block_size, c.block_table.data()};
+      const int64_t n_heads = 3;
+      std::vector<float> q(static_cast<size_t>(n_heads * Dk));
+      for (float& x : q) x = 0.5f * dist(rng);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(Dk - Dv / 2));
+      for (AttentionPass pass : {AttentionPass::kDecode, AttentionPass::kPrefill}) {
+        for (GgmlFlavour flavour : {GgmlFlavour::kAvx512, GgmlFlavour::kAvx2}) {
+          std::vector<float> got(static_cast<size_t>(n_heads * Dv));
+          attend_latent_heads(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass, got.data(), flavour);
+          // The kernel compiled without FMA instructions gives the same bits.
+          std::vector<float> portable(got.size());
+          const auto scalar = flavour == GgmlFlavour::kAvx512 ? detail::attend_latent_heads_scalar<GgmlFlavour::kAvx512>
+                                                              : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx2>;
+          scalar(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass, portable.data());
+          ASSERT_EQ(std::memcmp(got.data(), portable.data(), got.size() * sizeof(float)), 0) << "Dk " << Dk;
+          if (best_simd_level() >= SimdLevel::kAvx2) {  // and so do the FMA-compiled and AVX-512 ones
+            std::vector<float> other(got.size());
+            const auto fma = flavour == GgmlFlavour::kAvx512 ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx512>
+                                                             : detail::attend_latent_heads_fma<GgmlFlavour::kAvx2>;
+            fma(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass, other.data());
+            ASSERT_EQ(std::memcmp(got.data(), other.data(), got.size() * sizeof(float)), 0) << "fma, Dk " << Dk;
+            if (best_simd_level() >= SimdLevel::kAvx512 && flavour == GgmlFlavour::kAvx512) {
+              detail::attend_latent_heads_avx512(q.data(), n_heads, latent, Dk, Dv, 0, n_pos, scale, pass,
+                                                 other.data());
+              ASSERT_EQ(std::memcmp(got.data(), other.data(), got.size() * sizeof(float)), 0) << "avx512, Dk " << Dk;
+            }
+          }
+          for (int64_t h = 0; h < n_heads; ++h) {
+            std::vector<float> want(static_cast<size_t>(Dk));
+            if (flavour == GgmlFlavour::kAvx512) {
+              detail::attend_one_head_scalar(q.data() + h * Dk, c.view(), 0, Dk, 0, n_pos, scale, pass, want.data(),
+                                             nullptr);
+            } else {
+              detail::attend_one_head_ggml_avx2_scalar(q.data() + h * Dk, c.view(), 0, Dk, 0, n_pos, scale, pass,
+                                                       want.data(), nullptr);
+            }
+            const std::vector<double> plain = naive(c, q.data() + h * Dk, 0, 0, n_pos, scale);
+            for (int64_t i = 0; i < Dv; ++i) {
+              ASSERT_EQ(bits_of(got[h * Dv + i]), bits_of(want[i]))
+                  << "Dk " << Dk << " n_pos " << n_pos << " head " << h << " i " << i;
+              EXPECT_NEAR(got[h * Dv + i], plain[i], 2e-3 + 2e-3 * std::fabs(plain[i]));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd::kernels

@@ -75,6 +75,26 @@ TEST(KVCacheSpec, EveryOtherFormatHasANumberOfItsOwn) {
   EXPECT_NE(q4, q8);
 }
 
+TEST(KVCacheSpec, ALatentSlotHasKeysOnly) {
+  // DeepSeek-V2-Lite's latent cache: a 512-wide latent and a 64-wide RoPE key, one "head".
+  const KVCacheSpec s = KVCacheSpec::latent(DType::F16, 576, 16);
+  EXPECT_TRUE(s.validate().ok());
+  EXPECT_EQ(s.kind, KVCacheKind::kLatent);
+  EXPECT_FALSE(s.has_values());
+  EXPECT_EQ(s.n_stores(), 1);
+  EXPECT_EQ(s.slot_bytes(), 1152u);
+  EXPECT_EQ(s.bytes_per_token(), 1152u);  // llama.cpp's K-only MLA cache: 576 f16 a token and layer
+  EXPECT_EQ(s.page_bytes(), 16u * 1152);
+  // The same bytes a slot as one full-attention head of 576, but another format.
+  const KVCacheSpec mha = KVCacheSpec::full_attention(DType::F16, 1, 576, 16);
+  EXPECT_EQ(mha.bytes_per_token(), 2 * s.bytes_per_token());
+  EXPECT_NE(s.storage_format(), mha.storage_format());
+  EXPECT_NE(s.describe().find("latent attention"), std::string::npos);
+  KVCacheSpec two_heads = s;
+  two_heads.num_kv_heads = 2;
+  EXPECT_FALSE(two_heads.validate().ok());
+}
+
 TEST(KVCacheSpec, MismatchNamesTheGroupAndBothSpecs) {
   const std::vector<KVCacheSpec> mine = {KVCacheSpec::full_attention(DType::F16, 1, 256, 16),
                                          KVCacheSpec::sliding(DType::F16, 1, 256, 16, 512)};

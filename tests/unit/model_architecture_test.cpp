@@ -136,6 +136,67 @@ TEST(ModelArchitecture, Glm4MoeLayersAndRoutingFromMetadata) {
   }
 }
 
+// deepseek2 from the two tiny models' metadata: latent attention with and
+// without query compression (V3, V2-Lite), the latent cache's slot as the
+// key length, the softmax scale of llama.cpp's graph (YaRN's mscale squared
+// over the per-head query width), and the routing each file asks for.
+TEST(ModelArchitecture, Deepseek2LatentAttentionAndRoutingFromMetadata) {
+  const ModelConfig lite = config_of("tiny-deepseek2-lite.gguf");
+  ASSERT_TRUE(lite.can_generate());
+  EXPECT_EQ(lite.rope_style, RopeStyle::kInterleaved);
+  EXPECT_EQ(lite.mla.q_lora_rank, 0);
+  EXPECT_EQ(lite.mla.kv_lora_rank, 64);
+  EXPECT_EQ(lite.mla.qk_nope, 32);
+  EXPECT_EQ(lite.mla.qk_rope, 16);
+  EXPECT_EQ(lite.mla.v_head, 32);
+  EXPECT_EQ(lite.head_dim, 80);  // the latent cache's slot: latent + RoPE key
+  EXPECT_EQ(lite.attn_out_dim(), 4 * 32);
+  EXPECT_NEAR(lite.mla.yarn_log_mul, 0.707f, 1e-6f);
+  // mscale = 1 + 0.1 * 0.707 * ln 40 (the YaRN attention factors cancel), squared over sqrt(48).
+  const float m = 1.0f + 0.1f * 0.707f * std::log(40.0f);
+  EXPECT_NEAR(lite.kq_scale, m * m / std::sqrt(48.0f), 1e-5f);
+  EXPECT_EQ(lite.moe.gating, ExpertGating::kSoftmax);
+  EXPECT_FALSE(lite.moe.normalize_weights);
+  EXPECT_FALSE(lite.moe.selection_bias);  // V2 has no exp_probs_b
+  EXPECT_EQ(lite.moe.n_expert_shared, 2);
+  EXPECT_EQ(lite.moe.n_leading_dense, 1);
+  const std::vector<LayerProgram> lite_programs = build_layer_programs(lite);
+  ASSERT_EQ(lite_programs.size(), 3u);
+  const std::vector<Phase>& phases = lite_programs[1].phases;
+  ASSERT_EQ(phases.size(), 6u);
+  const auto* qkv = std::get_if<MlaQkvPhase>(&phases[1]);
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_FALSE(qkv->q_lora);
+  EXPECT_STREQ(phase_name(phases[2]), "mla_attention");
+
+  const ModelConfig v3 = config_of("tiny-deepseek2.gguf");
+  ASSERT_TRUE(v3.can_generate());
+  EXPECT_EQ(v3.mla.q_lora_rank, 64);
+  EXPECT_EQ(v3.mla.kv_lora_rank, 96);
+  EXPECT_EQ(v3.head_dim, 112);
+  EXPECT_EQ(v3.moe.gating, ExpertGating::kSigmoid);
+  EXPECT_TRUE(v3.moe.normalize_weights);
+  EXPECT_EQ(v3.moe.weights_scale, 2.5f);
+  EXPECT_TRUE(v3.moe.selection_bias);
+  EXPECT_EQ(v3.moe.n_leading_dense, 2);
+  const std::vector<LayerProgram> v3_programs = build_layer_programs(v3);
+  EXPECT_TRUE(std::get<MlaQkvPhase>(v3_programs[0].phases[1]).q_lora);
+  auto f = gguf::File::open(model_file("tiny-deepseek2.gguf"));
+  ASSERT_TRUE(f.ok());
+  auto w = ModelWeights::from_gguf(**f, v3, v3_programs);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  for (const LayerWeights& L : w->layers) {
+    EXPECT_FALSE(L.mla.q);
+    EXPECT_EQ(L.mla.q_b.rows, 4 * 48);
+    EXPECT_EQ(L.mla.kv_a.rows, 112);
+    EXPECT_EQ(L.mla.k_b.n_expert, 4);  // one matrix per head
+    EXPECT_EQ(L.mla.k_b.rows, 96);
+    EXPECT_EQ(L.mla.v_b.rows, 32);
+    EXPECT_FALSE(L[Projection::kQ]);
+    EXPECT_EQ(L[Projection::kO].cols, 4 * 32);
+  }
+}
+
 // Without expert_gating_func and expert_weights_norm, glm4moe routes as
 // llama.cpp's loader defaults it: sigmoid, weights not renormalized; a qwen3moe
 // file's keys are not read (its graph fixes softmax and renormalization).

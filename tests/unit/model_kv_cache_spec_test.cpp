@@ -81,6 +81,65 @@ TEST(ModelKVCacheSpec, TheCacheIsLaidOutFromItsSpec) {
             0);
 }
 
+// DeepSeek-V2-Lite's attention: 27 layers of multi-head latent attention,
+// 16 heads, a 512-wide latent and a 64-wide RoPE key per token.
+ModelConfig deepseek_v2_lite_shape() {
+  ModelConfig c;
+  c.n_layer = 27;
+  c.n_head = 16;
+  c.n_head_kv = 1;
+  c.head_dim = 576;
+  c.rope_dim = 64;
+  c.mla = MlaConfig{0, 512, 128, 64, 128};
+  c.layers.assign(27, LayerConfig{});
+  return c;
+}
+
+TEST(ModelKVCacheSpec, LatentAttentionKeepsOneLatentAToken) {
+  const ModelConfig c = deepseek_v2_lite_shape();
+  const KVLayout layout = KVLayout::plan(c, 16);
+  ASSERT_EQ(layout.num_groups(), 1);
+  EXPECT_EQ(layout.storage_spec(), kv::KVCacheSpec::latent(DType::F16, 576, 16));
+  // 27 layers x 576 x 2 bytes: llama.cpp's 31,104 bytes a token for this model
+  // (its "K (f16): ..., V (f16): 0.00 MiB"); full K and V for 16 heads of 192/128
+  // would be 27 x 16 x (192 + 128) x 2 = 276,480.
+  EXPECT_EQ(KVCache::bytes_per_token(c), 31104u);
+  EXPECT_EQ(layout.block_bytes(), 27u * 16 * 1152);
+  KVCache cache(c, /*n_blocks=*/3, /*block_size=*/16);
+  EXPECT_EQ(cache.bytes(), 3 * cache.block_bytes());
+  EXPECT_EQ(cache.v(0), nullptr);
+  EXPECT_EQ(cache.values_base(), nullptr);
+  // A block's bytes are its layers' latents: round trip through the offload tiers' copy.
+  std::vector<std::byte> block(cache.block_bytes()), back(cache.block_bytes());
+  for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>(i * 5 + 1);
+  cache.write_block(2, block.data());
+  cache.copy_block(2, 0);
+  cache.read_block(0, back.data());
+  EXPECT_EQ(std::memcmp(block.data(), back.data(), block.size()), 0);
+}
+
+TEST(ModelKVCacheSpec, TheLatentCacheIsF16Only) {
+  LoadOptions options;
+  options.n_threads = 1;
+  options.prefault = false;
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-deepseek2.gguf";
+  auto model = Model::load(path, options);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const ModelConfig& c = (*model)->config();
+  EXPECT_TRUE((*model)->check_kv_cache(KVLayout::plan(c, 16, DType::F16)).ok());
+  for (DType t : {DType::Q8_0, DType::Q4_0}) {
+    // The tiny model's latent (96 + 16) is not whole blocks of 32, which the
+    // spec refuses first; one of 576, DeepSeek's, is: the executor refuses it.
+    KVLayout layout = KVLayout::plan(c, 16, t);
+    EXPECT_NE((*model)->check_kv_cache(layout).error().message.find("not whole blocks"), std::string::npos);
+    layout.group_specs[0].head_size = 576;
+    const Status s = (*model)->check_kv_cache(layout);
+    ASSERT_FALSE(s.ok()) << dtype_name(t);
+    EXPECT_NE(s.error().message.find("latent (multi-head latent attention) KV cache of"), std::string::npos)
+        << s.error().message;
+  }
+}
+
 std::string tiny_gemma3() {
   const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-gemma3.gguf";
   if (!std::ifstream(path).good()) ADD_FAILURE() << path << " not found";

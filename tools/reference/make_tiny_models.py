@@ -67,6 +67,22 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      no QK norms (as GLM-4.5-Air), the FFN norm stored as post_attention_norm,
                      partial NeoX RoPE (16 of head_dim 32 rotated, as GLM's factor 0.5); n_embd
                      32, GQA 4/2; tied output. Qwen2.5's tokenizer, as tiny-qwen3.
+  tiny-deepseek2-lite.gguf  `deepseek2` shaped as DeepSeek-V2-Lite: multi-head latent attention
+                     with no query compression (attn_q straight from the norm; q_lora_rank 0),
+                     keys and values compressed to a kv_lora_rank-64 latent (attn_kv_a_mqa, then
+                     attn_kv_a_norm) plus a 16-wide RoPE key shared by the 4 heads, the latent
+                     expanded per head by attn_k_b (3-D: 32 nope dims of each head's key from the
+                     latent) and attn_v_b (the head's 32-wide value), as convert_hf_to_gguf.py
+                     splits kv_b_proj; YaRN RoPE (factor 40, mscale_all_dim 0.707 as V2-Lite's
+                     config); layer 0 dense, 1 and 2 a mixture of 16 experts of width 32, 4 chosen
+                     by softmax (weights not renormalized, scale 1), 2 shared experts; n_embd 32
+                     (the query width 4 x 48 and the value width 4 x 32 differ from it), tied output. Qwen2.5's tokenizer, as tiny-qwen3.
+  tiny-deepseek2.gguf `deepseek2` shaped as DeepSeek-V3: the same latent attention with query
+                     compression (attn_q_a -> attn_q_a_norm -> attn_q_b, q_lora_rank 64), a
+                     96-wide latent; YaRN RoPE (factor 40, mscale_all_dim 1); layers 0 and 1
+                     dense, 2 and 3 a mixture of 16 experts chosen by sigmoid gating with a
+                     selection bias (exp_probs_b.bias), renormalized and scaled by 2.5, one shared
+                     expert. Qwen2.5's tokenizer.
   tiny-bert-reranker.gguf  `bert` with rank pooling (a cross-encoder): 2 post-norm layers,
                      n_embd 32, 4 heads, n_ff 64, biases everywhere, learned positions (512)
                      and token types, and the classification head cls (32 -> 32, tanh) and
@@ -546,6 +562,25 @@ def make_gpt_oss(models_dir, path):
     return w
 
 
+def shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias, down_std):
+    """A mixture-of-experts FFN with shared experts (glm4moe, deepseek2): an F32 router, a selection
+    bias when asked, the 3-D experts (types t, the down projection's std down_std / sqrt(width)), and
+    the shared experts' dense MLP of n_ff_exp * n_shared."""
+    b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+    if selection_bias:
+        # A selection bias of the sigmoid probabilities' own scale: it changes which experts are
+        # chosen for many tokens, but not the chosen ones' weights.
+        b.bias(p + "exp_probs_b.bias", n_expert, 0.3)
+    b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["gate"])
+    b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
+    b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), down_std / math.sqrt(n_ff_exp)),
+          t["down"])
+    n_ff_sh = n_ff_exp * n_shared
+    b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
+    b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
+    b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+
+
 # The dense leading layers and the MoE layers cycle types as qwen3moe's; the shared expert takes
 # the layer's dense gate/up/down types.
 def make_glm4moe(models_dir, path):
@@ -582,19 +617,8 @@ def make_glm4moe(models_dir, path):
             b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
             b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
         else:
-            b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
-            # A selection bias of the sigmoid probabilities' own scale: it changes which experts are
-            # chosen for many tokens, but not the chosen ones' weights.
-            b.bias(p + "exp_probs_b.bias", n_expert, 0.3)
-            b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)),
-                  t["gate"])
-            b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
-            b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 1.5 / math.sqrt(n_ff_exp)),
-                  t["down"])
-            n_ff_sh = n_ff_exp * n_shared
-            b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
-            b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
-            b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+            shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias=True,
+                                    down_std=1.5)
         if i >= n_trunk:
             # The NextN block's own tensors: llama.cpp's main graph never reads them.
             b.matrix(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd, T.Q8_0)
@@ -603,6 +627,85 @@ def make_glm4moe(models_dir, path):
             b.norm(p + "nextn.shared_head_norm.weight", n_embd)
     b.write(w)
     return w
+
+
+# Types per layer for the latent attention's projections, cycled as qwen3moe's.
+DEEPSEEK2_TYPES = [
+    dict(q=T.Q8_0, q_a=T.Q5_0, q_b=T.Q8_0, kv_a=T.Q5_0, k_b=T.Q8_0, v_b=T.Q4_1, o=T.Q5_0, gate=T.Q8_0, up=T.Q4_1,
+         down=T.Q5_0),
+    dict(q=T.Q5_0, q_a=T.Q8_0, q_b=T.Q4_1, kv_a=T.Q8_0, k_b=T.Q5_0, v_b=T.Q8_0, o=T.Q4_1, gate=T.Q5_0, up=T.Q8_0,
+         down=T.Q8_0),
+    dict(q=T.Q4_1, q_a=T.Q4_1, q_b=T.Q5_0, kv_a=T.Q8_0, k_b=T.Q8_0, v_b=T.Q5_0, o=T.Q8_0, gate=T.Q4_1, up=T.Q5_0,
+         down=T.Q4_1),
+]
+
+
+def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lora_rank, kv_lora_rank,
+                           mscale_all_dim, n_shared, sigmoid):
+    """A `deepseek2` file as convert_hf_to_gguf.py writes DeepSeek V2/V3 (DeepseekV2Model): MQA-shaped
+    latent attention (head_count_kv 1, key_length kv_lora_rank + rope, value_length kv_lora_rank, the
+    per-head sizes in key_length_mla/value_length_mla), kv_b_proj split into attn_k_b (transposed)
+    and attn_v_b."""
+    n_embd, n_head, qk_nope, qk_rope, v_head = 32, 4, 32, 16, 32
+    n_ff, n_expert, n_expert_used, n_ff_exp = 96, 16, 4, 32
+    yarn_factor, orig_ctx = 40.0, 4096
+    w = GGUFWriter(path, "deepseek2")
+    h = dict(n_ctx_train=int(orig_ctx * yarn_factor), n_embd=n_embd, n_layer=n_layer, n_ff=n_ff, n_head=n_head,
+             n_head_kv=1, rope_base=10000.0, rms_eps=1e-6)
+    common_hparams(w, "deepseek2", name, h)
+    w.add_vocab_size(151936)
+    w.add_leading_dense_block_count(n_dense)
+    w.add_q_lora_rank(q_lora_rank)  # 0: attn_q (llama.cpp reads the key unless the layer count is V2-Lite's)
+    w.add_kv_lora_rank(kv_lora_rank)
+    w.add_key_length(kv_lora_rank + qk_rope)
+    w.add_value_length(kv_lora_rank)
+    w.add_key_length_mla(qk_nope + qk_rope)
+    w.add_value_length_mla(v_head)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_shared_count(n_shared)
+    if sigmoid:
+        w.add_expert_weights_scale(2.5)
+        w.add_expert_weights_norm(True)
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    else:
+        w.add_expert_weights_scale(1.0)  # V2-Lite's routed_scaling_factor; no norm, softmax by default
+    w.add_rope_dimension_count(qk_rope)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(yarn_factor)
+    w.add_rope_scaling_orig_ctx_len(orig_ctx)
+    w.add_rope_scaling_yarn_log_mul(0.1 * mscale_all_dim)  # as the converter writes it
+    copy_tokenizer(w, models_dir / QWEN_VOCAB_FROM)
+    n_vocab = 151936
+    b = Builder(seed=seed)
+    b.matrix("token_embd.weight", n_vocab, n_embd, T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", n_embd, spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    for i in range(n_layer):
+        t = DEEPSEEK2_TYPES[i % len(DEEPSEEK2_TYPES)]
+        p = f"blk.{i}."
+        b.norm(p + "attn_norm.weight", n_embd)
+        if q_lora_rank > 0:
+            b.matrix(p + "attn_q_a.weight", q_lora_rank, n_embd, t["q_a"])
+            b.norm(p + "attn_q_a_norm.weight", q_lora_rank)
+            b.matrix(p + "attn_q_b.weight", n_head * (qk_nope + qk_rope), q_lora_rank, t["q_b"])
+        else:
+            b.matrix(p + "attn_q.weight", n_head * (qk_nope + qk_rope), n_embd, t["q"])
+        b.matrix(p + "attn_kv_a_mqa.weight", kv_lora_rank + qk_rope, n_embd, t["kv_a"])
+        b.norm(p + "attn_kv_a_norm.weight", kv_lora_rank)
+        # GGUF [qk_nope, kv_lora_rank, n_head]: per head, kv_lora_rank rows of qk_nope (k_b transposed).
+        b.add(p + "attn_k_b.weight", b.normal((n_head, kv_lora_rank, qk_nope), 1.0 / math.sqrt(qk_nope)), t["k_b"])
+        # GGUF [kv_lora_rank, v_head, n_head]: per head, v_head rows of kv_lora_rank.
+        b.add(p + "attn_v_b.weight", b.normal((n_head, v_head, kv_lora_rank), 1.0 / math.sqrt(kv_lora_rank)),
+              t["v_b"])
+        b.matrix(p + "attn_output.weight", n_embd, n_head * v_head, t["o"], std=1.5 / math.sqrt(n_head * v_head))
+        b.norm(p + "ffn_norm.weight", n_embd)
+        if i < n_dense:
+            b.matrix(p + "ffn_gate.weight", n_ff, n_embd, t["gate"])
+            b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
+            b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
+            continue
+        shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias=sigmoid, down_std=2.0)
 
 
 # llama.cpp's BERT vocabulary (bge's, the same WordPiece vocabulary as BERT base uncased), from
@@ -663,9 +766,22 @@ def make_bert_reranker(models_dir, path):
     return w
 
 
+def make_deepseek2_lite(models_dir, path):
+    return make_deepseek2_variant(models_dir, path, "inferd tiny deepseek2 V2-Lite-shaped (random)", seed=61,
+                                  n_layer=3, n_dense=1, q_lora_rank=0, kv_lora_rank=64, mscale_all_dim=0.707,
+                                  n_shared=2, sigmoid=False)
+
+
+def make_deepseek2(models_dir, path):
+    return make_deepseek2_variant(models_dir, path, "inferd tiny deepseek2 V3-shaped (random)", seed=67,
+                                  n_layer=4, n_dense=2, q_lora_rank=64, kv_lora_rank=96, mscale_all_dim=1.0,
+                                  n_shared=1, sigmoid=True)
+
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
-          "tiny-glm4moe": make_glm4moe, "tiny-bert-reranker": make_bert_reranker}
+          "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
+          "tiny-bert-reranker": make_bert_reranker}
 
 
 def main():

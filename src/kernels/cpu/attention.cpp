@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/attention_ggml_avx2_impl.h"
 #include "kernels/cpu/attention_portable_impl.h"
@@ -30,6 +31,17 @@ void softmax_ggml_avx2_scalar(float* w, int64_t n) {
   ggml_avx2::softmax(w, n, max);
 }
 
+template <GgmlFlavour flavour>
+void attend_latent_heads_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  using Build = std::conditional_t<flavour == GgmlFlavour::kAvx2, ggml_avx2::Build, Avx512Build>;
+  attend_latent_heads_of<Build>(q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, pass, out);
+}
+template void attend_latent_heads_scalar<GgmlFlavour::kAvx512>(const float*, int64_t, const PagedKV&, int64_t, int64_t,
+                                                               int64_t, int64_t, float, AttentionPass, float*);
+template void attend_latent_heads_scalar<GgmlFlavour::kAvx2>(const float*, int64_t, const PagedKV&, int64_t, int64_t,
+                                                             int64_t, int64_t, float, AttentionPass, float*);
+
 }  // namespace detail
 
 namespace {
@@ -54,6 +66,16 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
   // included), else the portable one.
   avx2_build = level >= SimdLevel::kAvx2 ? detail::attend_heads_ggml_avx2
                                          : each_head<detail::attend_one_head_ggml_avx2_scalar>;
+  // Latent heads (576 wide for DeepSeek): the AVX-512 build's order with
+  // AVX-512 instructions, else the portable kernel (with FMA instructions
+  // where the CPU has them).
+  const bool fma = level >= SimdLevel::kAvx2;
+  ops.attend_latent[static_cast<int>(GgmlFlavour::kAvx512)] =
+      level >= SimdLevel::kAvx512 ? detail::attend_latent_heads_avx512
+      : fma                       ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx512>
+                                  : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx512>;
+  ops.attend_latent[static_cast<int>(GgmlFlavour::kAvx2)] =
+      fma ? detail::attend_latent_heads_fma<GgmlFlavour::kAvx2> : detail::attend_latent_heads_scalar<GgmlFlavour::kAvx2>;
 }
 
 void attend_one_head(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
@@ -68,6 +90,14 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
   const FloatKernels& ops = kernel_table().ops;
   const AttendHeadsFn fn = kv.dtype == DType::F16 ? ops.attend_heads[static_cast<int>(flavour)] : ops.attend_heads_quant;
   fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
+}
+
+void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                         GgmlFlavour flavour) {
+  assert(kv.dtype == DType::F16 && Dv <= Dk);
+  kernel_table().ops.attend_latent[static_cast<int>(flavour)](q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, pass,
+                                                              out);
 }
 
 }  // namespace inferd::kernels

@@ -76,7 +76,29 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                   GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
 
+// Multi-head latent attention in llama.cpp's absorbed form (DeepSeek V2/V3):
+// n_heads query heads of Dk elements over one latent head per slot (kv.k ==
+// kv.v, F16, slot_stride >= Dk), whose first Dv elements are also the values
+// (llama.cpp's K-only MLA cache reads V as a view of K). Each head's out[0, Dv)
+// has attend_one_head's arithmetic (GGML's without flash attention, of
+// `flavour`) with keys of Dk and values of Dv; q and out hold the heads one
+// after another (Dk and Dv apart).
+void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                         int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                         GgmlFlavour flavour = GgmlFlavour::kAvx512);
+
 namespace detail {
+// attend_latent_heads in `flavour`'s order, compiled for any x86-64 CPU and
+// with FMA instructions (attention_avx2.cpp): the same bits.
+template <GgmlFlavour flavour>
+void attend_latent_heads_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+// The AVX-512 build's order with AVX-512 instructions (the same bits again).
+void attend_latent_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+template <GgmlFlavour flavour>
+void attend_latent_heads_fma(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                             int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
 void attend_one_head_scalar(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,
                             int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t pos_begin,

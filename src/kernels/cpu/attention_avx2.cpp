@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/attention_ggml_avx2_impl.h"
@@ -18,6 +19,17 @@ void attend_one_head_fma(const float* q, const PagedKV& kv, int64_t head_offset,
                          int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   attend_one_head_portable(q, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
+
+template <GgmlFlavour flavour>
+void attend_latent_heads_fma(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                             int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  using Build = std::conditional_t<flavour == GgmlFlavour::kAvx2, ggml_avx2::Build, Avx512Build>;
+  attend_latent_heads_of<Build>(q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, pass, out);
+}
+template void attend_latent_heads_fma<GgmlFlavour::kAvx512>(const float*, int64_t, const PagedKV&, int64_t, int64_t,
+                                                            int64_t, int64_t, float, AttentionPass, float*);
+template void attend_latent_heads_fma<GgmlFlavour::kAvx2>(const float*, int64_t, const PagedKV&, int64_t, int64_t,
+                                                          int64_t, int64_t, float, AttentionPass, float*);
 
 void attend_one_head_ggml_avx2_fma(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D,
                                    int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {

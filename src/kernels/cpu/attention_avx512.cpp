@@ -450,4 +450,78 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   fold_partial_sums(acc.data(), D, prefill, sets_reached(pos_begin, used, n_sets), out);
 }
 
+// Latent attention (attend_latent_heads), GGML's AVX-512 build: the portable
+// kernel's arithmetic (attend_one_head_kv_of<Avx512Build>) with its per-lane
+// loops as vector instructions. Each lane's fused multiply-adds are the same
+// operations in the same order, and the lane sums stay reduce16's, so the bits
+// are the portable kernel's. Heads whose widths are not whole vectors run the
+// portable kernel.
+void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  if (Dk % 16 != 0 || Dv % 16 != 0) {
+    for (int64_t h = 0; h < n_heads; ++h)
+      attend_one_head_kv_of<Avx512Build>(q_in + h * Dk, kv, 0, Dk, Dv, pos_begin, pos_end, scale, pass,
+                                         out + h * Dv, nullptr);
+    return;
+  }
+  thread_local std::vector<float> q, weights, acc;
+  thread_local std::vector<int64_t> slots;
+  slots.resize(static_cast<size_t>(pos_end - pos_begin));
+  for (int64_t p = pos_begin; p < pos_end; ++p) slots[p - pos_begin] = slot_of(kv, p);
+  const bool prefill = pass == AttentionPass::kPrefill;
+  const int64_t c0 = pos_begin - pos_begin % 16;
+  const int64_t n = (pos_end - c0 + 15) / 16 * 16;
+  const int64_t np = Dk & ~int64_t{63};
+  const int64_t n_sets = prefill ? 16 : 64;
+  q.resize(static_cast<size_t>(Dk));
+  alignas(64) float lanes[16];
+  for (int64_t h = 0; h < n_heads; ++h) {
+    for (int64_t d = 0; d < Dk; d += 16) _mm512_storeu_ps(&q[d], round_f16(_mm512_loadu_ps(q_in + h * Dk + d)));
+    weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t p = pos_begin; p < pos_end; ++p) {
+      const uint16_t* k = kv.k_f16() + slots[p - pos_begin] * kv.slot_stride;
+      float dot;
+      if (prefill) {  // tinyBLAS: one accumulator
+        __m512 c = _mm512_setzero_ps();
+        for (int64_t i = 0; i < Dk; i += 16) c = _mm512_fmadd_ps(load_f16(k + i), _mm512_loadu_ps(&q[i]), c);
+        _mm512_store_ps(lanes, c);
+        dot = reduce16(lanes);
+      } else {  // ggml_vec_dot_f16: four accumulators, then the tail in double
+        __m512 sum[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t i = 0; i < np; i += 64)
+          for (int j = 0; j < 4; ++j)
+            sum[j] = _mm512_fmadd_ps(load_f16(k + i + 16 * j), _mm512_loadu_ps(&q[i + 16 * j]), sum[j]);
+        _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3])));
+        double sd = reduce16(lanes);
+        for (int64_t i = np; i < Dk; ++i) sd += static_cast<double>(f16_to_f32(k[i]) * q[i]);
+        dot = static_cast<float>(sd);
+      }
+      const float sc = dot * scale;
+      weights[p - c0] = sc;
+      max = std::max(max, sc);
+    }
+    softmax_of<Avx512Build, true>(weights.data(), n, max);
+    acc.assign(static_cast<size_t>(n_sets * Dv), 0.0f);
+    for (int64_t p = pos_begin; p < pos_end; ++p) {
+      const uint16_t* v = kv.v_f16() + slots[p - pos_begin] * kv.slot_stride;
+      float* a = &acc[(p % n_sets) * Dv];
+      const __m512 w = _mm512_set1_ps(weights[p - c0]);
+      for (int64_t d = 0; d < Dv; d += 16)
+        _mm512_storeu_ps(a + d, _mm512_fmadd_ps(load_f16(v + d), w, _mm512_loadu_ps(a + d)));
+    }
+    float* o = out + h * Dv;
+    for (int64_t d = 0; d < Dv; ++d) {
+      float y[16];
+      if (prefill) {
+        for (int l = 0; l < 16; ++l) y[l] = acc[l * Dv + d];
+      } else {
+        for (int l = 0; l < 16; ++l)
+          y[l] = (acc[l * Dv + d] + acc[(32 + l) * Dv + d]) + (acc[(16 + l) * Dv + d] + acc[(48 + l) * Dv + d]);
+      }
+      o[d] = reduce16(y);
+    }
+  }
+}
+
 }  // namespace inferd::kernels::detail

@@ -61,6 +61,16 @@ inline void attend_one_head_portable(const float* q_in, const PagedKV& kv, int64
 }
 
 }  // namespace ggml_avx2
+
+// Latent attention (attend_latent_heads) head by head with either build's
+// order: the portable kernel with keys of Dk and values of their first Dv.
+template <class Build>
+inline void attend_latent_heads_of(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+  for (int64_t h = 0; h < n_heads; ++h)
+    attend_one_head_kv_of<Build>(q + h * Dk, kv, 0, Dk, Dv, pos_begin, pos_end, scale, pass, out + h * Dv, nullptr);
+}
+
 }  // namespace
 
 }  // namespace inferd::kernels::detail

@@ -93,9 +93,13 @@ inline void softmax_of(float* w, int64_t n, float max, const float* sink = nullp
   for (int64_t i = 0; i < n; ++i) w[i] = kRound ? round_f16(w[i] * inv) : w[i] * inv;
 }
 
+// Keys of D elements and values of Dv (<= D) at the same head offset: Dv == D
+// for attention, Dv < D for latent attention (the values are the keys' first
+// Dv elements, attend_latent_heads).
 template <class K>
-inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D,
-                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+inline void attend_one_head_kv_of(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t Dv,
+                                  int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
+                                  const float* sinks) {
   constexpr int L = K::kLanes;
   thread_local std::vector<float> q, weights, acc;
   q.resize(static_cast<size_t>(D));
@@ -118,26 +122,32 @@ inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t hea
 
   // Weighted values: one partial sum per lane (position mod L) and, for a
   // decode pass, per accumulator ((position / L) mod 4), folded as GGML does.
-  const bool prefill = K::prefill_values(pass, D);
+  const bool prefill = K::prefill_values(pass, Dv);
   const int64_t n_sets = prefill ? L : 4 * L;
-  acc.assign(static_cast<size_t>(n_sets * D), 0.0f);
+  acc.assign(static_cast<size_t>(n_sets * Dv), 0.0f);
   for (int64_t p = pos_begin; p < pos_end; ++p) {
     const uint16_t* v = kv.v_f16() + slot_of(kv, p) * kv.slot_stride + head_offset;
-    float* a = &acc[(p % n_sets) * D];
+    float* a = &acc[(p % n_sets) * Dv];
     const float w = weights[p - c0];
-    for (int64_t d = 0; d < D; ++d) a[d] = std::fma(f16_to_f32(v[d]), w, a[d]);
+    for (int64_t d = 0; d < Dv; ++d) a[d] = std::fma(f16_to_f32(v[d]), w, a[d]);
   }
-  for (int64_t d = 0; d < D; ++d) {
+  for (int64_t d = 0; d < Dv; ++d) {
     float y[L];
     if (prefill) {
-      for (int l = 0; l < L; ++l) y[l] = acc[l * D + d];
+      for (int l = 0; l < L; ++l) y[l] = acc[l * Dv + d];
       out[d] = K::reduce_prefill(y);
     } else {
       for (int l = 0; l < L; ++l)
-        y[l] = (acc[l * D + d] + acc[(2 * L + l) * D + d]) + (acc[(L + l) * D + d] + acc[(3 * L + l) * D + d]);
+        y[l] = (acc[l * Dv + d] + acc[(2 * L + l) * Dv + d]) + (acc[(L + l) * Dv + d] + acc[(3 * L + l) * Dv + d]);
       out[d] = K::reduce_decode(y);
     }
   }
+}
+
+template <class K>
+inline void attend_one_head_of(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t D,
+                               int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  attend_one_head_kv_of<K>(q_in, kv, head_offset, D, D, pos_begin, pos_end, scale, pass, out, sinks);
 }
 
 // GGML's AVX-512 build: 16 lanes, e^x by expf_poly, every lane sum reduce16,

@@ -54,6 +54,9 @@ enum class AttentionPass;
 enum class RopePairs;
 using AttendHeadsFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
+// Latent attention (attention.h: attend_latent_heads), flavour by flavour.
+using AttendLatentFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
 using GatedActivationFn = void (*)(const float* gate, const float* up, float* out, int64_t n);
 using SumSquaresLanesFn = double (*)(const float* x, const float* h, int64_t n);
 using RopeHeadFn = void (*)(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t);
@@ -66,6 +69,7 @@ constexpr int kNumGgmlFlavours = 2;
 struct FloatKernels {
   AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
   AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0 and Q4_0 (attention_quant.h): one order, no flavour
+  AttendLatentFn attend_latent[kNumGgmlFlavours] = {};  // F16 latent + RoPE key
   GatedActivationFn swiglu[kNumGgmlFlavours] = {};
   GatedActivationFn geglu = nullptr;  // the same bits in both builds
   SumSquaresLanesFn sum_squares_lanes = nullptr;  // RMSNorm's lane sums (rms_norm.h)
