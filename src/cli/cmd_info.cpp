@@ -183,7 +183,14 @@ int run_info(const InfoFlags& f) {
     std::printf("attention      %lld heads, %lld KV heads, head size %lld%s\n", (long long)c.n_head,
                 (long long)c.n_head_kv, (long long)c.head_dim, window.c_str());
   }
-  std::printf("context        %lld tokens (RoPE base %g)\n", (long long)c.context_length, c.rope_freq_base);
+  if (c.is_encoder()) {
+    std::printf("context        %lld tokens (learned positions), non-causal (an encoder)\n", (long long)c.context_length);
+  } else {
+    std::printf("context        %lld tokens (RoPE base %g)\n", (long long)c.context_length, c.rope_freq_base);
+  }
+  if (c.pooling != PoolingType::kNone)
+    std::printf("pooling        %s (%s)\n", pooling_name(c.pooling),
+                c.can_rank() ? "a reranker: /v1/rerank" : c.can_embed() ? "embeddings: /v1/embeddings" : "not run");
   if (tok) {
     std::printf("vocabulary     %lld tokens, %s, BOS %d, EOS %d\n", (long long)c.n_vocab, tok->model_name().c_str(),
                 tok->bos_id(), tok->eos_id());

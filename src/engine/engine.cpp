@@ -248,6 +248,17 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
     matcher = std::move(*m);
   }
 
+  const ModelConfig& mc = model_.config();
+  if (p.pooled && !mc.can_embed() && !mc.can_rank())
+    return make_error("this model cannot embed or rank: it has no pooling (an embedding or reranker GGUF of an "
+                      "encoder such as bert has one)");
+  if (!p.pooled && mc.is_encoder())
+    return make_error("this model is an embedding/reranking model: it cannot generate text");
+  if (p.pooled && p.prompt_token_ids.empty()) return make_error("the input is empty");
+  if (p.pooled && static_cast<int64_t>(p.prompt_token_ids.size()) > mc.context_length)
+    return make_error("the input has " + str(static_cast<int64_t>(p.prompt_token_ids.size())) +
+                      " tokens, more than the model's " + str(mc.context_length) + " positions");
+
   Request r;
   r.prompt_token_ids = std::move(p.prompt_token_ids);
   r.sampling = p.sampling;
@@ -258,6 +269,13 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
   if (!p.ignore_eos) r.stop_token_ids.insert(r.stop_token_ids.end(), eog_tokens_.begin(), eog_tokens_.end());
   r.ignore_eos = p.ignore_eos;
   r.needs_prompt_logits = p.prompt_logprobs >= 0;
+  r.pooled = p.pooled;
+  if (r.pooled) {
+    if (p.beam_search || matcher || p.logprobs >= 0 || p.prompt_logprobs >= 0)
+      return make_error("an embedding request takes no beam search, grammar or logprobs");
+    r.max_tokens = 1;  // one pass, one output row (no token is appended)
+    r.stop_token_ids.clear();
+  }
   r.cache_salt = std::move(p.cache_salt);
   r.arrival_time = arrival;
   if (p.reasoning && p.reasoning->end.empty()) return make_error("the reasoning end marker is empty");
@@ -617,6 +635,11 @@ std::vector<RequestOutput> Engine::run_step() {
     }
     Live& live = live_.at(s.request_id);
     const Request& r = *scheduler_.find(s.request_id);
+    if (r.pooled) {  // its row is its output: nothing is sampled (finished after update, below)
+      live.pooled.assign(logits.data() + row * n_vocab, logits.data() + (row + 1) * n_vocab);
+      ++row;
+      continue;
+    }
     assert(!(live.matcher && s.num_draft_tokens > 0));  // requests with a grammar do not speculate
     const int32_t* drafts = s.token_ids.data() + (s.num_new_tokens - s.num_draft_tokens);
     for (int64_t j = 0; j <= s.num_draft_tokens; ++j) {
@@ -756,6 +779,18 @@ std::vector<RequestOutput> Engine::run_step() {
     } else {
       emit(live.stream, std::move(o));
     }
+  }
+  // Pooled requests end with their step.
+  for (const ScheduledRequest& s : out.scheduled) {
+    if (!s.sample) continue;
+    const Request* r = scheduler_.find(s.request_id);
+    if (!r || !r->pooled) continue;
+    (void)scheduler_.finish_request(s.request_id, RequestStatus::kFinishedStopped);
+    Live& live = live_.at(s.request_id);
+    live.metrics.first_token_time = live.metrics.last_token_time = t_token;
+    RequestOutput o;
+    o.embedding = std::move(live.pooled);
+    finish(s.request_id, RequestStatus::kFinishedStopped, std::move(o));
   }
   apply_beams(advanced, t_token);
   propose_drafts(*updates);

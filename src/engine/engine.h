@@ -151,6 +151,11 @@ struct GenerationParams {
   // its prompt's full blocks stay held under a lease, named in its final
   // output, until the consumer releases it or it expires.
   bool kv_hold_for_remote_decode = false;
+  // The model's pooled output of the prompt instead of generated tokens
+  // (Request::pooled; RequestOutput::embedding): for a model that can embed
+  // or rank (ModelConfig::can_embed, can_rank). Sampling and stop parameters
+  // are not used.
+  bool pooled = false;
 };
 
 // The sampling seed of choice k of a request asking for several choices (the
@@ -325,6 +330,7 @@ class Engine {
     int32_t prompt_logprobs = -1;
     int64_t prompt_tokens_scored = 1;
     std::vector<SampledLogprobs> pending_prompt_logprobs = {};
+    std::vector<float> pooled = {};  // a pooled request's output row, taken after its step
   };
 
   Engine(Model& model, const EngineConfig& config, const SchedulerConfig& sched, std::unique_ptr<ModelRunner> runner,

@@ -62,6 +62,12 @@ struct Request {
   // cache (a cached position has no logits) and its prompt is fed at most
   // kMaxPromptLogitRowsPerStep positions a step (Scheduler).
   bool needs_prompt_logits = false;
+  // An embedding or rerank request: the model's pooled output of the whole
+  // prompt (Model::n_logits floats), computed in one step (never chunked: an
+  // encoder attends to its whole input at once) and with no token sampled;
+  // it looks nothing up in the prefix cache, caches nothing, and finishes
+  // after that step.
+  bool pooled = false;
 
   // ---- state, kept by the scheduler ----
   std::vector<int32_t> output_token_ids;

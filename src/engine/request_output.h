@@ -88,6 +88,9 @@ struct RequestOutput {
   // (its token_ids, text, status and stop_string are the best beam's); no
   // output comes before it.
   std::vector<BeamOutput> beams;
+  // A pooled request's output (Request::pooled), in its final output: the
+  // embedding as the model pools it (not normalized), or a reranker's scores.
+  std::vector<float> embedding;
   // Prefill for a remote decode (GenerationParams::kv_hold_for_remote_decode):
   // the final output names the lease holding the prompt's full blocks and
   // those blocks per KV group (lease 0: none held).
@@ -114,6 +117,7 @@ inline void accumulate(RequestOutput& whole, RequestOutput&& delta) {
   whole.error = std::move(delta.error);
   whole.metrics = std::move(delta.metrics);
   whole.beams = std::move(delta.beams);
+  whole.embedding = std::move(delta.embedding);
 }
 
 class RequestStream {

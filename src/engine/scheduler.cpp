@@ -58,6 +58,9 @@ Status Scheduler::validate_request(const Request& r, const SchedulerConfig& conf
     return make_error("the prompt (" + str(n_prompt) + " tokens) plus max_tokens (" +
                       str(r.max_tokens) + ") needs " + str(blocks_needed) + " KV blocks of " +
                       str(block_size) + " tokens, but the cache has only " + str(usable));
+  if (r.pooled && n_prompt > config.max_num_batched_tokens)
+    return make_error("the input (" + str(n_prompt) + " tokens) exceeds max_num_batched_tokens (" +
+                      str(config.max_num_batched_tokens) + "): it runs in one step");
   if (r.beam_width < 1) return make_error("the beam width must be at least 1");
   if (r.beam_width > 1 && r.beam_group.empty()) return make_error("a beam width is given without a beam group");
   if (!r.beam_group.empty()) {
@@ -101,6 +104,7 @@ Status Scheduler::add_request(Request r) {
 
 int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const {
   int64_t n = r.num_tokens() - num_computed;
+  if (r.pooled) return n <= budget ? n : 0;  // the whole input in one step, or wait for a step with room
   if (config_.long_prefill_token_threshold > 0) n = std::min(n, config_.long_prefill_token_threshold);
   // A prompt scored position by position returns a vocabulary-sized row per
   // token: a few at a time keep that memory bounded however long the prompt.
@@ -208,7 +212,9 @@ std::optional<std::vector<int32_t>> Scheduler::allocate_admission(const Request&
     // Prompt logprobs need every prompt position computed (cached ones have no
     // logits), after a preemption too: such a request looks nothing up. The
     // blocks it computes are cached for others as usual.
-    *hit = kv_.get_computed_blocks(r.needs_prompt_logits ? std::span<const int32_t>{} : std::span(r.all_token_ids),
+    // A pooled request's output needs every position of its one pass.
+    const bool compute_all = r.needs_prompt_logits || r.pooled;
+    *hit = kv_.get_computed_blocks(compute_all ? std::span<const int32_t>{} : std::span(r.all_token_ids),
                                    r.cache_key, connector);
     *n = tokens_to_schedule(r, hit->num_tokens, budget);
     if (*n <= 0) return std::nullopt;
@@ -489,7 +495,8 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     const int64_t accepted = s.sample ? static_cast<int64_t>(tokens.size()) - 1 : 0;
     r.num_computed_tokens += s.num_new_tokens - s.num_draft_tokens + accepted;
     if (!s.sample || tokens.empty()) {  // mid-prefill, or a row not used: nothing appended
-      kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
+      // (an encoder's pooled request writes no keys or values: nothing to cache)
+      if (!r.pooled) kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
       continue;
     }
     RequestUpdate u{r.id, {}, RequestStatus::kRunning};

@@ -87,6 +87,10 @@ constexpr ArchitectureTraits kArchitectures[] = {
      MoeTraits{ExpertGating::kSoftmax, false, /*routing_from_file=*/true, /*selection_bias=*/false,
                /*shared_experts=*/true, /*selection_bias_if_present=*/true},
      false, "ffn_norm.weight", false, false, /*latent_attention=*/true},
+    // An encoder: src/models/bert.cpp (Q/K/V and output biases, no RoPE;
+    // the tensors named as convert_hf_to_gguf.py names BERT's).
+    {"bert", RopeStyle::kNeox, Activation::kGelu, true, false, false, false, false, 0, 0.0f, {}, FfnKind::kDense, {},
+     false, "ffn_norm.weight", false, false, /*latent_attention=*/false, /*encoder=*/true},
 };
 
 }  // namespace

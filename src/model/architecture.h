@@ -21,6 +21,11 @@ enum class Activation {
   // gpt-oss's clamped SwiGLU (GGML's swiglu_oai, alpha 1.702, limit 7):
   // min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1)
   kSwiGLUOai,
+  // The non-gated FFN of an encoder (PlainFfnPhase): gelu(up) as GGML computes
+  // it (kernels::gelu: the tanh approximation through its f16 table), as
+  // llama.cpp runs BERT; within 1e-6 cosine of BERT's exact (erf) GELU on
+  // all-MiniLM-L6-v2 (model_encoder_reference_test).
+  kGelu,
 };
 
 // The feed-forward block of a layer: one gated MLP, or a mixture of experts
@@ -89,6 +94,12 @@ struct ArchitectureTraits {
   // Multi-head latent attention (deepseek2: ModelConfig::mla), in place of
   // the Q/K/V projections and the per-head KV cache.
   bool latent_attention = false;
+  // An encoder (BERT): every token attends to the whole input, learned
+  // absolute positions and token types are added to the embeddings (then a
+  // LayerNorm), each branch's output is added and then LayerNorm'd (post-norm,
+  // with biases), a plain GELU FFN, and no LM head: the output is pooled
+  // (ModelConfig::pooling). Runs on the encoder executor (model/cpu_encoder_executor.h).
+  bool encoder = false;
 };
 
 // The row for an architecture name, or null when inferd does not run it.

@@ -185,6 +185,17 @@ Result<MlaConfig> mla_config(const gguf::File& f, const std::string& a, const Mo
 
 }  // namespace
 
+const char* pooling_name(PoolingType p) {
+  switch (p) {
+    case PoolingType::kNone: return "none";
+    case PoolingType::kMean: return "mean";
+    case PoolingType::kCls: return "cls";
+    case PoolingType::kLast: return "last";
+    case PoolingType::kRank: return "rank";
+  }
+  return "?";
+}
+
 Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   ModelConfig c;
   auto arch = f.get_string("general.architecture");
@@ -236,6 +247,17 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   auto eps = arch_float(f, a, "attention.layer_norm_rms_epsilon", 1e-5f);
   if (!eps) return eps.error();
   c.rms_eps = *eps;
+  auto ln_eps = arch_float(f, a, "attention.layer_norm_epsilon", 1e-12f);
+  if (!ln_eps) return ln_eps.error();
+  c.layer_norm_eps = *ln_eps;
+  if (f.find(a + ".pooling_type")) {
+    auto p = f.get_i64(a + ".pooling_type");
+    if (!p) return p.error();
+    if (*p < 0 || *p > static_cast<int64_t>(PoolingType::kRank))
+      return make_error("'" + a + ".pooling_type' " + std::to_string(*p) +
+                        " is not supported (inferd pools by 0 none, 1 mean, 2 cls, 3 last, 4 rank)");
+    c.pooling = static_cast<PoolingType>(*p);
+  }
   if (f.find(a + ".attention.sliding_window")) {
     auto w = f.get_i64(a + ".attention.sliding_window");
     if (!w) return w.error();
@@ -256,6 +278,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
 
   if (!c.traits) return c;  // described, not run: the rest is what running needs
   const ArchitectureTraits& t = *c.traits;
+  if (t.encoder && c.pooling == PoolingType::kNone)
+    return make_error("'" + a + ".pooling_type' is none: an encoder's outputs must be pooled (mean, cls, last or rank)");
   c.rope_style = t.rope_style;
   c.activation = t.activation;
   c.qk_norm = t.qk_norm || (t.qk_norm_if_present && f.find_tensor("blk.0.attn_q_norm.weight") != nullptr);

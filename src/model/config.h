@@ -64,6 +64,11 @@ struct MlaConfig {
   int64_t latent_width() const { return kv_lora_rank + qk_rope; }
   explicit operator bool() const { return kv_lora_rank > 0; }
 };
+// How a sequence's hidden states become one output (llama.cpp's
+// llama_pooling_type, `<arch>.pooling_type` in a GGUF, same numbering).
+enum class PoolingType : int { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
+// "none", "mean", "cls", "last", "rank".
+const char* pooling_name(PoolingType p);
 
 struct ModelConfig {
   std::string architecture;  // "llama", "gemma3", ...
@@ -95,12 +100,23 @@ struct ModelConfig {
   std::vector<LayerConfig> layers;  // n_layer entries
   MoeConfig moe;                    // n_expert 0 for a dense model
   MlaConfig mla;                    // kv_lora_rank 0 unless the layers attend through a latent
+  // An embedding or reranking model's pooling (kNone: a generative model's
+  // logits), and an encoder's LayerNorm epsilon (`attention.layer_norm_epsilon`).
+  PoolingType pooling = PoolingType::kNone;
+  float layer_norm_eps = 1e-12f;
 
   int64_t q_dim() const { return n_head * head_dim; }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   // The attention output's width, the output projection's input.
   int64_t attn_out_dim() const { return mla ? n_head * mla.v_head : q_dim(); }
   bool can_generate() const { return traits != nullptr; }
+  // An encoder (ArchitectureTraits::encoder): pooled outputs only, no tokens.
+  bool is_encoder() const { return traits && traits->encoder; }
+  // Whether its forward pass can return one pooled vector per sequence.
+  // (Decoders' embedding GGUFs, e.g. qwen3 with last-token pooling, are not
+  // pooled yet: their pass returns logits.)
+  bool can_embed() const { return is_encoder() && pooling != PoolingType::kNone && pooling != PoolingType::kRank; }
+  bool can_rank() const { return is_encoder() && pooling == PoolingType::kRank; }
 
   static Result<ModelConfig> from_gguf(const gguf::File& file);
 };

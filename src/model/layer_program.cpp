@@ -48,18 +48,38 @@ LayerProgram sandwich_norm_layer(const ModelConfig& c, int64_t l) {
   return p;
 }
 
+// Post-norm encoder (bert): attention over the whole input, the output
+// projection, add and LayerNorm; a plain MLP, add and LayerNorm.
+LayerProgram post_norm_encoder_layer(const ModelConfig& c) {
+  using Branch = NormPhase::Branch;
+  LayerProgram p;
+  p.phases.push_back(QkvPhase{c.traits->qkv_bias, false, QkvPhase::kNoRope, c.rope_style, 1.0f});
+  p.phases.push_back(AttentionPhase{0, false, c.kq_scale, /*causal=*/false});
+  p.phases.push_back(OutputPhase{nullptr});
+  p.phases.push_back(LayerNormPhase{Branch::kAttention, "attn_output_norm.weight", "attn_output_norm.bias"});
+  p.phases.push_back(PlainFfnPhase{c.activation});
+  p.phases.push_back(LayerNormPhase{Branch::kFfn, "layer_output_norm.weight", "layer_output_norm.bias"});
+  return p;
+}
+
 }  // namespace
 
 std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
   std::vector<LayerProgram> programs;
   if (!c.traits) return programs;
-  for (int64_t l = 0; l < c.n_layer; ++l)
-    programs.push_back(c.sandwich_norms ? sandwich_norm_layer(c, l) : pre_norm_layer(c, l));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    if (c.is_encoder()) {
+      programs.push_back(post_norm_encoder_layer(c));
+    } else {
+      programs.push_back(c.sandwich_norms ? sandwich_norm_layer(c, l) : pre_norm_layer(c, l));
+    }
+  }
   return programs;
 }
 
 const char* phase_name(const Phase& phase) {
-  static constexpr const char* kNames[] = {"norm", "qkv", "attention", "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention"};
+  static constexpr const char* kNames[] = {"norm",    "qkv",     "attention", "output",     "dense_ffn",
+                                           "moe_ffn", "mla_qkv", "mla_attention", "layer_norm", "plain_ffn"};
   static_assert(std::variant_size_v<Phase> == std::size(kNames));
   return kNames[phase.index()];
 }

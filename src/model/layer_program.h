@@ -27,6 +27,15 @@ struct NormPhase {
   const char* weight;                             // the norm's tensor, after "blk.N."
 };
 
+// Post-norm (encoders): the residual add of the pending branch output, then a
+// LayerNorm (weight and bias) of the stream itself, which is then both the
+// residual and the next branch's input.
+struct LayerNormPhase {
+  NormPhase::Branch after;  // the branch it closes (LayerWeights::attn_norm(_b), ffn_norm(_b))
+  const char* weight;       // tensors after "blk.N."
+  const char* bias;
+};
+
 // The Q, K and V projections, with their biases where the file has them
 // (required_bias: this architecture's files always do), the per-head
 // RMSNorm of Q and K, RoPE of table `rope` in `rope_style`, Q times
@@ -34,7 +43,8 @@ struct NormPhase {
 struct QkvPhase {
   bool required_bias;
   bool qk_norm;
-  int rope;  // index into ModelConfig::ropes
+  int rope;  // index into ModelConfig::ropes; kNoRope: positions are in the embeddings (encoders)
+  static constexpr int kNoRope = -1;
   RopeStyle rope_style;
   float query_scale;  // 1: none
 };
@@ -46,6 +56,7 @@ struct AttentionPhase {
   int64_t window;  // 0: full attention
   bool sinks;
   float kq_scale;
+  bool causal = true;  // false: every token attends to its whole sequence (encoders)
 };
 
 // Multi-head latent attention's projections (ModelConfig::mla): the queries
@@ -95,8 +106,13 @@ struct MoeFfnPhase {
   bool shared_expert = false;
 };
 
+// A plain (non-gated) MLP with biases: down(act(up x + b_up)) + b_down (encoders).
+struct PlainFfnPhase {
+  Activation activation;
+};
+
 using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase, MlaQkvPhase,
-                           MlaAttentionPhase>;
+                           MlaAttentionPhase, LayerNormPhase, PlainFfnPhase>;
 
 struct LayerProgram {
   std::vector<Phase> phases;
@@ -106,7 +122,8 @@ struct LayerProgram {
 std::vector<LayerProgram> build_layer_programs(const ModelConfig& config);
 
 // A phase's name for messages and tests: "norm", "qkv", "attention",
-// "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention".
+// "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention", "layer_norm",
+// "plain_ffn".
 const char* phase_name(const Phase& phase);
 
 }  // namespace inferd

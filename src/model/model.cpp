@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include "model/cpu_encoder_executor.h"
 #include "model/cpu_executor.h"
 
 namespace inferd {
@@ -62,6 +63,7 @@ std::unique_ptr<Executor> make_executor(const Model& model, const LoadOptions& o
                                       : std::make_shared<ThreadPool>(options.n_threads > 0
                                                                          ? options.n_threads
                                                                          : ThreadPool::hardware_threads());
+      if (model.config().is_encoder()) return std::make_unique<CpuEncoderExecutor>(model, std::move(pool));
       return std::make_unique<CpuExecutor>(model, std::move(pool));
     }
   }

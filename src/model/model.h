@@ -88,8 +88,12 @@ class Model {
   // architecture's default, else empty.
   std::string chat_template() const;
 
-  // Logits per row: n_vocab, or LoadOptions::max_output_rows where smaller.
-  int64_t n_logits() const { return weights_.output ? weights_.output.rows : config_.n_vocab; }
+  // Logits per row: n_vocab, or LoadOptions::max_output_rows where smaller;
+  // an encoder's pooled output instead: n_embd, or a reranker's scores.
+  int64_t n_logits() const {
+    if (config_.is_encoder()) return config_.pooling == PoolingType::kRank ? weights_.cls_out.rows : config_.n_embd;
+    return weights_.output ? weights_.output.rows : config_.n_vocab;
+  }
 
   // Runs the batch through the network on the model's executor (see
   // Executor), writing each token's keys and values into `cache` at its slot,

@@ -130,6 +130,17 @@ class LayerLoader {
     if (Status s = projection(Projection::kDown, "ffn_down.weight"); !s) return s;
     return post_norm(L_.post_ffn_norm, ph.post_norm);
   }
+  Status operator()(const LayerNormPhase& ph) {
+    const bool attn = ph.after == NormPhase::Branch::kAttention;
+    if (Status s = set(attn ? L_.attn_norm : L_.ffn_norm, find(f_, p_ + ph.weight, {c_.n_embd})); !s) return s;
+    return set(attn ? L_.attn_norm_b : L_.ffn_norm_b, find(f_, p_ + ph.bias, {c_.n_embd}));
+  }
+  Status operator()(const PlainFfnPhase&) {
+    if (Status s = projection(Projection::kUp, "ffn_up.weight"); !s) return s;
+    if (Status s = projection(Projection::kDown, "ffn_down.weight"); !s) return s;
+    if (Status s = set(L_.b_up, find(f_, p_ + "ffn_up.bias", {c_.n_ff})); !s) return s;
+    return set(L_.b_down, find(f_, p_ + "ffn_down.bias", {c_.n_embd}));
+  }
   Status operator()(const MoeFfnPhase& ph) {
     const MoeConfig& moe = c_.moe;
     const int64_t E = c_.n_embd, F = moe.n_ff_exp, X = moe.n_expert;
@@ -192,9 +203,26 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
   }
   const int64_t E = c.n_embd;
   INFERD_TRY_SET(m.tok_embd, find(f, "token_embd.weight", {E, c.n_vocab}));
-  INFERD_TRY_SET(m.output_norm, find(f, "output_norm.weight", {E}));
+  if (c.is_encoder()) {
+    INFERD_TRY_SET(m.position_embd, find(f, "position_embd.weight", {E, c.context_length}));
+    const gguf::TensorInfo* types = f.find_tensor("token_types.weight");
+    const int64_t n_types = types && types->shape.size() == 2 ? types->shape[1] : 1;
+    INFERD_TRY_SET(m.token_types, find(f, "token_types.weight", {E, n_types}));
+    INFERD_TRY_SET(m.token_embd_norm, find(f, "token_embd_norm.weight", {E}));
+    INFERD_TRY_SET(m.token_embd_norm_b, find(f, "token_embd_norm.bias", {E}));
+    if (c.pooling == PoolingType::kRank) {
+      INFERD_TRY_SET(m.cls, find(f, "cls.weight", {E, E}, /*required=*/false));
+      if (m.cls) INFERD_TRY_SET(m.cls_b, find(f, "cls.bias", {E}, false));
+      const gguf::TensorInfo* out = f.find_tensor("cls.output.weight");
+      const int64_t n_out = out && out->shape.size() == 2 ? out->shape[1] : 1;
+      INFERD_TRY_SET(m.cls_out, find(f, "cls.output.weight", {E, n_out}));
+      INFERD_TRY_SET(m.cls_out_b, find(f, "cls.output.bias", {n_out}, false));
+    }
+  }
+  // An encoder has no LM head: its output is pooled.
+  if (!c.is_encoder()) INFERD_TRY_SET(m.output_norm, find(f, "output_norm.weight", {E}));
   INFERD_TRY_SET(m.output, find(f, "output.weight", {E, c.n_vocab}, /*required=*/false));
-  if (!m.output) {
+  if (!m.output && !c.is_encoder()) {
     m.output = m.tok_embd;
     m.tied_embeddings = true;
   }

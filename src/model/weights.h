@@ -87,6 +87,9 @@ struct LayerWeights {
   WeightView post_attn_norm, post_ffn_norm;   // sandwich norms (gemma), else empty
   MoeWeights moe;                             // a mixture-of-experts FFN, else empty
   MlaWeights mla;                             // latent attention, else empty (no Q/K/V projections then)
+  // An encoder's: its LayerNorms' biases (LayerNormPhase; the weights are
+  // attn_norm and ffn_norm) and its plain MLP's biases (PlainFfnPhase).
+  WeightView attn_norm_b, ffn_norm_b, b_up, b_down;
   const WeightView& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
 };
 
@@ -97,6 +100,13 @@ struct ModelWeights {
   bool tied_embeddings = false;
   WeightView rope_freqs;  // Llama 3's per-dimension RoPE factors, else empty
   std::vector<LayerWeights> layers;
+  // An encoder's (ModelConfig::is_encoder; it has no output norm nor output):
+  // learned absolute positions, token-type rows (row 0 is added to every
+  // token, as llama.cpp does), the embeddings' LayerNorm; with rank pooling
+  // the classification head: cls (n_embd -> n_embd, then tanh) where the
+  // file has it, and cls.output (-> the scores).
+  WeightView position_embd, token_types, token_embd_norm, token_embd_norm_b;
+  WeightView cls, cls_b, cls_out, cls_out_b;
 
   // Finds every tensor the layers' programs read and checks its type and
   // shape; the error names the offending tensor.

@@ -2,6 +2,7 @@
 
 #include "server/serving_chat.h"
 #include "server/serving_completion.h"
+#include "server/serving_embedding.h"
 #include "server/serving_info.h"
 #include "server/messages_protocol.h"
 #include "server/serving_messages.h"
@@ -56,6 +57,9 @@ OpenAIServer::OpenAIServer(ServerOptions options)
       {"/v1/responses/", http::verb::get, true, true, [&responses](Exchange& ex) { return responses.retrieve(ex); }},
       {"/v1/responses/", http::verb::delete_, true, true,
        [&responses](Exchange& ex) { return responses.remove(ex); }},
+      {"/v1/embeddings", http::verb::post, true, false, [&core](Exchange& ex) { return serve_embeddings(core, ex); }},
+      {"/v1/rerank", http::verb::post, true, false, [&core](Exchange& ex) { return serve_rerank(core, ex); }},
+      {"/rerank", http::verb::post, true, false, [&core](Exchange& ex) { return serve_rerank(core, ex); }},
       {"/v1/models", http::verb::get, true, false, [&core](Exchange& ex) { return serve_models(core, ex); }},
       {"/metrics", http::verb::get, true, false, [&core](Exchange& ex) { return serve_metrics(core, ex); }},
       {"/tokenize", http::verb::post, true, false, [&core](Exchange& ex) { return serve_tokenize(core, ex, true); }},

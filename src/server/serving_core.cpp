@@ -249,8 +249,7 @@ std::optional<ApiError> ServingCore::surely_too_long(std::string_view prompt, st
 }
 
 std::optional<ApiError> ServingCore::check_request(GenerationRequest& req) const {
-  if (!req.model.empty() && req.model != options_.served_model_name)
-    return not_found("The model `" + req.model + "` does not exist.", "model_not_found");
+  if (auto e = check_model(req.model)) return e;
   return check_kv_transfer(options_.kv_transfer, req.kv_transfer);
 }
 
@@ -374,10 +373,7 @@ std::optional<ApiError> ServingCore::admit(PreparedGeneration& pg, const std::st
   // begin_shutdown() has returned (the engine may be stopped by then), and
   // concurrent requests cannot overshoot the queue bound together.
   std::lock_guard<std::mutex> lock(admit_mu_);
-  if (shutting_down_) return shutting_down_error();
-  const int64_t new_requests = static_cast<int64_t>(pg.prompts.size()) * req.n;
-  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running_requests;
-  if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
+  if (auto refused = admission_refusal(static_cast<int64_t>(pg.prompts.size()) * req.n)) return refused;
 
   // Beam search: one engine request per prompt, whose n beams are its choices.
   const int32_t requests_per_prompt = req.use_beam_search ? 1 : req.n;
@@ -452,21 +448,99 @@ std::optional<ApiError> ServingCore::admit(PreparedGeneration& pg, const std::st
   return std::nullopt;
 }
 
+std::optional<ApiError> ServingCore::admission_refusal(int64_t new_requests) const {
+  if (shutting_down_) return shutting_down_error();
+  const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running_requests;
+  if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
+  return std::nullopt;
+}
+
+namespace {
+
+// Whatever way a handler ends (done, client gone, coroutine destroyed), its
+// unfinished choices are aborted so their KV blocks are freed.
+struct AbortUnfinished {
+  Engine& engine;
+  std::vector<Choice>& choices;
+  ~AbortUnfinished() {
+    for (const Choice& c : choices)
+      if (!c.finished) engine.abort(c.engine_id);
+  }
+};
+
+}  // namespace
+
+std::optional<ApiError> ServingCore::check_model(const std::string& model) const {
+  if (!model.empty() && model != options_.served_model_name)
+    return not_found("The model `" + model + "` does not exist.", "model_not_found");
+  return std::nullopt;
+}
+
+net::awaitable<std::optional<std::vector<std::vector<float>>>> ServingCore::run_pooled(
+    Exchange& ex, const std::vector<std::vector<int32_t>>& inputs, const std::string& api_id) {
+  std::vector<Choice> choices;
+  AbortUnfinished abort_unfinished{*engine_, choices};
+  const std::function<void()> wake = ex.waker();
+  std::optional<ApiError> refused;
+  {
+    std::lock_guard<std::mutex> lock(admit_mu_);
+    refused = admission_refusal(static_cast<int64_t>(inputs.size()));
+    for (size_t i = 0; i < inputs.size() && !refused; ++i) {
+      GenerationParams gp;
+      gp.request_id = api_id + "-" + std::to_string(i);
+      gp.prompt_token_ids = inputs[i];
+      gp.pooled = true;
+      auto handle = engine_->add_request(std::move(gp));
+      if (!handle) {
+        refused = bad_request("input " + std::to_string(i) + ": " + handle.error().message);
+        break;
+      }
+      ++unfinished_;
+      Choice c;
+      c.engine_id = handle->request_id;
+      c.stream = handle->stream;
+      c.index = static_cast<int32_t>(i);
+      c.stream->set_listener(wake);
+      choices.push_back(std::move(c));
+    }
+  }
+  if (refused) {
+    const Headers extra = refused->status == 503 ? retry_after() : Headers();
+    co_await ex.respond(static_cast<http::status>(refused->status), "application/json", error_json(*refused), extra);
+    co_return std::nullopt;
+  }
+  std::vector<std::vector<float>> outputs(inputs.size());
+  for (;;) {
+    bool progressed = false, all_finished = true;
+    for (Choice& c : choices) {
+      while (!c.finished) {
+        std::optional<RequestOutput> out = c.stream->try_next();
+        if (!out) break;
+        progressed = true;
+        if (!out->finished) continue;
+        c.finished = true;
+        if (!out->error.empty()) {
+          const ApiError failed = server_error("embedding failed: " + out->error);
+          co_await ex.respond(static_cast<http::status>(failed.status), "application/json", error_json(failed));
+          co_return std::nullopt;
+        }
+        outputs[static_cast<size_t>(c.index)] = std::move(out->embedding);
+      }
+      all_finished = all_finished && c.finished;
+    }
+    if (all_finished) break;
+    if (ex.client_gone()) co_return std::nullopt;
+    if (!progressed) co_await ex.wait();
+  }
+  co_return outputs;
+}
+
 net::awaitable<void> ServingCore::generate(Exchange& ex, PreparedGeneration& pg, const std::string& api_id,
                                            GenerationOutput& output) {
   const GenerationRequest& req = pg.req;
   // ---- into the engine: one request per prompt and choice ----
   std::vector<Choice> choices;
-  // Whatever way this handler ends (done, client gone, coroutine destroyed),
-  // unfinished choices are aborted so their KV blocks are freed.
-  struct AbortUnfinished {
-    Engine& engine;
-    std::vector<Choice>& choices;
-    ~AbortUnfinished() {
-      for (const Choice& c : choices)
-        if (!c.finished) engine.abort(c.engine_id);
-    }
-  } abort_unfinished{*engine_, choices};
+  AbortUnfinished abort_unfinished{*engine_, choices};
   const std::function<void()> wake = ex.waker();
   if (std::optional<ApiError> refused = admit(pg, api_id, wake, choices)) {
     // Overloaded, or draining: another instance (or this one, later) can take it.

@@ -248,6 +248,18 @@ class ServingCore {
   // `api_id` names the engine requests (api_id-0, api_id-1, ...).
   boost::asio::awaitable<void> generate(Exchange& ex, PreparedGeneration& pg, const std::string& api_id,
                                         GenerationOutput& output);
+  // ---- pooled requests (embeddings, reranking) ----
+  // `model` (when given) names this model: else 404, as check_request.
+  std::optional<ApiError> check_model(const std::string& model) const;
+  // Admits one pooled engine request per input (GenerationParams::pooled;
+  // the queue bound and shutdown as for generations, all inputs or none),
+  // batched by the engine like any other requests, and waits for them: each
+  // input's pooled output, in order; nullopt when it has answered the
+  // exchange with an error instead, or the client went away (its requests
+  // are then aborted).
+  boost::asio::awaitable<std::optional<std::vector<std::vector<float>>>> run_pooled(
+      Exchange& ex, const std::vector<std::vector<int32_t>>& inputs, const std::string& api_id);
+
   // The disaggregation parameters of a whole response: a producer's
   // (do_remote_decode) blocks for its consumer; null otherwise.
   nlohmann::json kv_transfer_response(const PreparedGeneration& pg, const std::string& api_id,
@@ -262,6 +274,8 @@ class ServingCore {
   // the server is shutting down or the queue is full.
   std::optional<ApiError> admit(PreparedGeneration& prepared, const std::string& api_id,
                                 const std::function<void()>& wake, std::vector<Choice>& choices);
+  // Why new_requests more cannot be admitted now (shutdown, the queue bound); under admit_mu_.
+  std::optional<ApiError> admission_refusal(int64_t new_requests) const;
 
   ServerOptions options_;
   std::atomic<bool> ready_{false};

@@ -16,6 +16,7 @@
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/utf8.h"
 #include "tokenizer/vocab.h"
+#include "tokenizer/wordpiece.h"
 
 namespace inferd {
 
@@ -97,8 +98,10 @@ class GgufTokenizer final : public Tokenizer {
       if (!vocab.ok()) return vocab.error();
       t->vocab_ = std::move(*vocab);
       t->name_ = "llama";
+    } else if (*model == "bert") {
+      return tok::make_wordpiece_tokenizer(file);
     } else {
-      return make_error("unsupported tokenizer.ggml.model \"" + *model + "\" (supported: gpt2, llama)");
+      return make_error("unsupported tokenizer.ggml.model \"" + *model + "\" (supported: gpt2, llama, bert)");
     }
     t->build_byte_tokens();
     t->build_pieces();
@@ -572,6 +575,17 @@ std::vector<int32_t> Tokenizer::encode_with_literals(std::string_view text, bool
   // A tokenizer without special tokens to find: nothing can be forged, but
   // with literal spans given, no text is trusted to be special either.
   return encode(text, add_special, /*parse_special=*/literal.empty());
+}
+
+std::vector<int32_t> encode_pair(const Tokenizer& tok, std::string_view a, std::string_view b) {
+  std::vector<int32_t> ids;
+  if (tok.bos_id() >= 0) ids.push_back(tok.bos_id());
+  for (std::string_view text : {a, b}) {
+    const std::vector<int32_t> part = tok.encode(text, /*add_special=*/false, /*parse_special=*/false);
+    ids.insert(ids.end(), part.begin(), part.end());
+    if (tok.eos_id() >= 0) ids.push_back(tok.eos_id());
+  }
+  return ids;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool render_special) const {

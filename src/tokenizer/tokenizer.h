@@ -77,6 +77,12 @@ class Tokenizer {
   virtual std::string detokenize(const std::vector<int32_t>& ids, bool render_special) const;
 };
 
+// A cross-encoder's input for a pair of texts (a reranker's query and
+// document), as BERT's pair template makes it: [CLS] a [SEP] b [SEP], each
+// text tokenized without special tokens (BOS is [CLS], EOS [SEP] for a
+// WordPiece vocabulary).
+std::vector<int32_t> encode_pair(const Tokenizer& tok, std::string_view a, std::string_view b);
+
 // Turns a stream of token ids into text without ever emitting half a UTF-8
 // character: bytes of an incomplete character are held until it completes.
 // The text is the pieces joined as they come (no space-prefix stripping or

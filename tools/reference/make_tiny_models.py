@@ -83,6 +83,12 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      dense, 2 and 3 a mixture of 16 experts chosen by sigmoid gating with a
                      selection bias (exp_probs_b.bias), renormalized and scaled by 2.5, one shared
                      expert. Qwen2.5's tokenizer.
+  tiny-bert-reranker.gguf  `bert` with rank pooling (a cross-encoder): 2 post-norm layers,
+                     n_embd 32, 4 heads, n_ff 64, biases everywhere, learned positions (512)
+                     and token types, and the classification head cls (32 -> 32, tanh) and
+                     cls.output (-> 1 score); llama.cpp's BERT vocabulary (its
+                     models/ggml-vocab-bert-bge.gguf, found through INFERD_LLAMA_CPP_SRC,
+                     default ~/.cache/inferd/llama.cpp/src); token embeddings F16, the head F32.
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -700,6 +706,62 @@ def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lor
             b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
             continue
         shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias=sigmoid, down_std=2.0)
+
+
+# llama.cpp's BERT vocabulary (bge's, the same WordPiece vocabulary as BERT base uncased), from
+# its source tree: setup_llama_cpp_python.sh unpacks it beside the build.
+BERT_VOCAB = Path(os.environ.get("INFERD_LLAMA_CPP_SRC", Path.home() / ".cache/inferd/llama.cpp/src")) / \
+    "models/ggml-vocab-bert-bge.gguf"
+
+
+def make_bert_reranker(models_dir, path):
+    """A BERT cross-encoder with llama.cpp's rank pooling: the [CLS] row through
+    cls (n_embd -> n_embd, tanh) and cls.output (-> one score), as bge-reranker's
+    classification head."""
+    h = dict(n_ctx_train=512, n_embd=32, n_layer=2, n_ff=64, n_head=4)
+    E, F = h["n_embd"], h["n_ff"]
+    w = GGUFWriter(path, "bert")
+    w.add_name("inferd tiny bert reranker (random)")
+    w.add_description("random weights for inferd's tests (tools/reference/make_tiny_models.py); "
+                      "not a trained model")
+    w.add_context_length(h["n_ctx_train"])
+    w.add_embedding_length(E)
+    w.add_block_count(h["n_layer"])
+    w.add_feed_forward_length(F)
+    w.add_head_count(h["n_head"])
+    w.add_layer_norm_eps(1e-12)
+    w.add_causal_attention(False)
+    w.add_pooling_type(gguf.PoolingType.RANK)
+    copy_tokenizer(w, BERT_VOCAB)
+    n_vocab = 30522
+    b = Builder(seed=11)
+    b.matrix("token_embd.weight", n_vocab, E, T.F16, std=1.0)
+    b.add("position_embd.weight", b.normal((h["n_ctx_train"], E), 0.5), T.F32)
+    b.add("token_types.weight", b.normal((2, E), 0.5), T.F32)
+    b.norm("token_embd_norm.weight", E, spread=0.2)
+    b.bias("token_embd_norm.bias", E, 0.1)
+    for i, t in enumerate(QWEN3_TYPES[: h["n_layer"]]):
+        p = f"blk.{i}."
+        b.matrix(p + "attn_q.weight", E, E, t["q"], std=2.0 / math.sqrt(E))
+        b.bias(p + "attn_q.bias", E, 0.2)
+        b.matrix(p + "attn_k.weight", E, E, t["k"], std=2.0 / math.sqrt(E))
+        b.bias(p + "attn_k.bias", E, 0.2)
+        b.matrix(p + "attn_v.weight", E, E, t["v"])
+        b.bias(p + "attn_v.bias", E, 0.1)
+        b.matrix(p + "attn_output.weight", E, E, t["o"])
+        b.bias(p + "attn_output.bias", E, 0.1)
+        b.norm(p + "attn_output_norm.weight", E, spread=0.2)
+        b.bias(p + "attn_output_norm.bias", E, 0.1)
+        b.matrix(p + "ffn_up.weight", F, E, t["up"])
+        b.bias(p + "ffn_up.bias", F, 0.2)
+        b.matrix(p + "ffn_down.weight", E, F, t["down"])
+        b.bias(p + "ffn_down.bias", E, 0.1)
+        b.norm(p + "layer_output_norm.weight", E, spread=0.2)
+        b.bias(p + "layer_output_norm.bias", E, 0.1)
+    b.matrix("cls.weight", E, E, T.F32)
+    b.bias("cls.bias", E, 0.1)
+    b.matrix("cls.output.weight", 1, E, T.F32, std=2.0 / math.sqrt(E))
+    b.bias("cls.output.bias", 1, 0.1)
     b.write(w)
     return w
 
@@ -718,7 +780,8 @@ def make_deepseek2(models_dir, path):
 
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
-          "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2}
+          "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
+          "tiny-bert-reranker": make_bert_reranker}
 
 
 def main():

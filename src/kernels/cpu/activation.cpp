@@ -71,6 +71,14 @@ void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
+void gelu(const float* x, float* out, int64_t n) {
+  const uint16_t* table = detail::gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    out[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : f16_to_f32(table[f32_to_f16(v)]);
+  }
+}
+
 void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour /*flavour: same bits*/) {
   kernel_table().ops.geglu(gate, up, out, n);
 }

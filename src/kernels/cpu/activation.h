@@ -22,6 +22,11 @@ void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavo
 // same bits. out may alias gate or up.
 void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour);
 
+// out[i] = gelu(x[i]) as GGML's ggml_vec_gelu_f32 computes it (GGML_GELU_FP16):
+// geglu's cut-offs and f16 table without the up factor (x >= 10 gives x).
+// out may alias x.
+void gelu(const float* x, float* out, int64_t n);
+
 // gpt-oss's clamped SwiGLU as GGML's swiglu_oai computes it (alpha 1.702,
 // limit 7; one scalar loop with libm's expf in both builds):
 // x = min(gate, limit), y = clamp(up, -limit, limit),
