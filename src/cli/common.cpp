@@ -54,8 +54,8 @@ void add_kv_cache_dtype_options(CLI::App& app, std::string& kv_cache_dtype, std:
                                 std::string& cache_type_v) {
   app.add_option("--kv-cache-dtype", kv_cache_dtype,
                  "KV cache element type: " + kv::kv_cache_dtype_names() +
-                     " (auto = f16). q8_0 holds about 1.9x and q4_0 3.5x the tokens of f16 in the same memory, "
-                     "at a small cost in accuracy")
+                     " (auto = f16; fp8 = fp8_e4m3, scale 1.0). fp8_e4m3 holds 2x, q8_0 about 1.9x and q4_0 3.5x "
+                     "the tokens of f16 in the same memory, at a small cost in accuracy")
       ->capture_default_str();
   app.add_option("--cache-type-k", cache_type_k, "llama.cpp's name (-ctk) for --kv-cache-dtype; must equal -ctv");
   app.add_option("--cache-type-v", cache_type_v, "llama.cpp's name (-ctv) for --kv-cache-dtype; must equal -ctk");

@@ -41,6 +41,7 @@ const DTypeInfo* dtype_info(uint32_t ggml_type) {
   static const DTypeInfo kNVFP4{"NVFP4", 64, 36, true};
   static const DTypeInfo kQ1_0{"Q1_0", 128, 18, true};
   static const DTypeInfo kQ2_0{"Q2_0", 64, 18, true};
+  static const DTypeInfo kF8_E4M3{"F8_E4M3", 1, 1, false};
   switch (static_cast<DType>(ggml_type)) {
     case DType::F32: return &kF32;
     case DType::F16: return &kF16;
@@ -77,6 +78,7 @@ const DTypeInfo* dtype_info(uint32_t ggml_type) {
     case DType::NVFP4: return &kNVFP4;
     case DType::Q1_0: return &kQ1_0;
     case DType::Q2_0: return &kQ2_0;
+    case DType::F8_E4M3: return &kF8_E4M3;
   }
   return nullptr;
 }

@@ -42,6 +42,9 @@ enum class DType : uint32_t {
   NVFP4 = 40,
   Q1_0 = 41,
   Q2_0 = 42,
+  // Not a GGML type: inferd's own number for fp8 e4m3fn (kernels/cpu/fp8.h),
+  // which only a KV cache holds; reading a GGUF refuses it (gguf.cpp).
+  F8_E4M3 = 47,
 };
 
 struct DTypeInfo {

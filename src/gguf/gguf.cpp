@@ -602,7 +602,7 @@ Status File::parse() {
     uint32_t raw_type = 0;
     if (s = p.read(&raw_type, [&] { return "the type of " + tname; }); !s) return s;
     const DTypeInfo* ti = dtype_info(raw_type);
-    if (ti == nullptr) {
+    if (ti == nullptr || raw_type == static_cast<uint32_t>(DType::F8_E4M3)) {  // F8_E4M3: inferd's, not GGML's
       return make_error(tname + ": unknown or unsupported tensor type " + std::to_string(raw_type));
     }
     t.dtype = static_cast<DType>(raw_type);

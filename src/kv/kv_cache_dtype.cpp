@@ -8,12 +8,14 @@ namespace inferd::kv {
 
 const std::vector<DType>& kv_cache_dtype_choices() {
   // llama.cpp's --cache-type-k values (common/arg.cpp kv_cache_types), f16 first.
+  // Then vLLM's fp8_e4m3 (kernels/cpu/fp8.h), which no GGML type holds.
   static const std::vector<DType> choices = {DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1,
-                                             DType::IQ4_NL, DType::Q5_0, DType::Q5_1, DType::F32};
+                                             DType::IQ4_NL, DType::Q5_0, DType::Q5_1, DType::F32, DType::F8_E4M3};
   return choices;
 }
 
 std::string kv_cache_dtype_name(DType dtype) {
+  if (dtype == DType::F8_E4M3) return "fp8_e4m3";  // vLLM's name
   std::string name = dtype_name(dtype);
   for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return name;
@@ -33,9 +35,11 @@ Result<DType> parse_kv_cache_dtype(std::string_view name) {
   if (lower == "float16" || lower == "half") return DType::F16;
   if (lower == "bfloat16") return DType::BF16;
   if (lower == "float32" || lower == "float") return DType::F32;
-  if (lower == "fp8" || lower == "fp8_e4m3" || lower == "fp8_e5m2")
+  // vLLM's "fp8" is e4m3 on CUDA; e5m2 has no kernels here.
+  if (lower == "fp8") return DType::F8_E4M3;
+  if (lower == "fp8_e5m2")
     return make_error("KV cache dtype '" + std::string(name) +
-                      "' is not supported yet (no GGML type holds fp8); q8_0 keeps 8 bits a value");
+                      "' is not supported (fp8_e4m3 and q8_0 keep 8 bits a value)");
   for (DType t : kv_cache_dtype_choices())
     if (lower == kv_cache_dtype_name(t)) return t;
   return make_error("unknown KV cache dtype '" + std::string(name) + "' (expected one of " + kv_cache_dtype_names() +

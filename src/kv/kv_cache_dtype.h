@@ -14,16 +14,17 @@
 namespace inferd::kv {
 
 // The dtypes a KV cache may be asked for by name, in the order they are shown
-// (f16 first): llama.cpp's cache types.
+// (f16 first): llama.cpp's cache types, then vLLM's fp8_e4m3.
 const std::vector<DType>& kv_cache_dtype_choices();
 
-// The name a dtype is asked for by ("f16", "q8_0"); GGML's lower-cased.
+// The name a dtype is asked for by ("f16", "q8_0"); GGML's lower-cased, and
+// vLLM's "fp8_e4m3" for F8_E4M3.
 std::string kv_cache_dtype_name(DType dtype);
 
 // The dtype a name asks for: "auto" is the default (f16 today), the rest as
-// kv_cache_dtype_choices() names them, plus vLLM's float16/bfloat16. fp8
-// (fp8, fp8_e4m3, fp8_e5m2) is refused as not supported yet: no GGML type
-// holds it. An unknown name is refused with the names that are known.
+// kv_cache_dtype_choices() names them, plus vLLM's float16/bfloat16 and fp8
+// (= fp8_e4m3, DType::F8_E4M3); fp8_e5m2 is refused. An unknown name is
+// refused with the names that are known.
 Result<DType> parse_kv_cache_dtype(std::string_view name);
 
 // "auto, f16, bf16, q8_0, ...": every name parse_kv_cache_dtype accepts, for

@@ -11,6 +11,23 @@ const char* kv_cache_kind_name(KVCacheKind kind) {
   return "unknown";
 }
 
+// Whether this dtype's keys and values are stored rotated: the block-scaled
+// quantized types, whose 32 elements share one scale, and fp8_e4m3, whose
+// per-tensor scale of 1 leaves small elements few bits and clips outliers
+// (measured on the default model, perplexity --kl-divergence -c 512 --chunks
+// 4: mean KL from f16 0.0152 unrotated, 0.0101 rotated). Not bf16, which
+// rotation does not help (0.0041 unrotated, 0.0043 rotated).
+static bool rotates(DType dtype) { return dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F32; }
+
+int64_t KVCacheSpec::key_rotation() const {
+  if (!rotates(dtype) || head_size % 64 != 0) return 0;
+  int64_t n = 64;
+  while (head_size % (2 * n) == 0) n *= 2;
+  return n;
+}
+
+int64_t KVCacheSpec::value_rotation() const { return rotates(dtype) && head_size % 64 == 0 ? 64 : 0; }
+
 Status KVCacheSpec::validate() const {
   const DTypeInfo* t = dtype_info(static_cast<uint32_t>(dtype));
   if (!t) return make_error("KV cache dtype " + std::to_string(static_cast<uint32_t>(dtype)) + " is not a known type");

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/flavour.h"
+#include "kv/kv_cache_dtype.h"
 #include "model/linear.h"
 #include "model/model.h"
 #include "model/weight_prefetch.h"
@@ -26,15 +27,22 @@ class CpuExecutor final : public Executor {
 
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override;
   std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
-  // Its attention kernels read F16, Q8_0 and Q4_0 keys and values
-  // (kernels/cpu/attention.h).
+  // Its attention kernels read F16, BF16, F8_E4M3, Q8_0 and Q4_0 keys and
+  // values (kernels/cpu/attention.h); all but F16 in heads of whole
+  // 32-element blocks.
   Status supports_kv_cache(const kv::KVCacheSpec& spec) const override {
     if (spec.kind == kv::KVCacheKind::kLatent && spec.dtype != DType::F16)
       return make_error(std::string("a latent (multi-head latent attention) KV cache of ") + dtype_name(spec.dtype) +
                         " is not supported: its attention reads F16 only (use --kv-cache-dtype f16 or auto)");
-    if (kernels::attention_reads_kv(spec.dtype)) return {};
-    return make_error(std::string("a KV cache of ") + dtype_name(spec.dtype) +
-                      " is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
+    const std::string name = kv::kv_cache_dtype_name(spec.dtype);
+    if (!kernels::attention_reads_kv(spec.dtype))
+      return make_error("a KV cache of " + name +
+                        " is not supported: the CPU attention kernels read f16, bf16, fp8_e4m3, q8_0 and q4_0 keys "
+                        "and values");
+    if (spec.dtype != DType::F16 && spec.head_size % 32 != 0)
+      return make_error("a KV cache of " + name + " needs heads of whole 32-element blocks (this model's head is " +
+                        std::to_string(spec.head_size) + "); use f16");
+    return {};
   }
 
  private:

@@ -22,7 +22,7 @@ def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
      "--cache-type-k q8_0 and --cache-type-v f16 differ: keys and values are kept in one dtype"),
     (["--kv-cache-dtype", "q4_0", "--cache-type-v", "q8_0"],
      "--kv-cache-dtype q4_0 and --cache-type-v q8_0 differ"),
-    (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype: KV cache dtype 'fp8_e4m3' is not supported yet"),
+    (["--kv-cache-dtype", "fp8_e5m2"], "--kv-cache-dtype: KV cache dtype 'fp8_e5m2' is not supported"),
     (["--kv-cache-dtype", "int4"], "--kv-cache-dtype: unknown KV cache dtype 'int4' (expected one of auto, f16,"),
     (["-ctk", "q5_1", "-ctv", "q5_1"], "KV cache dtype q5_1 is not supported for this model ("),
 ])
@@ -41,6 +41,14 @@ def test_the_aliases_run_the_same_cache(model_path):
     aliased = cli(*base, "-ctk", "f16", "-ctv", "f16", "--kv-cache-dtype", "auto")
     assert plain.returncode == 0 and aliased.returncode == 0, plain.stderr + aliased.stderr
     assert json.loads(plain.stdout)["ids"] == json.loads(aliased.stdout)["ids"]
+
+
+@pytest.mark.parametrize("dtype", ["fp8_e4m3", "fp8", "bf16"])
+def test_generate_runs_with_a_float_cache(model_path, dtype):
+    proc = cli("generate", "-m", str(model_path), "-p", "The capital of France is", "-n", "6", "--temp", "0",
+               "-t", "2", "--json", "--kv-cache-dtype", dtype)
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["ids"]) == 6
 
 
 def test_info_shows_each_dtypes_cost(model_path):

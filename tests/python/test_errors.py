@@ -58,8 +58,8 @@ def test_bad_engine_arguments():
 def test_bad_kv_cache_dtypes_name_the_argument_and_what_is_supported():
     with pytest.raises(ValueError, match=r"kv_cache_dtype: unknown KV cache dtype 'int4' \(expected one of auto, f16"):
         inferd.LLM(str(DEFAULT_MODEL), kv_cache_dtype="int4")
-    with pytest.raises(ValueError, match=r"kv_cache_dtype: KV cache dtype 'fp8_e4m3' is not supported yet"):
-        inferd.LLM(str(DEFAULT_MODEL), kv_cache_dtype="fp8_e4m3")
+    with pytest.raises(ValueError, match=r"kv_cache_dtype: KV cache dtype 'fp8_e5m2' is not supported"):
+        inferd.LLM(str(DEFAULT_MODEL), kv_cache_dtype="fp8_e5m2")
     # A GGML type the CPU attention kernels do not read: refused with those they do.
     with pytest.raises(ValueError, match=r"KV cache dtype q5_1 is not supported for this model .*; supported: f16"):
         inferd.LLM(str(DEFAULT_MODEL), kv_cache_memory="64M", max_model_len=512, threads=2, kv_cache_dtype="q5_1")

@@ -7,7 +7,7 @@
 // matmuls of Q4_K_M files follow llama.cpp's chunk-dependent kernels (see
 // kernels/cpu/matmul.h, TokenPlace), so there the same holds only for equal
 // chunking, as in llama.cpp. Each model runs with its KV cache in F16, and
-// four of them in Q8_0 or Q4_0 too (batching_cases below), whose attention
+// six of them in Q8_0, Q4_0, F8_E4M3 or BF16 too (batching_cases below), whose attention
 // kernels sum in one order for every pass (kernels/cpu/attention_quant.h), so
 // the same holds there.
 #include <gtest/gtest.h>
@@ -247,6 +247,8 @@ std::vector<BatchingParam> batching_cases() {
   cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0);
   cases.emplace_back("tiny-gemma3.gguf", DType::Q8_0);
   cases.emplace_back("tiny-glm4moe.gguf", DType::Q4_0);
+  cases.emplace_back("tiny-llama3.gguf", DType::F8_E4M3);
+  cases.emplace_back("tiny-qwen3.gguf", DType::BF16);
   return cases;
 }
 

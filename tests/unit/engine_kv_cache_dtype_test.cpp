@@ -50,16 +50,16 @@ TEST(KVCacheDTypeNames, VllmAndLlamaCppNamesMapToTheirTypes) {
   EXPECT_EQ(*kv::parse_kv_cache_dtype("iq4_nl"), DType::IQ4_NL);
   for (DType t : kv::kv_cache_dtype_choices())
     EXPECT_EQ(*kv::parse_kv_cache_dtype(kv::kv_cache_dtype_name(t)), t) << kv::kv_cache_dtype_name(t);
-  EXPECT_EQ(kv::kv_cache_dtype_names(), "auto, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, f32");
+  EXPECT_EQ(kv::kv_cache_dtype_names(), "auto, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0, q5_1, f32, fp8_e4m3");
 }
 
-TEST(KVCacheDTypeNames, Fp8IsNotSupportedYetAndUnknownNamesListTheKnownOnes) {
-  for (const char* fp8 : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {
-    auto r = kv::parse_kv_cache_dtype(fp8);
-    ASSERT_FALSE(r.ok()) << fp8;
-    EXPECT_EQ(r.error().message, "KV cache dtype '" + std::string(fp8) +
-                                     "' is not supported yet (no GGML type holds fp8); q8_0 keeps 8 bits a value");
-  }
+TEST(KVCacheDTypeNames, Fp8IsE4m3AndE5m2AndUnknownNamesAreRefused) {
+  EXPECT_EQ(*kv::parse_kv_cache_dtype("fp8"), DType::F8_E4M3);  // vLLM's "fp8" is e4m3
+  EXPECT_EQ(*kv::parse_kv_cache_dtype("FP8_E4M3"), DType::F8_E4M3);
+  auto e5m2 = kv::parse_kv_cache_dtype("fp8_e5m2");
+  ASSERT_FALSE(e5m2.ok());
+  EXPECT_EQ(e5m2.error().message,
+            "KV cache dtype 'fp8_e5m2' is not supported (fp8_e4m3 and q8_0 keep 8 bits a value)");
   for (const char* bad : {"int8", "q8", "", "f16 "}) {
     auto r = kv::parse_kv_cache_dtype(bad);
     ASSERT_FALSE(r.ok()) << bad;
@@ -107,9 +107,11 @@ TEST(EngineArgsKVCacheDType, UnknownAndFp8NamesNameTheArgumentAsTheFrontEndSpell
   EXPECT_EQ(error_of(a), "--kv-cache-dtype: unknown KV cache dtype 'int4' (expected one of " +
                              kv::kv_cache_dtype_names() + ")");
   EXPECT_EQ(error_of(a, EngineArgs::Naming::kKeyword).rfind("kv_cache_dtype: unknown KV cache dtype 'int4'", 0), 0u);
-  a.kv_cache_dtype = "fp8_e4m3";
-  EXPECT_EQ(error_of(a).rfind("--kv-cache-dtype: KV cache dtype 'fp8_e4m3' is not supported yet", 0), 0u)
+  a.kv_cache_dtype = "fp8_e5m2";
+  EXPECT_EQ(error_of(a).rfind("--kv-cache-dtype: KV cache dtype 'fp8_e5m2' is not supported", 0), 0u)
       << error_of(a);
+  a.kv_cache_dtype = "fp8";
+  EXPECT_EQ(a.config()->kv_cache_dtype, DType::F8_E4M3);
   a = EngineArgs{};
   a.cache_type_v = "q3_k";
   EXPECT_EQ(error_of(a).rfind("--cache-type-v: unknown KV cache dtype 'q3_k'", 0), 0u) << error_of(a);
@@ -140,6 +142,13 @@ TEST(KVCapacity, TokensForTheSameBudgetFollowTheDType) {
   EXPECT_NEAR(q4_ratio, 64.0 / 18, 0.02);
   // The bytes the CLI and bench print agree with the spec's.
   EXPECT_EQ(q8.bytes_per_token, KVCache::bytes_per_token(c, DType::Q8_0));
+  // bf16 takes f16's two bytes a value, fp8_e4m3 one: the same tokens, and twice.
+  const KVCapacity bf16 = kv_capacity_for_bytes(c, 16, DType::BF16, budget);
+  const KVCapacity fp8 = kv_capacity_for_bytes(c, 16, DType::F8_E4M3, budget);
+  EXPECT_EQ(bf16.bytes_per_token, f16_token);
+  EXPECT_EQ(bf16.tokens, f16.tokens);
+  EXPECT_EQ(fp8.bytes_per_token, f16_token / 2);
+  EXPECT_EQ(fp8.tokens, (budget / static_cast<int64_t>(16 * f16_token / 2) - 1) * 16);
 }
 
 // A model with windowed layers has several KV groups: a token takes a slot

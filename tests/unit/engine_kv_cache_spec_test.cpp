@@ -176,12 +176,13 @@ TEST(EngineKVCacheSpec, ARunnerForAKVDTypeTheExecutorDoesNotReadIsRefused) {
   ModelRunnerConfig rc;
   rc.kv_cache_bytes = int64_t{1} << 20;
   rc.warm_up = false;
-  rc.kv_cache_dtype = DType::BF16;
+  rc.kv_cache_dtype = DType::Q4_1;
   auto refused = ModelRunner::create(*model, rc);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().message,
-            "a KV cache of BF16 is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
-  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
+            "a KV cache of q4_1 is not supported: the CPU attention kernels read f16, bf16, fp8_e4m3, q8_0 and q4_0 "
+            "keys and values");
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::BF16, DType::F8_E4M3}) {
     rc.kv_cache_dtype = t;
     auto runner = ModelRunner::create(*model, rc);
     ASSERT_TRUE(runner.ok()) << runner.error().message;

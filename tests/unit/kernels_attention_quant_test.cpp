@@ -1,4 +1,5 @@
-// Paged attention over Q8_0 and Q4_0 keys and values (attention_quant.h): at
+// Paged attention over Q8_0, Q4_0, BF16 and fp8 e4m3 keys and values
+// (attention_quant.h): at
 // every SIMD level, against a plain softmax in double over the dequantized
 // keys and values; the same bits for both passes; each head's bits the same
 // whether it is computed alone or with the other heads of its group.
@@ -27,6 +28,7 @@ using testing::level_name;
 using testing::runnable_levels;
 
 constexpr int64_t kKVHeads = 2;  // the tests read head 1, so the head offset is exercised
+constexpr DType kDTypes[] = {DType::Q8_0, DType::Q4_0, DType::BF16, DType::F8_E4M3};
 
 // A paged cache of n_pos positions in shuffled blocks, keys and values
 // quantized from normal samples.
@@ -42,6 +44,24 @@ struct QuantCache {
     const int64_t slot = int64_t{block_table[p / block_size]} * block_size + p % block_size;
     const uint8_t* base = bytes.data() + row_bytes(dtype, slot * D * kKVHeads + head * D);
     std::vector<double> x(static_cast<size_t>(D));
+    if (dtype == DType::BF16) {  // the top half of an f32
+      const auto* e = reinterpret_cast<const uint16_t*>(base);
+      for (int64_t i = 0; i < D; ++i) {
+        const uint32_t bits = uint32_t{e[i]} << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        x[i] = f;
+      }
+      return x;
+    }
+    if (dtype == DType::F8_E4M3) {  // sign, 4 exponent bits (bias 7), 3 mantissa bits
+      for (int64_t i = 0; i < D; ++i) {
+        const int code = base[i], e = (code >> 3) & 0xf, m = code & 7;
+        const double mag = e == 0 ? m * std::ldexp(1.0, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+        x[i] = code & 0x80 ? -mag : mag;
+      }
+      return x;
+    }
     for (int64_t b = 0; b < D / kQK; ++b) {
       if (dtype == DType::Q8_0) {
         const auto* blk = reinterpret_cast<const BlockQ8_0*>(base) + b;
@@ -128,6 +148,8 @@ TEST(KernelsAttentionQuant, TableHoldsEachLevelsKernel) {
     EXPECT_EQ(build_kernel_table(SimdLevel::kAvx512).ops.attend_heads_quant, detail::attend_heads_quant_avx512);
   EXPECT_TRUE(attention_reads_kv(DType::Q8_0));
   EXPECT_TRUE(attention_reads_kv(DType::Q4_0));
+  EXPECT_TRUE(attention_reads_kv(DType::BF16));
+  EXPECT_TRUE(attention_reads_kv(DType::F8_E4M3));
   EXPECT_FALSE(attention_reads_kv(DType::Q4_1));
 }
 
@@ -152,7 +174,7 @@ TEST(KernelsAttentionQuant, MatchesDoubleReferenceAtEveryLevel) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const std::vector<Level> fns = levels();
   double worst = 0;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0})
+  for (DType dtype : kDTypes)
     for (int64_t D : {64, 128, 256})
       for (int64_t group : {1, 4, 8})
         for (int64_t block_size : {16, 32})
@@ -194,7 +216,7 @@ TEST(KernelsAttentionQuant, SameBitsForEitherPassAndAnyGrouping) {
   std::mt19937 rng(11);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   for (const Level& level : levels())
-    for (DType dtype : {DType::Q8_0, DType::Q4_0})
+    for (DType dtype : kDTypes)
       for (int64_t D : {64, 128, 256})
         for (int64_t group : {4, 8, 12}) {  // 12: more than one chunk of grouped heads
           const int64_t n_pos = 77, block_size = 16;
@@ -234,7 +256,7 @@ TEST(KernelsAttentionQuant, LevelsAgreeOnALongContext) {
   std::mt19937 rng(13);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   const int64_t D = 64, n_pos = 4000;
-  for (DType dtype : {DType::Q8_0, DType::Q4_0}) {
+  for (DType dtype : kDTypes) {
     const QuantCache c = make_cache(rng, dtype, n_pos, D, 16);
     std::vector<float> q(static_cast<size_t>(D));
     for (float& x : q) x = dist(rng);

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "kernels/cpu/hadamard.h"
-#include "kv/kv_cache_spec.h"
 
 namespace inferd::kernels {
 namespace {
@@ -52,17 +51,6 @@ TEST(KernelsHadamard, RotatingTwiceIsTheIdentityAndDotProductsAreKept) {
   EXPECT_NEAR(rdot, dot, 1e-4 * n);
   hadamard_rotate(ra.data(), n, 128);
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(ra[i], a[i], 1e-5) << i;
-}
-
-TEST(KernelsHadamard, QuantizedCachesRotateWholeMultiplesOf64Only) {
-  using kv::KVCacheSpec;
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::F16, 4, 128, 16).key_rotation(), 0);
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q8_0, 4, 64, 16).key_rotation(), 64);
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q8_0, 4, 128, 16).key_rotation(), 128);
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 192, 16).key_rotation(), 64);
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 256, 16).value_rotation(), 64);
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 96, 16).key_rotation(), 0);
-  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 96, 16).value_rotation(), 0);
 }
 
 }  // namespace

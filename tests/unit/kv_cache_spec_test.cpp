@@ -113,5 +113,21 @@ TEST(KVCacheSpec, MismatchNamesTheGroupAndBothSpecs) {
   EXPECT_NE(spec_mismatch(mine, theirs).value_or("").find("unknown, dtype 999"), std::string::npos);
 }
 
+// Which specs store keys and values Walsh-Hadamard-rotated (kernels/cpu/hadamard.h).
+TEST(KVCacheSpec, QuantizedCachesRotateWholeMultiplesOf64Only) {
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::F16, 4, 128, 16).key_rotation(), 0);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q8_0, 4, 64, 16).key_rotation(), 64);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q8_0, 4, 128, 16).key_rotation(), 128);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 192, 16).key_rotation(), 64);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 256, 16).value_rotation(), 64);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 96, 16).key_rotation(), 0);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::Q4_0, 4, 96, 16).value_rotation(), 0);
+  // fp8_e4m3 is rotated (it measured better so), bf16 not (kv_cache_spec.cpp).
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::F8_E4M3, 4, 128, 16).key_rotation(), 128);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::F8_E4M3, 4, 128, 16).value_rotation(), 64);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::BF16, 4, 128, 16).key_rotation(), 0);
+  EXPECT_EQ(KVCacheSpec::full_attention(DType::BF16, 4, 128, 16).value_rotation(), 0);
+}
+
 }  // namespace
 }  // namespace inferd::kv

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kv/kv_cache_dtype.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
 
@@ -153,20 +154,29 @@ TEST(ModelKVCacheSpec, TheCpuExecutorRefusesAKVDTypeItsAttentionDoesNotRead) {
   auto model = Model::load(tiny_gemma3(), options);
   ASSERT_TRUE(model.ok()) << model.error().message;
   const ModelConfig& c = (*model)->config();
-  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0})
+  for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0, DType::BF16, DType::F8_E4M3})
     EXPECT_TRUE((*model)->check_kv_cache(KVLayout::plan(c, 16, t)).ok()) << dtype_name(t);
-  for (DType t : {DType::Q4_1, DType::BF16, DType::F32}) {
+  for (DType t : {DType::Q4_1, DType::F32}) {
     const Status s = (*model)->check_kv_cache(KVLayout::plan(c, 16, t));
     ASSERT_FALSE(s.ok()) << dtype_name(t);
-    EXPECT_EQ(s.error().message,
-              std::string("a KV cache of ") + dtype_name(t) +
-                  " is not supported: the CPU attention kernels read F16, Q8_0 and Q4_0 keys and values");
+    EXPECT_EQ(s.error().message, "a KV cache of " + kv::kv_cache_dtype_name(t) +
+                                     " is not supported: the CPU attention kernels read f16, bf16, fp8_e4m3, q8_0 "
+                                     "and q4_0 keys and values");
   }
   // A spec that cannot be laid out at all says so first.
   KVLayout bad = KVLayout::plan(c, 16);
   bad.group_specs[0].head_size = 17;
   bad.group_specs[0].dtype = DType::Q8_0;
   EXPECT_NE((*model)->check_kv_cache(bad).error().message.find("not whole blocks"), std::string::npos);
+  // bf16 and fp8 elements are read 32 at a time: a head of 48 is refused by the executor.
+  for (DType t : {DType::BF16, DType::F8_E4M3}) {
+    KVLayout odd = KVLayout::plan(c, 16, t);
+    odd.group_specs[0].head_size = 48;
+    const Status s = (*model)->check_kv_cache(odd);
+    ASSERT_FALSE(s.ok()) << dtype_name(t);
+    EXPECT_EQ(s.error().message, "a KV cache of " + kv::kv_cache_dtype_name(t) +
+                                     " needs heads of whole 32-element blocks (this model's head is 48); use f16");
+  }
 }
 
 }  // namespace

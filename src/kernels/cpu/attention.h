@@ -21,11 +21,13 @@
 namespace inferd::kernels {
 
 // Whether these kernels read keys and values of this element type: F16 (the
-// GGML-exact kernels below) and Q8_0, Q4_0 (attention_quant.h, read in place).
+// GGML-exact kernels below) and Q8_0, Q4_0, BF16, F8_E4M3 (attention_quant.h,
+// read in place; heads of whole 32-element blocks).
 // An executor checks its cache's spec against this before it runs
 // (Executor::supports_kv_cache).
 constexpr bool attention_reads_kv(DType dtype) {
-  return dtype == DType::F16 || dtype == DType::Q8_0 || dtype == DType::Q4_0;
+  return dtype == DType::F16 || dtype == DType::Q8_0 || dtype == DType::Q4_0 || dtype == DType::BF16 ||
+         dtype == DType::F8_E4M3;
 }
 
 // What the kernels read: keys and values of `dtype` (one attention_reads_kv
@@ -53,7 +55,7 @@ struct PagedKV {
 enum class AttentionPass { kDecode, kPrefill };
 
 // F16 keys and values run the GGML-exact kernels (flavour and pass pick the
-// order); Q8_0 and Q4_0 run attention_quant.h's, which have one order for
+// order); Q8_0, Q4_0, BF16 and F8_E4M3 run attention_quant.h's, which have one order for
 // every pass and ignore flavour (GGML has no such kernel to match).
 //
 // out[0..D) = sum_p softmax_p(scale * q . k_p) v_p for positions

@@ -1,10 +1,12 @@
 #include "kernels/cpu/attention_quant.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 
 #include "kernels/cpu/attention_quant_impl.h"
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 
@@ -14,7 +16,7 @@ namespace detail {
 namespace {
 
 // The portable level: one element at a time, each block's dot product summed
-// in element order, then scaled by the block's d.
+// in element order, then scaled by the block's d (1 for BF16 and F8_E4M3).
 struct ScalarLevel {
   // Block b's 32 quants as floats (the integers, before d).
   template <DType kType>
@@ -23,6 +25,17 @@ struct ScalarLevel {
       const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
       for (int i = 0; i < kQK; ++i) x[i] = static_cast<float>(blk->qs[i]);
       return f16_to_f32(blk->d);
+    } else if constexpr (kType == DType::BF16) {
+      const auto* e = reinterpret_cast<const uint16_t*>(row) + b * kQK;
+      for (int i = 0; i < kQK; ++i) {
+        const uint32_t bits = uint32_t{e[i]} << 16;
+        std::memcpy(&x[i], &bits, 4);
+      }
+      return 1.0f;
+    } else if constexpr (kType == DType::F8_E4M3) {
+      const float* values = fp8_e4m3_values();
+      for (int i = 0; i < kQK; ++i) x[i] = values[row[b * kQK + i]];
+      return 1.0f;  // per-tensor scale 1 (fp8.h)
     } else {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
       for (int i = 0; i < kQK / 2; ++i) {

@@ -1,6 +1,7 @@
 // Attention over keys and values held in a paged KV cache of Q8_0 or Q4_0
 // (GGML's 32-element blocks: an f16 scale d and 32 quants; a head of D
-// elements is D/32 blocks), read in place: a block is widened to floats in
+// elements is D/32 blocks), or of BF16 or fp8 e4m3 (fp8.h) elements, read as
+// 32-element blocks whose scale is 1; read in place: a block is widened to floats in
 // registers and its scale applied once per block, so no dequantized copy of
 // the context is ever made.
 //
@@ -28,7 +29,7 @@
 namespace inferd::kernels {
 
 namespace detail {
-// Each reads kv.dtype (Q8_0 or Q4_0) and otherwise takes attend_heads'
+// Each reads kv.dtype (Q8_0, Q4_0, BF16 or F8_E4M3) and otherwise takes attend_heads'
 // arguments; `pass` is ignored (one order for both).
 void attend_heads_quant_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,

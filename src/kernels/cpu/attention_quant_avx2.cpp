@@ -9,6 +9,7 @@
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/attention_quant_impl.h"
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/fp8.h"
 
 namespace inferd::kernels::detail {
 namespace {
@@ -39,6 +40,21 @@ struct Avx2Level {
       for (int j = 0; j < 4; ++j)
         x[j] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk->qs + 8 * j))));
       return _cvtsh_ss(blk->d);
+    } else if constexpr (kType == DType::BF16) {
+      // A bf16 is the top half of an f32: widen and shift.
+      const auto* e = reinterpret_cast<const __m128i*>(reinterpret_cast<const uint16_t*>(row) + b * kQK);
+      for (int j = 0; j < 4; ++j)
+        x[j] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(e + j)), 16));
+      return 1.0f;
+    } else if constexpr (kType == DType::F8_E4M3) {
+      // Each code's value from the 256-entry table (fp8.h): exact, NaN included.
+      const float* values = fp8_e4m3_values();
+      for (int j = 0; j < 4; ++j)
+        x[j] = _mm256_i32gather_ps(values,
+                                   _mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                       reinterpret_cast<const __m128i*>(row + b * kQK + 8 * j))),
+                                   4);
+      return 1.0f;
     } else {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));

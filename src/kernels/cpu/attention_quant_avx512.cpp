@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention_quant.h"
 #include "kernels/cpu/attention_quant_impl.h"
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/fp8.h"
 
 namespace inferd::kernels::detail {
 namespace {
@@ -21,6 +22,19 @@ struct Avx512Level {
       lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs))));
       hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs + 16))));
       return _cvtsh_ss(blk->d);
+    } else if constexpr (kType == DType::BF16) {
+      // A bf16 is the top half of an f32: widen and shift.
+      const auto* e = reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(row) + b * kQK);
+      lo = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(e)), 16));
+      hi = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(e + 1)), 16));
+      return 1.0f;
+    } else if constexpr (kType == DType::F8_E4M3) {
+      // Each code's value from the 256-entry table (fp8.h): exact, NaN included.
+      const float* values = fp8_e4m3_values();
+      const auto* e = reinterpret_cast<const __m128i*>(row + b * kQK);
+      lo = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(e)), values, 4);
+      hi = _mm512_i32gather_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(e + 1)), values, 4);
+      return 1.0f;
     } else {
       const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk->qs));

@@ -20,8 +20,13 @@ namespace inferd::kernels::detail {
 // different files, and one shared out-of-line copy could carry the wrong ones.
 namespace {
 
+// The bytes of kQK elements: a Q8_0/Q4_0 block, or 32 plain BF16 or F8_E4M3
+// elements (read as a block whose scale is 1, so every dtype walks alike).
 template <DType kType>
-constexpr size_t kQuantKVBlockBytes = kType == DType::Q8_0 ? sizeof(BlockQ8_0) : sizeof(BlockQ4_0);
+constexpr size_t kQuantKVBlockBytes = kType == DType::Q8_0   ? sizeof(BlockQ8_0)
+                                      : kType == DType::Q4_0 ? sizeof(BlockQ4_0)
+                                      : kType == DType::BF16 ? kQK * sizeof(uint16_t)
+                                                             : kQK * sizeof(uint8_t);
 
 // Heads whose scores a Level keeps in registers at once; a larger group runs
 // in chunks of this many (each head's arithmetic is the same either way).
@@ -102,10 +107,20 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
 template <class Level>
 void attend_heads_quant_by_dtype(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                  int64_t pos_begin, int64_t pos_end, float scale, float* out, const float* sinks) {
-  if (kv.dtype == DType::Q8_0)
-    attend_heads_quant_impl<Level, DType::Q8_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, out, sinks);
-  else
-    attend_heads_quant_impl<Level, DType::Q4_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, out, sinks);
+  switch (kv.dtype) {
+    case DType::Q8_0:
+      return attend_heads_quant_impl<Level, DType::Q8_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale,
+                                                         out, sinks);
+    case DType::BF16:
+      return attend_heads_quant_impl<Level, DType::BF16>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale,
+                                                         out, sinks);
+    case DType::F8_E4M3:
+      return attend_heads_quant_impl<Level, DType::F8_E4M3>(q, n_heads, kv, head_offset, D, pos_begin, pos_end,
+                                                            scale, out, sinks);
+    default:
+      return attend_heads_quant_impl<Level, DType::Q4_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale,
+                                                         out, sinks);
+  }
 }
 
 }  // namespace

@@ -68,7 +68,7 @@ constexpr int kNumGgmlFlavours = 2;
 // Indexed by GgmlFlavour where the two GGML builds round differently.
 struct FloatKernels {
   AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
-  AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0 and Q4_0 (attention_quant.h): one order, no flavour
+  AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 (attention_quant.h): one order, no flavour
   AttendLatentFn attend_latent[kNumGgmlFlavours] = {};  // F16 latent + RoPE key
   GatedActivationFn swiglu[kNumGgmlFlavours] = {};
   GatedActivationFn geglu = nullptr;  // the same bits in both builds

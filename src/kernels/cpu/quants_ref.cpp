@@ -8,6 +8,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/quants_blocks.h"
@@ -1044,6 +1045,8 @@ TypeKernels scalar_kernels(DType t) {
     case DType::F32: k = {vec_dot_f32, nullptr, quantize_f32, dequantize_f32}; break;
     case DType::F16: k = {vec_dot_f16, nullptr, quantize_f16, dequantize_f16}; break;
     case DType::BF16: k = {vec_dot_bf16, nullptr, quantize_bf16, dequantize_bf16}; break;
+    // A KV cache's type only: conversions, no dot product (not a weight type).
+    case DType::F8_E4M3: k = {nullptr, nullptr, quantize_row_fp8_e4m3, dequantize_row_fp8_e4m3}; break;
     case DType::Q4_0:
       k = {vec_dot_q4_0, nullptr, quantize_as<BlockQ4_0, quantize_q4_0, kQK>, dequantize_q4_0};
       break;
@@ -1113,7 +1116,7 @@ float repacked_q4k_dot(int64_t n, const void* a, const void* b, bool gemm) {
 void fill_scalar_kernels(KernelTable& table) {
   for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q4_0, DType::Q4_1, DType::Q5_0,
                   DType::Q5_1, DType::Q8_0, DType::Q8_1, DType::Q2_K, DType::Q3_K, DType::Q4_K,
-                  DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::MXFP4}) {
+                  DType::Q5_K, DType::Q6_K, DType::Q8_K, DType::MXFP4, DType::F8_E4M3}) {
     table.type[static_cast<uint32_t>(t)] = ref::scalar_kernels(t);
   }
   auto at = [&](DType t) -> TypeKernels& { return table.type[static_cast<uint32_t>(t)]; };
