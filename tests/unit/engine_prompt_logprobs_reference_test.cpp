@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,11 @@ namespace fs = std::filesystem;
 
 // The logits tests' tolerance (engine_llamacpp_reference_test.cpp: a logit
 // within 1e-3 of llama.cpp's), twice: a logprob is a logit less the
-// log-sum-exp of the row, which may move by as much again.
+// log-sum-exp of the row, which may move by as much again. At a position
+// where llama.cpp disagrees with itself by more (llamacpp_spread: the same
+// position computed last in its own prefix, another batch shape; up to 0.2
+// on Qwen2.5-Coder-1.5B), that spread is the tolerance there: no engine can
+// be held closer to llama.cpp than llama.cpp is to itself.
 constexpr double kLogprobTolerance = 2 * 1e-3;
 
 std::vector<std::string> scored_dirs() { return test::logits_dirs_with("prompt_logprobs.json"); }
@@ -68,6 +73,7 @@ TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
   test::run_until_idle(**engine, run);
 
   double worst = 0;
+  size_t positions_at_spread = 0;
   for (const auto& [id, p] : by_id) {
     const std::string name = (*p)["name"];
     std::vector<SampledLogprobs> got;
@@ -76,18 +82,22 @@ TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
     const std::vector<int32_t> ids = (*p)["ids"].get<std::vector<int32_t>>();
     const std::vector<double> want = (*p)["logprobs"].get<std::vector<double>>();
     const nlohmann::json& want_top = (*p)["top"];
+    const std::vector<double> spread = (*p)["llamacpp_spread"].get<std::vector<double>>();
     ASSERT_EQ(got.size(), want.size()) << name;
+    ASSERT_EQ(spread.size(), want.size()) << name;
     for (size_t i = 0; i < got.size(); ++i) {
+      const double tolerance = std::max(kLogprobTolerance, spread[i]);
+      if (spread[i] > kLogprobTolerance) ++positions_at_spread;
       EXPECT_EQ(got[i].token, ids[i + 1]) << name << " position " << i;
-      EXPECT_NEAR(got[i].logprob, want[i], kLogprobTolerance) << name << " position " << i;
+      EXPECT_NEAR(got[i].logprob, want[i], tolerance) << name << " position " << i;
       worst = std::max(worst, std::fabs(got[i].logprob - want[i]));
       ASSERT_EQ(got[i].top.size(), want_top[i].size()) << name;
       for (size_t j = 0; j < got[i].top.size(); ++j) {
         const double ref = want_top[i][j][1].get<double>();
-        EXPECT_NEAR(got[i].top[j].logprob, ref, kLogprobTolerance) << name << " position " << i << " rank " << j + 1;
+        EXPECT_NEAR(got[i].top[j].logprob, ref, tolerance) << name << " position " << i << " rank " << j + 1;
         // The same token at each rank, unless llama.cpp's neighbours there are closer than the tolerance.
-        const bool near_tie = (j > 0 && want_top[i][j - 1][1].get<double>() - ref < kLogprobTolerance) ||
-                              (j + 1 < want_top[i].size() && ref - want_top[i][j + 1][1].get<double>() < kLogprobTolerance);
+        const bool near_tie = (j > 0 && want_top[i][j - 1][1].get<double>() - ref < tolerance) ||
+                              (j + 1 < want_top[i].size() && ref - want_top[i][j + 1][1].get<double>() < tolerance);
         if (!near_tie) {
           EXPECT_EQ(got[i].top[j].token, want_top[i][j][0].get<int32_t>())
               << name << " position " << i << " rank " << j + 1;
@@ -95,7 +105,9 @@ TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
       }
     }
   }
-  std::printf("[ info ] %s: %zu prompts, largest logprob difference %.3g\n", GetParam().c_str(), by_id.size(), worst);
+  std::printf("[ info ] %s: %zu prompts, largest logprob difference %.3g; %zu positions where llama.cpp's own spread "
+              "exceeds %.3g\n",
+              GetParam().c_str(), by_id.size(), worst, positions_at_spread, kLogprobTolerance);
 }
 
 std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
@@ -107,10 +119,13 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Models, PromptLogprobsReference, ::testing::ValuesIn(scored_dirs()), test_name);
 
-TEST(PromptLogprobsReferenceData, SmolLM2AndATinyModelAreScored) {
-  const std::vector<std::string> dirs = scored_dirs();
-  EXPECT_NE(std::find(dirs.begin(), dirs.end(), "smollm2-135m"), dirs.end());
-  EXPECT_GE(dirs.size(), 2u);
+// Every model with llama.cpp reference data has its prompts scored too, so a
+// new reference directory cannot skip this check.
+TEST(PromptLogprobsReferenceData, EveryReferenceModelIsScored) {
+  const std::vector<std::string> with_meta = test::logits_dirs_with("meta.json");
+  EXPECT_GE(with_meta.size(), 2u);
+  EXPECT_EQ(scored_dirs(), with_meta) << "run tools/reference/logits_reference.py --prompt-logprobs on each directory "
+                                         "(with a llama.cpp build of the directory's ggml_flavour)";
 }
 
 }  // namespace

@@ -19,8 +19,9 @@ Writes, under tests/data/logits/<model>/ (or --out):
                     written): for a few of prompts.json's prompts, llama.cpp's logits at every
                     prompt position (logits_all, one llama_decode of the whole prompt) as
                     log-softmax in float64: per position i the logprob of prompt token i + 1 and
-                    the top PROMPT_LOGPROBS_TOP (id, logprob). Consumer:
-                    tests/unit/engine_prompt_logprobs_reference_test.cpp.
+                    the top PROMPT_LOGPROBS_TOP (id, logprob), and llama.cpp's own spread
+                    there (the same logprobs with the position last in its own prefix).
+                    Consumer: tests/unit/engine_prompt_logprobs_reference_test.cpp.
 
 Deterministic: with the same llama.cpp build and CPU, a rerun gives byte-identical
 prompts.json, last_logits.f32 and greedy.json (meta.json differs only in its date).
@@ -581,9 +582,17 @@ def all_logits(ctx, ids):
     return np.ctypeslib.as_array(ptr, shape=(len(ids), n_vocab)).astype(np.float32, copy=True)
 
 
+def log_softmax(rows):
+    """Row-wise log-softmax of float64 logits [n][n_vocab]."""
+    m = rows.max(axis=1, keepdims=True)
+    return rows - (m + np.log(np.exp(rows - m).sum(axis=1, keepdims=True)))
+
+
 def prompt_logprobs(model, prompts):
     """Per prompt of PROMPT_LOGPROBS_NAMES: the log-softmax (float64) at every position but the
-    last, the logprob of the next prompt token and the top PROMPT_LOGPROBS_TOP (lowest id on ties)."""
+    last, the logprob of the next prompt token and the top PROMPT_LOGPROBS_TOP (lowest id on ties),
+    and llama.cpp's own spread there (llamacpp_spread: the largest change of those logprobs when
+    the position is computed as the last token of its prefix instead)."""
     out = []
     for p in prompts:
         if p["name"] not in PROMPT_LOGPROBS_NAMES or len(p["ids"]) < 2:
@@ -595,14 +604,26 @@ def prompt_logprobs(model, prompts):
             logits = all_logits(ctx, ids).astype(np.float64)
         finally:
             llama_cpp.llama_free(ctx)
-        m = logits.max(axis=1, keepdims=True)
-        lsm = logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
-        targets, tops = [], []
+        lsm = log_softmax(logits)
+        targets, tops, spreads = [], [], []
         for i in range(len(ids) - 1):
             targets.append(float(f"{lsm[i, ids[i + 1]]:.7g}"))
             order = np.lexsort((np.arange(lsm.shape[1]), -lsm[i]))[:PROMPT_LOGPROBS_TOP]
             tops.append([[int(t), float(f"{lsm[i, t]:.7g}")] for t in order])
-        out.append({"name": p["name"], "ids": ids, "logprobs": targets, "top": tops})
+            # llama.cpp's own spread at this position: the same logprobs computed with the
+            # position as the last token of its own prefix (another batch shape, so other
+            # kernels and rounding). No engine can be held closer to llama.cpp than llama.cpp
+            # is to itself; the test's tolerance at the position is at least this.
+            ctx = new_context(model, SETTINGS["n_ctx"], SETTINGS["n_batch"], SETTINGS["n_ubatch"],
+                              SETTINGS["n_threads"], flash_attn=False)
+            try:
+                alone = log_softmax(decode(ctx, ids[:i + 1], 0).astype(np.float64)[None, :])[0]
+            finally:
+                llama_cpp.llama_free(ctx)
+            checked = [ids[i + 1]] + [int(t) for t in order]
+            spreads.append(float(f"{np.abs(alone[checked] - lsm[i, checked]).max():.3g}"))
+        out.append({"name": p["name"], "ids": ids, "logprobs": targets, "top": tops,
+                    "llamacpp_spread": spreads})
         print(f"  {p['name']:<26} {len(ids):>5} tokens scored", file=sys.stderr)
     return out
 
