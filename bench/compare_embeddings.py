@@ -25,8 +25,8 @@ Pooling is left to each server, which reads it from the GGUF (mean for
 all-MiniLM-L6-v2); both normalise (L2) the vectors of /v1/embeddings.
 
 Repetitions are interleaved, the server order alternating (inferd, llama.cpp,
-llama.cpp, inferd, ...): each time a server starts, gets one untimed warm-up
-pass, then one timed pass, and stops. Checks, so that the two figures are for
+llama.cpp, inferd, ...): each time a server starts, gets an untimed warm-up
+(the first 2 x batch x concurrency sentences), then one timed pass, and stops. Checks, so that the two figures are for
 the same work: every vector of every timed pass is compared with the other
 server's vector of the same sentence (cosine, at least --min-cosine), and the
 prompt tokens each server reports (usage.prompt_tokens) are compared too.
@@ -237,7 +237,8 @@ def main() -> int:
         order = ["inferd", "llama.cpp"] if rep % 2 == 0 else ["llama.cpp", "inferd"]
         for name in order:
             with makers[name](a, out, f"{rep}") as srv:
-                one_pass(srv.base_url, texts, a.batch, a.concurrency)  # warm-up, untimed
+                # Warm-up, untimed: two waves of full requests (threads, buffers and pages warm).
+                one_pass(srv.base_url, texts[:2 * a.batch * a.concurrency], a.batch, a.concurrency)
                 load_before = os.getloadavg()[0]
                 r = one_pass(srv.base_url, texts, a.batch, a.concurrency)
                 r["load_1min_before"], r["load_1min_after"] = load_before, os.getloadavg()[0]
