@@ -128,7 +128,9 @@ def main() -> None:
         if name is None:
             continue
         array = np.ascontiguousarray(array, dtype=np.float32)
-        if array.ndim == 2:
+        # Matrices in f16; token_types stays f32 as llama.cpp's converter keeps it, because
+        # llama.cpp adds that row to f32 activations directly and refuses an f16 one.
+        if array.ndim == 2 and name != "token_types.weight":
             array = array.astype(np.float16)
         w.add_tensor(name, array)
     w.write_header_to_file()
