@@ -617,6 +617,7 @@ std::vector<RequestOutput> Engine::run_step() {
   std::vector<std::vector<SampledLogprobs>> step_logprobs(out.scheduled.size());
   grammar_errors_.assign(out.scheduled.size(), std::string());
   std::vector<int64_t> beam_rows(out.scheduled.size(), -1);  // a beam's row, chosen from by its group
+  std::vector<std::string> pooled_done;  // pooled requests whose one pass this step was
   int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
@@ -637,6 +638,7 @@ std::vector<RequestOutput> Engine::run_step() {
     const Request& r = *scheduler_.find(s.request_id);
     if (r.pooled) {  // its row is its output: nothing is sampled (finished after update, below)
       live.pooled.assign(logits.data() + row * n_vocab, logits.data() + (row + 1) * n_vocab);
+      pooled_done.push_back(s.request_id);
       ++row;
       continue;
     }
@@ -781,16 +783,14 @@ std::vector<RequestOutput> Engine::run_step() {
     }
   }
   // Pooled requests end with their step.
-  for (const ScheduledRequest& s : out.scheduled) {
-    if (!s.sample) continue;
-    const Request* r = scheduler_.find(s.request_id);
-    if (!r || !r->pooled) continue;
-    (void)scheduler_.finish_request(s.request_id, RequestStatus::kFinishedStopped);
-    Live& live = live_.at(s.request_id);
+  for (const std::string& id : pooled_done) {
+    if (!scheduler_.find(id)) continue;
+    (void)scheduler_.finish_request(id, RequestStatus::kFinishedStopped);
+    Live& live = live_.at(id);
     live.metrics.first_token_time = live.metrics.last_token_time = t_token;
     RequestOutput o;
     o.embedding = std::move(live.pooled);
-    finish(s.request_id, RequestStatus::kFinishedStopped, std::move(o));
+    finish(id, RequestStatus::kFinishedStopped, std::move(o));
   }
   apply_beams(advanced, t_token);
   propose_drafts(*updates);
