@@ -42,7 +42,6 @@ import http.client
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -66,14 +65,6 @@ TURNS = [
 ]
 
 
-def binary_commit(binary: str) -> str:
-    """HEAD of the checkout the binary was built in (its build/ folder's parent), and the binary's time:
-    the scripts may run from another worktree than the binary's."""
-    path = Path(binary).resolve()
-    head = subprocess.run(["git", "-C", str(path.parent.parent), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() or "unknown"
-    built = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    return f"{head} (binary built {built} UTC)"
 
 
 def log(msg: str) -> None:
@@ -223,7 +214,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not Path(a.inferd).is_file():
         sys.exit(f"{a.inferd} not found: build inferd first (scripts/setup.sh) or pass --inferd")
-    commit = binary_commit(a.inferd)
+    commit = cs.binary_commit(a.inferd)
     modes = ["off", "on"] if a.cache == "both" else [a.cache]
     results = [run_mode(a, m, out) for m in modes]
     summary = {"date_utc": stamp, "machine": f"{cs.cpu_name()}, {os.cpu_count()} cores", "inferd_commit": commit,

@@ -62,14 +62,6 @@ SERVED_NAME = "bench-embed"
 MODEL_CTX = 512  # all-MiniLM-L6-v2's context (bert.context_length)
 
 
-def binary_commit(binary: str) -> str:
-    """HEAD of the checkout the binary was built in (its build/ folder's parent), and the binary's time:
-    the scripts may run from another worktree than the binary's."""
-    path = Path(binary).resolve()
-    head = subprocess.run(["git", "-C", str(path.parent.parent), "rev-parse", "--short", "HEAD"],
-                          capture_output=True, text=True).stdout.strip() or "unknown"
-    built = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
-    return f"{head} (binary built {built} UTC)"
 
 
 def log(msg: str) -> None:
@@ -224,7 +216,7 @@ def main() -> int:
     a.model = str(llama_loadable(Path(a.model), out))
     if not Path(a.inferd).is_file():
         sys.exit(f"{a.inferd} not found: build inferd first (scripts/setup.sh) or pass --inferd")
-    commit = binary_commit(a.inferd)
+    commit = cs.binary_commit(a.inferd)
     llama_version = subprocess.run([str(LLAMA_BIN / "llama-server"), "--version"], capture_output=True,
                                    text=True)
     llama_version = (llama_version.stdout + llama_version.stderr).strip().splitlines()[0]

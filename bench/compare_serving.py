@@ -87,6 +87,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def binary_commit(binary: str) -> str:
+    """HEAD of the checkout the binary was built in (its build/ folder's parent), and the binary's time:
+    the scripts may run from another worktree than the binary's."""
+    path = Path(binary).resolve()
+    head = subprocess.run(["git", "-C", str(path.parent.parent), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip() or "unknown"
+    built = datetime.datetime.fromtimestamp(path.stat().st_mtime, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return f"{head} (binary built {built} UTC)"
+
+
 def round_up(n: int, multiple: int) -> int:
     return (n + multiple - 1) // multiple * multiple
 
