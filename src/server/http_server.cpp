@@ -151,9 +151,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
 };
 
-// The request's target once its header is read (a copy: the parser moves on).
+// The request's target as far as it was read (a copy: the parser moves on).
+// The start line is parsed before the fields, so a Content-Length over the
+// limit, found while the header is still being read, already has it.
 std::string target_of(const http::request_parser<http::string_body>& parser) {
-  if (!parser.is_header_done()) return {};
   const auto t = parser.get().target();
   return std::string(t.data(), t.size());
 }
