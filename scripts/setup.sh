@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 # libxxhash-dev: checksums and fingerprints of offloaded KV blocks.
 # libucx-dev: UCX, the transport of the KV transfer between prefill and decode instances.
 # libicu-dev: Unicode data (categories, NFD, lowercasing) for BERT's WordPiece tokenizer.
+# npm: the Codex CLI end-to-end test installs @openai/codex with it.
 APT_PACKAGES=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
               libboost-dev libspdlog-dev libicu-dev libgtest-dev libxxhash-dev libucx-dev python3 python3-pip python3-dev curl
-              chromium chromium-driver)
+              chromium chromium-driver npm)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -238,6 +239,61 @@ JsonScan scan_json_value(std::string_view text, size_t begin, int max_depth) {
 
 // ---- the stream parser ------------------------------------------------------
 
+namespace {
+
+// The tags a small model may wrap an untagged hermes call in instead of
+// <tool_call> (the set llama.cpp's hermes parser accepted).
+// (<tool_call> itself is the hermes marker, read anywhere in the answer.)
+constexpr std::string_view kBareCallTags[] = {"function_call", "tool", "tools", "response", "json", "xml", "JSON"};
+
+// How an answer opens a call without hermes tags: where its JSON object
+// starts and what closes the wrappers around it (a tag, then a code fence).
+struct BareOpener {
+  enum Kind { kNone, kNeedMore, kFound } kind = kNone;
+  size_t json_begin = 0;
+  std::vector<std::string> closers;
+};
+
+// Whether `text` (an answer's start) opens with a call's JSON object, alone or
+// in a ```json / ```xml / ``` fence and/or one of kBareCallTags: kNeedMore
+// while the text so far could still open one.
+BareOpener bare_opener(std::string_view text, bool at_end) {
+  BareOpener none;
+  BareOpener more{BareOpener::kNeedMore, 0, {}};
+  const auto partial = [&](std::string_view rest, std::string_view lit) {
+    return !at_end && rest.size() < lit.size() && lit.substr(0, rest.size()) == rest;
+  };
+  std::vector<std::string> closers;
+  size_t i = skip_space(text, 0);
+  if (i == text.size()) return at_end ? none : more;
+  constexpr std::string_view kFence = "```";
+  if (partial(text.substr(i), kFence)) return more;
+  if (text.substr(i, kFence.size()) == kFence) {
+    size_t k = i + kFence.size();
+    while (k < text.size() && text[k] != '\n' && k - i < 16) ++k;
+    if (k == text.size()) return at_end ? none : more;
+    const std::string_view lang = trim(text.substr(i + kFence.size(), k - i - kFence.size()));
+    if (!lang.empty() && lang != "json" && lang != "xml") return none;
+    closers.insert(closers.begin(), std::string(kFence));
+    i = skip_space(text, k);
+    if (i == text.size()) return at_end ? none : more;
+  }
+  if (text[i] == '<') {
+    const size_t close = text.find('>', i);
+    if (close == std::string_view::npos) return !at_end && text.size() - i < 16 ? more : none;
+    const std::string_view tag = text.substr(i + 1, close - i - 1);
+    if (std::find(std::begin(kBareCallTags), std::end(kBareCallTags), tag) == std::end(kBareCallTags)) return none;
+    closers.insert(closers.begin(), "</" + std::string(tag) + ">");
+    i = skip_space(text, close + 1);
+    if (i == text.size()) return at_end ? none : more;
+  }
+  if (text[i] != '{') return none;
+  return {BareOpener::kFound, i, std::move(closers)};
+}
+
+}  // namespace
+
+
 void ToolCallStreamParser::emit_content(std::vector<ToolCallDelta>& out, std::string_view text) {
   if (text.empty()) return;
   if (!out.empty() && !out.back().call) {
@@ -275,13 +331,15 @@ void ToolCallStreamParser::step(std::vector<ToolCallDelta>& out, bool at_end) {
       case State::kStart: {
         // Only Llama 3's calls must open the answer; the others may come anywhere.
         if (format_ == ToolCallFormat::kHermes && !bare_call_names_.empty()) {
-          // A call without its tags may open a hermes answer.
-          const size_t i = skip_space(buffer_, 0);
-          if (i == buffer_.size() && !at_end) return;
-          if (i < buffer_.size() && buffer_[i] == '{') {
-            raw_prefix_ = buffer_.substr(0, i);
-            buffer_.erase(0, i);
+          // A call without its tags (or in another tag, or a code fence)
+          // may open a hermes answer.
+          BareOpener opener = bare_opener(buffer_, at_end);
+          if (opener.kind == BareOpener::kNeedMore) return;
+          if (opener.kind == BareOpener::kFound) {
+            raw_prefix_ = buffer_.substr(0, opener.json_begin);
+            buffer_.erase(0, opener.json_begin);
             bare_ = true;
+            bare_closers_ = std::move(opener.closers);
             state_ = State::kInCall;
           } else {
             state_ = State::kContent;
@@ -362,13 +420,29 @@ bool ToolCallStreamParser::step_in_call(std::vector<ToolCallDelta>& out, bool at
         if (scan.status == JsonScan::kComplete) call = parse_call(std::string_view(buffer_).substr(0, scan.end));
         bool known = false;
         for (const std::string& name : bare_call_names_) known = known || (call && call->name == name);
+        size_t end = scan.status == JsonScan::kComplete ? scan.end : buffer_.size();
+        if (known) {
+          // The wrappers' closers, where the model wrote them, go with the call.
+          for (const std::string& closer : bare_closers_) {
+            const size_t at = skip_space(buffer_, end);
+            const std::string_view rest = std::string_view(buffer_).substr(at);
+            if (rest.substr(0, closer.size()) == closer) {
+              end = at + closer.size();
+            } else if (!at_end && rest.size() < closer.size() && std::string_view(closer).substr(0, rest.size()) == rest) {
+              return false;  // it may be coming
+            } else {
+              break;
+            }
+          }
+        }
         bare_ = false;
+        bare_closers_.clear();
         state_ = State::kContent;
         if (!known) {  // an answer that happens to be JSON: content
-          reject_call(out, scan.status == JsonScan::kComplete ? scan.end : buffer_.size());
+          reject_call(out, end);
           return true;
         }
-        accept_calls(out, {std::move(*call)}, scan.end);
+        accept_calls(out, {std::move(*call)}, end);
         return true;
       }
       const size_t close = buffer_.find(kHermesClose);

@@ -72,9 +72,11 @@ class ToolCallStreamParser {
  public:
   // `bare_call_names` (hermes only): an answer that opens with a call's JSON
   // object alone, {"name": ..., "arguments": {...}} without the <tool_call>
-  // tags, naming one of these functions, counts as a call too. Small Qwen
-  // models often write their calls so; llama.cpp's hermes parser accepts
-  // them as well. Empty: only tagged calls.
+  // tags, naming one of these functions, counts as a call too, and so does
+  // one in a ```json (or ```xml, ```) fence or in another tag
+  // (<tools>, <function_call>, <json>, ...; kBareCallTags). Small Qwen models
+  // often write their calls so; llama.cpp's hermes parser accepted the same
+  // openers. Empty: only tagged calls.
   // `signatures` (qwen3_coder): the request's functions, whose schemas type
   // the arguments.
   explicit ToolCallStreamParser(ToolCallFormat format, std::vector<std::string> bare_call_names = {},
@@ -102,6 +104,7 @@ class ToolCallStreamParser {
   std::vector<std::string> bare_call_names_;
   std::vector<ToolSignature> signatures_;
   bool bare_ = false;  // the call in buffer_ has no tags (hermes)
+  std::vector<std::string> bare_closers_;  // what closes its wrappers: a tag, a code fence
   State state_ = State::kStart;
   std::string buffer_;      // output not yet turned into deltas
   std::string raw_prefix_;  // the text that opened the call in buffer_ (content if it fails)

@@ -57,7 +57,7 @@ int run_router(const RouterFlags& f) {
   hc.io_threads = f.io_threads;
   auto http = std::make_unique<server::HttpServer>(
       hc, [&r](server::Exchange& ex) { return r.handle(ex); },
-      [&r](server::http::status s, std::string_view m) { return r.rejection_body(s, m); });
+      [&r](server::http::status s, std::string_view m, std::string_view) { return r.rejection_body(s, m); });
   if (Status st = http->start(); !st) {
     spdlog::error("{}", st.error().message);
     return 1;

@@ -182,7 +182,9 @@ int run_serve(const ServeFlags& f) {
   hc.max_body_bytes = static_cast<size_t>(max_body);
   auto http = std::make_unique<server::HttpServer>(
       hc, [&api](server::Exchange& ex) { return api.handle(ex); },
-      [&api](server::http::status s, std::string_view m) { return api.rejection_body(s, m); });
+      [&api](server::http::status s, std::string_view m, std::string_view path) {
+        return api.rejection_body(s, m, path);
+      });
   if (Status st = http->start(); !st) {
     spdlog::error("{}", st.error().message);
     return 1;

@@ -129,12 +129,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
     }
     notified_ = false;
   }
-  net::awaitable<void> reject(http::status status, std::string message) {
+  net::awaitable<void> reject(http::status status, std::string message, std::string target = {}) {
     http::response<http::string_body> res{status, version_ ? version_ : 11};
     res.set(http::field::server, "inferd");
     res.set(http::field::content_type, "application/json");
     res.set(http::field::connection, "close");
-    res.body() = server_.rejection_(status, message);
+    res.body() = server_.rejection_(status, message, std::string_view(target).substr(0, target.find('?')));
     res.prepare_payload();
     co_await write_response(res);
   }
@@ -151,6 +151,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool keep_alive_ = true;
 };
 
+// The request's target as far as it was read (a copy: the parser moves on).
+// The start line is parsed before the fields, so a Content-Length over the
+// limit, found while the header is still being read, already has it.
+std::string target_of(const http::request_parser<http::string_body>& parser) {
+  const auto t = parser.get().target();
+  return std::string(t.data(), t.size());
+}
+
 net::awaitable<void> Connection::run() {
   for (;;) {
     http::request_parser<http::string_body> parser;
@@ -163,12 +171,14 @@ net::awaitable<void> Connection::run() {
         ec == net::error::connection_reset || ec == net::error::operation_aborted)
       break;
     if (ec == http::error::body_limit) {  // announced by Content-Length
-      co_await reject(http::status::payload_too_large, "request body is larger than the limit of " +
-                                                            std::to_string(server_.config_.max_body_bytes) + " bytes");
+      co_await reject(http::status::payload_too_large,
+                      "request body is larger than the limit of " + std::to_string(server_.config_.max_body_bytes) +
+                          " bytes",
+                      target_of(parser));
       break;
     }
     if (ec) {
-      co_await reject(http::status::bad_request, "malformed HTTP request: " + ec.message());
+      co_await reject(http::status::bad_request, "malformed HTTP request: " + ec.message(), target_of(parser));
       break;
     }
     version_ = parser.get().version();
@@ -181,22 +191,24 @@ net::awaitable<void> Connection::run() {
     stream_.expires_after(server_.config_.idle_timeout);
     co_await http::async_read(stream_, buffer_, parser, redirect(ec));
     if (ec == http::error::body_limit) {  // chunked body grew past the limit
-      co_await reject(http::status::payload_too_large, "request body is larger than the limit of " +
-                                                            std::to_string(server_.config_.max_body_bytes) + " bytes");
+      co_await reject(http::status::payload_too_large,
+                      "request body is larger than the limit of " + std::to_string(server_.config_.max_body_bytes) +
+                          " bytes",
+                      target_of(parser));
       break;
     }
     if (ec == http::error::end_of_stream || ec == net::error::eof || ec == beast::error::timeout ||
         ec == net::error::connection_reset)
       break;
     if (ec) {
-      co_await reject(http::status::bad_request, "malformed HTTP request: " + ec.message());
+      co_await reject(http::status::bad_request, "malformed HTTP request: " + ec.message(), target_of(parser));
       break;
     }
     stream_.expires_never();
     if (server_.stopping_.load()) {
       // Shutting down: the engine takes no more requests. The body was read
       // first, so that closing does not reset the connection under the reply.
-      co_await reject(http::status::service_unavailable, "the server is shutting down");
+      co_await reject(http::status::service_unavailable, "the server is shutting down", target_of(parser));
       break;
     }
     keep_alive_ = parser.get().keep_alive();

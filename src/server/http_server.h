@@ -90,8 +90,11 @@ class Exchange {
 
 using Handler = std::function<boost::asio::awaitable<void>(Exchange&)>;
 // Answers a request the server refused before the handler saw it (413, 400):
-// returns the status and the body (JSON).
-using RejectionBody = std::function<std::string(http::status status, std::string_view message)>;
+// returns the body (JSON) for the status and message; `path` is the request's
+// (empty when its header could not be read), so that each API's errors keep
+// its own shape.
+using RejectionBody =
+    std::function<std::string(http::status status, std::string_view message, std::string_view path)>;
 
 class HttpServer {
  public:

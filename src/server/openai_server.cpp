@@ -75,12 +75,12 @@ OpenAIServer::OpenAIServer(ServerOptions options)
   };
 }
 
-std::string OpenAIServer::rejection_body(http::status status, std::string_view message) const {
+std::string OpenAIServer::rejection_body(http::status status, std::string_view message, std::string_view path) const {
   ApiError e{static_cast<int>(status), std::string(message), "invalid_request_error", {}, {}};
   if (status == http::status::payload_too_large) e.code = "request_too_large";
   if (static_cast<int>(status) >= 500) e.type = "server_error";
   if (status == http::status::service_unavailable) e.code = "server_shutting_down";  // the HTTP layer's only 503
-  return error_json(e);
+  return error_body_for(path, e);
 }
 
 std::optional<ApiError> OpenAIServer::check_auth(const HttpRequest& req) const {

@@ -47,7 +47,7 @@ class OpenAIServer {
 
   boost::asio::awaitable<void> handle(Exchange& ex);
   // Body for a request the HTTP layer refused itself (413, 400).
-  std::string rejection_body(http::status status, std::string_view message) const;
+  std::string rejection_body(http::status status, std::string_view message, std::string_view path) const;
   // The engine's finished listener (engine thread): metrics and the log line.
   void on_finished(const RequestOutput& out) { core_.on_finished(out); }
 

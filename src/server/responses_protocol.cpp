@@ -85,6 +85,7 @@ std::vector<ordered_json> input_items(const ordered_json& input) {
       string_member(item, "call_id", at, "input", true);
       string_member(item, "name", at, "input", true);
       string_member(item, "arguments", at, "input", true);
+      string_member(item, "namespace", at, "input", false);
     } else if (type == "function_call_output") {
       string_member(item, "call_id", at, "input", true);
       const ordered_json* output = member(item, "output");
@@ -106,28 +107,72 @@ std::vector<ordered_json> input_items(const ordered_json& input) {
   return items;
 }
 
-// Responses' flat function tools as Chat Completions' nested ones.
-ordered_json chat_tools(const ordered_json& tools) {
+// Tool types the hosted API runs itself. This server runs no tool, so it
+// leaves them out (the request's function tools still work) instead of refusing it.
+bool is_hosted_tool(const std::string& type) {
+  static const std::set<std::string> hosted = {
+      "web_search", "web_search_preview", "web_search_preview_2025_03_11", "file_search", "code_interpreter",
+      "computer_use_preview", "computer_use", "image_generation", "mcp", "local_shell", "shell", "apply_patch",
+      "custom", "tool_search"};
+  return hosted.count(type) > 0;
+}
+
+// One function tool, as Chat Completions nests it, under `name`.
+ordered_json chat_function_tool(const ordered_json& t, const std::string& name) {
+  ordered_json fn = ordered_json::object();
+  fn["name"] = name;
+  if (const ordered_json* d = member(t, "description")) fn["description"] = *d;
+  if (const ordered_json* p = member(t, "parameters")) fn["parameters"] = *p;
+  if (const ordered_json* s = member(t, "strict")) fn["strict"] = *s;
+  ordered_json tool = ordered_json::object();
+  tool["type"] = "function";
+  tool["function"] = std::move(fn);
+  return tool;
+}
+
+// Responses' tools as Chat Completions' function tools, into `req`: flat
+// function tools nested, a namespace's function tools flattened (their flat
+// names remembered), hosted tools left out (their types remembered).
+void take_tools(const ordered_json& tools, ResponsesRequest& req) {
   if (!tools.is_array()) fail("'tools' must be an array", "tools");
-  ordered_json out = ordered_json::array();
   for (size_t i = 0; i < tools.size(); ++i) {
     const ordered_json& t = tools[i];
     const std::string at = "tools[" + std::to_string(i) + "]";
     if (!t.is_object()) fail("'" + at + "' must be an object", "tools");
     const std::string type = string_member(t, "type", at, "tools", true);
-    if (type != "function")
-      fail("'" + at + ".type' is '" + type + "': only function tools are supported", "tools");
-    ordered_json fn = ordered_json::object();
-    fn["name"] = string_member(t, "name", at, "tools", true);
-    if (const ordered_json* d = member(t, "description")) fn["description"] = *d;
-    if (const ordered_json* p = member(t, "parameters")) fn["parameters"] = *p;
-    if (const ordered_json* s = member(t, "strict")) fn["strict"] = *s;
-    ordered_json tool = ordered_json::object();
-    tool["type"] = "function";
-    tool["function"] = std::move(fn);
-    out.push_back(std::move(tool));
+    if (type == "function") {
+      req.chat_tools.push_back(chat_function_tool(t, string_member(t, "name", at, "tools", true)));
+    } else if (type == "namespace") {
+      const std::string ns = string_member(t, "name", at, "tools", true);
+      const ordered_json* inner = member(t, "tools");
+      if (!inner || !inner->is_array()) fail("'" + at + ".tools' (an array of function tools) is required", "tools");
+      for (size_t k = 0; k < inner->size(); ++k) {
+        const ordered_json& f = (*inner)[k];
+        const std::string inner_at = at + ".tools[" + std::to_string(k) + "]";
+        if (!f.is_object()) fail("'" + inner_at + "' must be an object", "tools");
+        const std::string inner_type = string_member(f, "type", inner_at, "tools", true);
+        if (inner_type != "function")
+          fail("'" + inner_at + ".type' is '" + inner_type + "': a namespace holds function tools only", "tools");
+        const std::string name = string_member(f, "name", inner_at, "tools", true);
+        const std::string flat = flat_tool_name(ns, name);
+        req.namespaced_tools[flat] = NamespacedTool{ns, name};
+        req.chat_tools.push_back(chat_function_tool(f, flat));
+      }
+    } else if (is_hosted_tool(type)) {
+      req.ignored_tool_types.push_back(type);
+    } else {
+      fail("'" + at + ".type' is '" + type + "': this server takes function tools (and namespaces of them)",
+           "tools");
+    }
   }
-  return out;
+}
+
+// A function_call input item's name as the model knows it (flat for a namespaced tool).
+std::string model_call_name(const ordered_json& item) {
+  const ordered_json* ns = member(item, "namespace");
+  const std::string name = item["name"].get<std::string>();
+  return ns && ns->is_string() && !ns->get<std::string>().empty() ? flat_tool_name(ns->get<std::string>(), name)
+                                                                   : name;
 }
 
 ordered_json chat_tool_choice(const ordered_json& choice) {
@@ -145,7 +190,10 @@ ordered_json chat_tool_choice(const ordered_json& choice) {
       fail("'tool_choice.type' is '" + type + "': only function tools can be chosen", "tool_choice");
     ordered_json out = ordered_json::object();
     out["type"] = "function";
-    out["function"] = {{"name", string_member(choice, "name", "tool_choice", "tool_choice", true)}};
+    std::string name = string_member(choice, "name", "tool_choice", "tool_choice", true);
+    const std::string ns = string_member(choice, "namespace", "tool_choice", "tool_choice", false);
+    if (!ns.empty()) name = flat_tool_name(ns, name);
+    out["function"] = {{"name", name}};
     return out;
   }
   fail("'tool_choice' must be a string or an object", "tool_choice");
@@ -210,7 +258,7 @@ ordered_json chat_messages(const std::vector<const ordered_json*>& items) {
     if (type == "function_call") {
       ordered_json& m = open_assistant();
       ordered_json fn = ordered_json::object();
-      fn["name"] = item["name"];
+      fn["name"] = model_call_name(item);
       fn["arguments"] = item["arguments"];
       ordered_json call = ordered_json::object();
       call["id"] = item["call_id"];
@@ -233,7 +281,10 @@ ordered_json chat_messages(const std::vector<const ordered_json*>& items) {
       const ordered_json& output = item["output"];
       m["content"] = output.is_string() ? output.get<std::string>() : message_text(output, at + ".output");
     } else {  // a user, system or developer message
-      m["role"] = item["role"];
+      // A developer message is the system's instructions (Codex sends its
+      // instructions so); many chat templates (Qwen2.5's) predate the
+      // developer role and would drop it without a word.
+      m["role"] = item["role"] == "developer" ? ordered_json("system") : item["role"];
       m["content"] = message_text(item["content"], at);
     }
     messages.push_back(std::move(m));
@@ -242,6 +293,23 @@ ordered_json chat_messages(const std::vector<const ordered_json*>& items) {
 }
 
 }  // namespace
+
+std::string flat_tool_name(const std::string& namespace_name, const std::string& name) {
+  const size_t ns_end = namespace_name.find_last_not_of('_');
+  const size_t name_begin = name.find_first_not_of('_');
+  return (ns_end == std::string::npos ? std::string() : namespace_name.substr(0, ns_end + 1)) + "__" +
+         (name_begin == std::string::npos ? std::string() : name.substr(name_begin));
+}
+
+void set_call_name(ordered_json& item, const std::string& called, const ResponsesRequest& req) {
+  auto it = req.namespaced_tools.find(called);
+  if (it == req.namespaced_tools.end()) {
+    item["name"] = called;
+    return;
+  }
+  item["name"] = it->second.name;
+  item["namespace"] = it->second.namespace_name;
+}
 
 std::string new_item_id(std::string_view prefix) {
   thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -284,6 +352,7 @@ std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_vie
     }
     if (const ordered_json* instr = member(body, "instructions"); instr && !instr->is_string())
       fail("'instructions' must be a string", "instructions");
+    if (const ordered_json* tools = member(body, "tools")) take_tools(*tools, r);
     if (member(body, "conversation"))
       fail("'conversation' is not supported by this server: continue with 'previous_response_id'", "conversation");
     if (const ordered_json* n = member(body, "max_output_tokens"); n && (!n->is_number_integer() || n->get<int64_t>() < 1))
@@ -311,8 +380,7 @@ std::variant<std::string, ApiError> responses_chat_body(const ResponsesRequest& 
       messages.insert(messages.begin(), std::move(system));
     }
     chat["messages"] = std::move(messages);
-    if (const ordered_json* tools = member(body, "tools"); tools && !(tools->is_array() && tools->empty()))
-      chat["tools"] = chat_tools(*tools);
+    if (!req.chat_tools.empty()) chat["tools"] = req.chat_tools;
     if (const ordered_json* choice = member(body, "tool_choice")) chat["tool_choice"] = chat_tool_choice(*choice);
     if (const ordered_json* p = member(body, "parallel_tool_calls")) chat["parallel_tool_calls"] = *p;
     if (const ordered_json* text = member(body, "text")) {
@@ -343,7 +411,7 @@ std::variant<std::string, ApiError> responses_chat_body(const ResponsesRequest& 
   }
 }
 
-ordered_json response_output_items(const ResponseResult& result) {
+ordered_json response_output_items(const ResponseResult& result, const ResponsesRequest& req) {
   ordered_json items = ordered_json::array();
   if (!result.reasoning.empty()) {
     ordered_json part = ordered_json::object();
@@ -377,7 +445,7 @@ ordered_json response_output_items(const ResponseResult& result) {
     fc["type"] = "function_call";
     fc["status"] = "completed";
     fc["call_id"] = call.at("id");
-    fc["name"] = call.at("function").at("name");
+    set_call_name(fc, call.at("function").at("name").get<std::string>(), req);
     fc["arguments"] = call.at("function").at("arguments");
     items.push_back(std::move(fc));
   }
@@ -593,7 +661,7 @@ std::string ResponseEventStream::function_call(const std::string& call_id, const
   item["type"] = "function_call";
   item["status"] = "in_progress";
   item["call_id"] = call_id;
-  item["name"] = name;
+  set_call_name(item, name, req_);
   item["arguments"] = "";
   const std::string item_id = item["id"].get<std::string>();
   events += event(item_event("response.output_item.added", index, item));
@@ -607,7 +675,7 @@ std::string ResponseEventStream::function_call(const std::string& call_id, const
   done["type"] = "response.function_call_arguments.done";
   done["item_id"] = item_id;
   done["output_index"] = index;
-  done["name"] = name;
+  done["name"] = item["name"];
   done["arguments"] = arguments;
   events += event(std::move(done));
   item["status"] = "completed";

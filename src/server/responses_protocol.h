@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -21,6 +22,18 @@ namespace inferd::server {
 
 using ordered_json = nlohmann::ordered_json;
 
+// A function tool given inside a `namespace` tool (Codex groups its
+// sub-agent tools so): the model sees it under one flat name, and its calls
+// go back with the namespace and the inner name apart.
+struct NamespacedTool {
+  std::string namespace_name;
+  std::string name;
+};
+
+// The flat name a namespaced tool has for the model: "<namespace>__<name>",
+// the join Codex itself uses where a namespace cannot be kept apart.
+std::string flat_tool_name(const std::string& namespace_name, const std::string& name);
+
 // A POST /v1/responses body, checked.
 struct ResponsesRequest {
   ordered_json body;                 // as the client gave it (the Response echoes its settings)
@@ -28,6 +41,13 @@ struct ResponsesRequest {
   std::string previous_response_id;  // empty: none
   bool store = true;
   bool stream = false;
+  // `tools` as Chat Completions' function tools: namespaces flattened, hosted tools left out.
+  ordered_json chat_tools = ordered_json::array();
+  std::map<std::string, NamespacedTool> namespaced_tools;  // by flat name
+  // The hosted tools' types (web_search, file_search, ...) that were left out:
+  // this server runs no tool itself, and a client that offers them (Codex
+  // offers web_search) still gets its function tools.
+  std::vector<std::string> ignored_tool_types;
 };
 
 std::variant<ResponsesRequest, ApiError> parse_responses_request(std::string_view body);
@@ -55,10 +75,13 @@ struct ResponseResult {
 // Item ids as OpenAI writes them: a prefix ("msg", "rs", "fc", "resp") and 48 hex digits.
 std::string new_item_id(std::string_view prefix);
 
+// A function_call item's name (and namespace, for a namespaced tool's flat name).
+void set_call_name(ordered_json& item, const std::string& called, const ResponsesRequest& req);
+
 // The output items of a result: a reasoning item (when there is reasoning),
 // the message (when there is text, or nothing else), one function_call item
-// per call.
-ordered_json response_output_items(const ResponseResult& result);
+// per call (a namespaced tool's call named as the request gave it).
+ordered_json response_output_items(const ResponseResult& result, const ResponsesRequest& req);
 
 // The Response object: the request's settings echoed, `output`, `status`
 // ("completed", "incomplete", "in_progress"), and usage (null while in progress).

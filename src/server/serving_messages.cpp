@@ -2,6 +2,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cctype>
+#include <optional>
+
 #include "server/messages_protocol.h"
 
 namespace inferd::server {
@@ -134,6 +137,20 @@ boost::asio::awaitable<void> send_error(Exchange& ex, const ApiError& e) {
   co_await ex.respond(static_cast<http::status>(e.status), "application/json", anthropic_error_json(e));
 }
 
+// Anthropic's API reads JSON bodies only: a body sent as another media type
+// (a form, plain text) is refused by name rather than parsed as if it were
+// JSON. A request without a Content-Type is read as JSON.
+std::optional<ApiError> wrong_content_type(const Exchange& ex) {
+  const auto it = ex.request().find(http::field::content_type);
+  if (it == ex.request().end()) return std::nullopt;
+  std::string type(it->value().data(), it->value().size());
+  type = type.substr(0, type.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  for (char& ch : type) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (type == "application/json") return std::nullopt;
+  return bad_request("the request body must be JSON sent as 'Content-Type: application/json', not '" + type + "'");
+}
+
 }  // namespace
 
 bool is_messages_path(std::string_view path) {
@@ -141,6 +158,10 @@ bool is_messages_path(std::string_view path) {
 }
 
 boost::asio::awaitable<void> serve_messages(ServingCore& core, Exchange& ex) {
+  if (auto e = wrong_content_type(ex)) {
+    co_await send_error(ex, *e);
+    co_return;
+  }
   const std::string& body = ex.request().body();
   auto work = [&core, &body] { return prepare_messages(core, body, /*count_tokens=*/false); };
   std::variant<PreparedMessages, ApiError> prepared = co_await core.workers().run(std::move(work));
@@ -155,6 +176,10 @@ boost::asio::awaitable<void> serve_messages(ServingCore& core, Exchange& ex) {
 }
 
 boost::asio::awaitable<void> serve_messages_count_tokens(ServingCore& core, Exchange& ex) {
+  if (auto e = wrong_content_type(ex)) {
+    co_await send_error(ex, *e);
+    co_return;
+  }
   const std::string& body = ex.request().body();
   auto work = [&core, &body] { return prepare_messages(core, body, /*count_tokens=*/true); };
   std::variant<PreparedMessages, ApiError> prepared = co_await core.workers().run(std::move(work));

@@ -1,5 +1,10 @@
 #include "server/serving_responses.h"
 
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+#include <set>
+
 #include "server/responses_protocol.h"
 #include "server/serving_chat.h"
 #include "server/tool_calling.h"
@@ -27,12 +32,25 @@ ApiError response_not_found(const std::string& id, std::string param) {
   return e;
 }
 
+// Hosted tools a request offered and this server left out: said once per
+// type, not on every turn of an agent that offers them each time.
+void log_ignored_tools(const std::vector<std::string>& types) {
+  static std::mutex mutex;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mutex);
+  for (const std::string& type : types)
+    if (said.insert(type).second)
+      spdlog::info("responses: '{}' tools are left out (this server runs no hosted tool; function tools are kept)",
+                   type);
+}
+
 std::variant<PreparedResponse, ApiError> prepare_response(const ServingCore& core, ResponseStore& store,
                                                          const std::string& body) {
   auto parsed = parse_responses_request(body);
   if (auto* e = std::get_if<ApiError>(&parsed)) return *e;
   PreparedResponse pr;
   pr.req = std::move(std::get<ResponsesRequest>(parsed));
+  log_ignored_tools(pr.req.ignored_tool_types);
   if (!pr.req.previous_response_id.empty()) {
     std::optional<StoredResponse> prev = store.get(pr.req.previous_response_id);
     if (!prev) {
@@ -94,7 +112,7 @@ class ResponsesOutput : public GenerationOutput {
     const ResponseUsage u = usage(c, c.reasoning);
     ordered_json response = response_object(pr_.req, id_, created_at_, core_.options().served_model_name,
                                             result.incomplete ? "incomplete" : "completed",
-                                            response_output_items(result), &u);
+                                            response_output_items(result, pr_.req), &u);
     keep(response);
     return response.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
   }

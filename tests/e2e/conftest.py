@@ -95,8 +95,9 @@ def start(tmp_dir: pathlib.Path, extra_args: list[str] | None = None, api_key: s
         pytest.fail(f"{model} is missing: run scripts/fetch_models.sh --all")
     port = free_port()
     args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
-            "--threads", "2"]
+            "--served-model-name", MODEL_NAME, "--threads", "2"]
+    if "--max-model-len" not in (extra_args or []):
+        args += ["--max-model-len", str(MAX_MODEL_LEN)]
     if "--kv-cache-memory" not in (extra_args or []):
         args += ["--kv-cache-memory", "256M"]
     if "--shutdown-timeout" not in (extra_args or []):

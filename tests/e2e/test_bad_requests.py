@@ -114,7 +114,7 @@ BAD_400 = [
     ("responses output without its call", "/v1/responses",
      {"input": [{"type": "function_call_output", "call_id": "call_1", "output": "18 C"}]}, "input"),
     ("responses unknown tool_choice", "/v1/responses", {"input": "hi", "tool_choice": "maybe"}, "tool_choice"),
-    ("responses non-function tool", "/v1/responses", {"input": "hi", "tools": [{"type": "file_search"}]}, "tools"),
+    ("responses unknown tool type", "/v1/responses", {"input": "hi", "tools": [{"type": "teleport"}]}, "tools"),
     ("responses background", "/v1/responses", {"input": "hi", "background": True}, "background"),
     ("responses bad text.format", "/v1/responses", {"input": "hi", "text": {"format": {"type": "csv"}}},
      "text.format"),

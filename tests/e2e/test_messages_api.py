@@ -9,6 +9,7 @@ text through both APIs and the same prompt tokens (count_tokens against /tokeniz
 from __future__ import annotations
 
 import json
+import socket
 
 import anthropic
 import jsonschema
@@ -16,7 +17,7 @@ import pytest
 import requests
 from openai import OpenAI
 
-from conftest import MODEL_DIR, start, stop
+from conftest import MODEL_DIR, read_until, start, stop
 
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 KEY = "messages-test-key"
@@ -216,6 +217,43 @@ def test_unknown_model_and_not_json(smol, client):
     r = requests.get(smol.base_url + "/v1/messages", headers={"x-api-key": KEY}, timeout=30)
     assert r.status_code == 405 and r.json()["type"] == "error"
     # The server still answers after the bad requests.
+    assert client.messages.create(model="smollm2", max_tokens=2, messages=ASK).type == "message"
+
+
+def anthropic_error(r: requests.Response, status: int, error_type: str) -> str:
+    """The message of an error in Anthropic's shape (not OpenAI's), checked."""
+    assert r.status_code == status, (r.status_code, r.text)
+    body = r.json()
+    assert body["type"] == "error" and set(body) == {"type", "error"}, body
+    assert body["error"]["type"] == error_type, body
+    return body["error"]["message"]
+
+
+@pytest.mark.parametrize("path", ["/v1/messages", "/v1/messages/count_tokens"])
+def test_http_layer_errors_in_anthropic_shape(smol, client, path):
+    url = smol.base_url + path
+    headers = {"x-api-key": KEY, "anthropic-version": "2023-06-01"}
+    body = json.dumps({"model": "smollm2", "max_tokens": 8, "messages": ASK})
+    # Malformed JSON, and JSON sent as another media type.
+    message = anthropic_error(requests.post(url, data=b"{not json", headers={**headers, "Content-Type": "application/json"},
+                                            timeout=30), 400, "invalid_request_error")
+    assert "JSON" in message, message
+    message = anthropic_error(requests.post(url, data=body, headers={**headers, "Content-Type": "text/plain"},
+                                            timeout=30), 400, "invalid_request_error")
+    assert "Content-Type" in message and "text/plain" in message, message
+    # A body over the limit (16 MiB), sent whole, and announced alone by Content-Length.
+    big = json.dumps({"model": "smollm2", "max_tokens": 8, "messages": [{"role": "user", "content": "x" * (17 << 20)}]})
+    anthropic_error(requests.post(url, data=big, headers={**headers, "Content-Type": "application/json"}, timeout=60),
+                    413, "request_too_large")
+    port = int(smol.base_url.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  f"Content-Length: 100000000\r\n\r\n{{".encode())
+        reply = read_until(s, b"}}")
+    head, _, payload = reply.decode(errors="replace").partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 413"), head
+    assert json.loads(payload)["error"]["type"] == "request_too_large", payload
+    # The server still answers.
     assert client.messages.create(model="smollm2", max_tokens=2, messages=ASK).type == "message"
 
 

@@ -182,7 +182,9 @@ BAD = [
     ("output without call", {"input": [{"type": "function_call_output", "call_id": "call_9", "output": "x"}]}, 400,
      "input", "call_9"),
     ("unknown tool_choice", {"input": "x", "tool_choice": "always"}, 400, "tool_choice", "'always'"),
-    ("non-function tool", {"input": "x", "tools": [{"type": "web_search"}]}, 400, "tools", "function"),
+    ("unknown tool type", {"input": "x", "tools": [{"type": "teleport"}]}, 400, "tools", "'teleport'"),
+    ("non-function tool in a namespace", {"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": [
+        {"type": "web_search"}]}]}, 400, "tools", "function tools only"),
     ("background", {"input": "x", "background": True}, 400, "background", "not supported"),
     ("bad text.format", {"input": "x", "text": {"format": {"type": "xml"}}}, 400, "text.format", "'xml'"),
     ("max_output_tokens zero", {"input": "x", "max_output_tokens": 0}, 400, "max_output_tokens", None),
@@ -191,6 +193,18 @@ BAD = [
     ("unknown previous response", {"input": "x", "previous_response_id": "resp_nope"}, 404, "previous_response_id",
      "resp_nope"),
 ]
+
+
+def test_hosted_tools_left_out(server, client):
+    """A hosted tool as Codex offers it (web_search): this server runs none, so
+    it is left out, said once in the log, and the request is answered.
+    (SmolLM2's template takes no tools; namespaces of function tools are in
+    the unit test and test_codex_cli.py.)"""
+    for _ in range(2):
+        r = client.responses.create(model=MODEL_NAME, input="Say hi.", max_output_tokens=4, temperature=0,
+                                    tools=[{"type": "web_search", "external_web_access": False}])
+        assert r.status in ("completed", "incomplete") and r.output[0].type == "message", r
+    assert server.log().count("'web_search' tools are left out") == 1, server.log()[-3000:]
 
 
 @pytest.mark.parametrize("name,body,status,param,contains", BAD, ids=[c[0] for c in BAD])

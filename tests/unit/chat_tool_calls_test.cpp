@@ -183,6 +183,48 @@ TEST(ToolCallsHermes, UntaggedCallOfAKnownFunction) {
   }
 }
 
+TEST(ToolCallsHermes, CallInACodeFenceOrAnotherTagOfAKnownFunction) {
+  // Qwen2.5-Coder-1.5B, driven by Codex CLI, answers so instead of <tool_call>.
+  const std::string call = "{\"name\": \"exec_command\", \"arguments\": {\"cmd\": \"echo hi > hello.txt\"}}";
+  const std::vector<std::string> names = {"exec_command"};
+  for (const std::string& out : {"```json\n" + call + "\n```", "```\n" + call + "\n```\n",
+                                 "<tools>\n" + call + "\n</tools>", "\n<function_call>" + call + "</function_call>",
+                                 "```xml\n<tools>\n" + call + "\n</tools>\n```", "<tools>" + call}) {
+    const ParsedAssistantMessage m = parse_tool_calls(ToolCallFormat::kHermes, out, names);
+    ASSERT_EQ(m.tool_calls.size(), 1u) << out;
+    expect_call(m.tool_calls[0], "exec_command", {{"cmd", "echo hi > hello.txt"}});
+    EXPECT_EQ(m.content.find_first_not_of(" \n"), std::string::npos) << out << ": " << m.content;
+    for (size_t cut = 1; cut < out.size(); ++cut) {  // in two pieces, cut anywhere: the same
+      ToolCallStreamParser parser(ToolCallFormat::kHermes, names);
+      std::vector<ToolCallDelta> deltas = parser.feed(std::string_view(out).substr(0, cut));
+      for (ToolCallDelta& d : parser.feed(std::string_view(out).substr(cut))) deltas.push_back(std::move(d));
+      for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
+      int calls = 0;
+      std::string content;
+      for (const ToolCallDelta& d : deltas) {
+        calls += d.call ? 1 : 0;
+        content += d.content;
+      }
+      EXPECT_EQ(calls, 1) << out << " cut at " << cut;
+      EXPECT_EQ(content.find_first_not_of(" \n"), std::string::npos) << out << " cut at " << cut << ": " << content;
+    }
+  }
+  // Text after the call stays content.
+  ParsedAssistantMessage m = parse_tool_calls(ToolCallFormat::kHermes, "```json\n" + call + "\n```\nDone.", names);
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(test::trimmed(m.content), "Done.");
+  // Other fences, other tags, unknown functions and JSON that is no call are content, whole.
+  for (const std::string& out : {std::string("```python\nprint(1)\n```"), std::string("```json\n{\"city\": \"Paris\"}\n```"),
+                                 "<answer>" + call + "</answer>", "```json\n" + call + "\n```"}) {
+    m = parse_tool_calls(ToolCallFormat::kHermes, out, out.find("answer") != std::string::npos ||
+                                                              out.find("exec_command") == std::string::npos
+                                                          ? names
+                                                          : std::vector<std::string>{"get_time"});
+    EXPECT_TRUE(m.tool_calls.empty()) << out;
+    EXPECT_EQ(m.content, out);
+  }
+}
+
 TEST(ToolCallsLlama3, JsonAnswerIsACall) {
   for (const std::string& out : {std::string("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"),
                                 std::string("<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": "

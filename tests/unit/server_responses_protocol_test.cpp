@@ -89,7 +89,8 @@ TEST(ResponsesProtocol, ItemsBecomeChatTurns) {
   EXPECT_EQ(m[2], json::parse(R"({"role": "tool", "tool_call_id": "call_a", "content": "sunny"})"));
   EXPECT_EQ(m[3], json::parse(R"({"role": "tool", "tool_call_id": "call_b", "content": "noon"})"));
   EXPECT_EQ(m[4], json::parse(R"({"role": "assistant", "content": "Sunny at noon."})"));
-  EXPECT_EQ(m[5], json::parse(R"({"role": "developer", "content": "Answer in French."})"));
+  // As a system message: templates that predate the developer role drop it.
+  EXPECT_EQ(m[5], json::parse(R"({"role": "system", "content": "Answer in French."})"));
   // The chat parser takes them: the calls reach the template with their ids.
   const GenerationRequest r = chat_request(chat);
   ASSERT_EQ(r.messages.size(), 6u);
@@ -163,7 +164,10 @@ TEST(ResponsesProtocol, BadRequestsNameTheField) {
        "No tool call found"},
       {R"({"input": "x", "background": true})", "background", "not supported"},
       {R"({"input": "x", "store": "yes"})", "store", "boolean"},
-      {R"({"input": "x", "tools": [{"type": "web_search"}]})", "tools", "only function tools"},
+      {R"({"input": "x", "tools": [{"type": "teleport"}]})", "tools", "'teleport'"},
+      {R"({"input": "x", "tools": [{"type": "namespace", "name": "ns"}]})", "tools", "'tools[0].tools'"},
+      {R"({"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": [{"type": "web_search"}]}]})",
+       "tools", "function tools only"},
       {R"({"input": "x", "tool_choice": "sometimes"})", "tool_choice", "'sometimes'"},
       {R"({"input": "x", "tool_choice": {"type": "file_search"}})", "tool_choice", "only function"},
       {R"({"input": "x", "text": {"format": {"type": "yaml"}}})", "text.format", "'yaml'"},
@@ -189,7 +193,7 @@ TEST(ResponsesProtocol, OutputItems) {
   result.content = "";
   result.tool_calls = json::parse(R"([{"id": "call_x", "type": "function",
                                        "function": {"name": "f", "arguments": "{\"a\": 1}"}}])");
-  const ordered_json items = response_output_items(result);
+  const ordered_json items = response_output_items(result, ResponsesRequest{});
   ASSERT_EQ(items.size(), 2u) << items.dump();  // no message beside the call
   EXPECT_EQ(items[0]["type"], "reasoning");
   EXPECT_EQ(items[0]["id"].get<std::string>().rfind("rs_", 0), 0u);
@@ -203,7 +207,7 @@ TEST(ResponsesProtocol, OutputItems) {
   ResponseResult text;
   text.content = "Hello";
   text.incomplete = true;
-  const ordered_json one = response_output_items(text);
+  const ordered_json one = response_output_items(text, ResponsesRequest{});
   ASSERT_EQ(one.size(), 1u);
   EXPECT_EQ(one[0]["type"], "message");
   EXPECT_EQ(one[0]["role"], "assistant");
@@ -236,6 +240,72 @@ std::vector<json> events_of(const std::string& sse) {
     at = end;
   }
   return out;
+}
+
+// Codex's tools, in the shapes Codex 0.169 sends them: flat function tools,
+// a namespace of function tools, and a hosted web_search tool.
+constexpr const char* kCodexTools = R"([
+    {"type": "function", "name": "exec_command", "strict": false,
+     "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}},
+    {"type": "namespace", "name": "multi_agent_v1", "description": "Tools for sub-agents.",
+     "tools": [{"type": "function", "name": "spawn_agent", "description": "Spawn one.",
+                "parameters": {"type": "object", "properties": {}}},
+               {"type": "function", "name": "close_agent", "parameters": {"type": "object", "properties": {}}}]},
+    {"type": "web_search", "external_web_access": false}])";
+
+TEST(ResponsesProtocol, NamespacesAreFlattenedAndHostedToolsLeftOut) {
+  EXPECT_EQ(flat_tool_name("multi_agent_v1", "spawn_agent"), "multi_agent_v1__spawn_agent");
+  EXPECT_EQ(flat_tool_name("mcp__calendar__", "__create_event"), "mcp__calendar__create_event");
+
+  const std::string body = std::string(R"({"input": "x", "tools": )") + kCodexTools + "}";
+  const ResponsesRequest req = request_ok(body);
+  EXPECT_EQ(req.ignored_tool_types, std::vector<std::string>{"web_search"});
+  const json chat = chat_of(body);
+  ASSERT_EQ(chat["tools"].size(), 3u) << chat.dump();
+  EXPECT_EQ(chat["tools"][0]["function"]["name"], "exec_command");
+  EXPECT_EQ(chat["tools"][1]["function"]["name"], "multi_agent_v1__spawn_agent");
+  EXPECT_EQ(chat["tools"][1]["function"]["description"], "Spawn one.");
+  EXPECT_EQ(chat["tools"][2]["function"]["name"], "multi_agent_v1__close_agent");
+  const GenerationRequest r = chat_request(chat);
+  ASSERT_TRUE(r.tools.has_value());
+
+  // The model's call of a flat name goes back as the namespace and the inner name.
+  ResponseResult result;
+  result.tool_calls = json::parse(R"([
+      {"id": "call_a", "type": "function", "function": {"name": "multi_agent_v1__spawn_agent", "arguments": "{}"}},
+      {"id": "call_b", "type": "function", "function": {"name": "exec_command", "arguments": "{\"cmd\": \"ls\"}"}}])");
+  const ordered_json items = response_output_items(result, req);
+  ASSERT_EQ(items.size(), 2u) << items.dump();
+  EXPECT_EQ(items[0]["name"], "spawn_agent");
+  EXPECT_EQ(items[0]["namespace"], "multi_agent_v1");
+  EXPECT_EQ(items[1]["name"], "exec_command");
+  EXPECT_FALSE(items[1].contains("namespace"));
+
+  // Streamed, the same.
+  ResponseEventStream stream(req, "resp_1", 1, "m");
+  const std::vector<json> events = events_of(stream.function_call("call_a", "multi_agent_v1__spawn_agent", "{}"));
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["type"], "response.output_item.done");
+  EXPECT_EQ(events.back()["item"]["name"], "spawn_agent");
+  EXPECT_EQ(events.back()["item"]["namespace"], "multi_agent_v1");
+
+  // Given back as history, the call is the flat name again, and its output answers it.
+  const json turn = chat_of(std::string(R"({"tools": )") + kCodexTools + R"(, "input": [
+      {"type": "function_call", "call_id": "call_a", "name": "spawn_agent", "namespace": "multi_agent_v1",
+       "arguments": "{}"},
+      {"type": "function_call_output", "call_id": "call_a", "output": "spawned"}]})");
+  ASSERT_EQ(turn["messages"].size(), 2u) << turn.dump();
+  EXPECT_EQ(turn["messages"][0]["tool_calls"][0]["function"]["name"], "multi_agent_v1__spawn_agent");
+  EXPECT_EQ(turn["messages"][1]["role"], "tool");
+
+  // A named tool_choice may name a namespaced tool.
+  EXPECT_EQ(chat_of(std::string(R"({"input": "x", "tools": )") + kCodexTools +
+                    R"(, "tool_choice": {"type": "function", "namespace": "multi_agent_v1", "name": "close_agent"}})")
+                ["tool_choice"]["function"]["name"],
+            "multi_agent_v1__close_agent");
+  // Only hosted tools: no tools reach the chat request.
+  EXPECT_FALSE(chat_of(R"({"input": "x", "tools": [{"type": "web_search"}, {"type": "file_search"}]})")
+                   .contains("tools"));
 }
 
 TEST(ResponsesProtocol, StreamEventsInOrder) {
