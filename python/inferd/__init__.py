@@ -12,7 +12,7 @@ the one ``inferd serve`` runs; this package only drives it.
 from ._engine import EngineArgs, EngineError
 from .async_llm import AsyncLLM
 from .llm import LLM
-from .outputs import CompletionOutput, Logprob, RequestMetrics, RequestOutput
+from .outputs import CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, Logprob, RequestMetrics, RequestOutput
 from .sampling_params import RequestOutputKind, SamplingParams
 from .tokenizer import Tokenizer
 
@@ -24,6 +24,8 @@ __all__ = [
     "RequestOutputKind",
     "RequestOutput",
     "CompletionOutput",
+    "EmbeddingOutput",
+    "EmbeddingRequestOutput",
     "Logprob",
     "RequestMetrics",
     "Tokenizer",

@@ -12,6 +12,7 @@ from ._engine import (
     Prompt,
     PromptType,
     Seeder,
+    check_error,
     completion_of,
     convert_prompt_logprobs,
     is_conversation,
@@ -24,7 +25,7 @@ from ._engine import (
     to_prompt,
     to_prompts,
 )
-from .outputs import RequestOutput
+from .outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
 from .sampling_params import RequestOutputKind, SamplingParams
 from .tokenizer import Tokenizer
 
@@ -138,6 +139,54 @@ class LLM:
                         yield result
         finally:
             group.abort_unfinished()
+
+    # ---- embeddings ------------------------------------------------------------
+
+    def embed(
+        self,
+        prompts: Union[PromptType, Sequence[PromptType]],
+        *,
+        use_tqdm: bool = True,
+    ) -> List[EmbeddingRequestOutput]:
+        """Embeds every prompt, all through the engine together (vLLM's ``LLM.embed``).
+
+        The model must be an embedding GGUF (a pooling type: a bert encoder such
+        as all-MiniLM-L6-v2, or a decoder such as Qwen3-Embedding); each
+        prompt's hidden states are pooled as the GGUF says and L2-normalized,
+        the vectors ``inferd serve``'s /v1/embeddings returns. Text prompts are
+        tokenized as there (BOS/EOS as the vocabulary says, special tokens parsed).
+
+        Returns:
+            One ``EmbeddingRequestOutput`` per prompt, in input order:
+            ``.outputs.embedding`` (a list of floats) and ``.prompt_token_ids``.
+
+        Raises:
+            ValueError: the model cannot embed, or a prompt is empty or too long.
+            EngineError: the engine gave up on a request.
+        """
+        prompts_ = to_prompts(self._session, prompts)
+        group = _core.RequestGroup(self._session)
+        try:
+            ids = [group.add(_core.make_embed_params(p.token_ids), 1)[0] for p in prompts_]
+            bar = _progress_bar(len(ids)) if use_tqdm and len(ids) > 1 else None
+            try:
+                while group.unfinished:
+                    finished = group.gather(_WAIT_SECONDS)
+                    if bar is not None and finished:
+                        bar.update(finished)
+            finally:
+                if bar is not None:
+                    bar.close()
+        except BaseException:
+            group.abort_unfinished()
+            raise
+        outputs = []
+        for k, (p, engine_id) in enumerate(zip(prompts_, ids)):
+            whole = group.whole(engine_id)
+            check_error(whole)
+            outputs.append(EmbeddingRequestOutput(request_id=str(k), prompt_token_ids=p.token_ids,
+                                                  outputs=EmbeddingOutput(whole.embedding)))
+        return outputs
 
     # ---- tokenizer, stats ------------------------------------------------------
 

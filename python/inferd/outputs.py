@@ -67,3 +67,24 @@ class RequestOutput:
     metrics: Optional[RequestMetrics] = None
     #: with ``SamplingParams(prompt_logprobs=k)``; None otherwise
     prompt_logprobs: Optional[PromptLogprobs] = field(default=None)
+
+
+@dataclass
+class EmbeddingOutput:
+    """A prompt's embedding: the model's pooled vector, L2-normalized (as /v1/embeddings returns it)."""
+
+    embedding: List[float]
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass
+class EmbeddingRequestOutput:
+    """A prompt and its embedding, as vLLM's ``EmbeddingRequestOutput``."""
+
+    request_id: str
+    prompt_token_ids: List[int]
+    outputs: EmbeddingOutput
+    finished: bool = True

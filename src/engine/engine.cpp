@@ -250,10 +250,11 @@ Result<Engine::Handle> Engine::add_request(GenerationParams p) {
 
   const ModelConfig& mc = model_.config();
   if (p.pooled && !mc.can_embed() && !mc.can_rank())
-    return make_error("this model cannot embed or rank: it has no pooling (an embedding or reranker GGUF of an "
-                      "encoder such as bert has one)");
-  if (!p.pooled && mc.is_encoder())
-    return make_error("this model is an embedding/reranking model: it cannot generate text");
+    return make_error("this model cannot embed or rank: its GGUF has no pooling type (an embedding GGUF has one, "
+                      "e.g. a bert encoder's or Qwen3-Embedding's)");
+  if (!p.pooled && mc.returns_pooled())
+    return make_error(std::string("this model is an embedding/reranking model (pooling ") + pooling_name(mc.pooling) +
+                      "): it returns pooled vectors, not tokens, and cannot generate text");
   if (p.pooled && p.prompt_token_ids.empty()) return make_error("the input is empty");
   if (p.pooled && static_cast<int64_t>(p.prompt_token_ids.size()) > mc.context_length)
     return make_error("the input has " + str(static_cast<int64_t>(p.prompt_token_ids.size())) +

@@ -280,6 +280,18 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   const ArchitectureTraits& t = *c.traits;
   if (t.encoder && c.pooling == PoolingType::kNone)
     return make_error("'" + a + ".pooling_type' is none: an encoder's outputs must be pooled (mean, cls, last or rank)");
+  if (!t.encoder && c.pooling == PoolingType::kRank)
+    return make_error("'" + a + ".pooling_type' is rank: a decoder reranker (its classification head over the "
+                      "last token) is not supported; inferd reranks with encoder cross-encoders (bert)");
+  // A decoder embedding GGUF may ask for bidirectional attention (llama.cpp's
+  // `attention.causal`); the decoder pass attends causally only.
+  if (!t.encoder && f.find(a + ".attention.causal")) {
+    auto causal = f.get_bool(a + ".attention.causal");
+    if (!causal) return causal.error();
+    if (!*causal)
+      return make_error("'" + a + ".attention.causal' is false: non-causal (bidirectional) attention in a " + a +
+                        " decoder is not supported");
+  }
   c.rope_style = t.rope_style;
   c.activation = t.activation;
   c.qk_norm = t.qk_norm || (t.qk_norm_if_present && f.find_tensor("blk.0.attn_q_norm.weight") != nullptr);

@@ -112,10 +112,12 @@ struct ModelConfig {
   bool can_generate() const { return traits != nullptr; }
   // An encoder (ArchitectureTraits::encoder): pooled outputs only, no tokens.
   bool is_encoder() const { return traits && traits->encoder; }
-  // Whether its forward pass can return one pooled vector per sequence.
-  // (Decoders' embedding GGUFs, e.g. qwen3 with last-token pooling, are not
-  // pooled yet: their pass returns logits.)
-  bool can_embed() const { return is_encoder() && pooling != PoolingType::kNone && pooling != PoolingType::kRank; }
+  // Whether its forward pass returns one pooled vector per sequence instead
+  // of logits: an encoder, or a decoder embedding GGUF (e.g. Qwen3-Embedding,
+  // qwen3 with last-token pooling), whose final-normed hidden states are pooled
+  // and whose LM head is never run. Such a model cannot generate text.
+  bool returns_pooled() const { return traits && pooling != PoolingType::kNone; }
+  bool can_embed() const { return returns_pooled() && pooling != PoolingType::kRank; }
   bool can_rank() const { return is_encoder() && pooling == PoolingType::kRank; }
 
   static Result<ModelConfig> from_gguf(const gguf::File& file);

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/quants.h"
+#include "model/pooling.h"
 
 namespace inferd {
 
@@ -242,45 +243,26 @@ void CpuEncoderExecutor::pool_sequence(const SequenceSlice& sl, float* out) cons
   const int64_t E = config_.n_embd;
   const float* x = s_.x.data();
   const float* first = x + static_cast<int64_t>(sl.first_token) * E;
-  switch (config_.pooling) {
-    case PoolingType::kMean: {
-      std::fill(out, out + E, 0.0f);
-      for (int32_t j = 0; j < sl.n_tokens; ++j)
-        for (int64_t i = 0; i < E; ++i) out[i] += first[j * E + i];
-      const float inv = 1.0f / static_cast<float>(sl.n_tokens);
-      for (int64_t i = 0; i < E; ++i) out[i] *= inv;
-      return;
+  if (config_.pooling != PoolingType::kRank) return pool_rows(config_.pooling, first, sl.n_tokens, E, out);
+  // The [CLS] row through the classification head: tanh(cls x + b), then cls.output.
+  thread_local std::vector<float> hidden, w;
+  hidden.assign(first, first + E);
+  w.resize(E);
+  auto matvec = [&](const WeightView& m, const WeightView& b, const std::vector<float>& in, float* y) {
+    for (int64_t o = 0; o < m.rows; ++o) {
+      kernels::dequantize_row(m.dtype, static_cast<const uint8_t*>(m.data) + o * row_bytes(m.dtype, m.cols),
+                              w.data(), m.cols);
+      double dot = 0.0;
+      for (int64_t i = 0; i < m.cols; ++i) dot += static_cast<double>(w[i]) * in[i];
+      y[o] = static_cast<float>(dot) + (b ? b.f32()[o] : 0.0f);
     }
-    case PoolingType::kLast:
-      std::copy(first + (sl.n_tokens - 1) * E, first + sl.n_tokens * E, out);
-      return;
-    case PoolingType::kCls:
-    case PoolingType::kNone:  // refused when the model loads (ModelConfig::from_gguf)
-      std::copy(first, first + E, out);
-      return;
-    case PoolingType::kRank: {
-      // The [CLS] row through the classification head: tanh(cls x + b), then cls.output.
-      thread_local std::vector<float> hidden, w;
-      hidden.assign(first, first + E);
-      w.resize(E);
-      auto matvec = [&](const WeightView& m, const WeightView& b, const std::vector<float>& in, float* y) {
-        for (int64_t o = 0; o < m.rows; ++o) {
-          kernels::dequantize_row(m.dtype, static_cast<const uint8_t*>(m.data) + o * row_bytes(m.dtype, m.cols),
-                                  w.data(), m.cols);
-          double dot = 0.0;
-          for (int64_t i = 0; i < m.cols; ++i) dot += static_cast<double>(w[i]) * in[i];
-          y[o] = static_cast<float>(dot) + (b ? b.f32()[o] : 0.0f);
-        }
-      };
-      if (weights_.cls) {
-        std::vector<float> dense(E);
-        matvec(weights_.cls, weights_.cls_b, hidden, dense.data());
-        for (int64_t i = 0; i < E; ++i) hidden[i] = std::tanh(dense[i]);
-      }
-      matvec(weights_.cls_out, weights_.cls_out_b, hidden, out);
-      return;
-    }
+  };
+  if (weights_.cls) {
+    std::vector<float> dense(E);
+    matvec(weights_.cls, weights_.cls_b, hidden, dense.data());
+    for (int64_t i = 0; i < E; ++i) hidden[i] = std::tanh(dense[i]);
   }
+  matvec(weights_.cls_out, weights_.cls_out_b, hidden, out);
 }
 
 }  // namespace inferd

@@ -17,16 +17,18 @@
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
+#include "model/pooling.h"
 
 namespace inferd {
 
 CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)),
       config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
-      flavour_(model.ggml_flavour()) {
+      flavour_(model.ggml_flavour()), pooled_(config_.returns_pooled()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
-  size_t packed_bytes = Linear::packed_bytes(weights_.output);
+  // A pooled model never runs its LM head: it is not repacked.
+  size_t packed_bytes = pooled_ ? 0 : Linear::packed_bytes(weights_.output);
   for (const LayerWeights& L : weights_.layers) {
     for (const WeightView& w : L.proj)
       if (w) packed_bytes += Linear::packed_bytes(w);
@@ -85,7 +87,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       }
     }
   }
-  output_ = make(weights_.output);
+  if (!pooled_) output_ = make(weights_.output);
 }
 
 namespace {
@@ -188,7 +190,7 @@ void CpuExecutor::plan_prefetch(int n_threads) {
         }
       }
     }
-    add(output_.thread_bytes(ti, n_threads));
+    if (!pooled_) add(output_.thread_bytes(ti, n_threads));
   }
 }
 
@@ -298,7 +300,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
 
 void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   const ModelConfig& c = config_;
-  const int64_t T = batch.size(), R = static_cast<int64_t>(batch.logit_rows.size());
+  const int64_t T = batch.size(), R = pooled_ ? T : static_cast<int64_t>(batch.logit_rows.size());
   s_.x.resize(T * c.n_embd);
   s_.x2.resize(T * c.n_embd);
   s_.h.resize(T * c.n_embd);
@@ -322,7 +324,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
     if (!L.down_exps.empty()) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
   }
-  output_.prepare(s_.in_out, R);
+  if (!pooled_) output_.prepare(s_.in_out, R);
   if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
   if (c.mla) prepare_mla_scratch(T);
   prepare_norm_outputs(s_.norm, T);
@@ -358,7 +360,7 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
 void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) {
   ThreadPool& pool = *pool_;
   prepare_scratch(batch, pool.size());
-  logits.resize(batch.logit_rows.size() * static_cast<size_t>(output_.rows()));
+  logits.resize(batch.logit_rows.size() * static_cast<size_t>(pooled_ ? config_.n_embd : output_.rows()));
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
   // Each token's place in its sequence's share of the step, and the output
   // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its
@@ -369,12 +371,19 @@ void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector
     for (int32_t i = 0; i < sl.n_tokens; ++i)
       s_.places[sl.first_token + i] = sl.decode_each ? kernels::TokenPlace{1, 0} : kernels::TokenPlace{sl.n_tokens, i};
   s_.output_places.assign(batch.logit_rows.size(), kernels::TokenPlace{1, 0});
-  const Pass pass{&batch,
-                  &cache,
-                  logits.data(),
-                  &pool,
-                  {batch.size(), s_.places.data()},
-                  {static_cast<int64_t>(batch.logit_rows.size()), s_.output_places.data()}};
+  StepTokens outputs{static_cast<int64_t>(batch.logit_rows.size()), s_.output_places.data()};
+  const int32_t* output_tokens = batch.logit_rows.data();
+  if (pooled_) {
+    // Every token is an output, its last FFN run with its chunk as llama.cpp
+    // runs an embedding batch (all outputs, no row selection).
+    outputs = {batch.size(), s_.places.data()};
+    output_tokens = nullptr;
+    s_.token_seq.resize(batch.size());
+    for (size_t i = 0; i < batch.sequences.size(); ++i)
+      std::fill_n(s_.token_seq.begin() + batch.sequences[i].first_token, batch.sequences[i].n_tokens,
+                  static_cast<int32_t>(i));
+  }
+  const Pass pass{&batch, &cache, logits.data(), &pool, {batch.size(), s_.places.data()}, outputs, output_tokens};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
 }
@@ -402,7 +411,7 @@ void CpuExecutor::norm_phase(int ti, int nt, const StepTokens& rows, const int32
   }
   // The block every target quantizes by, or 0 when they differ or one
   // quantizes whole rows only.
-  int64_t block = quantize_block_of(*targets[0].linear, E);
+  int64_t block = n_targets > 0 ? quantize_block_of(*targets[0].linear, E) : 0;  // none: the rows alone
   for (int i = 1; i < n_targets; ++i)
     if (quantize_block_of(*targets[i].linear, E) != block) block = 0;
   auto token = [row_token](int64_t r) { return row_token ? int64_t{row_token[r]} : r; };
@@ -599,7 +608,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         const bool for_ffn = ph->branch == NormPhase::Branch::kFfn;
         const WeightView& weight = for_ffn ? W.ffn_norm : W.attn_norm;
         const StepTokens& rows = for_ffn ? ffn : pass.tokens;
-        const int32_t* row_token = for_ffn && last ? batch.logit_rows.data() : nullptr;
+        const int32_t* row_token = for_ffn && last ? pass.output_tokens : nullptr;
         float* x_out = pending ? x_next : nullptr;
         const float* h = pending ? s_.h.data() : nullptr;
         if (std::holds_alternative<QkvPhase>(next)) {
@@ -702,11 +711,28 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   // The last residual (through the last branch's own norm where there is
   // one), the final norm and the output projection's input, for the rows
   // whose logits are wanted.
-  norm_phase(ti, nt, pass.outputs, batch.logit_rows.data(), x, s_.h.data(), pending_norm, nullptr,
+  if (pooled_) {
+    norm_phase(ti, nt, pass.outputs, nullptr, x, s_.h.data(), pending_norm, nullptr, weights_.output_norm.f32(),
+               s_.logits_in.data(), {}, false, /*h_by_row=*/true);
+    pool.barrier(idle);
+    return pool_outputs(pass, ti, nt);
+  }
+  norm_phase(ti, nt, pass.outputs, pass.output_tokens, x, s_.h.data(), pending_norm, nullptr,
              weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false, /*h_by_row=*/true);
   pool.barrier(idle);
   assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
   output_.compute(s_.in_out, pass.outputs, pass.logits, ti, nt);
+}
+
+void CpuExecutor::pool_outputs(const Pass& pass, int ti, int nt) const {
+  const ForwardBatch& batch = *pass.batch;
+  const int64_t E = config_.n_embd;
+  const auto [r0, r1] = ThreadPool::split(static_cast<int64_t>(batch.logit_rows.size()), ti, nt);
+  for (int64_t r = r0; r < r1; ++r) {
+    const SequenceSlice& sl = batch.sequences[s_.token_seq[batch.logit_rows[r]]];
+    pool_rows(config_.pooling, s_.logits_in.data() + static_cast<int64_t>(sl.first_token) * E, sl.n_tokens, E,
+              pass.logits + r * E);
+  }
 }
 
 }  // namespace inferd

@@ -59,9 +59,16 @@ class CpuExecutor final : public Executor {
     float* logits;
     ThreadPool* pool;
     StepTokens tokens;   // every token of the batch
-    StepTokens outputs;  // the rows whose logits are returned, one per sequence
+    StepTokens outputs;  // the rows the final norm computes: whose logits are returned, or (pooled) every token
+    const int32_t* output_tokens;  // the batch token of each output row (null: row r is token r)
   };
+  // A decoder embedding model (ModelConfig::returns_pooled): every token's
+  // final-normed hidden state, pooled per sequence, instead of the LM head.
+  const bool pooled_;
   void prepare_scratch(const ForwardBatch& batch, int n_threads);
+  // A pooled model's last phase, after the final norm: this thread's share of
+  // the output rows, each its sequence's pooled hidden states (model/pooling.h).
+  void pool_outputs(const Pass& pass, int thread_index, int n_threads) const;
   void prepare_moe_scratch(int64_t n_tokens, int n_threads);
   // One thread's part of the whole forward pass; phases end at pool barriers.
   void forward_thread(const Pass& pass, int thread_index, int n_threads);
@@ -169,6 +176,7 @@ class CpuExecutor final : public Executor {
     LinearInput in_down_shexp;  // a shared expert's down projection's (its width, not n_ff)
     std::vector<WeightPrefetcher> prefetch;  // one per thread
     std::vector<kernels::TokenPlace> places, output_places;  // see Pass::tokens, Pass::outputs
+    std::vector<int32_t> token_seq;  // a pooled model's: each token's sequence in the batch
     // Every expert matmul runs in GGML's mul_mat_id order: one row at a time
     // (TokenPlace {1, 0}), whatever the batch (T x n_expert_used entries).
     std::vector<kernels::TokenPlace> expert_places;

@@ -89,9 +89,11 @@ class Model {
   std::string chat_template() const;
 
   // Logits per row: n_vocab, or LoadOptions::max_output_rows where smaller;
-  // an encoder's pooled output instead: n_embd, or a reranker's scores.
+  // a pooled output instead (ModelConfig::returns_pooled): n_embd, or a
+  // reranker's scores.
   int64_t n_logits() const {
-    if (config_.is_encoder()) return config_.pooling == PoolingType::kRank ? weights_.cls_out.rows : config_.n_embd;
+    if (config_.returns_pooled())
+      return config_.pooling == PoolingType::kRank ? weights_.cls_out.rows : config_.n_embd;
     return weights_.output ? weights_.output.rows : config_.n_vocab;
   }
 

@@ -14,6 +14,7 @@
 
 #include "engine/engine_args.h"
 #include "engine/stats_json.h"
+#include "model/pooling.h"
 #include "python/session.h"
 
 namespace py = pybind11;
@@ -111,6 +112,17 @@ PYBIND11_MODULE(_core, m) {
         py::arg("stop_token_ids"), py::arg("ignore_eos"), py::arg("logprobs"), py::arg("skip_special_tokens"),
         py::arg("request_id"), py::arg("prompt_logprobs") = -1);
 
+  // An embedding request (GenerationParams::pooled): the prompt's pooled vector, no tokens.
+  m.def(
+      "make_embed_params",
+      [](std::vector<int32_t> prompt_token_ids) {
+        GenerationParams p;
+        p.prompt_token_ids = std::move(prompt_token_ids);
+        p.pooled = true;
+        return p;
+      },
+      py::arg("prompt_token_ids"));
+
   py::class_<RequestOutput>(m, "Output")
       .def_property_readonly("request_id", [](const RequestOutput& o) { return o.request_id; })
       .def_property_readonly("token_ids", [](const RequestOutput& o) { return o.token_ids; })
@@ -127,6 +139,8 @@ PYBIND11_MODULE(_core, m) {
                                return utf8(o.stop_string);
                              })
       .def_property_readonly("error", [](const RequestOutput& o) { return o.error; })
+      // An embedding request's pooled vector, L2-normalized as /v1/embeddings returns it.
+      .def_property_readonly("embedding", [](const RequestOutput& o) { return l2_normalized(o.embedding); })
       // Per token: (token id, logprob, rank, [(id, logprob) of the most likely, best first]).
       .def_property_readonly("logprobs", [](const RequestOutput& o) { return logprob_tuples(o.logprobs); })
       // The same per prompt token from the second on (GenerationParams::prompt_logprobs).

@@ -153,15 +153,6 @@ std::variant<RerankRequest, ApiError> parse_rerank_request(std::string_view body
   }
 }
 
-std::vector<float> l2_normalized(std::vector<float> v) {
-  double sum = 0.0;
-  for (float x : v) sum += static_cast<double>(x) * x;
-  if (sum <= 0.0) return v;
-  const float inv = static_cast<float>(1.0 / std::sqrt(sum));
-  for (float& x : v) x *= inv;
-  return v;
-}
-
 std::string embedding_response(const std::vector<std::vector<float>>& vectors, bool base64, const std::string& model,
                                int64_t prompt_tokens) {
   json data = json::array();

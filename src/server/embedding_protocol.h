@@ -43,8 +43,7 @@ struct RerankRequest {
 std::variant<EmbeddingRequest, ApiError> parse_embedding_request(std::string_view body, const EmbeddingLimits& limits);
 std::variant<RerankRequest, ApiError> parse_rerank_request(std::string_view body, const EmbeddingLimits& limits);
 
-// v / |v| (a zero vector stays zero): the embeddings' normalization.
-std::vector<float> l2_normalized(std::vector<float> v);
+// The vectors are L2-normalized before they are written (l2_normalized, model/pooling.h).
 
 // OpenAI's embedding list: {"object": "list", "data": [{"object":
 // "embedding", "index", "embedding"}], "model", "usage"}, each vector as

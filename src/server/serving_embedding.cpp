@@ -1,5 +1,6 @@
 #include "server/serving_embedding.h"
 
+#include "model/pooling.h"
 #include "server/embedding_protocol.h"
 
 namespace inferd::server {
@@ -15,7 +16,7 @@ struct PreparedEmbedding {
 ApiError cannot_embed(const ServingCore& core) {
   return bad_request("the model '" + core.options().served_model_name + "' cannot embed: its GGUF has no " +
                          (core.model().config().can_rank() ? "embedding pooling (it is a reranker: use /v1/rerank)"
-                                                           : "pooling (serve an embedding model, e.g. a bert GGUF)"),
+                                                           : "pooling type (serve an embedding GGUF, e.g. a bert or Qwen3-Embedding one)"),
                      "model");
 }
 

@@ -5,6 +5,9 @@ implementation (tests/data/embeddings, tools/reference/embedding_reference.py), 
 an input in a batch of 256 as alone; on the tiny random-weight reranker
 (tests/data/models/tiny-bert-reranker.gguf) /v1/rerank scores as llama.cpp does
 (tests/data/rerank, tools/reference/rerank_reference.py); bad input gets OpenAI's error shape.
+A decoder embedding model (tests/data/models/tiny-qwen3-embed-last.gguf: qwen3 with
+last-token pooling, as Qwen3-Embedding) gives llama.cpp's vectors, L2-normalized
+(tests/data/embeddings, tools/reference/decoder_embedding_reference.py), and refuses to generate.
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ EXPECTED = [json.loads(line) for line in
             (REPO / "tests" / "data" / "embeddings" / "all-minilm-l6-v2.expected.jsonl").read_text().splitlines()]
 # Every reference with a vector, less the empty string (which the API refuses, as OpenAI's does).
 WITH_VECTORS = [e for e in EXPECTED if "embedding" in e and e["text"]]
+QWEN3_EMBED = REPO / "tests" / "data" / "models" / "tiny-qwen3-embed-last.gguf"
+QWEN3_EXPECTED = json.loads((REPO / "tests" / "data" / "embeddings" / "tiny-qwen3-embed-last.expected.json")
+                            .read_text())["sentences"]
 RERANK = json.loads((REPO / "tests" / "data" / "rerank" / "tiny-bert-reranker.expected.json").read_text())["pairs"]
 
 
@@ -43,6 +49,13 @@ def embed_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rerank_server(tmp_path_factory):
     srv = serve(tmp_path_factory, RERANKER)
+    yield srv
+    assert stop(srv) == 0, srv.log()[-4000:]
+
+
+@pytest.fixture(scope="module")
+def decoder_embed_server(tmp_path_factory):
+    srv = serve(tmp_path_factory, QWEN3_EMBED)
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]
 
@@ -125,6 +138,35 @@ def test_generative_model_refuses_embeddings(server):
     with pytest.raises(openai.BadRequestError) as e:
         client(server).embeddings.create(model=server.model, input="hello")
     assert "cannot embed" in str(e.value)
+
+
+def test_decoder_embeddings_match_llama_cpp(decoder_embed_server):
+    c = client(decoder_embed_server)
+    texts = [e["text"] for e in QWEN3_EXPECTED]
+    resp = c.embeddings.create(model=MODEL_NAME, input=texts)
+    assert resp.usage.prompt_tokens == sum(len(e["ids"]) for e in QWEN3_EXPECTED)  # EOS appended, as llama.cpp
+    worst = 1.0
+    for d, e in zip(resp.data, QWEN3_EXPECTED):
+        assert len(d.embedding) == len(e["embedding"]) == 32
+        assert abs(math.sqrt(sum(x * x for x in d.embedding)) - 1.0) < 1e-5  # L2-normalized
+        worst = min(worst, cosine(d.embedding, e["embedding"]))
+        assert cosine(d.embedding, e["embedding"]) >= 0.9999, e["text"][:60]
+    print(f"lowest cosine to llama.cpp: {worst:.9f}")
+    # The batch's vectors are each input's alone; token ids embed as the text does.
+    for i, e in enumerate(QWEN3_EXPECTED):
+        assert c.embeddings.create(model=MODEL_NAME, input=e["text"]).data[0].embedding == resp.data[i].embedding
+    assert c.embeddings.create(model=MODEL_NAME, input=[QWEN3_EXPECTED[0]["ids"]]).data[0].embedding == \
+        resp.data[0].embedding
+
+
+def test_decoder_embedding_model_refuses_generation(decoder_embed_server):
+    with pytest.raises(openai.BadRequestError) as e:
+        client(decoder_embed_server).completions.create(model=MODEL_NAME, prompt="hello", max_tokens=4)
+    assert "cannot generate" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client(decoder_embed_server).chat.completions.create(
+            model=MODEL_NAME, messages=[{"role": "user", "content": "hello"}], max_tokens=4)
+    assert "cannot generate" in str(e.value)
 
 
 def test_rerank_scores_match_llama_cpp(rerank_server):

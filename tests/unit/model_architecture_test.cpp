@@ -10,6 +10,7 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "gguf_test_util.h"
 #include "model/architecture.h"
 #include "model/config.h"
 #include "model/layer_program.h"
@@ -200,6 +201,43 @@ TEST(ModelArchitecture, Deepseek2LatentAttentionAndRoutingFromMetadata) {
 // Without expert_gating_func and expert_weights_norm, glm4moe routes as
 // llama.cpp's loader defaults it: sigmoid, weights not renormalized; a qwen3moe
 // file's keys are not read (its graph fixes softmax and renormalization).
+// A decoder's pooling type makes it an embedding model (its pass pools, it
+// generates nothing); one it cannot run as llama.cpp does is refused by name:
+// bidirectional attention (attention.causal false), rank pooling.
+TEST(ModelArchitecture, DecoderPoolingFromMetadata) {
+  auto config = [](std::optional<int64_t> pooling, std::optional<bool> causal) {
+    gguf::testing::Writer w;
+    w.str("general.architecture", "qwen3")
+        .u32("qwen3.block_count", 1)
+        .u32("qwen3.embedding_length", 32)
+        .u32("qwen3.feed_forward_length", 64)
+        .u32("qwen3.attention.head_count", 4)
+        .u32("qwen3.vocab_size", 100);
+    if (pooling) w.u32("qwen3.pooling_type", static_cast<uint32_t>(*pooling));
+    if (causal) w.boolean("qwen3.attention.causal", *causal);
+    const gguf::testing::Bytes bytes = w.build();
+    auto f = gguf::File::from_memory(bytes.data(), bytes.size());
+    EXPECT_TRUE(f.ok()) << f.error().message;
+    return ModelConfig::from_gguf(**f);
+  };
+  auto generative = config(std::nullopt, std::nullopt);
+  ASSERT_TRUE(generative.ok()) << generative.error().message;
+  EXPECT_FALSE(generative->returns_pooled());
+  EXPECT_FALSE(generative->can_embed());
+  auto last = config(3, true);
+  ASSERT_TRUE(last.ok()) << last.error().message;
+  EXPECT_TRUE(last->returns_pooled());
+  EXPECT_TRUE(last->can_embed());
+  EXPECT_FALSE(last->is_encoder());
+  auto bidirectional = config(1, false);
+  ASSERT_FALSE(bidirectional.ok());
+  EXPECT_NE(bidirectional.error().message.find("'qwen3.attention.causal' is false"), std::string::npos)
+      << bidirectional.error().message;
+  auto rank = config(4, std::nullopt);
+  ASSERT_FALSE(rank.ok());
+  EXPECT_NE(rank.error().message.find("decoder reranker"), std::string::npos) << rank.error().message;
+}
+
 TEST(ModelArchitecture, Glm4MoeRoutingDefaultsAndOtherRowsIgnoreTheKeys) {
   const ArchitectureTraits* glm = find_architecture("glm4moe");
   ASSERT_NE(glm, nullptr);

@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/pooling.h"
 #include "server/embedding_protocol.h"
 
 namespace inferd::server {

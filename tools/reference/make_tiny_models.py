@@ -89,6 +89,14 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      cls.output (-> 1 score); llama.cpp's BERT vocabulary (its
                      models/ggml-vocab-bert-bge.gguf, found through INFERD_LLAMA_CPP_SRC,
                      default ~/.cache/inferd/llama.cpp/src); token embeddings F16, the head F32.
+  tiny-qwen3-embed-last.gguf  tiny-qwen3 made a decoder embedding model as Qwen3-Embedding's
+                     GGUFs are: pooling_type 3 (last token), EOS <|endoftext|> and add_eos_token
+                     true (the input ends in <|endoftext|>, whose final-normed hidden state is the embedding);
+                     its own seed, an output norm around 1, and no output matrix (an
+                     embedding model never runs its LM head; the tied token_embd stands in).
+  tiny-llama-embed-mean.gguf  tiny-llama3's shape as a decoder embedding model with
+                     pooling_type 1 (mean over the tokens' final-normed hidden states); its own
+                     seed, no output matrix; SmolLM2's tokenizer (BOS added).
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -128,7 +136,8 @@ SMOL_VOCAB_FROM = "SmolLM2-135M-Instruct.Q4_1.gguf"
 def copy_tokenizer(writer, src_path, overrides=None):
     """Every tokenizer.* key of src_path (vocabulary, merges, token types, pre-tokenizer,
     special ids, add-BOS flags, chat template), values as they are, except the keys of
-    `overrides` ({key: (value, GGUFValueType)}), written in their place with those values."""
+    `overrides` ({key: (value, GGUFValueType)}), written in their place with those values
+    (and added after the others where src_path has no such key)."""
     r = GGUFReader(src_path)
     overrides = overrides or {}
     n = 0
@@ -151,6 +160,10 @@ def copy_tokenizer(writer, src_path, overrides=None):
         else:
             writer.add_key_value(key, f.parts[-1].tolist()[0], vtype)
         n += 1
+    for key, value in overrides.items():
+        if key not in r.fields:
+            writer.add_key_value(key, *value)
+            n += 1
     return n
 
 
@@ -288,6 +301,40 @@ def make_qwen3(models_dir, path):
     b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
     b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)
     transformer_layers(b, h, QWEN3_TYPES, q_k_norm=True)
+    b.write(w)
+    return w
+
+
+def make_qwen3_embed_last(models_dir, path):
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=2, n_ff=96, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=1000000.0, rms_eps=1e-6)
+    w = GGUFWriter(path, "qwen3")
+    common_hparams(w, "qwen3", "inferd tiny qwen3 embedding, last-token pooling (random)", h)
+    w.add_pooling_type(gguf.PoolingType.LAST)
+    copy_tokenizer(w, models_dir / QWEN_VOCAB_FROM,
+                   {"tokenizer.ggml.eos_token_id": (151643, GGUFValueType.UINT32),  # <|endoftext|>
+                    "tokenizer.ggml.add_eos_token": (True, GGUFValueType.BOOL)})
+    b = Builder(seed=71)
+    b.matrix("token_embd.weight", 151936, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"])
+    transformer_layers(b, h, QWEN3_TYPES, q_k_norm=True)
+    b.write(w)
+    return w
+
+
+def make_llama_embed_mean(models_dir, path):
+    h = dict(n_ctx_train=8192, n_embd=64, n_layer=2, n_ff=192, n_head=2, n_head_kv=1,
+             rope_base=500000.0, rms_eps=1e-5)
+    w = GGUFWriter(path, "llama")
+    common_hparams(w, "llama", "inferd tiny llama embedding, mean pooling (random)", h)
+    w.add_rope_dimension_count(h["n_embd"] // h["n_head"])
+    w.add_vocab_size(49152)
+    w.add_pooling_type(gguf.PoolingType.MEAN)
+    copy_tokenizer(w, models_dir / SMOL_VOCAB_FROM)
+    b = Builder(seed=73)
+    b.matrix("token_embd.weight", 49152, h["n_embd"], T.Q8_0, std=1.0)
+    transformer_layers(b, h, LLAMA3_TYPES)
+    b.norm("output_norm.weight", h["n_embd"])
     b.write(w)
     return w
 
@@ -781,7 +828,8 @@ def make_deepseek2(models_dir, path):
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
           "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
-          "tiny-bert-reranker": make_bert_reranker}
+          "tiny-bert-reranker": make_bert_reranker, "tiny-qwen3-embed-last": make_qwen3_embed_last,
+          "tiny-llama-embed-mean": make_llama_embed_mean}
 
 
 def main():
