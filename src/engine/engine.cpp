@@ -335,9 +335,8 @@ void Engine::apply(Command& cmd) {
       emit(add->stream, std::move(out));
       return;
     }
-    Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_, add->render_special),
-              add->render_special, std::move(add->stop), add->logprobs, {}, {}, {}, Live::Gate::kOpen, {}, {},
-              false, true};
+    Live live{add->stream, IncrementalDecoder(tokenizer_, add->render_special), add->render_special,
+              std::move(add->stop), add->logprobs};
     live.matcher = std::move(add->matcher);
     if (live.matcher && add->reasoning) {
       live.reasoning = std::move(add->reasoning);
@@ -348,7 +347,6 @@ void Engine::apply(Command& cmd) {
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     live.kv_lease_id = add->request.kv_lease_id;
-    live.prompt_logprobs = add->prompt_logprobs;
     const int64_t n_prompt = add->request.num_prompt_tokens();
     if (add->beam_search) {
       live.beams = std::make_unique<BeamGroup>(BeamSearch(*add->beam_search, n_prompt, add->request.max_tokens));
@@ -356,6 +354,7 @@ void Engine::apply(Command& cmd) {
       if (!live.stop.empty()) live.beams->texts.push_back({IncrementalDecoder(tokenizer_, live.render_special), {}});
       beam_owner_[add->request.id] = id;
     }
+    runner_->add_request(add->request.id, sampling_request(add->request, live, add->prompt_logprobs));
     Status st = scheduler_.add_request(std::move(add->request));
     live_.emplace(id, std::move(live));
     if (!st) {  // checked in add_request already; only a bug gets here
@@ -372,6 +371,25 @@ void Engine::apply(Command& cmd) {
   }
 }
 
+SamplingRequest Engine::sampling_request(const Request& r, const Live& live, int32_t prompt_logprobs) const {
+  SamplingRequest sr;
+  if (live.beams) {
+    sr.kind = SamplingRequest::Kind::kBeam;
+    sr.beam_candidates = live.beams->search.candidates_per_beam();
+    return sr;
+  }
+  if (r.pooled) {
+    sr.kind = SamplingRequest::Kind::kPooled;
+    return sr;
+  }
+  sr.params = r.sampling;
+  sr.prompt_token_ids = r.prompt_token_ids;
+  sr.logprobs = live.logprobs;
+  sr.prompt_logprobs = prompt_logprobs;
+  sr.constrained = live.matcher != nullptr;
+  return sr;
+}
+
 Engine::Live& Engine::owner(const std::string& scheduler_id) {
   auto it = beam_owner_.find(scheduler_id);
   return live_.at(it == beam_owner_.end() ? scheduler_id : it->second);
@@ -385,6 +403,7 @@ bool Engine::release(const std::string& request_id) {
   for (const std::string& beam : g.ids) {
     scheduler_.abort(beam);
     beam_owner_.erase(beam);
+    runner_->remove_request(beam);
   }
   g.ids.clear();
   return true;
@@ -411,8 +430,15 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = it->second;
-  if (live.beams)
-    for (const std::string& beam : live.beams->ids) beam_owner_.erase(beam);  // released by the caller
+  // The scheduler no longer runs it (released by the caller): the sampling stage forgets it.
+  if (live.beams) {
+    for (const std::string& beam : live.beams->ids) {
+      beam_owner_.erase(beam);
+      runner_->remove_request(beam);
+    }
+  } else {
+    runner_->remove_request(id);
+  }
   out.request_id = id;
   out.finished = true;
   out.status = status;
@@ -491,22 +517,48 @@ const std::vector<std::vector<int32_t>>& Engine::start_continuations(const std::
   return start_continuations_.emplace(start, std::move(sets)).first->second;
 }
 
-Status Engine::apply_maybe_thinking_mask(Live& live, float* logits, int64_t n_vocab) {
+Status Engine::maybe_thinking_mask(Live& live, int64_t n_vocab) {
   const std::vector<int32_t>& cont = start_continuations(live.reasoning->start)[live.gate_text.size()];
-  gate_mask_.assign(static_cast<size_t>((n_vocab + 31) / 32), 0u);
+  live.gate_mask.assign(static_cast<size_t>((n_vocab + 31) / 32), 0u);
   if (live.gate_grammar_ok) {
     // What was written so far (a piece of the marker, or nothing) is also a
     // valid start of the answer: the answer may go on from here.
     auto mask = live.matcher->compute_mask();
     if (!mask) return mask.error();
-    gate_grammar_mask_.assign(mask->begin(), mask->end());  // for advance_grammar, right after sampling
-    const size_t words = std::min(mask->size(), gate_mask_.size());
-    for (size_t w = 0; w < words; ++w) gate_mask_[w] = (*mask)[w];
+    live.gate_grammar_mask.assign(mask->begin(), mask->end());  // for advance_grammar, after sampling
+    const size_t words = std::min(mask->size(), live.gate_mask.size());
+    for (size_t w = 0; w < words; ++w) live.gate_mask[w] = (*mask)[w];
   }
   for (int32_t id : cont)
-    if (id < n_vocab) gate_mask_[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
-  apply_token_mask(gate_mask_, static_cast<int32_t>(n_vocab), logits, n_vocab);
+    if (id < n_vocab) live.gate_mask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
   return {};
+}
+
+void Engine::prepare_sampling(const SchedulerOutput& out) {
+  grammar_errors_.assign(out.scheduled.size(), std::string());
+  sampling_inputs_.allowed.clear();
+  const int64_t n_vocab = runner_->n_vocab();
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const ScheduledRequest& s = out.scheduled[i];
+    if (!s.sample || beam_owner_.count(s.request_id)) continue;
+    Live& live = live_.at(s.request_id);
+    // While the output thinks (Live::Gate), the grammar waits for its end.
+    if (!live.matcher || live.gate == Live::Gate::kThinking) continue;
+    assert(s.num_draft_tokens == 0);  // requests with a grammar do not speculate
+    if (sampling_inputs_.allowed.empty()) sampling_inputs_.allowed.resize(out.scheduled.size());
+    AllowedTokens& allowed = sampling_inputs_.allowed[i];
+    if (live.gate == Live::Gate::kOpen) {
+      auto mask = live.matcher->compute_mask();  // valid until the matcher's next call: after sampling
+      if (mask)
+        allowed = {*mask, live.matcher->n_vocab()};
+      else
+        grammar_errors_[i] = mask.error().message;  // the request ends after update()
+    } else if (Status st = maybe_thinking_mask(live, n_vocab); st) {
+      allowed = {live.gate_mask, static_cast<int32_t>(n_vocab)};
+    } else {
+      grammar_errors_[i] = st.error().message;
+    }
+  }
 }
 
 Status Engine::advance_grammar(Live& live, int32_t token) {
@@ -529,7 +581,7 @@ Status Engine::advance_grammar(Live& live, int32_t token) {
       // (A token the grammar does not allow is never given to it: that would
       // leave the matcher in error.)
       if (live.gate_grammar_ok) {
-        if (token_allowed(gate_grammar_mask_, token)) {
+        if (token_allowed(live.gate_grammar_mask, token)) {
           live.gate_grammar_used = true;
           if (Status st = live.matcher->commit(token); !st) return st;
         } else {
@@ -604,92 +656,37 @@ std::vector<RequestOutput> Engine::run_step() {
   }
   if (out.empty()) return end_step();
 
+  prepare_sampling(out);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float>& logits = runner_->execute(out);
+  ModelRunnerOutput& sampled = runner_->execute(out, sampling_inputs_);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double t_token = now_seconds();
 
-  // Sample, one request at a time, each from its own random stream. A
-  // request that verifies drafts samples its rows in order while the token
-  // sampled equals the draft at its position (speculative.h).
-  const int64_t n_vocab = runner_->n_vocab();
+  // What each request sampled: its tokens go to update() (sampled_), its
+  // grammar follows them, a speculating request's proposer learns how many
+  // drafts were accepted.
   sampled_.resize(out.scheduled.size());
   std::vector<std::vector<SampledLogprobs>> step_logprobs(out.scheduled.size());
-  grammar_errors_.assign(out.scheduled.size(), std::string());
-  std::vector<int64_t> beam_rows(out.scheduled.size(), -1);  // a beam's row, chosen from by its group
   std::vector<std::string> pooled_done;  // pooled requests whose one pass this step was
-  int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
+    SampledRequest& result = sampled.requests[i];
     std::vector<int32_t>& tokens = sampled_[i];
-    tokens.clear();
-    if (const int64_t prompt_rows = ModelRunner::prompt_logit_rows(s); prompt_rows > 0) {
-      score_prompt(live_.at(s.request_id), s, scheduler_.find(s.request_id)->prompt_token_ids,
-                   logits.data() + row * n_vocab, prompt_rows);
-      row += prompt_rows;
-    }
-    if (!s.sample) continue;
-    if (beam_owner_.count(s.request_id)) {
-      beam_rows[i] = row;
-      row += s.num_draft_tokens + 1;
-      continue;
-    }
+    tokens.swap(result.tokens);  // the stage clears what it gets back
+    if (beam_owner_.count(s.request_id)) continue;  // its candidates go to its group's search
     Live& live = live_.at(s.request_id);
-    const Request& r = *scheduler_.find(s.request_id);
-    if (r.pooled) {  // its row is its output: nothing is sampled (finished after update, below)
-      live.pooled.assign(logits.data() + row * n_vocab, logits.data() + (row + 1) * n_vocab);
+    for (SampledLogprobs& lp : result.prompt_logprobs) live.pending_prompt_logprobs.push_back(std::move(lp));
+    if (!s.sample) continue;
+    if (scheduler_.find(s.request_id)->pooled) {  // its row is its output (finished after update, below)
+      live.pooled = std::move(result.pooled);
       pooled_done.push_back(s.request_id);
-      ++row;
       continue;
     }
-    assert(!(live.matcher && s.num_draft_tokens > 0));  // requests with a grammar do not speculate
-    const int32_t* drafts = s.token_ids.data() + (s.num_new_tokens - s.num_draft_tokens);
-    for (int64_t j = 0; j <= s.num_draft_tokens; ++j) {
-      float* lg = logits.data() + row++ * n_vocab;
-      // Row j follows draft j - 1: used only while every draft so far was accepted.
-      if (j > 0 && (static_cast<int64_t>(tokens.size()) != j || tokens.back() != drafts[j - 1])) continue;
-      // Structured output: tokens the grammar does not allow get -inf before
-      // anything else sees the row, so every sampling parameter (penalties,
-      // temperature, top-k/p, min-p, seed) works on the allowed tokens only.
-      // While the output thinks (Live::Gate), the grammar waits for its end.
-      if (live.matcher && live.gate == Live::Gate::kOpen) {
-        auto mask = live.matcher->compute_mask();
-        if (mask) {
-          apply_token_mask(*mask, live.matcher->n_vocab(), lg, n_vocab);
-        } else {
-          grammar_errors_[i] = mask.error().message;  // the request ends after update()
-        }
-      } else if (live.matcher && live.gate == Live::Gate::kMaybe) {
-        if (Status st = apply_maybe_thinking_mask(live, lg, n_vocab); !st) grammar_errors_[i] = st.error().message;
-      }
-      // Logprobs describe the model's distribution before the sampler's
-      // penalties and temperature (which change the row in place, so the values
-      // are kept first) but after the grammar's mask: for a structured output
-      // they are the constrained distribution, renormalised over the allowed
-      // tokens, and disallowed tokens never appear among the alternatives.
-      if (live.logprobs >= 0) logprob_row_.assign(lg, lg + n_vocab);
-      // Penalties see the accepted drafts as output, as the plain steps would have.
-      const std::vector<int32_t>* output = &r.output_token_ids;
-      if (!tokens.empty()) {
-        spec_output_.assign(r.output_token_ids.begin(), r.output_token_ids.end());
-        spec_output_.insert(spec_output_.end(), tokens.begin(), tokens.end());
-        output = &spec_output_;
-      }
-      const int32_t token = live.sampler.sample(lg, n_vocab, r.prompt_token_ids, *output);
-      tokens.push_back(token);
-      if (live.matcher && grammar_errors_[i].empty()) {
-        if (Status st = advance_grammar(live, token); !st) grammar_errors_[i] = st.error().message;
-      }
-      if (live.logprobs >= 0) {
-        SampledLogprobs& lp = step_logprobs[i].emplace_back();
-        lp.token = token;
-        lp.logprob = token_logprob(logprob_row_.data(), n_vocab, token);
-        lp.rank = token_rank(logprob_row_.data(), n_vocab, token);
-        lp.top = top_logprobs(logprob_row_.data(), n_vocab, live.logprobs);
-        if (live.matcher)  // fewer tokens may be allowed than alternatives asked for
-          std::erase_if(lp.top, [](const TokenLogprob& t) { return std::isinf(t.logprob); });
-      }
-    }
+    if (live.matcher)
+      for (const int32_t token : tokens)
+        if (grammar_errors_[i].empty())
+          if (Status st = advance_grammar(live, token); !st) grammar_errors_[i] = st.error().message;
+    step_logprobs[i].swap(result.logprobs);
     if (s.num_draft_tokens > 0) {
       const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
       if (live.draft_length) live.draft_length->verified(accepted, s.num_draft_tokens);
@@ -699,7 +696,7 @@ std::vector<RequestOutput> Engine::run_step() {
     }
   }
 
-  const std::vector<BeamAdvance> advanced = select_beams(out, logits, beam_rows);
+  const std::vector<BeamAdvance> advanced = select_beams(out, sampled);
 
   auto updates = scheduler_.update(out, sampled_);
   if (!updates) {
@@ -797,22 +794,6 @@ std::vector<RequestOutput> Engine::run_step() {
   return end_step();
 }
 
-void Engine::score_prompt(Live& live, const ScheduledRequest& s, const std::vector<int32_t>& prompt,
-                          const float* logits, int64_t rows) {
-  const int64_t n_vocab = runner_->n_vocab();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t target = s.num_computed_tokens + r + 1;  // the prompt token this row scores
-    if (target != live.prompt_tokens_scored) continue;     // scored before a preemption
-    const float* lg = logits + r * n_vocab;
-    SampledLogprobs& lp = live.pending_prompt_logprobs.emplace_back();
-    lp.token = prompt[target];
-    lp.logprob = token_logprob(lg, n_vocab, lp.token);
-    lp.rank = token_rank(lg, n_vocab, lp.token);
-    lp.top = top_logprobs(lg, n_vocab, live.prompt_logprobs);
-    ++live.prompt_tokens_scored;
-  }
-}
-
 bool Engine::holds_stop_string(const Live& live) {
   for (const std::string& stop : live.stop)
     if (live.held.find(stop) != std::string::npos) return true;
@@ -864,6 +845,12 @@ void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
 
 Status Engine::check_invariants() const {
   if (Status s = scheduler_.check_invariants(); !s) return s;
+  // The sampling stage keeps state for exactly the scheduler requests the engine runs.
+  size_t runs = 0;
+  for (const auto& [id, live] : live_) runs += live.beams ? live.beams->ids.size() : 1;
+  if (runner_->num_requests() != runs)
+    return make_error("the sampling stage keeps " + str(static_cast<int64_t>(runner_->num_requests())) +
+                      " requests; the engine runs " + str(static_cast<int64_t>(runs)));
   if (offload_)
     if (Status s = offload_->check_invariants(); !s) return make_error("KV offload: " + s.error().message);
   if (!drafter_) return {};
@@ -893,18 +880,16 @@ size_t find_stop_string(const std::string& text, const std::vector<std::string>&
 
 }  // namespace
 
-std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out, const std::vector<float>& logits,
-                                                      const std::vector<int64_t>& rows) {
+std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out, const ModelRunnerOutput& sampled) {
   std::vector<BeamAdvance> advanced;
   std::unordered_map<std::string, size_t> scheduled_at;  // beams with a row this step
   std::vector<std::string> groups;                       // their requests, in the order of the step
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    if (rows[i] < 0) continue;
+    if (!out.scheduled[i].sample || !beam_owner_.count(out.scheduled[i].request_id)) continue;
     scheduled_at[out.scheduled[i].request_id] = i;
     const std::string& request_id = beam_owner_.at(out.scheduled[i].request_id);
     if (std::find(groups.begin(), groups.end(), request_id) == groups.end()) groups.push_back(request_id);
   }
-  const int64_t n_vocab = runner_->n_vocab();
   for (const std::string& request_id : groups) {
     Live& live = live_.at(request_id);
     BeamGroup& g = *live.beams;
@@ -913,9 +898,7 @@ std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out
     if (!std::all_of(g.ids.begin(), g.ids.end(), [&](const std::string& b) { return scheduled_at.count(b) > 0; }))
       continue;
     std::vector<std::vector<TokenLogprob>> candidates;
-    for (const std::string& b : g.ids)
-      candidates.push_back(top_logprobs(logits.data() + rows[scheduled_at.at(b)] * n_vocab, n_vocab,
-                                        g.search.candidates_per_beam()));
+    for (const std::string& b : g.ids) candidates.push_back(sampled.requests[scheduled_at.at(b)].beam_candidates);
     const Request& first = *scheduler_.find(g.ids[0]);  // the beams share prompt and stop conditions
     std::string unused;
     const auto ends = [&](int32_t beam, int32_t token) {
@@ -961,6 +944,7 @@ void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_toke
       if (!continued[p]) {
         scheduler_.drop_beam(g.ids[p]);
         beam_owner_.erase(g.ids[p]);
+        runner_->remove_request(g.ids[p]);
       }
     std::fill(continued.begin(), continued.end(), false);
     std::vector<std::string> ids;
@@ -978,6 +962,8 @@ void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_toke
           break;
         }
         beam_owner_[ids.back()] = a.request_id;
+        runner_->add_request(ids.back(), {.kind = SamplingRequest::Kind::kBeam,
+                                          .beam_candidates = g.search.candidates_per_beam()});
       }
       if (!g.texts.empty()) {
         texts.push_back(g.texts[c.parent]);

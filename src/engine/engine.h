@@ -1,9 +1,9 @@
 // The serving engine: many requests share each forward pass.
 //
 // One step: apply queued commands (add, abort) -> Scheduler::schedule ->
-// ModelRunner::execute -> sample (one Sampler per request) ->
-// Scheduler::update -> stop strings -> emit RequestOutput deltas to each
-// request's stream. Requests enter and leave between any two steps
+// ModelRunner::execute (the forward pass, then its sampling stage: tokens
+// come back, not logits) -> Scheduler::update -> stop strings -> emit
+// RequestOutput deltas to each request's stream. Requests enter and leave between any two steps
 // (continuous batching); a long prompt is prefilled in chunks alongside
 // running decodes.
 //
@@ -298,7 +298,6 @@ class Engine {
   // all its beams).
   struct Live {
     std::shared_ptr<RequestStream> stream;
-    Sampler sampler;
     IncrementalDecoder decoder;
     bool render_special = false;  // the decoder renders control tokens (not the stop token)
     std::vector<std::string> stop;
@@ -320,15 +319,15 @@ class Engine {
     // kMaybe: the matcher has taken the marker's tokens written so far
     // (used), and allowed them all (ok: the answer could still begin so).
     bool gate_grammar_used = false, gate_grammar_ok = true;
+    // kMaybe: the mask of this step (the marker's continuations, and the
+    // grammar's allowed tokens) and the grammar's part of it, which
+    // advance_grammar reads after sampling.
+    std::vector<uint32_t> gate_mask = {}, gate_grammar_mask = {};
     std::optional<DraftLength> draft_length = {};  // speculation: drafts to propose next, made at the first proposal
     std::optional<NgramProposer> ngram = {};  // the n-gram method's proposer, made at the first proposal
     std::unique_ptr<BeamGroup> beams = {};  // beam search; null for one sequence
     uint64_t kv_lease_id = 0;          // prefill for a remote decode: its lease (Request::kv_lease_id)
-    // Prompt logprobs: alternatives asked for (-1: none), the prompt tokens
-    // scored so far (a recompute after a preemption scores them again: those
-    // are dropped), and those not yet emitted.
-    int32_t prompt_logprobs = -1;
-    int64_t prompt_tokens_scored = 1;
+    // Prompt logprobs scored (by the sampling stage) and not yet emitted.
     std::vector<SampledLogprobs> pending_prompt_logprobs = {};
     std::vector<float> pooled = {};  // a pooled request's output row, taken after its step
   };
@@ -350,18 +349,20 @@ class Engine {
   // Publishes the stats, then pushes the step's outputs to their streams (so a
   // client that sees an output also sees the stats of the step that made it).
   std::vector<RequestOutput> end_step();
-  // Scores the prompt tokens whose logits a step computed (`rows` of them,
-  // from `logits`, for positions s.num_computed_tokens..) into
-  // live.pending_prompt_logprobs.
-  void score_prompt(Live& live, const ScheduledRequest& s, const std::vector<int32_t>& prompt, const float* logits,
-                    int64_t rows);
+  // What the sampling stage needs to know of a scheduler request (a beam's:
+  // of its group), registered with the runner when the request is added.
+  SamplingRequest sampling_request(const Request& r, const Live& live, int32_t prompt_logprobs) const;
+  // The engine's side of sampling before a step: the allowed tokens of each
+  // request with a grammar that samples (into sampling_inputs_; a grammar
+  // that fails records its error in grammar_errors_ and leaves the row free).
+  void prepare_sampling(const SchedulerOutput& out);
   // Text of `live.held` that can be emitted now; sets *stop_at to a matched
   // stop string, if any (the text before it is returned, the rest dropped).
   std::string release_text(Live& live, bool final, std::string* stop_at);
   // The mask for a sequence that may still open its thinking: the tokens
   // that continue `start`, plus the grammar's allowed tokens while what was
-  // written so far is also a valid start of the answer. Applied to the row.
-  Status apply_maybe_thinking_mask(Live& live, float* logits, int64_t n_vocab);
+  // written so far is also a valid start of the answer (into live.gate_mask).
+  Status maybe_thinking_mask(Live& live, int64_t n_vocab);
   // After sampling `token`: gives it to the grammar, or to the thinking gate.
   Status advance_grammar(Live& live, int32_t token);
   // Token ids whose text continues `start` after its first k bytes, for each
@@ -382,12 +383,11 @@ class Engine {
   // beam of its beam search. False if the scheduler holds none of it.
   bool release(const std::string& request_id);
   // Beam search, between sampling and update(): each group whose every live
-  // beam got a row this step (rows[i] >= 0 for out.scheduled[i]) takes its
-  // step; the token of each beam's first child goes to update() in sampled_.
-  // A group missing a row waits: its beams' rows are not used (update() then
-  // feeds their last token again).
-  std::vector<BeamAdvance> select_beams(const SchedulerOutput& out, const std::vector<float>& logits,
-                                        const std::vector<int64_t>& rows);
+  // beam sampled this step (its candidates in sampled.requests[i] for
+  // out.scheduled[i]) takes its step; the token of each beam's first child
+  // goes to update() in sampled_. A group missing a beam waits: its beams'
+  // candidates are not used (update() then feeds their last token again).
+  std::vector<BeamAdvance> select_beams(const SchedulerOutput& out, const ModelRunnerOutput& sampled);
   // After update(): drops the beams with no child, forks the others' further
   // children, and ends the searches that are done.
   void apply_beams(const std::vector<BeamAdvance>& advanced, double t_token);
@@ -418,13 +418,10 @@ class Engine {
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, std::string> beam_owner_;  // a live beam's scheduler id -> its request's id
   std::vector<std::vector<int32_t>> sampled_;  // per scheduled request: its tokens this step, reused
-  std::vector<int32_t> spec_output_;    // output so far plus accepted drafts, reused
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
-  std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
+  StepSamplingInputs sampling_inputs_;  // this step's, reused
   std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
   std::unordered_map<std::string, std::vector<std::vector<int32_t>>> start_continuations_;
-  std::vector<uint32_t> gate_mask_;          // reused
-  std::vector<uint32_t> gate_grammar_mask_;  // the grammar's part of gate_mask_, reused
   std::function<void(const RequestOutput&)> finished_listener_;
   SpeculativeStats spec_stats_;
 
