@@ -335,8 +335,7 @@ void Engine::apply(Command& cmd) {
       emit(add->stream, std::move(out));
       return;
     }
-    Live live{add->stream, IncrementalDecoder(tokenizer_, add->render_special), add->render_special,
-              std::move(add->stop), add->logprobs};
+    Live live{add->stream, RequestText(tokenizer_, add->render_special, add->stop), add->logprobs};
     live.matcher = std::move(add->matcher);
     if (live.matcher && add->reasoning) {
       live.reasoning = std::move(add->reasoning);
@@ -351,7 +350,7 @@ void Engine::apply(Command& cmd) {
     if (add->beam_search) {
       live.beams = std::make_unique<BeamGroup>(BeamSearch(*add->beam_search, n_prompt, add->request.max_tokens));
       live.beams->ids.push_back(add->request.id);
-      if (!live.stop.empty()) live.beams->texts.push_back({IncrementalDecoder(tokenizer_, live.render_special), {}});
+      live.beams->text.emplace(tokenizer_, add->render_special, std::move(add->stop));
       beam_owner_[add->request.id] = id;
     }
     runner_->add_request(add->request.id, sampling_request(add->request, live, add->prompt_logprobs));
@@ -409,21 +408,9 @@ bool Engine::release(const std::string& request_id) {
   return true;
 }
 
-void Engine::emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) {
-  emitted_.emplace_back(stream, std::move(out));
-}
-
 std::vector<RequestOutput> Engine::end_step() {
   publish_stats();
-  std::vector<RequestOutput> outputs;
-  outputs.reserve(emitted_.size());
-  for (auto& [stream, out] : emitted_) {
-    if (out.finished && finished_listener_) finished_listener_(out);
-    stream->push(out);
-    outputs.push_back(std::move(out));
-  }
-  emitted_.clear();
-  return outputs;
+  return outputs_.flush(finished_listener_);
 }
 
 void Engine::finish(const std::string& id, RequestStatus status, RequestOutput out) {
@@ -464,41 +451,6 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
   emit(live.stream, std::move(out));
   live_.erase(it);
   if (drafter_) drafter_->forget(id);
-}
-
-std::string Engine::release_text(Live& live, bool final, std::string* stop_at) {
-  if (final) live.held += live.decoder.flush();
-  std::string& held = live.held;
-  // The earliest stop string wins (the longest, if several start there).
-  size_t best = std::string::npos;
-  for (const std::string& s : live.stop) {
-    const size_t p = held.find(s);
-    if (p != std::string::npos && (p < best || (p == best && s.size() > stop_at->size()))) {
-      best = p;
-      *stop_at = s;
-    }
-  }
-  if (best != std::string::npos) {
-    std::string out = held.substr(0, best);
-    held.clear();
-    return out;
-  }
-  // Hold back the longest tail that is the start of some stop string: the
-  // next tokens could complete it. Everything before it can never be part of
-  // a match, since any match would have to start inside the held tail.
-  size_t keep = 0;
-  if (!final) {
-    for (const std::string& s : live.stop) {
-      for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k)
-        if (held.compare(held.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    }
-  }
-  std::string out = held.substr(0, held.size() - keep);
-  held.erase(0, held.size() - keep);
-  return out;
 }
 
 const std::vector<std::vector<int32_t>>& Engine::start_continuations(const std::string& start) {
@@ -722,25 +674,20 @@ std::vector<RequestOutput> Engine::run_step() {
     o.request_id = u.request_id;
     o.prompt_logprobs = std::move(live.pending_prompt_logprobs);
     live.pending_prompt_logprobs.clear();
-    for (size_t t = 0; t < u.new_token_ids.size(); ++t) {
+    // Several tokens (accepted drafts): a stop string completed by one
+    // before the last ends the request at that token.
+    const size_t kept = live.text.append(u.new_token_ids, u.status == RequestStatus::kFinishedStopped);
+    if (kept < u.new_token_ids.size()) {
+      u.new_token_ids.resize(kept);
+      u.status = RequestStatus::kRunning;  // the stop string decides below
+    }
+    for (size_t t = 0; t < kept; ++t) {
       o.token_times.push_back(t_token);
       live.metrics.token_times.push_back(t_token);
       if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
       live.metrics.last_token_time = t_token;
       ++live.metrics.num_output_tokens;
       ++generation_tokens_;
-      // The token that stopped the request (the scheduler's kFinishedStopped:
-      // EOS, an end-of-generation or stop token) is not text; rendered, "</s>"
-      // would end the answer (vLLM leaves it out of the text as well).
-      const bool stop_token = u.status == RequestStatus::kFinishedStopped && t + 1 == u.new_token_ids.size();
-      if (live.render_special && stop_token) continue;
-      live.held += live.decoder.push(u.new_token_ids[t]);
-      // Several tokens (accepted drafts): a stop string completed by one of
-      // them ends the request at that token, as a plain step would have.
-      if (t + 1 < u.new_token_ids.size() && holds_stop_string(live)) {
-        u.new_token_ids.resize(t + 1);
-        u.status = RequestStatus::kRunning;  // the stop string decides below
-      }
     }
     if (live.logprobs >= 0) {
       step_logprobs[k].resize(u.new_token_ids.size());
@@ -753,7 +700,7 @@ std::vector<RequestOutput> Engine::run_step() {
       // end the request with the reason rather than continue unconstrained.
       if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedAborted);
       std::string unused;
-      o.text = release_text(live, true, &unused);
+      o.text = live.text.release(true, &unused);
       o.error = std::move(grammar_errors_[k]);
       finish(u.request_id, RequestStatus::kFinishedAborted, std::move(o));
       continue;
@@ -767,7 +714,7 @@ std::vector<RequestOutput> Engine::run_step() {
     }
     const bool finished = is_finished(u.status);
     std::string stop_at;
-    o.text = release_text(live, finished, &stop_at);
+    o.text = live.text.release(finished, &stop_at);
     if (!stop_at.empty()) {
       // A stop string outranks the length limit reached by the same token.
       if (!finished) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
@@ -792,12 +739,6 @@ std::vector<RequestOutput> Engine::run_step() {
   apply_beams(advanced, t_token);
   propose_drafts(*updates);
   return end_step();
-}
-
-bool Engine::holds_stop_string(const Live& live) {
-  for (const std::string& stop : live.stop)
-    if (live.held.find(stop) != std::string::npos) return true;
-  return false;
 }
 
 void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
@@ -861,25 +802,6 @@ Status Engine::check_invariants() const {
   return {};
 }
 
-namespace {
-
-// Where the earliest of `stops` begins in `text` at or after `from` (the
-// longest if several begin there), or npos; *which is set to it.
-size_t find_stop_string(const std::string& text, const std::vector<std::string>& stops, size_t from,
-                        std::string* which) {
-  size_t best = std::string::npos;
-  for (const std::string& stop : stops) {
-    const size_t p = text.find(stop, from);
-    if (p != std::string::npos && (p < best || (p == best && stop.size() > which->size()))) {
-      best = p;
-      *which = stop;
-    }
-  }
-  return best;
-}
-
-}  // namespace
-
 std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out, const ModelRunnerOutput& sampled) {
   std::vector<BeamAdvance> advanced;
   std::unordered_map<std::string, size_t> scheduled_at;  // beams with a row this step
@@ -900,21 +822,9 @@ std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out
     std::vector<std::vector<TokenLogprob>> candidates;
     for (const std::string& b : g.ids) candidates.push_back(sampled.requests[scheduled_at.at(b)].beam_candidates);
     const Request& first = *scheduler_.find(g.ids[0]);  // the beams share prompt and stop conditions
-    std::string unused;
     const auto ends = [&](int32_t beam, int32_t token) {
       if (first.is_stop_token(token)) return BeamEnd::kStopToken;
-      if (!g.texts.empty()) {
-        // A new match ends in the new token's text (the beam's text had none).
-        BeamGroup::Text t = g.texts[beam];
-        const std::string piece = t.decoder.push(token);
-        if (!piece.empty()) {
-          size_t longest = 0;
-          for (const std::string& stop : live.stop) longest = std::max(longest, stop.size());
-          const std::string text = t.text + piece;
-          const size_t from = t.text.size() >= longest ? t.text.size() - (longest - 1) : 0;
-          if (find_stop_string(text, live.stop, from, &unused) != std::string::npos) return BeamEnd::kStopString;
-        }
-      }
+      if (g.text->completes_stop_string(static_cast<size_t>(beam), token)) return BeamEnd::kStopString;
       return BeamEnd::kNone;
     };
     BeamAdvance a{request_id, g.search.step(candidates, ends)};
@@ -948,7 +858,8 @@ void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_toke
       }
     std::fill(continued.begin(), continued.end(), false);
     std::vector<std::string> ids;
-    std::vector<BeamGroup::Text> texts;
+    std::vector<size_t> parents;  // of the children that live on, in ids' order
+    std::vector<int32_t> tokens;
     std::string error;
     for (const BeamChild& c : a.children) {
       if (!continued[c.parent]) {
@@ -965,14 +876,12 @@ void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_toke
         runner_->add_request(ids.back(), {.kind = SamplingRequest::Kind::kBeam,
                                           .beam_candidates = g.search.candidates_per_beam()});
       }
-      if (!g.texts.empty()) {
-        texts.push_back(g.texts[c.parent]);
-        texts.back().text += texts.back().decoder.push(c.token);
-      }
+      parents.push_back(static_cast<size_t>(c.parent));
+      tokens.push_back(c.token);
     }
     // The children live on; parents without children were dropped above.
     g.ids = std::move(ids);
-    g.texts = std::move(texts);
+    g.text->advance(parents, tokens);
     live.metrics.token_times.push_back(t_token);
     if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
     live.metrics.last_token_time = t_token;
@@ -996,16 +905,8 @@ void Engine::finish_beam_search(const std::string& request_id) {
     beam.cumulative_logprob = b.cumulative_logprob;
     beam.status = b.end == BeamEnd::kLength ? RequestStatus::kFinishedLength : RequestStatus::kFinishedStopped;
     // The text a request with these tokens would have emitted (run_step).
-    IncrementalDecoder decoder(tokenizer_, live.render_special);
-    for (size_t t = 0; t < b.token_ids.size(); ++t) {
-      if (live.render_special && b.end == BeamEnd::kStopToken && t + 1 == b.token_ids.size()) continue;
-      beam.text += decoder.push(b.token_ids[t]);
-    }
-    beam.text += decoder.flush();
-    if (const size_t at = find_stop_string(beam.text, live.stop, 0, &beam.stop_string); at != std::string::npos) {
-      beam.text.resize(at);
-      beam.status = RequestStatus::kFinishedStopped;
-    }
+    beam.text = live.beams->text->render(b.token_ids, b.end == BeamEnd::kStopToken, &beam.stop_string);
+    if (!beam.stop_string.empty()) beam.status = RequestStatus::kFinishedStopped;
     out.beams.push_back(std::move(beam));
   }
   RequestStatus status = RequestStatus::kFinishedLength;

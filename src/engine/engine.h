@@ -35,6 +35,7 @@
 #include "engine/draft_model_proposer.h"
 #include "engine/kv_offload.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
@@ -279,13 +280,7 @@ class Engine {
     explicit BeamGroup(BeamSearch s) : search(std::move(s)) {}
     BeamSearch search;
     std::vector<std::string> ids;  // ids[i]: live beam i's scheduler request
-    // With stop strings: live beam i's text so far and its decoder, so that a
-    // candidate token's text is checked without decoding the beam again.
-    struct Text {
-      IncrementalDecoder decoder;
-      std::string text;
-    };
-    std::vector<Text> texts;
+    std::optional<BeamText> text;  // the beams' text (stop strings, the final texts)
     int64_t next_beam = 1;  // numbers the forks' ids
   };
   // A beam group that took a step (before update()): its live beams' children.
@@ -298,11 +293,8 @@ class Engine {
   // all its beams).
   struct Live {
     std::shared_ptr<RequestStream> stream;
-    IncrementalDecoder decoder;
-    bool render_special = false;  // the decoder renders control tokens (not the stop token)
-    std::vector<std::string> stop;
+    RequestText text;  // its detokenized text and stop strings (the output processor's)
     int32_t logprobs = -1;
-    std::string held;  // decoded text not yet emitted (a stop string could start in it)
     RequestMetrics metrics;
     // Structured output: the grammar state, which follows the output tokens
     // (one commit per sampled token; a preempted request keeps its output, so
@@ -343,7 +335,7 @@ class Engine {
   std::vector<RequestOutput> run_step();  // step() without the check
   void apply(Command& cmd);
   // Queues an output for the end of the step.
-  void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out);
+  void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) { outputs_.emit(stream, std::move(out)); }
   // Ends a request the scheduler no longer holds with its final output.
   void finish(const std::string& id, RequestStatus status, RequestOutput out);
   // Publishes the stats, then pushes the step's outputs to their streams (so a
@@ -356,9 +348,6 @@ class Engine {
   // request with a grammar that samples (into sampling_inputs_; a grammar
   // that fails records its error in grammar_errors_ and leaves the row free).
   void prepare_sampling(const SchedulerOutput& out);
-  // Text of `live.held` that can be emitted now; sets *stop_at to a matched
-  // stop string, if any (the text before it is returned, the rest dropped).
-  std::string release_text(Live& live, bool final, std::string* stop_at);
   // The mask for a sequence that may still open its thinking: the tokens
   // that continue `start`, plus the grammar's allowed tokens while what was
   // written so far is also a valid start of the answer (into live.gate_mask).
@@ -371,8 +360,6 @@ class Engine {
   void publish_stats();
   // Drafts for the requests that just sampled and go on decoding.
   void propose_drafts(const std::vector<RequestUpdate>& updates);
-  // True when `live.held` contains one of its stop strings.
-  static bool holds_stop_string(const Live& live);
 
   // A beam's scheduler id: its request's id, this, and its number.
   static constexpr char kBeamSuffix[] = "#beam";
@@ -418,7 +405,7 @@ class Engine {
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, std::string> beam_owner_;  // a live beam's scheduler id -> its request's id
   std::vector<std::vector<int32_t>> sampled_;  // per scheduled request: its tokens this step, reused
-  std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
+  OutputProcessor outputs_;  // this step's outputs, pushed at its end
   StepSamplingInputs sampling_inputs_;  // this step's, reused
   std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
   std::unordered_map<std::string, std::vector<std::vector<int32_t>>> start_continuations_;
