@@ -576,17 +576,29 @@ std::vector<RequestOutput> Engine::step() {
 }
 
 std::vector<RequestOutput> Engine::run_step() {
+  apply_commands();
+  end_leases();
+  // Loads of aborted requests still hold their blocks: schedule() collects them too.
+  if (!scheduler_.has_unfinished_requests() && !scheduler_.has_loads_in_flight()) return end_step();
+  const SchedulerOutput out = scheduler_.schedule();
+  count_scheduled(out);
+  if (!out.empty()) {
+    StepSamples sampled = execute(out);
+    update(out, sampled);
+  }
+  return end_step();
+}
+
+void Engine::apply_commands() {
   std::vector<Command> cmds;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     cmds.swap(commands_);
   }
   for (Command& c : cmds) apply(c);
-  end_leases();
-  // Loads of aborted requests still hold their blocks: schedule() collects them too.
-  if (!scheduler_.has_unfinished_requests() && !scheduler_.has_loads_in_flight()) return end_step();
+}
 
-  const SchedulerOutput out = scheduler_.schedule();
+void Engine::count_scheduled(const SchedulerOutput& out) {
   const double t_scheduled = now_seconds();
   std::string last_preempted;  // a beam group's beams are preempted together: counted once
   for (const std::string& id : out.preempted_request_ids) {
@@ -606,20 +618,19 @@ std::vector<RequestOutput> Engine::run_step() {
     computed_prompt_tokens_ += std::max<int64_t>(0, std::min(end, n_prompt) - s.num_computed_tokens);
     computed_tokens_ += s.num_new_tokens;
   }
-  if (out.empty()) return end_step();
+}
 
+Engine::StepSamples Engine::execute(const SchedulerOutput& out) {
   prepare_sampling(out);
   const auto t0 = std::chrono::steady_clock::now();
   ModelRunnerOutput& sampled = runner_->execute(out, sampling_inputs_);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double t_token = now_seconds();
-
+  StepSamples step;
+  step.t_token = now_seconds();
+  step.logprobs.resize(out.scheduled.size());
   // What each request sampled: its tokens go to update() (sampled_), its
-  // grammar follows them, a speculating request's proposer learns how many
-  // drafts were accepted.
+  // grammar follows them, its drafts' acceptance goes to its proposer.
   sampled_.resize(out.scheduled.size());
-  std::vector<std::vector<SampledLogprobs>> step_logprobs(out.scheduled.size());
-  std::vector<std::string> pooled_done;  // pooled requests whose one pass this step was
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
     SampledRequest& result = sampled.requests[i];
@@ -629,27 +640,23 @@ std::vector<RequestOutput> Engine::run_step() {
     Live& live = live_.at(s.request_id);
     for (SampledLogprobs& lp : result.prompt_logprobs) live.pending_prompt_logprobs.push_back(std::move(lp));
     if (!s.sample) continue;
-    if (scheduler_.find(s.request_id)->pooled) {  // its row is its output (finished after update, below)
+    if (scheduler_.find(s.request_id)->pooled) {  // its row is its output (finished in update())
       live.pooled = std::move(result.pooled);
-      pooled_done.push_back(s.request_id);
+      step.pooled_done.push_back(s.request_id);
       continue;
     }
     if (live.matcher)
       for (const int32_t token : tokens)
         if (grammar_errors_[i].empty())
           if (Status st = advance_grammar(live, token); !st) grammar_errors_[i] = st.error().message;
-    step_logprobs[i].swap(result.logprobs);
-    if (s.num_draft_tokens > 0) {
-      const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
-      if (live.draft_length) live.draft_length->verified(accepted, s.num_draft_tokens);
-      if (live.ngram) live.ngram->verified(accepted, tokens.back());
-      live.metrics.speculative.record(s.num_draft_tokens, accepted);
-      spec_stats_.record(s.num_draft_tokens, accepted);
-    }
+    step.logprobs[i].swap(result.logprobs);
+    if (s.num_draft_tokens > 0) drafts_verified(live, s.num_draft_tokens, tokens);
   }
+  step.beams = select_beams(out, sampled);
+  return step;
+}
 
-  const std::vector<BeamAdvance> advanced = select_beams(out, sampled);
-
+void Engine::update(const SchedulerOutput& out, StepSamples& step) {
   auto updates = scheduler_.update(out, sampled_);
   if (!updates) {
     // The step does not match the scheduler's state (a bug): end its requests
@@ -662,125 +669,85 @@ std::vector<RequestOutput> Engine::run_step() {
       o.error = "internal error: " + updates.error().message;
       finish(id, RequestStatus::kFinishedAborted, std::move(o));
     }
-    return end_step();
+    return;
   }
-
   size_t k = 0;  // updates come in the order of out.scheduled
   for (RequestUpdate& u : *updates) {
     while (out.scheduled[k].request_id != u.request_id) ++k;
     if (beam_owner_.count(u.request_id)) continue;  // a beam: its group's search follows below
-    Live& live = live_.at(u.request_id);
-    RequestOutput o;
-    o.request_id = u.request_id;
-    o.prompt_logprobs = std::move(live.pending_prompt_logprobs);
-    live.pending_prompt_logprobs.clear();
-    // Several tokens (accepted drafts): a stop string completed by one
-    // before the last ends the request at that token.
-    const size_t kept = live.text.append(u.new_token_ids, u.status == RequestStatus::kFinishedStopped);
-    if (kept < u.new_token_ids.size()) {
-      u.new_token_ids.resize(kept);
-      u.status = RequestStatus::kRunning;  // the stop string decides below
-    }
-    for (size_t t = 0; t < kept; ++t) {
-      o.token_times.push_back(t_token);
-      live.metrics.token_times.push_back(t_token);
-      if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
-      live.metrics.last_token_time = t_token;
-      ++live.metrics.num_output_tokens;
-      ++generation_tokens_;
-    }
-    if (live.logprobs >= 0) {
-      step_logprobs[k].resize(u.new_token_ids.size());
-      for (SampledLogprobs& lp : step_logprobs[k]) o.logprobs.push_back(std::move(lp));
-    }
-    o.token_ids = std::move(u.new_token_ids);
-
-    if (!grammar_errors_[k].empty()) {
-      // The grammar engine failed (e.g. a step ran out of its resource limits):
-      // end the request with the reason rather than continue unconstrained.
-      if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedAborted);
-      std::string unused;
-      o.text = live.text.release(true, &unused);
-      o.error = std::move(grammar_errors_[k]);
-      finish(u.request_id, RequestStatus::kFinishedAborted, std::move(o));
-      continue;
-    }
-    // A complete grammar finishes the request with "stop", also when the same
-    // token reached max_tokens (the output is whole).
-    const bool grammar_done = live.matcher && live.matcher->is_stopped();
-    if (grammar_done && u.status != RequestStatus::kFinishedStopped) {
-      if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
-      u.status = RequestStatus::kFinishedStopped;
-    }
-    const bool finished = is_finished(u.status);
-    std::string stop_at;
-    o.text = live.text.release(finished, &stop_at);
-    if (!stop_at.empty()) {
-      // A stop string outranks the length limit reached by the same token.
-      if (!finished) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
-      o.stop_string = std::move(stop_at);
-      finish(u.request_id, RequestStatus::kFinishedStopped, std::move(o));
-    } else if (finished) {
-      finish(u.request_id, u.status, std::move(o));
-    } else {
-      emit(live.stream, std::move(o));
-    }
+    output_update(u, std::move(step.logprobs[k]), std::move(grammar_errors_[k]), step.t_token);
   }
   // Pooled requests end with their step.
-  for (const std::string& id : pooled_done) {
+  for (const std::string& id : step.pooled_done) {
     if (!scheduler_.find(id)) continue;
     (void)scheduler_.finish_request(id, RequestStatus::kFinishedStopped);
     Live& live = live_.at(id);
-    live.metrics.first_token_time = live.metrics.last_token_time = t_token;
+    live.metrics.first_token_time = live.metrics.last_token_time = step.t_token;
     RequestOutput o;
     o.embedding = std::move(live.pooled);
     finish(id, RequestStatus::kFinishedStopped, std::move(o));
   }
-  apply_beams(advanced, t_token);
+  apply_beams(step.beams, step.t_token);
   propose_drafts(*updates);
-  return end_step();
 }
 
-void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
-  const SpeculativeConfig& spec = config_.speculative;
-  if (!spec.enabled()) return;
-  if (spec.disable_by_batch_size > 0 && scheduler_.num_running() >= spec.disable_by_batch_size) return;
-  std::vector<DraftInput> inputs;
-  for (const RequestUpdate& u : updates) {
-    const Request* r = scheduler_.find(u.request_id);
-    if (!r || r->status != RequestStatus::kRunning) continue;
-    auto it = live_.find(u.request_id);
-    // A grammar's mask follows each token, a beam search picks each beam's
-    // token itself: no drafts for either.
-    if (it == live_.end() || it->second.matcher || it->second.beams) continue;
-    Live& live = it->second;
-    if (!live.draft_length) live.draft_length.emplace(spec.num_speculative_tokens, spec.first_drafts());
-    const int32_t n = live.draft_length->next();
-    if (n == 0) continue;  // paused
-    inputs.push_back({&r->id, r->all_token_ids, n, r->cache_key});
+void Engine::output_update(RequestUpdate& u, std::vector<SampledLogprobs> logprobs, std::string grammar_error,
+                           double t_token) {
+  Live& live = live_.at(u.request_id);
+  RequestOutput o;
+  o.request_id = u.request_id;
+  o.prompt_logprobs = std::move(live.pending_prompt_logprobs);
+  live.pending_prompt_logprobs.clear();
+  // Several tokens (accepted drafts): a stop string completed by one
+  // before the last ends the request at that token.
+  const size_t kept = live.text.append(u.new_token_ids, u.status == RequestStatus::kFinishedStopped);
+  if (kept < u.new_token_ids.size()) {
+    u.new_token_ids.resize(kept);
+    u.status = RequestStatus::kRunning;  // the stop string decides below
   }
-  if (inputs.empty()) return;
-  if (drafter_) {
-    // Every request's drafts in the same batched passes of the draft model.
-    std::vector<std::vector<int32_t>> drafts = drafter_->propose(inputs);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!drafts[i].empty()) {
-        scheduler_.set_draft_tokens(*inputs[i].request_id, std::move(drafts[i]));
-      } else {
-        // The draft was unsure of its first token: its pass bought nothing,
-        // so back off as after a verification that accepted none (the
-        // n-gram proposer's empty proposal costs nothing and does not).
-        live_.at(*inputs[i].request_id).draft_length->verified(0, inputs[i].max_drafts);
-      }
-    }
+  for (size_t t = 0; t < kept; ++t) {
+    o.token_times.push_back(t_token);
+    live.metrics.token_times.push_back(t_token);
+    if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
+    live.metrics.last_token_time = t_token;
+    ++live.metrics.num_output_tokens;
+    ++generation_tokens_;
+  }
+  if (live.logprobs >= 0) {
+    logprobs.resize(kept);
+    o.logprobs = std::move(logprobs);
+  }
+  o.token_ids = std::move(u.new_token_ids);
+
+  if (!grammar_error.empty()) {
+    // The grammar engine failed (e.g. a step ran out of its resource limits):
+    // end the request with the reason rather than continue unconstrained.
+    if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedAborted);
+    std::string unused;
+    o.text = live.text.release(true, &unused);
+    o.error = std::move(grammar_error);
+    finish(u.request_id, RequestStatus::kFinishedAborted, std::move(o));
     return;
   }
-  for (const DraftInput& in : inputs) {
-    Live& live = live_.at(*in.request_id);
-    if (!live.ngram) live.ngram.emplace(spec.prompt_lookup_min, spec.prompt_lookup_max);
-    const int64_t num_prompt_tokens = static_cast<int64_t>(scheduler_.find(*in.request_id)->prompt_token_ids.size());
-    std::vector<int32_t> drafts = live.ngram->propose(in.tokens, num_prompt_tokens, in.max_drafts);
-    if (!drafts.empty()) scheduler_.set_draft_tokens(*in.request_id, std::move(drafts));
+  // A complete grammar finishes the request with "stop", also when the same
+  // token reached max_tokens (the output is whole).
+  const bool grammar_done = live.matcher && live.matcher->is_stopped();
+  if (grammar_done && u.status != RequestStatus::kFinishedStopped) {
+    if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
+    u.status = RequestStatus::kFinishedStopped;
+  }
+  const bool finished = is_finished(u.status);
+  std::string stop_at;
+  o.text = live.text.release(finished, &stop_at);
+  if (!stop_at.empty()) {
+    // A stop string outranks the length limit reached by the same token.
+    if (!finished) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
+    o.stop_string = std::move(stop_at);
+    finish(u.request_id, RequestStatus::kFinishedStopped, std::move(o));
+  } else if (finished) {
+    finish(u.request_id, u.status, std::move(o));
+  } else {
+    emit(live.stream, std::move(o));
   }
 }
 
@@ -800,125 +767,6 @@ Status Engine::check_invariants() const {
     if (!scheduler_.find(id))
       return make_error("the draft model keeps KV for request '" + id + "', which has ended");
   return {};
-}
-
-std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out, const ModelRunnerOutput& sampled) {
-  std::vector<BeamAdvance> advanced;
-  std::unordered_map<std::string, size_t> scheduled_at;  // beams with a row this step
-  std::vector<std::string> groups;                       // their requests, in the order of the step
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    if (!out.scheduled[i].sample || !beam_owner_.count(out.scheduled[i].request_id)) continue;
-    scheduled_at[out.scheduled[i].request_id] = i;
-    const std::string& request_id = beam_owner_.at(out.scheduled[i].request_id);
-    if (std::find(groups.begin(), groups.end(), request_id) == groups.end()) groups.push_back(request_id);
-  }
-  for (const std::string& request_id : groups) {
-    Live& live = live_.at(request_id);
-    BeamGroup& g = *live.beams;
-    // A group advances only on a step that gave every live beam a row, so
-    // its beams always have the same length (the others' rows are not used).
-    if (!std::all_of(g.ids.begin(), g.ids.end(), [&](const std::string& b) { return scheduled_at.count(b) > 0; }))
-      continue;
-    std::vector<std::vector<TokenLogprob>> candidates;
-    for (const std::string& b : g.ids) candidates.push_back(sampled.requests[scheduled_at.at(b)].beam_candidates);
-    const Request& first = *scheduler_.find(g.ids[0]);  // the beams share prompt and stop conditions
-    const auto ends = [&](int32_t beam, int32_t token) {
-      if (first.is_stop_token(token)) return BeamEnd::kStopToken;
-      if (g.text->completes_stop_string(static_cast<size_t>(beam), token)) return BeamEnd::kStopString;
-      return BeamEnd::kNone;
-    };
-    BeamAdvance a{request_id, g.search.step(candidates, ends)};
-    // Each beam's first child is its own next token; update() appends it.
-    std::vector<bool> continued(g.ids.size(), false);
-    for (const BeamChild& c : a.children)
-      if (!continued[c.parent]) {
-        continued[c.parent] = true;
-        sampled_[scheduled_at.at(g.ids[c.parent])] = {c.token};
-      }
-    generation_tokens_ += static_cast<int64_t>(g.ids.size());
-    advanced.push_back(std::move(a));
-  }
-  return advanced;
-}
-
-void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_token) {
-  for (const BeamAdvance& a : advanced) {
-    auto it = live_.find(a.request_id);
-    if (it == live_.end()) continue;
-    Live& live = it->second;
-    BeamGroup& g = *live.beams;
-    std::vector<bool> continued(g.ids.size(), false);
-    for (const BeamChild& c : a.children) continued[c.parent] = true;
-    // Dropped first: a group never holds more than beam_width beams.
-    for (size_t p = 0; p < g.ids.size(); ++p)
-      if (!continued[p]) {
-        scheduler_.drop_beam(g.ids[p]);
-        beam_owner_.erase(g.ids[p]);
-        runner_->remove_request(g.ids[p]);
-      }
-    std::fill(continued.begin(), continued.end(), false);
-    std::vector<std::string> ids;
-    std::vector<size_t> parents;  // of the children that live on, in ids' order
-    std::vector<int32_t> tokens;
-    std::string error;
-    for (const BeamChild& c : a.children) {
-      if (!continued[c.parent]) {
-        continued[c.parent] = true;
-        ids.push_back(g.ids[c.parent]);
-      } else {
-        ids.push_back(a.request_id + kBeamSuffix + str(g.next_beam++));
-        if (Status st = scheduler_.fork(g.ids[c.parent], ids.back(), c.token); !st) {
-          error = st.error().message;  // a bug: end the search rather than go on without a beam
-          ids.pop_back();
-          break;
-        }
-        beam_owner_[ids.back()] = a.request_id;
-        runner_->add_request(ids.back(), {.kind = SamplingRequest::Kind::kBeam,
-                                          .beam_candidates = g.search.candidates_per_beam()});
-      }
-      parents.push_back(static_cast<size_t>(c.parent));
-      tokens.push_back(c.token);
-    }
-    // The children live on; parents without children were dropped above.
-    g.ids = std::move(ids);
-    g.text->advance(parents, tokens);
-    live.metrics.token_times.push_back(t_token);
-    if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
-    live.metrics.last_token_time = t_token;
-    if (!error.empty()) {
-      release(a.request_id);
-      RequestOutput o;
-      o.error = "internal error: " + error;
-      finish(a.request_id, RequestStatus::kFinishedAborted, std::move(o));
-    } else if (g.search.done()) {
-      finish_beam_search(a.request_id);
-    }
-  }
-}
-
-void Engine::finish_beam_search(const std::string& request_id) {
-  Live& live = live_.at(request_id);
-  RequestOutput out;
-  for (const Beam& b : live.beams->search.finished()) {
-    BeamOutput beam;
-    beam.token_ids = b.token_ids;
-    beam.cumulative_logprob = b.cumulative_logprob;
-    beam.status = b.end == BeamEnd::kLength ? RequestStatus::kFinishedLength : RequestStatus::kFinishedStopped;
-    // The text a request with these tokens would have emitted (run_step).
-    beam.text = live.beams->text->render(b.token_ids, b.end == BeamEnd::kStopToken, &beam.stop_string);
-    if (!beam.stop_string.empty()) beam.status = RequestStatus::kFinishedStopped;
-    out.beams.push_back(std::move(beam));
-  }
-  RequestStatus status = RequestStatus::kFinishedLength;
-  if (!out.beams.empty()) {
-    out.token_ids = out.beams[0].token_ids;
-    out.text = out.beams[0].text;
-    out.stop_string = out.beams[0].stop_string;
-    status = out.beams[0].status;
-  }
-  live.metrics.num_output_tokens = static_cast<int64_t>(out.token_ids.size());
-  release(request_id);  // every beam has been dropped already; this forgets the group
-  finish(request_id, status, std::move(out));
 }
 
 bool Engine::has_pending_work() {

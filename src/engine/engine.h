@@ -332,7 +332,31 @@ class Engine {
   // Frees the blocks of leases that ended (released by their consumer, or expired).
   void end_leases();
   void loop();
+  // One step of the engine core: schedule -> execute -> update.
   std::vector<RequestOutput> run_step();  // step() without the check
+  // What a step sampled, as the engine keeps it between execute() and update().
+  struct StepSamples {
+    double t_token = 0.0;                                     // when its tokens came
+    std::vector<std::vector<SampledLogprobs>> logprobs;       // per scheduled request
+    std::vector<std::string> pooled_done;                     // pooled requests whose one pass this was
+    std::vector<BeamAdvance> beams;                           // the beam groups that took their step
+  };
+  void apply_commands();
+  // Per-request metrics and the counters of what a step computes.
+  void count_scheduled(const SchedulerOutput& out);
+  // The forward pass and its sampling stage (ModelRunner::execute), and what
+  // the step's clients take from it before update(): grammars follow their
+  // tokens, proposers learn their drafts' acceptance, beam groups choose.
+  StepSamples execute(const SchedulerOutput& out);
+  // Scheduler::update with the step's tokens, then each request's output
+  // (output_update), pooled requests' ends, beam forks, and next drafts.
+  void update(const SchedulerOutput& out, StepSamples& step);
+  // One request's delta (or final output) from its update: its text through
+  // the output processor, stop strings and a complete grammar finish it.
+  void output_update(RequestUpdate& u, std::vector<SampledLogprobs> logprobs, std::string grammar_error,
+                     double t_token);
+  // Speculation's client side after a verification: `tokens` (1..num_drafts + 1) were accepted.
+  void drafts_verified(Live& live, int64_t num_drafts, const std::vector<int32_t>& tokens);
   void apply(Command& cmd);
   // Queues an output for the end of the step.
   void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) { outputs_.emit(stream, std::move(out)); }
