@@ -122,7 +122,7 @@ std::vector<float>& DraftModelProposer::run(SchedulerOutput& out) {
   out.step = ++steps_;
   for (const ScheduledRequest& s : out.scheduled) out.total_num_scheduled_tokens += s.num_new_tokens;
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float>& logits = runner_->execute(out);
+  std::vector<float>& logits = runner_->compute_logits(out);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return logits;
 }

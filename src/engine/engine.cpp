@@ -336,9 +336,7 @@ void Engine::apply(Command& cmd) {
       emit(add->stream, std::move(out));
       return;
     }
-    Live live{add->stream, Sampler(add->request.sampling), IncrementalDecoder(tokenizer_, add->render_special),
-              add->render_special, std::move(add->stop), add->logprobs, {}, {}, {}, Live::Gate::kOpen, {}, {},
-              false, true};
+    Live live{add->stream, RequestText(tokenizer_, add->render_special, add->stop), add->logprobs};
     live.matcher = std::move(add->matcher);
     if (live.matcher && add->reasoning) {
       live.reasoning = std::move(add->reasoning);
@@ -349,14 +347,14 @@ void Engine::apply(Command& cmd) {
     live.metrics.arrival_time = add->request.arrival_time;
     live.metrics.num_prompt_tokens = add->request.num_prompt_tokens();
     live.kv_lease_id = add->request.kv_lease_id;
-    live.prompt_logprobs = add->prompt_logprobs;
     const int64_t n_prompt = add->request.num_prompt_tokens();
     if (add->beam_search) {
       live.beams = std::make_unique<BeamGroup>(BeamSearch(*add->beam_search, n_prompt, add->request.max_tokens));
       live.beams->ids.push_back(add->request.id);
-      if (!live.stop.empty()) live.beams->texts.push_back({IncrementalDecoder(tokenizer_, live.render_special), {}});
+      live.beams->text.emplace(tokenizer_, add->render_special, std::move(add->stop));
       beam_owner_[add->request.id] = id;
     }
+    runner_->add_request(add->request.id, sampling_request(add->request, live, add->prompt_logprobs));
     Status st = scheduler_.add_request(std::move(add->request));
     live_.emplace(id, std::move(live));
     if (!st) {  // checked in add_request already; only a bug gets here
@@ -373,6 +371,25 @@ void Engine::apply(Command& cmd) {
   }
 }
 
+SamplingRequest Engine::sampling_request(const Request& r, const Live& live, int32_t prompt_logprobs) const {
+  SamplingRequest sr;
+  if (live.beams) {
+    sr.kind = SamplingRequest::Kind::kBeam;
+    sr.beam_candidates = live.beams->search.candidates_per_beam();
+    return sr;
+  }
+  if (r.pooled) {
+    sr.kind = SamplingRequest::Kind::kPooled;
+    return sr;
+  }
+  sr.params = r.sampling;
+  sr.prompt_token_ids = r.prompt_token_ids;
+  sr.logprobs = live.logprobs;
+  sr.prompt_logprobs = prompt_logprobs;
+  sr.constrained = live.matcher != nullptr;
+  return sr;
+}
+
 Engine::Live& Engine::owner(const std::string& scheduler_id) {
   auto it = beam_owner_.find(scheduler_id);
   return live_.at(it == beam_owner_.end() ? scheduler_id : it->second);
@@ -386,34 +403,30 @@ bool Engine::release(const std::string& request_id) {
   for (const std::string& beam : g.ids) {
     scheduler_.abort(beam);
     beam_owner_.erase(beam);
+    runner_->remove_request(beam);
   }
   g.ids.clear();
   return true;
 }
 
-void Engine::emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) {
-  emitted_.emplace_back(stream, std::move(out));
-}
-
 std::vector<RequestOutput> Engine::end_step() {
   publish_stats();
-  std::vector<RequestOutput> outputs;
-  outputs.reserve(emitted_.size());
-  for (auto& [stream, out] : emitted_) {
-    if (out.finished && finished_listener_) finished_listener_(out);
-    stream->push(out);
-    outputs.push_back(std::move(out));
-  }
-  emitted_.clear();
-  return outputs;
+  return outputs_.flush(finished_listener_);
 }
 
 void Engine::finish(const std::string& id, RequestStatus status, RequestOutput out) {
   auto it = live_.find(id);
   if (it == live_.end()) return;
   Live& live = it->second;
-  if (live.beams)
-    for (const std::string& beam : live.beams->ids) beam_owner_.erase(beam);  // released by the caller
+  // The scheduler no longer runs it (released by the caller): the sampling stage forgets it.
+  if (live.beams) {
+    for (const std::string& beam : live.beams->ids) {
+      beam_owner_.erase(beam);
+      runner_->remove_request(beam);
+    }
+  } else {
+    runner_->remove_request(id);
+  }
   out.request_id = id;
   out.finished = true;
   out.status = status;
@@ -441,41 +454,6 @@ void Engine::finish(const std::string& id, RequestStatus status, RequestOutput o
   if (drafter_) drafter_->forget(id);
 }
 
-std::string Engine::release_text(Live& live, bool final, std::string* stop_at) {
-  if (final) live.held += live.decoder.flush();
-  std::string& held = live.held;
-  // The earliest stop string wins (the longest, if several start there).
-  size_t best = std::string::npos;
-  for (const std::string& s : live.stop) {
-    const size_t p = held.find(s);
-    if (p != std::string::npos && (p < best || (p == best && s.size() > stop_at->size()))) {
-      best = p;
-      *stop_at = s;
-    }
-  }
-  if (best != std::string::npos) {
-    std::string out = held.substr(0, best);
-    held.clear();
-    return out;
-  }
-  // Hold back the longest tail that is the start of some stop string: the
-  // next tokens could complete it. Everything before it can never be part of
-  // a match, since any match would have to start inside the held tail.
-  size_t keep = 0;
-  if (!final) {
-    for (const std::string& s : live.stop) {
-      for (size_t k = std::min(s.size() - 1, held.size()); k > keep; --k)
-        if (held.compare(held.size() - k, k, s, 0, k) == 0) {
-          keep = k;
-          break;
-        }
-    }
-  }
-  std::string out = held.substr(0, held.size() - keep);
-  held.erase(0, held.size() - keep);
-  return out;
-}
-
 const std::vector<std::vector<int32_t>>& Engine::start_continuations(const std::string& start) {
   auto it = start_continuations_.find(start);
   if (it != start_continuations_.end()) return it->second;
@@ -492,22 +470,48 @@ const std::vector<std::vector<int32_t>>& Engine::start_continuations(const std::
   return start_continuations_.emplace(start, std::move(sets)).first->second;
 }
 
-Status Engine::apply_maybe_thinking_mask(Live& live, float* logits, int64_t n_vocab) {
+Status Engine::maybe_thinking_mask(Live& live, int64_t n_vocab) {
   const std::vector<int32_t>& cont = start_continuations(live.reasoning->start)[live.gate_text.size()];
-  gate_mask_.assign(static_cast<size_t>((n_vocab + 31) / 32), 0u);
+  live.gate_mask.assign(static_cast<size_t>((n_vocab + 31) / 32), 0u);
   if (live.gate_grammar_ok) {
     // What was written so far (a piece of the marker, or nothing) is also a
     // valid start of the answer: the answer may go on from here.
     auto mask = live.matcher->compute_mask();
     if (!mask) return mask.error();
-    gate_grammar_mask_.assign(mask->begin(), mask->end());  // for advance_grammar, right after sampling
-    const size_t words = std::min(mask->size(), gate_mask_.size());
-    for (size_t w = 0; w < words; ++w) gate_mask_[w] = (*mask)[w];
+    live.gate_grammar_mask.assign(mask->begin(), mask->end());  // for advance_grammar, after sampling
+    const size_t words = std::min(mask->size(), live.gate_mask.size());
+    for (size_t w = 0; w < words; ++w) live.gate_mask[w] = (*mask)[w];
   }
   for (int32_t id : cont)
-    if (id < n_vocab) gate_mask_[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
-  apply_token_mask(gate_mask_, static_cast<int32_t>(n_vocab), logits, n_vocab);
+    if (id < n_vocab) live.gate_mask[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
   return {};
+}
+
+void Engine::prepare_sampling(const SchedulerOutput& out) {
+  grammar_errors_.assign(out.scheduled.size(), std::string());
+  sampling_inputs_.allowed.clear();
+  const int64_t n_vocab = runner_->n_vocab();
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const ScheduledRequest& s = out.scheduled[i];
+    if (!s.sample || beam_owner_.count(s.request_id)) continue;
+    Live& live = live_.at(s.request_id);
+    // While the output thinks (Live::Gate), the grammar waits for its end.
+    if (!live.matcher || live.gate == Live::Gate::kThinking) continue;
+    assert(s.num_draft_tokens == 0);  // requests with a grammar do not speculate
+    if (sampling_inputs_.allowed.empty()) sampling_inputs_.allowed.resize(out.scheduled.size());
+    AllowedTokens& allowed = sampling_inputs_.allowed[i];
+    if (live.gate == Live::Gate::kOpen) {
+      auto mask = live.matcher->compute_mask();  // valid until the matcher's next call: after sampling
+      if (mask)
+        allowed = {*mask, live.matcher->n_vocab()};
+      else
+        grammar_errors_[i] = mask.error().message;  // the request ends after update()
+    } else if (Status st = maybe_thinking_mask(live, n_vocab); st) {
+      allowed = {live.gate_mask, static_cast<int32_t>(n_vocab)};
+    } else {
+      grammar_errors_[i] = st.error().message;
+    }
+  }
 }
 
 Status Engine::advance_grammar(Live& live, int32_t token) {
@@ -530,7 +534,7 @@ Status Engine::advance_grammar(Live& live, int32_t token) {
       // (A token the grammar does not allow is never given to it: that would
       // leave the matcher in error.)
       if (live.gate_grammar_ok) {
-        if (token_allowed(gate_grammar_mask_, token)) {
+        if (token_allowed(live.gate_grammar_mask, token)) {
           live.gate_grammar_used = true;
           if (Status st = live.matcher->commit(token); !st) return st;
         } else {
@@ -573,17 +577,29 @@ std::vector<RequestOutput> Engine::step() {
 }
 
 std::vector<RequestOutput> Engine::run_step() {
+  apply_commands();
+  end_leases();
+  // Loads of aborted requests still hold their blocks: schedule() collects them too.
+  if (!scheduler_.has_unfinished_requests() && !scheduler_.has_loads_in_flight()) return end_step();
+  const SchedulerOutput out = scheduler_.schedule();
+  count_scheduled(out);
+  if (!out.empty()) {
+    StepSamples sampled = execute(out);
+    update(out, sampled);
+  }
+  return end_step();
+}
+
+void Engine::apply_commands() {
   std::vector<Command> cmds;
   {
     std::lock_guard<std::mutex> lock(cmd_mu_);
     cmds.swap(commands_);
   }
   for (Command& c : cmds) apply(c);
-  end_leases();
-  // Loads of aborted requests still hold their blocks: schedule() collects them too.
-  if (!scheduler_.has_unfinished_requests() && !scheduler_.has_loads_in_flight()) return end_step();
+}
 
-  const SchedulerOutput out = scheduler_.schedule();
+void Engine::count_scheduled(const SchedulerOutput& out) {
   const double t_scheduled = now_seconds();
   std::string last_preempted;  // a beam group's beams are preempted together: counted once
   for (const std::string& id : out.preempted_request_ids) {
@@ -603,105 +619,45 @@ std::vector<RequestOutput> Engine::run_step() {
     computed_prompt_tokens_ += std::max<int64_t>(0, std::min(end, n_prompt) - s.num_computed_tokens);
     computed_tokens_ += s.num_new_tokens;
   }
-  if (out.empty()) return end_step();
+}
 
+Engine::StepSamples Engine::execute(const SchedulerOutput& out) {
+  prepare_sampling(out);
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<float>& logits = runner_->execute(out);
+  ModelRunnerOutput& sampled = runner_->execute(out, sampling_inputs_);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double t_token = now_seconds();
-
-  // Sample, one request at a time, each from its own random stream. A
-  // request that verifies drafts samples its rows in order while the token
-  // sampled equals the draft at its position (speculative.h).
-  const int64_t n_vocab = runner_->n_vocab();
+  StepSamples step;
+  step.t_token = now_seconds();
+  step.logprobs.resize(out.scheduled.size());
+  // What each request sampled: its tokens go to update() (sampled_), its
+  // grammar follows them, its drafts' acceptance goes to its proposer.
   sampled_.resize(out.scheduled.size());
-  std::vector<std::vector<SampledLogprobs>> step_logprobs(out.scheduled.size());
-  grammar_errors_.assign(out.scheduled.size(), std::string());
-  std::vector<int64_t> beam_rows(out.scheduled.size(), -1);  // a beam's row, chosen from by its group
-  std::vector<std::string> pooled_done;  // pooled requests whose one pass this step was
-  int64_t row = 0;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const ScheduledRequest& s = out.scheduled[i];
+    SampledRequest& result = sampled.requests[i];
     std::vector<int32_t>& tokens = sampled_[i];
-    tokens.clear();
-    if (const int64_t prompt_rows = ModelRunner::prompt_logit_rows(s); prompt_rows > 0) {
-      score_prompt(live_.at(s.request_id), s, scheduler_.find(s.request_id)->prompt_token_ids,
-                   logits.data() + row * n_vocab, prompt_rows);
-      row += prompt_rows;
-    }
-    if (!s.sample) continue;
-    if (beam_owner_.count(s.request_id)) {
-      beam_rows[i] = row;
-      row += s.num_draft_tokens + 1;
-      continue;
-    }
+    tokens.swap(result.tokens);  // the stage clears what it gets back
+    if (beam_owner_.count(s.request_id)) continue;  // its candidates go to its group's search
     Live& live = live_.at(s.request_id);
-    const Request& r = *scheduler_.find(s.request_id);
-    if (r.pooled) {  // its row is its output: nothing is sampled (finished after update, below)
-      live.pooled.assign(logits.data() + row * n_vocab, logits.data() + (row + 1) * n_vocab);
-      pooled_done.push_back(s.request_id);
-      ++row;
+    for (SampledLogprobs& lp : result.prompt_logprobs) live.pending_prompt_logprobs.push_back(std::move(lp));
+    if (!s.sample) continue;
+    if (scheduler_.find(s.request_id)->pooled) {  // its row is its output (finished in update())
+      live.pooled = std::move(result.pooled);
+      step.pooled_done.push_back(s.request_id);
       continue;
     }
-    assert(!(live.matcher && s.num_draft_tokens > 0));  // requests with a grammar do not speculate
-    const int32_t* drafts = s.token_ids.data() + (s.num_new_tokens - s.num_draft_tokens);
-    for (int64_t j = 0; j <= s.num_draft_tokens; ++j) {
-      float* lg = logits.data() + row++ * n_vocab;
-      // Row j follows draft j - 1: used only while every draft so far was accepted.
-      if (j > 0 && (static_cast<int64_t>(tokens.size()) != j || tokens.back() != drafts[j - 1])) continue;
-      // Structured output: tokens the grammar does not allow get -inf before
-      // anything else sees the row, so every sampling parameter (penalties,
-      // temperature, top-k/p, min-p, seed) works on the allowed tokens only.
-      // While the output thinks (Live::Gate), the grammar waits for its end.
-      if (live.matcher && live.gate == Live::Gate::kOpen) {
-        auto mask = live.matcher->compute_mask();
-        if (mask) {
-          apply_token_mask(*mask, live.matcher->n_vocab(), lg, n_vocab);
-        } else {
-          grammar_errors_[i] = mask.error().message;  // the request ends after update()
-        }
-      } else if (live.matcher && live.gate == Live::Gate::kMaybe) {
-        if (Status st = apply_maybe_thinking_mask(live, lg, n_vocab); !st) grammar_errors_[i] = st.error().message;
-      }
-      // Logprobs describe the model's distribution before the sampler's
-      // penalties and temperature (which change the row in place, so the values
-      // are kept first) but after the grammar's mask: for a structured output
-      // they are the constrained distribution, renormalised over the allowed
-      // tokens, and disallowed tokens never appear among the alternatives.
-      if (live.logprobs >= 0) logprob_row_.assign(lg, lg + n_vocab);
-      // Penalties see the accepted drafts as output, as the plain steps would have.
-      const std::vector<int32_t>* output = &r.output_token_ids;
-      if (!tokens.empty()) {
-        spec_output_.assign(r.output_token_ids.begin(), r.output_token_ids.end());
-        spec_output_.insert(spec_output_.end(), tokens.begin(), tokens.end());
-        output = &spec_output_;
-      }
-      const int32_t token = live.sampler.sample(lg, n_vocab, r.prompt_token_ids, *output);
-      tokens.push_back(token);
-      if (live.matcher && grammar_errors_[i].empty()) {
-        if (Status st = advance_grammar(live, token); !st) grammar_errors_[i] = st.error().message;
-      }
-      if (live.logprobs >= 0) {
-        SampledLogprobs& lp = step_logprobs[i].emplace_back();
-        lp.token = token;
-        lp.logprob = token_logprob(logprob_row_.data(), n_vocab, token);
-        lp.rank = token_rank(logprob_row_.data(), n_vocab, token);
-        lp.top = top_logprobs(logprob_row_.data(), n_vocab, live.logprobs);
-        if (live.matcher)  // fewer tokens may be allowed than alternatives asked for
-          std::erase_if(lp.top, [](const TokenLogprob& t) { return std::isinf(t.logprob); });
-      }
-    }
-    if (s.num_draft_tokens > 0) {
-      const int64_t accepted = static_cast<int64_t>(tokens.size()) - 1;
-      if (live.draft_length) live.draft_length->verified(accepted, s.num_draft_tokens);
-      if (live.ngram) live.ngram->verified(accepted, tokens.back());
-      live.metrics.speculative.record(s.num_draft_tokens, accepted);
-      spec_stats_.record(s.num_draft_tokens, accepted);
-    }
+    if (live.matcher)
+      for (const int32_t token : tokens)
+        if (grammar_errors_[i].empty())
+          if (Status st = advance_grammar(live, token); !st) grammar_errors_[i] = st.error().message;
+    step.logprobs[i].swap(result.logprobs);
+    if (s.num_draft_tokens > 0) drafts_verified(live, s.num_draft_tokens, tokens);
   }
+  step.beams = select_beams(out, sampled);
+  return step;
+}
 
-  const std::vector<BeamAdvance> advanced = select_beams(out, logits, beam_rows);
-
+void Engine::update(const SchedulerOutput& out, StepSamples& step) {
   auto updates = scheduler_.update(out, sampled_);
   if (!updates) {
     // The step does not match the scheduler's state (a bug): end its requests
@@ -714,157 +670,96 @@ std::vector<RequestOutput> Engine::run_step() {
       o.error = "internal error: " + updates.error().message;
       finish(id, RequestStatus::kFinishedAborted, std::move(o));
     }
-    return end_step();
+    return;
   }
-
   size_t k = 0;  // updates come in the order of out.scheduled
   for (RequestUpdate& u : *updates) {
     while (out.scheduled[k].request_id != u.request_id) ++k;
     if (beam_owner_.count(u.request_id)) continue;  // a beam: its group's search follows below
-    Live& live = live_.at(u.request_id);
-    RequestOutput o;
-    o.request_id = u.request_id;
-    o.prompt_logprobs = std::move(live.pending_prompt_logprobs);
-    live.pending_prompt_logprobs.clear();
-    for (size_t t = 0; t < u.new_token_ids.size(); ++t) {
-      o.token_times.push_back(t_token);
-      live.metrics.token_times.push_back(t_token);
-      if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
-      live.metrics.last_token_time = t_token;
-      ++live.metrics.num_output_tokens;
-      ++generation_tokens_;
-      // The token that stopped the request (the scheduler's kFinishedStopped:
-      // EOS, an end-of-generation or stop token) is not text; rendered, "</s>"
-      // would end the answer (vLLM leaves it out of the text as well).
-      const bool stop_token = u.status == RequestStatus::kFinishedStopped && t + 1 == u.new_token_ids.size();
-      if (live.render_special && stop_token) continue;
-      live.held += live.decoder.push(u.new_token_ids[t]);
-      // Several tokens (accepted drafts): a stop string completed by one of
-      // them ends the request at that token, as a plain step would have.
-      if (t + 1 < u.new_token_ids.size() && holds_stop_string(live)) {
-        u.new_token_ids.resize(t + 1);
-        u.status = RequestStatus::kRunning;  // the stop string decides below
-      }
-    }
-    if (live.logprobs >= 0) {
-      step_logprobs[k].resize(u.new_token_ids.size());
-      for (SampledLogprobs& lp : step_logprobs[k]) o.logprobs.push_back(std::move(lp));
-    }
-    o.token_ids = std::move(u.new_token_ids);
-
-    if (!grammar_errors_[k].empty()) {
-      // The grammar engine failed (e.g. a step ran out of its resource limits):
-      // end the request with the reason rather than continue unconstrained.
-      if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedAborted);
-      std::string unused;
-      o.text = release_text(live, true, &unused);
-      o.error = std::move(grammar_errors_[k]);
-      finish(u.request_id, RequestStatus::kFinishedAborted, std::move(o));
-      continue;
-    }
-    // A complete grammar finishes the request with "stop", also when the same
-    // token reached max_tokens (the output is whole).
-    const bool grammar_done = live.matcher && live.matcher->is_stopped();
-    if (grammar_done && u.status != RequestStatus::kFinishedStopped) {
-      if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
-      u.status = RequestStatus::kFinishedStopped;
-    }
-    const bool finished = is_finished(u.status);
-    std::string stop_at;
-    o.text = release_text(live, finished, &stop_at);
-    if (!stop_at.empty()) {
-      // A stop string outranks the length limit reached by the same token.
-      if (!finished) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
-      o.stop_string = std::move(stop_at);
-      finish(u.request_id, RequestStatus::kFinishedStopped, std::move(o));
-    } else if (finished) {
-      finish(u.request_id, u.status, std::move(o));
-    } else {
-      emit(live.stream, std::move(o));
-    }
+    output_update(u, std::move(step.logprobs[k]), std::move(grammar_errors_[k]), step.t_token);
   }
   // Pooled requests end with their step.
-  for (const std::string& id : pooled_done) {
+  for (const std::string& id : step.pooled_done) {
     if (!scheduler_.find(id)) continue;
     (void)scheduler_.finish_request(id, RequestStatus::kFinishedStopped);
     Live& live = live_.at(id);
-    live.metrics.first_token_time = live.metrics.last_token_time = t_token;
+    live.metrics.first_token_time = live.metrics.last_token_time = step.t_token;
     RequestOutput o;
     o.embedding = std::move(live.pooled);
     finish(id, RequestStatus::kFinishedStopped, std::move(o));
   }
-  apply_beams(advanced, t_token);
+  apply_beams(step.beams, step.t_token);
   propose_drafts(*updates);
-  return end_step();
 }
 
-void Engine::score_prompt(Live& live, const ScheduledRequest& s, const std::vector<int32_t>& prompt,
-                          const float* logits, int64_t rows) {
-  const int64_t n_vocab = runner_->n_vocab();
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t target = s.num_computed_tokens + r + 1;  // the prompt token this row scores
-    if (target != live.prompt_tokens_scored) continue;     // scored before a preemption
-    const float* lg = logits + r * n_vocab;
-    SampledLogprobs& lp = live.pending_prompt_logprobs.emplace_back();
-    lp.token = prompt[target];
-    lp.logprob = token_logprob(lg, n_vocab, lp.token);
-    lp.rank = token_rank(lg, n_vocab, lp.token);
-    lp.top = top_logprobs(lg, n_vocab, live.prompt_logprobs);
-    ++live.prompt_tokens_scored;
+void Engine::output_update(RequestUpdate& u, std::vector<SampledLogprobs> logprobs, std::string grammar_error,
+                           double t_token) {
+  Live& live = live_.at(u.request_id);
+  RequestOutput o;
+  o.request_id = u.request_id;
+  o.prompt_logprobs = std::move(live.pending_prompt_logprobs);
+  live.pending_prompt_logprobs.clear();
+  // Several tokens (accepted drafts): a stop string completed by one
+  // before the last ends the request at that token.
+  const size_t kept = live.text.append(u.new_token_ids, u.status == RequestStatus::kFinishedStopped);
+  if (kept < u.new_token_ids.size()) {
+    u.new_token_ids.resize(kept);
+    u.status = RequestStatus::kRunning;  // the stop string decides below
   }
-}
-
-bool Engine::holds_stop_string(const Live& live) {
-  for (const std::string& stop : live.stop)
-    if (live.held.find(stop) != std::string::npos) return true;
-  return false;
-}
-
-void Engine::propose_drafts(const std::vector<RequestUpdate>& updates) {
-  const SpeculativeConfig& spec = config_.speculative;
-  if (!spec.enabled()) return;
-  if (spec.disable_by_batch_size > 0 && scheduler_.num_running() >= spec.disable_by_batch_size) return;
-  std::vector<DraftInput> inputs;
-  for (const RequestUpdate& u : updates) {
-    const Request* r = scheduler_.find(u.request_id);
-    if (!r || r->status != RequestStatus::kRunning) continue;
-    auto it = live_.find(u.request_id);
-    // A grammar's mask follows each token, a beam search picks each beam's
-    // token itself: no drafts for either.
-    if (it == live_.end() || it->second.matcher || it->second.beams) continue;
-    Live& live = it->second;
-    if (!live.draft_length) live.draft_length.emplace(spec.num_speculative_tokens, spec.first_drafts());
-    const int32_t n = live.draft_length->next();
-    if (n == 0) continue;  // paused
-    inputs.push_back({&r->id, r->all_token_ids, n, r->cache_key});
+  for (size_t t = 0; t < kept; ++t) {
+    o.token_times.push_back(t_token);
+    live.metrics.token_times.push_back(t_token);
+    if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
+    live.metrics.last_token_time = t_token;
+    ++live.metrics.num_output_tokens;
+    ++generation_tokens_;
   }
-  if (inputs.empty()) return;
-  if (drafter_) {
-    // Every request's drafts in the same batched passes of the draft model.
-    std::vector<std::vector<int32_t>> drafts = drafter_->propose(inputs);
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!drafts[i].empty()) {
-        scheduler_.set_draft_tokens(*inputs[i].request_id, std::move(drafts[i]));
-      } else {
-        // The draft was unsure of its first token: its pass bought nothing,
-        // so back off as after a verification that accepted none (the
-        // n-gram proposer's empty proposal costs nothing and does not).
-        live_.at(*inputs[i].request_id).draft_length->verified(0, inputs[i].max_drafts);
-      }
-    }
+  if (live.logprobs >= 0) {
+    logprobs.resize(kept);
+    o.logprobs = std::move(logprobs);
+  }
+  o.token_ids = std::move(u.new_token_ids);
+
+  if (!grammar_error.empty()) {
+    // The grammar engine failed (e.g. a step ran out of its resource limits):
+    // end the request with the reason rather than continue unconstrained.
+    if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedAborted);
+    std::string unused;
+    o.text = live.text.release(true, &unused);
+    o.error = std::move(grammar_error);
+    finish(u.request_id, RequestStatus::kFinishedAborted, std::move(o));
     return;
   }
-  for (const DraftInput& in : inputs) {
-    Live& live = live_.at(*in.request_id);
-    if (!live.ngram) live.ngram.emplace(spec.prompt_lookup_min, spec.prompt_lookup_max);
-    const int64_t num_prompt_tokens = static_cast<int64_t>(scheduler_.find(*in.request_id)->prompt_token_ids.size());
-    std::vector<int32_t> drafts = live.ngram->propose(in.tokens, num_prompt_tokens, in.max_drafts);
-    if (!drafts.empty()) scheduler_.set_draft_tokens(*in.request_id, std::move(drafts));
+  // A complete grammar finishes the request with "stop", also when the same
+  // token reached max_tokens (the output is whole).
+  const bool grammar_done = live.matcher && live.matcher->is_stopped();
+  if (grammar_done && u.status != RequestStatus::kFinishedStopped) {
+    if (!is_finished(u.status)) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
+    u.status = RequestStatus::kFinishedStopped;
+  }
+  const bool finished = is_finished(u.status);
+  std::string stop_at;
+  o.text = live.text.release(finished, &stop_at);
+  if (!stop_at.empty()) {
+    // A stop string outranks the length limit reached by the same token.
+    if (!finished) (void)scheduler_.finish_request(u.request_id, RequestStatus::kFinishedStopped);
+    o.stop_string = std::move(stop_at);
+    finish(u.request_id, RequestStatus::kFinishedStopped, std::move(o));
+  } else if (finished) {
+    finish(u.request_id, u.status, std::move(o));
+  } else {
+    emit(live.stream, std::move(o));
   }
 }
 
 Status Engine::check_invariants() const {
   if (Status s = scheduler_.check_invariants(); !s) return s;
+  // The sampling stage keeps state for exactly the scheduler requests the engine runs.
+  size_t runs = 0;
+  for (const auto& [id, live] : live_) runs += live.beams ? live.beams->ids.size() : 1;
+  if (runner_->num_requests() != runs)
+    return make_error("the sampling stage keeps " + str(static_cast<int64_t>(runner_->num_requests())) +
+                      " requests; the engine runs " + str(static_cast<int64_t>(runs)));
   if (offload_)
     if (Status s = offload_->check_invariants(); !s) return make_error("KV offload: " + s.error().message);
   if (!drafter_) return {};
@@ -873,166 +768,6 @@ Status Engine::check_invariants() const {
     if (!scheduler_.find(id))
       return make_error("the draft model keeps KV for request '" + id + "', which has ended");
   return {};
-}
-
-namespace {
-
-// Where the earliest of `stops` begins in `text` at or after `from` (the
-// longest if several begin there), or npos; *which is set to it.
-size_t find_stop_string(const std::string& text, const std::vector<std::string>& stops, size_t from,
-                        std::string* which) {
-  size_t best = std::string::npos;
-  for (const std::string& stop : stops) {
-    const size_t p = text.find(stop, from);
-    if (p != std::string::npos && (p < best || (p == best && stop.size() > which->size()))) {
-      best = p;
-      *which = stop;
-    }
-  }
-  return best;
-}
-
-}  // namespace
-
-std::vector<Engine::BeamAdvance> Engine::select_beams(const SchedulerOutput& out, const std::vector<float>& logits,
-                                                      const std::vector<int64_t>& rows) {
-  std::vector<BeamAdvance> advanced;
-  std::unordered_map<std::string, size_t> scheduled_at;  // beams with a row this step
-  std::vector<std::string> groups;                       // their requests, in the order of the step
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    if (rows[i] < 0) continue;
-    scheduled_at[out.scheduled[i].request_id] = i;
-    const std::string& request_id = beam_owner_.at(out.scheduled[i].request_id);
-    if (std::find(groups.begin(), groups.end(), request_id) == groups.end()) groups.push_back(request_id);
-  }
-  const int64_t n_vocab = runner_->n_vocab();
-  for (const std::string& request_id : groups) {
-    Live& live = live_.at(request_id);
-    BeamGroup& g = *live.beams;
-    // A group advances only on a step that gave every live beam a row, so
-    // its beams always have the same length (the others' rows are not used).
-    if (!std::all_of(g.ids.begin(), g.ids.end(), [&](const std::string& b) { return scheduled_at.count(b) > 0; }))
-      continue;
-    std::vector<std::vector<TokenLogprob>> candidates;
-    for (const std::string& b : g.ids)
-      candidates.push_back(top_logprobs(logits.data() + rows[scheduled_at.at(b)] * n_vocab, n_vocab,
-                                        g.search.candidates_per_beam()));
-    const Request& first = *scheduler_.find(g.ids[0]);  // the beams share prompt and stop conditions
-    std::string unused;
-    const auto ends = [&](int32_t beam, int32_t token) {
-      if (first.is_stop_token(token)) return BeamEnd::kStopToken;
-      if (!g.texts.empty()) {
-        // A new match ends in the new token's text (the beam's text had none).
-        BeamGroup::Text t = g.texts[beam];
-        const std::string piece = t.decoder.push(token);
-        if (!piece.empty()) {
-          size_t longest = 0;
-          for (const std::string& stop : live.stop) longest = std::max(longest, stop.size());
-          const std::string text = t.text + piece;
-          const size_t from = t.text.size() >= longest ? t.text.size() - (longest - 1) : 0;
-          if (find_stop_string(text, live.stop, from, &unused) != std::string::npos) return BeamEnd::kStopString;
-        }
-      }
-      return BeamEnd::kNone;
-    };
-    BeamAdvance a{request_id, g.search.step(candidates, ends)};
-    // Each beam's first child is its own next token; update() appends it.
-    std::vector<bool> continued(g.ids.size(), false);
-    for (const BeamChild& c : a.children)
-      if (!continued[c.parent]) {
-        continued[c.parent] = true;
-        sampled_[scheduled_at.at(g.ids[c.parent])] = {c.token};
-      }
-    generation_tokens_ += static_cast<int64_t>(g.ids.size());
-    advanced.push_back(std::move(a));
-  }
-  return advanced;
-}
-
-void Engine::apply_beams(const std::vector<BeamAdvance>& advanced, double t_token) {
-  for (const BeamAdvance& a : advanced) {
-    auto it = live_.find(a.request_id);
-    if (it == live_.end()) continue;
-    Live& live = it->second;
-    BeamGroup& g = *live.beams;
-    std::vector<bool> continued(g.ids.size(), false);
-    for (const BeamChild& c : a.children) continued[c.parent] = true;
-    // Dropped first: a group never holds more than beam_width beams.
-    for (size_t p = 0; p < g.ids.size(); ++p)
-      if (!continued[p]) {
-        scheduler_.drop_beam(g.ids[p]);
-        beam_owner_.erase(g.ids[p]);
-      }
-    std::fill(continued.begin(), continued.end(), false);
-    std::vector<std::string> ids;
-    std::vector<BeamGroup::Text> texts;
-    std::string error;
-    for (const BeamChild& c : a.children) {
-      if (!continued[c.parent]) {
-        continued[c.parent] = true;
-        ids.push_back(g.ids[c.parent]);
-      } else {
-        ids.push_back(a.request_id + kBeamSuffix + str(g.next_beam++));
-        if (Status st = scheduler_.fork(g.ids[c.parent], ids.back(), c.token); !st) {
-          error = st.error().message;  // a bug: end the search rather than go on without a beam
-          ids.pop_back();
-          break;
-        }
-        beam_owner_[ids.back()] = a.request_id;
-      }
-      if (!g.texts.empty()) {
-        texts.push_back(g.texts[c.parent]);
-        texts.back().text += texts.back().decoder.push(c.token);
-      }
-    }
-    // The children live on; parents without children were dropped above.
-    g.ids = std::move(ids);
-    g.texts = std::move(texts);
-    live.metrics.token_times.push_back(t_token);
-    if (live.metrics.first_token_time == 0.0) live.metrics.first_token_time = t_token;
-    live.metrics.last_token_time = t_token;
-    if (!error.empty()) {
-      release(a.request_id);
-      RequestOutput o;
-      o.error = "internal error: " + error;
-      finish(a.request_id, RequestStatus::kFinishedAborted, std::move(o));
-    } else if (g.search.done()) {
-      finish_beam_search(a.request_id);
-    }
-  }
-}
-
-void Engine::finish_beam_search(const std::string& request_id) {
-  Live& live = live_.at(request_id);
-  RequestOutput out;
-  for (const Beam& b : live.beams->search.finished()) {
-    BeamOutput beam;
-    beam.token_ids = b.token_ids;
-    beam.cumulative_logprob = b.cumulative_logprob;
-    beam.status = b.end == BeamEnd::kLength ? RequestStatus::kFinishedLength : RequestStatus::kFinishedStopped;
-    // The text a request with these tokens would have emitted (run_step).
-    IncrementalDecoder decoder(tokenizer_, live.render_special);
-    for (size_t t = 0; t < b.token_ids.size(); ++t) {
-      if (live.render_special && b.end == BeamEnd::kStopToken && t + 1 == b.token_ids.size()) continue;
-      beam.text += decoder.push(b.token_ids[t]);
-    }
-    beam.text += decoder.flush();
-    if (const size_t at = find_stop_string(beam.text, live.stop, 0, &beam.stop_string); at != std::string::npos) {
-      beam.text.resize(at);
-      beam.status = RequestStatus::kFinishedStopped;
-    }
-    out.beams.push_back(std::move(beam));
-  }
-  RequestStatus status = RequestStatus::kFinishedLength;
-  if (!out.beams.empty()) {
-    out.token_ids = out.beams[0].token_ids;
-    out.text = out.beams[0].text;
-    out.stop_string = out.beams[0].stop_string;
-    status = out.beams[0].status;
-  }
-  live.metrics.num_output_tokens = static_cast<int64_t>(out.token_ids.size());
-  release(request_id);  // every beam has been dropped already; this forgets the group
-  finish(request_id, status, std::move(out));
 }
 
 bool Engine::has_pending_work() {

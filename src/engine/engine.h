@@ -1,9 +1,9 @@
 // The serving engine: many requests share each forward pass.
 //
 // One step: apply queued commands (add, abort) -> Scheduler::schedule ->
-// ModelRunner::execute -> sample (one Sampler per request) ->
-// Scheduler::update -> stop strings -> emit RequestOutput deltas to each
-// request's stream. Requests enter and leave between any two steps
+// ModelRunner::execute (the forward pass, then its sampling stage: tokens
+// come back, not logits) -> Scheduler::update -> stop strings -> emit
+// RequestOutput deltas to each request's stream. Requests enter and leave between any two steps
 // (continuous batching); a long prompt is prefilled in chunks alongside
 // running decodes.
 //
@@ -35,6 +35,7 @@
 #include "engine/draft_model_proposer.h"
 #include "engine/kv_offload.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
@@ -279,13 +280,7 @@ class Engine {
     explicit BeamGroup(BeamSearch s) : search(std::move(s)) {}
     BeamSearch search;
     std::vector<std::string> ids;  // ids[i]: live beam i's scheduler request
-    // With stop strings: live beam i's text so far and its decoder, so that a
-    // candidate token's text is checked without decoding the beam again.
-    struct Text {
-      IncrementalDecoder decoder;
-      std::string text;
-    };
-    std::vector<Text> texts;
+    std::optional<BeamText> text;  // the beams' text (stop strings, the final texts)
     int64_t next_beam = 1;  // numbers the forks' ids
   };
   // A beam group that took a step (before update()): its live beams' children.
@@ -298,12 +293,8 @@ class Engine {
   // all its beams).
   struct Live {
     std::shared_ptr<RequestStream> stream;
-    Sampler sampler;
-    IncrementalDecoder decoder;
-    bool render_special = false;  // the decoder renders control tokens (not the stop token)
-    std::vector<std::string> stop;
+    RequestText text;  // its detokenized text and stop strings (the output processor's)
     int32_t logprobs = -1;
-    std::string held;  // decoded text not yet emitted (a stop string could start in it)
     RequestMetrics metrics;
     // Structured output: the grammar state, which follows the output tokens
     // (one commit per sampled token; a preempted request keeps its output, so
@@ -320,15 +311,15 @@ class Engine {
     // kMaybe: the matcher has taken the marker's tokens written so far
     // (used), and allowed them all (ok: the answer could still begin so).
     bool gate_grammar_used = false, gate_grammar_ok = true;
+    // kMaybe: the mask of this step (the marker's continuations, and the
+    // grammar's allowed tokens) and the grammar's part of it, which
+    // advance_grammar reads after sampling.
+    std::vector<uint32_t> gate_mask = {}, gate_grammar_mask = {};
     std::optional<DraftLength> draft_length = {};  // speculation: drafts to propose next, made at the first proposal
     std::optional<NgramProposer> ngram = {};  // the n-gram method's proposer, made at the first proposal
     std::unique_ptr<BeamGroup> beams = {};  // beam search; null for one sequence
     uint64_t kv_lease_id = 0;          // prefill for a remote decode: its lease (Request::kv_lease_id)
-    // Prompt logprobs: alternatives asked for (-1: none), the prompt tokens
-    // scored so far (a recompute after a preemption scores them again: those
-    // are dropped), and those not yet emitted.
-    int32_t prompt_logprobs = -1;
-    int64_t prompt_tokens_scored = 1;
+    // Prompt logprobs scored (by the sampling stage) and not yet emitted.
     std::vector<SampledLogprobs> pending_prompt_logprobs = {};
     std::vector<float> pooled = {};  // a pooled request's output row, taken after its step
   };
@@ -341,27 +332,50 @@ class Engine {
   // Frees the blocks of leases that ended (released by their consumer, or expired).
   void end_leases();
   void loop();
+  // One step of the engine core: schedule -> execute -> update.
   std::vector<RequestOutput> run_step();  // step() without the check
+  // What a step sampled, as the engine keeps it between execute() and update().
+  struct StepSamples {
+    double t_token = 0.0;                                     // when its tokens came
+    std::vector<std::vector<SampledLogprobs>> logprobs;       // per scheduled request
+    std::vector<std::string> pooled_done;                     // pooled requests whose one pass this was
+    std::vector<BeamAdvance> beams;                           // the beam groups that took their step
+  };
+  void apply_commands();
+  // Per-request metrics and the counters of what a step computes.
+  void count_scheduled(const SchedulerOutput& out);
+  // The forward pass and its sampling stage (ModelRunner::execute), and what
+  // the step's clients take from it before update(): grammars follow their
+  // tokens, proposers learn their drafts' acceptance, beam groups choose.
+  StepSamples execute(const SchedulerOutput& out);
+  // Scheduler::update with the step's tokens, then each request's output
+  // (output_update), pooled requests' ends, beam forks, and next drafts.
+  void update(const SchedulerOutput& out, StepSamples& step);
+  // One request's delta (or final output) from its update: its text through
+  // the output processor, stop strings and a complete grammar finish it.
+  void output_update(RequestUpdate& u, std::vector<SampledLogprobs> logprobs, std::string grammar_error,
+                     double t_token);
+  // Speculation's client side after a verification: `tokens` (1..num_drafts + 1) were accepted.
+  void drafts_verified(Live& live, int64_t num_drafts, const std::vector<int32_t>& tokens);
   void apply(Command& cmd);
   // Queues an output for the end of the step.
-  void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out);
+  void emit(const std::shared_ptr<RequestStream>& stream, RequestOutput out) { outputs_.emit(stream, std::move(out)); }
   // Ends a request the scheduler no longer holds with its final output.
   void finish(const std::string& id, RequestStatus status, RequestOutput out);
   // Publishes the stats, then pushes the step's outputs to their streams (so a
   // client that sees an output also sees the stats of the step that made it).
   std::vector<RequestOutput> end_step();
-  // Scores the prompt tokens whose logits a step computed (`rows` of them,
-  // from `logits`, for positions s.num_computed_tokens..) into
-  // live.pending_prompt_logprobs.
-  void score_prompt(Live& live, const ScheduledRequest& s, const std::vector<int32_t>& prompt, const float* logits,
-                    int64_t rows);
-  // Text of `live.held` that can be emitted now; sets *stop_at to a matched
-  // stop string, if any (the text before it is returned, the rest dropped).
-  std::string release_text(Live& live, bool final, std::string* stop_at);
+  // What the sampling stage needs to know of a scheduler request (a beam's:
+  // of its group), registered with the runner when the request is added.
+  SamplingRequest sampling_request(const Request& r, const Live& live, int32_t prompt_logprobs) const;
+  // The engine's side of sampling before a step: the allowed tokens of each
+  // request with a grammar that samples (into sampling_inputs_; a grammar
+  // that fails records its error in grammar_errors_ and leaves the row free).
+  void prepare_sampling(const SchedulerOutput& out);
   // The mask for a sequence that may still open its thinking: the tokens
   // that continue `start`, plus the grammar's allowed tokens while what was
-  // written so far is also a valid start of the answer. Applied to the row.
-  Status apply_maybe_thinking_mask(Live& live, float* logits, int64_t n_vocab);
+  // written so far is also a valid start of the answer (into live.gate_mask).
+  Status maybe_thinking_mask(Live& live, int64_t n_vocab);
   // After sampling `token`: gives it to the grammar, or to the thinking gate.
   Status advance_grammar(Live& live, int32_t token);
   // Token ids whose text continues `start` after its first k bytes, for each
@@ -370,8 +384,6 @@ class Engine {
   void publish_stats();
   // Drafts for the requests that just sampled and go on decoding.
   void propose_drafts(const std::vector<RequestUpdate>& updates);
-  // True when `live.held` contains one of its stop strings.
-  static bool holds_stop_string(const Live& live);
 
   // A beam's scheduler id: its request's id, this, and its number.
   static constexpr char kBeamSuffix[] = "#beam";
@@ -382,12 +394,11 @@ class Engine {
   // beam of its beam search. False if the scheduler holds none of it.
   bool release(const std::string& request_id);
   // Beam search, between sampling and update(): each group whose every live
-  // beam got a row this step (rows[i] >= 0 for out.scheduled[i]) takes its
-  // step; the token of each beam's first child goes to update() in sampled_.
-  // A group missing a row waits: its beams' rows are not used (update() then
-  // feeds their last token again).
-  std::vector<BeamAdvance> select_beams(const SchedulerOutput& out, const std::vector<float>& logits,
-                                        const std::vector<int64_t>& rows);
+  // beam sampled this step (its candidates in sampled.requests[i] for
+  // out.scheduled[i]) takes its step; the token of each beam's first child
+  // goes to update() in sampled_. A group missing a beam waits: its beams'
+  // candidates are not used (update() then feeds their last token again).
+  std::vector<BeamAdvance> select_beams(const SchedulerOutput& out, const ModelRunnerOutput& sampled);
   // After update(): drops the beams with no child, forks the others' further
   // children, and ends the searches that are done.
   void apply_beams(const std::vector<BeamAdvance>& advanced, double t_token);
@@ -418,13 +429,10 @@ class Engine {
   std::unordered_map<std::string, Live> live_;
   std::unordered_map<std::string, std::string> beam_owner_;  // a live beam's scheduler id -> its request's id
   std::vector<std::vector<int32_t>> sampled_;  // per scheduled request: its tokens this step, reused
-  std::vector<int32_t> spec_output_;    // output so far plus accepted drafts, reused
-  std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> emitted_;  // this step's
-  std::vector<float> logprob_row_;      // raw logits kept for logprobs, reused
+  OutputProcessor outputs_;  // this step's outputs, pushed at its end
+  StepSamplingInputs sampling_inputs_;  // this step's, reused
   std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
   std::unordered_map<std::string, std::vector<std::vector<int32_t>>> start_continuations_;
-  std::vector<uint32_t> gate_mask_;          // reused
-  std::vector<uint32_t> gate_grammar_mask_;  // the grammar's part of gate_mask_, reused
   std::function<void(const RequestOutput&)> finished_listener_;
   SpeculativeStats spec_stats_;
 

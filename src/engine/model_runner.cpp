@@ -126,7 +126,13 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
   }
 }
 
-std::vector<float>& ModelRunner::execute(const SchedulerOutput& out) {
+ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& out, const StepSamplingInputs& inputs) {
+  std::vector<float>& logits = compute_logits(out);
+  sampling_.sample(out, inputs, logits.data(), n_vocab(), output_);
+  return output_;
+}
+
+std::vector<float>& ModelRunner::compute_logits(const SchedulerOutput& out) {
   // Copies on write first: the step may write the copies' destinations.
   for (const kv::BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
   build_batch(out, cache_.block_size(), batch_);

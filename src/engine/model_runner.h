@@ -1,16 +1,20 @@
 // The model runner executes what the scheduler decided: it turns a
 // SchedulerOutput into one flattened ForwardBatch (every scheduled token of
 // every request end to end, with its position and KV slot), runs the forward
-// pass, and hands back the logits of the requests that sample this step. It
-// owns the KV cache memory, sized once from a memory budget. It makes no
-// policy (GUIDE rule 2): which tokens run and where they go is in the output.
+// pass, and samples from the logits where they are (sampling_stage.h): the
+// engine gets back each request's tokens (and logprobs, beam candidates or
+// pooled row), never the full rows. It owns the KV cache memory, sized once
+// from a memory budget. It makes no policy (GUIDE rule 2): which tokens run
+// and where they go is in the output.
 #pragma once
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/result.h"
+#include "engine/sampling_stage.h"
 #include "engine/scheduler_output.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
@@ -58,12 +62,23 @@ class ModelRunner {
   // (the prompt part of a chunk in a slice of its own before it).
   static void build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch);
 
-  // Runs the step, after the step's block copies (copy on write). Returns, per scheduled request in
+  // A request's sampling parameters and state, once, before it is first
+  // scheduled; removed when the scheduler no longer runs it (SamplingStage).
+  void add_request(const std::string& id, SamplingRequest request) { sampling_.add_request(id, std::move(request)); }
+  void remove_request(const std::string& id) { sampling_.remove_request(id); }
+  size_t num_requests() const { return sampling_.num_requests(); }
+
+  // Runs the step (compute_logits) and samples it (SamplingStage::sample):
+  // per scheduled request, what it sampled. Valid (and movable from) until
+  // the next execute().
+  ModelRunnerOutput& execute(const SchedulerOutput& out, const StepSamplingInputs& inputs);
+
+  // The forward pass alone, after the step's block copies (copy on write). Returns, per scheduled request in
   // the order of out.scheduled: with `prompt_logits` set, a row of n_vocab() logits for each of its
   // positions before the prompt's last (prompt_logit_rows()); then with `sample` set,
   // num_draft_tokens + 1 rows. The rows stay valid (and
-  // may be modified, e.g. by a sampler) until the next execute().
-  std::vector<float>& execute(const SchedulerOutput& out);
+  // may be modified) until the next call. For a draft model's proposer, tests and benchmarks.
+  std::vector<float>& compute_logits(const SchedulerOutput& out);
 
   // The rows of prompt positions a scheduled request gets before its sample rows.
   static int64_t prompt_logit_rows(const ScheduledRequest& s) {
@@ -88,6 +103,8 @@ class ModelRunner {
   KVCache cache_;
   ForwardBatch batch_;  // reused across steps
   std::vector<float> logits_;
+  SamplingStage sampling_;
+  ModelRunnerOutput output_;  // reused
 };
 
 }  // namespace inferd

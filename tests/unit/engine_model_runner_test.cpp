@@ -213,7 +213,7 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   SchedulerOutput out;
   for (size_t i = 0; i < prompts.size(); ++i)
     out.scheduled.push_back(scheduled(ids[i], 0, prompts[i], tables[i], true));
-  const std::vector<float> batched = (*runner)->execute(out);
+  const std::vector<float> batched = (*runner)->compute_logits(out);
   const int64_t V = (*runner)->n_vocab();
   ASSERT_EQ(static_cast<int64_t>(batched.size()), 3 * V);
 
@@ -229,7 +229,7 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   // A decode step of the first sequence continues from the cache the batch wrote.
   SchedulerOutput decode;
   decode.scheduled.push_back(scheduled("r0", 70, {prompts[1][0]}, tables[0], true));
-  const std::vector<float> next = (*runner)->execute(decode);
+  const std::vector<float> next = (*runner)->compute_logits(decode);
   std::vector<int32_t> longer = prompts[0];
   longer.push_back(prompts[1][0]);
   SequenceGenerator gen(*model_, 72);
