@@ -23,6 +23,7 @@ struct PerplexityFlags {
   int64_t batch = 512;
   int64_t chunks = -1;
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;
+  std::string numerics = "exact";  // resolve_numerics
   bool kl_divergence = false;
   bool json = false;
   int threads = default_threads();
@@ -41,7 +42,12 @@ int run_perplexity(const PerplexityFlags& f) {
   }
   std::stringstream text;
   text << in.rdbuf();
-  auto model = load_model_or_report(f.model, f.json, f.threads);
+  const auto numerics = resolve_numerics(f.numerics);
+  if (!numerics) {
+    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model_or_report(f.model, f.json, f.threads, kernels::native_ggml_flavour(), *numerics);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -114,6 +120,7 @@ void register_perplexity(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(1, 1 << 20));
   sub->add_option("--chunks", flags->chunks, "Windows to score (-1: all)")->capture_default_str();
   add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
+  add_numerics_option(*sub, flags->numerics);
   sub->add_flag("--kl-divergence", flags->kl_divergence,
                 "Also run an f16 KV cache and report the KL divergence of each prediction from it");
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
