@@ -80,9 +80,12 @@ void half_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int
 
 constexpr int kTokens = 4;
 
+// Tokens whose activation rows stay in cache while every group passes over them.
+constexpr int64_t kChunkTokens = 32;
+
 template <int B, bool kNibbles>
-void groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1, float* y,
-            size_t y_stride) {
+void chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1, float* y,
+           size_t y_stride) {
   for (int64_t g = g0; g < g1; ++g) {
     const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
     float* yg = y + g * kFastRows;
@@ -93,6 +96,13 @@ void groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t
       for (; i < nt; ++i) half_tokens<B, kNibbles, 1>(w, a, g, h, t0 + i, yg + i * y_stride, y_stride, rows);
     }
   }
+}
+
+template <int B, bool kNibbles>
+void groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1, float* y,
+            size_t y_stride) {
+  for (int64_t i = 0; i < nt; i += kChunkTokens)
+    chunk<B, kNibbles>(w, a, t0 + i, std::min(kChunkTokens, nt - i), g0, g1, y + i * y_stride, y_stride);
 }
 
 void fast_groups_avx2_impl(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
