@@ -305,7 +305,12 @@ void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0,
     int8_t* q = q_.data() + t * cols_ + b * kFastActBlock;
     int sum[2] = {0, 0};
     for (int k = 0; k < kFastActBlock; ++k) {
-      q[k] = static_cast<int8_t>(std::nearbyint(x[k] * id));  // |x * id| <= 127 (ties to even)
+      // Round to nearest, ties to even, by adding and taking away 1.5 * 2^23
+      // (exact for |v| <= 127): the same as nearbyint, but a vector add
+      // instead of a libm call per element on the baseline x86-64 target.
+      constexpr float kRound = 12582912.0f;
+      const float v = x[k] * id;
+      q[k] = static_cast<int8_t>(static_cast<int>((v + kRound) - kRound));
       sum[k / 16] += q[k];
     }
     d_[static_cast<size_t>(t * nb + b)] = d;
