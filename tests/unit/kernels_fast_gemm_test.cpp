@@ -97,6 +97,27 @@ class FastGemmLevel : public ::testing::TestWithParam<SimdLevel> {
   }
 };
 
+// The level's activation quantizer gives the scalar reference's bits.
+TEST_P(FastGemmLevel, QuantizesActivationsAsTheReference) {
+  const KernelTable table = build_kernel_table(GetParam());
+  const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
+  std::mt19937 rng(13);
+  std::vector<float> x = testing::random_floats(rng, 32 * 64, 3.0f);
+  for (int k = 0; k < 32; ++k) x[32 * 5 + k] = 0.0f;             // an all-zero block
+  x[32 * 7 + 3] = 127.5f * (x[32 * 7] = 1.0f) / 127.0f;          // a tie at half a step
+  const auto quantize_with = [&](const KernelTable& t, std::vector<int8_t>& q, std::vector<float>& fields) {
+    q.assign(x.size(), 0);
+    fields.assign(64 * 4, 0.0f);
+    t.fast_quantize(x.data(), 64, q.data(), fields.data(), fields.data() + 64, fields.data() + 128);
+  };
+  std::vector<int8_t> q, q_ref;
+  std::vector<float> f, f_ref;
+  quantize_with(table, q, f);
+  quantize_with(scalar, q_ref, f_ref);
+  EXPECT_EQ(q, q_ref);
+  for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(testing::bits_of(f[i]), testing::bits_of(f_ref[i])) << i;
+}
+
 // Within the activation quantization's error of the float product, and the
 // scalar reference's bits, for token counts from 1 to 512 and a partial
 // last group of rows.

@@ -296,28 +296,9 @@ FastActsView FastActivations::view() const {
 
 void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0, int64_t b1) {
   const int64_t nb = cols_ / kFastActBlock;
-  for (int64_t b = b0; b < b1; ++b) {
-    const float* x = x_row + b * kFastActBlock;
-    float amax = 0.0f;
-    for (int k = 0; k < kFastActBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float d = amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    int8_t* q = q_.data() + t * cols_ + b * kFastActBlock;
-    int sum[2] = {0, 0};
-    for (int k = 0; k < kFastActBlock; ++k) {
-      // Round to nearest, ties to even, by adding and taking away 1.5 * 2^23
-      // (exact for |v| <= 127): the same as nearbyint, but a vector add
-      // instead of a libm call per element on the baseline x86-64 target.
-      constexpr float kRound = 12582912.0f;
-      const float v = x[k] * id;
-      q[k] = static_cast<int8_t>(static_cast<int>((v + kRound) - kRound));
-      sum[k / 16] += q[k];
-    }
-    d_[static_cast<size_t>(t * nb + b)] = d;
-    dsum32_[static_cast<size_t>(t * nb + b)] = d * static_cast<float>(sum[0] + sum[1]);
-    dsum16_[static_cast<size_t>(2 * (t * nb + b))] = d * static_cast<float>(sum[0]);
-    dsum16_[static_cast<size_t>(2 * (t * nb + b) + 1)] = d * static_cast<float>(sum[1]);
-  }
+  const size_t at = static_cast<size_t>(t * nb + b0);
+  kernel_table().fast_quantize(x_row + b0 * kFastActBlock, b1 - b0, q_.data() + t * cols_ + b0 * kFastActBlock,
+                               d_.data() + at, dsum32_.data() + at, dsum16_.data() + 2 * at);
 }
 
 void FastActivations::copy_row(const FastActivations& from, int64_t from_t, int64_t t) {
@@ -334,6 +315,29 @@ float FastActivations::value(int64_t t, int64_t k) const {
 }
 
 namespace {
+
+// The reference quantizer (fast_layout.h, FastQuantizeFn).
+void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kFastActBlock, q += kFastActBlock) {
+    float amax = 0.0f;
+    for (int k = 0; k < kFastActBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    int sum[2] = {0, 0};
+    for (int k = 0; k < kFastActBlock; ++k) {
+      // Round to nearest, ties to even, by adding and taking away 1.5 * 2^23
+      // (exact for |v| <= 127), as the vector levels do.
+      constexpr float kRound = 12582912.0f;
+      const float v = x[k] * id;
+      q[k] = static_cast<int8_t>(static_cast<int>((v + kRound) - kRound));
+      sum[k / 16] += q[k];
+    }
+    d_out[b] = d;
+    dsum32[b] = d * static_cast<float>(sum[0] + sum[1]);
+    dsum16[2 * b] = d * static_cast<float>(sum[0]);
+    dsum16[2 * b + 1] = d * static_cast<float>(sum[1]);
+  }
+}
 
 // The reference: the arithmetic every level reproduces (fast_layout.h).
 void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
@@ -371,6 +375,8 @@ void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t
 
 void fill_fast_kernels(KernelTable& t, SimdLevel level) {
   t.fast_groups = fast_groups_scalar;
+  t.fast_quantize = fast_quantize_scalar;
+  if (level >= SimdLevel::kAvx512) t.fast_quantize = fast_quantize_avx512();
   if (level >= SimdLevel::kAvx2) t.fast_groups = fast_groups_avx2();
   if (level >= SimdLevel::kAvx512) t.fast_groups = fast_groups_avx512();
   if (level >= SimdLevel::kAmx) t.fast_groups = fast_groups_amx();

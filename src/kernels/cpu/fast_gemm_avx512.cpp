@@ -205,8 +205,31 @@ void fast_groups_amx_impl(const FastWeightsView& w, const FastActsView& a, int64
   }
 }
 
+// The quantizer (FastQuantizeFn) a block per step: the same float steps as
+// the scalar reference (max of |x| is exact in any order).
+void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+  const __m512 round = _mm512_set1_ps(12582912.0f);
+  for (int64_t b = 0; b < n_blocks; ++b, x += 32, q += 32) {
+    const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(lo, vid), round), round));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(hi, vid), round), round));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qhi));
+    const int s0 = _mm512_reduce_add_epi32(qlo), s1 = _mm512_reduce_add_epi32(qhi);
+    d_out[b] = d;
+    dsum32[b] = d * static_cast<float>(s0 + s1);
+    dsum16[2 * b] = d * static_cast<float>(s0);
+    dsum16[2 * b + 1] = d * static_cast<float>(s1);
+  }
+}
+
 }  // namespace
 
+FastQuantizeFn fast_quantize_avx512() { return fast_quantize_vec; }
 FastGroupsFn fast_groups_avx512() { return fast_groups_vnni; }
 FastGroupsFn fast_groups_amx() { return fast_groups_amx_impl; }
 

@@ -51,6 +51,11 @@ struct FastActsView {
 // order, isum = sum of u * q (exact in int32), then
 //   acc = fma(float(isum), scale * d, acc); acc = fma(min, dsum, acc)
 // from acc = 0: the same bits at every level, for every nt and tile.
+// n_blocks 32-float blocks of x into the activation fields above: q (32 a
+// block), d, dsum32 (one a block) and dsum16 (two). d = amax / 127,
+// q = x * (1 / d) rounded to nearest even; every level gives the same bits.
+using FastQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* q, float* d, float* dsum32, float* dsum16);
+
 using FastGroupsFn = void (*)(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                               int64_t g1, float* y, size_t y_stride);
 

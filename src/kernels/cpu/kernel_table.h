@@ -131,6 +131,7 @@ struct KernelTable {
   Q4KGroupsFn q4k_groups = nullptr;
   // The fast numerics tier's product (fast_gemm.h): the same bits at every level.
   FastGroupsFn fast_groups = nullptr;
+  FastQuantizeFn fast_quantize = nullptr;
   FloatKernels ops;
   const char* level = "scalar";
 };
@@ -168,6 +169,7 @@ void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
 // The fast tier's kernel of a level (fast_gemm.cpp), and each level's own.
 void fill_fast_kernels(KernelTable& t, SimdLevel level);
 FastGroupsFn fast_groups_avx2();                            // fast_gemm_avx2.cpp
+FastQuantizeFn fast_quantize_avx512();                      // fast_gemm_avx512.cpp
 FastGroupsFn fast_groups_avx512();                          // fast_gemm_avx512.cpp (VNNI)
 FastGroupsFn fast_groups_amx();                             // fast_gemm_avx512.cpp (AMX tiles)
 
