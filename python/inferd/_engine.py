@@ -62,6 +62,9 @@ class EngineArgs:
     #: the KV cache's element type: "auto" (f16), "f16", "bf16", "q8_0", "q4_0", ... (vLLM's name; llama.cpp's
     #: types). q8_0 holds about 1.9x and q4_0 3.5x the tokens of f16 in the same memory, at a small cost in accuracy
     kv_cache_dtype: str = "auto"
+    #: the kernels' arithmetic: "exact" (bit-identical with llama.cpp's CPU build) or "fast" (activations quantized
+    #: once per row, integer sums per weight block; differs from exact by the activation quantization's error)
+    numerics: str = "exact"
 
 
 def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
@@ -82,6 +85,7 @@ def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     core.kv_store_path = os.fspath(args.kv_store_path) if args.kv_store_path else ""
     core.kv_store_size = str(args.kv_store_size)
     core.kv_cache_dtype = str(args.kv_cache_dtype)
+    core.numerics = str(args.numerics)
     return _core.Session(
         model=os.fspath(model) if model is not None else default_model(),
         args=core,

@@ -32,6 +32,7 @@ struct BenchLatencyFlags {
   int64_t max_model_len = 0;
   std::string kv_cache_memory = "256M";
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
+  std::string numerics = "exact";  // resolve_numerics
   bool enable_prefix_caching = false;
   bool warm_up = true;
   float temperature = 0.0f;
@@ -67,7 +68,12 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
     return 1;
   }
-  auto model = load_model_or_report(f.model, false, f.threads);
+  const auto numerics = resolve_numerics(f.numerics);
+  if (!numerics) {
+    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model_or_report(f.model, false, f.threads, kernels::native_ggml_flavour(), *numerics);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -240,6 +246,7 @@ void register_bench_latency(CLI::App& bench, int& exit_code) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 256M")->capture_default_str();
   add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
+  add_numerics_option(*sub, flags->numerics);
   sub->add_flag("--warm-up,!--no-warm-up", flags->warm_up,
                 "Run a prefill and a decode pass when the engine starts, before the first request")
       ->capture_default_str();

@@ -44,15 +44,15 @@ int64_t spread(int64_t len, double r, std::mt19937_64& rng) {
 }
 
 int run_bench_throughput(const BenchThroughputFlags& f) {
-  auto model = load_model_or_report(f.model, false, f.threads);
-  if (!model) return 1;
-  if (!model->can_generate()) {
-    std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
-    return 1;
-  }
   auto ec = f.engine.config();
   if (!ec) {
     std::fprintf(stderr, "error: %s\n", ec.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model_or_report(f.model, false, f.threads, kernels::native_ggml_flavour(), ec->numerics);
+  if (!model) return 1;
+  if (!model->can_generate()) {
+    std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
     return 1;
   }
   auto engine = Engine::create(*model, *ec);

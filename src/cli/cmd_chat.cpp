@@ -24,6 +24,7 @@ struct ChatFlags {
   SamplingFlags sampling;
   std::string speculative_config;  // vLLM's JSON; empty: off
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
+  std::string numerics = "exact";  // resolve_numerics
 };
 
 // The chat template: --chat-template FILE, else the model's own.
@@ -33,7 +34,12 @@ int run_chat(const ChatFlags& f) {
     std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
     return 1;
   }
-  auto model = load_model_or_report(f.model, false, f.threads);
+  const auto numerics = resolve_numerics(f.numerics);
+  if (!numerics) {
+    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model_or_report(f.model, false, f.threads, kernels::native_ggml_flavour(), *numerics);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -129,6 +135,7 @@ void register_chat(CLI::App& app, int& exit_code) {
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
   add_speculative_option(*sub, flags->speculative_config);
   add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
+  add_numerics_option(*sub, flags->numerics);
   flags->sampling.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_chat(*flags); });
 }

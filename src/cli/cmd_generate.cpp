@@ -29,6 +29,7 @@ struct GenerateFlags {
   float length_penalty = 1.0f;
   std::string early_stopping = "false";
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
+  std::string numerics = "exact";  // resolve_numerics
 };
 
 // --early-stopping: HF's / vLLM's true, false or never.
@@ -45,7 +46,12 @@ int run_generate(const GenerateFlags& f) {
     std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
     return 1;
   }
-  auto model = load_model_or_report(f.model, f.json, f.threads);
+  const auto numerics = resolve_numerics(f.numerics);
+  if (!numerics) {
+    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model_or_report(f.model, f.json, f.threads, kernels::native_ggml_flavour(), *numerics);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -165,6 +171,7 @@ void register_generate(CLI::App& app, int& exit_code) {
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
   add_speculative_option(*sub, flags->speculative_config);
   add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
+  add_numerics_option(*sub, flags->numerics);
   sub->add_flag("--json", flags->json, "Print prompt ids, generated ids and text as JSON");
   sub->add_flag("--ignore-eos", flags->ignore_eos, "Do not stop at end-of-generation tokens");
   sub->add_flag("--no-special", flags->no_special, "Tokenize special-token text as plain text");

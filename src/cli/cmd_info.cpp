@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "engine/kv_capacity.h"
+#include "kernels/cpu/kernel_table.h"
 #include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
@@ -19,7 +20,15 @@ struct InfoFlags {
   std::string model;
   bool json = false;
   bool show_template = false;
+  std::string numerics = "exact";
 };
+
+// What --numerics picks on this CPU, in words.
+std::string numerics_description(kernels::Numerics n) {
+  if (n == kernels::Numerics::kExact) return "exact: bit-identical with llama.cpp's CPU build";
+  return std::string("fast: activations quantized once per row, integer sums per weight block (") +
+         kernels::kernel_table().level + " kernels)";
+}
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
@@ -54,6 +63,11 @@ std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
 }
 
 int run_info(const InfoFlags& f) {
+  const auto numerics = resolve_numerics(f.numerics);
+  if (!numerics) {
+    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
+    return 1;
+  }
   // Described, not loaded for running: a file inferd cannot run (another
   // architecture, a weight type without kernels) is still shown, with why.
   LoadOptions options;
@@ -142,6 +156,7 @@ int run_info(const InfoFlags& f) {
         {{"dtype", r.dtype}, {"bytes_per_token", r.bytes_per_token}, {"tokens_per_gib", r.tokens_per_gib}});
   j["tensor_count"] = file.tensors().size();
   for (const auto& [name, e] : by_type) j["tensor_types"][name] = {{"count", e.first}, {"bytes", e.second}};
+  j["numerics"] = {{"tier", kernels::numerics_name(*numerics)}, {"description", numerics_description(*numerics)}};
   j["chat_template"] = tmpl.empty() ? nlohmann::json(nullptr) : nlohmann::json(tmpl);
   if (f.json) {
     std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -204,6 +219,7 @@ int run_info(const InfoFlags& f) {
       std::printf("               %-7s %15lld %15lld\n", r.dtype.c_str(), static_cast<long long>(r.bytes_per_token),
                   static_cast<long long>(r.tokens_per_gib));
   }
+  std::printf("numerics       %s\n", numerics_description(*numerics).c_str());
   std::printf("tensors        %zu\n", file.tensors().size());
   for (const auto& [name, e] : by_type)
     std::printf("  %-6s       %4lld tensors, %s\n", name.c_str(), (long long)e.first,
@@ -225,6 +241,7 @@ void register_info(CLI::App& app, int& exit_code) {
   sub->add_option("model", flags->model, "GGUF model file")->required();
   sub->add_flag("--json", flags->json, "Print as JSON");
   sub->add_flag("--template", flags->show_template, "Print the chat template");
+  add_numerics_option(*sub, flags->numerics);
   sub->callback([flags, &exit_code] { exit_code = run_info(*flags); });
 }
 

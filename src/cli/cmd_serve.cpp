@@ -73,8 +73,14 @@ struct Loaded {
 
 bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
           const std::optional<server::KVTransferConfig>& kv_transfer) {
+  const auto numerics = resolve_numerics(f.engine.numerics);
+  if (!numerics) {
+    spdlog::error("{}", numerics.error().message);
+    return false;
+  }
   out.model = load_model_or_report(f.model, false, f.threads,
-                                   kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()));
+                                   kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()),
+                                   *numerics);
   if (!out.model) return false;
   if (!out.model->can_generate()) {
     spdlog::error("{}", unsupported_architecture_message(out.model->config().architecture));
@@ -122,6 +128,10 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
   spdlog::info("model {} ready: max_model_len {}, KV cache {} blocks of {} tokens, {} threads, prefix caching {}",
                out.model->config().name, out.engine->config().max_model_len, stats.kv_total_blocks,
                out.engine->config().block_size, f.threads, f.engine.enable_prefix_caching ? "on" : "off");
+  spdlog::info("numerics {}: {}", kernels::numerics_name(out.model->numerics()),
+               out.model->numerics() == kernels::Numerics::kExact
+                   ? "bit-identical with llama.cpp's CPU build"
+                   : "integer accumulation (differs from llama.cpp by the activation quantization's error)");
   spdlog::info("KV cache capacity {} tokens: {} keys and values, {} bytes a token", stats.kv_capacity_tokens,
                kv::kv_cache_dtype_name(stats.kv_cache_dtype), stats.kv_bytes_per_token);
   if (stats.offload.host_enabled)

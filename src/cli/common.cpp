@@ -48,6 +48,15 @@ void EngineFlags::add_to(CLI::App& app) {
                  "Keep evicted prefix-cache blocks on disk in this directory too (found again after a restart)");
   app.add_option("--kv-store-size", kv_store_size, "Bound of the disk tier")->capture_default_str();
   add_kv_cache_dtype_options(app, kv_cache_dtype, cache_type_k, cache_type_v);
+  add_numerics_option(app, numerics);
+}
+
+void add_numerics_option(CLI::App& app, std::string& numerics) {
+  app.add_option("--numerics", numerics,
+                 "Kernel arithmetic: exact (bit-identical with llama.cpp's CPU build) or fast (activations quantized "
+                 "once per row, integer sums per weight block on VNNI or AMX; differs from exact by the activation "
+                 "quantization's error)")
+      ->capture_default_str();
 }
 
 void add_kv_cache_dtype_options(CLI::App& app, std::string& kv_cache_dtype, std::string& cache_type_k,
@@ -136,11 +145,12 @@ bool drain_requests(const sigset_t& signals, double timeout_seconds, const std::
 }
 
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads,
-                                            kernels::GgmlFlavour flavour) {
+                                            kernels::GgmlFlavour flavour, kernels::Numerics numerics) {
   const bool tty = isatty(STDERR_FILENO) && !quiet;
   LoadOptions options;
   options.n_threads = n_threads;
   options.ggml_flavour = flavour;
+  options.numerics = numerics;
   int last_percent = -1;
   options.progress = [&](double fraction) {
     if (!tty) return;

@@ -29,8 +29,10 @@ std::string default_model_path();
 // Prints the error and returns nullptr on failure.
 // n_threads: the forward pass's threads (0: one per hardware thread).
 // flavour: which llama.cpp CPU build's arithmetic to follow (kernels/cpu/flavour.h).
+// numerics: exact or fast kernels (kernels/cpu/numerics.h).
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads = 0,
-                                            kernels::GgmlFlavour flavour = kernels::native_ggml_flavour());
+                                            kernels::GgmlFlavour flavour = kernels::native_ggml_flavour(),
+                                            kernels::Numerics numerics = kernels::Numerics::kExact);
 
 struct SamplingFlags {
   float temperature = 0.8f;
@@ -59,6 +61,9 @@ void add_speculative_option(CLI::App& app, std::string& json);
 // read by resolve_kv_cache_dtype.
 void add_kv_cache_dtype_options(CLI::App& app, std::string& kv_cache_dtype, std::string& cache_type_k,
                                 std::string& cache_type_v);
+
+// --numerics exact|fast, read by resolve_numerics (engine_args.h).
+void add_numerics_option(CLI::App& app, std::string& numerics);
 
 // The command line with llama.cpp's multi-letter short flags (-ctk, -ctv)
 // spelled as their long names: CLI11 takes a single dash for one letter, so

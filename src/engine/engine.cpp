@@ -70,6 +70,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
     LoadOptions options;
     options.thread_pool = model.thread_pool();  // one after the other on the same cores
     options.ggml_flavour = model.ggml_flavour();
+    options.numerics = model.numerics();
     options.max_output_rows = config.speculative.draft_vocab_size;
     auto draft = Model::load(config.speculative.draft_model, options);
     if (!draft) return make_error("cannot load the draft model: " + draft.error().message);

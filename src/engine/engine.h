@@ -67,6 +67,9 @@ struct EngineConfig {
   // (q8_0 about 1.9 times f16's tokens, q4_0 3.5 times). One the model's
   // executor cannot read is refused at create(), naming those it can.
   DType kv_cache_dtype = kv::kDefaultKVCacheDType;
+  // The kernels' arithmetic (kernels/cpu/numerics.h). Fixed when the model is
+  // loaded: front ends pass it to LoadOptions, and a draft model follows it.
+  kernels::Numerics numerics = kernels::Numerics::kExact;
   int32_t max_logprobs = 20;  // largest `logprobs` a request may ask for
   // Run a prefill-shaped and a decode-shaped pass at creation, so the first
   // request is as fast as the next (ModelRunnerConfig::warm_up).

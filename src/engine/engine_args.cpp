@@ -39,6 +39,13 @@ Result<DType> resolve_kv_cache_dtype(const std::string& kv_cache_dtype, const st
   return dtype;
 }
 
+Result<kernels::Numerics> resolve_numerics(const std::string& numerics, EngineArgs::Naming naming) {
+  if (auto n = kernels::parse_numerics(numerics)) return *n;
+  return make_error(arg_name("numerics", naming) + " '" + numerics +
+                    "' is not a numerics tier: use exact (bit-identical with llama.cpp's CPU build) or fast "
+                    "(integer accumulation)");
+}
+
 Result<EngineConfig> EngineArgs::config(Naming naming) const {
   const auto out_of_range = [&](const char* keyword, int64_t value, int64_t lo, int64_t hi) -> Status {
     if (value >= lo && value <= hi) return {};
@@ -66,6 +73,9 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
   auto dtype = resolve_kv_cache_dtype(kv_cache_dtype, cache_type_k, cache_type_v, naming);
   if (!dtype) return dtype.error();
   ec.kv_cache_dtype = *dtype;
+  auto tier = resolve_numerics(numerics, naming);
+  if (!tier) return tier.error();
+  ec.numerics = *tier;
   if (!kv_cache_memory.empty()) {
     ec.kv_cache_bytes = parse_bytes(kv_cache_memory);
     if (ec.kv_cache_bytes <= 0)

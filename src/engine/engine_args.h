@@ -32,6 +32,9 @@ struct EngineArgs {
   // must name the same one.
   std::string kv_cache_dtype = "auto";
   std::string cache_type_k, cache_type_v;
+  // The kernels' arithmetic: "exact" (llama.cpp's CPU bits) or "fast"
+  // (kernels/cpu/numerics.h).
+  std::string numerics = "exact";
 
   // How an error names an argument: as a flag (--kv-cache-memory) or as a
   // keyword argument (kv_cache_memory).
@@ -46,5 +49,10 @@ struct EngineArgs {
 Result<DType> resolve_kv_cache_dtype(const std::string& kv_cache_dtype, const std::string& cache_type_k,
                                      const std::string& cache_type_v,
                                      EngineArgs::Naming naming = EngineArgs::Naming::kFlag);
+
+// "exact" or "fast" as the Numerics it names, or an error naming the argument
+// and the values it takes.
+Result<kernels::Numerics> resolve_numerics(const std::string& numerics,
+                                           EngineArgs::Naming naming = EngineArgs::Naming::kFlag);
 
 }  // namespace inferd

@@ -39,6 +39,12 @@ uint64_t kv_fingerprint(const Model& model, const KVCache& cache) {
   XXH3_64bits_update(st, windows.data(), windows.size() * sizeof(int64_t));
   XXH3_64bits_update(st, layout.layer_group.data(), layout.layer_group.size() * sizeof(int32_t));
   XXH3_64bits_update(st, layout.layer_slab.data(), layout.layer_slab.size() * sizeof(int32_t));
+  // Keys and values computed by the fast kernels differ from exact's: never
+  // mixed. Exact adds nothing, so the stores written before tiers stay valid.
+  if (model.numerics() != kernels::Numerics::kExact) {
+    const int64_t tier = static_cast<int64_t>(model.numerics());
+    XXH3_64bits_update(st, &tier, sizeof tier);
+  }
   const uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   return h;

@@ -1,7 +1,7 @@
 // What the engine gives the KV offload tiers (kvstore/): the pool's memory as
 // blocks, and a fingerprint that names the model and the KV layout, so blocks
-// saved by another model, another quantization or another layout are never
-// loaded.
+// saved by another model, another quantization, another layout or another
+// numerics tier (kernels/cpu/numerics.h) are never loaded.
 #pragma once
 #include <cstdint>
 

@@ -88,7 +88,11 @@ Result<PerplexityResult> measure_perplexity(Model& model, const std::vector<int3
   SequenceGenerator cache(model, o.context, o.kv_dtype);
   if (Status s = model.check_kv_cache(cache.kv_layout()); !s) return s.error();
   std::unique_ptr<SequenceGenerator> base;
-  if (o.compare_with_f16) base = std::make_unique<SequenceGenerator>(model, o.context, DType::F16);
+  if (o.compare_with_f16) {
+    Model& base_model = o.base_model ? *o.base_model : model;
+    if (base_model.config().n_vocab != n_vocab) return make_error("the comparison model has another vocabulary");
+    base = std::make_unique<SequenceGenerator>(base_model, o.context, DType::F16);
+  }
 
   const Tokenizer& tok = model.tokenizer();
   const bool bos = tok.add_bos() && tok.bos_id() >= 0;

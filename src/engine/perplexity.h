@@ -28,6 +28,10 @@ struct PerplexityOptions {
   // Also run each window on an f16 cache and compare the two distributions
   // at every scored position.
   bool compare_with_f16 = false;
+  // The model that comparison runs on, when not the measured one: the same
+  // file loaded with other numerics (the exact tier, to measure the fast
+  // tier's KL divergence from it).
+  Model* base_model = nullptr;
 };
 
 struct PerplexityResult {

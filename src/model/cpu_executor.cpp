@@ -24,26 +24,26 @@ namespace inferd {
 CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)),
       config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
-      flavour_(model.ggml_flavour()), pooled_(config_.returns_pooled()) {
+      flavour_(model.ggml_flavour()), numerics_(model.numerics()), pooled_(config_.returns_pooled()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   // A pooled model never runs its LM head: it is not repacked.
-  size_t packed_bytes = pooled_ ? 0 : Linear::packed_bytes(weights_.output);
+  size_t packed_bytes = pooled_ ? 0 : Linear::packed_bytes(weights_.output, numerics_);
   for (const LayerWeights& L : weights_.layers) {
     for (const WeightView& w : L.proj)
-      if (w) packed_bytes += Linear::packed_bytes(w);
+      if (w) packed_bytes += Linear::packed_bytes(w, numerics_);
     if (L.moe) {
-      packed_bytes += Linear::packed_bytes(L.moe.router);
+      packed_bytes += Linear::packed_bytes(L.moe.router, numerics_);
       for (const ExpertsView* experts : {&L.moe.gate, &L.moe.up, &L.moe.down})
-        packed_bytes += Linear::packed_bytes(experts->expert(0)) * static_cast<size_t>(experts->n_expert);
+        packed_bytes += Linear::packed_bytes(experts->expert(0), numerics_) * static_cast<size_t>(experts->n_expert);
       for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp})
-        if (*w) packed_bytes += Linear::packed_bytes(*w);
+        if (*w) packed_bytes += Linear::packed_bytes(*w, numerics_);
     }
     if (L.mla) {
       for (const WeightView* w : {&L.mla.q, &L.mla.q_a, &L.mla.q_b, &L.mla.kv_a})
-        if (*w) packed_bytes += Linear::packed_bytes(*w);
+        if (*w) packed_bytes += Linear::packed_bytes(*w, numerics_);
       for (const ExpertsView* heads : {&L.mla.k_b, &L.mla.v_b})
-        packed_bytes += Linear::packed_bytes(heads->expert(0)) * static_cast<size_t>(heads->n_expert);
+        packed_bytes += Linear::packed_bytes(heads->expert(0), numerics_) * static_cast<size_t>(heads->n_expert);
     }
   }
   if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
@@ -56,7 +56,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   // they are read.
   const gguf::File& file = model.file();
   const auto make = [&](const WeightView& w) {
-    Linear linear = Linear::make(w, arena, flavour_);
+    Linear linear = Linear::make(w, arena, flavour_, numerics_);
     if (linear.reads_copy()) file.release_pages(w.data, row_bytes(w.dtype, w.cols) * w.rows);
     return linear;
   };

@@ -51,6 +51,7 @@ class CpuExecutor final : public Executor {
   const std::vector<LayerProgram>& programs_;  // each layer's phases, walked by forward_thread
   const ModelWeights& weights_;   // views of the model's file
   kernels::GgmlFlavour flavour_;  // whose rounding the kernels reproduce
+  kernels::Numerics numerics_;    // exact: those bits; fast: the fast tier's kernels (linear.h)
 
   // What every thread of one forward pass reads.
   struct Pass {

@@ -13,9 +13,21 @@
 
 namespace inferd {
 
-Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::GgmlFlavour flavour) {
+namespace {
+bool runs_fast(const WeightView& w, kernels::Numerics numerics) {
+  return numerics == kernels::Numerics::kFast && kernels::fast_gemm_applies(w.dtype) &&
+         w.cols % kernels::kFastActBlock == 0;
+}
+}  // namespace
+
+Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::GgmlFlavour flavour,
+                    kernels::Numerics numerics) {
   Linear l;
   l.view_ = w;
+  if (runs_fast(w, numerics)) {
+    l.fast_ = kernels::FastMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
+    return l;
+  }
   l.f32_avx512_order_ = w.dtype == DType::F32 && flavour == kernels::GgmlFlavour::kAvx512;
   if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena);
@@ -33,7 +45,9 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::G
   return l;
 }
 
-size_t Linear::packed_bytes(const WeightView& w) {
+size_t Linear::packed_bytes(const WeightView& w, kernels::Numerics numerics) {
+  if (runs_fast(w, numerics))
+    return kernels::PackedArena::space_for(kernels::FastMatrix::packed_bytes(w.dtype, w.rows, w.cols));
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) {
     return kernels::PackedArena::space_for(kernels::RepackedQ4K::packed_bytes(w.rows, w.cols));
   }
@@ -42,8 +56,8 @@ size_t Linear::packed_bytes(const WeightView& w) {
 }
 
 bool Linear::same_input(const Linear& other) const {
-  if (cols() != other.cols() || packed() != other.packed()) return false;
-  if (packed()) return true;
+  if (cols() != other.cols() || packed() != other.packed() || fast() != other.fast()) return false;
+  if (packed() || fast()) return true;
   // GGML quantizes some of a repacked Q4_K's input with a Q8_K quantizer of its own.
   const bool repack = kernels::ggml_repacked(view_.dtype, rows());
   const bool other_repack = kernels::ggml_repacked(other.view_.dtype, other.rows());
@@ -51,6 +65,10 @@ bool Linear::same_input(const Linear& other) const {
 }
 
 void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
+  if (fast()) {
+    in.fast.resize(n_tokens, cols());
+    return;
+  }
   if (packed()) {
     in.packed.resize(n_tokens, cols());
     return;
@@ -61,6 +79,10 @@ void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
 }
 
 void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& tokens, LinearInput& in) const {
+  if (fast()) {
+    for (int64_t t = t0; t < t1; ++t) in.fast.quantize_blocks(x + t * cols(), t, 0, cols() / kernels::kFastActBlock);
+    return;
+  }
   if (packed()) {
     kernels::quantize_packed_rows(x, t0, t1, in.packed);
   } else {
@@ -70,6 +92,10 @@ void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& 
 
 void Linear::quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, const StepTokens& tokens,
                              LinearInput& in) const {
+  if (fast()) {
+    in.fast.quantize_blocks(x + t * cols(), t, b0, b1);
+    return;
+  }
   if (packed()) {
     kernels::quantize_packed_blocks(x, t, b0, b1, in.packed);
   } else {
@@ -79,10 +105,11 @@ void Linear::quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, 
 }
 
 namespace {
-std::pair<int64_t, int64_t> group_split(const kernels::PackedMatrix& w, int ti, int nt, int64_t align_rows) {
+std::pair<int64_t, int64_t> group_split(int64_t groups, int ti, int nt, int64_t align_rows) {
   const int64_t align = align_rows % kernels::kPackRows == 0 ? align_rows / kernels::kPackRows : 1;
-  return ThreadPool::split(w.groups(), ti, nt, align);
+  return ThreadPool::split(groups, ti, nt, align);
 }
+static_assert(kernels::kFastRows == kernels::kPackRows, "the fast tier's groups split as the packed ones");
 }  // namespace
 
 void Linear::compute(const LinearInput& in, const StepTokens& tokens, float* y, int thread_index, int n_threads,
@@ -93,17 +120,22 @@ void Linear::compute(const LinearInput& in, const StepTokens& tokens, float* y, 
 
 namespace {
 // The groups holding rows [r0, r1), which must start and end on group edges.
-std::pair<int64_t, int64_t> groups_of_rows(const kernels::PackedMatrix& w, int64_t rows, int64_t r0, int64_t r1) {
+std::pair<int64_t, int64_t> groups_of_rows(int64_t groups, int64_t rows, int64_t r0, int64_t r1) {
   assert(r0 % kernels::kPackRows == 0 && (r1 % kernels::kPackRows == 0 || r1 == rows));
   (void)rows;
-  return {r0 / kernels::kPackRows, std::min(w.groups(), (r1 + kernels::kPackRows - 1) / kernels::kPackRows)};
+  return {r0 / kernels::kPackRows, std::min(groups, (r1 + kernels::kPackRows - 1) / kernels::kPackRows)};
 }
 }  // namespace
 
 void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float* y, int64_t r0, int64_t r1) const {
   if (r0 >= r1 || tokens.n == 0) return;
+  if (fast()) {
+    const auto [g0, g1] = groups_of_rows(fast_.groups(), rows(), r0, r1);
+    kernels::fast_matmul_groups(fast_, in.fast, 0, tokens.n, g0, g1, y, rows());
+    return;
+  }
   if (packed()) {
-    const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
+    const auto [g0, g1] = groups_of_rows(packed_.groups(), rows(), r0, r1);
     kernels::packed_matmul_groups(packed_, in.packed, g0, g1, y, rows(), tokens.n);
     return;
   }
@@ -122,8 +154,13 @@ void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float
 void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepTokens& tokens, float* y, int64_t r0,
                                int64_t r1) const {
   if (r0 >= r1 || tokens.n == 0) return;
+  if (fast()) {
+    const auto [g0, g1] = groups_of_rows(fast_.groups(), rows(), r0, r1);
+    kernels::fast_matmul_groups(fast_, in.fast, first, tokens.n, g0, g1, y, rows());
+    return;
+  }
   if (packed()) {
-    const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
+    const auto [g0, g1] = groups_of_rows(packed_.groups(), rows(), r0, r1);
     kernels::packed_matmul_span(packed_, in.packed, first, tokens.n, g0, g1, y, rows());
     return;
   }
@@ -141,6 +178,10 @@ void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepT
 }
 
 void Linear::copy_input_row(const LinearInput& from, int64_t t, LinearInput& to, int64_t r) const {
+  if (fast()) {
+    to.fast.copy_row(from.fast, t, r);
+    return;
+  }
   if (packed()) {
     std::memcpy(to.packed.row(r), from.packed.row(t), from.packed.row_bytes());
     return;
@@ -153,8 +194,12 @@ void Linear::copy_input_row(const LinearInput& from, int64_t t, LinearInput& to,
 
 std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const {
   if (r0 >= r1) return {nullptr, 0};
+  if (fast()) {
+    const auto [g0, g1] = groups_of_rows(fast_.groups(), rows(), r0, r1);
+    return {fast_.group(g0), static_cast<size_t>(fast_.group(g1) - fast_.group(g0))};
+  }
   if (packed()) {
-    const auto [g0, g1] = groups_of_rows(packed_, rows(), r0, r1);
+    const auto [g0, g1] = groups_of_rows(packed_.groups(), rows(), r0, r1);
     return {packed_.group(g0), static_cast<size_t>(packed_.group(g1) - packed_.group(g0))};
   }
   if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) return q4k_.rows_bytes(r0, r1);
@@ -163,6 +208,10 @@ std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const 
 }
 
 std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads, int64_t align_rows) const {
+  if (fast()) {
+    const auto [g0, g1] = group_split(fast_.groups(), thread_index, n_threads, align_rows);
+    return {std::min(rows(), g0 * kernels::kFastRows), std::min(rows(), g1 * kernels::kFastRows)};
+  }
   if (!packed()) {
     // Shares on align_rows, a multiple of the kernels' own 16-row split (and
     // of a repacked Q4_K's eight-row groups).
@@ -170,7 +219,7 @@ std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads,
       return ThreadPool::split(rows(), thread_index, n_threads, align_rows);
     return kernels::matmul_row_split(rows(), thread_index, n_threads);
   }
-  const auto [g0, g1] = group_split(packed_, thread_index, n_threads, align_rows);
+  const auto [g0, g1] = group_split(packed_.groups(), thread_index, n_threads, align_rows);
   return {std::min(rows(), g0 * kernels::kPackRows), std::min(rows(), g1 * kernels::kPackRows)};
 }
 

@@ -10,14 +10,20 @@
 // for that weight (kernels/cpu/matmul.h, matmul_rows_ggml), so
 // for some types it depends on each token's place in its sequence's share of
 // the step (StepTokens), never on other sequences or the threads.
+// With the fast numerics (kernels/cpu/numerics.h) the block formats are
+// repacked for the fast tier's kernels instead (kernels/cpu/fast_gemm.h),
+// whose results depend on nothing but the token's own row; F16, BF16 and F32
+// weights keep the exact kernels in both tiers.
 #pragma once
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/fast_gemm.h"
 #include "kernels/cpu/flavour.h"
 #include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/numerics.h"
 #include "kernels/cpu/packed.h"
 #include "model/weights.h"
 
@@ -27,6 +33,7 @@ namespace inferd {
 // several projections that want the same form (Linear::same_input).
 struct LinearInput {
   kernels::PackedActivations packed;  // for packed weights
+  kernels::FastActivations fast;      // for the fast tier's weights
   std::vector<uint8_t> rows;          // for GGML-layout weights
   size_t row_bytes = 0;
 };
@@ -44,16 +51,20 @@ class Linear {
   // Repacks w when the packed kernels take its type (into arena when given).
   // flavour: whose order F32 weights are summed in (kernels/cpu/float_matmul.h;
   // the other types' orders are the same in both GGML builds).
+  // numerics: the fast tier repacks the block formats for its own kernels.
   static Linear make(const WeightView& w, kernels::PackedArena* arena = nullptr,
-                     kernels::GgmlFlavour flavour = kernels::GgmlFlavour::kAvx2);
+                     kernels::GgmlFlavour flavour = kernels::GgmlFlavour::kAvx2,
+                     kernels::Numerics numerics = kernels::Numerics::kExact);
   // The arena space make() repacks w into (0 when it reads w in place).
-  static size_t packed_bytes(const WeightView& w);
+  static size_t packed_bytes(const WeightView& w, kernels::Numerics numerics = kernels::Numerics::kExact);
 
   int64_t rows() const { return view_.rows; }
   int64_t cols() const { return view_.cols; }
   bool packed() const { return static_cast<bool>(packed_); }
+  // True when the fast tier's kernels run this projection.
+  bool fast() const { return static_cast<bool>(fast_); }
   // True when the kernels read a repacked copy, not the weight's bytes in the file.
-  bool reads_copy() const { return packed() || static_cast<bool>(q4k_) || copied_; }
+  bool reads_copy() const { return packed() || fast() || static_cast<bool>(q4k_) || copied_; }
   // True when `other` wants its input quantized exactly as this one does.
   bool same_input(const Linear& other) const;
 
@@ -64,6 +75,7 @@ class Linear {
   // Columns per block of the quantized input. Blocks are quantized one by one,
   // so threads can share one token's row.
   int64_t quantize_block() const {
+    if (fast()) return kernels::kFastActBlock;
     return packed() ? kernels::kPackedActBlock : kernels::matmul_act_block(view_.dtype);
   }
   // Quantizes the blocks [b0, b1) of row t of x (tokens.n x cols floats).
@@ -95,6 +107,7 @@ class Linear {
  private:
   WeightView view_;
   kernels::PackedMatrix packed_;
+  kernels::FastMatrix fast_;  // the fast tier's codes (then nothing else is packed)
   kernels::RepackedQ4K q4k_;  // GGML-order Q4_K in eight-row groups (its input as for view_)
   bool copied_ = false;       // view_ points at a verbatim copy of the file's rows in the arena
   bool f32_avx512_order_ = false;  // F32 weights summed as GGML's AVX-512 build sums them

@@ -11,6 +11,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   std::unique_ptr<Model> m(new Model());
   m->file_ = std::move(*file);
   m->flavour_ = options.ggml_flavour;
+  m->numerics_ = options.numerics;
   auto config = ModelConfig::from_gguf(*m->file_);
   if (!config) return make_error(path + ": " + config.error().message);
   m->config_ = *config;

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kernels/cpu/flavour.h"
+#include "kernels/cpu/numerics.h"
 #include "model/config.h"
 #include "model/layer_program.h"
 #include "model/forward_batch.h"
@@ -30,6 +31,9 @@ struct LoadOptions {
   // Which llama.cpp CPU build's rounding the forward pass reproduces
   // (kernels/cpu/flavour.h): by default the one llama.cpp builds on this CPU.
   kernels::GgmlFlavour ggml_flavour = kernels::native_ggml_flavour();
+  // Exact (llama.cpp's bits) or fast (integer accumulation) kernels for the
+  // projections (kernels/cpu/numerics.h); chosen once, at load.
+  kernels::Numerics numerics = kernels::Numerics::kExact;
   Backend backend = Backend::kCpu;
   // The CPU executor's threads: a pool of its own with n_threads (0: one per
   // hardware thread), or `thread_pool` when given, so that two models run one
@@ -84,6 +88,7 @@ class Model {
   const ModelWeights& weights() const { return weights_; }
   bool can_generate() const { return config_.can_generate(); }
   kernels::GgmlFlavour ggml_flavour() const { return flavour_; }
+  kernels::Numerics numerics() const { return numerics_; }
   // The model's chat template: the file's (tokenizer.chat_template), else its
   // architecture's default, else empty.
   std::string chat_template() const;
@@ -117,6 +122,7 @@ class Model {
   ModelConfig config_;
   std::vector<LayerProgram> programs_;
   kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
+  kernels::Numerics numerics_ = kernels::Numerics::kExact;
   ModelWeights weights_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_error_;

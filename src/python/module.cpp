@@ -169,7 +169,8 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("kv_offload_size", &EngineArgs::kv_offload_size)
       .def_readwrite("kv_store_path", &EngineArgs::kv_store_path)
       .def_readwrite("kv_store_size", &EngineArgs::kv_store_size)
-      .def_readwrite("kv_cache_dtype", &EngineArgs::kv_cache_dtype);
+      .def_readwrite("kv_cache_dtype", &EngineArgs::kv_cache_dtype)
+      .def_readwrite("numerics", &EngineArgs::numerics);
 
   py::class_<Session>(m, "Session")
       .def(py::init(&open_session), py::arg("model"), py::arg("args"), py::arg("threads"), py::arg("chat_template"))

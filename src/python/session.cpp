@@ -14,6 +14,7 @@ Result<std::unique_ptr<Session>> Session::open(const SessionOptions& options) {
   std::unique_ptr<Session> s(new Session());
   LoadOptions load;
   load.n_threads = options.threads;
+  load.numerics = options.engine.numerics;
   auto model = Model::load(options.model, load);
   if (!model) return make_error("cannot load model '" + options.model + "': " + model.error().message);
   s->model_ = std::move(*model);

@@ -10,6 +10,9 @@
 // six of them in Q8_0, Q4_0, F8_E4M3 or BF16 too (batching_cases below), whose attention
 // kernels sum in one order for every pass (kernels/cpu/attention_quant.h), so
 // the same holds there.
+// In the fast numerics tier (kernels/cpu/numerics.h) a token's products never
+// depend on the step's shape, so all of this holds for K-quants too: the
+// fast cases run the Q4_K_M model beside the default and tiny ones.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,13 +28,13 @@ namespace {
 
 using test::Outputs;
 
-// A model file and the KV cache's dtype.
-using BatchingParam = std::tuple<std::string, DType>;
+// A model file, the KV cache's dtype and the kernels' numerics tier.
+using BatchingParam = std::tuple<std::string, DType, kernels::Numerics>;
 
 class EngineBatching : public test::ModelTest, public ::testing::WithParamInterface<BatchingParam> {
  protected:
   void SetUp() override {
-    ASSERT_NO_FATAL_FAILURE(use_model(std::get<0>(GetParam())));
+    ASSERT_NO_FATAL_FAILURE(use_model(std::get<0>(GetParam()), std::get<2>(GetParam())));
     use_kv_dtype(std::get<1>(GetParam()));
     ModelTest::SetUp();
   }
@@ -242,13 +245,19 @@ std::vector<BatchingParam> batching_cases() {
   for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen3moe.gguf",
                             "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf", "tiny-glm4moe.gguf",
                             "tiny-deepseek2.gguf"})
-    cases.emplace_back(model, DType::F16);
-  cases.emplace_back("SmolLM2-135M-Instruct.Q4_1.gguf", DType::Q8_0);
-  cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0);
-  cases.emplace_back("tiny-gemma3.gguf", DType::Q8_0);
-  cases.emplace_back("tiny-glm4moe.gguf", DType::Q4_0);
-  cases.emplace_back("tiny-llama3.gguf", DType::F8_E4M3);
-  cases.emplace_back("tiny-qwen3.gguf", DType::BF16);
+    cases.emplace_back(model, DType::F16, kernels::Numerics::kExact);
+  cases.emplace_back("SmolLM2-135M-Instruct.Q4_1.gguf", DType::Q8_0, kernels::Numerics::kExact);
+  cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0, kernels::Numerics::kExact);
+  cases.emplace_back("tiny-gemma3.gguf", DType::Q8_0, kernels::Numerics::kExact);
+  cases.emplace_back("tiny-glm4moe.gguf", DType::Q4_0, kernels::Numerics::kExact);
+  cases.emplace_back("tiny-llama3.gguf", DType::F8_E4M3, kernels::Numerics::kExact);
+  cases.emplace_back("tiny-qwen3.gguf", DType::BF16, kernels::Numerics::kExact);
+  // The fast tier: dense, mixture-of-experts (gathered expert inputs), MXFP4
+  // experts, latent attention, sliding windows, and K-quants.
+  for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3moe.gguf", "tiny-gpt-oss.gguf",
+                            "tiny-deepseek2.gguf", "tiny-gemma3.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"})
+    cases.emplace_back(model, DType::F16, kernels::Numerics::kFast);
+  cases.emplace_back("tiny-qwen3.gguf", DType::Q8_0, kernels::Numerics::kFast);
   return cases;
 }
 
@@ -256,7 +265,8 @@ INSTANTIATE_TEST_SUITE_P(Models, EngineBatching, ::testing::ValuesIn(batching_ca
                          [](const ::testing::TestParamInfo<BatchingParam>& info) {
                            const std::string model =
                                test::model_name({std::get<0>(info.param), info.index});
-                           return model + "_" + dtype_name(std::get<1>(info.param));
+                           return model + "_" + dtype_name(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) == kernels::Numerics::kFast ? "_fast" : "");
                          });
 
 }  // namespace

@@ -31,6 +31,25 @@ TEST(EngineArgs, BuildsTheConfig) {
   EXPECT_EQ(c->speculative.first_drafts(), 3);  // n-grams: 3 at most, here k
 }
 
+// The numerics tier: exact unless asked, fast by name, anything else refused
+// with the argument's name and the two tiers.
+TEST(EngineArgs, NumericsTierIsExactByDefaultAndRefusesUnknownNames) {
+  EngineArgs a;
+  ASSERT_TRUE(a.config().ok());
+  EXPECT_EQ(a.config()->numerics, kernels::Numerics::kExact);
+  a.numerics = "fast";
+  ASSERT_TRUE(a.config().ok());
+  EXPECT_EQ(a.config()->numerics, kernels::Numerics::kFast);
+  a.numerics = "fastest";
+  auto flag = a.config();
+  ASSERT_FALSE(flag.ok());
+  EXPECT_NE(flag.error().message.find("--numerics 'fastest'"), std::string::npos) << flag.error().message;
+  EXPECT_NE(flag.error().message.find("exact"), std::string::npos) << flag.error().message;
+  auto keyword = a.config(EngineArgs::Naming::kKeyword);
+  ASSERT_FALSE(keyword.ok());
+  EXPECT_EQ(keyword.error().message.rfind("numerics 'fastest'", 0), 0u) << keyword.error().message;
+}
+
 TEST(EngineArgs, TheFirstProposalIsShortForNgramsAndSettable) {
   EngineArgs a;
   a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8})";

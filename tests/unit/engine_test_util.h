@@ -89,8 +89,10 @@ class ModelTest : public ::testing::Test {
   // Makes `file` (looked up by find_model_file) the model the helpers below
   // use, loading it unless it already is; a parametrized suite calls it from
   // SetUp. Fails the test when the file is missing.
-  static void use_model(const std::string& file) {
-    if (model_ && model_file_ == file) return;
+  // numerics: the kernels' tier the model is loaded with (kernels/cpu/numerics.h).
+  static void use_model(const std::string& file, kernels::Numerics numerics = kernels::Numerics::kExact) {
+    if (model_ && model_file_ == file && model_numerics_ == numerics) return;
+    model_numerics_ = numerics;
     const std::string path = find_model_file(file);
     ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << INFERD_TEST_DATA_DIR
                                << "/models: run scripts/fetch_models.sh --all";
@@ -105,6 +107,7 @@ class ModelTest : public ::testing::Test {
     LoadOptions o;
     o.prefault = false;
     o.n_threads = 2;
+    o.numerics = model_numerics_;
     return o;
   }
   // The KV cache dtype of the engines and the run-alone reference below (a
@@ -196,6 +199,7 @@ class ModelTest : public ::testing::Test {
 
   inline static Model* model_ = nullptr;
   inline static std::string model_file_;  // set by use_model
+  inline static kernels::Numerics model_numerics_ = kernels::Numerics::kExact;  // set by use_model
   inline static DType kv_dtype_ = kv::kDefaultKVCacheDType;  // set by use_kv_dtype
 };
 

@@ -109,6 +109,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   if (level >= SimdLevel::kAvx2) fill_avx2_kernels(t);
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
   if (level >= SimdLevel::kAmx) fill_amx_kernels(t);
+  fill_fast_kernels(t, level);
   fill_attention_kernels(t.ops, level);
   fill_attention_quant_kernels(t.ops, level);
   fill_activation_kernels(t.ops, level);

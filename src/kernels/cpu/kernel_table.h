@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/fast_layout.h"
+
 namespace inferd::kernels {
 
 // Dot product of one weight row `a` with one activation row `b` (n elements).
@@ -127,6 +129,9 @@ struct KernelTable {
   QuantizeRowFn quantize_q8_0_cpu = nullptr;
   // Repacked Q4_K (kquant_pack.h).
   Q4KGroupsFn q4k_groups = nullptr;
+  // The fast numerics tier's product (fast_gemm.h): the same bits at every level.
+  FastGroupsFn fast_groups = nullptr;
+  FastQuantizeFn fast_quantize = nullptr;
   FloatKernels ops;
   const char* level = "scalar";
 };
@@ -161,6 +166,12 @@ void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.c
 void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp
 void fill_argmax_kernels(FloatKernels& ops, SimdLevel level);      // argmax.cpp
 void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
+// The fast tier's kernel of a level (fast_gemm.cpp), and each level's own.
+void fill_fast_kernels(KernelTable& t, SimdLevel level);
+FastGroupsFn fast_groups_avx2();                            // fast_gemm_avx2.cpp
+FastQuantizeFn fast_quantize_avx512();                      // fast_gemm_avx512.cpp
+FastGroupsFn fast_groups_avx512();                          // fast_gemm_avx512.cpp (VNNI)
+FastGroupsFn fast_groups_amx();                             // fast_gemm_avx512.cpp (AMX tiles)
 
 // The scalar reference's repacked Q4_K orders on one GGML row pair (quants_ref.cpp).
 namespace ref {

@@ -1,0 +1,396 @@
+#include "kernels/cpu/fast_gemm.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "kernels/cpu/quants.h"
+#include "kernels/cpu/quants_blocks.h"
+
+namespace inferd::kernels {
+
+namespace {
+
+// Columns per scale, and whether every code fits 4 bits.
+struct FastFormat {
+  int block = 0;  // 0: the tier has no integer form of the type
+  bool nibbles = false;
+};
+
+FastFormat format_of(DType t) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q4_1: case DType::Q4_K: return {32, true};
+    case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q5_K: case DType::MXFP4: return {32, false};
+    case DType::Q2_K: case DType::Q3_K: return {16, true};
+    case DType::Q6_K: return {16, false};
+    default: return {};
+  }
+}
+
+// One GGML row as codes: u[cols], and per block of B columns scale and min,
+// so that the row's value k is scale[k / B] * u[k] + min[k / B]: the format's
+// own dequantization with its offsets folded into min.
+void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* scale, float* min) {
+  switch (t) {
+    case DType::Q4_0: {
+      const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
+      for (int64_t i = 0; i < cols / kQK; ++i, u += kQK) {
+        const float d = f16_to_f32(b[i].d);
+        for (int j = 0; j < 16; ++j) u[j] = b[i].qs[j] & 0xF, u[j + 16] = b[i].qs[j] >> 4;
+        scale[i] = d, min[i] = -8.0f * d;
+      }
+      return;
+    }
+    case DType::Q4_1: {
+      const auto* b = reinterpret_cast<const BlockQ4_1*>(src);
+      for (int64_t i = 0; i < cols / kQK; ++i, u += kQK) {
+        for (int j = 0; j < 16; ++j) u[j] = b[i].qs[j] & 0xF, u[j + 16] = b[i].qs[j] >> 4;
+        scale[i] = f16_to_f32(b[i].d), min[i] = f16_to_f32(b[i].m);
+      }
+      return;
+    }
+    case DType::Q5_0:
+    case DType::Q5_1: {
+      const bool offset = t == DType::Q5_1;
+      const size_t bytes = offset ? sizeof(BlockQ5_1) : sizeof(BlockQ5_0);
+      for (int64_t i = 0; i < cols / kQK; ++i, u += kQK, src += bytes) {
+        uint16_t d, m = 0;
+        uint32_t qh;
+        const uint8_t* qs;
+        if (offset) {
+          const auto* b = reinterpret_cast<const BlockQ5_1*>(src);
+          d = b->d, m = b->m, qs = b->qs;
+          std::memcpy(&qh, b->qh, 4);
+        } else {
+          const auto* b = reinterpret_cast<const BlockQ5_0*>(src);
+          d = b->d, qs = b->qs;
+          std::memcpy(&qh, b->qh, 4);
+        }
+        for (int j = 0; j < 16; ++j) {
+          u[j] = static_cast<uint8_t>((qs[j] & 0xF) | (((qh >> j) & 1) << 4));
+          u[j + 16] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+        }
+        scale[i] = f16_to_f32(d);
+        min[i] = offset ? f16_to_f32(m) : -16.0f * scale[i];
+      }
+      return;
+    }
+    case DType::Q8_0: {
+      const auto* b = reinterpret_cast<const BlockQ8_0*>(src);
+      for (int64_t i = 0; i < cols / kQK; ++i, u += kQK) {
+        for (int j = 0; j < kQK; ++j) u[j] = static_cast<uint8_t>(b[i].qs[j] + 128);
+        scale[i] = f16_to_f32(b[i].d), min[i] = -128.0f * scale[i];
+      }
+      return;
+    }
+    case DType::MXFP4: {
+      // kMxfp4Values are twice E2M1's values: the scale is GGML's halved one.
+      const auto* b = reinterpret_cast<const BlockMXFP4*>(src);
+      for (int64_t i = 0; i < cols / kQK; ++i, u += kQK) {
+        for (int j = 0; j < 16; ++j) {
+          u[j] = static_cast<uint8_t>(kMxfp4Values[b[i].qs[j] & 0xF] + 12);
+          u[j + 16] = static_cast<uint8_t>(kMxfp4Values[b[i].qs[j] >> 4] + 12);
+        }
+        scale[i] = e8m0_to_f32_half(b[i].e), min[i] = -12.0f * scale[i];
+      }
+      return;
+    }
+    case DType::Q4_K:
+    case DType::Q5_K: {
+      const bool five = t == DType::Q5_K;
+      const size_t bytes = five ? sizeof(BlockQ5_K) : sizeof(BlockQ4_K);
+      for (int64_t i = 0; i < cols / kQK_K; ++i, src += bytes) {
+        uint16_t dh, dminh;
+        const uint8_t *sc, *qs, *qh = nullptr;
+        if (five) {
+          const auto* b = reinterpret_cast<const BlockQ5_K*>(src);
+          dh = b->d, dminh = b->dmin, sc = b->scales, qs = b->qs, qh = b->qh;
+        } else {
+          const auto* b = reinterpret_cast<const BlockQ4_K*>(src);
+          dh = b->d, dminh = b->dmin, sc = b->scales, qs = b->qs;
+        }
+        const float d = f16_to_f32(dh), dmin = f16_to_f32(dminh);
+        for (int j = 0; j < 8; ++j) {  // sub-block j: 32 columns
+          // The 6-bit scale and min of sub-block j, packed as GGML packs them.
+          const int s = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+          const int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+          const uint8_t* q = qs + 32 * (j / 2);  // 64 columns per 32 bytes: low nibbles, then high
+          for (int l = 0; l < 32; ++l) {
+            int v = j % 2 == 0 ? q[l] & 0xF : q[l] >> 4;
+            if (five && (qh[l] >> j) & 1) v += 16;
+            u[l] = static_cast<uint8_t>(v);
+          }
+          u += 32;
+          *scale++ = d * static_cast<float>(s);
+          *min++ = -(dmin * static_cast<float>(m));
+        }
+      }
+      return;
+    }
+    case DType::Q6_K: {
+      const auto* b = reinterpret_cast<const BlockQ6_K*>(src);
+      for (int64_t i = 0; i < cols / kQK_K; ++i) {
+        const float d = f16_to_f32(b[i].d);
+        uint8_t* y = u + i * kQK_K;
+        for (int n = 0; n < 2; ++n) {  // 128 columns from 64 low bytes and 32 high bytes
+          const uint8_t* ql = b[i].ql + 64 * n;
+          const uint8_t* qh = b[i].qh + 32 * n;
+          for (int l = 0; l < 32; ++l) {
+            y[128 * n + l] = static_cast<uint8_t>((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+            y[128 * n + l + 32] = static_cast<uint8_t>((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+            y[128 * n + l + 64] = static_cast<uint8_t>((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4));
+            y[128 * n + l + 96] = static_cast<uint8_t>((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
+          }
+        }
+        for (int j = 0; j < 16; ++j) {  // codes 0..63 stand for -32..31
+          const float s = d * static_cast<float>(b[i].scales[j]);
+          scale[16 * i + j] = s, min[16 * i + j] = -32.0f * s;
+        }
+      }
+      return;
+    }
+    case DType::Q2_K: {
+      const auto* b = reinterpret_cast<const BlockQ2_K*>(src);
+      for (int64_t i = 0; i < cols / kQK_K; ++i) {
+        const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        int is = 0;
+        for (int n = 0; n < 2; ++n) {  // 128 columns from 32 bytes, four 2-bit planes
+          const uint8_t* q = b[i].qs + 32 * n;
+          for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; ++half, ++is) {
+              const uint8_t sc = b[i].scales[is];
+              for (int l = 0; l < 16; ++l) *u++ = static_cast<uint8_t>((q[l + 16 * half] >> shift) & 3);
+              scale[16 * i + is] = d * static_cast<float>(sc & 0xF);
+              min[16 * i + is] = -(dmin * static_cast<float>(sc >> 4));
+            }
+          }
+        }
+      }
+      return;
+    }
+    case DType::Q3_K: {
+      const auto* b = reinterpret_cast<const BlockQ3_K*>(src);
+      for (int64_t i = 0; i < cols / kQK_K; ++i) {
+        const float d = f16_to_f32(b[i].d);
+        // Sixteen 6-bit scales: low 4 bits in bytes 0..7 (two per byte), high 2 in bytes 8..11.
+        int8_t sc[16];
+        for (int j = 0; j < 16; ++j) {
+          const int low = j < 8 ? b[i].scales[j] & 0xF : b[i].scales[j - 8] >> 4;
+          const int high = (b[i].scales[8 + j % 4] >> (2 * (j / 4))) & 3;
+          sc[j] = static_cast<int8_t>((low | (high << 4)) - 32);
+        }
+        int is = 0;
+        uint8_t mask = 1;
+        for (int n = 0; n < 2; ++n) {
+          const uint8_t* q = b[i].qs + 32 * n;
+          for (int shift = 0; shift < 8; shift += 2, mask <<= 1) {
+            for (int half = 0; half < 2; ++half, ++is) {
+              for (int l = 0; l < 16; ++l) {
+                const int k = l + 16 * half;
+                // codes 0..7 stand for -4..3: the high bit set means no -4
+                *u++ = static_cast<uint8_t>(((q[k] >> shift) & 3) + ((b[i].hmask[k] & mask) ? 4 : 0));
+              }
+              const float s = d * static_cast<float>(sc[is]);
+              scale[16 * i + is] = s, min[16 * i + is] = -4.0f * s;
+            }
+          }
+        }
+      }
+      return;
+    }
+    default:
+      assert(false && "fast_gemm_applies(t)");
+  }
+}
+
+size_t block_bytes_of(FastFormat f) {
+  return static_cast<size_t>(f.block) * kFastRows / (f.nibbles ? 2 : 1) + 2 * kFastRows * sizeof(float);
+}
+
+// Row r's code at column c of a block's quants (the layout of fast_layout.h).
+size_t code_byte(int block, bool nibbles, int r, int c, bool* high) {
+  const int vec = c / 4, lane = 4 * r + c % 4;
+  if (!nibbles) {
+    *high = false;
+    return static_cast<size_t>(vec) * 64 + lane;
+  }
+  const int half = block / 8;  // vectors of nibbles
+  *high = vec >= half;
+  return static_cast<size_t>(vec % half) * 64 + lane;
+}
+
+}  // namespace
+
+bool fast_gemm_applies(DType t) { return format_of(t).block > 0; }
+
+size_t FastMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
+  const FastFormat f = format_of(t);
+  return block_bytes_of(f) * static_cast<size_t>(cols / f.block) * static_cast<size_t>((rows + kFastRows - 1) / kFastRows);
+}
+
+FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
+  const FastFormat f = format_of(t);
+  assert(f.block > 0 && cols % kQK == 0);
+  FastMatrix m;
+  FastWeightsView& v = m.view_;
+  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles;
+  v.block_bytes = block_bytes_of(f);
+  v.group_bytes = v.block_bytes * static_cast<size_t>(cols / f.block);
+  const size_t total = packed_bytes(t, rows, cols);
+  uint8_t* data = arena ? arena->take(total) : nullptr;
+  if (data == nullptr) {
+    m.owned_ = AlignedBytes(total);
+    data = m.owned_.data();
+  }
+  v.data = data;
+  const size_t src_row = row_bytes(t, cols);
+  const int64_t nb = cols / f.block;
+  std::vector<uint8_t> u(static_cast<size_t>(cols));
+  std::vector<float> scale(static_cast<size_t>(nb)), min(static_cast<size_t>(nb));
+  for (int64_t r = 0; r < rows; ++r) {
+    decode_row(t, static_cast<const uint8_t*>(w) + r * src_row, cols, u.data(), scale.data(), min.data());
+    const int64_t g = r / kFastRows;
+    const int rr = static_cast<int>(r % kFastRows);
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = data + g * v.group_bytes + b * v.block_bytes;
+      for (int c = 0; c < f.block; ++c) {
+        bool high;
+        const size_t at = code_byte(f.block, f.nibbles, rr, c, &high);
+        const uint8_t code = u[static_cast<size_t>(b * f.block + c)];
+        blk[at] |= high ? static_cast<uint8_t>(code << 4) : code;  // the arena and owned_ are zeroed
+      }
+      float* sm = reinterpret_cast<float*>(blk + v.quant_bytes());
+      sm[rr] = scale[static_cast<size_t>(b)];
+      sm[kFastRows + rr] = min[static_cast<size_t>(b)];
+    }
+  }
+  return m;
+}
+
+float FastMatrix::weight(int64_t r, int64_t k) const {
+  const FastWeightsView& v = view_;
+  const uint8_t* blk = v.block_at(r / kFastRows, k / v.block);
+  const int rr = static_cast<int>(r % kFastRows);
+  bool high;
+  const size_t at = code_byte(v.block, v.nibbles, rr, static_cast<int>(k % v.block), &high);
+  const int code = v.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
+  const float* sm = reinterpret_cast<const float*>(blk + v.quant_bytes());
+  return std::fma(sm[rr], static_cast<float>(code), sm[kFastRows + rr]);
+}
+
+void FastActivations::resize(int64_t n_tokens, int64_t cols) {
+  assert(cols % kFastActBlock == 0);
+  n_tokens_ = n_tokens, cols_ = cols;
+  const size_t n = static_cast<size_t>(n_tokens) * static_cast<size_t>(cols);
+  // 64 bytes of slack: a kernel may load a whole 16-token tile's last row in one go.
+  if (q_.size() < n + 64) q_.resize(n + 64);
+  if (d_.size() < n / 32) d_.resize(n / 32), dsum32_.resize(n / 32);
+  if (dsum16_.size() < n / 16) dsum16_.resize(n / 16);
+}
+
+FastActsView FastActivations::view() const {
+  return {q_.data(), d_.data(), dsum32_.data(), dsum16_.data(), cols_};
+}
+
+void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0, int64_t b1) {
+  const int64_t nb = cols_ / kFastActBlock;
+  const size_t at = static_cast<size_t>(t * nb + b0);
+  kernel_table().fast_quantize(x_row + b0 * kFastActBlock, b1 - b0, q_.data() + t * cols_ + b0 * kFastActBlock,
+                               d_.data() + at, dsum32_.data() + at, dsum16_.data() + 2 * at);
+}
+
+void FastActivations::copy_row(const FastActivations& from, int64_t from_t, int64_t t) {
+  const int64_t nb = cols_ / kFastActBlock;
+  std::memcpy(q_.data() + t * cols_, from.q_.data() + from_t * cols_, static_cast<size_t>(cols_));
+  std::memcpy(d_.data() + t * nb, from.d_.data() + from_t * nb, sizeof(float) * nb);
+  std::memcpy(dsum32_.data() + t * nb, from.dsum32_.data() + from_t * nb, sizeof(float) * nb);
+  std::memcpy(dsum16_.data() + 2 * t * nb, from.dsum16_.data() + 2 * from_t * nb, sizeof(float) * 2 * nb);
+}
+
+float FastActivations::value(int64_t t, int64_t k) const {
+  return static_cast<float>(q_[static_cast<size_t>(t * cols_ + k)]) *
+         d_[static_cast<size_t>(t * (cols_ / kFastActBlock) + k / kFastActBlock)];
+}
+
+namespace {
+
+// The reference quantizer (fast_layout.h, FastQuantizeFn).
+void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+  for (int64_t b = 0; b < n_blocks; ++b, x += kFastActBlock, q += kFastActBlock) {
+    float amax = 0.0f;
+    for (int k = 0; k < kFastActBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    int sum[2] = {0, 0};
+    for (int k = 0; k < kFastActBlock; ++k) {
+      // Round to nearest, ties to even, by adding and taking away 1.5 * 2^23
+      // (exact for |v| <= 127), as the vector levels do.
+      constexpr float kRound = 12582912.0f;
+      const float v = x[k] * id;
+      q[k] = static_cast<int8_t>(static_cast<int>((v + kRound) - kRound));
+      sum[k / 16] += q[k];
+    }
+    d_out[b] = d;
+    dsum32[b] = d * static_cast<float>(sum[0] + sum[1]);
+    dsum16[2 * b] = d * static_cast<float>(sum[0]);
+    dsum16[2 * b + 1] = d * static_cast<float>(sum[1]);
+  }
+}
+
+// The reference: the arithmetic every level reproduces (fast_layout.h).
+void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
+                        int64_t g1, float* y, size_t y_stride) {
+  const int64_t nb32 = a.cols / 32;
+  for (int64_t g = g0; g < g1; ++g) {
+    const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
+    for (int64_t i = 0; i < nt; ++i) {
+      const int64_t t = t0 + i;
+      const int8_t* q = a.q + t * a.cols;
+      for (int r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < w.blocks(); ++b) {
+          const uint8_t* blk = w.block_at(g, b);
+          int32_t isum = 0;
+          for (int c = 0; c < w.block; ++c) {
+            bool high;
+            const size_t at = code_byte(w.block, w.nibbles, r, c, &high);
+            const int code = w.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
+            isum += code * q[b * w.block + c];
+          }
+          const float* sm = reinterpret_cast<const float*>(blk + w.quant_bytes());
+          const int64_t ab = b * w.block / 32;  // the activation block holding weight block b
+          const float dsum = w.block == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
+          acc = std::fma(static_cast<float>(isum), sm[r] * a.d[t * nb32 + ab], acc);
+          acc = std::fma(sm[kFastRows + r], dsum, acc);
+        }
+        y[i * y_stride + g * kFastRows + r] = acc;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void fill_fast_kernels(KernelTable& t, SimdLevel level) {
+  t.fast_groups = fast_groups_scalar;
+  t.fast_quantize = fast_quantize_scalar;
+  if (level >= SimdLevel::kAvx512) t.fast_quantize = fast_quantize_avx512();
+  if (level >= SimdLevel::kAvx2) t.fast_groups = fast_groups_avx2();
+  if (level >= SimdLevel::kAvx512) t.fast_groups = fast_groups_avx512();
+  if (level >= SimdLevel::kAmx) t.fast_groups = fast_groups_amx();
+}
+
+void fast_matmul_groups_with(const KernelTable& table, const FastMatrix& w, const FastActivations& a, int64_t first,
+                             int64_t n_tokens, int64_t g0, int64_t g1, float* y, int64_t ldy) {
+  if (g0 >= g1 || n_tokens <= 0) return;
+  table.fast_groups(w.view(), a.view(), first, n_tokens, g0, g1, y, static_cast<size_t>(ldy));
+}
+
+void fast_matmul_groups(const FastMatrix& w, const FastActivations& a, int64_t first, int64_t n_tokens, int64_t g0,
+                        int64_t g1, float* y, int64_t ldy) {
+  fast_matmul_groups_with(kernel_table(), w, a, first, n_tokens, g0, g1, y, ldy);
+}
+
+}  // namespace inferd::kernels

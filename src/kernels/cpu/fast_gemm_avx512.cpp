@@ -1,0 +1,236 @@
+// The fast tier's product with AVX-512 VNNI, and with AMX tiles (fast_gemm.h).
+// A group's 16 rows are the 16 lanes of every vector: dpbusd (or a TDPBSUD,
+// whose C tile holds a token's 16 rows in a row) leaves a block's exact int32
+// sums per row, and the float steps of fast_layout.h run one row per lane.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/kernel_table.h"
+
+namespace inferd::kernels {
+namespace {
+
+struct Block {
+  const uint8_t* quants;
+  __m512 scale, min;
+};
+
+inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
+  const uint8_t* blk = w.block_at(g, b);
+  const auto* sm = reinterpret_cast<const float*>(blk + w.quant_bytes());
+  return {blk, _mm512_loadu_ps(sm), _mm512_loadu_ps(sm + kFastRows)};
+}
+
+// The block's B/4 vectors of codes (fast_layout.h), nibbles unpacked.
+template <int B, bool kNibbles>
+inline void load_codes(const uint8_t* quants, __m512i* v) {
+  if constexpr (kNibbles) {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    for (int i = 0; i < B / 8; ++i) {
+      const __m512i p = _mm512_loadu_si512(quants + 64 * i);
+      v[i] = _mm512_and_si512(p, low);
+      v[i + B / 8] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+    }
+  } else {
+    for (int i = 0; i < B / 4; ++i) v[i] = _mm512_loadu_si512(quants + 64 * i);
+  }
+}
+
+// The float steps of block b for token t, from its 16 rows' int32 sums.
+template <int B>
+inline __m512 fold(__m512 acc, __m512i isum, const Block& blk, const FastActsView& a, int64_t t, int64_t b) {
+  const int64_t nb32 = a.cols / 32;
+  const float d = a.d[t * nb32 + b * B / 32];
+  const float dsum = B == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
+  acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(blk.scale, _mm512_set1_ps(d)), acc);
+  return _mm512_fmadd_ps(blk.min, _mm512_set1_ps(dsum), acc);
+}
+
+inline void store_rows(float* y, __m512 v, int rows) {
+  if (rows == kFastRows) {
+    _mm512_storeu_ps(y, v);
+  } else {
+    _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v);
+  }
+}
+
+// NT tokens from t against group g, with VNNI.
+template <int B, bool kNibbles, int NT>
+void vnni_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int64_t t, float* y, size_t y_stride,
+                 int rows) {
+  __m512 acc[NT];
+  for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < w.blocks(); ++b) {
+    const Block blk = block_of(w, g, b);
+    __m512i codes[B / 4];
+    load_codes<B, kNibbles>(blk.quants, codes);
+    for (int j = 0; j < NT; ++j) {
+      const int8_t* q = a.q + (t + j) * a.cols + b * B;
+      __m512i isum = _mm512_setzero_si512();
+      for (int i = 0; i < B / 4; ++i) {
+        int32_t four;
+        std::memcpy(&four, q + 4 * i, 4);
+        isum = _mm512_dpbusd_epi32(isum, codes[i], _mm512_set1_epi32(four));
+      }
+      acc[j] = fold<B>(acc[j], isum, blk, a, t + j, b);
+    }
+  }
+  for (int j = 0; j < NT; ++j) store_rows(y + j * y_stride, acc[j], rows);
+}
+
+constexpr int kVnniTokens = 8;
+// Tokens whose activation rows stay in cache while every group passes over
+// them (32 rows of a 4096-column input: 128 KiB).
+constexpr int64_t kChunkTokens = 16;
+
+template <int B, bool kNibbles>
+void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
+                float* y, size_t y_stride) {
+  for (int64_t g = g0; g < g1; ++g) {
+    const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
+    float* yg = y + g * kFastRows;
+    int64_t i = 0;
+    for (; i + kVnniTokens <= nt; i += kVnniTokens)
+      vnni_tokens<B, kNibbles, kVnniTokens>(w, a, g, t0 + i, yg + i * y_stride, y_stride, rows);
+    switch (nt - i) {
+#define INFERD_FAST_TAIL(n) \
+  case n: vnni_tokens<B, kNibbles, n>(w, a, g, t0 + i, yg + i * y_stride, y_stride, rows); break;
+      INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
+      INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
+#undef INFERD_FAST_TAIL
+      default: break;
+    }
+  }
+}
+
+template <int B, bool kNibbles>
+void vnni_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
+                 float* y, size_t y_stride) {
+  for (int64_t i = 0; i < nt; i += kChunkTokens)
+    vnni_chunk<B, kNibbles>(w, a, t0 + i, std::min(kChunkTokens, nt - i), g0, g1, y + i * y_stride, y_stride);
+}
+
+void fast_groups_vnni(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
+                      float* y, size_t y_stride) {
+  if (w.block == 32) {
+    (w.nibbles ? vnni_groups<32, true> : vnni_groups<32, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+  } else {
+    (w.nibbles ? vnni_groups<16, true> : vnni_groups<16, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+  }
+}
+
+// ---- AMX ------------------------------------------------------------------
+// Tiles: 0 a block's int32 sums (tokens x 16 rows), 1 the tokens' activation
+// bytes of the block (tokens x B), 2 the block's codes (B/4 x 64 bytes).
+constexpr int kAmxTokens = 16;
+// Fewer tokens than this go to VNNI, whose bits are the same: a tile op's
+// fixed cost pays only over enough tokens.
+constexpr int kAmxMinTokens = 8;
+
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// GCC's tile intrinsics do not tell the compiler which memory they read or
+// write: keep stores and loads around them in place.
+inline void memory_barrier() { asm volatile("" ::: "memory"); }
+
+void configure_tiles(int nt, int block) {
+  TileConfig cfg;
+  cfg.rows[0] = static_cast<uint8_t>(nt), cfg.colsb[0] = 64;
+  cfg.rows[1] = static_cast<uint8_t>(nt), cfg.colsb[1] = static_cast<uint16_t>(block);
+  cfg.rows[2] = static_cast<uint8_t>(block / 4), cfg.colsb[2] = 64;
+  memory_barrier();
+  _tile_loadconfig(&cfg);
+}
+
+template <int B, bool kNibbles>
+void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int64_t t, int nt, float* y,
+                size_t y_stride, int rows) {
+  alignas(64) int32_t sums[kAmxTokens][kFastRows];
+  alignas(64) uint8_t codes[B / 4][64];
+  __m512 acc[kAmxTokens];
+  for (int j = 0; j < kAmxTokens; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < w.blocks(); ++b) {
+    const Block blk = block_of(w, g, b);
+    const uint8_t* tile_b = blk.quants;
+    if constexpr (kNibbles) {
+      __m512i v[B / 4];
+      load_codes<B, true>(blk.quants, v);
+      for (int i = 0; i < B / 4; ++i) _mm512_store_si512(codes[i], v[i]);
+      tile_b = codes[0];
+    }
+    memory_barrier();
+    _tile_zero(0);
+    _tile_loadd(1, a.q + t * a.cols + b * B, a.cols);
+    _tile_loadd(2, tile_b, 64);
+    _tile_dpbsud(0, 1, 2);
+    _tile_stored(0, sums, 64);
+    memory_barrier();
+    for (int j = 0; j < nt; ++j) acc[j] = fold<B>(acc[j], _mm512_load_si512(sums[j]), blk, a, t + j, b);
+  }
+  for (int j = 0; j < nt; ++j) store_rows(y + j * y_stride, acc[j], rows);
+}
+
+template <int B, bool kNibbles>
+void amx_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
+                float* y, size_t y_stride) {
+  int64_t i = 0;
+  int configured = 0;
+  for (; nt - i >= kAmxMinTokens; i += kAmxTokens) {
+    const int n = static_cast<int>(std::min<int64_t>(kAmxTokens, nt - i));
+    if (n != configured) configure_tiles(n, B), configured = n;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
+      amx_tokens<B, kNibbles>(w, a, g, t0 + i, n, y + i * y_stride + g * kFastRows, y_stride, rows);
+    }
+  }
+  if (configured) _tile_release();  // a thread holding tile state makes every context switch save 8 KiB more
+  if (i < nt) vnni_groups<B, kNibbles>(w, a, t0 + i, nt - i, g0, g1, y + i * y_stride, y_stride);
+}
+
+void fast_groups_amx_impl(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
+                          int64_t g1, float* y, size_t y_stride) {
+  if (w.block == 32) {
+    (w.nibbles ? amx_groups<32, true> : amx_groups<32, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+  } else {
+    (w.nibbles ? amx_groups<16, true> : amx_groups<16, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+  }
+}
+
+// The quantizer (FastQuantizeFn) a block per step: the same float steps as
+// the scalar reference (max of |x| is exact in any order).
+void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+  const __m512 round = _mm512_set1_ps(12582912.0f);
+  for (int64_t b = 0; b < n_blocks; ++b, x += 32, q += 32) {
+    const __m512 lo = _mm512_loadu_ps(x), hi = _mm512_loadu_ps(x + 16);
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(lo), _mm512_abs_ps(hi)));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    const __m512 vid = _mm512_set1_ps(id);
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(lo, vid), round), round));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(hi, vid), round), round));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qlo));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qhi));
+    const int s0 = _mm512_reduce_add_epi32(qlo), s1 = _mm512_reduce_add_epi32(qhi);
+    d_out[b] = d;
+    dsum32[b] = d * static_cast<float>(s0 + s1);
+    dsum16[2 * b] = d * static_cast<float>(s0);
+    dsum16[2 * b + 1] = d * static_cast<float>(s1);
+  }
+}
+
+}  // namespace
+
+FastQuantizeFn fast_quantize_avx512() { return fast_quantize_vec; }
+FastGroupsFn fast_groups_avx512() { return fast_groups_vnni; }
+FastGroupsFn fast_groups_amx() { return fast_groups_amx_impl; }
+
+}  // namespace inferd::kernels

@@ -1,0 +1,62 @@
+// The fast tier's memory layouts (internal: fast_gemm.h is the interface).
+//
+// Weights, in groups of kFastRows rows. Every weight type the tier takes is an
+// affine integer code per block of B columns (B = 32, or 16 where the format
+// scales every 16): w[r][k] = scale[r][b] * u[r][k] + min[r][b], u in 0..255.
+// A group holds, block after block:
+//   the quants as B/4 vectors of 64 bytes, vector i holding columns 4i..4i+3
+//     of the 16 rows (row r at bytes 4r..4r+3): the B operand of VNNI's
+//     dpbusd for 16 rows at once, and a B tile of AMX's tdpbsud as it is;
+//     for 4-bit codes (u < 16, `nibbles`) B/8 vectors whose low nibbles are
+//     vector i and high nibbles vector i + B/8 of that layout;
+//   float scale[16], then float min[16].
+// Rows past the matrix's end (the last group) are zero: scale 0, min 0.
+//
+// Activations: per row, int8 quants q[cols] (per 32 columns a scale d,
+// d = amax/127, q = round(x/d)), d[cols/32], and the block sums times d
+// that fold the weights' min: dsum32[cols/32] and dsum16[cols/16].
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace inferd::kernels {
+
+constexpr int kFastRows = 16;
+constexpr int kFastActBlock = 32;
+
+struct FastWeightsView {
+  const uint8_t* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  int block = 32;        // B: 16 or 32 columns per scale
+  bool nibbles = false;  // 4-bit codes, two per byte
+  size_t block_bytes = 0;  // one block of one group: quants, then the 16 scales and 16 mins
+  size_t group_bytes = 0;
+  int64_t blocks() const { return cols / block; }
+  int64_t groups() const { return (rows + kFastRows - 1) / kFastRows; }
+  size_t quant_bytes() const { return static_cast<size_t>(block) * kFastRows / (nibbles ? 2 : 1); }
+  const uint8_t* block_at(int64_t g, int64_t b) const { return data + g * group_bytes + b * block_bytes; }
+};
+
+struct FastActsView {
+  const int8_t* q = nullptr;     // row t at q + t * cols
+  const float* d = nullptr;      // row t at d + t * (cols / 32)
+  const float* dsum32 = nullptr; // row t at dsum32 + t * (cols / 32)
+  const float* dsum16 = nullptr; // row t at dsum16 + t * (cols / 16)
+  int64_t cols = 0;
+};
+
+// Rows [16 g0, 16 g1) of W times activation rows [t0, t0 + nt):
+// y[i * y_stride + r] for the i-th token and row r (rows past W's end not
+// written). Per (row, token), every level computes, block by block in column
+// order, isum = sum of u * q (exact in int32), then
+//   acc = fma(float(isum), scale * d, acc); acc = fma(min, dsum, acc)
+// from acc = 0: the same bits at every level, for every nt and tile.
+// n_blocks 32-float blocks of x into the activation fields above: q (32 a
+// block), d, dsum32 (one a block) and dsum16 (two). d = amax / 127,
+// q = x * (1 / d) rounded to nearest even; every level gives the same bits.
+using FastQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* q, float* d, float* dsum32, float* dsum16);
+
+using FastGroupsFn = void (*)(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
+                              int64_t g1, float* y, size_t y_stride);
+
+}  // namespace inferd::kernels
