@@ -133,7 +133,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
     s.block_tables[g].assign(table.begin(), table.end());
   }
   s.new_block_ids = std::move(new_blocks);
-  s.state_slot = kv_.state_slot(r.id).value_or(-1);
+  if (kv_.has_state_slots()) s.state_slot = kv_.state_slot(r.id).value_or(-1);
   s.is_new = is_new;
   s.resumed = resumed;
   s.sample = r.num_computed_tokens + (n - n_drafts) == r.num_tokens();

@@ -68,6 +68,16 @@ struct MlaWeights {
   explicit operator bool() const { return static_cast<bool>(kv_a); }
 };
 
+// A Gated DeltaNet layer's weights (DeltaNetPhase), else empty: the
+// projections of the norm's output (qkv: the conv channels; z: the output
+// gate; beta and alpha: one row per value head), the convolution's kernel (F32,
+// GGML shape [taps, channels]), the decay's bias (ssm_dt.bias) and scale
+// (ssm_a, -exp(A_log)), the per-head output norm and the output projection.
+struct DeltaNetWeights {
+  WeightView qkv, z, beta, alpha, conv, dt_bias, a, norm, out;
+  explicit operator bool() const { return static_cast<bool>(qkv); }
+};
+
 // A layer's projections (the phases of its program that read them, model/
 // layer_program.h): Q, K, V (QkvPhase), O (OutputPhase), and a dense FFN's
 // gate, up and down (DenseFfnPhase). A mixture-of-experts layer has the first
@@ -87,6 +97,7 @@ struct LayerWeights {
   WeightView post_attn_norm, post_ffn_norm;   // sandwich norms (gemma), else empty
   MoeWeights moe;                             // a mixture-of-experts FFN, else empty
   MlaWeights mla;                             // latent attention, else empty (no Q/K/V projections then)
+  DeltaNetWeights delta_net;                  // a Gated DeltaNet layer's, else empty (no attention then)
   // An encoder's: its LayerNorms' biases (LayerNormPhase; the weights are
   // attn_norm and ffn_norm) and its plain MLP's biases (PlainFfnPhase).
   WeightView attn_norm_b, ffn_norm_b, b_up, b_down;

@@ -71,6 +71,36 @@ TEST(KernelsShortConv, MatchesTheConvolutionInDouble) {
     for (int64_t c = 0; c < channels; ++c) EXPECT_EQ(state[r * channels + c], x[(n - taps + 1 + r) * channels + c]);
 }
 
+// GGML's build (checked against llama.cpp's ssm_conv on tiny-qwen35: its
+// 4-tap sums are fma chains) rounds the products of whole runs of 8 taps and
+// fuses the rest: 4 taps all fused, 12 taps 8 rounded then 4 fused.
+TEST(KernelsShortConv, FusesTheTapsPastWholeRunsOfEight) {
+  std::mt19937 rng(5);
+  for (const int64_t taps : {int64_t{4}, int64_t{12}}) {
+    const int64_t channels = 19, n = 3;
+    const auto x = random_floats(rng, n * channels), w = random_floats(rng, taps * channels);
+    auto state0 = random_floats(rng, (taps - 1) * channels);
+    auto state = state0;
+    const auto out = run_conv(detail::short_conv_scalar, x, n, channels, w, taps, state);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t c = 0; c < channels; ++c) {
+        float want = 0.0f;
+        for (int64_t i = 0; i < taps; ++i) {
+          const int64_t row = t + i;
+          const float in = row < taps - 1 ? state0[row * channels + c] : x[(row - taps + 1) * channels + c];
+          if (i < taps - taps % 8) {
+            volatile float product = in * w[i * channels + c];
+            want += product;
+          } else {
+            want = std::fma(in, w[i * channels + c], want);
+          }
+        }
+        EXPECT_EQ(out[t * channels + c], want) << "taps " << taps << ", token " << t << ", channel " << c;
+      }
+    }
+  }
+}
+
 TEST(KernelsShortConv, EveryLevelGivesTheScalarBits) {
   for (const ConvCase cc : {ConvCase{5, 4, 1}, ConvCase{16, 4, 3}, ConvCase{67, 4, 7}, ConvCase{128, 3, 2},
                             ConvCase{33, 1, 4}, ConvCase{200, 4, 17}}) {

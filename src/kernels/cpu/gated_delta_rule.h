@@ -11,8 +11,8 @@
 //   out[j] = (M[j] . q) / sqrt(size)
 // q and k arrive L2-normalized. The dot products are ggml_vec_dot_f32's, whose
 // summation order is the build's (flavour.h); the row updates are
-// ggml_vec_mad_f32's (fused over whole vector steps, rounded product and add
-// past them). Every level gives the same bits for a flavour.
+// ggml_vec_mad_f32's (every element fused, its tail loop included: GCC
+// vectorizes and contracts it). Every level gives the same bits for a flavour.
 #pragma once
 #include <cstddef>
 #include <cstdint>

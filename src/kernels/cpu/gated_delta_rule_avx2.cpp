@@ -3,6 +3,8 @@
 // instructions, the same bits).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu/gated_delta_rule_impl.h"
 
 namespace inferd::kernels::detail {
@@ -33,10 +35,7 @@ struct Avx2Order {
       for (int j = 0; j < 4; ++j)
         _mm256_storeu_ps(y + i + 8 * j,
                          _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), vv, _mm256_loadu_ps(y + i + 8 * j)));
-    for (; i < n; ++i) {
-      const float product = rounded_product(x[i], v);
-      y[i] = y[i] + product;
-    }
+    for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);  // GGML's tail loop, vectorized and contracted
   }
 };
 

@@ -2,6 +2,8 @@
 // them; the AVX2 build's order in portable code (the same bits).
 #include <immintrin.h>
 
+#include <cmath>
+
 #include "kernels/cpu/gated_delta_rule_impl.h"
 
 namespace inferd::kernels::detail {
@@ -25,10 +27,7 @@ struct Avx512Order {
       for (int j = 0; j < 4; ++j)
         _mm512_storeu_ps(y + i + 16 * j,
                          _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * j), vv, _mm512_loadu_ps(y + i + 16 * j)));
-    for (; i < n; ++i) {
-      const float product = rounded_product(x[i], v);
-      y[i] = y[i] + product;
-    }
+    for (; i < n; ++i) y[i] = std::fma(x[i], v, y[i]);  // GGML's tail loop, vectorized and contracted
   }
 };
 

@@ -1,5 +1,7 @@
 #include "kernels/cpu/short_conv.h"
 
+#include <cmath>
+
 #include "kernels/cpu/kernel_table.h"
 
 namespace inferd::kernels {
@@ -10,10 +12,11 @@ void short_conv_scalar(const ShortConvArgs& a, int64_t c0, int64_t c1) {
   short_conv_tokens(a, c0, c1, [&](int64_t t, float* out, int64_t lo, int64_t hi) {
     for (int64_t c = lo; c < hi; ++c) {
       float sum = 0.0f;
-      for (int64_t i = 0; i < a.taps; ++i) {
-        const float product = rounded_product(short_conv_window_row(a, t + i)[c], a.weight[i * a.channels + c]);
-        sum += product;
-      }
+      const int64_t rounded = rounded_taps(a.taps);
+      for (int64_t i = 0; i < rounded; ++i)
+        sum += rounded_product(short_conv_window_row(a, t + i)[c], a.weight[i * a.channels + c]);
+      for (int64_t i = rounded; i < a.taps; ++i)
+        sum = std::fma(short_conv_window_row(a, t + i)[c], a.weight[i * a.channels + c], sum);
       out[c] = sum;
     }
   });

@@ -2,10 +2,13 @@
 // kernel of `taps` weights per channel) as GGML's ggml_ssm_conv computes it,
 // to the bit: for token t and channel c,
 //   out[t][c] = sum over i = 0 .. taps-1 of window[t + i][c] * w[i][c],
-// summed in float in order from 0, each product rounded (GGML's C++ build does
-// not fuse them), where window is the sequence's last taps - 1 inputs (the
-// conv state) followed by this call's tokens. Every order of the sum is
-// fixed, so every level gives the same bits.
+// summed in float in order from 0, where window is the sequence's last
+// taps - 1 inputs (the conv state) followed by this call's tokens. GGML's
+// build (GCC, FMA enabled) vectorizes that loop's products over whole runs of
+// 8 taps, each product rounded before its add, and fuses the remaining
+// taps % 8 into fma's: rounded_taps() says how many are rounded. (Every
+// Qwen3.5 has 4 taps: all fused.) Every order of the sum is fixed, so every
+// level gives the same bits.
 //
 // The state is what makes chunked prompts and decode steps equal one long
 // call: after the call it holds the last taps - 1 rows of the window.
@@ -41,6 +44,9 @@ void short_conv_avx2(const ShortConvArgs& a, int64_t c0, int64_t c1);
 void short_conv_avx512(const ShortConvArgs& a, int64_t c0, int64_t c1);
 
 namespace {
+// The taps whose products are rounded before their add; the rest are fused.
+inline int64_t rounded_taps(int64_t taps) { return taps - taps % 8; }
+
 // a * b rounded to float, kept apart from whatever add follows: C++ lets GCC
 // contract a product and a sum into one fma (-ffp-contract=fast), which would
 // change the bits; the empty asm makes the product a value it must produce.
