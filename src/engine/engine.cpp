@@ -83,6 +83,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   if (Status s = sc.validate(); !s) return s.error();
   EngineConfig effective = config;
   effective.max_model_len = max_model_len;
+  if (recurrent) effective.enable_prefix_caching = false;  // what the KV manager does (see above)
 
   std::unique_ptr<DraftModelProposer> drafter;
   if (config.speculative.enabled() && config.speculative.method == SpeculativeConfig::Method::kDraftModel) {
@@ -1109,6 +1110,9 @@ void Engine::publish_stats() {
   s.kv_cache_dtype = runner_->kv_cache().storage_spec().dtype;
   s.kv_bytes_per_token = KVCache::bytes_per_token(model_.config(), s.kv_cache_dtype);
   s.kv_capacity_tokens = kv_tokens_for_blocks(runner_->kv_cache().layout(), s.kv_total_blocks);
+  s.kv_state_slots = runner_->kv_cache().n_state_slots();
+  s.kv_state_bytes_per_sequence = runner_->kv_cache().layout().state_slot_bytes();
+  s.kv_state_bytes = static_cast<int64_t>(runner_->kv_cache().state_bytes());
   s.requests_added = requests_added_;
   s.prompt_tokens = prompt_tokens_;
   s.computed_prompt_tokens = computed_prompt_tokens_;

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/kv_capacity.h"
 #include "kv/block_pool.h"
 
 namespace inferd {
@@ -39,8 +40,7 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
   }
   const KVLayout layout = KVLayout::plan(model, config.block_size, config.kv_cache_dtype);
   // State slots (recurrent layers; the cache's spare one included) come first.
-  const int64_t state_bytes =
-      layout.n_state_layers > 0 ? int64_t{config.n_state_slots + 1} * static_cast<int64_t>(layout.state_slot_bytes()) : 0;
+  const int64_t state_bytes = kv_state_slots_bytes(layout, config.n_state_slots);
   if (state_bytes >= bytes)
     return make_error("a KV cache of " + source + " does not hold the " + std::to_string(config.n_state_slots) +
                       " recurrent state slots of " + std::to_string(layout.state_slot_bytes()) + " bytes each");
