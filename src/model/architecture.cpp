@@ -99,6 +99,14 @@ constexpr ArchitectureTraits kArchitectures[] = {
     {"qwen35", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f, {}, FfnKind::kDense,
      {}, false, "post_attention_norm.weight", false, /*nextn_layers=*/true, false, false, /*gated_delta_net=*/true,
      /*last_layer_on_every_token=*/true},
+    // Then a mixture of experts: src/models/qwen35moe.cpp (Qwen3.5 MoE):
+    // qwen35's layers with softmax routing, the chosen weights renormalized,
+    // and a shared expert gated by sigmoid(ffn_gate_inp_shexp . x).
+    {"qwen35moe", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f, {},
+     FfnKind::kMixtureOfExperts,
+     MoeTraits{ExpertGating::kSoftmax, true, false, false, false, false, /*gated_shared_expert=*/true}, false,
+     "post_attention_norm.weight", false, /*nextn_layers=*/true, false, false, /*gated_delta_net=*/true,
+     /*last_layer_on_every_token=*/true},
 };
 
 }  // namespace

@@ -59,6 +59,10 @@ struct MoeTraits {
   // The selection bias where the file has one (decided by the first MoE
   // layer's exp_probs_b.bias: DeepSeek V3 has it, V2 not).
   bool selection_bias_if_present = false;
+  // One shared expert `<arch>.expert_shared_feed_forward_length` wide
+  // (feed_forward_length when absent) whose output is scaled per token by
+  // sigmoid(ffn_gate_inp_shexp . x) before it joins the routed sum (qwen35moe).
+  bool gated_shared_expert = false;
 };
 
 struct ArchitectureTraits {

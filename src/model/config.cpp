@@ -84,6 +84,13 @@ Result<MoeConfig> moe_config(const gguf::File& f, const std::string& a, const Mo
     if (!shared) return shared.error();
     m.n_expert_shared = *shared;
   }
+  if (traits.gated_shared_expert) {
+    auto width = arch_int(f, a, "expert_shared_feed_forward_length", n_ff);
+    if (!width) return width.error();
+    m.n_expert_shared = 1;
+    m.n_ff_shared = *width;
+    m.gated_shared_expert = true;
+  }
   auto n_expert = arch_int(f, a, "expert_count");
   if (!n_expert) return n_expert.error();
   auto n_used = arch_int(f, a, "expert_used_count");

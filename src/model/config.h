@@ -46,7 +46,9 @@ struct MoeConfig {
   int64_t n_leading_dense = 0;     // the first this-many layers have a dense FFN
   bool selection_bias = false;     // exp_probs_b.bias per MoE layer (MoeTraits)
   int64_t n_expert_shared = 0;     // shared experts (one MLP n_ff_exp times this wide); 0: none
-  int64_t shared_width() const { return n_ff_exp * n_expert_shared; }
+  int64_t n_ff_shared = 0;         // the shared MLP's width where the file gives it (else as above)
+  bool gated_shared_expert = false;  // its output times sigmoid(ffn_gate_inp_shexp . x) (MoeTraits)
+  int64_t shared_width() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
 };
 
 // Multi-head latent attention (DeepSeek V2/V3, llama.cpp's MLA with the

@@ -35,7 +35,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       packed_bytes += Linear::packed_bytes(L.moe.router);
       for (const ExpertsView* experts : {&L.moe.gate, &L.moe.up, &L.moe.down})
         packed_bytes += Linear::packed_bytes(experts->expert(0)) * static_cast<size_t>(experts->n_expert);
-      for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp})
+      for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp, &L.moe.gate_inp_shexp})
         if (*w) packed_bytes += Linear::packed_bytes(*w);
     }
     if (L.delta_net) {
@@ -79,6 +79,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
         linears.up_shexp = make(L.moe.up_shexp);
         linears.down_shexp = make(L.moe.down_shexp);
       }
+      if (L.moe.gate_inp_shexp) linears.gate_inp_shexp = make(L.moe.gate_inp_shexp);
     }
     if (const DeltaNetWeights& d = L.delta_net; d) {
       linears.dn_qkv = make(d.qkv);

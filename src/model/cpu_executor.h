@@ -113,6 +113,7 @@ class CpuExecutor final : public Executor {
     Linear router;
     std::vector<Linear> gate_exps, up_exps, down_exps;
     Linear gate_shexp, up_shexp, down_shexp;  // its shared expert, else empty
+    Linear gate_inp_shexp;                    // that expert's gate (one row, the router's input), else empty
     bool shared_expert() const { return gate_shexp.rows() > 0; }
     // Latent attention (MlaWeights), else empty: the query's first
     // projection (attn_q or attn_q_a), attn_q_b, attn_kv_a_mqa, and per head
@@ -196,6 +197,7 @@ class CpuExecutor final : public Executor {
     // are the same pairs grouped by expert, each expert's in token order.
     struct Moe {
       std::vector<float> logits;    // router logits, then probabilities: per token, n_expert
+      std::vector<float> shared_gate;  // per token: the shared expert's gate logit, then its sigmoid
       std::vector<int32_t> chosen;  // per choice: the expert
       std::vector<float> weights;   // per choice: its weight
       // Per thread (each builds the same grouping, saving a barrier): routed

@@ -22,7 +22,8 @@ void attention_branch(const ModelConfig& c, int64_t l, std::vector<Phase>& out) 
 void ffn_branch(const ModelConfig& c, int64_t l, const char* post_norm, std::vector<Phase>& out) {
   out.push_back(NormPhase{NormPhase::Branch::kFfn, c.traits->ffn_norm_tensor.data()});
   if (c.layers[l].ffn == FfnKind::kMixtureOfExperts) {
-    out.push_back(MoeFfnPhase{c.activation, post_norm, c.moe.selection_bias, c.moe.n_expert_shared > 0});
+    out.push_back(MoeFfnPhase{c.activation, post_norm, c.moe.selection_bias, c.moe.n_expert_shared > 0,
+                              c.moe.gated_shared_expert});
   } else {
     out.push_back(DenseFfnPhase{c.activation, post_norm});
   }

@@ -108,6 +108,9 @@ struct MoeFfnPhase {
   const char* post_norm;  // as OutputPhase's
   bool selection_bias = false;
   bool shared_expert = false;
+  // The shared expert's output times sigmoid(ffn_gate_inp_shexp . x) per
+  // token before the add (qwen35moe).
+  bool shared_expert_gate = false;
 };
 
 // A plain (non-gated) MLP with biases: down(act(up x + b_up)) + b_down (encoders).

@@ -178,6 +178,17 @@ class LayerLoader {
       if (Status s = set(m.up_shexp, find(f_, p_ + "ffn_up_shexp.weight", {E, S})); !s) return s;
       if (Status s = set(m.down_shexp, find(f_, p_ + "ffn_down_shexp.weight", {S, E})); !s) return s;
     }
+    if (ph.shared_expert_gate) {
+      // A 1-D tensor: one row for the router's kernels, which must read it
+      // with the router's input.
+      if (Status s = set(m.gate_inp_shexp, find(f_, p_ + "ffn_gate_inp_shexp.weight", {E})); !s) return s;
+      m.gate_inp_shexp.cols = E;
+      m.gate_inp_shexp.rows = 1;
+      if (m.gate_inp_shexp.dtype != m.router.dtype)
+        return make_error("tensor '" + p_ + "ffn_gate_inp_shexp.weight' has type " +
+                          dtype_name(m.gate_inp_shexp.dtype) + " and the router '" + p_ + "ffn_gate_inp.weight' " +
+                          dtype_name(m.router.dtype) + "; inferd runs the shared expert's gate in the router's type");
+    }
     return post_norm(L_.post_ffn_norm, ph.post_norm);
   }
 

@@ -53,6 +53,8 @@ struct MoeWeights {
   WeightView selection_bias;
   // The shared expert's gated MLP (MoeFfnPhase::shared_expert), else empty.
   WeightView gate_shexp, up_shexp, down_shexp;
+  // Its gate (ffn_gate_inp_shexp: one row of n_embd; MoeFfnPhase::shared_expert_gate), else empty.
+  WeightView gate_inp_shexp;
   explicit operator bool() const { return static_cast<bool>(router); }
 };
 

@@ -894,10 +894,65 @@ def make_qwen35(models_dir, path):
     return w
 
 
+def qwen35moe_ffn(b, h, moe, t, p):
+    """A qwen35moe layer's FFN: softmax-routed experts and one shared expert, gated per token by
+    sigmoid(ffn_gate_inp_shexp . x) (a 1-D F32 tensor, as convert_hf_to_gguf.py writes it)."""
+    n_embd, n_expert, n_ff_exp, n_ff_sh = h["n_embd"], moe["n_expert"], moe["n_ff_exp"], moe["n_ff_shexp"]
+    b.norm(p + "post_attention_norm.weight", n_embd)
+    # Router logits with a standard deviation near 2, as make_qwen3moe's.
+    b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+    b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["gate"])
+    b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
+    b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 3.0 / math.sqrt(n_ff_exp)), t["down"])
+    # Gate logits with a standard deviation near 1.5: the shared expert's share differs per token.
+    b.add(p + "ffn_gate_inp_shexp.weight", b.normal((n_embd,), 1.5 / math.sqrt(n_embd)), T.F32)
+    b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
+    b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
+    b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+
+
+def make_qwen35moe(models_dir, path):
+    n_trunk, n_nextn = 4, 1
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=n_trunk + n_nextn, n_ff=96, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=10000000.0, rms_eps=1e-6, rope_dim=8, rope_sections=[2, 1, 1, 0], full_attention_interval=4)
+    dn = dict(conv_kernel=4, head=32, k_heads=2, v_heads=4)
+    moe = dict(n_expert=8, n_expert_used=2, n_ff_exp=32, n_ff_shexp=64)
+    w = GGUFWriter(path, "qwen35moe")
+    qwen35_hparams(w, "qwen35moe", "inferd tiny qwen35moe (random)", h, dn, n_nextn)
+    w.add_expert_count(moe["n_expert"])
+    w.add_expert_used_count(moe["n_expert_used"])
+    w.add_expert_feed_forward_length(moe["n_ff_exp"])
+    w.add_expert_shared_feed_forward_length(moe["n_ff_shexp"])
+    copy_tokenizer(w, QWEN35_VOCAB)
+    n_vocab = 151936
+    b = Builder(seed=73)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    n_embd = h["n_embd"]
+    for i in range(h["n_layer"]):
+        t = QWEN35_TYPES[i % len(QWEN35_TYPES)]
+        p = f"blk.{i}."
+        if i >= n_trunk:  # the MTP block: a full-attention block with the MoE FFN, never run
+            gated_attention_block(b, h, t, p)
+            qwen35moe_ffn(b, h, moe, t, p)
+            b.matrix(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd, T.Q8_0)
+            for norm in ("enorm", "hnorm", "shared_head_norm"):
+                b.norm(p + f"nextn.{norm}.weight", n_embd)
+            continue
+        if (i + 1) % h["full_attention_interval"] != 0:
+            delta_net_block(b, h, dn, t, p)
+        else:
+            gated_attention_block(b, h, t, p)
+        qwen35moe_ffn(b, h, moe, t, p)
+    b.write(w)
+    return w
+
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
           "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
-          "tiny-bert-reranker": make_bert_reranker, "tiny-qwen35": make_qwen35}
+          "tiny-bert-reranker": make_bert_reranker, "tiny-qwen35": make_qwen35,
+          "tiny-qwen35moe": make_qwen35moe}
 
 
 def main():
