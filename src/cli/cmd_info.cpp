@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "engine/engine.h"
 #include "engine/kv_capacity.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kv/kv_cache_dtype.h"
@@ -48,15 +49,26 @@ struct KVCacheRow {
   int64_t tokens_per_gib = 0;  // in blocks of 16 tokens, as serve sizes them
 };
 
+constexpr int32_t kBlockSize = 16;  // EngineArgs' default
+
+// A model with recurrent layers: its per-sequence state, which the KV budget
+// holds for max_num_seqs sequences (serve's default here) before its blocks.
+KVCapacity recurrent_state(const ModelConfig& c) {
+  if (!c.has_recurrent_layers()) return {};
+  return kv_capacity_for_bytes(c, kBlockSize, DType::F16, 0, EngineConfig{}.max_num_seqs);
+}
+
 std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
   std::vector<KVCacheRow> rows;
   if (c.n_layer < 1 || c.head_dim < 1) return rows;
-  constexpr int32_t kBlockSize = 16;  // EngineArgs' default
+  // Tokens a GiB of blocks holds: a hybrid model's states come on top.
+  const int64_t state_bytes = recurrent_state(c).state_bytes;
   for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
     const kv::KVCacheSpec spec = KVLayout::plan(c, kBlockSize, t).storage_spec();
     if (!spec.validate()) continue;
     if (spec.kind == kv::KVCacheKind::kLatent && t != DType::F16) continue;  // the latent cache is F16 only
-    const KVCapacity cap = kv_capacity_for_bytes(c, kBlockSize, t, int64_t{1} << 30);
+    const KVCapacity cap =
+        kv_capacity_for_bytes(c, kBlockSize, t, (int64_t{1} << 30) + state_bytes, EngineConfig{}.max_num_seqs);
     rows.push_back({kv::kv_cache_dtype_name(t), static_cast<int64_t>(cap.bytes_per_token), cap.tokens});
   }
   return rows;
@@ -154,6 +166,14 @@ int run_info(const InfoFlags& f) {
   for (const KVCacheRow& r : kv_rows)
     j["kv_cache"].push_back(
         {{"dtype", r.dtype}, {"bytes_per_token", r.bytes_per_token}, {"tokens_per_gib", r.tokens_per_gib}});
+  const KVCapacity state = recurrent_state(c);
+  if (state.state_slots > 0) {
+    j["recurrent_state"] = {{"layers", c.n_recurrent_layers()},
+                            {"bytes_per_sequence", state.state_bytes_per_sequence},
+                            {"sequences_per_gib", (int64_t{1} << 30) / static_cast<int64_t>(state.state_bytes_per_sequence)},
+                            {"default_max_num_seqs", state.state_slots},
+                            {"default_bytes", state.state_bytes}};
+  }
   j["tensor_count"] = file.tensors().size();
   for (const auto& [name, e] : by_type) j["tensor_types"][name] = {{"count", e.first}, {"bytes", e.second}};
   j["numerics"] = {{"tier", kernels::numerics_name(*numerics)}, {"description", numerics_description(*numerics)}};
@@ -220,6 +240,13 @@ int run_info(const InfoFlags& f) {
                   static_cast<long long>(r.tokens_per_gib));
   }
   std::printf("numerics       %s\n", numerics_description(*numerics).c_str());
+  if (state.state_slots > 0)
+    std::printf("state          %s a sequence (f32; %lld recurrent layers), %lld sequences/GiB; "
+                "--max-num-seqs %d (the default) takes %s of the KV budget before the blocks above\n",
+                human_bytes(static_cast<double>(state.state_bytes_per_sequence)).c_str(),
+                static_cast<long long>(j["recurrent_state"]["layers"].get<int64_t>()),
+                static_cast<long long>(j["recurrent_state"]["sequences_per_gib"].get<int64_t>()), state.state_slots,
+                human_bytes(static_cast<double>(state.state_bytes)).c_str());
   std::printf("tensors        %zu\n", file.tensors().size());
   for (const auto& [name, e] : by_type)
     std::printf("  %-6s       %4lld tensors, %s\n", name.c_str(), (long long)e.first,

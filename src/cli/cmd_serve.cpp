@@ -127,13 +127,18 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
   const EngineStats stats = out.engine->stats();
   spdlog::info("model {} ready: max_model_len {}, KV cache {} blocks of {} tokens, {} threads, prefix caching {}",
                out.model->config().name, out.engine->config().max_model_len, stats.kv_total_blocks,
-               out.engine->config().block_size, f.threads, f.engine.enable_prefix_caching ? "on" : "off");
+               out.engine->config().block_size, f.threads, out.engine->config().enable_prefix_caching ? "on" : "off");
   spdlog::info("numerics {}: {}", kernels::numerics_name(out.model->numerics()),
                out.model->numerics() == kernels::Numerics::kExact
                    ? "bit-identical with llama.cpp's CPU build"
                    : "integer accumulation (differs from llama.cpp by the activation quantization's error)");
   spdlog::info("KV cache capacity {} tokens: {} keys and values, {} bytes a token", stats.kv_capacity_tokens,
                kv::kv_cache_dtype_name(stats.kv_cache_dtype), stats.kv_bytes_per_token);
+  if (stats.kv_state_slots > 0)
+    spdlog::info("recurrent state: {} slots of {} bytes (f32), {:.2f} MiB with the spare one, for up to {} running "
+                 "sequences (--max-num-seqs), out of the KV budget",
+                 stats.kv_state_slots, stats.kv_state_bytes_per_sequence,
+                 static_cast<double>(stats.kv_state_bytes) / (1 << 20), stats.kv_state_slots);
   if (stats.offload.host_enabled)
     spdlog::info("KV offload: host tier of {} MiB", stats.offload.host.capacity_bytes >> 20);
   if (stats.offload.disk_enabled)

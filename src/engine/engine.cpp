@@ -32,6 +32,23 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   if (Status s = config.speculative.validate(); !s) return make_error("speculative config: " + s.error().message);
   const int64_t max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model.config().context_length;
+  // A model with recurrent layers keeps one state per running request, which
+  // cannot be cut back to a past position, shared, nor sent as blocks.
+  const bool recurrent = model.config().has_recurrent_layers();
+  if (recurrent) {
+    const std::string arch = model.config().architecture;
+    if (config.speculative.enabled())
+      return make_error("speculative decoding is not supported for '" + arch +
+                        "': its recurrent (Gated DeltaNet) layers' state cannot be rolled back past rejected drafts");
+    if (config.offload.enabled())
+      return make_error("KV offload tiers are not supported for '" + arch +
+                        "': its recurrent layers' state is not kept in KV blocks");
+    if (config.kv_transfer)
+      return make_error("the KV transfer is not supported for '" + arch +
+                        "': its recurrent layers' state is not kept in KV blocks");
+    if (config.enable_prefix_caching)
+      spdlog::info("prefix caching is off for '{}': a cached prefix would need its recurrent layers' state too", arch);
+  }
 
   ModelRunnerConfig rc;
   rc.block_size = config.block_size;
@@ -39,6 +56,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
   rc.kv_cache_dtype = config.kv_cache_dtype;
   rc.warm_up = config.warm_up;
+  rc.n_state_slots = recurrent ? config.max_num_seqs : 0;
   // A kv_producer's KV cache goes on shared memory, which consumers on this
   // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
   // and shared memory has no transparent huge pages on most systems.
@@ -60,10 +78,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   sc.kv = {.n_blocks = (*runner)->n_blocks(),
            .block_size = config.block_size,
            .enable_prefix_caching = config.enable_prefix_caching,
-           .group_windows = kv_layout.group_windows};
+           .group_windows = kv_layout.group_windows,
+           .n_state_slots = rc.n_state_slots};
   if (Status s = sc.validate(); !s) return s.error();
   EngineConfig effective = config;
   effective.max_model_len = max_model_len;
+  if (recurrent) effective.enable_prefix_caching = false;  // what the KV manager does (see above)
 
   std::unique_ptr<DraftModelProposer> drafter;
   if (config.speculative.enabled() && config.speculative.method == SpeculativeConfig::Method::kDraftModel) {
@@ -827,6 +847,9 @@ void Engine::publish_stats() {
   s.kv_cache_dtype = runner_->kv_cache().storage_spec().dtype;
   s.kv_bytes_per_token = KVCache::bytes_per_token(model_.config(), s.kv_cache_dtype);
   s.kv_capacity_tokens = kv_tokens_for_blocks(runner_->kv_cache().layout(), s.kv_total_blocks);
+  s.kv_state_slots = runner_->kv_cache().n_state_slots();
+  s.kv_state_bytes_per_sequence = runner_->kv_cache().layout().state_slot_bytes();
+  s.kv_state_bytes = static_cast<int64_t>(runner_->kv_cache().state_bytes());
   s.requests_added = requests_added_;
   s.prompt_tokens = prompt_tokens_;
   s.computed_prompt_tokens = computed_prompt_tokens_;

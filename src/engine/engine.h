@@ -176,6 +176,12 @@ struct EngineStats {
   DType kv_cache_dtype = kv::kDefaultKVCacheDType;  // what the KV cache keeps keys and values in
   size_t kv_bytes_per_token = 0;    // one token's keys and values, every layer
   int64_t kv_capacity_tokens = 0;   // tokens of full context the usable blocks hold
+  // A model with recurrent layers: the state slots (one per request that can
+  // run at once), one sequence's state and every slot's bytes, the cache's
+  // spare slot included (taken from the KV budget before the blocks). 0 otherwise.
+  int32_t kv_state_slots = 0;
+  size_t kv_state_bytes_per_sequence = 0;
+  int64_t kv_state_bytes = 0;
   int64_t requests_added = 0;
   int64_t prompt_tokens = 0;           // of added requests
   int64_t computed_prompt_tokens = 0;  // prompt positions run through the model (recomputes included)

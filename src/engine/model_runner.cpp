@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "engine/kv_capacity.h"
 #include "kv/block_pool.h"
 
 namespace inferd {
@@ -37,7 +38,14 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
     source = std::to_string(config.kv_cache_memory_fraction) + " of " + std::to_string(avail) +
              " available bytes";
   }
-  const int64_t block_bytes = static_cast<int64_t>(KVCache::block_bytes(model, config.block_size, config.kv_cache_dtype));
+  const KVLayout layout = KVLayout::plan(model, config.block_size, config.kv_cache_dtype);
+  // State slots (recurrent layers; the cache's spare one included) come first.
+  const int64_t state_bytes = kv_state_slots_bytes(layout, config.n_state_slots);
+  if (state_bytes >= bytes)
+    return make_error("a KV cache of " + source + " does not hold the " + std::to_string(config.n_state_slots) +
+                      " recurrent state slots of " + std::to_string(layout.state_slot_bytes()) + " bytes each");
+  bytes -= state_bytes;
+  const int64_t block_bytes = static_cast<int64_t>(layout.block_bytes());
   int64_t n = bytes / block_bytes;
   if (config.max_blocks > 0) n = std::min(n, config.max_blocks);
   n = std::min<int64_t>(n, INT32_MAX);
@@ -56,7 +64,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const Mod
   if (Status s = model.check_kv_cache(layout); !s) return s.error();
   auto n_blocks = kv_blocks_for_budget(model.config(), config);
   if (!n_blocks) return n_blocks.error();
-  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(layout), *n_blocks, config.kv_cache_shareable));
+  std::unique_ptr<ModelRunner> runner(
+      new ModelRunner(model, std::move(layout), *n_blocks, config.kv_cache_shareable, config.n_state_slots));
   if (config.warm_up) runner->warm_up();
   return runner;
 }
@@ -84,8 +93,8 @@ void ModelRunner::warm_up() {
   logits_.clear();
 }
 
-ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache)
-    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache) {}
+ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots)
+    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache, n_state_slots) {}
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();
@@ -95,6 +104,7 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
     slice.first_token = static_cast<int32_t>(batch.size());
     slice.n_tokens = static_cast<int32_t>(p1 - p0);
     slice.decode_each = decode_each;
+    slice.state_slot = s.state_slot;
     // Attention reads positions [0, p1 - 1]: only that much of the tables.
     const size_t n_groups = s.block_tables.size();
     if (batch.slots.size() < n_groups) batch.slots.resize(n_groups);

@@ -40,6 +40,9 @@ struct ModelRunnerConfig {
   // The KV cache on shared memory that a consumer on this host can map (a KV
   // producer's; KVCache).
   bool kv_cache_shareable = false;
+  // A model with recurrent layers: the state slots the cache holds (one per
+  // request that can run at once; their memory comes out of the KV budget).
+  int32_t n_state_slots = 0;
 };
 
 // Bytes of host memory the system could give us now (MemAvailable), or 0 if unknown.
@@ -95,7 +98,7 @@ class ModelRunner {
   KVCache& kv_cache() { return cache_; }  // the pool's memory (offload tiers copy blocks)
 
  private:
-  ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache);
+  ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots);
   // Forward passes over the reserved null block, whose contents nothing reads.
   void warm_up();
 

@@ -63,6 +63,9 @@ Status Scheduler::validate_request(const Request& r, const SchedulerConfig& conf
                       str(config.max_num_batched_tokens) + "): it runs in one step");
   if (r.beam_width < 1) return make_error("the beam width must be at least 1");
   if (r.beam_width > 1 && r.beam_group.empty()) return make_error("a beam width is given without a beam group");
+  if (!r.beam_group.empty() && config.kv.n_state_slots > 0)
+    return make_error("beam search is not supported for models with recurrent layers (Gated DeltaNet) yet: "
+                      "beams would each need a copy of the recurrent state");
   if (!r.beam_group.empty()) {
     // A group advances only on a step that runs all its beams: they must fit
     // one step, and (counting no shared block) the cache, so that the group
@@ -130,6 +133,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
     s.block_tables[g].assign(table.begin(), table.end());
   }
   s.new_block_ids = std::move(new_blocks);
+  if (kv_.has_state_slots()) s.state_slot = kv_.state_slot(r.id).value_or(-1);
   s.is_new = is_new;
   s.resumed = resumed;
   s.sample = r.num_computed_tokens + (n - n_drafts) == r.num_tokens();
@@ -532,6 +536,9 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
 bool Scheduler::set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids) {
   auto it = requests_.find(request_id);
   if (it == requests_.end() || it->second->status != RequestStatus::kRunning) return false;
+  // A rejected draft cannot be rolled back out of a recurrent state (the
+  // engine refuses speculative decoding on such models at start).
+  if (kv_.has_state_slots()) return false;
   Request& r = *it->second;
   // The drafts and the token sampled after them all become output.
   int64_t room = r.max_tokens - r.num_output_tokens() - 1;
@@ -747,6 +754,8 @@ Status Scheduler::check_output(const SchedulerOutput& out) const {
     for (const std::vector<int32_t>& table : s.block_tables)
       if (static_cast<int64_t>(table.size()) * kv_.block_size() < s.num_computed_tokens + s.num_new_tokens)
         return fail(name + "'s block table does not cover its tokens");
+    if (kv_.has_state_slots() && s.state_slot != kv_.state_slot(s.request_id).value_or(-2))
+      return fail(name + " is scheduled without the state slot it holds");
     total += s.num_new_tokens;
   }
   if (total != out.total_num_scheduled_tokens) return fail("total_num_scheduled_tokens is wrong");

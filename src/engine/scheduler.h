@@ -145,7 +145,8 @@ class Scheduler {
   // Drafts to verify after a running request's tokens when it is next
   // scheduled as a decode (replacing any not yet scheduled). Cut to what the
   // request can still use: max_tokens and max_model_len count the drafts and
-  // the token sampled after them. False for an id that is not running.
+  // the token sampled after them. False for an id that is not running, and
+  // always for a model with recurrent state (no rollback of it yet).
   bool set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids);
 
   // Beam search: a new running request `child_id` in the parent's beam

@@ -30,6 +30,10 @@ struct ScheduledRequest {
   // request writes is replaced by its copy).
   std::vector<std::vector<int32_t>> block_tables;
   std::vector<int32_t> new_block_ids;  // appended to the tables this step, group by group
+  // Recurrent layers: the request's state slot (the same from admission to
+  // finish or preemption; is_new or resumed: the runner starts it from zero).
+  // -1: the model has none.
+  int32_t state_slot = -1;
   bool is_new = false;   // admitted this step: the runner has no state for it yet
   bool resumed = false;  // admitted after a preemption: recomputes prompt and earlier output
   bool sample = false;   // this step reaches the request's last token: sample one

@@ -15,6 +15,8 @@ nlohmann::json engine_stats_json(const EngineStats& s) {
           {"kv_cache_blocks", s.kv_total_blocks}, {"kv_used_blocks", sc.kv_used_blocks},
           {"kv_cache_dtype", kv::kv_cache_dtype_name(s.kv_cache_dtype)},
           {"kv_capacity_tokens", s.kv_capacity_tokens}, {"kv_bytes_per_token", s.kv_bytes_per_token},
+          {"kv_state_slots", s.kv_state_slots}, {"kv_state_bytes_per_sequence", s.kv_state_bytes_per_sequence},
+          {"kv_state_bytes", s.kv_state_bytes},
           {"kv_free_blocks", sc.kv_free_blocks}, {"kv_usage", sc.kv_usage},
           {"prefix_cache_queried_tokens", sc.prefix_cache.queried_tokens},
           {"prefix_cache_hit_tokens", sc.prefix_cache.hit_tokens},

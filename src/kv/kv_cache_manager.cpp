@@ -33,8 +33,10 @@ int64_t max_blocks_held(const KVCacheConfig& config, int64_t n_tokens, int64_t m
 }
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
-    : config_(config), pool_(config.n_blocks) {
+    : config_(config), pool_(config.n_blocks), state_slots_(config.n_state_slots) {
   INFERD_KV_CHECK(config.block_size >= 1, "block_size must be positive");
+  // Blocks found by prefix would come without the recurrent state at their end.
+  if (config_.n_state_slots > 0) config_.enable_prefix_caching = false;
   for (int64_t w : config.group_windows) INFERD_KV_CHECK(w >= 0, "a group's window must be >= 0");
 }
 
@@ -184,6 +186,9 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
         n_from_free += pool_.ref_count(b) == 0;
       }
   if (n_from_free > pool_.num_free_blocks()) return std::nullopt;
+  // A request's first blocks come with its state slot; without one it waits.
+  const bool takes_state_slot = has_state_slots() && !holds && (hit_len > 0 || n_fresh > 0);
+  if (takes_state_slot && state_slots_.num_free() == 0) return std::nullopt;
 
   // Touch the hit first so that allocate() cannot evict it.
   pool_.touch(hit_blocks);
@@ -205,6 +210,7 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   RequestBlocks& rb = requests_[request_id];
   if (!holds) {
     rb.tables.resize(n_groups);
+    if (takes_state_slot) state_slots_.allocate(request_id);
     if (hit.num_queried_tokens > 0) {
       ++stats_.requests;
       stats_.queried_tokens += hit.num_queried_tokens;
@@ -263,6 +269,9 @@ void KVCacheManager::cache_loaded(std::span<const BlockTransfer> loads) {
 void KVCacheManager::fork(const std::string& parent_id, const std::string& child_id, int64_t num_tokens) {
   auto it = requests_.find(parent_id);
   INFERD_KV_CHECK(it != requests_.end(), "forking a request that holds no blocks");
+  // The state cannot be shared by reference (the engine refuses beam search
+  // on such models before it gets here).
+  INFERD_KV_CHECK(!has_state_slots(), "forking a request of a model with recurrent state");
   INFERD_KV_CHECK(requests_.count(child_id) == 0, "forking into a request that already holds blocks");
   const int64_t n = blocks_for_tokens(num_tokens);
   INFERD_KV_CHECK(num_tokens >= 0 && n <= static_cast<int64_t>(it->second.tables[0].size()),
@@ -295,6 +304,7 @@ void KVCacheManager::free(const std::string& request_id) {
       if (table[i] != BlockPool::kNullBlock) reversed.push_back(table[i]);
   pool_.free(reversed);
   requests_.erase(it);
+  state_slots_.free(request_id);
 }
 
 int64_t KVCacheManager::num_blocks_held(const std::string& request_id) const {
@@ -355,6 +365,13 @@ Status KVCacheManager::check_invariants() const {
     return fail("free + used != usable blocks");
   if (!config_.enable_prefix_caching && pool_.num_cached_blocks() != 0)
     return fail("blocks are cached with prefix caching disabled");
+  if (Status s = state_slots_.check_invariants(); !s) return s;
+  if (has_state_slots()) {
+    for (const auto& [id, rb] : requests_)
+      if (!state_slots_.slot_of(id)) return fail("request '" + id + "' holds blocks but no state slot");
+    if (num_state_slots() - num_free_state_slots() != static_cast<int32_t>(requests_.size()))
+      return fail("a state slot is held by a request that holds no blocks");
+  }
   return {};
 }
 

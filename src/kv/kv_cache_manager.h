@@ -34,6 +34,7 @@
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
 #include "kv/kv_connector.h"
+#include "kv/state_slot_pool.h"
 
 namespace inferd::kv {
 
@@ -45,6 +46,12 @@ struct KVCacheConfig {
   // token at position p attends to positions (p - W, p]. Empty: one
   // full-attention group.
   std::vector<int64_t> group_windows;
+  // A model with recurrent layers (KVCacheKind::kRecurrentState): how many
+  // sequences' states the executor keeps, which bounds the requests that hold
+  // blocks at once. 0: no recurrent layers, no slots. A hybrid model's
+  // attention blocks are useless without the state that goes with them, so
+  // such a cache never does prefix caching (the constructor turns it off).
+  int32_t n_state_slots = 0;
 
   int32_t num_groups() const { return group_windows.empty() ? 1 : static_cast<int32_t>(group_windows.size()); }
   int64_t window(int32_t group) const { return group_windows.empty() ? 0 : group_windows[group]; }
@@ -127,7 +134,8 @@ class KVCacheManager {
   // forks but ignores copies). Returns the non-null block ids appended to its
   // tables (group by group, hit blocks first), or nullopt, changing nothing
   // more, if there are not enough free or evictable blocks for the new blocks
-  // and the copies together. The hit's external blocks get fresh blocks too,
+  // and the copies together, or (recurrent layers) no free state slot for a
+  // request that holds nothing yet: its first allocation takes one. The hit's external blocks get fresh blocks too,
   // listed in `loads` (which must then be given) for the caller to fill and
   // then pass to cache_loaded, or to free the request if it cannot.
   std::optional<std::vector<int32_t>> allocate_slots(const std::string& request_id,
@@ -162,8 +170,9 @@ class KVCacheManager {
                          int64_t num_computed_tokens, uint64_t extra_key);
 
   // Drops the request's references, last block first, so that of its cached
-  // blocks the tail of the sequence is evicted before the head. No-op for an
-  // id that holds nothing.
+  // blocks the tail of the sequence is evicted before the head, and returns
+  // its state slot (preemption by recompute too: the state is rebuilt). No-op
+  // for an id that holds nothing.
   void free(const std::string& request_id);
 
   // The request's blocks in order for one group (empty if it holds none).
@@ -172,6 +181,12 @@ class KVCacheManager {
   // Blocks the request holds now, over all groups (null entries not counted).
   int64_t num_blocks_held(const std::string& request_id) const;
   bool holds_blocks(const std::string& request_id) const { return requests_.count(request_id) > 0; }
+  // Recurrent layers: the request's state slot (held exactly while it holds
+  // blocks), or nullopt.
+  std::optional<int32_t> state_slot(const std::string& request_id) const { return state_slots_.slot_of(request_id); }
+  bool has_state_slots() const { return config_.n_state_slots > 0; }
+  int32_t num_state_slots() const { return state_slots_.num_slots(); }
+  int32_t num_free_state_slots() const { return state_slots_.num_free(); }
   int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
 
   int32_t block_size() const { return config_.block_size; }
@@ -193,7 +208,8 @@ class KVCacheManager {
   // number of request tables that hold it; free + used == usable; no table
   // holds a block twice, and only sliding-window tables hold the null block;
   // a request's tables are equally long; of each table, exactly the blocks the
-  // request has hashed may be findable, and under the request's hash.
+  // request has hashed may be findable, and under the request's hash; with
+  // recurrent layers, exactly the requests that hold blocks hold a state slot.
   Status check_invariants() const;
 
  private:
@@ -207,6 +223,7 @@ class KVCacheManager {
 
   KVCacheConfig config_;
   BlockPool pool_;
+  StateSlotPool state_slots_;
   std::unordered_map<std::string, RequestBlocks> requests_;
   PrefixCacheStats stats_;
 };

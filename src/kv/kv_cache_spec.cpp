@@ -7,6 +7,7 @@ const char* kv_cache_kind_name(KVCacheKind kind) {
     case KVCacheKind::kFullAttention: return "full attention";
     case KVCacheKind::kSlidingWindow: return "sliding window";
     case KVCacheKind::kLatent: return "latent attention";
+    case KVCacheKind::kRecurrentState: return "recurrent state";
   }
   return "unknown";
 }
@@ -31,6 +32,15 @@ int64_t KVCacheSpec::value_rotation() const { return rotates(dtype) && head_size
 Status KVCacheSpec::validate() const {
   const DTypeInfo* t = dtype_info(static_cast<uint32_t>(dtype));
   if (!t) return make_error("KV cache dtype " + std::to_string(static_cast<uint32_t>(dtype)) + " is not a known type");
+  if (kind == KVCacheKind::kRecurrentState) {
+    if (dtype != DType::F32 || conv_elements < 0 || recurrent_elements < 1 || num_kv_heads != 0 || head_size != 0 ||
+        sliding_window != 0)
+      return make_error("KV cache spec: a recurrent state is f32, with a recurrent part of at least one element, "
+                        "a conv window of >= 0 and no heads or window (" + describe() + ")");
+    return {};
+  }
+  if (conv_elements != 0 || recurrent_elements != 0)
+    return make_error("KV cache spec: only a recurrent state has state elements (" + describe() + ")");
   if (num_kv_heads < 0 || head_size < 0 || block_size < 1)
     return make_error("KV cache spec needs heads and head size >= 0 and a block size >= 1 (" + describe() + ")");
   if (head_size % t->block_size != 0)
@@ -46,6 +56,10 @@ Status KVCacheSpec::validate() const {
 std::string KVCacheSpec::describe() const {
   const DTypeInfo* t = dtype_info(static_cast<uint32_t>(dtype));
   std::string s = kv_cache_kind_name(kind);
+  if (kind == KVCacheKind::kRecurrentState)
+    return s + ", " + (t ? t->name : "dtype " + std::to_string(static_cast<uint32_t>(dtype))) + ", conv window " +
+           std::to_string(conv_elements) + " + recurrent " + std::to_string(recurrent_elements) +
+           " elements a sequence";
   if (kind == KVCacheKind::kSlidingWindow) s.append(" ").append(std::to_string(sliding_window));
   s.append(", ");
   if (t)

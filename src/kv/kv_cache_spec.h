@@ -20,9 +20,7 @@
 
 namespace inferd::kv {
 
-// How a group's layers use their slots. Recurrent state (Mamba, Gated
-// DeltaNet: a fixed state per sequence) comes next; its sizes will differ, not
-// the interface.
+// How a group's layers use their slots.
 enum class KVCacheKind : uint8_t {
   kFullAttention = 0,  // every position is kept
   kSlidingWindow = 1,  // only the last `sliding_window` positions are read
@@ -31,6 +29,12 @@ enum class KVCacheKind : uint8_t {
   // (head_size = kv_lora_rank + qk_rope); the values are read from the keys'
   // latent, so a slot has no values (has_values()).
   kLatent = 2,
+  // A recurrent layer (Gated DeltaNet; Mamba would fit): no per-token slots
+  // at all but one fixed state per sequence, a short-convolution window and
+  // the recurrent matrices, in f32 as llama.cpp keeps them. Such layers take
+  // no blocks: their states live in state slots (state_slot_pool.h), one per
+  // running request, sized by state_bytes().
+  kRecurrentState = 3,
 };
 const char* kv_cache_kind_name(KVCacheKind kind);
 
@@ -48,17 +52,27 @@ struct KVCacheSpec {
   int32_t head_size = 0;
   int32_t block_size = 0;      // tokens per block
   int64_t sliding_window = 0;  // kSlidingWindow: positions read; else 0
+  // kRecurrentState, per layer and sequence: the convolution window's
+  // elements ((taps - 1) x channels) and the recurrent state's (heads x
+  // size x size); else 0.
+  int64_t conv_elements = 0;
+  int64_t recurrent_elements = 0;
 
   static KVCacheSpec full_attention(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size) {
-    return {KVCacheKind::kFullAttention, dtype, num_kv_heads, head_size, block_size, 0};
+    return {KVCacheKind::kFullAttention, dtype, num_kv_heads, head_size, block_size, 0, 0, 0};
   }
   static KVCacheSpec sliding(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size,
                              int64_t window) {
-    return {KVCacheKind::kSlidingWindow, dtype, num_kv_heads, head_size, block_size, window};
+    return {KVCacheKind::kSlidingWindow, dtype, num_kv_heads, head_size, block_size, window, 0, 0};
   }
   // One latent head of `width` elements (the latent and the RoPE key) per token.
   static KVCacheSpec latent(DType dtype, int32_t width, int32_t block_size) {
-    return {KVCacheKind::kLatent, dtype, 1, width, block_size, 0};
+    return {KVCacheKind::kLatent, dtype, 1, width, block_size, 0, 0, 0};
+  }
+  // A recurrent layer's state per sequence (f32: llama.cpp's
+  // llama-memory-recurrent keeps both parts in f32, whatever the KV dtype).
+  static KVCacheSpec recurrent_state(int64_t conv_elements, int64_t recurrent_elements) {
+    return {KVCacheKind::kRecurrentState, DType::F32, 0, 0, 0, 0, conv_elements, recurrent_elements};
   }
   // A layer attending within `window` positions (0: full attention).
   static KVCacheSpec for_window(DType dtype, int32_t num_kv_heads, int32_t head_size, int32_t block_size,
@@ -72,7 +86,15 @@ struct KVCacheSpec {
   // Bytes of one head's keys (or values) of one token.
   size_t head_bytes() const { return row_bytes(dtype, head_size); }
   // Whether a slot has values beside its keys (all kinds but latent attention).
-  bool has_values() const { return kind != KVCacheKind::kLatent; }
+  bool has_values() const { return kind != KVCacheKind::kLatent && kind != KVCacheKind::kRecurrentState; }
+  // Whether the layer keeps anything per token (all kinds but recurrent state,
+  // whose slot and page sizes are 0: it takes no blocks).
+  bool per_token() const { return kind != KVCacheKind::kRecurrentState; }
+  // kRecurrentState: bytes of one sequence's state in one layer, conv window
+  // first, then the recurrent matrices; 0 for the other kinds.
+  size_t conv_state_bytes() const { return row_bytes(dtype, conv_elements); }
+  size_t recurrent_state_bytes() const { return row_bytes(dtype, recurrent_elements); }
+  size_t state_bytes() const { return conv_state_bytes() + recurrent_state_bytes(); }
   // The stores a layer's slots take: keys, and values where it has them.
   int32_t n_stores() const { return has_values() ? 2 : 1; }
   // Bytes of one token's keys (or values) in one layer: the stride between

@@ -91,6 +91,22 @@ constexpr ArchitectureTraits kArchitectures[] = {
     // the tensors named as convert_hf_to_gguf.py names BERT's).
     {"bert", RopeStyle::kNeox, Activation::kGelu, true, false, false, false, false, 0, 0.0f, {}, FfnKind::kDense, {},
      false, "ffn_norm.weight", false, false, /*latent_attention=*/false, /*encoder=*/true},
+    // Hybrid: src/models/qwen35.cpp (Qwen3.5 dense): Gated DeltaNet layers
+    // beside gated full-attention layers with per-head QK norms and NeoX
+    // rotation of rope.dimension_count dims (its interleaved M-RoPE turns text
+    // positions exactly as NeoX does: every section gets the same position);
+    // the FFN's norm stored as post_attention_norm; trailing MTP blocks skipped.
+    {"qwen35", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f, {}, FfnKind::kDense,
+     {}, false, "post_attention_norm.weight", false, /*nextn_layers=*/true, false, false, /*gated_delta_net=*/true,
+     /*last_layer_on_every_token=*/true},
+    // Then a mixture of experts: src/models/qwen35moe.cpp (Qwen3.5 MoE):
+    // qwen35's layers with softmax routing, the chosen weights renormalized,
+    // and a shared expert gated by sigmoid(ffn_gate_inp_shexp . x).
+    {"qwen35moe", RopeStyle::kNeox, Activation::kSwiGLU, false, true, false, false, false, 0, 0.0f, {},
+     FfnKind::kMixtureOfExperts,
+     MoeTraits{ExpertGating::kSoftmax, true, false, false, false, false, /*gated_shared_expert=*/true}, false,
+     "post_attention_norm.weight", false, /*nextn_layers=*/true, false, false, /*gated_delta_net=*/true,
+     /*last_layer_on_every_token=*/true},
 };
 
 }  // namespace

@@ -59,6 +59,10 @@ struct MoeTraits {
   // The selection bias where the file has one (decided by the first MoE
   // layer's exp_probs_b.bias: DeepSeek V3 has it, V2 not).
   bool selection_bias_if_present = false;
+  // One shared expert `<arch>.expert_shared_feed_forward_length` wide
+  // (feed_forward_length when absent) whose output is scaled per token by
+  // sigmoid(ffn_gate_inp_shexp . x) before it joins the routed sum (qwen35moe).
+  bool gated_shared_expert = false;
 };
 
 struct ArchitectureTraits {
@@ -100,6 +104,18 @@ struct ArchitectureTraits {
   // with biases), a plain GELU FFN, and no LM head: the output is pooled
   // (ModelConfig::pooling). Runs on the encoder executor (model/cpu_encoder_executor.h).
   bool encoder = false;
+  // Hybrid linear attention (qwen35): of every `<arch>.full_attention_interval`
+  // layers (or as `<arch>.attention.recurrent_layers` lists them) all but the
+  // last are Gated DeltaNet layers (ModelConfig::delta_net, DeltaNetPhase) with
+  // a fixed state per sequence instead of a KV cache; the attention layers'
+  // query projection carries a per-head output gate (attn_q: each head's query
+  // then its gate), and their output is multiplied by the gate's sigmoid.
+  bool gated_delta_net = false;
+  // The last layer runs on every token, and only the final norm's output is
+  // cut to the rows whose logits are wanted (qwen35's graph), rather than
+  // the last layer's FFN running on those rows alone: which rows a
+  // projection runs on can pick GGML's kernel, so its rounding.
+  bool last_layer_on_every_token = false;
 };
 
 // The row for an architecture name, or null when inferd does not run it.

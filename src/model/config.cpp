@@ -84,6 +84,13 @@ Result<MoeConfig> moe_config(const gguf::File& f, const std::string& a, const Mo
     if (!shared) return shared.error();
     m.n_expert_shared = *shared;
   }
+  if (traits.gated_shared_expert) {
+    auto width = arch_int(f, a, "expert_shared_feed_forward_length", n_ff);
+    if (!width) return width.error();
+    m.n_expert_shared = 1;
+    m.n_ff_shared = *width;
+    m.gated_shared_expert = true;
+  }
   auto n_expert = arch_int(f, a, "expert_count");
   if (!n_expert) return n_expert.error();
   auto n_used = arch_int(f, a, "expert_used_count");
@@ -181,6 +188,40 @@ Result<MlaConfig> mla_config(const gguf::File& f, const std::string& a, const Mo
     m.yarn_log_mul = *mul / 0.1f;  // the converter writes 0.1 * mscale_all_dim
   }
   return m;
+}
+
+// `<arch>.ssm.*` of a Gated DeltaNet as llama.cpp's qwen35 loader reads
+// them, and which layers are recurrent: `<arch>.attention.recurrent_layers`
+// (one boolean per block) where present, else all but every
+// `<arch>.full_attention_interval`-th layer (default 4).
+Status delta_net_config(const gguf::File& f, const std::string& a, ModelConfig& c) {
+  DeltaNetConfig& d = c.delta_net;
+  for (auto [field, key] : {std::pair{&d.conv_kernel, "ssm.conv_kernel"}, std::pair{&d.head_size, "ssm.state_size"},
+                            std::pair{&d.n_k_heads, "ssm.group_count"}, std::pair{&d.n_v_heads, "ssm.time_step_rank"}}) {
+    auto v = arch_int(f, a, key);
+    if (!v) return v.error();
+    *field = *v;
+  }
+  auto inner = arch_int(f, a, "ssm.inner_size");
+  if (!inner) return inner.error();
+  if (d.n_v_heads % d.n_k_heads != 0)
+    return make_error("'" + a + ".ssm.time_step_rank' (value heads) must be a multiple of '" + a +
+                      ".ssm.group_count' (key heads)");
+  if (*inner != d.value_dim())
+    return make_error("'" + a + ".ssm.inner_size' (" + std::to_string(*inner) +
+                      ") must be ssm.time_step_rank x ssm.state_size (" + std::to_string(d.value_dim()) + ")");
+  const std::string list_key = a + ".attention.recurrent_layers";
+  if (const gguf::Value* v = f.find(list_key)) {
+    if (!v->is_array() || static_cast<int64_t>(v->ints.size()) < c.n_layer)
+      return make_error("'" + list_key + "' must hold one boolean per block");
+    for (int64_t i = 0; i < c.n_layer; ++i) c.layers[i].recurrent = v->ints[i] != 0;
+  } else {
+    auto interval = arch_int(f, a, "full_attention_interval", int64_t{4});
+    if (!interval) return interval.error();
+    for (int64_t i = 0; i < c.n_layer; ++i) c.layers[i].recurrent = (i + 1) % *interval != 0;
+  }
+  c.attn_output_gate = true;
+  return {};
 }
 
 }  // namespace
@@ -356,6 +397,8 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
           f.find_tensor("blk." + std::to_string(c.moe.n_leading_dense) + ".exp_probs_b.bias") != nullptr;
     for (int64_t i = c.moe.n_leading_dense; i < c.n_layer; ++i) c.layers[i].ffn = FfnKind::kMixtureOfExperts;
   }
+  if (t.gated_delta_net)
+    if (Status s = delta_net_config(f, a, c); !s) return s.error();
   if (c.sliding_window > 0) {
     auto windowed = windowed_layers(f, a, c.n_layer, t.sliding_window_pattern);
     if (!windowed) return windowed.error();

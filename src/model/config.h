@@ -30,6 +30,9 @@ struct LayerConfig {
   int64_t sliding_window = 0;  // attend to the last this-many positions (the token's own included); 0: all
   int rope = 0;                // index into ModelConfig::ropes
   FfnKind ffn = FfnKind::kDense;
+  // A Gated DeltaNet layer (ModelConfig::delta_net) in place of attention: no
+  // KV cache, a fixed state per sequence.
+  bool recurrent = false;
 };
 
 // A mixture-of-experts FFN's hyper-parameters (llama.cpp's build_moe_ffn).
@@ -43,7 +46,9 @@ struct MoeConfig {
   int64_t n_leading_dense = 0;     // the first this-many layers have a dense FFN
   bool selection_bias = false;     // exp_probs_b.bias per MoE layer (MoeTraits)
   int64_t n_expert_shared = 0;     // shared experts (one MLP n_ff_exp times this wide); 0: none
-  int64_t shared_width() const { return n_ff_exp * n_expert_shared; }
+  int64_t n_ff_shared = 0;         // the shared MLP's width where the file gives it (else as above)
+  bool gated_shared_expert = false;  // its output times sigmoid(ffn_gate_inp_shexp . x) (MoeTraits)
+  int64_t shared_width() const { return n_ff_shared > 0 ? n_ff_shared : n_ff_exp * n_expert_shared; }
 };
 
 // Multi-head latent attention (DeepSeek V2/V3, llama.cpp's MLA with the
@@ -64,6 +69,25 @@ struct MlaConfig {
   int64_t latent_width() const { return kv_lora_rank + qk_rope; }
   explicit operator bool() const { return kv_lora_rank > 0; }
 };
+// A Gated DeltaNet layer's sizes (llama.cpp's ssm_* hyper-parameters of
+// qwen35): a short convolution of conv_kernel taps over the concatenated
+// queries, keys and values (the conv channels), then the gated delta rule
+// with n_k_heads query/key heads and n_v_heads value heads, all of head_size.
+struct DeltaNetConfig {
+  int64_t conv_kernel = 0;  // ssm.conv_kernel
+  int64_t head_size = 0;    // ssm.state_size
+  int64_t n_k_heads = 0;    // ssm.group_count
+  int64_t n_v_heads = 0;    // ssm.time_step_rank (a multiple of n_k_heads)
+  int64_t key_dim() const { return n_k_heads * head_size; }
+  int64_t value_dim() const { return n_v_heads * head_size; }  // ssm.inner_size
+  int64_t conv_channels() const { return 2 * key_dim() + value_dim(); }
+  // One sequence's state in one layer: the convolution's window of the last
+  // conv_kernel - 1 inputs, and a head_size x head_size matrix per value head.
+  int64_t conv_state_elements() const { return (conv_kernel - 1) * conv_channels(); }
+  int64_t recurrent_state_elements() const { return n_v_heads * head_size * head_size; }
+  explicit operator bool() const { return conv_kernel > 0; }
+};
+
 // How a sequence's hidden states become one output (llama.cpp's
 // llama_pooling_type, `<arch>.pooling_type` in a GGUF, same numbering).
 enum class PoolingType : int { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
@@ -100,12 +124,26 @@ struct ModelConfig {
   std::vector<LayerConfig> layers;  // n_layer entries
   MoeConfig moe;                    // n_expert 0 for a dense model
   MlaConfig mla;                    // kv_lora_rank 0 unless the layers attend through a latent
+  // Gated DeltaNet layers (LayerConfig::recurrent; ArchitectureTraits::
+  // gated_delta_net), else empty; then the attention layers' query projection
+  // is each head's query followed by its output gate (q_proj_dim()).
+  DeltaNetConfig delta_net;
+  bool attn_output_gate = false;
   // An embedding or reranking model's pooling (kNone: a generative model's
   // logits), and an encoder's LayerNorm epsilon (`attention.layer_norm_epsilon`).
   PoolingType pooling = PoolingType::kNone;
   float layer_norm_eps = 1e-12f;
 
   int64_t q_dim() const { return n_head * head_dim; }
+  // The query projection's rows: the queries, and each head's gate after its query where there is one.
+  int64_t q_proj_dim() const { return attn_output_gate ? 2 * q_dim() : q_dim(); }
+  // Whether some layers keep a recurrent state per sequence rather than keys and values per token.
+  bool has_recurrent_layers() const { return static_cast<bool>(delta_net); }
+  int64_t n_recurrent_layers() const {
+    int64_t n = 0;
+    for (const LayerConfig& l : layers) n += l.recurrent ? 1 : 0;
+    return n;
+  }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   // The attention output's width, the output projection's input.
   int64_t attn_out_dim() const { return mla ? n_head * mla.v_head : q_dim(); }

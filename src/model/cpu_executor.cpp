@@ -18,6 +18,7 @@
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "model/pooling.h"
+#include "kernels/cpu/short_conv.h"
 
 namespace inferd {
 
@@ -36,8 +37,12 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       packed_bytes += Linear::packed_bytes(L.moe.router, numerics_);
       for (const ExpertsView* experts : {&L.moe.gate, &L.moe.up, &L.moe.down})
         packed_bytes += Linear::packed_bytes(experts->expert(0), numerics_) * static_cast<size_t>(experts->n_expert);
-      for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp})
+      for (const WeightView* w : {&L.moe.gate_shexp, &L.moe.up_shexp, &L.moe.down_shexp, &L.moe.gate_inp_shexp})
         if (*w) packed_bytes += Linear::packed_bytes(*w, numerics_);
+    }
+    if (L.delta_net) {
+      const DeltaNetWeights& d = L.delta_net;
+      for (const WeightView* w : {&d.qkv, &d.z, &d.beta, &d.alpha, &d.out}) packed_bytes += Linear::packed_bytes(*w);
     }
     if (L.mla) {
       for (const WeightView* w : {&L.mla.q, &L.mla.q_a, &L.mla.q_b, &L.mla.kv_a})
@@ -76,6 +81,16 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
         linears.up_shexp = make(L.moe.up_shexp);
         linears.down_shexp = make(L.moe.down_shexp);
       }
+      if (L.moe.gate_inp_shexp) linears.gate_inp_shexp = make(L.moe.gate_inp_shexp);
+    }
+    if (const DeltaNetWeights& d = L.delta_net; d) {
+      linears.dn_qkv = make(d.qkv);
+      linears.dn_z = make(d.z);
+      linears.dn_beta = make(d.beta);
+      linears.dn_alpha = make(d.alpha);
+      linears.dn_out = make(d.out);
+      linears.dn_conv.resize(static_cast<size_t>(d.conv.cols * d.conv.rows));
+      kernels::short_conv_weight_tap_major(d.conv.f32(), d.conv.cols, d.conv.rows, linears.dn_conv.data());
     }
     if (L.mla) {
       linears.mla_q = make(L.mla.q ? L.mla.q : L.mla.q_a);
@@ -162,8 +177,9 @@ void CpuExecutor::plan_prefetch(int n_threads) {
     for (size_t l = 0; l < linears_.size(); ++l) {
       const LayerLinears& L = linears_[l];
       for (const Phase& phase : programs_[l].phases) {
-        if (std::holds_alternative<QkvPhase>(phase)) {
-          add(L[Projection::kQ].rows_bytes(mine.q0 * D, mine.q1 * D));
+        if (const auto* qkv = std::get_if<QkvPhase>(&phase)) {
+          const int64_t QR = qkv->output_gate ? 2 * D : D;  // query rows per head
+          add(L[Projection::kQ].rows_bytes(mine.q0 * QR, mine.q1 * QR));
           add(L[Projection::kK].rows_bytes(mine.k0 * D, mine.k1 * D));
           add(L[Projection::kV].rows_bytes(mine.v0 * D, mine.v1 * D));
         } else if (const auto* mla = std::get_if<MlaQkvPhase>(&phase)) {
@@ -171,6 +187,12 @@ void CpuExecutor::plan_prefetch(int n_threads) {
           add(L.mla_q.thread_bytes(ti, n_threads));
           add(L.mla_kv_a.thread_bytes(ti, n_threads));
           if (mla->q_lora) add(L.mla_q_b.thread_bytes(ti, n_threads));
+        } else if (std::holds_alternative<DeltaNetPhase>(phase)) {
+          add(L.dn_qkv.thread_bytes(ti, n_threads));
+          add(L.dn_z.thread_bytes(ti, n_threads));
+          add(L.dn_beta.thread_bytes(ti, n_threads));
+          add(L.dn_alpha.thread_bytes(ti, n_threads));
+          add(L.dn_out.thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<OutputPhase>(phase)) {
           add(L[Projection::kO].thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<DenseFfnPhase>(phase)) {
@@ -207,7 +229,20 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
   const auto rope_pairs =
       phase.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
   const QkvHeads mine = qkv_heads(ti, nt);
-  L[Projection::kQ].compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
+  if (phase.output_gate) {
+    // Each head's query then its gate: the queries go where the rest of the
+    // phase reads them, the gates' sigmoids where attention() multiplies.
+    L[Projection::kQ].compute_rows(in_q, pass.tokens, s_.q_gated.data(), mine.q0 * 2 * D, mine.q1 * 2 * D);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = mine.q0; h < mine.q1; ++h) {
+        const float* qg = s_.q_gated.data() + t * 2 * QD + h * 2 * D;
+        std::copy(qg, qg + D, s_.q.data() + t * QD + h * D);
+        kernels::sigmoid(qg + D, s_.attn_gate.data() + t * QD + h * D, D);
+      }
+    }
+  } else {
+    L[Projection::kQ].compute_rows(in_q, pass.tokens, s_.q.data(), mine.q0 * D, mine.q1 * D);
+  }
   L[Projection::kK].compute_rows(in_k, pass.tokens, s_.k.data(), mine.k0 * D, mine.k1 * D);
   L[Projection::kV].compute_rows(in_v, pass.tokens, s_.v.data(), mine.v0 * D, mine.v1 * D);
   const float* q_norm = phase.qk_norm ? W.q_norm.f32() : nullptr;
@@ -294,6 +329,11 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     // Values were stored rotated: the weighted sum turns back (H is its own inverse).
     if (const int64_t v_rot = kv_spec.value_rotation(); v_rot > 0)
       kernels::hadamard_rotate(s_.attn.data() + t * c.q_dim() + h * D, n_heads * D, v_rot);
+    if (phase.output_gate) {  // times the gates' sigmoids (qkv), as GGML's mul
+      float* out = s_.attn.data() + t * c.q_dim() + h * D;
+      const float* gate = s_.attn_gate.data() + t * c.q_dim() + h * D;
+      for (int64_t i = 0; i < n_heads * D; ++i) out[i] *= gate[i];
+    }
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
   }
 }
@@ -305,6 +345,10 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.x2.resize(T * c.n_embd);
   s_.h.resize(T * c.n_embd);
   s_.q.resize(T * c.q_dim());
+  if (c.attn_output_gate) {
+    s_.q_gated.resize(T * c.q_proj_dim());
+    s_.attn_gate.resize(T * c.q_dim());
+  }
   s_.k.resize(T * c.kv_dim());
   s_.v.resize(T * c.kv_dim());
   s_.attn.resize(T * c.attn_out_dim());
@@ -319,7 +363,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
     s_.rope_sin[r].resize(T * (c.rope_dim / 2));
   }
   for (const LayerLinears& L : linears_) {
-    L[Projection::kO].prepare(s_.in_o, T);
+    if (L[Projection::kO].rows() > 0) L[Projection::kO].prepare(s_.in_o, T);
     if (L.shared_expert()) L.down_shexp.prepare(s_.in_down_shexp, T);
     if (!L.down_exps.empty()) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
@@ -327,6 +371,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   if (!pooled_) output_.prepare(s_.in_out, R);
   if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
   if (c.mla) prepare_mla_scratch(T);
+  if (c.delta_net) prepare_delta_net_scratch(T);
   prepare_norm_outputs(s_.norm, T);
   s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
   for (NormOutputs& own : s_.own) prepare_norm_outputs(own, T);
@@ -335,7 +380,12 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
 void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   out.xn.resize(T * config_.n_embd);
   for (const LayerLinears& L : linears_) {
-    if (L.latent_attention()) {
+    if (L.delta_net()) {
+      L.dn_qkv.prepare(out.dn_qkv, T);
+      if (!L.dn_z.same_input(L.dn_qkv)) L.dn_z.prepare(out.dn_z, T);
+      if (!L.dn_beta.same_input(L.dn_qkv)) L.dn_beta.prepare(out.dn_beta, T);
+      if (!L.dn_alpha.same_input(L.dn_qkv)) L.dn_alpha.prepare(out.dn_alpha, T);
+    } else if (L.latent_attention()) {
       L.mla_q.prepare(out.q, T);
       if (!L.mla_kv_a.same_input(L.mla_q)) L.mla_kv_a.prepare(out.k, T);
     } else {
@@ -596,7 +646,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     const std::vector<Phase>& phases = programs_[l].phases;
     // The last layer's FFN runs on the output rows only, as llama.cpp's graphs
     // do: no other row is read again (its h is then indexed by output row).
-    const bool last = l + 1 == c.n_layer;
+    const bool last = l + 1 == c.n_layer && !c.traits->last_layer_on_every_token;
     const StepTokens& ffn = last ? pass.outputs : pass.tokens;
     // What a norm phase quantized for the phase after it.
     LinearInput *in_q = nullptr, *in_k = nullptr, *in_v = nullptr, *in_gate = nullptr, *in_up = nullptr;
@@ -618,6 +668,14 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
           in_v = wv.same_input(wq) ? &norm.q : &norm.v;
           norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
                      {{&wq, in_q}, {&wk, in_k}, {&wv, in_v}}, own);
+        } else if (std::holds_alternative<DeltaNetPhase>(next)) {
+          // attn_qkv, attn_gate, ssm_beta and ssm_alpha (in_q, in_k, in_v, in_gate).
+          in_q = &norm.dn_qkv;
+          in_k = L.dn_z.same_input(L.dn_qkv) ? &norm.dn_qkv : &norm.dn_z;
+          in_v = L.dn_beta.same_input(L.dn_qkv) ? &norm.dn_qkv : &norm.dn_beta;
+          in_gate = L.dn_alpha.same_input(L.dn_qkv) ? &norm.dn_qkv : &norm.dn_alpha;
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                     {{&L.dn_qkv, in_q}, {&L.dn_z, in_k}, {&L.dn_beta, in_v}, {&L.dn_alpha, in_gate}}, own);
         } else if (std::holds_alternative<MlaQkvPhase>(next)) {
           // The query's first projection and attn_kv_a_mqa (in_q, in_k).
           in_q = &norm.q;
@@ -679,6 +737,11 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         read_weights(ph->q_lora ? 3 : 2);
       } else if (const auto* ph = std::get_if<MlaAttentionPhase>(&phase)) {
         mla_attention(pass, l, *ph, ti, nt, idle);
+      } else if (std::holds_alternative<DeltaNetPhase>(phase)) {
+        delta_net(pass, l, *in_q, *in_k, *in_v, *in_gate, ti, nt, idle);
+        read_weights(5);
+        pending = true;
+        pending_norm = nullptr;
       } else if (const auto* ph = std::get_if<OutputPhase>(&phase)) {
         const Linear& wo = L[Projection::kO];
         wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
@@ -718,7 +781,8 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     return pool_outputs(pass, ti, nt);
   }
   norm_phase(ti, nt, pass.outputs, pass.output_tokens, x, s_.h.data(), pending_norm, nullptr,
-             weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false, /*h_by_row=*/true);
+             weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false,
+             /*h_by_row=*/!c.traits->last_layer_on_every_token);
   pool.barrier(idle);
   assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
   output_.compute(s_.in_out, pass.outputs, pass.logits, ti, nt);

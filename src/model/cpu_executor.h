@@ -91,6 +91,15 @@ class CpuExecutor final : public Executor {
   void mla_attention(const Pass& pass, int64_t layer, const MlaAttentionPhase& phase, int thread_index, int n_threads,
                      const BarrierIdle& idle);
   void prepare_mla_scratch(int64_t n_tokens);
+  // A Gated DeltaNet layer's mixer (cpu_executor_delta_net.cpp): its four
+  // projections from the norm's inputs, the short convolution and the gated
+  // delta rule over each sequence's state slot (zeroed where the sequence
+  // starts at position 0), the gated output norm and ssm_out into s_.h. Ends
+  // at a barrier.
+  void delta_net(const Pass& pass, int64_t layer, const LinearInput& in_qkv, const LinearInput& in_z,
+                 const LinearInput& in_beta, const LinearInput& in_alpha, int thread_index, int n_threads,
+                 const BarrierIdle& idle);
+  void prepare_delta_net_scratch(int64_t n_tokens);
   struct NormTarget {
     const Linear* linear;
     LinearInput* in;
@@ -112,6 +121,7 @@ class CpuExecutor final : public Executor {
     Linear router;
     std::vector<Linear> gate_exps, up_exps, down_exps;
     Linear gate_shexp, up_shexp, down_shexp;  // its shared expert, else empty
+    Linear gate_inp_shexp;                    // that expert's gate (one row, the router's input), else empty
     bool shared_expert() const { return gate_shexp.rows() > 0; }
     // Latent attention (MlaWeights), else empty: the query's first
     // projection (attn_q or attn_q_a), attn_q_b, attn_kv_a_mqa, and per head
@@ -119,6 +129,11 @@ class CpuExecutor final : public Executor {
     Linear mla_q, mla_q_b, mla_kv_a;
     std::vector<Linear> mla_k_b, mla_v_b;
     bool latent_attention() const { return mla_kv_a.rows() > 0; }
+    // A Gated DeltaNet layer (DeltaNetWeights), else empty: its projections
+    // and its convolution kernel tap-major (kernels/cpu/short_conv.h).
+    Linear dn_qkv, dn_z, dn_beta, dn_alpha, dn_out;
+    std::vector<float> dn_conv;
+    bool delta_net() const { return dn_qkv.rows() > 0; }
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
   // y += bias over n elements (GGML's add, and add_id for per-expert rows).
@@ -159,12 +174,16 @@ class CpuExecutor final : public Executor {
     std::vector<float> xn;
     LinearInput q, k, v, gate, up, router;
     LinearInput shexp_gate, shexp_up;  // a shared expert's (the batch's token places, not the experts')
+    LinearInput dn_qkv, dn_z, dn_beta, dn_alpha;  // a Gated DeltaNet layer's projections'
   };
   void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
 
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
     std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
+    // With an attention output gate: the query projection's rows (each head's
+    // query, then its gate), and the gates' sigmoids by head as attn holds them.
+    std::vector<float> q_gated, attn_gate;
     // Per RoPE table (ModelConfig::ropes), per token, rope_dim/2 each.
     std::vector<std::vector<float>> rope_cos, rope_sin;
     // The norms' outputs, shared by the threads; in steps of at most
@@ -187,6 +206,7 @@ class CpuExecutor final : public Executor {
     // are the same pairs grouped by expert, each expert's in token order.
     struct Moe {
       std::vector<float> logits;    // router logits, then probabilities: per token, n_expert
+      std::vector<float> shared_gate;  // per token: the shared expert's gate logit, then its sigmoid
       std::vector<int32_t> chosen;  // per choice: the expert
       std::vector<float> weights;   // per choice: its weight
       // Per thread (each builds the same grouping, saving a barrier): routed
@@ -210,6 +230,16 @@ class CpuExecutor final : public Executor {
       LinearInput in_q_b;
       std::vector<LinearInput> in_k_b, in_v_b;  // per head
     } mla;
+    // A Gated DeltaNet layer's step (cpu_executor_delta_net.cpp), per token:
+    // C conv channels, V = value heads x head size, HV value heads.
+    struct DeltaNet {
+      std::vector<float> qkv;         // C: attn_qkv's output, the convolution's input
+      std::vector<float> conv;        // C: its output, SiLU'd, queries and keys L2-normalized in place
+      std::vector<float> z;           // V: attn_gate's output
+      std::vector<float> beta, decay; // HV: sigmoid(ssm_beta x); ssm_alpha x, then the log decay
+      std::vector<float> out;         // V: the delta rule's output, then gated and normalized
+      LinearInput in_out;             // ssm_out's input
+    } dn;
   } s_;
 };
 

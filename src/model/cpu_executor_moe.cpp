@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "kernels/cpu/activation.h"
 #include "kernels/cpu/moe_routing.h"
 #include "kernels/cpu/packed_layout.h"
 #include "model/cpu_executor.h"
@@ -60,6 +61,7 @@ void CpuExecutor::prepare_moe_scratch(int64_t T, int n_threads) {
   const int64_t S = T * m.n_expert_used;
   auto& moe = s_.moe;
   moe.logits.resize(T * m.n_expert);
+  if (m.gated_shared_expert) moe.shared_gate.resize(T);
   moe.chosen.resize(S);
   moe.weights.resize(S);
   moe.first.resize(n_threads);
@@ -98,6 +100,8 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
 
   // Router logits (a plain matmul: the batch's token places).
   L.router.compute(in_router, ffn, moe.logits.data(), ti, nt);
+  // The shared expert's gate: the same input, one row.
+  if (phase.shared_expert_gate) L.gate_inp_shexp.compute(in_router, ffn, moe.shared_gate.data(), ti, nt);
   pool.barrier(idle);
 
   // Each token's experts and weights.
@@ -201,6 +205,12 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
         continue;
       }
       kernels::combine_experts(rows.data(), moe.weights.data() + t * K, K, E, routed.data());
+      if (phase.shared_expert_gate) {
+        // As GGML: the shared output times the sigmoid (rounded), then the add.
+        float g;
+        kernels::sigmoid(moe.shared_gate.data() + t, &g, 1);
+        for (int64_t i = 0; i < E; ++i) h[i] *= g;
+      }
       for (int64_t i = 0; i < E; ++i) h[i] = routed[i] + h[i];
     }
   }

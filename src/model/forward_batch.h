@@ -15,6 +15,10 @@ struct SequenceSlice {
   // (kernel orders, attention pass) rather than as one chunk: speculative
   // verification, whose logits must equal plain decoding's to the bit.
   bool decode_each = false;
+  // Its state slot in the cache (recurrent layers: KVCache::conv_state), or -1
+  // for the cache's spare slot. A slice starting at position 0 starts from a
+  // zero state; any other continues the slot's.
+  int32_t state_slot = -1;
   // Per KV group, the cache blocks holding positions [0, last position]; a
   // windowed group may have the null block where the window no longer reaches.
   std::vector<std::vector<int32_t>> block_tables;

@@ -10,11 +10,21 @@ namespace inferd {
 KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
   // Layers by window, full attention (0) first.
   std::map<int64_t, std::vector<int32_t>> by_window;
-  for (int32_t l = 0; l < c.n_layer; ++l)
-    by_window[l < static_cast<int32_t>(c.layers.size()) ? c.layers[l].sliding_window : 0].push_back(l);
   KVLayout layout;
   layout.layer_group.assign(c.n_layer, 0);
   layout.layer_slab.assign(c.n_layer, 0);
+  layout.layer_state.assign(c.n_layer, -1);
+  for (int32_t l = 0; l < c.n_layer; ++l) {
+    if (l < static_cast<int32_t>(c.layers.size()) && c.layers[l].recurrent) {
+      layout.layer_group[l] = -1;
+      layout.layer_state[l] = layout.n_state_layers++;
+      continue;
+    }
+    by_window[l < static_cast<int32_t>(c.layers.size()) ? c.layers[l].sliding_window : 0].push_back(l);
+  }
+  if (layout.n_state_layers > 0)
+    layout.state_spec = kv::KVCacheSpec::recurrent_state(c.delta_net.conv_state_elements(),
+                                                         c.delta_net.recurrent_state_elements());
   const auto spec_for = [&](int64_t window) {
     if (c.mla) return kv::KVCacheSpec::latent(dtype, static_cast<int32_t>(c.mla.latent_width()), block_size);
     return kv::KVCacheSpec::for_window(dtype, static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
@@ -25,7 +35,7 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
     layout.group_specs = {spec_for(0)};
     return layout;
   }
-  layout.layers_per_block = static_cast<int32_t>(c.n_layer);
+  layout.layers_per_block = static_cast<int32_t>(c.n_layer - layout.n_state_layers);
   for (const auto& [window, layers] : by_window)
     layout.layers_per_block = std::min(layout.layers_per_block, static_cast<int32_t>(layers.size()));
   // A kind whose count is not a multiple leaves its last group's spare places
@@ -46,14 +56,18 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
 KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size, bool shareable)
     : KVCache(KVLayout::plan(c, static_cast<int32_t>(block_size)), n_blocks, shareable) {}
 
-KVCache::KVCache(KVLayout layout, int64_t n_blocks, bool shareable)
+KVCache::KVCache(KVLayout layout, int64_t n_blocks, bool shareable, int32_t n_state_slots)
     : layout_(std::move(layout)),
       n_blocks_(n_blocks),
       block_size_(layout_.storage_spec().block_size),
       slot_bytes_(layout_.storage_spec().slot_bytes()),
       head_bytes_(layout_.storage_spec().head_bytes()),
       segment_bytes_(layout_.storage_spec().segment_bytes()),
-      slab_bytes_(static_cast<size_t>(n_blocks) * segment_bytes_) {
+      slab_bytes_(static_cast<size_t>(n_blocks) * segment_bytes_),
+      n_state_slots_(n_state_slots) {
+  if (layout_.n_state_layers > 0)
+    states_ = AlignedBytes(static_cast<size_t>(n_state_slots + 1) * layout_.state_slot_bytes(), /*huge_pages=*/false,
+                           /*zeroed=*/true);
   const size_t bytes = slab_bytes_ * static_cast<size_t>(layout_.layers_per_block);
   // A latent cache (kv::KVCacheSpec::has_values) has keys only.
   const size_t v_bytes = layout_.storage_spec().has_values() ? bytes : 0;

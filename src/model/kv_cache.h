@@ -35,6 +35,15 @@ struct KVLayout {
   std::vector<int32_t> layer_group;    // per layer: its group
   std::vector<int32_t> layer_slab;     // per layer: its place among its block's layers
   std::vector<kv::KVCacheSpec> group_specs;  // per group: what each of its layers keeps
+  // A hybrid model's recurrent layers (LayerConfig::recurrent) join no group
+  // (their layer_group is -1): each keeps one state per sequence instead, of
+  // state_spec (kRecurrentState), in the sequence's state slot. layer_state:
+  // per layer, its place among the recurrent layers, else -1.
+  std::vector<int32_t> layer_state;
+  kv::KVCacheSpec state_spec;
+  int32_t n_state_layers = 0;
+  // Bytes of one state slot: every recurrent layer's state.
+  size_t state_slot_bytes() const { return static_cast<size_t>(n_state_layers) * state_spec.state_bytes(); }
 
   // The groups of a model's layers, their specs with block_size tokens a
   // block of dtype elements. (The defaults are the engine's; what only needs
@@ -60,7 +69,9 @@ class KVCache {
   // default, on this process's own huge pages).
   KVCache(const ModelConfig& config, int64_t n_blocks, int64_t block_size, bool shareable = false);
   // A cache of a planned layout (its specs give the block size and dtype).
-  KVCache(KVLayout layout, int64_t n_blocks, bool shareable = false);
+  // n_state_slots: the state slots of a layout with recurrent layers (one per
+  // request that can run at once; kv::StateSlotPool hands them out).
+  KVCache(KVLayout layout, int64_t n_blocks, bool shareable = false, int32_t n_state_slots = 0);
   // The name of a shareable cache's memory objects (what a consumer checks).
   static constexpr const char* kSharedName = "inferd-kv";
 
@@ -78,7 +89,8 @@ class KVCache {
   // Bytes one token takes across all layers (keys and values) where every
   // layer keeps it.
   static size_t bytes_per_token(const ModelConfig& c, DType dtype = kv::kDefaultKVCacheDType) {
-    return static_cast<size_t>(c.n_layer) * KVLayout::plan(c, 1, dtype).storage_spec().bytes_per_token();
+    return static_cast<size_t>(c.n_layer - c.n_recurrent_layers()) *
+           KVLayout::plan(c, 1, dtype).storage_spec().bytes_per_token();
   }
   // Bytes of one block (keys and values of its layers_per_block layers).
   static size_t block_bytes(const ModelConfig& c, int64_t block_size, DType dtype = kv::kDefaultKVCacheDType) {
@@ -113,12 +125,29 @@ class KVCache {
   int values_fd() const { return v_shared_ ? v_shared_.fd() : -1; }
   // Why a shareable cache is not on shared memory (empty when it is, or was not asked to be).
   const std::string& shared_error() const { return shared_error_; }
+  // A recurrent layer's state in a state slot (layout().layer_state >= 0):
+  // its convolution window, then its recurrent matrices (f32, as the state
+  // spec says). Slot -1 is one more slot, for a sequence that holds none (a
+  // warm-up pass, a lone sequence): zeroed by whoever starts a sequence in it.
+  int32_t n_state_slots() const { return n_state_slots_; }
+  float* conv_state(int64_t layer, int32_t slot) { return state_at(layer, slot); }
+  float* recurrent_state(int64_t layer, int32_t slot) {
+    return state_at(layer, slot) + layout_.state_spec.conv_elements;
+  }
+  // Bytes of every state slot together.
+  size_t state_bytes() const { return states_.size(); }
+
   // The KV group whose block table (and slots) a layer reads.
   int32_t group(int64_t layer) const { return layout_.layer_group[layer]; }
 
  private:
   // The keys' array, and the values' where the spec has values.
   std::vector<uint8_t*> stores() const;
+  float* state_at(int64_t layer, int32_t slot) {
+    const size_t s = slot < 0 ? static_cast<size_t>(n_state_slots_) : static_cast<size_t>(slot);
+    const size_t index = s * static_cast<size_t>(layout_.n_state_layers) + static_cast<size_t>(layout_.layer_state[layer]);
+    return reinterpret_cast<float*>(states_.data() + index * layout_.state_spec.state_bytes());
+  }
   size_t slab_offset(int64_t layer) const { return static_cast<size_t>(layout_.layer_slab[layer]) * slab_bytes_; }
 
   KVLayout layout_;
@@ -133,6 +162,8 @@ class KVCache {
   // by whichever thread writes them while the others wait at the next barrier.
   AlignedBytes k_local_, v_local_;
   SharedBytes k_shared_, v_shared_;
+  int32_t n_state_slots_ = 0;
+  AlignedBytes states_;  // (n_state_slots + 1) slots of layout_.state_slot_bytes()
   uint8_t* k_ = nullptr;  // whichever of the two holds the keys
   uint8_t* v_ = nullptr;
   std::string shared_error_;

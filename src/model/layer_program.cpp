@@ -14,15 +14,16 @@ void attention_branch(const ModelConfig& c, int64_t l, std::vector<Phase>& out) 
     out.push_back(MlaAttentionPhase{c.kq_scale});
     return;
   }
-  out.push_back(QkvPhase{t.qkv_bias, c.qk_norm, layer.rope, c.rope_style, c.query_scale});
-  out.push_back(AttentionPhase{layer.sliding_window, t.attention_sinks, c.kq_scale});
+  out.push_back(QkvPhase{t.qkv_bias, c.qk_norm, layer.rope, c.rope_style, c.query_scale, c.attn_output_gate});
+  out.push_back(AttentionPhase{layer.sliding_window, t.attention_sinks, c.kq_scale, true, c.attn_output_gate});
 }
 
 // The FFN branch: its norm, then a gated MLP or a mixture of experts.
 void ffn_branch(const ModelConfig& c, int64_t l, const char* post_norm, std::vector<Phase>& out) {
   out.push_back(NormPhase{NormPhase::Branch::kFfn, c.traits->ffn_norm_tensor.data()});
   if (c.layers[l].ffn == FfnKind::kMixtureOfExperts) {
-    out.push_back(MoeFfnPhase{c.activation, post_norm, c.moe.selection_bias, c.moe.n_expert_shared > 0});
+    out.push_back(MoeFfnPhase{c.activation, post_norm, c.moe.selection_bias, c.moe.n_expert_shared > 0,
+                              c.moe.gated_shared_expert});
   } else {
     out.push_back(DenseFfnPhase{c.activation, post_norm});
   }
@@ -34,6 +35,16 @@ LayerProgram pre_norm_layer(const ModelConfig& c, int64_t l) {
   LayerProgram p;
   attention_branch(c, l, p.phases);
   p.phases.push_back(OutputPhase{nullptr});
+  ffn_branch(c, l, nullptr, p.phases);
+  return p;
+}
+
+// A hybrid model's recurrent layer (qwen35): its norm and the Gated DeltaNet
+// mixer in place of attention, then the FFN branch.
+LayerProgram delta_net_layer(const ModelConfig& c, int64_t l) {
+  LayerProgram p;
+  p.phases.push_back(NormPhase{NormPhase::Branch::kAttention, "attn_norm.weight"});
+  p.phases.push_back(DeltaNetPhase{});
   ffn_branch(c, l, nullptr, p.phases);
   return p;
 }
@@ -70,6 +81,8 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (c.is_encoder()) {
       programs.push_back(post_norm_encoder_layer(c));
+    } else if (c.layers[l].recurrent) {
+      programs.push_back(delta_net_layer(c, l));
     } else {
       programs.push_back(c.sandwich_norms ? sandwich_norm_layer(c, l) : pre_norm_layer(c, l));
     }
@@ -79,7 +92,8 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
 
 const char* phase_name(const Phase& phase) {
   static constexpr const char* kNames[] = {"norm",    "qkv",     "attention", "output",     "dense_ffn",
-                                           "moe_ffn", "mla_qkv", "mla_attention", "layer_norm", "plain_ffn"};
+                                           "moe_ffn", "mla_qkv", "mla_attention", "layer_norm", "plain_ffn",
+                                           "delta_net"};
   static_assert(std::variant_size_v<Phase> == std::size(kNames));
   return kNames[phase.index()];
 }

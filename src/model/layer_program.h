@@ -47,6 +47,9 @@ struct QkvPhase {
   static constexpr int kNoRope = -1;
   RopeStyle rope_style;
   float query_scale;  // 1: none
+  // attn_q holds each head's query then its output gate (ModelConfig::
+  // attn_output_gate); the gates, through a sigmoid, wait for the attention phase.
+  bool output_gate = false;
 };
 
 // Attention over the paged KV cache: every position, or the last `window`
@@ -57,6 +60,7 @@ struct AttentionPhase {
   bool sinks;
   float kq_scale;
   bool causal = true;  // false: every token attends to its whole sequence (encoders)
+  bool output_gate = false;  // each head's output times its gate's sigmoid (QkvPhase::output_gate)
 };
 
 // Multi-head latent attention's projections (ModelConfig::mla): the queries
@@ -104,6 +108,9 @@ struct MoeFfnPhase {
   const char* post_norm;  // as OutputPhase's
   bool selection_bias = false;
   bool shared_expert = false;
+  // The shared expert's output times sigmoid(ffn_gate_inp_shexp . x) per
+  // token before the add (qwen35moe).
+  bool shared_expert_gate = false;
 };
 
 // A plain (non-gated) MLP with biases: down(act(up x + b_up)) + b_down (encoders).
@@ -111,8 +118,19 @@ struct PlainFfnPhase {
   Activation activation;
 };
 
+// A Gated DeltaNet layer's mixer (ModelConfig::delta_net) in place of
+// attention, as llama.cpp's qwen35 graph runs it: from the norm's output the
+// projections attn_qkv (queries, keys, values: the conv channels), attn_gate
+// (z), ssm_beta and ssm_alpha; the causal short convolution over the
+// sequence's window (ssm_conv1d), SiLU; queries and keys L2-normalized per
+// head; write strengths sigmoid(beta), decays softplus(alpha + ssm_dt.bias) *
+// ssm_a; the gated delta rule over the sequence's recurrent state; each value
+// head RMS-normalized (ssm_norm) times silu(z); then ssm_out, whose output is
+// the branch's. The state lives in the sequence's state slot (KVCache).
+struct DeltaNetPhase {};
+
 using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase, MlaQkvPhase,
-                           MlaAttentionPhase, LayerNormPhase, PlainFfnPhase>;
+                           MlaAttentionPhase, LayerNormPhase, PlainFfnPhase, DeltaNetPhase>;
 
 struct LayerProgram {
   std::vector<Phase> phases;
@@ -123,7 +141,7 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& config);
 
 // A phase's name for messages and tests: "norm", "qkv", "attention",
 // "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention", "layer_norm",
-// "plain_ffn".
+// "plain_ffn", "delta_net".
 const char* phase_name(const Phase& phase);
 
 }  // namespace inferd

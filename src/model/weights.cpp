@@ -8,7 +8,7 @@ namespace inferd {
 
 std::pair<int64_t, int64_t> projection_shape(Projection p, const ModelConfig& c) {
   switch (p) {
-    case Projection::kQ: return {c.n_embd, c.q_dim()};
+    case Projection::kQ: return {c.n_embd, c.q_proj_dim()};
     case Projection::kK: return {c.n_embd, c.kv_dim()};
     case Projection::kV: return {c.n_embd, c.kv_dim()};
     case Projection::kO: return {c.attn_out_dim(), c.n_embd};
@@ -141,6 +141,23 @@ class LayerLoader {
     if (Status s = set(L_.b_up, find(f_, p_ + "ffn_up.bias", {c_.n_ff})); !s) return s;
     return set(L_.b_down, find(f_, p_ + "ffn_down.bias", {c_.n_embd}));
   }
+  Status operator()(const DeltaNetPhase&) {
+    const DeltaNetConfig& d = c_.delta_net;
+    const int64_t E = c_.n_embd, C = d.conv_channels(), V = d.value_dim(), HV = d.n_v_heads;
+    DeltaNetWeights& w = L_.delta_net;
+    if (Status s = set(w.qkv, find(f_, p_ + "attn_qkv.weight", {E, C})); !s) return s;
+    if (Status s = set(w.z, find(f_, p_ + "attn_gate.weight", {E, V})); !s) return s;
+    if (Status s = set(w.beta, find(f_, p_ + "ssm_beta.weight", {E, HV})); !s) return s;
+    if (Status s = set(w.alpha, find(f_, p_ + "ssm_alpha.weight", {E, HV})); !s) return s;
+    if (const gguf::TensorInfo* t = f_.find_tensor(p_ + "ssm_conv1d.weight"); t && t->dtype != DType::F32)
+      return make_error("tensor '" + p_ + "ssm_conv1d.weight' has type " + dtype_name(t->dtype) +
+                        "; inferd runs the short convolution's kernel in F32 only");
+    if (Status s = set(w.conv, find(f_, p_ + "ssm_conv1d.weight", {d.conv_kernel, C})); !s) return s;
+    if (Status s = set(w.dt_bias, find(f_, p_ + "ssm_dt.bias", {HV})); !s) return s;
+    if (Status s = set(w.a, find(f_, p_ + "ssm_a", {HV})); !s) return s;
+    if (Status s = set(w.norm, find(f_, p_ + "ssm_norm.weight", {d.head_size})); !s) return s;
+    return set(w.out, find(f_, p_ + "ssm_out.weight", {V, E}));
+  }
   Status operator()(const MoeFfnPhase& ph) {
     const MoeConfig& moe = c_.moe;
     const int64_t E = c_.n_embd, F = moe.n_ff_exp, X = moe.n_expert;
@@ -160,6 +177,17 @@ class LayerLoader {
       if (Status s = set(m.gate_shexp, find(f_, p_ + "ffn_gate_shexp.weight", {E, S})); !s) return s;
       if (Status s = set(m.up_shexp, find(f_, p_ + "ffn_up_shexp.weight", {E, S})); !s) return s;
       if (Status s = set(m.down_shexp, find(f_, p_ + "ffn_down_shexp.weight", {S, E})); !s) return s;
+    }
+    if (ph.shared_expert_gate) {
+      // A 1-D tensor: one row for the router's kernels, which must read it
+      // with the router's input.
+      if (Status s = set(m.gate_inp_shexp, find(f_, p_ + "ffn_gate_inp_shexp.weight", {E})); !s) return s;
+      m.gate_inp_shexp.cols = E;
+      m.gate_inp_shexp.rows = 1;
+      if (m.gate_inp_shexp.dtype != m.router.dtype)
+        return make_error("tensor '" + p_ + "ffn_gate_inp_shexp.weight' has type " +
+                          dtype_name(m.gate_inp_shexp.dtype) + " and the router '" + p_ + "ffn_gate_inp.weight' " +
+                          dtype_name(m.router.dtype) + "; inferd runs the shared expert's gate in the router's type");
     }
     return post_norm(L_.post_ffn_norm, ph.post_norm);
   }

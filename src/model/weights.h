@@ -53,6 +53,8 @@ struct MoeWeights {
   WeightView selection_bias;
   // The shared expert's gated MLP (MoeFfnPhase::shared_expert), else empty.
   WeightView gate_shexp, up_shexp, down_shexp;
+  // Its gate (ffn_gate_inp_shexp: one row of n_embd; MoeFfnPhase::shared_expert_gate), else empty.
+  WeightView gate_inp_shexp;
   explicit operator bool() const { return static_cast<bool>(router); }
 };
 
@@ -66,6 +68,16 @@ struct MlaWeights {
   WeightView q, q_a, q_a_norm, q_b, kv_a, kv_a_norm;
   ExpertsView k_b, v_b;
   explicit operator bool() const { return static_cast<bool>(kv_a); }
+};
+
+// A Gated DeltaNet layer's weights (DeltaNetPhase), else empty: the
+// projections of the norm's output (qkv: the conv channels; z: the output
+// gate; beta and alpha: one row per value head), the convolution's kernel (F32,
+// GGML shape [taps, channels]), the decay's bias (ssm_dt.bias) and scale
+// (ssm_a, -exp(A_log)), the per-head output norm and the output projection.
+struct DeltaNetWeights {
+  WeightView qkv, z, beta, alpha, conv, dt_bias, a, norm, out;
+  explicit operator bool() const { return static_cast<bool>(qkv); }
 };
 
 // A layer's projections (the phases of its program that read them, model/
@@ -87,6 +99,7 @@ struct LayerWeights {
   WeightView post_attn_norm, post_ffn_norm;   // sandwich norms (gemma), else empty
   MoeWeights moe;                             // a mixture-of-experts FFN, else empty
   MlaWeights mla;                             // latent attention, else empty (no Q/K/V projections then)
+  DeltaNetWeights delta_net;                  // a Gated DeltaNet layer's, else empty (no attention then)
   // An encoder's: its LayerNorms' biases (LayerNormPhase; the weights are
   // attn_norm and ffn_norm) and its plain MLP's biases (PlainFfnPhase).
   WeightView attn_norm_b, ffn_norm_b, b_up, b_down;

@@ -129,6 +129,13 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
     sample(out, n, labels_ + ",kv_cache_dtype=\"" + kv::kv_cache_dtype_name(stats.kv_cache_dtype) + "\"",
            stats.kv_capacity_tokens);
   }
+  if (stats.kv_state_slots > 0) {
+    // A model with recurrent layers: its states are out of the blocks above.
+    gauge("recurrent_state_slots", "Sequences the recurrent-state slots let run at once (one slot each).",
+          static_cast<double>(stats.kv_state_slots));
+    gauge("recurrent_state_bytes", "Bytes of the recurrent-state slots (f32, the spare slot included).",
+          static_cast<double>(stats.kv_state_bytes));
+  }
   counter("prompt_tokens_total", "Prompt tokens of the requests received.", stats.prompt_tokens);
   counter("generation_tokens_total", "Tokens generated.", stats.generation_tokens);
   counter("prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",

@@ -18,6 +18,10 @@ constexpr const char* kLlama3 =
 constexpr const char* kQwen2 =
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
     "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Qwen3.5: Qwen2's with combining marks (\p{M}) taken into words.
+constexpr const char* kQwen35 =
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|"
+    "\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 // gpt-4o (o200k_base, o200k_harmony): llama.cpp's rewrite of tiktoken's pattern
 // with lookaheads in place of \p{Lu}/\p{Ll}/\p{Lt}/\p{Lm}/\p{Lo}/\p{M}, which its
@@ -86,6 +90,10 @@ Result<PreTokenizerSpec> pre_tokenizer_spec(const std::string& pre) {
   } else if (one_of(pre, {"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2"})) {
     spec.name = "qwen2";
     spec.regexes = {kQwen2};
+    spec.clean_spaces = false;
+  } else if (pre == "qwen35") {
+    spec.name = pre;
+    spec.regexes = {kQwen35};
     spec.clean_spaces = false;
   } else if (one_of(pre, {"megrez", "stablelm2"})) {
     spec.name = pre;

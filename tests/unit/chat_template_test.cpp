@@ -2,6 +2,7 @@
 // templates (tests/data/chat, made by tools/reference/chat_reference.py), and
 // the Hugging Face semantics and sandbox limits of the renderer.
 #include "chat/chat_template.h"
+#include "chat/reasoning.h"
 
 #include <gtest/gtest.h>
 
@@ -82,6 +83,36 @@ TEST(ChatTemplate, Gemma3MatchesLlamaCppReference) {
 TEST(ChatTemplate, Qwen25MatchesLlamaCppReference) {
   const Json ref = Json::parse(read_text(data_path("qwen2.5_cases.json")));
   expect_reference_cases(ref.at("template").get<std::string>(), ref);
+}
+
+// Qwen3.5's template (qwen3.5.jinja): every case as Jinja2 renders it, the
+// enable_thinking=false ones with that variable; its generation prompt opens
+// the thinking (so the output starts inside it, split as the deepseek_r1 way
+// of reasoning.h does) or, with thinking off, closes it (nothing to split).
+TEST(ChatTemplate, Qwen35MatchesJinja2ReferenceAndItsThinkingSplits) {
+  const Json ref = Json::parse(read_text(data_path("qwen3.5_cases.json")));
+  const std::string source = read_text(data_path("qwen3.5.jinja"));
+  ASSERT_TRUE(template_thinks(source));
+  ChatTemplate tmpl(source);
+  ASSERT_GE(ref.at("cases").size(), 5u);
+  for (const Json& c : ref.at("cases")) {
+    ChatTemplateOptions options;
+    options.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    options.bos_token = ref.at("bos_token").get<std::string>();
+    options.eos_token = ref.at("eos_token").get<std::string>();
+    if (!c.at("extra_context").empty()) options.extra_context_json = c.at("extra_context").dump();
+    Result<std::string> got = tmpl.render(to_messages(c.at("messages")), options);
+    ASSERT_TRUE(got.ok()) << c.at("name") << ": " << got.error().message;
+    EXPECT_EQ(got.value(), c.at("expected").get<std::string>()) << c.at("name");
+    const bool thinking_off = c.at("extra_context").contains("enable_thinking");
+    const PromptThinking where = prompt_thinking(got.value());
+    if (!options.add_generation_prompt) EXPECT_EQ(where, PromptThinking::kNone) << c.at("name");
+    else EXPECT_EQ(where, thinking_off ? PromptThinking::kClosed : PromptThinking::kOpen) << c.at("name");
+  }
+  // An output after the open <think>: its thinking becomes reasoning_content.
+  const ReasoningDelta split = parse_reasoning(true, "The user asks about Italy.\n</think>\n\nRome.");
+  EXPECT_EQ(split.reasoning, "The user asks about Italy.");
+  EXPECT_EQ(split.content, "Rome.");
 }
 
 TEST(ChatTemplate, Qwen25InsertsItsDefaultSystemPrompt) {

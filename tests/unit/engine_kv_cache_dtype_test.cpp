@@ -211,6 +211,50 @@ TEST(EngineKVCacheDType, TheStatsSayTheDTypeAndTheTokensTheCacheHolds) {
   EXPECT_EQ(j["kv_capacity_tokens"], expected.tokens);
 }
 
+// A hybrid model's recurrent states take one f32 slot per running request
+// (and the cache's spare one) from the budget before its blocks; the stats,
+// their JSON and kv_capacity_for_bytes say so.
+TEST(EngineKVCacheDType, AHybridModelsStatsCountItsStateSlotsOutOfTheBudget) {
+  auto model = load("tiny-qwen35.gguf");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  ASSERT_TRUE(c.has_recurrent_layers());
+  // The sizes from the file's ssm hyper-parameters: per recurrent layer, the
+  // convolution's last kernel - 1 inputs and a head_size^2 matrix per value head.
+  const DeltaNetConfig& d = c.delta_net;
+  const int64_t per_layer = (d.conv_kernel - 1) * (2 * d.n_k_heads + d.n_v_heads) * d.head_size +
+                            d.n_v_heads * d.head_size * d.head_size;
+  const size_t per_sequence = static_cast<size_t>(c.n_recurrent_layers() * per_layer * 4);
+  const int64_t budget = int64_t{4} << 20;
+  EngineConfig ec = small_engine(DType::F16, budget);
+  ec.max_num_seqs = 5;
+  auto engine = Engine::create(*model, ec);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  const EngineStats s = (*engine)->stats();
+  EXPECT_EQ(s.kv_state_slots, 5);
+  EXPECT_EQ(s.kv_state_bytes_per_sequence, per_sequence);
+  EXPECT_EQ(s.kv_state_bytes, static_cast<int64_t>(6 * per_sequence));
+  const int64_t block_bytes = static_cast<int64_t>(KVCache::block_bytes(c, 16, DType::F16));
+  EXPECT_EQ(s.kv_total_blocks, (budget - s.kv_state_bytes) / block_bytes - 1);
+  const KVCapacity cap = kv_capacity_for_bytes(c, 16, DType::F16, budget, 5);
+  EXPECT_EQ(cap.blocks, s.kv_total_blocks);
+  EXPECT_EQ(cap.tokens, s.kv_capacity_tokens);
+  EXPECT_EQ(cap.state_slots, 5);
+  EXPECT_EQ(cap.state_bytes, s.kv_state_bytes);
+  EXPECT_EQ(cap.state_bytes_per_sequence, per_sequence);
+  const nlohmann::json j = engine_stats_json(s);
+  EXPECT_EQ(j["kv_state_slots"], 5);
+  EXPECT_EQ(j["kv_state_bytes"], s.kv_state_bytes);
+  // Prefix caching is off beside recurrent layers, and the config says so.
+  EXPECT_FALSE((*engine)->config().enable_prefix_caching);
+  // Other models have no slots.
+  auto llama = load("tiny-llama3.gguf");
+  ASSERT_TRUE(llama);
+  const KVCapacity none = kv_capacity_for_bytes(llama->config(), 16, DType::F16, budget, 5);
+  EXPECT_EQ(none.state_slots, 0);
+  EXPECT_EQ(none.state_bytes, 0);
+}
+
 // The CPU executor reads q8_0 keys and values (kernels/cpu/attention_quant.h).
 TEST(EngineKVCacheDType, AQ8_0EngineRunsAndHoldsAbout1_9TimesTheTokensOfF16) {
   auto model = load("tiny-llama3.gguf");

@@ -204,6 +204,7 @@ void expect_idle_and_clean(const Scheduler& s) {
   for (int32_t b = 0; b < pool.num_blocks(); ++b) EXPECT_EQ(pool.ref_count(b), 0) << "block " << b;
   EXPECT_EQ(pool.num_free_blocks(), pool.num_usable_blocks());
   EXPECT_EQ(s.kv_cache().num_requests(), 0);
+  EXPECT_EQ(s.kv_cache().num_free_state_slots(), s.kv_cache().num_state_slots());
   expect_invariants(s);
 }
 
@@ -791,7 +792,9 @@ TEST(EngineScheduler, UpdateRefusesAMismatchedOutputAndChangesNothing) {
 // step, outputs equal to the reference, and a clean pool at the end.
 // with_drafts: every running request gets random drafts after each step,
 // some right and some wrong, so rejected drafts are rolled back all the time.
-void randomized_operations(bool with_drafts) {
+// hybrid: a model with recurrent layers (state slots, sometimes fewer than
+// max_num_seqs; no prefix caching, no drafts).
+void randomized_operations(bool with_drafts, bool hybrid = false) {
   int64_t total_rejected = 0, total_preemptions = 0, total_hits = 0;
   int64_t window_hits = 0;
   for (uint32_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
@@ -812,6 +815,7 @@ void randomized_operations(bool with_drafts) {
       c.kv.n_blocks = 1 + uniform(200, 320) / bs;  // about as tight for two or three groups
 
     }
+    if (hybrid) c.kv.n_state_slots = uniform(1, c.max_num_seqs);
     const int64_t max_step = c.max_request_step_tokens();
     Scheduler s(c);
     FakeRunner runner(s);
@@ -883,8 +887,12 @@ void randomized_operations(bool with_drafts) {
   // The operations reached every path they are meant to exercise.
   EXPECT_GT(total_rejected, 0);
   EXPECT_GT(total_preemptions, 0);
-  EXPECT_GT(total_hits, 0);
-  EXPECT_GT(window_hits, 0);
+  if (hybrid) {
+    EXPECT_EQ(total_hits, 0);  // prefix caching is off beside recurrent state
+  } else {
+    EXPECT_GT(total_hits, 0);
+    EXPECT_GT(window_hits, 0);
+  }
 }
 
 TEST(EngineScheduler, DraftsAreVerifiedWithLookaheadSlotsAndRejectedOnesRolledBack) {
@@ -967,6 +975,35 @@ TEST(EngineScheduler, RandomizedOperationsKeepInvariants) { randomized_operation
 // own (FakeRunner: a rejected draft's block is never findable), and the pool
 // ends clean.
 TEST(EngineScheduler, RandomizedOperationsWithDraftsKeepInvariants) { randomized_operations(true); }
+
+// A hybrid model's cache: every running request holds a state slot (the
+// scheduler's invariants check each scheduled request carries its own), the
+// slots bound admission, preemption and finishing return them, and the pool
+// and the slots end free (expect_idle_and_clean, the manager's invariants).
+TEST(EngineScheduler, RandomizedOperationsWithRecurrentStateSlotsKeepInvariants) {
+  randomized_operations(false, true);
+}
+
+TEST(EngineScheduler, AHybridModelRefusesBeamsAndDrafts) {
+  SchedulerConfig c = config(64, 4, 100, 4);
+  c.kv.n_state_slots = 4;
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  Request beams = make_request("b", prompt(6, 1), 5);
+  beams.beam_width = 2;
+  beams.beam_group = "g";
+  const Status st = s.add_request(beams);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("recurrent"), std::string::npos) << st.error().message;
+  ASSERT_TRUE(s.add_request(make_request("a", prompt(6, 1), 5)).ok());
+  step(s, runner, rec);
+  EXPECT_FALSE(s.set_draft_tokens("a", {1, 2}));
+  EXPECT_EQ(s.kv_cache().state_slot("a"), 0);
+  run_until_idle(s, runner, rec);
+  expect_idle_and_clean(s);
+  EXPECT_EQ(s.kv_cache().num_free_state_slots(), 4);
+}
 
 // Gemma 3's shape in small: one full-attention group and two windowed ones.
 SchedulerConfig windowed_config(int64_t budget, int32_t max_seqs, int32_t n_blocks, int32_t block_size,

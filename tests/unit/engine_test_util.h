@@ -164,13 +164,21 @@ class ModelTest : public ::testing::Test {
     return n_blocks * static_cast<int64_t>(KVCache::block_bytes(model_->config(), block_size, kv_dtype_));
   }
 
+  // A model with recurrent layers: the bytes of the state slots an engine of
+  // max_seqs requests takes from its KV budget (the cache's spare one
+  // included) before its blocks; 0 for other models.
+  static int64_t state_slots_bytes(int32_t max_seqs) {
+    const KVLayout layout = KVLayout::plan(model_->config(), 16, kv_dtype_);
+    return layout.n_state_layers > 0 ? int64_t{max_seqs + 1} * static_cast<int64_t>(layout.state_slot_bytes()) : 0;
+  }
+
   static EngineConfig engine_config(int64_t budget, int32_t max_seqs, int64_t n_blocks,
                                     bool prefix_caching = true) {
     EngineConfig c;
     c.max_num_batched_tokens = budget;
     c.max_num_seqs = max_seqs;
     c.kv_cache_dtype = kv_dtype_;
-    c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks);
+    c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks) + state_slots_bytes(max_seqs);
     c.enable_prefix_caching = prefix_caching;
     return c;
   }

@@ -577,5 +577,133 @@ TEST(KVCacheManager, RandomizedForksWithAWindowedGroupKeepEveryReaderCorrectAndE
   for (uint32_t seed = 1; seed <= 3; ++seed) randomized_forks(windowed(60), seed);
 }
 
+
+// --- Recurrent state slots (hybrid models: Gated DeltaNet beside attention).
+
+KVCacheConfig hybrid(int32_t n_blocks, int32_t n_slots) {
+  return {.n_blocks = n_blocks, .block_size = 4, .enable_prefix_caching = true, .group_windows = {},
+          .n_state_slots = n_slots};
+}
+
+TEST(KvCacheManagerStateSlots, AFirstAllocationTakesASlotAndFreeReturnsIt) {
+  KVCacheManager m(hybrid(20, 2));
+  EXPECT_TRUE(m.has_state_slots());
+  EXPECT_EQ(m.num_free_state_slots(), 2);
+  ASSERT_TRUE(m.allocate_slots("a", 0, 5).has_value());
+  EXPECT_EQ(m.state_slot("a"), 0);
+  ASSERT_TRUE(m.allocate_slots("a", 5, 4).has_value());  // growing keeps the slot
+  EXPECT_EQ(m.state_slot("a"), 0);
+  ASSERT_TRUE(m.allocate_slots("b", 0, 3).has_value());
+  EXPECT_EQ(m.state_slot("b"), 1);
+  EXPECT_EQ(m.num_free_state_slots(), 0);
+  EXPECT_INVARIANTS(m);
+  m.free("a");
+  EXPECT_FALSE(m.state_slot("a").has_value());
+  EXPECT_EQ(m.num_free_state_slots(), 1);
+  ASSERT_TRUE(m.allocate_slots("c", 0, 3).has_value());
+  EXPECT_EQ(m.state_slot("c"), 0);  // the lowest free slot
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSlots, NoFreeSlotFailsTheAllocationAndChangesNothing) {
+  KVCacheManager m(hybrid(20, 1));
+  ASSERT_TRUE(m.allocate_slots("a", 0, 5).has_value());
+  const int32_t free_blocks = m.num_free_blocks();
+  EXPECT_FALSE(m.allocate_slots("b", 0, 3).has_value());  // blocks to spare, but no slot
+  EXPECT_FALSE(m.holds_blocks("b"));
+  EXPECT_EQ(m.num_free_blocks(), free_blocks);
+  EXPECT_INVARIANTS(m);
+  // Running requests still grow: they hold their slot already.
+  EXPECT_TRUE(m.allocate_slots("a", 5, 8).has_value());
+  m.free("a");
+  EXPECT_TRUE(m.allocate_slots("b", 0, 3).has_value());
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSlots, NoBlocksFailsTheAllocationWithoutTakingASlot) {
+  KVCacheManager m(hybrid(3, 4));  // two usable blocks
+  EXPECT_FALSE(m.allocate_slots("a", 0, 12).has_value());
+  EXPECT_EQ(m.num_free_state_slots(), 4);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSlots, PrefixCachingIsOffForAHybridCache) {
+  KVCacheManager m(hybrid(20, 2));
+  EXPECT_FALSE(m.prefix_caching_enabled());
+  const std::vector<int32_t> t = tokens(9);
+  run_sequence(m, "a", t);
+  m.free("a");
+  const PrefixHit hit = m.get_computed_blocks(t, 0);
+  EXPECT_EQ(hit.num_tokens, 0);  // the blocks would come without their state
+  EXPECT_EQ(m.pool().num_cached_blocks(), 0);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSlotsDeathTest, ForkingAHybridRequestIsAContractViolation) {
+  KVCacheManager m(hybrid(20, 2));
+  ASSERT_TRUE(m.allocate_slots("a", 0, 5).has_value());
+  EXPECT_DEATH(m.fork("a", "b", 5), "recurrent state");
+}
+
+// Random admissions, growth (decode steps and prefill chunks), preemptions
+// and finishes: slots and blocks are held exactly by the requests that hold
+// the other, nothing leaks, and everything is free at the end.
+TEST(KvCacheManagerStateSlots, RandomizedAdmitGrowPreemptFinishLeakNothing) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937 rng(seed);
+    const int32_t n_slots = 1 + static_cast<int32_t>(rng() % 4);
+    KVCacheManager m(hybrid(10 + static_cast<int32_t>(rng() % 30), n_slots));
+    std::map<std::string, int64_t> computed;  // running request -> tokens it has slots for
+    int next_id = 0;
+    int64_t no_slot = 0, admitted = 0, preempted = 0;
+    for (int op = 0; op < 3000; ++op) {
+      const int kind = static_cast<int>(rng() % 10);
+      auto pick = [&]() {
+        auto it = computed.begin();
+        std::advance(it, static_cast<long>(rng() % computed.size()));
+        return it->first;
+      };
+      if (computed.empty() || kind < 3) {  // admit a prompt's first chunk
+        const std::string id = "r" + std::to_string(next_id++);
+        const int64_t n = 1 + static_cast<int64_t>(rng() % 12);
+        const bool slot_free = m.num_free_state_slots() > 0;
+        if (m.allocate_slots(id, 0, n)) {
+          EXPECT_TRUE(slot_free);
+          EXPECT_TRUE(m.state_slot(id).has_value());
+          computed[id] = n;
+          ++admitted;
+        } else {
+          no_slot += !slot_free;
+          EXPECT_FALSE(m.state_slot(id).has_value());
+          EXPECT_FALSE(m.holds_blocks(id));
+        }
+      } else if (kind < 7) {  // a decode step or the next prefill chunk
+        const std::string id = pick();
+        const std::optional<int32_t> slot = m.state_slot(id);
+        const int64_t n = kind < 5 ? 1 : 1 + static_cast<int64_t>(rng() % 8);
+        if (m.allocate_slots(id, computed[id], n)) computed[id] += n;
+        EXPECT_EQ(m.state_slot(id), slot);  // a request keeps its slot while it runs
+      } else {  // finished, or preempted by recompute: both free everything
+        const std::string id = pick();
+        preempted += kind == 9;
+        m.free(id);
+        computed.erase(id);
+        EXPECT_FALSE(m.state_slot(id).has_value());
+      }
+      EXPECT_EQ(m.num_state_slots() - m.num_free_state_slots(), static_cast<int32_t>(computed.size()));
+      EXPECT_INVARIANTS(m);
+      if (testing::Test::HasFailure()) return;
+    }
+    for (const auto& [id, n] : computed) m.free(id);
+    EXPECT_EQ(m.num_free_state_slots(), n_slots);
+    EXPECT_EQ(m.num_free_blocks(), m.num_usable_blocks());
+    EXPECT_EQ(m.num_requests(), 0);
+    EXPECT_INVARIANTS(m);
+    EXPECT_GT(admitted, 50);
+    EXPECT_GT(no_slot, 0);
+    EXPECT_GT(preempted, 0);
+  }
+}
+
 }  // namespace
 }  // namespace inferd::kv

@@ -95,6 +95,33 @@ TEST(KVCacheSpec, ALatentSlotHasKeysOnly) {
   EXPECT_FALSE(two_heads.validate().ok());
 }
 
+TEST(KVCacheSpec, ARecurrentStateIsF32PerSequenceAndTakesNoBlocks) {
+  // Qwen3.5-0.8B's Gated DeltaNet layer: a conv of 4 taps over 2 * 16 * 128 +
+  // 16 * 128 channels (3 rows kept), 16 value heads of 128 x 128.
+  const int64_t channels = 2 * 16 * 128 + 16 * 128;
+  const KVCacheSpec s = KVCacheSpec::recurrent_state(3 * channels, 16 * 128 * 128);
+  EXPECT_TRUE(s.validate().ok()) << s.validate().error().message;
+  EXPECT_EQ(s.kind, KVCacheKind::kRecurrentState);
+  EXPECT_EQ(s.dtype, DType::F32);
+  EXPECT_FALSE(s.per_token());
+  EXPECT_EQ(s.bytes_per_token(), 0u);
+  EXPECT_EQ(s.page_bytes(), 0u);
+  EXPECT_EQ(s.conv_state_bytes(), 4u * 3 * channels);
+  EXPECT_EQ(s.recurrent_state_bytes(), 4u * 16 * 128 * 128);
+  EXPECT_EQ(s.state_bytes(), s.conv_state_bytes() + s.recurrent_state_bytes());
+  EXPECT_NE(s.describe().find("recurrent state"), std::string::npos);
+  EXPECT_NE(s.storage_format(), KVCacheSpec::full_attention(DType::F32, 1, 64, 16).storage_format());
+  KVCacheSpec f16 = s;
+  f16.dtype = DType::F16;
+  EXPECT_FALSE(f16.validate().ok());
+  KVCacheSpec empty = s;
+  empty.recurrent_elements = 0;
+  EXPECT_FALSE(empty.validate().ok());
+  KVCacheSpec attention = KVCacheSpec::full_attention(DType::F16, 2, 64, 16);
+  attention.conv_elements = 4;
+  EXPECT_FALSE(attention.validate().ok());
+}
+
 TEST(KVCacheSpec, MismatchNamesTheGroupAndBothSpecs) {
   const std::vector<KVCacheSpec> mine = {KVCacheSpec::full_attention(DType::F16, 1, 256, 16),
                                          KVCacheSpec::sliding(DType::F16, 1, 256, 16, 512)};

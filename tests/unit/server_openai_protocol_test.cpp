@@ -263,5 +263,17 @@ TEST(ServingMetrics, TheKVCapacityGaugeCarriesTheDType) {
   EXPECT_NE(metrics.render(stats, 0, nullptr).find("kv_cache_dtype=\"f16\"}"), std::string::npos);
 }
 
+TEST(ServingMetrics, AHybridModelsStateSlotsAreGaugesOfTheirOwn) {
+  ServingMetrics metrics("tiny");
+  EngineStats stats;
+  EXPECT_EQ(metrics.render(stats, 0, nullptr).find("recurrent_state"), std::string::npos);  // none without slots
+  stats.kv_state_slots = 8;
+  stats.kv_state_bytes = 9 * 58368;
+  const std::string out = metrics.render(stats, 0, nullptr);
+  EXPECT_NE(out.find("# TYPE inferd:recurrent_state_slots gauge\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("inferd:recurrent_state_slots{model_name=\"tiny\"} 8\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("inferd:recurrent_state_bytes{model_name=\"tiny\"} 525312\n"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace inferd::server

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <set>
@@ -137,6 +138,9 @@ const ModelCase kModels[] = {
     {"qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"},
     // gpt-oss's o200k_harmony, committed as a vocabulary-only GGUF (make_gpt_oss_vocab.py).
     {"gpt-oss", "@vocab/gpt-oss-vocab.gguf"},
+    // Qwen3.5's vocabulary and qwen35 pre-tokenizer, in the committed tiny-qwen35 model
+    // (make_tiny_models.py copies them from llama.cpp's ggml-vocab-qwen35.gguf).
+    {"qwen35", "@models/tiny-qwen35.gguf"},
 };
 
 std::string model_path(const ModelCase& mc) {
@@ -345,6 +349,41 @@ TEST_P(TokenizerReference, EveryPieceMatchesLlamaCpp) {
   EXPECT_EQ(std::string(buf), meta_["piece_hash_special"].get<std::string>());
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64_pieces(*tok_, false)));
   EXPECT_EQ(std::string(buf), meta_["piece_hash_plain"].get<std::string>());
+}
+
+// llama.cpp's own cases for the qwen35 pre-tokenizer (models/ggml-vocab-qwen35.gguf.inp
+// and .out of its source tree, which test-tokenizer-0 runs: each case's text
+// followed by a "__ggml_vocab_test__" line; one line of ids per case, tokenized
+// without special tokens). The vocabulary is the committed tiny-qwen35's (the
+// same tokenizer keys, copied from that vocab file). Skips, saying where it
+// looked, when the llama.cpp source is not on this machine.
+TEST(TokenizerQwen35, LlamaCppsVocabCasesTokenizeToItsIds) {
+  const char* src = std::getenv("INFERD_LLAMA_CPP_SRC");
+  const char* home = std::getenv("HOME");
+  const std::string dir = src && *src ? src : std::string(home ? home : "/root") + "/.cache/inferd/llama.cpp/src";
+  const std::string base = dir + "/models/ggml-vocab-qwen35.gguf";
+  std::ifstream inp(base + ".inp", std::ios::binary), out(base + ".out");
+  if (!inp || !out) GTEST_SKIP() << base << ".inp/.out not found (llama.cpp's source; set INFERD_LLAMA_CPP_SRC)";
+  auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-qwen35.gguf");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto tok = Tokenizer::from_gguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+
+  std::stringstream buf;
+  buf << inp.rdbuf();
+  const std::string text = buf.str(), sep = "\n__ggml_vocab_test__\n";
+  std::vector<std::string> cases;
+  for (size_t at = 0, next; (next = text.find(sep, at)) != std::string::npos; at = next + sep.size())
+    cases.push_back(text.substr(at, next - at));
+  std::vector<std::vector<int32_t>> expected;
+  for (std::string line; std::getline(out, line);) {
+    std::istringstream ids(line);
+    expected.emplace_back(std::istream_iterator<int32_t>(ids), std::istream_iterator<int32_t>());
+  }
+  ASSERT_GE(cases.size(), 40u);
+  ASSERT_EQ(cases.size(), expected.size());
+  for (size_t i = 0; i < cases.size(); ++i)
+    EXPECT_EQ((*tok)->encode(cases[i], false, false), expected[i]) << "case " << i << ": " << escaped(cases[i]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, TokenizerReference, ::testing::ValuesIn(kModels),

@@ -21,11 +21,17 @@ Outputs (committed):
                                            Qwen2.5-Coder GGUF) + cases, among them its default
                                            system prompt for a conversation without one
 
+  tests/data/chat/qwen3.5_cases.json       cases for tests/data/chat/qwen3.5.jinja (Jinja2 only:
+                                           llama.cpp has no built-in format for it), thinking
+                                           on and off (enable_thinking) and earlier thinking
+
+tests/data/chat/qwen3.5.jinja is llama.cpp's vendored models/templates/Qwen3.5-4B.jinja
+(Qwen3.5's tokenizer_config.json template), input to this script like gemma3.jinja.
 tests/data/chat/gemma3.jinja is the official Gemma 3 chat template from the
 google/gemma-3-*-it tokenizer_config.json ("chat_template"); the Gemma 3 GGUF
 on this machine embeds no template. It is input to this script, not output.
 
-Usage: python3 tools/reference/chat_reference.py [--model-dir DIR] [--out DIR]
+Usage: python3 tools/reference/chat_reference.py [--model-dir DIR] [--out DIR] [--only FILE]
 """
 import argparse
 import ctypes
@@ -204,18 +210,53 @@ def qwen25_cases(model_dir):
     }
 
 
+def qwen35_cases(data_dir):
+    with open(os.path.join(data_dir, "qwen3.5.jinja"), encoding="utf-8") as f:
+        template = f.read()
+    bos, eos = "", "<|im_end|>"
+    earlier_thinking = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "<think>\nThe user asks about France.\n</think>\n\nParis."},
+        {"role": "user", "content": "And of Italy?"},
+    ]
+    cases = []
+    for name, messages, add_gen, extra in [
+        ("one_turn", THREE_TURNS[:1], True, {}),
+        ("system_three_turn", with_system(THREE_TURNS), True, {}),
+        ("three_turn_no_generation_prompt", THREE_TURNS, False, {}),
+        ("thinking_off", with_system(THREE_TURNS), True, {"enable_thinking": False}),
+        ("earlier_thinking_dropped", earlier_thinking, True, {}),
+    ]:
+        formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos,
+                                        add_generation_prompt=add_gen)
+        expected = formatter(messages=messages, **extra).prompt
+        cases.append({"name": name, "messages": messages, "add_generation_prompt": add_gen,
+                      "extra_context": extra, "expected": expected})
+    return {
+        "source": "tests/data/chat/qwen3.5.jinja (llama.cpp's models/templates/Qwen3.5-4B.jinja); expected "
+                  "renderings by llama-cpp-python Jinja2ChatFormatter, extra_context passed as template "
+                  "variables (tools/reference/chat_reference.py)",
+        "bos_token": bos,
+        "eos_token": eos,
+        "cases": cases,
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model-dir", default=os.environ.get(
         "INFERD_MODEL_DIR", os.path.expanduser("~/.cache/inferd/models")))
     parser.add_argument("--out", default=os.path.join(REPO, "tests", "data", "chat"))
+    parser.add_argument("--only", help="only this output file, e.g. qwen3.5_cases.json")
     args = parser.parse_args()
 
-    outputs = {
-        "smollm2_three_turn.json": smollm2_cases(args.model_dir),
-        "gemma3_cases.json": gemma3_cases(args.model_dir, args.out),
-        "qwen2.5_cases.json": qwen25_cases(args.model_dir),
+    makers = {
+        "smollm2_three_turn.json": lambda: smollm2_cases(args.model_dir),
+        "gemma3_cases.json": lambda: gemma3_cases(args.model_dir, args.out),
+        "qwen2.5_cases.json": lambda: qwen25_cases(args.model_dir),
+        "qwen3.5_cases.json": lambda: qwen35_cases(args.out),
     }
+    outputs = {name: make() for name, make in makers.items() if not args.only or name == args.only}
     for name, data in outputs.items():
         with open(os.path.join(args.out, name), "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2, ensure_ascii=False)

@@ -97,6 +97,16 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
   tiny-llama-embed-mean.gguf  tiny-llama3's shape as a decoder embedding model with
                      pooling_type 1 (mean over the tokens' final-normed hidden states); its own
                      seed, no output matrix; SmolLM2's tokenizer (BOS added).
+  tiny-qwen35.gguf   `qwen35` (Qwen3.5, hybrid): 4 trunk layers, 0-2 Gated DeltaNet (attn_qkv,
+                     attn_gate, ssm_beta, ssm_alpha, a 4-tap F32 ssm_conv1d, ssm_dt.bias, ssm_a,
+                     ssm_norm, ssm_out; 2 key heads and 4 value heads of 32, so key heads broadcast)
+                     and 3 gated full attention (full_attention_interval 4: attn_q holds each head's
+                     query then its output gate; per-head q/k norms; NeoX rotation of 8 of 32 dims
+                     with rope.dimension_sections as Qwen3.5 writes them), the FFN norm stored as
+                     post_attention_norm, then one multi-token-prediction block (nextn_predict_layers
+                     1) that the main model skips; n_embd 32, GQA 4/2, tied output; alpha and beta in
+                     F32 in some layers. Tokenizer: llama.cpp's models/ggml-vocab-qwen35.gguf (pre
+                     "qwen35", 151,936 tokens; found through INFERD_LLAMA_CPP_SRC).
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -825,11 +835,172 @@ def make_deepseek2(models_dir, path):
                                   n_shared=1, sigmoid=True)
 
 
+QWEN35_VOCAB = Path(os.environ.get("INFERD_LLAMA_CPP_SRC", Path.home() / ".cache/inferd/llama.cpp/src")) / \
+    "models/ggml-vocab-qwen35.gguf"
+
+# Per layer, cycled: the attention layers' projections as qwen3's, the Gated DeltaNet layers'
+# (qkv: attn_qkv, z: attn_gate, beta: ssm_beta, alpha: ssm_alpha, out: ssm_out) in several types,
+# alpha in F32 in one of them.
+QWEN35_TYPES = [
+    dict(q=T.Q8_0, k=T.Q5_0, v=T.Q4_1, o=T.Q5_0, gate=T.Q8_0, up=T.Q4_1, down=T.Q5_0,
+         qkv=T.Q8_0, z=T.Q5_0, beta=T.Q8_0, alpha=T.F32, out=T.Q4_1),
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q5_0, o=T.Q4_1, gate=T.Q5_0, up=T.Q8_0, down=T.Q8_0,
+         qkv=T.Q5_0, z=T.Q4_1, beta=T.F32, alpha=T.Q8_0, out=T.Q8_0),
+    dict(q=T.Q4_1, k=T.Q8_0, v=T.Q8_0, o=T.Q8_0, gate=T.Q4_1, up=T.Q5_0, down=T.Q4_1,
+         qkv=T.Q4_1, z=T.Q8_0, beta=T.Q5_0, alpha=T.F32, out=T.Q5_0),
+]
+
+
+def qwen35_hparams(w, arch, name, h, dn, n_nextn):
+    common_hparams(w, arch, name, h)
+    w.add_rope_dimension_count(h["rope_dim"])
+    w.add_rope_dimension_sections(h["rope_sections"])
+    w.add_ssm_conv_kernel(dn["conv_kernel"])
+    w.add_ssm_state_size(dn["head"])
+    w.add_ssm_group_count(dn["k_heads"])
+    w.add_ssm_time_step_rank(dn["v_heads"])
+    w.add_ssm_inner_size(dn["v_heads"] * dn["head"])
+    w.add_full_attention_interval(h["full_attention_interval"])
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
+
+
+def gated_attention_block(b, h, t, p):
+    """A qwen35 attention layer's attention: attn_q holds each head's query then its output gate."""
+    n_embd, head_dim = h["n_embd"], h["head_dim"]
+    q_dim, kv_dim = h["n_head"] * head_dim, h["n_head_kv"] * head_dim
+    b.norm(p + "attn_norm.weight", n_embd)
+    b.matrix(p + "attn_q.weight", 2 * q_dim, n_embd, t["q"])
+    b.matrix(p + "attn_k.weight", kv_dim, n_embd, t["k"])
+    b.matrix(p + "attn_v.weight", kv_dim, n_embd, t["v"])
+    b.norm(p + "attn_q_norm.weight", head_dim, spread=0.2)
+    b.norm(p + "attn_k_norm.weight", head_dim, spread=0.2)
+    b.matrix(p + "attn_output.weight", n_embd, q_dim, t["o"], std=3.0 / math.sqrt(q_dim))
+
+
+def delta_net_block(b, h, dn, t, p):
+    """A Gated DeltaNet layer's mixer as convert_hf_to_gguf.py writes Qwen3.5's linear attention."""
+    n_embd, S = h["n_embd"], dn["head"]
+    key_dim, value_dim = dn["k_heads"] * S, dn["v_heads"] * S
+    conv_dim = 2 * key_dim + value_dim
+    b.norm(p + "attn_norm.weight", n_embd)
+    b.matrix(p + "attn_qkv.weight", conv_dim, n_embd, t["qkv"])
+    b.matrix(p + "attn_gate.weight", value_dim, n_embd, t["z"])
+    b.matrix(p + "ssm_beta.weight", dn["v_heads"], n_embd, t["beta"])
+    b.matrix(p + "ssm_alpha.weight", dn["v_heads"], n_embd, t["alpha"])
+    b.add(p + "ssm_conv1d.weight", b.normal((conv_dim, dn["conv_kernel"]), 0.5), T.F32)
+    b.bias(p + "ssm_dt.bias", dn["v_heads"], 0.5)
+    # a = -exp(A_log): decays from slow (a near -0.05) to fast (near -1.6) across the heads.
+    b.add(p + "ssm_a", -np.exp(b.rng.uniform(-3.0, 0.5, dn["v_heads"])).astype(np.float32), T.F32)
+    b.norm(p + "ssm_norm.weight", S, spread=0.2)
+    b.matrix(p + "ssm_out.weight", n_embd, value_dim, t["out"], std=3.0 / math.sqrt(value_dim))
+
+
+def mtp_block(b, h, t, p):
+    """A Qwen3.5 multi-token-prediction block (after the trunk): llama.cpp's main graph never runs it."""
+    n_embd = h["n_embd"]
+    gated_attention_block(b, h, t, p)
+    b.norm(p + "post_attention_norm.weight", n_embd)
+    b.matrix(p + "ffn_gate.weight", h["n_ff"], n_embd, t["gate"])
+    b.matrix(p + "ffn_up.weight", h["n_ff"], n_embd, t["up"])
+    b.matrix(p + "ffn_down.weight", n_embd, h["n_ff"], t["down"])
+    b.matrix(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd, T.Q8_0)
+    b.norm(p + "nextn.enorm.weight", n_embd)
+    b.norm(p + "nextn.hnorm.weight", n_embd)
+    b.norm(p + "nextn.shared_head_norm.weight", n_embd)
+
+
+def make_qwen35(models_dir, path):
+    n_trunk, n_nextn = 4, 1
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=n_trunk + n_nextn, n_ff=96, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=10000000.0, rms_eps=1e-6, rope_dim=8, rope_sections=[2, 1, 1, 0], full_attention_interval=4)
+    dn = dict(conv_kernel=4, head=32, k_heads=2, v_heads=4)
+    w = GGUFWriter(path, "qwen35")
+    qwen35_hparams(w, "qwen35", "inferd tiny qwen35 (random)", h, dn, n_nextn)
+    copy_tokenizer(w, QWEN35_VOCAB)
+    n_vocab = 151936
+    b = Builder(seed=71)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    n_embd, n_ff = h["n_embd"], h["n_ff"]
+    for i in range(h["n_layer"]):
+        t = QWEN35_TYPES[i % len(QWEN35_TYPES)]
+        p = f"blk.{i}."
+        if i >= n_trunk:
+            mtp_block(b, h, t, p)
+            continue
+        if (i + 1) % h["full_attention_interval"] != 0:
+            delta_net_block(b, h, dn, t, p)
+        else:
+            gated_attention_block(b, h, t, p)
+        b.norm(p + "post_attention_norm.weight", n_embd)
+        b.matrix(p + "ffn_gate.weight", n_ff, n_embd, t["gate"])
+        b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
+        b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
+    b.write(w)
+    return w
+
+
+def qwen35moe_ffn(b, h, moe, t, p):
+    """A qwen35moe layer's FFN: softmax-routed experts and one shared expert, gated per token by
+    sigmoid(ffn_gate_inp_shexp . x) (a 1-D F32 tensor, as convert_hf_to_gguf.py writes it)."""
+    n_embd, n_expert, n_ff_exp, n_ff_sh = h["n_embd"], moe["n_expert"], moe["n_ff_exp"], moe["n_ff_shexp"]
+    b.norm(p + "post_attention_norm.weight", n_embd)
+    # Router logits with a standard deviation near 2, as make_qwen3moe's.
+    b.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+    b.add(p + "ffn_gate_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["gate"])
+    b.add(p + "ffn_up_exps.weight", b.normal((n_expert, n_ff_exp, n_embd), 1.0 / math.sqrt(n_embd)), t["up"])
+    b.add(p + "ffn_down_exps.weight", b.normal((n_expert, n_embd, n_ff_exp), 3.0 / math.sqrt(n_ff_exp)), t["down"])
+    # Gate logits with a standard deviation near 1.5: the shared expert's share differs per token.
+    b.add(p + "ffn_gate_inp_shexp.weight", b.normal((n_embd,), 1.5 / math.sqrt(n_embd)), T.F32)
+    b.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, t["gate"])
+    b.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, t["up"])
+    b.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, t["down"], std=1.5 / math.sqrt(n_ff_sh))
+
+
+def make_qwen35moe(models_dir, path):
+    n_trunk, n_nextn = 4, 1
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=n_trunk + n_nextn, n_ff=96, n_head=4, n_head_kv=2, head_dim=32,
+             rope_base=10000000.0, rms_eps=1e-6, rope_dim=8, rope_sections=[2, 1, 1, 0], full_attention_interval=4)
+    dn = dict(conv_kernel=4, head=32, k_heads=2, v_heads=4)
+    moe = dict(n_expert=8, n_expert_used=2, n_ff_exp=32, n_ff_shexp=64)
+    w = GGUFWriter(path, "qwen35moe")
+    qwen35_hparams(w, "qwen35moe", "inferd tiny qwen35moe (random)", h, dn, n_nextn)
+    w.add_expert_count(moe["n_expert"])
+    w.add_expert_used_count(moe["n_expert_used"])
+    w.add_expert_feed_forward_length(moe["n_ff_exp"])
+    w.add_expert_shared_feed_forward_length(moe["n_ff_shexp"])
+    copy_tokenizer(w, QWEN35_VOCAB)
+    n_vocab = 151936
+    b = Builder(seed=73)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    n_embd = h["n_embd"]
+    for i in range(h["n_layer"]):
+        t = QWEN35_TYPES[i % len(QWEN35_TYPES)]
+        p = f"blk.{i}."
+        if i >= n_trunk:  # the MTP block: a full-attention block with the MoE FFN, never run
+            gated_attention_block(b, h, t, p)
+            qwen35moe_ffn(b, h, moe, t, p)
+            b.matrix(p + "nextn.eh_proj.weight", n_embd, 2 * n_embd, T.Q8_0)
+            for norm in ("enorm", "hnorm", "shared_head_norm"):
+                b.norm(p + f"nextn.{norm}.weight", n_embd)
+            continue
+        if (i + 1) % h["full_attention_interval"] != 0:
+            delta_net_block(b, h, dn, t, p)
+        else:
+            gated_attention_block(b, h, t, p)
+        qwen35moe_ffn(b, h, moe, t, p)
+    b.write(w)
+    return w
+
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
           "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
           "tiny-bert-reranker": make_bert_reranker, "tiny-qwen3-embed-last": make_qwen3_embed_last,
-          "tiny-llama-embed-mean": make_llama_embed_mean}
+          "tiny-llama-embed-mean": make_llama_embed_mean,
+          "tiny-qwen35": make_qwen35, "tiny-qwen35moe": make_qwen35moe}
 
 
 def main():

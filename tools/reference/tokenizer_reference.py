@@ -39,6 +39,9 @@ MODELS = {
     # gpt-oss's o200k_harmony (201,088 ids, pre-tokenizer gpt-4o): the committed vocabulary-only
     # GGUF of make_gpt_oss_vocab.py, read from the repository, not the models directory.
     "gpt-oss": "@tests/data/vocab/gpt-oss-vocab.gguf",
+    # Qwen3.5's vocabulary (151,936 ids, pre-tokenizer qwen35), copied by
+    # make_tiny_models.py into the committed tiny-qwen35 model from llama.cpp's ggml-vocab-qwen35.gguf.
+    "qwen35": "@tests/data/models/tiny-qwen35.gguf",
 }
 
 # Other byte-level pre-tokenizers, checked on SmolLM2's vocabulary and merges

@@ -14,6 +14,9 @@ namespace detail {
 
 void swiglu_scalar(const float* gate, const float* up, float* out, int64_t n) { swiglu_portable(gate, up, out, n); }
 
+void silu_scalar_avx512_order(const float* x, float* out, int64_t n) { silu_portable<16>(x, out, n); }
+void silu_scalar_avx2_order(const float* x, float* out, int64_t n) { silu_portable<8>(x, out, n); }
+
 void swiglu_ggml_avx2_scalar(const float* gate, const float* up, float* out, int64_t n) {
   swiglu_ggml_avx2_portable(gate, up, out, n);
 }
@@ -55,6 +58,22 @@ void fill_activation_kernels(FloatKernels& ops, SimdLevel level) {
                                                        : level == SimdLevel::kAvx2 ? detail::swiglu_fma
                                                                                    : detail::swiglu_scalar;
   ops.geglu = level >= SimdLevel::kAvx2 ? detail::geglu_f16c : detail::geglu_scalar;
+  ops.silu[static_cast<int>(GgmlFlavour::kAvx2)] =
+      level >= SimdLevel::kAvx2 ? detail::silu_avx2_avx2_order : detail::silu_scalar_avx2_order;
+  ops.silu[static_cast<int>(GgmlFlavour::kAvx512)] =
+      level >= SimdLevel::kAvx512 ? detail::silu_avx512_avx512_order : detail::silu_scalar_avx512_order;
+}
+
+void silu(const float* x, float* out, int64_t n, GgmlFlavour flavour) {
+  kernel_table().ops.silu[static_cast<int>(flavour)](x, out, n);
+}
+
+void sigmoid(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = 1.0f / (1.0f + std::exp(-x[i]));
+}
+
+void softplus(const float* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 20.0f ? x[i] : std::log(1.0f + std::exp(x[i]));
 }
 
 void swiglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour flavour) {

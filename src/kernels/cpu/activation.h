@@ -27,6 +27,19 @@ void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavou
 // out may alias x.
 void gelu(const float* x, float* out, int64_t n);
 
+// out[i] = silu(x[i]) = x / (1 + e^-x) as GGML's ggml_vec_silu_f32 computes it
+// for the given build: whole vectors (16 lanes kAvx512, 8 lanes kAvx2) through
+// its vector e^x (expf_poly), the rest through libm's expf. out may alias x.
+void silu(const float* x, float* out, int64_t n, GgmlFlavour flavour);
+
+// out[i] = 1 / (1 + e^-x[i]) with libm's expf, as GGML's sigmoid op (both
+// builds). out may alias x.
+void sigmoid(const float* x, float* out, int64_t n);
+
+// out[i] = log(1 + e^x[i]), x itself above 20, as GGML's softplus op (both
+// builds, libm). out may alias x.
+void softplus(const float* x, float* out, int64_t n);
+
 // gpt-oss's clamped SwiGLU as GGML's swiglu_oai computes it (alpha 1.702,
 // limit 7; one scalar loop with libm's expf in both builds):
 // x = min(gate, limit), y = clamp(up, -limit, limit),
@@ -40,6 +53,11 @@ void swiglu_avx512(const float* gate, const float* up, float* out, int64_t n);
 // The AVX2 build's order (kAvx2).
 void swiglu_ggml_avx2_scalar(const float* gate, const float* up, float* out, int64_t n);
 void swiglu_ggml_avx2_fma(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + FMA
+// silu in the order of each build: vectors of kLanes by expf_poly, the rest by libm.
+void silu_scalar_avx512_order(const float* x, float* out, int64_t n);
+void silu_scalar_avx2_order(const float* x, float* out, int64_t n);
+void silu_avx2_avx2_order(const float* x, float* out, int64_t n);
+void silu_avx512_avx512_order(const float* x, float* out, int64_t n);
 void geglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void geglu_f16c(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + F16C
 
@@ -72,6 +90,19 @@ inline void geglu_portable(const float* gate, const float* up, float* out, int64
     } else {
       out[i] = to_f32(table[to_f16(x)]) * up[i];
     }
+  }
+}
+
+template <int kLanes>
+inline void silu_portable(const float* x, float* out, int64_t n) {
+  const int64_t nv = n / kLanes * kLanes;
+  for (int64_t i = 0; i < nv; ++i) {
+    const float v = x[i];
+    out[i] = v / (1.0f + (kLanes == 8 ? expf_poly_avx2(0.0f - v) : expf_poly(0.0f - v)));
+  }
+  for (int64_t i = nv; i < n; ++i) {
+    const float v = x[i];
+    out[i] = v / (1.0f + std::exp(-v));
   }
 }
 

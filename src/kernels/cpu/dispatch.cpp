@@ -116,6 +116,8 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_rms_norm_kernels(t.ops, level);
   fill_rope_kernels(t.ops, level);
   fill_argmax_kernels(t.ops, level);
+  fill_short_conv_kernels(t.ops, level);
+  fill_gated_delta_rule_kernels(t.ops, level);
   return t;
 }
 

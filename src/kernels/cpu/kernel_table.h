@@ -64,6 +64,11 @@ using SumSquaresLanesFn = double (*)(const float* x, const float* h, int64_t n);
 using RopeHeadFn = void (*)(float* x, int64_t rope_dim, RopePairs pairs, const float* cos_t, const float* sin_t);
 struct RangeMax;
 using RangeMaxFn = RangeMax (*)(const float* x, int64_t n);
+using SiluFn = void (*)(const float* x, float* out, int64_t n);
+struct ShortConvArgs;
+using ShortConvFn = void (*)(const ShortConvArgs& a, int64_t c0, int64_t c1);
+struct GatedDeltaArgs;
+using GatedDeltaRuleFn = void (*)(const GatedDeltaArgs& a, int64_t h0, int64_t h1);
 
 constexpr int kNumGgmlFlavours = 2;
 
@@ -77,6 +82,9 @@ struct FloatKernels {
   SumSquaresLanesFn sum_squares_lanes = nullptr;  // RMSNorm's lane sums (rms_norm.h)
   RopeHeadFn rope_head = nullptr;
   RangeMaxFn range_max = nullptr;  // greedy sampling's argmax (argmax.h)
+  SiluFn silu[kNumGgmlFlavours] = {};  // activation.h
+  ShortConvFn short_conv = nullptr;    // short_conv.h: one order, no flavour
+  GatedDeltaRuleFn gated_delta_rule[kNumGgmlFlavours] = {};  // gated_delta_rule.h
 };
 
 // Largest tile any kernel is asked for.
@@ -165,6 +173,8 @@ void fill_activation_kernels(FloatKernels& ops, SimdLevel level);  // activation
 void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.cpp
 void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp
 void fill_argmax_kernels(FloatKernels& ops, SimdLevel level);      // argmax.cpp
+void fill_short_conv_kernels(FloatKernels& ops, SimdLevel level);  // short_conv.cpp
+void fill_gated_delta_rule_kernels(FloatKernels& ops, SimdLevel level);  // gated_delta_rule.cpp
 void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
 // The fast tier's kernel of a level (fast_gemm.cpp), and each level's own.
 void fill_fast_kernels(KernelTable& t, SimdLevel level);

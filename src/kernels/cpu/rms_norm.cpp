@@ -58,4 +58,14 @@ void rms_norm_row(const float* x, const float* h, const float* weight, int64_t n
   }
 }
 
+void l2_norm_row(float* x, int64_t n, float eps) {
+  const float fn = static_cast<float>(n);
+  const float scale = rms_norm_scale(x, nullptr, n, eps / fn);
+  const float inv_sqrt_n = 1.0f / std::sqrt(fn);
+  for (int64_t i = 0; i < n; ++i) {
+    const float normed = x[i] * scale;
+    x[i] = normed * inv_sqrt_n;
+  }
+}
+
 }  // namespace inferd::kernels

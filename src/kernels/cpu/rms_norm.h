@@ -24,6 +24,11 @@ float rms_norm_scale(const float* x, const float* h, int64_t n, float eps);
 void rms_norm_row(const float* x, const float* h, const float* weight, int64_t n, float eps, int64_t c0,
                   int64_t c1, float* x_out, float* out);
 
+// The L2 normalization llama.cpp gives Gated DeltaNet's q and k: an RMSNorm
+// with epsilon eps / n and no weight, then a scale by 1 / sqrt(n), in place
+// (out = x * rms_scale * (1 / sqrt(n)), each product rounded, as GGML's two ops).
+void l2_norm_row(float* x, int64_t n, float eps);
+
 namespace detail {
 // GGML's sum: sum += (double)(v * v), i = 0 .. n-1.
 double sum_squares_in_order(const float* x, const float* h, int64_t n);
