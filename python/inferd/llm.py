@@ -169,15 +169,7 @@ class LLM:
         group = _core.RequestGroup(self._session)
         try:
             ids = [group.add(_core.make_embed_params(p.token_ids), 1)[0] for p in prompts_]
-            bar = _progress_bar(len(ids)) if use_tqdm and len(ids) > 1 else None
-            try:
-                while group.unfinished:
-                    finished = group.gather(_WAIT_SECONDS)
-                    if bar is not None and finished:
-                        bar.update(finished)
-            finally:
-                if bar is not None:
-                    bar.close()
+            _wait_for_group(group, len(ids), use_tqdm)
         except BaseException:
             group.abort_unfinished()
             raise
@@ -214,16 +206,7 @@ class LLM:
                 group.add(make_params(self._session, p, sp, self._seeder.seed_for(sp)), sp.n)
                 for p, sp in zip(prompts, params)
             ]
-            total = sum(len(i) for i in ids)
-            bar = _progress_bar(total) if use_tqdm and total > 1 else None
-            try:
-                while group.unfinished:
-                    finished = group.gather(_WAIT_SECONDS)
-                    if bar is not None and finished:
-                        bar.update(finished)
-            finally:
-                if bar is not None:
-                    bar.close()
+            _wait_for_group(group, sum(len(i) for i in ids), use_tqdm)
         except BaseException:
             group.abort_unfinished()  # Ctrl-C, or a bad prompt after others were added
             raise
@@ -254,3 +237,17 @@ def _progress_bar(total: int):
     except ImportError:  # tqdm is a dependency; without it, no bar
         return None
     return tqdm(total=total, desc="Processed requests", dynamic_ncols=True)
+
+
+def _wait_for_group(group, total: int, use_tqdm: bool) -> None:
+    """Gathers until every request of the group has finished, with a progress bar of
+    ``total`` requests when asked for and there is more than one."""
+    bar = _progress_bar(total) if use_tqdm and total > 1 else None
+    try:
+        while group.unfinished:
+            finished = group.gather(_WAIT_SECONDS)
+            if bar is not None and finished:
+                bar.update(finished)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -142,6 +142,22 @@ TEST(ToolCallsHermes, StreamHoldsBackOnlyWhatMayBeAMarker) {
 
 // ---- llama3_json ----------------------------------------------------------
 
+// A hermes output streamed in two pieces cut at `cut`: how many calls it
+// gave, and its content.
+std::pair<int, std::string> hermes_in_two_pieces(std::string_view out, size_t cut,
+                                                 const std::vector<std::string>& bare_call_names) {
+  ToolCallStreamParser parser(ToolCallFormat::kHermes, bare_call_names);
+  std::vector<ToolCallDelta> deltas = parser.feed(out.substr(0, cut));
+  for (ToolCallDelta& d : parser.feed(out.substr(cut))) deltas.push_back(std::move(d));
+  for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
+  std::pair<int, std::string> result{0, ""};
+  for (const ToolCallDelta& d : deltas) {
+    result.first += d.call ? 1 : 0;
+    result.second += d.content;
+  }
+  return result;
+}
+
 TEST(ToolCallsHermes, UntaggedCallOfAKnownFunction) {
   // Qwen2.5-Coder-0.5B answers "auto" requests so, without the tags.
   const std::string bare = "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}";
@@ -168,16 +184,7 @@ TEST(ToolCallsHermes, UntaggedCallOfAKnownFunction) {
   ASSERT_EQ(m.tool_calls.size(), 2u);
   EXPECT_EQ(m.tool_calls[1].name, "get_time");
   for (size_t cut = 1; cut < two.size(); cut += 7) {
-    ToolCallStreamParser parser(ToolCallFormat::kHermes, names);
-    std::vector<ToolCallDelta> deltas = parser.feed(std::string_view(two).substr(0, cut));
-    for (ToolCallDelta& d : parser.feed(std::string_view(two).substr(cut))) deltas.push_back(std::move(d));
-    for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
-    int calls = 0;
-    std::string content;
-    for (const ToolCallDelta& d : deltas) {
-      calls += d.call ? 1 : 0;
-      content += d.content;
-    }
+    const auto [calls, content] = hermes_in_two_pieces(two, cut, names);
     EXPECT_EQ(calls, 2) << cut;
     EXPECT_EQ(content.find_first_not_of(" \n"), std::string::npos) << cut << ": " << content;
   }
@@ -195,16 +202,7 @@ TEST(ToolCallsHermes, CallInACodeFenceOrAnotherTagOfAKnownFunction) {
     expect_call(m.tool_calls[0], "exec_command", {{"cmd", "echo hi > hello.txt"}});
     EXPECT_EQ(m.content.find_first_not_of(" \n"), std::string::npos) << out << ": " << m.content;
     for (size_t cut = 1; cut < out.size(); ++cut) {  // in two pieces, cut anywhere: the same
-      ToolCallStreamParser parser(ToolCallFormat::kHermes, names);
-      std::vector<ToolCallDelta> deltas = parser.feed(std::string_view(out).substr(0, cut));
-      for (ToolCallDelta& d : parser.feed(std::string_view(out).substr(cut))) deltas.push_back(std::move(d));
-      for (ToolCallDelta& d : parser.finish()) deltas.push_back(std::move(d));
-      int calls = 0;
-      std::string content;
-      for (const ToolCallDelta& d : deltas) {
-        calls += d.call ? 1 : 0;
-        content += d.content;
-      }
+      const auto [calls, content] = hermes_in_two_pieces(out, cut, names);
       EXPECT_EQ(calls, 1) << out << " cut at " << cut;
       EXPECT_EQ(content.find_first_not_of(" \n"), std::string::npos) << out << " cut at " << cut << ": " << content;
     }
