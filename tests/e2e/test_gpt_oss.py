@@ -19,6 +19,7 @@ the client. Skips when the model file is absent.
 from __future__ import annotations
 
 import json
+import pathlib
 
 import jsonschema
 import pytest
@@ -42,13 +43,29 @@ N = 8
 COMMON = dict(model="smollm2", messages=ASK, temperature=1.0, seed=1, n=N, max_tokens=60)
 
 
+# The template writes today's date into the system message; a random-weight
+# model's seeded choices change with any prompt token, so the tests render a
+# copy with the date fixed (the day the expectations below were drawn) and
+# give the same choices every day.
+FIXED_DATE = "2026-11-28"
+
+
+def fixed_date_template(directory: pathlib.Path) -> pathlib.Path:
+    text = GPT_OSS_TEMPLATE.read_text()
+    assert 'strftime_now("%Y-%m-%d")' in text
+    path = directory / "gpt_oss_fixed_date.jinja"
+    path.write_text(text.replace('strftime_now("%Y-%m-%d")', f'"{FIXED_DATE}"'))
+    return path
+
+
 @pytest.fixture(scope="module", params=["tiny-gpt-oss", "tiny-qwen3+gpt-oss-template"])
 def gpt_oss(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tiny_gpt_oss" if request.param == "tiny-gpt-oss" else "tiny_qwen3_harmony")
+    template = ["--chat-template", str(fixed_date_template(directory))]
     if request.param == "tiny-gpt-oss":
-        srv = start(tmp_path_factory.mktemp("tiny_gpt_oss"), model=TINY_GPT_OSS)
+        srv = start(directory, template, model=TINY_GPT_OSS)
     else:
-        srv = start(tmp_path_factory.mktemp("tiny_qwen3_harmony"), ["--chat-template", str(GPT_OSS_TEMPLATE)],
-                    model=TINY_QWEN3)
+        srv = start(directory, template, model=TINY_QWEN3)
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]
 
