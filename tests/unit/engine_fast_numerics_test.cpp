@@ -70,13 +70,7 @@ TEST_P(FastNumerics, GreedyContinuationsAgreeWithLlamaCpp) {
     const auto want = greedy[i]["tokens"].get<std::vector<int32_t>>();
     const auto gaps = greedy[i]["top2_gaps"].get<std::vector<float>>();
     std::vector<float> logits;
-    GenerationOptions o;
-    o.max_tokens = static_cast<int64_t>(want.size());
-    o.sampling.temperature = 0.0f;
-    o.stop_at_end_of_generation = false;
-    o.prompt_logits = &logits;
-    SequenceGenerator gen(*model, max_context);
-    auto got = gen.generate(ids, o, [](int32_t) { return true; });
+    auto got = test::fresh_greedy(*model, max_context, ids, static_cast<int64_t>(want.size()), logits);
     ASSERT_TRUE(got.ok()) << name << ": " << got.error().message;
     float max_abs = 0;
     for (int64_t v = 0; v < n_vocab; ++v) max_abs = std::max(max_abs, std::fabs(logits[v] - ref[i * n_vocab + v]));

@@ -103,13 +103,7 @@ TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
     const std::vector<int32_t> want_tokens = greedy[i]["tokens"].get<std::vector<int32_t>>();
     const std::vector<float> gaps = greedy[i]["top2_gaps"].get<std::vector<float>>();
     std::vector<float> prompt_logits;
-    GenerationOptions o;
-    o.max_tokens = static_cast<int64_t>(want_tokens.size());
-    o.sampling.temperature = 0.0f;
-    o.stop_at_end_of_generation = false;
-    o.prompt_logits = &prompt_logits;
-    SequenceGenerator fresh(*model, max_context);
-    auto got = fresh.generate(ids, o, [](int32_t) { return true; });
+    auto got = test::fresh_greedy(*model, max_context, ids, static_cast<int64_t>(want_tokens.size()), prompt_logits);
     ASSERT_TRUE(got.ok()) << name << ": " << got.error().message;
     ASSERT_EQ(static_cast<int64_t>(prompt_logits.size()), n_vocab);
     const std::vector<float>* logits = &prompt_logits;

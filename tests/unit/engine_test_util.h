@@ -72,6 +72,20 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
+// Greedy decoding of n_tokens after one fresh prefill of the whole prompt, as
+// llama.cpp's reference runs computed them (so the first token comes from the
+// prefill's logits, left in `prompt_logits`); the end of generation does not stop it.
+inline Result<std::vector<int32_t>> fresh_greedy(Model& model, int64_t max_context, const std::vector<int32_t>& ids,
+                                                 int64_t n_tokens, std::vector<float>& prompt_logits) {
+  GenerationOptions o;
+  o.max_tokens = n_tokens;
+  o.sampling.temperature = 0.0f;
+  o.stop_at_end_of_generation = false;
+  o.prompt_logits = &prompt_logits;
+  SequenceGenerator fresh(model, max_context);
+  return fresh.generate(ids, o, [](int32_t) { return true; });
+}
+
 class ModelTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

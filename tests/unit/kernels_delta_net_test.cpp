@@ -48,6 +48,13 @@ std::vector<float> run_conv(ShortConvFn fn, const std::vector<float>& x, int64_t
   return out;
 }
 
+// Row `row` of a convolution's window at channel c: the taps - 1 state rows,
+// then the inputs.
+float window_input(const std::vector<float>& state0, const std::vector<float>& x, int64_t channels, int64_t taps,
+                   int64_t row, int64_t c) {
+  return row < taps - 1 ? state0[row * channels + c] : x[(row - taps + 1) * channels + c];
+}
+
 TEST(KernelsShortConv, MatchesTheConvolutionInDouble) {
   std::mt19937 rng(1);
   const int64_t channels = 37, taps = 4, n = 9;
@@ -59,8 +66,7 @@ TEST(KernelsShortConv, MatchesTheConvolutionInDouble) {
     for (int64_t c = 0; c < channels; ++c) {
       double want = 0.0;
       for (int64_t i = 0; i < taps; ++i) {
-        const int64_t row = t + i;  // in the window of taps - 1 state rows, then x
-        const double in = row < taps - 1 ? state0[row * channels + c] : x[(row - taps + 1) * channels + c];
+        const double in = window_input(state0, x, channels, taps, t + i, c);
         want += in * w[i * channels + c];
       }
       EXPECT_NEAR(out[t * channels + c], want, 1e-5 * (1.0 + std::fabs(want))) << t << "," << c;
@@ -86,8 +92,7 @@ TEST(KernelsShortConv, FusesTheTapsPastWholeRunsOfEight) {
       for (int64_t c = 0; c < channels; ++c) {
         float want = 0.0f;
         for (int64_t i = 0; i < taps; ++i) {
-          const int64_t row = t + i;
-          const float in = row < taps - 1 ? state0[row * channels + c] : x[(row - taps + 1) * channels + c];
+          const float in = window_input(state0, x, channels, taps, t + i, c);
           if (i < taps - taps % 8) {
             volatile float product = in * w[i * channels + c];
             want += product;
