@@ -18,6 +18,9 @@ bool runs_fast(const WeightView& w, kernels::Numerics numerics) {
   return numerics == kernels::Numerics::kFast && kernels::fast_gemm_applies(w.dtype) &&
          w.cols % kernels::kFastActBlock == 0;
 }
+bool runs_bf16(const WeightView& w, kernels::Numerics numerics) {
+  return numerics == kernels::Numerics::kFast && kernels::bf16_gemm_applies(w.dtype, w.cols);
+}
 }  // namespace
 
 Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::GgmlFlavour flavour,
@@ -26,6 +29,10 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::G
   l.view_ = w;
   if (runs_fast(w, numerics)) {
     l.fast_ = kernels::FastMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
+    return l;
+  }
+  if (runs_bf16(w, numerics)) {
+    l.bf16_ = kernels::Bf16Matrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
     return l;
   }
   l.f32_avx512_order_ = w.dtype == DType::F32 && flavour == kernels::GgmlFlavour::kAvx512;
@@ -48,6 +55,7 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::G
 size_t Linear::packed_bytes(const WeightView& w, kernels::Numerics numerics) {
   if (runs_fast(w, numerics))
     return kernels::PackedArena::space_for(kernels::FastMatrix::packed_bytes(w.dtype, w.rows, w.cols));
+  if (runs_bf16(w, numerics)) return kernels::PackedArena::space_for(kernels::Bf16Matrix::packed_bytes(w.rows, w.cols));
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) {
     return kernels::PackedArena::space_for(kernels::RepackedQ4K::packed_bytes(w.rows, w.cols));
   }
@@ -56,8 +64,9 @@ size_t Linear::packed_bytes(const WeightView& w, kernels::Numerics numerics) {
 }
 
 bool Linear::same_input(const Linear& other) const {
-  if (cols() != other.cols() || packed() != other.packed() || fast() != other.fast()) return false;
-  if (packed() || fast()) return true;
+  if (cols() != other.cols() || packed() != other.packed() || fast() != other.fast() || bf16() != other.bf16())
+    return false;
+  if (packed() || fast() || bf16()) return true;
   // GGML quantizes some of a repacked Q4_K's input with a Q8_K quantizer of its own.
   const bool repack = kernels::ggml_repacked(view_.dtype, rows());
   const bool other_repack = kernels::ggml_repacked(other.view_.dtype, other.rows());
@@ -67,6 +76,10 @@ bool Linear::same_input(const Linear& other) const {
 void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
   if (fast()) {
     in.fast.resize(n_tokens, cols());
+    return;
+  }
+  if (bf16()) {
+    in.bf16.resize(n_tokens, cols());
     return;
   }
   if (packed()) {
@@ -83,6 +96,10 @@ void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& 
     for (int64_t t = t0; t < t1; ++t) in.fast.quantize_blocks(x + t * cols(), t, 0, cols() / kernels::kFastActBlock);
     return;
   }
+  if (bf16()) {
+    for (int64_t t = t0; t < t1; ++t) in.bf16.convert_blocks(x + t * cols(), t, 0, cols() / kernels::kBf16ActBlock);
+    return;
+  }
   if (packed()) {
     kernels::quantize_packed_rows(x, t0, t1, in.packed);
   } else {
@@ -94,6 +111,10 @@ void Linear::quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, 
                              LinearInput& in) const {
   if (fast()) {
     in.fast.quantize_blocks(x + t * cols(), t, b0, b1);
+    return;
+  }
+  if (bf16()) {
+    in.bf16.convert_blocks(x + t * cols(), t, b0, b1);
     return;
   }
   if (packed()) {
@@ -109,7 +130,8 @@ std::pair<int64_t, int64_t> group_split(int64_t groups, int ti, int nt, int64_t 
   const int64_t align = align_rows % kernels::kPackRows == 0 ? align_rows / kernels::kPackRows : 1;
   return ThreadPool::split(groups, ti, nt, align);
 }
-static_assert(kernels::kFastRows == kernels::kPackRows, "the fast tier's groups split as the packed ones");
+static_assert(kernels::kFastRows == kernels::kPackRows && kernels::kBf16Rows == kernels::kPackRows,
+              "the fast tier's groups split as the packed ones");
 }  // namespace
 
 void Linear::compute(const LinearInput& in, const StepTokens& tokens, float* y, int thread_index, int n_threads,
@@ -132,6 +154,11 @@ void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float
   if (fast()) {
     const auto [g0, g1] = groups_of_rows(fast_.groups(), rows(), r0, r1);
     kernels::fast_matmul_groups(fast_, in.fast, 0, tokens.n, g0, g1, y, rows());
+    return;
+  }
+  if (bf16()) {
+    const auto [g0, g1] = groups_of_rows(bf16_.groups(), rows(), r0, r1);
+    kernels::bf16_matmul_groups(bf16_, in.bf16, 0, tokens.n, g0, g1, y, rows());
     return;
   }
   if (packed()) {
@@ -159,6 +186,11 @@ void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepT
     kernels::fast_matmul_groups(fast_, in.fast, first, tokens.n, g0, g1, y, rows());
     return;
   }
+  if (bf16()) {
+    const auto [g0, g1] = groups_of_rows(bf16_.groups(), rows(), r0, r1);
+    kernels::bf16_matmul_groups(bf16_, in.bf16, first, tokens.n, g0, g1, y, rows());
+    return;
+  }
   if (packed()) {
     const auto [g0, g1] = groups_of_rows(packed_.groups(), rows(), r0, r1);
     kernels::packed_matmul_span(packed_, in.packed, first, tokens.n, g0, g1, y, rows());
@@ -182,6 +214,10 @@ void Linear::copy_input_row(const LinearInput& from, int64_t t, LinearInput& to,
     to.fast.copy_row(from.fast, t, r);
     return;
   }
+  if (bf16()) {
+    to.bf16.copy_row(from.bf16, t, r);
+    return;
+  }
   if (packed()) {
     std::memcpy(to.packed.row(r), from.packed.row(t), from.packed.row_bytes());
     return;
@@ -198,6 +234,10 @@ std::pair<const void*, size_t> Linear::rows_bytes(int64_t r0, int64_t r1) const 
     const auto [g0, g1] = groups_of_rows(fast_.groups(), rows(), r0, r1);
     return {fast_.group(g0), static_cast<size_t>(fast_.group(g1) - fast_.group(g0))};
   }
+  if (bf16()) {
+    const auto [g0, g1] = groups_of_rows(bf16_.groups(), rows(), r0, r1);
+    return {bf16_.group(g0), static_cast<size_t>(bf16_.group(g1) - bf16_.group(g0))};
+  }
   if (packed()) {
     const auto [g0, g1] = groups_of_rows(packed_.groups(), rows(), r0, r1);
     return {packed_.group(g0), static_cast<size_t>(packed_.group(g1) - packed_.group(g0))};
@@ -211,6 +251,10 @@ std::pair<int64_t, int64_t> Linear::thread_rows(int thread_index, int n_threads,
   if (fast()) {
     const auto [g0, g1] = group_split(fast_.groups(), thread_index, n_threads, align_rows);
     return {std::min(rows(), g0 * kernels::kFastRows), std::min(rows(), g1 * kernels::kFastRows)};
+  }
+  if (bf16()) {
+    const auto [g0, g1] = group_split(bf16_.groups(), thread_index, n_threads, align_rows);
+    return {std::min(rows(), g0 * kernels::kBf16Rows), std::min(rows(), g1 * kernels::kBf16Rows)};
   }
   if (!packed()) {
     // Shares on align_rows, a multiple of the kernels' own 16-row split (and

@@ -12,13 +12,15 @@
 // the step (StepTokens), never on other sequences or the threads.
 // With the fast numerics (kernels/cpu/numerics.h) the block formats are
 // repacked for the fast tier's kernels instead (kernels/cpu/fast_gemm.h),
-// whose results depend on nothing but the token's own row; F16, BF16 and F32
-// weights keep the exact kernels in both tiers.
+// whose results depend on nothing but the token's own row, and F16/BF16
+// weights into BF16 pairs for the tier's BF16 product (kernels/cpu/bf16_gemm.h);
+// F32 weights keep the exact kernels in both tiers.
 #pragma once
 #include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/fast_gemm.h"
 #include "kernels/cpu/flavour.h"
 #include "kernels/cpu/kquant_pack.h"
@@ -34,6 +36,7 @@ namespace inferd {
 struct LinearInput {
   kernels::PackedActivations packed;  // for packed weights
   kernels::FastActivations fast;      // for the fast tier's weights
+  kernels::Bf16Activations bf16;      // for the fast tier's F16/BF16 weights
   std::vector<uint8_t> rows;          // for GGML-layout weights
   size_t row_bytes = 0;
 };
@@ -61,10 +64,12 @@ class Linear {
   int64_t rows() const { return view_.rows; }
   int64_t cols() const { return view_.cols; }
   bool packed() const { return static_cast<bool>(packed_); }
-  // True when the fast tier's kernels run this projection.
+  // True when the fast tier's integer kernels run this projection.
   bool fast() const { return static_cast<bool>(fast_); }
+  // True when the fast tier's BF16 product runs it (F16/BF16 weights).
+  bool bf16() const { return static_cast<bool>(bf16_); }
   // True when the kernels read a repacked copy, not the weight's bytes in the file.
-  bool reads_copy() const { return packed() || fast() || static_cast<bool>(q4k_) || copied_; }
+  bool reads_copy() const { return packed() || fast() || bf16() || static_cast<bool>(q4k_) || copied_; }
   // True when `other` wants its input quantized exactly as this one does.
   bool same_input(const Linear& other) const;
 
@@ -76,6 +81,7 @@ class Linear {
   // so threads can share one token's row.
   int64_t quantize_block() const {
     if (fast()) return kernels::kFastActBlock;
+    if (bf16()) return kernels::kBf16ActBlock;
     return packed() ? kernels::kPackedActBlock : kernels::matmul_act_block(view_.dtype);
   }
   // Quantizes the blocks [b0, b1) of row t of x (tokens.n x cols floats).
@@ -108,6 +114,7 @@ class Linear {
   WeightView view_;
   kernels::PackedMatrix packed_;
   kernels::FastMatrix fast_;  // the fast tier's codes (then nothing else is packed)
+  kernels::Bf16Matrix bf16_;  // the fast tier's BF16 pairs (then nothing else is packed)
   kernels::RepackedQ4K q4k_;  // GGML-order Q4_K in eight-row groups (its input as for view_)
   bool copied_ = false;       // view_ points at a verbatim copy of the file's rows in the arena
   bool f32_avx512_order_ = false;  // F32 weights summed as GGML's AVX-512 build sums them

@@ -110,6 +110,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   if (level >= SimdLevel::kAvx512) fill_avx512_kernels(t);
   if (level >= SimdLevel::kAmx) fill_amx_kernels(t);
   fill_fast_kernels(t, level);
+  fill_bf16_kernels(t, level);
   fill_attention_kernels(t.ops, level);
   fill_attention_quant_kernels(t.ops, level);
   fill_activation_kernels(t.ops, level);
@@ -118,6 +119,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_argmax_kernels(t.ops, level);
   fill_short_conv_kernels(t.ops, level);
   fill_gated_delta_rule_kernels(t.ops, level);
+  fill_dense_attention_kernels(t.ops, level);
   return t;
 }
 

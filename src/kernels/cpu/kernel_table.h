@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/bf16_layout.h"
 #include "kernels/cpu/fast_layout.h"
 
 namespace inferd::kernels {
@@ -67,6 +68,8 @@ using RangeMaxFn = RangeMax (*)(const float* x, int64_t n);
 using SiluFn = void (*)(const float* x, float* out, int64_t n);
 struct ShortConvArgs;
 using ShortConvFn = void (*)(const ShortConvArgs& a, int64_t c0, int64_t c1);
+struct DenseAttentionArgs;
+using DenseAttentionFn = void (*)(const DenseAttentionArgs& a);
 struct GatedDeltaArgs;
 using GatedDeltaRuleFn = void (*)(const GatedDeltaArgs& a, int64_t h0, int64_t h1);
 
@@ -85,6 +88,8 @@ struct FloatKernels {
   SiluFn silu[kNumGgmlFlavours] = {};  // activation.h
   ShortConvFn short_conv = nullptr;    // short_conv.h: one order, no flavour
   GatedDeltaRuleFn gated_delta_rule[kNumGgmlFlavours] = {};  // gated_delta_rule.h
+  DenseAttentionFn dense_attention = nullptr;  // dense_attention.h: one order at every level
+  SiluFn gelu = nullptr;  // activation.h: GGML's f16 table, the same bits at every level
 };
 
 // Largest tile any kernel is asked for.
@@ -140,6 +145,9 @@ struct KernelTable {
   // The fast numerics tier's product (fast_gemm.h): the same bits at every level.
   FastGroupsFn fast_groups = nullptr;
   FastQuantizeFn fast_quantize = nullptr;
+  // The fast tier's product for F16/BF16 weights (bf16_gemm.h).
+  Bf16GroupsFn bf16_groups = nullptr;
+  Bf16ConvertFn bf16_convert = nullptr;
   FloatKernels ops;
   const char* level = "scalar";
 };
@@ -175,6 +183,7 @@ void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp
 void fill_argmax_kernels(FloatKernels& ops, SimdLevel level);      // argmax.cpp
 void fill_short_conv_kernels(FloatKernels& ops, SimdLevel level);  // short_conv.cpp
 void fill_gated_delta_rule_kernels(FloatKernels& ops, SimdLevel level);  // gated_delta_rule.cpp
+void fill_dense_attention_kernels(FloatKernels& ops, SimdLevel level);   // dense_attention.cpp
 void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
 // The fast tier's kernel of a level (fast_gemm.cpp), and each level's own.
 void fill_fast_kernels(KernelTable& t, SimdLevel level);
@@ -182,6 +191,13 @@ FastGroupsFn fast_groups_avx2();                            // fast_gemm_avx2.cp
 FastQuantizeFn fast_quantize_avx512();                      // fast_gemm_avx512.cpp
 FastGroupsFn fast_groups_avx512();                          // fast_gemm_avx512.cpp (VNNI)
 FastGroupsFn fast_groups_amx();                             // fast_gemm_avx512.cpp (AMX tiles)
+// The fast tier's BF16 product of a level (bf16_gemm.cpp), and each level's own.
+void fill_bf16_kernels(KernelTable& t, SimdLevel level);
+Bf16GroupsFn bf16_groups_avx2();                            // bf16_gemm_avx2.cpp (fused multiply-adds)
+Bf16ConvertFn bf16_convert_avx512();                        // bf16_gemm_avx512.cpp
+// dpbf16ps (only where cpu_has_avx512_bf16()) or fused multiply-adds: the same bits.
+Bf16GroupsFn bf16_groups_avx512(bool dpbf16);               // bf16_gemm_avx512.cpp
+bool cpu_has_avx512_bf16();                                 // bf16_gemm_avx512.cpp
 
 // The scalar reference's repacked Q4_K orders on one GGML row pair (quants_ref.cpp).
 namespace ref {
