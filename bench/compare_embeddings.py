@@ -172,7 +172,8 @@ def inferd_server(a, out: Path, tag: str) -> cs.Server:
     args = [a.inferd, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", SERVED_NAME, "--threads", str(a.threads),
             "--max-num-seqs", str(a.batch * a.concurrency), "--max-num-batched-tokens", str(a.step_tokens),
-            "--max-model-len", str(MODEL_CTX), "--max-queued-requests", "100000", "--no-webui"]
+            "--max-model-len", str(MODEL_CTX), "--max-queued-requests", "100000", "--no-webui",
+            "--numerics", a.numerics]
     return cs.Server(f"inferd serve ({tag})", args, port, out / f"server-inferd-{tag}.log")
 
 
@@ -200,6 +201,8 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--min-cosine", type=float, default=0.999)
     ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
+    ap.add_argument("--numerics", default="exact", choices=["exact", "fast"],
+                    help="inferd's numerics tier (fast: F16 weights through the BF16 product)")
     ap.add_argument("--out", default="")
     ap.add_argument("--quick", action="store_true", help="100 sentences, 1 rep: checks the pipeline only")
     a = ap.parse_args()

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "kernels/cpu/activation.h"
+#include "kernels/cpu/dense_attention.h"
 #include "kernels/cpu/quants.h"
 #include "model/pooling.h"
 
@@ -35,9 +36,11 @@ CpuEncoderExecutor::CpuEncoderExecutor(const Model& model, std::shared_ptr<Threa
   for (const LayerWeights& L : weights_.layers)
     for (Projection p : {Projection::kQ, Projection::kK, Projection::kV, Projection::kO, Projection::kUp,
                          Projection::kDown})
-      packed_bytes += Linear::packed_bytes(L[p]);
+      packed_bytes += Linear::packed_bytes(L[p], model.numerics());
   if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
-  const auto make = [&](const WeightView& w) { return Linear::make(w, packed_arena_.get(), model.ggml_flavour()); };
+  const auto make = [&](const WeightView& w) {
+    return Linear::make(w, packed_arena_.get(), model.ggml_flavour(), model.numerics());
+  };
   for (const LayerWeights& L : weights_.layers) {
     linears_.push_back(LayerLinears{make(L[Projection::kQ]), make(L[Projection::kK]), make(L[Projection::kV]),
                                     make(L[Projection::kO]), make(L[Projection::kUp]), make(L[Projection::kDown])});
@@ -98,42 +101,26 @@ void CpuEncoderExecutor::add_layer_norm(float* x, const float* h, const float* b
   }
 }
 
-// Softmax attention of each (token, head) over its sequence's keys: every one
-// of them (non-causal), or those up to the token's own (causal), in float.
+// Softmax attention of each (sequence, head) over the sequence's own keys:
+// every one of them (non-causal), or those up to each token's own (causal).
 void CpuEncoderExecutor::attention(const Pass& pass, const AttentionPhase& phase, int ti, int nt) {
   const ModelConfig& c = config_;
   const ForwardBatch& batch = *pass.batch;
   const int64_t H = c.n_head, D = c.head_dim, group = c.n_head / c.n_head_kv, QD = c.q_dim(), KVD = c.kv_dim();
-  thread_local std::vector<float> scores;
-  const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
+  const int64_t n_seq = static_cast<int64_t>(batch.sequences.size());
+  const auto [begin, end] = ThreadPool::split(n_seq * H, ti, nt);
   for (int64_t item = begin; item < end; ++item) {
-    const int64_t t = item / H, h = item % H, g = h / group;
-    const SequenceSlice& sl = batch.sequences[s_.token_seq[t]];
-    const int64_t first = sl.first_token;
-    const int64_t last = phase.causal ? t + 1 : first + sl.n_tokens;
-    const float* q = s_.q.data() + t * QD + h * D;
-    scores.resize(static_cast<size_t>(last - first));
-    float max_score = -INFINITY;
-    for (int64_t j = first; j < last; ++j) {
-      const float* k = s_.k.data() + j * KVD + g * D;
-      float dot = 0.0f;
-      for (int64_t d = 0; d < D; ++d) dot += q[d] * k[d];
-      scores[j - first] = dot * phase.kq_scale;
-      max_score = std::max(max_score, scores[j - first]);
-    }
-    double sum = 0.0;
-    for (float& s : scores) {
-      s = std::exp(s - max_score);
-      sum += s;
-    }
-    float* out = s_.attn.data() + t * QD + h * D;
-    std::fill(out, out + D, 0.0f);
-    const float inv = static_cast<float>(1.0 / sum);
-    for (int64_t j = first; j < last; ++j) {
-      const float w = scores[j - first] * inv;
-      const float* v = s_.v.data() + j * KVD + g * D;
-      for (int64_t d = 0; d < D; ++d) out[d] += w * v[d];
-    }
+    const SequenceSlice& sl = batch.sequences[item / H];
+    const int64_t h = item % H, g = h / group, first = sl.first_token;
+    kernels::DenseAttentionArgs a;
+    a.q = s_.q.data() + first * QD + h * D;
+    a.k = s_.k.data() + first * KVD + g * D;
+    a.v = s_.v.data() + first * KVD + g * D;
+    a.out = s_.attn.data() + first * QD + h * D;
+    a.q_stride = a.out_stride = QD;
+    a.kv_stride = KVD;
+    a.n = sl.n_tokens, a.D = D, a.scale = phase.kq_scale, a.causal = phase.causal;
+    kernels::dense_attention(a);
   }
 }
 

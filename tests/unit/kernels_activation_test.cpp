@@ -208,6 +208,33 @@ TEST(KernelsActivation, GeluTableMatchesGgmlEntryForEntry) {
   }
 }
 
+// gelu (the encoders' FFN) at every level: geglu(x, 1)'s bits, which the
+// sweep above ties to GGML's table, for every f16 pattern and for floats
+// between them (the rounding to f16 before the lookup), tails included.
+TEST(KernelsActivation, GeluSameBitsAtEveryLevelAsGegluTimesOne) {
+  std::vector<float> xs;
+  for (uint32_t h = 0; h < 65536; ++h) xs.push_back(f16_to_f32(static_cast<uint16_t>(h)));
+  std::mt19937 rng(21);
+  std::normal_distribution<float> dist(0.0f, 4.0f);
+  for (int i = 0; i < 4001; ++i) xs.push_back(dist(rng));
+  const int64_t n = static_cast<int64_t>(xs.size());
+  const std::vector<float> ones(xs.size(), 1.0f);
+  std::vector<float> want(xs.size());
+  detail::geglu_scalar(xs.data(), ones.data(), want.data(), n);
+  std::vector<std::pair<const char*, void (*)(const float*, float*, int64_t)>> fns = {{"scalar", detail::gelu_scalar}};
+  if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("f16c", detail::gelu_f16c);
+  if (best_simd_level() >= SimdLevel::kAvx512) fns.emplace_back("avx512", detail::gelu_avx512);
+  for (const auto& [name, fn] : fns) {
+    std::vector<float> got(xs.size());
+    fn(xs.data(), got.data(), n);
+    int bad = 0;
+    for (int64_t i = 0; i < n; ++i)
+      if (!(std::isnan(want[i]) && std::isnan(got[i])) && bits_of(got[i]) != bits_of(want[i]) && bad++ < 3)
+        ADD_FAILURE() << name << " x " << xs[i] << ": " << got[i] << " != " << want[i];
+    EXPECT_EQ(bad, 0) << name;
+  }
+}
+
 TEST(KernelsActivation, GegluIsCloseToGelu) {
   std::mt19937 rng(9);
   std::normal_distribution<float> dist(0.0f, 3.0f);

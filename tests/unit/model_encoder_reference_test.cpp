@@ -4,7 +4,8 @@
 // that fits its 512 positions, mean-pooled and L2-normalized, with cosine
 // similarity at least 0.9999 to transformers' float32 vectors
 // (tools/reference/embedding_reference.py); and a batch of them gives each
-// input's vector alone, to the bit.
+// input's vector alone, to the bit. Both numerics tiers: exact (F16 weights
+// as GGML multiplies them) and fast (the BF16 product, kernels/cpu/bf16_gemm.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -79,12 +80,13 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
   return ab / std::sqrt(aa * bb);
 }
 
-class EncoderReferenceTest : public ::testing::Test {
+class EncoderReferenceTest : public ::testing::TestWithParam<kernels::Numerics> {
  protected:
   void SetUp() override {
     LoadOptions o;
     o.prefault = false;
     o.n_threads = 2;
+    o.numerics = GetParam();
     auto m = Model::load(minilm_path(), o);
     ASSERT_TRUE(m.ok()) << m.error().message << " (run scripts/fetch_models.sh --all)";
     model_ = std::move(*m);
@@ -92,7 +94,7 @@ class EncoderReferenceTest : public ::testing::Test {
   std::unique_ptr<Model> model_;
 };
 
-TEST_F(EncoderReferenceTest, ConfigIsBertWithMeanPooling) {
+TEST_P(EncoderReferenceTest, ConfigIsBertWithMeanPooling) {
   const ModelConfig& c = model_->config();
   EXPECT_TRUE(c.is_encoder());
   EXPECT_TRUE(c.can_embed());
@@ -103,7 +105,7 @@ TEST_F(EncoderReferenceTest, ConfigIsBertWithMeanPooling) {
   EXPECT_EQ(model_->n_logits(), 384);
 }
 
-TEST_F(EncoderReferenceTest, EmbeddingsMatchHuggingFace) {
+TEST_P(EncoderReferenceTest, EmbeddingsMatchHuggingFace) {
   const std::vector<Case> cases = cases_with_embeddings();
   ASSERT_GE(cases.size(), 40u);
   double lowest = 1.0;
@@ -114,16 +116,23 @@ TEST_F(EncoderReferenceTest, EmbeddingsMatchHuggingFace) {
     EXPECT_GE(cos, 0.9999) << "input of " << c.ids.size() << " tokens";
     lowest = std::min(lowest, cos);
   }
-  std::printf("lowest cosine similarity to Hugging Face: %.7f\n", lowest);
+  std::printf("lowest cosine similarity to Hugging Face (%s numerics): %.7f\n", kernels::numerics_name(GetParam()),
+              lowest);
 }
 
-TEST_F(EncoderReferenceTest, BatchedInputsGiveTheirVectorsAlone) {
+TEST_P(EncoderReferenceTest, BatchedInputsGiveTheirVectorsAlone) {
   const std::vector<Case> cases = cases_with_embeddings();
   std::vector<std::vector<int32_t>> inputs;
   for (const Case& c : cases) inputs.push_back(c.ids);
   const std::vector<std::vector<float>> batched = embed(*model_, inputs);
   for (size_t i = 0; i < inputs.size(); ++i) EXPECT_EQ(batched[i], embed(*model_, {inputs[i]}).front()) << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Numerics, EncoderReferenceTest,
+                         ::testing::Values(kernels::Numerics::kExact, kernels::Numerics::kFast),
+                         [](const ::testing::TestParamInfo<kernels::Numerics>& i) {
+                           return std::string(kernels::numerics_name(i.param));
+                         });
 
 }  // namespace
 }  // namespace inferd

@@ -35,8 +35,9 @@ float gelu_tanh(float x) {
 }  // namespace
 
 const uint16_t* gelu_f16_table() {
-  static const std::array<uint16_t, 65536> table = [] {
-    std::array<uint16_t, 65536> t{};
+  // Two entries past the end: a vector gather reads each entry as 32 bits.
+  static const std::array<uint16_t, 65536 + 2> table = [] {
+    std::array<uint16_t, 65536 + 2> t{};
     for (uint32_t h = 0; h < 65536; ++h) t[h] = f32_to_f16(gelu_tanh(f16_to_f32(static_cast<uint16_t>(h))));
     return t;
   }();
@@ -48,9 +49,16 @@ void geglu_scalar(const float* gate, const float* up, float* out, int64_t n) {
   geglu_portable(gate, up, out, n, [](float x) { return f32_to_f16(x); }, [](uint16_t h) { return f16_to_f32(h); });
 }
 
+void gelu_scalar(const float* x, float* out, int64_t n) {
+  gelu_portable(x, out, n, [](float v) { return f32_to_f16(v); }, [](uint16_t h) { return f16_to_f32(h); });
+}
+
 }  // namespace detail
 
 void fill_activation_kernels(FloatKernels& ops, SimdLevel level) {
+  ops.gelu = level >= SimdLevel::kAvx512 ? detail::gelu_avx512
+             : level >= SimdLevel::kAvx2 ? detail::gelu_f16c
+                                         : detail::gelu_scalar;
   // GGML's AVX2 build: AVX-512 CPUs run the AVX2 kernel too.
   ops.swiglu[static_cast<int>(GgmlFlavour::kAvx2)] =
       level >= SimdLevel::kAvx2 ? detail::swiglu_ggml_avx2_fma : detail::swiglu_ggml_avx2_scalar;
@@ -90,13 +98,7 @@ void swiglu_oai(const float* gate, const float* up, float* out, int64_t n) {
   }
 }
 
-void gelu(const float* x, float* out, int64_t n) {
-  const uint16_t* table = detail::gelu_f16_table();
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    out[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : f16_to_f32(table[f32_to_f16(v)]);
-  }
-}
+void gelu(const float* x, float* out, int64_t n) { kernel_table().ops.gelu(x, out, n); }
 
 void geglu(const float* gate, const float* up, float* out, int64_t n, GgmlFlavour /*flavour: same bits*/) {
   kernel_table().ops.geglu(gate, up, out, n);

@@ -60,6 +60,9 @@ void silu_avx2_avx2_order(const float* x, float* out, int64_t n);
 void silu_avx512_avx512_order(const float* x, float* out, int64_t n);
 void geglu_scalar(const float* gate, const float* up, float* out, int64_t n);
 void geglu_f16c(const float* gate, const float* up, float* out, int64_t n);  // AVX2 + F16C
+void gelu_scalar(const float* x, float* out, int64_t n);
+void gelu_f16c(const float* x, float* out, int64_t n);    // AVX2 + F16C
+void gelu_avx512(const float* x, float* out, int64_t n);  // the table gathered 16 lanes at a time
 
 // GGML's f16 GELU table: entry h is gelu(f16 h) rounded to f16 (built on
 // first use).
@@ -90,6 +93,16 @@ inline void geglu_portable(const float* gate, const float* up, float* out, int64
     } else {
       out[i] = to_f32(table[to_f16(x)]) * up[i];
     }
+  }
+}
+
+// ggml_vec_gelu_f32 (GGML_GELU_FP16): geglu_portable without the up factor.
+template <class ToF16, class ToF32>
+inline void gelu_portable(const float* x, float* out, int64_t n, ToF16 to_f16, ToF32 to_f32) {
+  const uint16_t* table = gelu_f16_table();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    out[i] = v <= -10.0f ? 0.0f : v >= 10.0f ? v : to_f32(table[to_f16(v)]);
   }
 }
 

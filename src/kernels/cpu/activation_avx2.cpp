@@ -39,4 +39,9 @@ void geglu_f16c(const float* gate, const float* up, float* out, int64_t n) {
                  [](uint16_t h) { return _cvtsh_ss(h); });
 }
 
+void gelu_f16c(const float* x, float* out, int64_t n) {
+  gelu_portable(x, out, n, [](float v) { return _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); },
+                [](uint16_t h) { return _cvtsh_ss(h); });
+}
+
 }  // namespace inferd::kernels::detail
