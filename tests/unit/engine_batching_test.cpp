@@ -155,7 +155,7 @@ TEST_P(EngineBatching, StateSlotsPassFromRequestToRequestWithoutCarryingState) {
 }
 
 TEST_P(EngineBatching, WindowedLayersGiveBackTheBlocksTheirWindowNoLongerReaches) {
-  const KVLayout layout = KVLayout::plan(model_->config());
+  const KVLayout layout = kv_layout();
   int64_t window = 0, n_windowed = 0;
   for (int64_t w : layout.group_windows)
     if (w > 0) window = w, ++n_windowed;

@@ -170,10 +170,15 @@ class ModelTest : public ::testing::Test {
     return p;
   }
 
+  // The KV layout of the engines above (their dtype and skipped layers).
+  static KVLayout kv_layout(int32_t block_size = 16) {
+    return KVLayout::plan(model_->config(), block_size, kv_dtype_, skip_sliding_window_);
+  }
+
   // The KV blocks one request of n_tokens holds at most on this model (every
   // KV group counted), in steps of at most max_step_tokens.
   static int64_t blocks_held_alone(int64_t n_tokens, int64_t max_step_tokens, int32_t block_size = 16) {
-    const KVLayout layout = KVLayout::plan(model_->config(), block_size, kv_dtype_, skip_sliding_window_);
+    const KVLayout layout = kv_layout(block_size);
     kv::KVCacheConfig c{.n_blocks = 2, .block_size = block_size, .group_windows = layout.group_windows};
     return kv::max_blocks_held(c, n_tokens, max_step_tokens);
   }
@@ -187,7 +192,7 @@ class ModelTest : public ::testing::Test {
   // max_seqs requests takes from its KV budget (the cache's spare one
   // included) before its blocks; 0 for other models.
   static int64_t state_slots_bytes(int32_t max_seqs) {
-    const KVLayout layout = KVLayout::plan(model_->config(), 16, kv_dtype_);
+    const KVLayout layout = kv_layout();
     return layout.n_state_layers > 0 ? int64_t{max_seqs + 1} * static_cast<int64_t>(layout.state_slot_bytes()) : 0;
   }
 
