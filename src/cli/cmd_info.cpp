@@ -243,10 +243,12 @@ int run_info(const InfoFlags& f) {
                 model->tokenizer_error().c_str());
   }
   if (!kv_rows.empty()) {
-    std::printf("KV cache       %-7s %15s %15s\n", "dtype", "bytes/token", "tokens/GiB");
+    int width = 7;  // the dtype column fits its longest name ("q8_0 (sliding_window f16)")
+    for (const KVCacheRow& r : kv_rows) width = std::max(width, static_cast<int>(r.dtype.size()));
+    std::printf("KV cache       %-*s %15s %15s\n", width, "dtype", "bytes/token", "tokens/GiB");
     for (const KVCacheRow& r : kv_rows)
-      std::printf("               %-7s %15lld %15lld\n", r.dtype.c_str(), static_cast<long long>(r.bytes_per_token),
-                  static_cast<long long>(r.tokens_per_gib));
+      std::printf("               %-*s %15lld %15lld\n", width, r.dtype.c_str(),
+                  static_cast<long long>(r.bytes_per_token), static_cast<long long>(r.tokens_per_gib));
   }
   std::printf("numerics       %s\n", numerics_description(*numerics).c_str());
   if (state.state_slots > 0)
