@@ -62,6 +62,9 @@ class EngineArgs:
     #: the KV cache's element type: "auto" (f16), "f16", "bf16", "q8_0", "q4_0", ... (vLLM's name; llama.cpp's
     #: types). q8_0 holds about 1.9x and q4_0 3.5x the tokens of f16 in the same memory, at a small cost in accuracy
     kv_cache_dtype: str = "auto"
+    #: layers whose cache stays f16 whatever ``kv_cache_dtype`` says (vLLM's name): "sliding_window" (Gemma 3's
+    #: local layers, gpt-oss's windowed ones); a list of kinds is accepted too. None: none
+    kv_cache_dtype_skip_layers: Optional[Union[str, List[str]]] = None
     #: the kernels' arithmetic: "exact" (bit-identical with llama.cpp's CPU build) or "fast" (activations quantized
     #: once per row, integer sums per weight block; differs from exact by the activation quantization's error)
     numerics: str = "exact"
@@ -85,6 +88,8 @@ def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     core.kv_store_path = os.fspath(args.kv_store_path) if args.kv_store_path else ""
     core.kv_store_size = str(args.kv_store_size)
     core.kv_cache_dtype = str(args.kv_cache_dtype)
+    skip = args.kv_cache_dtype_skip_layers
+    core.kv_cache_dtype_skip_layers = ",".join(skip) if isinstance(skip, (list, tuple)) else (skip or "")
     core.numerics = str(args.numerics)
     return _core.Session(
         model=os.fspath(model) if model is not None else default_model(),

@@ -47,6 +47,7 @@ class LLM:
             ``max_model_len``, ``max_num_seqs``, ``max_num_batched_tokens``,
             ``enable_prefix_caching``, ``seed``, ``kv_cache_memory`` (bytes or
             "2G"), ``kv_cache_dtype`` ("auto", "q8_0", "q4_0", ...),
+            ``kv_cache_dtype_skip_layers`` ("sliding_window": those layers f16),
             ``speculative_config`` (vLLM's dict), ``threads``, ``numerics``
             ("exact", the default: llama.cpp's bits; "fast": integer kernels), ...
 

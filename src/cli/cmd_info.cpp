@@ -1,6 +1,7 @@
 // `inferd info`: what a model file holds, without running it.
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -63,13 +64,21 @@ std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
   if (c.n_layer < 1 || c.head_dim < 1) return rows;
   // Tokens a GiB of blocks holds: a hybrid model's states come on top.
   const int64_t state_bytes = recurrent_state(c).state_bytes;
+  // A model with sliding-window layers: each quantized dtype also with those
+  // layers kept f16 (--kv-cache-dtype-skip-layers sliding_window).
+  const bool windowed = std::any_of(c.layers.begin(), c.layers.end(),
+                                    [](const LayerConfig& l) { return l.sliding_window > 0 && !l.recurrent; });
   for (DType t : {DType::F16, DType::Q8_0, DType::Q4_0}) {
-    const kv::KVCacheSpec spec = KVLayout::plan(c, kBlockSize, t).storage_spec();
-    if (!spec.validate()) continue;
-    if (spec.kind == kv::KVCacheKind::kLatent && t != DType::F16) continue;  // the latent cache is F16 only
-    const KVCapacity cap =
-        kv_capacity_for_bytes(c, kBlockSize, t, (int64_t{1} << 30) + state_bytes, EngineConfig{}.max_num_seqs);
-    rows.push_back({kv::kv_cache_dtype_name(t), static_cast<int64_t>(cap.bytes_per_token), cap.tokens});
+    for (const bool skip : {false, true}) {
+      if (skip && (!windowed || t == DType::F16)) continue;
+      const kv::KVCacheSpec spec = KVLayout::plan(c, kBlockSize, t, skip).storage_spec();
+      if (!spec.validate()) continue;
+      if (spec.kind == kv::KVCacheKind::kLatent && t != DType::F16) continue;  // the latent cache is F16 only
+      const KVCapacity cap = kv_capacity_for_bytes(c, kBlockSize, t, (int64_t{1} << 30) + state_bytes,
+                                                   EngineConfig{}.max_num_seqs, skip);
+      rows.push_back({kv::kv_cache_dtype_name(t) + (skip ? " (sliding_window f16)" : ""),
+                      static_cast<int64_t>(cap.bytes_per_token), cap.tokens});
+    }
   }
   return rows;
 }
@@ -234,10 +243,12 @@ int run_info(const InfoFlags& f) {
                 model->tokenizer_error().c_str());
   }
   if (!kv_rows.empty()) {
-    std::printf("KV cache       %-7s %15s %15s\n", "dtype", "bytes/token", "tokens/GiB");
+    int width = 7;  // the dtype column fits its longest name ("q8_0 (sliding_window f16)")
+    for (const KVCacheRow& r : kv_rows) width = std::max(width, static_cast<int>(r.dtype.size()));
+    std::printf("KV cache       %-*s %15s %15s\n", width, "dtype", "bytes/token", "tokens/GiB");
     for (const KVCacheRow& r : kv_rows)
-      std::printf("               %-7s %15lld %15lld\n", r.dtype.c_str(), static_cast<long long>(r.bytes_per_token),
-                  static_cast<long long>(r.tokens_per_gib));
+      std::printf("               %-*s %15lld %15lld\n", width, r.dtype.c_str(),
+                  static_cast<long long>(r.bytes_per_token), static_cast<long long>(r.tokens_per_gib));
   }
   std::printf("numerics       %s\n", numerics_description(*numerics).c_str());
   if (state.state_slots > 0)

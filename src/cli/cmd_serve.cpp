@@ -132,8 +132,9 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
                out.model->numerics() == kernels::Numerics::kExact
                    ? "bit-identical with llama.cpp's CPU build"
                    : "integer accumulation (differs from llama.cpp by the activation quantization's error)");
-  spdlog::info("KV cache capacity {} tokens: {} keys and values, {} bytes a token", stats.kv_capacity_tokens,
-               kv::kv_cache_dtype_name(stats.kv_cache_dtype), stats.kv_bytes_per_token);
+  spdlog::info("KV cache capacity {} tokens: {} keys and values{}, {} bytes a token", stats.kv_capacity_tokens,
+               kv::kv_cache_dtype_name(stats.kv_cache_dtype),
+               stats.kv_cache_skip_sliding_window ? " (sliding-window layers f16)" : "", stats.kv_bytes_per_token);
   if (stats.kv_state_slots > 0)
     spdlog::info("recurrent state: {} slots of {} bytes (f32), {:.2f} MiB with the spare one, for up to {} running "
                  "sequences (--max-num-seqs), out of the KV budget",

@@ -48,6 +48,9 @@ void EngineFlags::add_to(CLI::App& app) {
                  "Keep evicted prefix-cache blocks on disk in this directory too (found again after a restart)");
   app.add_option("--kv-store-size", kv_store_size, "Bound of the disk tier")->capture_default_str();
   add_kv_cache_dtype_options(app, kv_cache_dtype, cache_type_k, cache_type_v);
+  app.add_option("--kv-cache-dtype-skip-layers", kv_cache_dtype_skip_layers,
+                 "Layers whose KV cache stays f16 whatever --kv-cache-dtype says: sliding_window (Gemma 3's local "
+                 "layers, gpt-oss's windowed ones) or none");
   add_numerics_option(app, numerics);
 }
 

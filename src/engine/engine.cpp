@@ -55,6 +55,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_bytes = config.kv_cache_bytes;
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
   rc.kv_cache_dtype = config.kv_cache_dtype;
+  rc.kv_cache_skip_sliding_window = config.kv_cache_skip_sliding_window;
   rc.warm_up = config.warm_up;
   rc.n_state_slots = recurrent ? config.max_num_seqs : 0;
   // A kv_producer's KV cache goes on shared memory, which consumers on this
@@ -63,8 +64,12 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
   // More blocks than every running request at full length needs would only
   // ever hold cached prefixes; a budget given as a fraction of memory stops there.
-  if (Status s = check_kv_cache_dtype(model, config.kv_cache_dtype, config.block_size); !s) return s.error();
-  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype);
+  if (Status s = check_kv_cache_dtype(model, config.kv_cache_dtype, config.block_size,
+                                      config.kv_cache_skip_sliding_window);
+      !s)
+    return s.error();
+  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype,
+                                            config.kv_cache_skip_sliding_window);
   if (max_model_len > 0 && config.kv_cache_bytes <= 0)
     rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
   auto runner = ModelRunner::create(model, rc);
@@ -145,7 +150,7 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
   kvtransfer::AgentConfig ac;
   // Everything about the blocks' bytes is the cache's specs'.
   ac.descriptor = kv_descriptor(mc, cache, fingerprint);
-  // Keys and values: each layers_per_block slabs of [block][slot] (slots of the spec's slot_bytes).
+  // Keys and values: each n_blocks blocks of block_stride bytes (a block's layers one after another).
   // (A latent cache has keys only.)
   const bool values = cache.storage_spec().has_values();
   ac.pool.regions = {cache.keys_base()};
@@ -158,9 +163,9 @@ Status Engine::start_kv_transfer(uint64_t fingerprint) {
     spdlog::warn("KV transfer: the KV cache is not on shared memory ({}); consumers on this host read it by system "
                  "calls", cache.shared_error());
   }
-  ac.pool.slabs = cache.layout().layers_per_block;
+  ac.pool.slabs = 1;
   ac.pool.n_blocks = cache.n_blocks();
-  ac.pool.segment_bytes = cache.segment_bytes();
+  ac.pool.segment_bytes = cache.block_stride();
   ac.engine_id = t.engine_id;
   if (t.produce) {
     leases_ = std::make_unique<kvtransfer::LeaseTable>();
@@ -845,7 +850,8 @@ void Engine::publish_stats() {
   s.scheduler = scheduler_.stats();
   s.kv_total_blocks = scheduler_.kv_cache().num_usable_blocks();
   s.kv_cache_dtype = runner_->kv_cache().storage_spec().dtype;
-  s.kv_bytes_per_token = KVCache::bytes_per_token(model_.config(), s.kv_cache_dtype);
+  s.kv_cache_skip_sliding_window = config_.kv_cache_skip_sliding_window;
+  s.kv_bytes_per_token = runner_->kv_cache().layout().bytes_per_token();
   s.kv_capacity_tokens = kv_tokens_for_blocks(runner_->kv_cache().layout(), s.kv_total_blocks);
   s.kv_state_slots = runner_->kv_cache().n_state_slots();
   s.kv_state_bytes_per_sequence = runner_->kv_cache().layout().state_slot_bytes();

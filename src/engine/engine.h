@@ -67,6 +67,9 @@ struct EngineConfig {
   // (q8_0 about 1.9 times f16's tokens, q4_0 3.5 times). One the model's
   // executor cannot read is refused at create(), naming those it can.
   DType kv_cache_dtype = kv::kDefaultKVCacheDType;
+  // --kv-cache-dtype-skip-layers sliding_window: sliding-window layers keep
+  // f16, the others kv_cache_dtype (KVLayout::plan).
+  bool kv_cache_skip_sliding_window = false;
   // The kernels' arithmetic (kernels/cpu/numerics.h). Fixed when the model is
   // loaded: front ends pass it to LoadOptions, and a draft model follows it.
   kernels::Numerics numerics = kernels::Numerics::kExact;
@@ -174,6 +177,7 @@ struct EngineStats {
   SchedulerStats scheduler;  // steps, tokens per step, KV blocks, prefix cache, preemptions
   int32_t kv_total_blocks = 0;      // usable blocks (the reserved null block excluded)
   DType kv_cache_dtype = kv::kDefaultKVCacheDType;  // what the KV cache keeps keys and values in
+  bool kv_cache_skip_sliding_window = false;        // ... but its sliding-window layers in f16
   size_t kv_bytes_per_token = 0;    // one token's keys and values, every layer
   int64_t kv_capacity_tokens = 0;   // tokens of full context the usable blocks hold
   // A model with recurrent layers: the state slots (one per request that can

@@ -73,6 +73,9 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
   auto dtype = resolve_kv_cache_dtype(kv_cache_dtype, cache_type_k, cache_type_v, naming);
   if (!dtype) return dtype.error();
   ec.kv_cache_dtype = *dtype;
+  auto skip = kv::parse_kv_cache_dtype_skip_layers(kv_cache_dtype_skip_layers);
+  if (!skip) return make_error(arg_name("kv_cache_dtype_skip_layers", naming) + ": " + skip.error().message);
+  ec.kv_cache_skip_sliding_window = *skip;
   auto tier = resolve_numerics(numerics, naming);
   if (!tier) return tier.error();
   ec.numerics = *tier;

@@ -32,6 +32,9 @@ struct EngineArgs {
   // must name the same one.
   std::string kv_cache_dtype = "auto";
   std::string cache_type_k, cache_type_v;
+  // vLLM's kv_cache_dtype_skip_layers: "sliding_window" keeps those layers
+  // f16 (kv::parse_kv_cache_dtype_skip_layers); empty: none.
+  std::string kv_cache_dtype_skip_layers;
   // The kernels' arithmetic: "exact" (llama.cpp's CPU bits) or "fast"
   // (kernels/cpu/numerics.h).
   std::string numerics = "exact";

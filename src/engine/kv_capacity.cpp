@@ -18,11 +18,11 @@ int64_t kv_state_slots_bytes(const KVLayout& layout, int32_t n_state_slots) {
 }
 
 KVCapacity kv_capacity_for_bytes(const ModelConfig& config, int32_t block_size, DType dtype, int64_t budget_bytes,
-                                 int32_t n_state_slots) {
-  const KVLayout layout = KVLayout::plan(config, block_size, dtype);
+                                 int32_t n_state_slots, bool skip_sliding_window) {
+  const KVLayout layout = KVLayout::plan(config, block_size, dtype, skip_sliding_window);
   KVCapacity c;
   c.dtype = dtype;
-  c.bytes_per_token = KVCache::bytes_per_token(config, dtype);
+  c.bytes_per_token = layout.bytes_per_token();
   if (layout.n_state_layers > 0) {
     c.state_bytes_per_sequence = layout.state_slot_bytes();
     c.state_slots = n_state_slots;
@@ -43,8 +43,8 @@ std::vector<DType> supported_kv_cache_dtypes(const Model& model, int32_t block_s
   return supported;
 }
 
-Status check_kv_cache_dtype(const Model& model, DType dtype, int32_t block_size) {
-  Status s = model.check_kv_cache(KVLayout::plan(model.config(), block_size, dtype));
+Status check_kv_cache_dtype(const Model& model, DType dtype, int32_t block_size, bool skip_sliding_window) {
+  Status s = model.check_kv_cache(KVLayout::plan(model.config(), block_size, dtype, skip_sliding_window));
   if (s) return s;
   std::string supported;
   for (DType t : supported_kv_cache_dtypes(model, block_size))

@@ -21,7 +21,7 @@ int64_t kv_tokens_for_blocks(const KVLayout& layout, int64_t usable_blocks);
 
 struct KVCapacity {
   DType dtype = kv::kDefaultKVCacheDType;
-  size_t bytes_per_token = 0;  // keys and values of every layer
+  size_t bytes_per_token = 0;  // keys and values of every layer, each in its group's dtype
   int64_t blocks = 0;          // usable blocks (the reserved null block excluded)
   int64_t tokens = 0;          // tokens of full context those blocks hold
   // A model with recurrent layers: one sequence's state (every recurrent
@@ -42,8 +42,9 @@ int64_t kv_state_slots_bytes(const KVLayout& layout, int32_t n_state_slots);
 // of block_size tokens (as ModelRunner sizes it: the state slots of
 // n_state_slots sequences first if the model has recurrent layers, then
 // whole blocks, one reserved). No blocks when the slots take the budget.
+// skip_sliding_window: sliding-window layers in f16 (KVLayout::plan).
 KVCapacity kv_capacity_for_bytes(const ModelConfig& config, int32_t block_size, DType dtype, int64_t budget_bytes,
-                                 int32_t n_state_slots = 0);
+                                 int32_t n_state_slots = 0, bool skip_sliding_window = false);
 
 // The dtypes of kv::kv_cache_dtype_choices() this model's executor can keep
 // its KV cache in, f16 first.
@@ -51,6 +52,6 @@ std::vector<DType> supported_kv_cache_dtypes(const Model& model, int32_t block_s
 
 // Ok when this model's executor can keep its KV cache in `dtype`; else an
 // error naming the dtype, why not, and the dtypes it can.
-Status check_kv_cache_dtype(const Model& model, DType dtype, int32_t block_size);
+Status check_kv_cache_dtype(const Model& model, DType dtype, int32_t block_size, bool skip_sliding_window = false);
 
 }  // namespace inferd

@@ -38,7 +38,7 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
     source = std::to_string(config.kv_cache_memory_fraction) + " of " + std::to_string(avail) +
              " available bytes";
   }
-  const KVLayout layout = KVLayout::plan(model, config.block_size, config.kv_cache_dtype);
+  const KVLayout layout = KVLayout::plan(model, config.block_size, config.kv_cache_dtype, config.kv_cache_skip_sliding_window);
   // State slots (recurrent layers; the cache's spare one included) come first.
   const int64_t state_bytes = kv_state_slots_bytes(layout, config.n_state_slots);
   if (state_bytes >= bytes)
@@ -60,7 +60,8 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const Mod
   if (!model.can_generate())
     return make_error(unsupported_architecture_message(model.config().architecture));
   if (config.block_size < 1) return make_error("the KV block size must be at least 1");
-  KVLayout layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype);
+  KVLayout layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype,
+                                   config.kv_cache_skip_sliding_window);
   if (Status s = model.check_kv_cache(layout); !s) return s.error();
   auto n_blocks = kv_blocks_for_budget(model.config(), config);
   if (!n_blocks) return n_blocks.error();

@@ -27,6 +27,7 @@ struct ModelRunnerConfig {
   // The KV cache's element type (kv/kv_cache_spec.h); one the executor does
   // not read is refused at create().
   DType kv_cache_dtype = kv::kDefaultKVCacheDType;
+  bool kv_cache_skip_sliding_window = false;  // sliding-window layers in f16
   // The KV cache's size: kv_cache_bytes if > 0, else this fraction of the
   // memory available now (MemAvailable).
   int64_t kv_cache_bytes = 0;

@@ -13,11 +13,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-SequenceGenerator::SequenceGenerator(Model& model, int64_t max_context, DType kv_dtype)
+SequenceGenerator::SequenceGenerator(Model& model, int64_t max_context, DType kv_dtype, bool skip_sliding_window)
     : model_(model),
       max_context_(max_context),
-      cache_(KVLayout::plan(model.config(), kBlockSize, kv_dtype),
-             KVLayout::plan(model.config()).blocks_for_request(max_context, kBlockSize)) {
+      cache_(KVLayout::plan(model.config(), kBlockSize, kv_dtype, skip_sliding_window),
+             KVLayout::plan(model.config(), kBlockSize, kv_dtype, skip_sliding_window)
+                 .blocks_for_request(max_context, kBlockSize)) {
   // One sequence owns every block: each KV group its own run, in order.
   const int32_t n_groups = cache_.layout().num_groups();
   const int32_t per_group = static_cast<int32_t>(cache_.n_blocks() / n_groups);

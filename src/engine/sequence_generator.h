@@ -34,8 +34,10 @@ struct GenerationStats {
 
 class SequenceGenerator {
  public:
-  // kv_dtype: the element type of its KV cache (one the model's executor reads).
-  SequenceGenerator(Model& model, int64_t max_context, DType kv_dtype = kv::kDefaultKVCacheDType);
+  // kv_dtype: the element type of its KV cache (one the model's executor
+  // reads); skip_sliding_window: sliding-window layers' in f16 (KVLayout::plan).
+  SequenceGenerator(Model& model, int64_t max_context, DType kv_dtype = kv::kDefaultKVCacheDType,
+                    bool skip_sliding_window = false);
 
   // on_token is called with each new token; returning false stops generation.
   // Returns the generated tokens (the stopping end-of-generation token included).

@@ -14,6 +14,7 @@ nlohmann::json engine_stats_json(const EngineStats& s) {
           {"requests_added", s.requests_added},
           {"kv_cache_blocks", s.kv_total_blocks}, {"kv_used_blocks", sc.kv_used_blocks},
           {"kv_cache_dtype", kv::kv_cache_dtype_name(s.kv_cache_dtype)},
+          {"kv_cache_dtype_skip_layers", s.kv_cache_skip_sliding_window ? "sliding_window" : ""},
           {"kv_capacity_tokens", s.kv_capacity_tokens}, {"kv_bytes_per_token", s.kv_bytes_per_token},
           {"kv_state_slots", s.kv_state_slots}, {"kv_state_bytes_per_sequence", s.kv_state_bytes_per_sequence},
           {"kv_state_bytes", s.kv_state_bytes},

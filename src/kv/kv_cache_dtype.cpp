@@ -1,6 +1,8 @@
 #include "kv/kv_cache_dtype.h"
 
+#include <algorithm>
 #include <cctype>
+#include <string>
 
 #include "kv/kv_cache_spec.h"
 
@@ -25,6 +27,24 @@ std::string kv_cache_dtype_names() {
   std::string names = "auto";
   for (DType t : kv_cache_dtype_choices()) names += ", " + kv_cache_dtype_name(t);
   return names;
+}
+
+Result<bool> parse_kv_cache_dtype_skip_layers(std::string_view list) {
+  bool sliding_window = false;
+  size_t begin = 0;
+  while (begin <= list.size()) {
+    const size_t end = std::min(list.find(',', begin), list.size());
+    std::string item(list.substr(begin, end - begin));
+    std::erase_if(item, [](char c) { return std::isspace(static_cast<unsigned char>(c)); });
+    for (char& c : item) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (item == "sliding_window")
+      sliding_window = true;
+    else if (!item.empty() && item != "none")
+      return make_error("KV cache dtype skip layers: '" + std::string(list.substr(begin, end - begin)) +
+                        "' is not a layer kind this engine can keep in f16 (expected sliding_window or none)");
+    begin = end + 1;
+  }
+  return sliding_window;
 }
 
 Result<DType> parse_kv_cache_dtype(std::string_view name) {

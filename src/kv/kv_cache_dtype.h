@@ -31,4 +31,12 @@ Result<DType> parse_kv_cache_dtype(std::string_view name);
 // help texts and errors.
 std::string kv_cache_dtype_names();
 
+// vLLM's --kv-cache-dtype-skip-layers: the layers that keep f16 whatever the
+// KV cache dtype, as a comma-separated list of layer kinds. Only
+// "sliding_window" is a kind (the windowed layers of Gemma 3 or gpt-oss);
+// empty or "none" names none. Returns whether sliding-window layers are
+// named; anything else (a layer index, an unknown kind) is refused, naming it
+// and what is accepted.
+Result<bool> parse_kv_cache_dtype_skip_layers(std::string_view list);
+
 }  // namespace inferd::kv

@@ -264,17 +264,17 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
       if (k_rot > 0) kernels::hadamard_rotate(q, D, k_rot);
     }
     const int64_t slot = batch.slots[pass.cache->group(l)][t];
-    // Keys and values are written as the cache's spec says (its dtype, its
-    // strides, computed once when the cache was made).
-    const DType kv_dtype = pass.cache->storage_spec().dtype;
-    const size_t slot_bytes = pass.cache->slot_bytes(), head_bytes = pass.cache->head_bytes();
+    // Keys and values are written as the layer's spec says (its dtype, its
+    // strides).
+    const DType kv_dtype = kv_spec.dtype;
+    const size_t head_bytes = kv_spec.head_bytes(), slot_at = pass.cache->slot_offset(l, slot);
     // The next position's slot is most often the next one: have its cache
     // lines owned by the time that token writes them (a write to a line not
     // in cache waits for memory, and the barrier after this phase drains it).
     auto prefetch_next_slot = [&](const std::byte* cache, size_t offset) {
       if (slot + 1 >= pass.cache->n_slots()) return;
-      for (size_t byte = 0; byte < head_bytes; byte += 64)
-        __builtin_prefetch(cache + (slot + 1) * slot_bytes + offset + byte, 1);
+      const size_t next = pass.cache->slot_offset(l, slot + 1);
+      for (size_t byte = 0; byte < head_bytes; byte += 64) __builtin_prefetch(cache + next + offset + byte, 1);
     };
     for (int64_t g = mine.k0; g < mine.k1; ++g) {
       float* k = s_.k.data() + t * KVD + g * D;
@@ -282,14 +282,14 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
       if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
       kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
       if (k_rot > 0) kernels::hadamard_rotate(k, D, k_rot);
-      kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + slot * slot_bytes + g * head_bytes, D);
+      kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + slot_at + g * head_bytes, D);
       prefetch_next_slot(pass.cache->k(l), g * head_bytes);
     }
     for (int64_t g = mine.v0; g < mine.v1; ++g) {
       float* v = s_.v.data() + t * KVD + g * D;
       if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
       if (v_rot > 0) kernels::hadamard_rotate(v, D, v_rot);
-      kernels::quantize_row(kv_dtype, v, pass.cache->v(l) + slot * slot_bytes + g * head_bytes, D);
+      kernels::quantize_row(kv_dtype, v, pass.cache->v(l) + slot_at + g * head_bytes, D);
       prefetch_next_slot(pass.cache->v(l), g * head_bytes);
     }
   }
@@ -306,6 +306,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   const std::byte* kc = pass.cache->k(layer);
   const std::byte* vc = pass.cache->v(layer);
   const int64_t slot_stride = kv_spec.slot_elements();
+  const auto block_stride = static_cast<int64_t>(pass.cache->block_stride());
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
   const float* sinks = phase.sinks ? weights_.layers[layer].attn_sinks.f32() : nullptr;
@@ -318,7 +319,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     n_heads = std::min(end - item, group - h % group);
     while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
     const SequenceSlice& sl = batch.sequences[seq];
-    kernels::PagedKV kv{kc, vc, slot_stride, kv_spec.block_size, sl.block_tables[kv_group].data(), kv_spec.dtype};
+    const kernels::PagedKV kv{kc, vc, slot_stride, kv_spec.block_size, sl.block_tables[kv_group].data(),
+                              kv_spec.dtype, block_stride};
     const int64_t pos = batch.positions[t];
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass =

@@ -75,8 +75,7 @@ void CpuExecutor::mla_qkv(const Pass& pass, int64_t l, const MlaQkvPhase& phase,
   // query rotated in its RoPE part, its no-RoPE part set out per head for
   // attn_k_b.
   const auto pairs = phase.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
-  const DType kv_dtype = pass.cache->storage_spec().dtype;
-  const size_t slot_bytes = pass.cache->slot_bytes();
+  const DType kv_dtype = pass.cache->layer_spec(l).dtype;
   for (int64_t t = t0; t < t1; ++t) {
     const float* cos_t = &s_.rope_cos[phase.rope][t * half];
     const float* sin_t = &s_.rope_sin[phase.rope][t * half];
@@ -84,7 +83,7 @@ void CpuExecutor::mla_qkv(const Pass& pass, int64_t l, const MlaQkvPhase& phase,
     kernels::rms_norm_row(kv, nullptr, Wt.mla.kv_a_norm.f32(), R, c.rms_eps, 0, R, nullptr, kv);
     kernels::rope_head(kv + R, m.qk_rope, pairs, cos_t, sin_t);
     const int64_t slot = batch.slots[pass.cache->group(l)][t];
-    kernels::quantize_row(kv_dtype, kv, pass.cache->k(l) + slot * slot_bytes, W);
+    kernels::quantize_row(kv_dtype, kv, pass.cache->k(l) + pass.cache->slot_offset(l, slot), W);
     for (int64_t h = 0; h < H; ++h) {
       float* q = s.q.data() + (t * H + h) * QH;
       kernels::rope_head(q + NOPE, m.qk_rope, pairs, cos_t, sin_t);
@@ -120,6 +119,7 @@ void CpuExecutor::mla_attention(const Pass& pass, int64_t layer, const MlaAttent
   const kv::KVCacheSpec& spec = pass.cache->layer_spec(layer);
   const std::byte* latent = pass.cache->k(layer);
   const int32_t kv_group = pass.cache->group(layer);
+  const auto block_stride = static_cast<int64_t>(pass.cache->block_stride());
 
   // One work item per (token, head): the head's latent output, quantized at
   // once for attn_v_b (a row of that head's input).
@@ -130,7 +130,8 @@ void CpuExecutor::mla_attention(const Pass& pass, int64_t layer, const MlaAttent
     while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
     const SequenceSlice& sl = batch.sequences[seq];
     // Values are the keys' first R elements: the same slots read twice.
-    const kernels::PagedKV kv{latent, latent, W, spec.block_size, sl.block_tables[kv_group].data(), spec.dtype};
+    const kernels::PagedKV kv{latent, latent, W, spec.block_size, sl.block_tables[kv_group].data(), spec.dtype,
+                              block_stride};
     const auto attn_pass =
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     float* out = s.out.data() + (h * T + t) * R;

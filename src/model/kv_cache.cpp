@@ -7,7 +7,7 @@
 
 namespace inferd {
 
-KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
+KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype, bool skip_sliding_window) {
   // Layers by window, full attention (0) first.
   std::map<int64_t, std::vector<int32_t>> by_window;
   KVLayout layout;
@@ -27,7 +27,9 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
                                                          c.delta_net.recurrent_state_elements());
   const auto spec_for = [&](int64_t window) {
     if (c.mla) return kv::KVCacheSpec::latent(dtype, static_cast<int32_t>(c.mla.latent_width()), block_size);
-    return kv::KVCacheSpec::for_window(dtype, static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
+    // --kv-cache-dtype-skip-layers sliding_window: windowed layers stay f16.
+    const DType t = window > 0 && skip_sliding_window ? DType::F16 : dtype;
+    return kv::KVCacheSpec::for_window(t, static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
                                        block_size, window);
   };
   if (by_window.empty()) {  // no layers: one empty group keeps the shapes valid
@@ -35,19 +37,35 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
     layout.group_specs = {spec_for(0)};
     return layout;
   }
-  layout.layers_per_block = static_cast<int32_t>(c.n_layer - layout.n_state_layers);
-  for (const auto& [window, layers] : by_window)
-    layout.layers_per_block = std::min(layout.layers_per_block, static_cast<int32_t>(layers.size()));
-  // A kind whose count is not a multiple leaves its last group's spare places
-  // empty (Gemma 3 1B: 4 global, 22 windowed -> 6 windowed groups, 2 places unused).
+  // Every block is the same number of bytes (one pool). The kind with the
+  // fewest layers sets it (that many layers a block; the full-attention
+  // layers where there are any, since their blocks hold the whole context and
+  // must waste nothing); every other kind puts as many layers in a block as
+  // fit. With one dtype that is the smallest count for every kind. A kind
+  // whose count is not a multiple leaves its last group's spare places empty
+  // (Gemma 3 1B: 4 global, 22 windowed -> 6 windowed groups, 2 places unused);
+  // a windowed kind in f16 beside q8_0 full layers fills its blocks less
+  // (Gemma 3 270M: 3 q8_0 global layers a block, 1 f16 windowed layer).
+  int32_t fewest = static_cast<int32_t>(c.n_layer - layout.n_state_layers);
+  for (const auto& [window, layers] : by_window) fewest = std::min(fewest, static_cast<int32_t>(layers.size()));
+  const int64_t sizing_window = by_window.contains(0) ? 0 : by_window.begin()->first;
+  layout.block_store_bytes = static_cast<size_t>(fewest) * spec_for(sizing_window).segment_bytes();
+  std::map<int64_t, int32_t> per_block;
+  for (const auto& [window, layers] : by_window) {
+    const size_t segment = spec_for(window).segment_bytes();
+    const int32_t fit = segment > 0 ? static_cast<int32_t>(layout.block_store_bytes / segment) : fewest;
+    per_block[window] = std::clamp(fit, 1, static_cast<int32_t>(layers.size()));
+    layout.block_store_bytes = std::max(layout.block_store_bytes, per_block[window] * segment);
+    layout.layers_per_block = std::max(layout.layers_per_block, per_block[window]);
+  }
   for (const auto& [window, layers] : by_window) {
     for (size_t i = 0; i < layers.size(); ++i) {
-      if (i % layout.layers_per_block == 0) {
+      if (i % per_block[window] == 0) {
         layout.group_windows.push_back(window);
         layout.group_specs.push_back(spec_for(window));
       }
       layout.layer_group[layers[i]] = layout.num_groups() - 1;
-      layout.layer_slab[layers[i]] = static_cast<int32_t>(i % layout.layers_per_block);
+      layout.layer_slab[layers[i]] = static_cast<int32_t>(i % per_block[window]);
     }
   }
   return layout;
@@ -60,15 +78,12 @@ KVCache::KVCache(KVLayout layout, int64_t n_blocks, bool shareable, int32_t n_st
     : layout_(std::move(layout)),
       n_blocks_(n_blocks),
       block_size_(layout_.storage_spec().block_size),
-      slot_bytes_(layout_.storage_spec().slot_bytes()),
-      head_bytes_(layout_.storage_spec().head_bytes()),
-      segment_bytes_(layout_.storage_spec().segment_bytes()),
-      slab_bytes_(static_cast<size_t>(n_blocks) * segment_bytes_),
+      store_bytes_(static_cast<size_t>(n_blocks) * layout_.block_store_bytes),
       n_state_slots_(n_state_slots) {
   if (layout_.n_state_layers > 0)
     states_ = AlignedBytes(static_cast<size_t>(n_state_slots + 1) * layout_.state_slot_bytes(), /*huge_pages=*/false,
                            /*zeroed=*/true);
-  const size_t bytes = slab_bytes_ * static_cast<size_t>(layout_.layers_per_block);
+  const size_t bytes = store_bytes_;
   // A latent cache (kv::KVCacheSpec::has_values) has keys only.
   const size_t v_bytes = layout_.storage_spec().has_values() ? bytes : 0;
   if (shareable && bytes > 0) {
@@ -96,28 +111,31 @@ std::vector<uint8_t*> KVCache::stores() const {
 }
 
 void KVCache::copy_block(int64_t src, int64_t dst) {
-  // A block holds the same slots of each of its layers_per_block slabs.
-  const size_t bytes = segment_bytes_;
-  for (uint8_t* store : stores()) {
-    for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab) {
-      uint8_t* s = store + static_cast<size_t>(slab) * slab_bytes_;
-      std::memcpy(s + dst * bytes, s + src * bytes, bytes);
-    }
-  }
+  const size_t bytes = layout_.block_store_bytes;
+  for (uint8_t* store : stores()) std::memcpy(store + dst * bytes, store + src * bytes, bytes);
 }
 
 void KVCache::read_block(int64_t block, std::byte* dst) const {
-  const size_t bytes = segment_bytes_;
-  for (const uint8_t* store : stores())
-    for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, dst += bytes)
-      std::memcpy(dst, store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, bytes);
+  const size_t bytes = layout_.block_store_bytes;
+  for (const uint8_t* store : stores()) {
+    std::memcpy(dst, store + block * bytes, bytes);
+    dst += bytes;
+  }
 }
 
 void KVCache::write_block(int64_t block, const std::byte* src) {
-  const size_t bytes = segment_bytes_;
-  for (uint8_t* store : stores())
-    for (int32_t slab = 0; slab < layout_.layers_per_block; ++slab, src += bytes)
-      std::memcpy(store + (static_cast<size_t>(slab) * n_blocks_ + block) * bytes, src, bytes);
+  const size_t bytes = layout_.block_store_bytes;
+  for (uint8_t* store : stores()) {
+    std::memcpy(store + block * bytes, src, bytes);
+    src += bytes;
+  }
+}
+
+size_t KVLayout::bytes_per_token() const {
+  size_t bytes = 0;
+  for (size_t l = 0; l < layer_group.size(); ++l)
+    if (layer_group[l] >= 0) bytes += group_specs[layer_group[l]].bytes_per_token();
+  return bytes;
 }
 
 }  // namespace inferd

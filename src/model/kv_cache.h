@@ -19,18 +19,25 @@
 namespace inferd {
 
 // Which layers' keys and values a KV block holds (vLLM v1's KV cache groups).
-// Layers with the same attention window form groups of layers_per_block
-// layers each, so a block of any group is the same size and all groups share
-// one pool; each request has one block table per group. With a single window
-// (every llama or qwen model) there is one group of all layers, and the layout
-// is one slab of [block][slot] per layer. A model with local and global layers
-// (Gemma 3: 15 windowed, 3 global) gets layers_per_block = the smaller count
-// (3) and a group per 3 layers (1 global, 5 windowed), so a long request's
-// windowed layers hold a window's worth of blocks instead of the whole context.
-// Each group has a spec (kv::KVCacheSpec: kind, window, dtype, heads, block
-// size); every group's layers are the same shape, so their blocks are too.
+// Layers with the same attention window form groups, each of as many layers
+// as a block's bytes hold, so a block of any group is the same size and all
+// groups share one pool; each request has one block table per group. With a
+// single window (every llama or qwen model) there is one group of all layers.
+// A model with local and global layers (Gemma 3: 15 windowed, 3 global) gets
+// blocks of the smaller count's layers (3) and a group per 3 layers (1 global,
+// 5 windowed), so a long request's windowed layers hold a window's worth of
+// blocks instead of the whole context. Each group has a spec
+// (kv::KVCacheSpec: kind, window, dtype, heads, block size); groups may differ
+// in dtype (--kv-cache-dtype-skip-layers sliding_window keeps windowed layers
+// f16), and then a group of smaller slots puts more layers in a block, or
+// leaves part of it unused (KVLayout::plan says which).
+//
+// A block's bytes are contiguous in each store (keys, values): its group's
+// layers one after another, each block_size slots (layer_slab * the group's
+// segment_bytes into the block).
 struct KVLayout {
-  int32_t layers_per_block = 0;
+  int32_t layers_per_block = 0;  // the most layers any group puts in a block
+  size_t block_store_bytes = 0;  // one block's bytes in one store (keys, or values)
   std::vector<int64_t> group_windows;  // per group: 0 for full attention, else the window (its spec's)
   std::vector<int32_t> layer_group;    // per layer: its group
   std::vector<int32_t> layer_slab;     // per layer: its place among its block's layers
@@ -46,15 +53,28 @@ struct KVLayout {
   size_t state_slot_bytes() const { return static_cast<size_t>(n_state_layers) * state_spec.state_bytes(); }
 
   // The groups of a model's layers, their specs with block_size tokens a
-  // block of dtype elements. (The defaults are the engine's; what only needs
-  // the grouping may leave them.)
+  // block of dtype elements; sliding-window layers of f16 instead with
+  // skip_sliding_window (vLLM's --kv-cache-dtype-skip-layers sliding_window).
+  // (The defaults are the engine's; what only needs the grouping may leave
+  // them.)
   static KVLayout plan(const ModelConfig& config, int32_t block_size = 16,
-                       DType dtype = kv::kDefaultKVCacheDType);
+                       DType dtype = kv::kDefaultKVCacheDType, bool skip_sliding_window = false);
   int32_t num_groups() const { return static_cast<int32_t>(group_windows.size()); }
-  // What every group's slabs hold: the groups differ in kind and window only.
+  // The first group's spec: the kind, block size, heads and the dtype asked
+  // for (all groups share kind class and block size; only windowed groups
+  // skipped to f16 differ in dtype).
   const kv::KVCacheSpec& storage_spec() const { return group_specs.front(); }
-  // Bytes of one block: keys and values of its layers_per_block layers.
-  size_t block_bytes() const { return static_cast<size_t>(layers_per_block) * storage_spec().page_bytes(); }
+  // Whether the groups keep more than one dtype.
+  bool mixed_dtypes() const {
+    for (const kv::KVCacheSpec& g : group_specs)
+      if (g.dtype != storage_spec().dtype) return true;
+    return false;
+  }
+  // Bytes of one block: keys and values (a latent cache: keys only).
+  size_t block_bytes() const { return storage_spec().n_stores() * block_store_bytes; }
+  // Bytes one token takes across the per-token layers, keys and values, each
+  // layer in its group's dtype.
+  size_t bytes_per_token() const;
   // Blocks enough for one request of n_tokens in every group (an upper bound:
   // windowed groups give blocks back as the request grows).
   int64_t blocks_for_request(int64_t n_tokens, int64_t block_size) const {
@@ -78,9 +98,7 @@ class KVCache {
   int64_t n_blocks() const { return n_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t n_slots() const { return n_blocks_ * block_size_; }
-  size_t bytes() const {
-    return storage_spec().n_stores() * slab_bytes_ * static_cast<size_t>(layout_.layers_per_block);
-  }
+  size_t bytes() const { return storage_spec().n_stores() * store_bytes_; }
   const KVLayout& layout() const { return layout_; }
   // The spec of a group, of a layer's group, and what every slab holds.
   const kv::KVCacheSpec& spec(int32_t group) const { return layout_.group_specs[group]; }
@@ -88,35 +106,39 @@ class KVCache {
   const kv::KVCacheSpec& storage_spec() const { return layout_.storage_spec(); }
   // Bytes one token takes across all layers (keys and values) where every
   // layer keeps it.
-  static size_t bytes_per_token(const ModelConfig& c, DType dtype = kv::kDefaultKVCacheDType) {
-    return static_cast<size_t>(c.n_layer - c.n_recurrent_layers()) *
-           KVLayout::plan(c, 1, dtype).storage_spec().bytes_per_token();
+  static size_t bytes_per_token(const ModelConfig& c, DType dtype = kv::kDefaultKVCacheDType,
+                                bool skip_sliding_window = false) {
+    return KVLayout::plan(c, 1, dtype, skip_sliding_window).bytes_per_token();
   }
-  // Bytes of one block (keys and values of its layers_per_block layers).
-  static size_t block_bytes(const ModelConfig& c, int64_t block_size, DType dtype = kv::kDefaultKVCacheDType) {
-    return KVLayout::plan(c, static_cast<int32_t>(block_size), dtype).block_bytes();
+  // Bytes of one block (keys and values of its groups' layers).
+  static size_t block_bytes(const ModelConfig& c, int64_t block_size, DType dtype = kv::kDefaultKVCacheDType,
+                            bool skip_sliding_window = false) {
+    return KVLayout::plan(c, static_cast<int32_t>(block_size), dtype, skip_sliding_window).block_bytes();
   }
 
-  // A layer's slab: slot s of block b is at (b * block_size + s) *
-  // slot_bytes(), its head h at h * head_bytes() within the slot.
-  std::byte* k(int64_t layer) { return reinterpret_cast<std::byte*>(k_) + slab_offset(layer); }
+  // A layer's keys (values) in block 0: slot s of block b is at
+  // b * block_stride() + s * layer_spec(layer).slot_bytes() from here, its
+  // head h at h * head_bytes() within the slot.
+  std::byte* k(int64_t layer) { return reinterpret_cast<std::byte*>(k_) + layer_offset(layer); }
   std::byte* v(int64_t layer) {  // null for a latent cache (keys only)
-    return v_ ? reinterpret_cast<std::byte*>(v_) + slab_offset(layer) : nullptr;
+    return v_ ? reinterpret_cast<std::byte*>(v_) + layer_offset(layer) : nullptr;
   }
-  // The storage spec's strides, computed once (the forward pass reads them per token).
-  size_t slot_bytes() const { return slot_bytes_; }
-  size_t head_bytes() const { return head_bytes_; }
+  // Bytes between consecutive blocks in a store.
+  size_t block_stride() const { return layout_.block_store_bytes; }
+  // Where slot `slot` (block * block_size + offset) of a layer is, from k(layer) or v(layer).
+  size_t slot_offset(int64_t layer, int64_t slot) const {
+    return static_cast<size_t>(slot / block_size_) * layout_.block_store_bytes +
+           static_cast<size_t>(slot % block_size_) * layer_spec(layer).slot_bytes();
+  }
   // Copies every layer's keys and values of block `src` into block `dst`
   // (copy on write of a block that forked sequences shared).
   void copy_block(int64_t src, int64_t dst);
   // A block's bytes whole: its layers' keys, then their values (offload tiers).
   size_t block_bytes() const { return layout_.block_bytes(); }
-  // Bytes of one layer's keys (or values) of one block: a block's run in a slab.
-  size_t segment_bytes() const { return segment_bytes_; }
   void read_block(int64_t block, std::byte* dst) const;
   void write_block(int64_t block, const std::byte* src);
-  // The keys' and the values' arrays whole: layers_per_block slabs of
-  // [block][slot][kv_dim] each (a KV transfer maps them and reads blocks
+  // The keys' and the values' arrays whole: n_blocks blocks of
+  // block_stride() bytes each (a KV transfer maps them and reads blocks
   // straight out of them).
   std::byte* keys_base() { return reinterpret_cast<std::byte*>(k_); }
   std::byte* values_base() { return reinterpret_cast<std::byte*>(v_); }  // null for a latent cache (keys only)
@@ -148,12 +170,13 @@ class KVCache {
     const size_t index = s * static_cast<size_t>(layout_.n_state_layers) + static_cast<size_t>(layout_.layer_state[layer]);
     return reinterpret_cast<float*>(states_.data() + index * layout_.state_spec.state_bytes());
   }
-  size_t slab_offset(int64_t layer) const { return static_cast<size_t>(layout_.layer_slab[layer]) * slab_bytes_; }
+  size_t layer_offset(int64_t layer) const {
+    return static_cast<size_t>(layout_.layer_slab[layer]) * layer_spec(layer).segment_bytes();
+  }
 
   KVLayout layout_;
   int64_t n_blocks_, block_size_;
-  size_t slot_bytes_, head_bytes_, segment_bytes_;
-  size_t slab_bytes_;  // one layer's keys (or values) of every block
+  size_t store_bytes_;  // every block's keys (or values)
   // Left uninitialized: a slot is always written before it is read, and an
   // untouched page costs no memory, so a cache sized from a memory budget
   // neither takes seconds to zero nor commits pages it never uses. On huge

@@ -170,6 +170,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("kv_store_path", &EngineArgs::kv_store_path)
       .def_readwrite("kv_store_size", &EngineArgs::kv_store_size)
       .def_readwrite("kv_cache_dtype", &EngineArgs::kv_cache_dtype)
+      .def_readwrite("kv_cache_dtype_skip_layers", &EngineArgs::kv_cache_dtype_skip_layers)
       .def_readwrite("numerics", &EngineArgs::numerics);
 
   py::class_<Session>(m, "Session")

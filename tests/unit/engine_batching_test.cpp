@@ -28,14 +28,15 @@ namespace {
 
 using test::Outputs;
 
-// A model file, the KV cache's dtype and the kernels' numerics tier.
-using BatchingParam = std::tuple<std::string, DType, kernels::Numerics>;
+// A model file, the KV cache's dtype, the kernels' numerics tier, and whether
+// sliding-window layers keep f16 (--kv-cache-dtype-skip-layers sliding_window).
+using BatchingParam = std::tuple<std::string, DType, kernels::Numerics, bool>;
 
 class EngineBatching : public test::ModelTest, public ::testing::WithParamInterface<BatchingParam> {
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(use_model(std::get<0>(GetParam()), std::get<2>(GetParam())));
-    use_kv_dtype(std::get<1>(GetParam()));
+    use_kv_dtype(std::get<1>(GetParam()), std::get<3>(GetParam()));
     ModelTest::SetUp();
   }
 };
@@ -154,7 +155,7 @@ TEST_P(EngineBatching, StateSlotsPassFromRequestToRequestWithoutCarryingState) {
 }
 
 TEST_P(EngineBatching, WindowedLayersGiveBackTheBlocksTheirWindowNoLongerReaches) {
-  const KVLayout layout = KVLayout::plan(model_->config());
+  const KVLayout layout = kv_layout();
   int64_t window = 0, n_windowed = 0;
   for (int64_t w : layout.group_windows)
     if (w > 0) window = w, ++n_windowed;
@@ -272,19 +273,21 @@ std::vector<BatchingParam> batching_cases() {
   for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen3moe.gguf",
                             "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf", "tiny-glm4moe.gguf",
                             "tiny-deepseek2.gguf", "tiny-qwen35.gguf", "tiny-qwen35moe.gguf"})
-    cases.emplace_back(model, DType::F16, kernels::Numerics::kExact);
-  cases.emplace_back("SmolLM2-135M-Instruct.Q4_1.gguf", DType::Q8_0, kernels::Numerics::kExact);
-  cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0, kernels::Numerics::kExact);
-  cases.emplace_back("tiny-gemma3.gguf", DType::Q8_0, kernels::Numerics::kExact);
-  cases.emplace_back("tiny-glm4moe.gguf", DType::Q4_0, kernels::Numerics::kExact);
-  cases.emplace_back("tiny-llama3.gguf", DType::F8_E4M3, kernels::Numerics::kExact);
-  cases.emplace_back("tiny-qwen3.gguf", DType::BF16, kernels::Numerics::kExact);
+    cases.emplace_back(model, DType::F16, kernels::Numerics::kExact, false);
+  cases.emplace_back("SmolLM2-135M-Instruct.Q4_1.gguf", DType::Q8_0, kernels::Numerics::kExact, false);
+  cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0, kernels::Numerics::kExact, false);
+  cases.emplace_back("tiny-gemma3.gguf", DType::Q8_0, kernels::Numerics::kExact, false);
+  // Two dtypes in one pool: q8_0 global layers, f16 windowed ones.
+  cases.emplace_back("tiny-gemma3.gguf", DType::Q8_0, kernels::Numerics::kExact, true);
+  cases.emplace_back("tiny-glm4moe.gguf", DType::Q4_0, kernels::Numerics::kExact, false);
+  cases.emplace_back("tiny-llama3.gguf", DType::F8_E4M3, kernels::Numerics::kExact, false);
+  cases.emplace_back("tiny-qwen3.gguf", DType::BF16, kernels::Numerics::kExact, false);
   // The fast tier: dense, mixture-of-experts (gathered expert inputs), MXFP4
   // experts, latent attention, sliding windows, and K-quants.
   for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3moe.gguf", "tiny-gpt-oss.gguf",
                             "tiny-deepseek2.gguf", "tiny-gemma3.gguf", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"})
-    cases.emplace_back(model, DType::F16, kernels::Numerics::kFast);
-  cases.emplace_back("tiny-qwen3.gguf", DType::Q8_0, kernels::Numerics::kFast);
+    cases.emplace_back(model, DType::F16, kernels::Numerics::kFast, false);
+  cases.emplace_back("tiny-qwen3.gguf", DType::Q8_0, kernels::Numerics::kFast, false);
   return cases;
 }
 
@@ -293,6 +296,7 @@ INSTANTIATE_TEST_SUITE_P(Models, EngineBatching, ::testing::ValuesIn(batching_ca
                            const std::string model =
                                test::model_name({std::get<0>(info.param), info.index});
                            return model + "_" + dtype_name(std::get<1>(info.param)) +
+                                  (std::get<3>(info.param) ? "_skip_sliding_window" : "") +
                                   (std::get<2>(info.param) == kernels::Numerics::kFast ? "_fast" : "");
                          });
 

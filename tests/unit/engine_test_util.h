@@ -99,6 +99,7 @@ class ModelTest : public ::testing::Test {
     model_ = nullptr;
     model_file_.clear();
     kv_dtype_ = kv::kDefaultKVCacheDType;
+    skip_sliding_window_ = false;
   }
   // Makes `file` (looked up by find_model_file) the model the helpers below
   // use, loading it unless it already is; a parametrized suite calls it from
@@ -126,7 +127,11 @@ class ModelTest : public ::testing::Test {
   }
   // The KV cache dtype of the engines and the run-alone reference below (a
   // parametrized suite sets it from SetUp; F16 unless set).
-  static void use_kv_dtype(DType dtype) { kv_dtype_ = dtype; }
+  // skip_sliding_window: those layers' in f16 (--kv-cache-dtype-skip-layers).
+  static void use_kv_dtype(DType dtype, bool skip_sliding_window = false) {
+    kv_dtype_ = dtype;
+    skip_sliding_window_ = skip_sliding_window;
+  }
   void SetUp() override {
     if (!model_)
       GTEST_SKIP() << "default model not found at " << model_path()
@@ -149,7 +154,7 @@ class ModelTest : public ::testing::Test {
   // The request run alone by the single-sequence generator, never stopping early.
   static std::vector<int32_t> run_alone(const std::vector<int32_t>& prompt, int64_t max_tokens,
                                         const SamplingParams& sampling = greedy()) {
-    SequenceGenerator gen(*model_, static_cast<int64_t>(prompt.size()) + max_tokens, kv_dtype_);
+    SequenceGenerator gen(*model_, static_cast<int64_t>(prompt.size()) + max_tokens, kv_dtype_, skip_sliding_window_);
     GenerationOptions o;
     o.max_tokens = max_tokens;
     o.sampling = sampling;
@@ -165,24 +170,29 @@ class ModelTest : public ::testing::Test {
     return p;
   }
 
+  // The KV layout of the engines above (their dtype and skipped layers).
+  static KVLayout kv_layout(int32_t block_size = 16) {
+    return KVLayout::plan(model_->config(), block_size, kv_dtype_, skip_sliding_window_);
+  }
+
   // The KV blocks one request of n_tokens holds at most on this model (every
   // KV group counted), in steps of at most max_step_tokens.
   static int64_t blocks_held_alone(int64_t n_tokens, int64_t max_step_tokens, int32_t block_size = 16) {
-    const KVLayout layout = KVLayout::plan(model_->config());
+    const KVLayout layout = kv_layout(block_size);
     kv::KVCacheConfig c{.n_blocks = 2, .block_size = block_size, .group_windows = layout.group_windows};
     return kv::max_blocks_held(c, n_tokens, max_step_tokens);
   }
 
   // A KV budget of exactly n_blocks blocks (the reserved one included).
   static int64_t kv_bytes_for_blocks(int64_t n_blocks, int64_t block_size = 16) {
-    return n_blocks * static_cast<int64_t>(KVCache::block_bytes(model_->config(), block_size, kv_dtype_));
+    return n_blocks * static_cast<int64_t>(KVCache::block_bytes(model_->config(), block_size, kv_dtype_, skip_sliding_window_));
   }
 
   // A model with recurrent layers: the bytes of the state slots an engine of
   // max_seqs requests takes from its KV budget (the cache's spare one
   // included) before its blocks; 0 for other models.
   static int64_t state_slots_bytes(int32_t max_seqs) {
-    const KVLayout layout = KVLayout::plan(model_->config(), 16, kv_dtype_);
+    const KVLayout layout = kv_layout();
     return layout.n_state_layers > 0 ? int64_t{max_seqs + 1} * static_cast<int64_t>(layout.state_slot_bytes()) : 0;
   }
 
@@ -192,6 +202,7 @@ class ModelTest : public ::testing::Test {
     c.max_num_batched_tokens = budget;
     c.max_num_seqs = max_seqs;
     c.kv_cache_dtype = kv_dtype_;
+    c.kv_cache_skip_sliding_window = skip_sliding_window_;
     c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks) + state_slots_bytes(max_seqs);
     c.enable_prefix_caching = prefix_caching;
     return c;
@@ -223,6 +234,7 @@ class ModelTest : public ::testing::Test {
   inline static std::string model_file_;  // set by use_model
   inline static kernels::Numerics model_numerics_ = kernels::Numerics::kExact;  // set by use_model
   inline static DType kv_dtype_ = kv::kDefaultKVCacheDType;  // set by use_kv_dtype
+  inline static bool skip_sliding_window_ = false;           // set by use_kv_dtype
 };
 
 // A ModelTest with one grammar compiler for the suite's model (structured

@@ -59,17 +59,20 @@ TEST(ModelKVCacheSpec, TheCacheIsLaidOutFromItsSpec) {
   KVCache cache(c, /*n_blocks=*/4, /*block_size=*/8);
   const kv::KVCacheSpec& s = cache.storage_spec();
   EXPECT_EQ(s.block_size, 8);
-  EXPECT_EQ(cache.slot_bytes(), s.slot_bytes());
-  EXPECT_EQ(cache.head_bytes(), 512u);
-  EXPECT_EQ(cache.segment_bytes(), 8u * 512);
+  EXPECT_EQ(s.head_bytes(), 512u);
+  const size_t segment = s.segment_bytes();
+  EXPECT_EQ(segment, 8u * 512);
+  EXPECT_EQ(cache.block_stride(), 3 * segment);
   EXPECT_EQ(cache.block_bytes(), 3 * s.page_bytes());
   EXPECT_EQ(cache.bytes(), 4 * cache.block_bytes());
   EXPECT_EQ(cache.layer_spec(5).kind, kv::KVCacheKind::kFullAttention);
   EXPECT_EQ(cache.layer_spec(0).kind, kv::KVCacheKind::kSlidingWindow);
-  // Layers in the same place of their blocks share a slab; the slabs are
-  // n_blocks segments apart.
+  // Layers in the same place of their blocks share an offset; a block's
+  // layers are one segment apart, and slot s of block b is b blocks and s
+  // slots on.
   EXPECT_EQ(cache.k(0), cache.k(3));
-  EXPECT_EQ(cache.k(1) - cache.k(0), static_cast<std::ptrdiff_t>(4 * cache.segment_bytes()));
+  EXPECT_EQ(cache.k(1) - cache.k(0), static_cast<std::ptrdiff_t>(segment));
+  EXPECT_EQ(cache.slot_offset(1, 2 * 8 + 5), 2 * cache.block_stride() + 5 * s.slot_bytes());
   // A block's bytes whole, round trip: every layer's keys, then values.
   std::vector<std::byte> block(cache.block_bytes()), back(cache.block_bytes());
   for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>(i * 7 + 3);
@@ -77,9 +80,7 @@ TEST(ModelKVCacheSpec, TheCacheIsLaidOutFromItsSpec) {
   cache.copy_block(2, 1);
   cache.read_block(1, back.data());
   EXPECT_EQ(std::memcmp(block.data(), back.data(), block.size()), 0);
-  EXPECT_EQ(std::memcmp(cache.v(0) + 2 * cache.segment_bytes(), block.data() + 3 * cache.segment_bytes(),
-                        cache.segment_bytes()),
-            0);
+  EXPECT_EQ(std::memcmp(cache.v(0) + 2 * cache.block_stride(), block.data() + 3 * segment, segment), 0);
 }
 
 // DeepSeek-V2-Lite's attention: 27 layers of multi-head latent attention,

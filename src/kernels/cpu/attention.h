@@ -31,17 +31,30 @@ constexpr bool attention_reads_kv(DType dtype) {
 }
 
 // What the kernels read: keys and values of `dtype` (one attention_reads_kv
-// accepts; the kernels do not check it again per call), [slot][slot_stride].
-// The bytes are untyped so one view serves every dtype; offsets are counted in
-// elements (a quantized dtype's slot stride and head offset are whole blocks
-// of it) and turned into bytes by the kernel that knows the dtype.
+// accepts; the kernels do not check it again per call): blocks of
+// block_size slots of slot_stride elements, block_stride bytes apart.
+// The bytes are untyped so one view serves every dtype; offsets within a block
+// are counted in elements (a quantized dtype's slot stride and head offset are
+// whole blocks of it) and turned into bytes by the kernel that knows the dtype.
 struct PagedKV {
-  const void* k = nullptr;      // [slot][slot_stride elements of dtype]
+  const void* k = nullptr;      // block 0's first slot
   const void* v = nullptr;
   int64_t slot_stride = 0;      // elements between consecutive slots
   int64_t block_size = 0;
   const int32_t* block_table = nullptr;
   DType dtype = DType::F16;
+  // Bytes between consecutive blocks: a cache's block holds several layers
+  // (model/kv_cache.h), so more than this layer's block_size slots; 0: just
+  // those slots, packed.
+  int64_t block_stride = 0;
+
+  int64_t block_bytes() const {
+    return block_stride > 0 ? block_stride : block_size * static_cast<int64_t>(row_bytes(dtype, slot_stride));
+  }
+  // Elements (2-byte: F16) from k or v to position p's slot.
+  int64_t f16_slot(int64_t p) const {
+    return int64_t{block_table[p / block_size]} * (block_bytes() / 2) + p % block_size * slot_stride;
+  }
 
   const uint16_t* k_f16() const { return static_cast<const uint16_t*>(k); }
   const uint16_t* v_f16() const { return static_cast<const uint16_t*>(v); }

@@ -122,13 +122,11 @@ void softmax_to_f16(float* w, int64_t n, float max, const float* sink) {
   for (int64_t i = 0; i < n; i += 16) _mm512_storeu_ps(w + i, round_f16(_mm512_mul_ps(_mm512_loadu_ps(w + i), inv)));
 }
 
-// The cache slot of each position in [pos_begin, pos_end), from the block table.
+// Where each position in [pos_begin, pos_end)'s slot starts (elements from k
+// or v), from the block table.
 void slots_of(const PagedKV& kv, int64_t pos_begin, int64_t pos_end, std::vector<int64_t>& slots) {
   slots.resize(static_cast<size_t>(pos_end - pos_begin));
-  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
-    slots[p - pos_begin] = int64_t{kv.block_table[block]} * kv.block_size + offset;
-    if (++offset == kv.block_size) offset = 0, ++block;
-  }
+  for (int64_t p = pos_begin; p < pos_end; ++p) slots[p - pos_begin] = kv.f16_slot(p);
 }
 
 // _mm512_reduce_add_ps run lane-wise on sixteen vectors: lane l of the result
@@ -224,8 +222,8 @@ constexpr int64_t kRegisterSetsMaxPositions = 384;
 struct ValueRows {
   const uint16_t* v;
   const int64_t* slots;
-  int64_t slot_stride, head_offset;
-  const uint16_t* operator()(int64_t i) const { return v + slots[i] * slot_stride + head_offset; }
+  int64_t head_offset;
+  const uint16_t* operator()(int64_t i) const { return v + slots[i] + head_offset; }
 };
 
 // sum[h]: a decode set of head h, columns [col, col + 16): its first position
@@ -292,7 +290,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     const int64_t lo = std::max(ch, pos_begin) - ch, hi = std::min(ch + 16, pos_end) - ch;
     const uint16_t* keys[16];
     for (int64_t l = 0; l < 16; ++l)
-      keys[l] = l >= lo && l < hi ? kv.k_f16() + slots[ch + l - pos_begin] * kv.slot_stride + head_offset : nullptr;
+      keys[l] = l >= lo && l < hi ? kv.k_f16() + slots[ch + l - pos_begin] + head_offset : nullptr;
     __m512 s[NH];
     chunk_scores<NH, NV>(q, keys, prefill, s);
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -308,7 +306,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     softmax_to_f16(w, n, _mm512_reduce_max_ps(vmax[h]), sinks ? sinks + h : nullptr);
   }
 
-  const ValueRows vrow{kv.v_f16(), slots.data(), kv.slot_stride, head_offset};
+  const ValueRows vrow{kv.v_f16(), slots.data(), head_offset};
   if (!prefill && pos_end - pos_begin <= kRegisterSetsMaxPositions) {
     weighted_values_decode<NH, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
     return;
@@ -403,7 +401,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   float max = -std::numeric_limits<float>::infinity();
   const int64_t np = D & ~int64_t{63};
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* k = kv.k_f16() + slots[p - pos_begin] * kv.slot_stride + head_offset;
+    const uint16_t* k = kv.k_f16() + slots[p - pos_begin] + head_offset;
     float s;
     if (prefill) {  // tinyBLAS: one accumulator
       __m512 c = _mm512_setzero_ps();
@@ -440,7 +438,7 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
     __m512 a[16];
     for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
     for (int64_t p = p0; p < pos_end; p += n_sets) {
-      const uint16_t* v = kv.v_f16() + slots[p - pos_begin] * kv.slot_stride + head_offset;
+      const uint16_t* v = kv.v_f16() + slots[p - pos_begin] + head_offset;
       const __m512 w = _mm512_set1_ps(weights[p - c0]);
       for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(v + 16 * j), w, a[j]);
     }
@@ -467,7 +465,7 @@ void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedK
   thread_local std::vector<float> q, weights, acc;
   thread_local std::vector<int64_t> slots;
   slots.resize(static_cast<size_t>(pos_end - pos_begin));
-  for (int64_t p = pos_begin; p < pos_end; ++p) slots[p - pos_begin] = slot_of(kv, p);
+  for (int64_t p = pos_begin; p < pos_end; ++p) slots[p - pos_begin] = kv.f16_slot(p);
   const bool prefill = pass == AttentionPass::kPrefill;
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
@@ -480,7 +478,7 @@ void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedK
     weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
     float max = -std::numeric_limits<float>::infinity();
     for (int64_t p = pos_begin; p < pos_end; ++p) {
-      const uint16_t* k = kv.k_f16() + slots[p - pos_begin] * kv.slot_stride;
+      const uint16_t* k = kv.k_f16() + slots[p - pos_begin];
       float dot;
       if (prefill) {  // tinyBLAS: one accumulator
         __m512 c = _mm512_setzero_ps();
@@ -504,7 +502,7 @@ void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedK
     softmax_of<Avx512Build, true>(weights.data(), n, max);
     acc.assign(static_cast<size_t>(n_sets * Dv), 0.0f);
     for (int64_t p = pos_begin; p < pos_end; ++p) {
-      const uint16_t* v = kv.v_f16() + slots[p - pos_begin] * kv.slot_stride;
+      const uint16_t* v = kv.v_f16() + slots[p - pos_begin];
       float* a = &acc[(p % n_sets) * Dv];
       const __m512 w = _mm512_set1_ps(weights[p - c0]);
       for (int64_t d = 0; d < Dv; d += 16)

@@ -23,9 +23,7 @@ namespace inferd::kernels::detail {
 // different files, and one shared out-of-line copy could carry the wrong ones.
 namespace {
 
-inline int64_t slot_of(const PagedKV& kv, int64_t p) {
-  return int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
-}
+inline int64_t slot_of(const PagedKV& kv, int64_t p) { return kv.f16_slot(p); }
 
 inline float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 
@@ -113,7 +111,7 @@ inline void attend_one_head_kv_of(const float* q_in, const PagedKV& kv, int64_t 
   weights.assign(static_cast<size_t>(n), -std::numeric_limits<float>::infinity());
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* k = kv.k_f16() + slot_of(kv, p) * kv.slot_stride + head_offset;
+    const uint16_t* k = kv.k_f16() + slot_of(kv, p) + head_offset;
     const float s = (prefill_scores ? dot_prefill<K>(q.data(), k, D) : dot_decode<K>(q.data(), k, D)) * scale;
     weights[p - c0] = s;
     max = std::max(max, s);
@@ -126,7 +124,7 @@ inline void attend_one_head_kv_of(const float* q_in, const PagedKV& kv, int64_t 
   const int64_t n_sets = prefill ? L : 4 * L;
   acc.assign(static_cast<size_t>(n_sets * Dv), 0.0f);
   for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const uint16_t* v = kv.v_f16() + slot_of(kv, p) * kv.slot_stride + head_offset;
+    const uint16_t* v = kv.v_f16() + slot_of(kv, p) + head_offset;
     float* a = &acc[(p % n_sets) * Dv];
     const float w = weights[p - c0];
     for (int64_t d = 0; d < Dv; ++d) a[d] = std::fma(f16_to_f32(v[d]), w, a[d]);

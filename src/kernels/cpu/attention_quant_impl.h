@@ -38,8 +38,9 @@ constexpr int64_t kQuantKVChunk = 16;
 // One head's keys (or values) at position p: its first block.
 template <DType kType>
 inline const uint8_t* quant_kv_row(const void* base, const PagedKV& kv, int64_t head_offset, int64_t p) {
-  const int64_t slot = int64_t{kv.block_table[p / kv.block_size]} * kv.block_size + p % kv.block_size;
-  return static_cast<const uint8_t*>(base) + (slot * kv.slot_stride + head_offset) / kQK * kQuantKVBlockBytes<kType>;
+  const int64_t block = kv.block_table[p / kv.block_size];
+  return static_cast<const uint8_t*>(base) + block * kv.block_bytes() +
+         (p % kv.block_size * kv.slot_stride + head_offset) / kQK * kQuantKVBlockBytes<kType>;
 }
 
 // Level::scores<kType, kHeads>(q, D, row, scale, w, stride): for h < kHeads,
