@@ -53,10 +53,12 @@ struct KVCacheRow {
 constexpr int32_t kBlockSize = 16;  // EngineArgs' default
 
 // A model with recurrent layers: its per-sequence state, which the KV budget
-// holds for max_num_seqs sequences (serve's default here) before its blocks.
+// holds for max_num_seqs sequences and the prefix cache's snapshots (serve's
+// defaults here) before its blocks.
 KVCapacity recurrent_state(const ModelConfig& c) {
   if (!c.has_recurrent_layers()) return {};
-  return kv_capacity_for_bytes(c, kBlockSize, DType::F16, 0, EngineConfig{}.max_num_seqs);
+  const EngineConfig d;
+  return kv_capacity_for_bytes(c, kBlockSize, DType::F16, 0, d.max_num_seqs + d.state_snapshots);
 }
 
 std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
@@ -180,7 +182,9 @@ int run_info(const InfoFlags& f) {
     j["recurrent_state"] = {{"layers", c.n_recurrent_layers()},
                             {"bytes_per_sequence", state.state_bytes_per_sequence},
                             {"sequences_per_gib", (int64_t{1} << 30) / static_cast<int64_t>(state.state_bytes_per_sequence)},
-                            {"default_max_num_seqs", state.state_slots},
+                            {"default_max_num_seqs", EngineConfig{}.max_num_seqs},
+                            {"default_state_snapshots", EngineConfig{}.state_snapshots},
+                            {"state_snapshot_interval", EngineConfig{}.state_snapshot_interval},
                             {"default_bytes", state.state_bytes}};
   }
   j["tensor_count"] = file.tensors().size();
@@ -253,10 +257,13 @@ int run_info(const InfoFlags& f) {
   std::printf("numerics       %s\n", numerics_description(*numerics).c_str());
   if (state.state_slots > 0)
     std::printf("state          %s a sequence (f32; %lld recurrent layers), %lld sequences/GiB; "
-                "--max-num-seqs %d (the default) takes %s of the KV budget before the blocks above\n",
+                "--max-num-seqs %d and %d prefix-cache snapshots (the defaults; one every %lld prompt tokens) "
+                "take %s of the KV budget before the blocks above\n",
                 human_bytes(static_cast<double>(state.state_bytes_per_sequence)).c_str(),
                 static_cast<long long>(j["recurrent_state"]["layers"].get<int64_t>()),
-                static_cast<long long>(j["recurrent_state"]["sequences_per_gib"].get<int64_t>()), state.state_slots,
+                static_cast<long long>(j["recurrent_state"]["sequences_per_gib"].get<int64_t>()),
+                EngineConfig{}.max_num_seqs, EngineConfig{}.state_snapshots,
+                static_cast<long long>(EngineConfig{}.state_snapshot_interval),
                 human_bytes(static_cast<double>(state.state_bytes)).c_str());
   std::printf("tensors        %zu\n", file.tensors().size());
   for (const auto& [name, e] : by_type)

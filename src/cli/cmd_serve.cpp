@@ -136,10 +136,12 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
                kv::kv_cache_dtype_name(stats.kv_cache_dtype),
                stats.kv_cache_skip_sliding_window ? " (sliding-window layers f16)" : "", stats.kv_bytes_per_token);
   if (stats.kv_state_slots > 0)
-    spdlog::info("recurrent state: {} slots of {} bytes (f32), {:.2f} MiB with the spare one, for up to {} running "
-                 "sequences (--max-num-seqs), out of the KV budget",
-                 stats.kv_state_slots, stats.kv_state_bytes_per_sequence,
-                 static_cast<double>(stats.kv_state_bytes) / (1 << 20), stats.kv_state_slots);
+    spdlog::info("recurrent state: {} slots of {} bytes (f32) for up to {} running sequences (--max-num-seqs), "
+                 "{} for the prefix cache's snapshots, {} for speculation's checkpoints: {:.2f} MiB with the spare "
+                 "one, out of the KV budget",
+                 stats.kv_state_slots, stats.kv_state_bytes_per_sequence, stats.kv_state_slots,
+                 stats.kv_state_snapshots, stats.kv_state_checkpoints,
+                 static_cast<double>(stats.kv_state_bytes) / (1 << 20));
   if (stats.offload.host_enabled)
     spdlog::info("KV offload: host tier of {} MiB", stats.offload.host.capacity_bytes >> 20);
   if (stats.offload.disk_enabled)

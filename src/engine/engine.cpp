@@ -33,22 +33,31 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   const int64_t max_model_len =
       config.max_model_len > 0 ? config.max_model_len : model.config().context_length;
   // A model with recurrent layers keeps one state per running request, which
-  // cannot be cut back to a past position, shared, nor sent as blocks.
+  // is not kept in blocks: prefix caching keeps snapshots of it, speculation
+  // a checkpoint before the drafts; neither offload nor transfer can send it.
   const bool recurrent = model.config().has_recurrent_layers();
   if (recurrent) {
     const std::string arch = model.config().architecture;
-    if (config.speculative.enabled())
-      return make_error("speculative decoding is not supported for '" + arch +
-                        "': its recurrent (Gated DeltaNet) layers' state cannot be rolled back past rejected drafts");
+    if (config.speculative.enabled() && config.speculative.method == SpeculativeConfig::Method::kDraftModel)
+      return make_error("draft-model speculative decoding is not supported for '" + arch +
+                        "' yet (n-gram speculation is): its recurrent layers' checkpoints are tested with n-gram drafts only");
+    if (config.state_snapshots < 0) return make_error("state_snapshots must be >= 0");
+    if (config.state_snapshot_interval < 0 || config.state_snapshot_interval % config.block_size != 0)
+      return make_error("state_snapshot_interval must be a multiple of the block size");
     if (config.offload.enabled())
       return make_error("KV offload tiers are not supported for '" + arch +
                         "': its recurrent layers' state is not kept in KV blocks");
     if (config.kv_transfer)
       return make_error("the KV transfer is not supported for '" + arch +
                         "': its recurrent layers' state is not kept in KV blocks");
-    if (config.enable_prefix_caching)
-      spdlog::info("prefix caching is off for '{}': a cached prefix would need its recurrent layers' state too", arch);
+    if (config.enable_prefix_caching && config.state_snapshots == 0)
+      spdlog::info("prefix caching is off for '{}': no state snapshots to resume a cached prefix from", arch);
   }
+  const kv::KVCacheConfig state_config{
+      .n_state_slots = recurrent ? config.max_num_seqs : 0,
+      .n_state_snapshots = recurrent && config.enable_prefix_caching ? config.state_snapshots : 0,
+      .state_snapshot_interval = config.state_snapshot_interval,
+      .state_checkpoints = recurrent && config.speculative.enabled()};
 
   ModelRunnerConfig rc;
   rc.block_size = config.block_size;
@@ -57,7 +66,8 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   rc.kv_cache_dtype = config.kv_cache_dtype;
   rc.kv_cache_skip_sliding_window = config.kv_cache_skip_sliding_window;
   rc.warm_up = config.warm_up;
-  rc.n_state_slots = recurrent ? config.max_num_seqs : 0;
+  // Every state slot the cache keeps: running requests', checkpoints, snapshots.
+  rc.n_state_slots = state_slots_in_cache(state_config);
   // A kv_producer's KV cache goes on shared memory, which consumers on this
   // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
   // and shared memory has no transparent huge pages on most systems.
@@ -84,11 +94,14 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
            .block_size = config.block_size,
            .enable_prefix_caching = config.enable_prefix_caching,
            .group_windows = kv_layout.group_windows,
-           .n_state_slots = rc.n_state_slots};
+           .n_state_slots = state_config.n_state_slots,
+           .n_state_snapshots = state_config.n_state_snapshots,
+           .state_snapshot_interval = state_config.state_snapshot_interval,
+           .state_checkpoints = state_config.state_checkpoints};
   if (Status s = sc.validate(); !s) return s.error();
   EngineConfig effective = config;
   effective.max_model_len = max_model_len;
-  if (recurrent) effective.enable_prefix_caching = false;  // what the KV manager does (see above)
+  if (recurrent && state_config.n_state_snapshots == 0) effective.enable_prefix_caching = false;  // as the KV manager
 
   std::unique_ptr<DraftModelProposer> drafter;
   if (config.speculative.enabled() && config.speculative.method == SpeculativeConfig::Method::kDraftModel) {
@@ -853,7 +866,11 @@ void Engine::publish_stats() {
   s.kv_cache_skip_sliding_window = config_.kv_cache_skip_sliding_window;
   s.kv_bytes_per_token = runner_->kv_cache().layout().bytes_per_token();
   s.kv_capacity_tokens = kv_tokens_for_blocks(runner_->kv_cache().layout(), s.kv_total_blocks);
-  s.kv_state_slots = runner_->kv_cache().n_state_slots();
+  const kv::KVCacheManager& kv = scheduler_.kv_cache();
+  s.kv_state_slots = kv.num_state_slots();
+  s.kv_state_snapshots = kv.state_snapshots().num_slots();
+  s.kv_state_snapshots_cached = kv.state_snapshots().num_cached();
+  s.kv_state_checkpoints = kv.has_state_checkpoints() ? kv.num_state_slots() : 0;
   s.kv_state_bytes_per_sequence = runner_->kv_cache().layout().state_slot_bytes();
   s.kv_state_bytes = static_cast<int64_t>(runner_->kv_cache().state_bytes());
   s.requests_added = requests_added_;

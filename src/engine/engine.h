@@ -58,6 +58,13 @@ struct EngineConfig {
   int64_t long_prefill_token_threshold = 0;  // > 0: cap on one request's tokens per step
   int64_t max_model_len = 0;  // prompt + max_tokens at most; 0: the model's context length
   bool enable_prefix_caching = true;
+  // A model with recurrent layers: prefix caching keeps snapshots of the
+  // state at every state_snapshot_interval tokens of a prompt and at its last
+  // full block (kv::StateSnapshotCache), in this many slots of the model's
+  // state size, taken from the KV budget before the blocks (0: no prefix
+  // caching for such a model). A multiple of block_size.
+  int32_t state_snapshots = 32;
+  int64_t state_snapshot_interval = 256;
   int32_t block_size = 16;
   // KV cache size: kv_cache_bytes if > 0, else this fraction of available
   // memory; never more blocks than max_num_seqs requests of max_model_len need.
@@ -183,7 +190,13 @@ struct EngineStats {
   // A model with recurrent layers: the state slots (one per request that can
   // run at once), one sequence's state and every slot's bytes, the cache's
   // spare slot included (taken from the KV budget before the blocks). 0 otherwise.
+  // Beside them, the prefix cache's state snapshots (in use: cached now) and
+  // speculative decoding's checkpoints (one per running slot), the same size
+  // each and counted in kv_state_bytes.
   int32_t kv_state_slots = 0;
+  int32_t kv_state_snapshots = 0;
+  int32_t kv_state_snapshots_cached = 0;
+  int32_t kv_state_checkpoints = 0;
   size_t kv_state_bytes_per_sequence = 0;
   int64_t kv_state_bytes = 0;
   int64_t requests_added = 0;

@@ -123,12 +123,27 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
   };
   for (const ScheduledRequest& s : out.scheduled) {
     const int64_t begin = s.num_computed_tokens, end = begin + s.num_new_tokens;
+    const size_t first_slice = batch.sequences.size();
+    // Recurrent layers: a slice ends at each position where the state is
+    // saved (the executor saves it after a slice), which changes no result:
+    // a sequence's slices run in order and its tokens' arithmetic does not
+    // depend on where they are cut.
+    auto add_slices = [&](int64_t p0, int64_t p1, bool decode_each) {
+      for (const kv::StateSave& save : s.state_saves) {
+        if (save.position <= p0 || save.position > p1) continue;
+        add_slice(s, p0, save.position, decode_each && save.position - p0 > 1);
+        batch.sequences.back().save_state_to = save.slot;
+        p0 = save.position;
+      }
+      if (p1 > p0) add_slice(s, p0, p1, decode_each && p1 - p0 > 1);
+    };
     // Output tokens recomputed after a preemption were first computed each as
     // a decode (or a verified draft): recomputed the same way, their keys and
     // values are the same bits, and so is everything sampled after them.
     const int64_t outputs_from = s.num_draft_tokens > 0 ? begin : std::clamp(s.num_prompt_tokens, begin, end);
-    if (outputs_from > begin) add_slice(s, begin, outputs_from, false);
-    if (end > outputs_from) add_slice(s, outputs_from, end, end - outputs_from > 1);
+    if (outputs_from > begin) add_slices(begin, outputs_from, false);
+    if (end > outputs_from) add_slices(outputs_from, end, end - outputs_from > 1);
+    if (s.state_source >= 0) batch.sequences[first_slice].load_state_from = s.state_source;
     const int64_t first = batch.size() - s.num_new_tokens;  // its token at position `begin`
     for (int64_t r = 0; r < prompt_logit_rows(s); ++r) batch.logit_rows.push_back(static_cast<int32_t>(first + r));
     if (s.sample)

@@ -117,7 +117,7 @@ int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, in
 
 void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n, int64_t n_drafts,
                               std::vector<int32_t> new_blocks, bool is_new, bool resumed,
-                              int64_t num_cached) {
+                              int64_t num_cached, int32_t state_source) {
   ScheduledRequest s;
   s.request_id = r.id;
   s.num_computed_tokens = r.num_computed_tokens;
@@ -133,7 +133,16 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
     s.block_tables[g].assign(table.begin(), table.end());
   }
   s.new_block_ids = std::move(new_blocks);
-  if (kv_.has_state_slots()) s.state_slot = kv_.state_slot(r.id).value_or(-1);
+  if (kv_.has_state_slots()) {
+    s.state_slot = kv_.state_slot(r.id).value_or(-1);
+    s.state_source = state_source;
+    const int64_t drafts_from = r.num_computed_tokens + n - n_drafts;
+    if (!r.pooled)
+      s.state_saves = kv_.reserve_state_snapshots(r.id, r.num_computed_tokens, drafts_from, r.num_prompt_tokens());
+    // The state before the drafts, for taking rejected ones back out of it
+    // (snapshots are of prompt positions, drafts follow outputs: never the same place).
+    if (n_drafts > 0) s.state_saves.push_back({drafts_from, *kv_.state_checkpoint_slot(r.id)});
+  }
   s.is_new = is_new;
   s.resumed = resumed;
   s.sample = r.num_computed_tokens + (n - n_drafts) == r.num_tokens();
@@ -146,6 +155,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
 void Scheduler::preempt(Request& r) {
   kv_.free(r.id);
   r.draft_token_ids.clear();
+  r.restore_state_checkpoint = false;  // recomputed from the start
   r.num_computed_tokens = 0;
   r.status = RequestStatus::kPreempted;
   ++r.num_preemptions;
@@ -384,7 +394,8 @@ bool Scheduler::admit_front(SchedulerOutput& out, int64_t& seats) {
     r.num_computed_tokens = hits[k].num_tokens;
     r.status = RequestStatus::kRunning;
     running_.push_back(&r);
-    add_scheduled(out, r, n_new[k], 0, std::move(blocks[k]), true, resumed, hits[k].num_tokens);
+    add_scheduled(out, r, n_new[k], 0, std::move(blocks[k]), true, resumed, hits[k].num_tokens,
+                  hits[k].state_snapshot);
   }
   seats += need_seats;
   return true;
@@ -407,11 +418,13 @@ SchedulerOutput Scheduler::schedule() {
     Request& r = *running_[i];
     int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget());
     // A decode verifies its drafts in the same step, as far as the budget
-    // and the per-request cap allow.
+    // and the per-request cap allow. (Beside recurrent layers, a decode after
+    // rejected drafts first recomputes the accepted ones: all of its tokens
+    // are scheduled, then the new drafts.)
     int64_t n_drafts = 0;
-    if (n == 1 && r.num_tokens() - r.num_computed_tokens == 1) {
-      n_drafts = std::min({static_cast<int64_t>(r.draft_token_ids.size()), budget() - 1,
-                           config_.max_request_step_tokens() - 1});
+    if (n == r.num_tokens() - r.num_computed_tokens && !r.draft_token_ids.empty()) {
+      n_drafts = std::min({static_cast<int64_t>(r.draft_token_ids.size()), budget() - n,
+                           config_.max_request_step_tokens() - n});
       n += n_drafts;
     }
     std::vector<kv::BlockCopy> own_copies;
@@ -422,8 +435,11 @@ SchedulerOutput Scheduler::schedule() {
     if (preempted_itself) break;  // the request needing space was the newest: stop here
     save_evictions();
     for (const kv::BlockCopy& c : own_copies) copies.emplace_back(r.id, c);
-    add_scheduled(out, r, n, n_drafts, std::move(*blocks), false, false, 0);
+    const int32_t state_source =
+        r.restore_state_checkpoint ? kv_.state_checkpoint_slot(r.id).value_or(-1) : -1;
+    add_scheduled(out, r, n, n_drafts, std::move(*blocks), false, false, 0, state_source);
     r.draft_token_ids.clear();  // verified now, or not at all
+    r.restore_state_checkpoint = false;
     ++i;
   }
 
@@ -498,6 +514,12 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     // (with no token, all but the last: it is fed again).
     const int64_t accepted = s.sample ? static_cast<int64_t>(tokens.size()) - 1 : 0;
     r.num_computed_tokens += s.num_new_tokens - s.num_draft_tokens + accepted;
+    // A recurrent state cannot drop the rejected drafts: it goes back to the
+    // checkpoint before the drafts, and the accepted ones are computed again.
+    if (kv_.has_state_slots() && accepted < s.num_draft_tokens && !tokens.empty()) {
+      r.num_computed_tokens -= accepted;
+      r.restore_state_checkpoint = true;
+    }
     if (!s.sample || tokens.empty()) {  // mid-prefill, or a row not used: nothing appended
       // (an encoder's pooled request writes no keys or values: nothing to cache)
       if (!r.pooled) kv_.cache_full_blocks(r.id, r.all_token_ids, r.num_computed_tokens, r.cache_key);
@@ -536,9 +558,8 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
 bool Scheduler::set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids) {
   auto it = requests_.find(request_id);
   if (it == requests_.end() || it->second->status != RequestStatus::kRunning) return false;
-  // A rejected draft cannot be rolled back out of a recurrent state (the
-  // engine refuses speculative decoding on such models at start).
-  if (kv_.has_state_slots()) return false;
+  // Rejected drafts are taken back out of a recurrent state from a checkpoint.
+  if (kv_.has_state_slots() && !kv_.has_state_checkpoints()) return false;
   Request& r = *it->second;
   // The drafts and the token sampled after them all become output.
   int64_t room = r.max_tokens - r.num_output_tokens() - 1;

@@ -146,7 +146,7 @@ class Scheduler {
   // scheduled as a decode (replacing any not yet scheduled). Cut to what the
   // request can still use: max_tokens and max_model_len count the drafts and
   // the token sampled after them. False for an id that is not running, and
-  // always for a model with recurrent state (no rollback of it yet).
+  // for a model with recurrent state whose cache keeps no checkpoints.
   bool set_draft_tokens(const std::string& request_id, std::vector<int32_t> draft_token_ids);
 
   // Beam search: a new running request `child_id` in the parent's beam
@@ -229,7 +229,7 @@ class Scheduler {
   int64_t running_seats() const;
   void add_scheduled(SchedulerOutput& out, const Request& r, int64_t n, int64_t n_drafts,
                      std::vector<int32_t> new_blocks, bool is_new, bool resumed,
-                     int64_t num_cached);
+                     int64_t num_cached, int32_t state_source = -1);
   // Frees and forgets a request; the caller has removed it from its queue.
   // `counted`: a finished request in the stats (not a dropped beam).
   void retire(Request& r, RequestStatus reason, bool counted = true);

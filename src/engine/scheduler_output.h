@@ -34,6 +34,14 @@ struct ScheduledRequest {
   // finish or preemption; is_new or resumed: the runner starts it from zero).
   // -1: the model has none.
   int32_t state_slot = -1;
+  // Recurrent layers: the slot whose state this step starts from instead of
+  // its own (a prefix hit's snapshot, or the checkpoint kept before drafts
+  // that were rejected), or -1; and where the state is saved after the token
+  // before each save's position (snapshots at block boundaries, the
+  // checkpoint before drafts), positions in (num_computed_tokens,
+  // num_computed_tokens + num_new_tokens], ascending.
+  int32_t state_source = -1;
+  std::vector<kv::StateSave> state_saves;
   bool is_new = false;   // admitted this step: the runner has no state for it yet
   bool resumed = false;  // admitted after a preemption: recomputes prompt and earlier output
   bool sample = false;   // this step reaches the request's last token: sample one

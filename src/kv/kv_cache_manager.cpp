@@ -32,12 +32,37 @@ int64_t max_blocks_held(const KVCacheConfig& config, int64_t n_tokens, int64_t m
   return total;
 }
 
+namespace {
+
+// Snapshots are kept only beside recurrent layers and prefix caching.
+int32_t snapshot_slots(const KVCacheConfig& c) {
+  return c.n_state_slots > 0 && c.enable_prefix_caching ? c.n_state_snapshots : 0;
+}
+
+}  // namespace
+
+int32_t state_slots_in_cache(const KVCacheConfig& c) {
+  return c.n_state_slots * (c.n_state_slots > 0 && c.state_checkpoints ? 2 : 1) + snapshot_slots(c);
+}
+
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
-    : config_(config), pool_(config.n_blocks), state_slots_(config.n_state_slots) {
+    : config_(config),
+      pool_(config.n_blocks),
+      state_slots_(config.n_state_slots),
+      snapshots_(config.n_state_slots * (config.state_checkpoints ? 2 : 1), snapshot_slots(config)) {
   INFERD_KV_CHECK(config.block_size >= 1, "block_size must be positive");
-  // Blocks found by prefix would come without the recurrent state at their end.
-  if (config_.n_state_slots > 0) config_.enable_prefix_caching = false;
+  INFERD_KV_CHECK(config.state_snapshot_interval >= 0 && config.state_snapshot_interval % config.block_size == 0,
+                  "the state snapshot interval must be a multiple of the block size");
+  // Blocks found by prefix would come without the recurrent state at their
+  // end: only snapshots let them be used.
+  if (config_.n_state_slots > 0 && snapshots_.num_slots() == 0) config_.enable_prefix_caching = false;
   for (int64_t w : config.group_windows) INFERD_KV_CHECK(w >= 0, "a group's window must be >= 0");
+}
+
+std::vector<int32_t> KVCacheManager::allocate_blocks(int32_t n) {
+  std::vector<int32_t> blocks = pool_.allocate(n);
+  snapshots_.drop_anchored(blocks);
+  return blocks;
 }
 
 PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens, uint64_t extra_key,
@@ -102,7 +127,13 @@ PrefixHit KVCacheManager::get_computed_blocks(std::span<const int32_t> tokens, u
     }
     return true;
   };
-  while (n_hit > 0 && !window_held(n_hit)) --n_hit;
+  // Beside recurrent layers the prefix must end where a snapshot of the state was kept.
+  auto snapshot_at = [&](int64_t k) -> std::optional<int32_t> {
+    if (!has_state_slots()) return -1;
+    return snapshots_.lookup(chain[k - 1]);
+  };
+  while (n_hit > 0 && (!window_held(n_hit) || !snapshot_at(n_hit))) --n_hit;
+  if (n_hit > 0 && has_state_slots()) hit.state_snapshot = *snapshot_at(n_hit);
 
   hit.hashes.assign(chain.begin(), chain.begin() + n_hit);
   for (int32_t g = 0; g < n_groups; ++g) {
@@ -192,10 +223,10 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
 
   // Touch the hit first so that allocate() cannot evict it.
   pool_.touch(hit_blocks);
-  std::vector<int32_t> fresh = pool_.allocate(static_cast<int32_t>(n_fresh * n_groups));
-  const std::vector<int32_t> for_external = pool_.allocate(static_cast<int32_t>(n_external));
+  std::vector<int32_t> fresh = allocate_blocks(static_cast<int32_t>(n_fresh * n_groups));
+  const std::vector<int32_t> for_external = allocate_blocks(static_cast<int32_t>(n_external));
   if (!to_copy.empty()) {
-    const std::vector<int32_t> dst = pool_.allocate(static_cast<int32_t>(to_copy.size()));
+    const std::vector<int32_t> dst = allocate_blocks(static_cast<int32_t>(to_copy.size()));
     std::vector<int32_t> released;
     for (size_t k = 0; k < to_copy.size(); ++k) {
       int32_t& entry = it->second.tables[to_copy[k].first][to_copy[k].second];
@@ -211,6 +242,10 @@ std::optional<std::vector<int32_t>> KVCacheManager::allocate_slots(const std::st
   if (!holds) {
     rb.tables.resize(n_groups);
     if (takes_state_slot) state_slots_.allocate(request_id);
+    if (hit_len > 0 && hit.state_snapshot >= 0) {
+      snapshots_.pin(hit.state_snapshot);
+      rb.reads_snapshot = hit.state_snapshot;
+    }
     if (hit.num_queried_tokens > 0) {
       ++stats_.requests;
       stats_.queried_tokens += hit.num_queried_tokens;
@@ -259,6 +294,59 @@ void KVCacheManager::cache_full_blocks(const std::string& request_id,
       if (b != BlockPool::kNullBlock) pool_.cache(b, group_block_hash(h, g));
     }
   }
+  if (rb.reads_snapshot >= 0) {  // its step has copied it
+    snapshots_.unpin(rb.reads_snapshot);
+    rb.reads_snapshot = -1;
+  }
+  // Snapshots the step saved: findable beside the block that ends their prefix
+  // (the cached one: another block may hold that prefix already).
+  std::erase_if(rb.snapshots_to_save, [&](const StateSave& save) {
+    const int64_t k = save.position / bs;
+    if (k > static_cast<int64_t>(rb.hashes.size())) return false;
+    const std::optional<int32_t> anchor = pool_.lookup(group_block_hash(rb.hashes[k - 1], 0));
+    if (anchor)
+      snapshots_.commit(save.slot, rb.hashes[k - 1], *anchor);
+    else
+      snapshots_.release(save.slot);
+    return true;
+  });
+}
+
+std::vector<StateSave> KVCacheManager::reserve_state_snapshots(const std::string& request_id, int64_t begin,
+                                                               int64_t end, int64_t prompt_tokens) {
+  std::vector<StateSave> saves;
+  auto it = requests_.find(request_id);
+  if (snapshots_.num_slots() == 0 || it == requests_.end()) return saves;
+  const int64_t bs = config_.block_size, interval = config_.state_snapshot_interval;
+  const int64_t last = std::min(end, prompt_tokens);
+  std::vector<int64_t> points;
+  if (interval > 0)
+    for (int64_t p = (begin / interval + 1) * interval; p <= last; p += interval) points.push_back(p);
+  const int64_t last_block = prompt_tokens / bs * bs;
+  if (last_block > begin && last_block <= end && (points.empty() || points.back() != last_block))
+    points.push_back(last_block);
+  for (int64_t p : points) {
+    if (p <= 0) continue;
+    const std::optional<int32_t> slot = snapshots_.reserve();
+    if (!slot) break;
+    saves.push_back({p, *slot});
+    it->second.snapshots_to_save.push_back(saves.back());
+  }
+  return saves;
+}
+
+void KVCacheManager::release_snapshots(RequestBlocks& rb) {
+  for (const StateSave& save : rb.snapshots_to_save) snapshots_.release(save.slot);
+  rb.snapshots_to_save.clear();
+  if (rb.reads_snapshot >= 0) snapshots_.unpin(rb.reads_snapshot);
+  rb.reads_snapshot = -1;
+}
+
+std::optional<int32_t> KVCacheManager::state_checkpoint_slot(const std::string& request_id) const {
+  if (!has_state_checkpoints()) return std::nullopt;
+  const std::optional<int32_t> slot = state_slots_.slot_of(request_id);
+  if (!slot) return std::nullopt;
+  return num_state_slots() + *slot;
 }
 
 void KVCacheManager::cache_loaded(std::span<const BlockTransfer> loads) {
@@ -303,6 +391,7 @@ void KVCacheManager::free(const std::string& request_id) {
     for (const std::vector<int32_t>& table : rb.tables)
       if (table[i] != BlockPool::kNullBlock) reversed.push_back(table[i]);
   pool_.free(reversed);
+  release_snapshots(it->second);
   requests_.erase(it);
   state_slots_.free(request_id);
 }
@@ -372,6 +461,27 @@ Status KVCacheManager::check_invariants() const {
     if (num_state_slots() - num_free_state_slots() != static_cast<int32_t>(requests_.size()))
       return fail("a state slot is held by a request that holds no blocks");
   }
+  if (Status s = snapshots_.check_invariants(); !s) return s;
+  int32_t reserved = 0;
+  std::unordered_map<int32_t, int32_t> readers;
+  for (const auto& [id, rb] : requests_) {
+    for (const StateSave& save : rb.snapshots_to_save) {
+      ++reserved;
+      if (!snapshots_.is_reserved(save.slot))
+        return fail("request '" + id + "' is to save a snapshot in slot " + std::to_string(save.slot) +
+                    ", which it has not reserved");
+    }
+    if (rb.reads_snapshot >= 0) ++readers[rb.reads_snapshot];
+  }
+  if (reserved != snapshots_.num_reserved()) return fail("a snapshot slot is reserved by no request");
+  for (const auto& [slot, n] : readers)
+    if (snapshots_.pins(slot) != n) return fail("snapshot slot " + std::to_string(slot) + " has the wrong pins");
+  int32_t pinned = 0;
+  for (int32_t s = 0; s < snapshots_.num_slots(); ++s) pinned += snapshots_.pins(num_state_slots_in_cache() - snapshots_.num_slots() + s) > 0;
+  if (pinned != static_cast<int32_t>(readers.size())) return fail("a snapshot is pinned by no request");
+  for (const auto& [key, anchor] : snapshots_.cached())
+    if (pool_.block_hash(anchor) != group_block_hash(key, 0))
+      return fail("a snapshot's anchor block " + std::to_string(anchor) + " is not cached under its prefix");
   return {};
 }
 

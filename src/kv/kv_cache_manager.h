@@ -35,6 +35,7 @@
 #include "kv/block_pool.h"
 #include "kv/kv_connector.h"
 #include "kv/state_slot_pool.h"
+#include "kv/state_snapshot_cache.h"
 
 namespace inferd::kv {
 
@@ -48,14 +49,28 @@ struct KVCacheConfig {
   std::vector<int64_t> group_windows;
   // A model with recurrent layers (KVCacheKind::kRecurrentState): how many
   // sequences' states the executor keeps, which bounds the requests that hold
-  // blocks at once. 0: no recurrent layers, no slots. A hybrid model's
-  // attention blocks are useless without the state that goes with them, so
-  // such a cache never does prefix caching (the constructor turns it off).
+  // blocks at once. 0: no recurrent layers, no slots.
   int32_t n_state_slots = 0;
+  // Prefix caching beside recurrent layers: a hybrid model's attention blocks
+  // are useless without the state at their end, so a prefix is found only up
+  // to a block boundary where a snapshot of the state was kept
+  // (StateSnapshotCache): this many snapshot slots (0: no prefix caching for
+  // such a model; the constructor turns it off), taken at every multiple of
+  // state_snapshot_interval tokens of a prompt (a multiple of block_size; 0:
+  // none) and at its last full block.
+  int32_t n_state_snapshots = 0;
+  int64_t state_snapshot_interval = 0;
+  // Speculative decoding beside recurrent layers: one more slot per running
+  // slot, where the state before a request's drafts is kept so that rejected
+  // drafts can be taken back out of it (state_checkpoint_slot).
+  bool state_checkpoints = false;
 
   int32_t num_groups() const { return group_windows.empty() ? 1 : static_cast<int32_t>(group_windows.size()); }
   int64_t window(int32_t group) const { return group_windows.empty() ? 0 : group_windows[group]; }
 };
+
+// Every state slot a cache of this config keeps (KVCacheManager::num_state_slots_in_cache).
+int32_t state_slots_in_cache(const KVCacheConfig& config);
 
 // The most blocks a request of `n_tokens` tokens holds at once (all groups),
 // when no step feeds it more than `max_step_tokens` tokens: with that many
@@ -88,6 +103,17 @@ struct PrefixHit {
   int64_t num_external_tokens = 0;
   bool consulted_connector = false;
   bool stopped_at_miss = false;
+  // Recurrent layers: the snapshot slot holding the state after the prefix
+  // (the request starts from a copy of it), or -1 for no hit.
+  int32_t state_snapshot = -1;
+};
+
+// Recurrent layers: after the sequence's token at `position` - 1 is computed,
+// the executor copies the sequence's state into `slot`.
+struct StateSave {
+  int64_t position = 0;
+  int32_t slot = 0;
+  bool operator==(const StateSave&) const = default;
 };
 
 // Copy on write: the runner copies every layer's keys and values of block
@@ -165,14 +191,27 @@ class KVCacheManager {
   void fork(const std::string& parent_id, const std::string& child_id, int64_t num_tokens);
 
   // After the first `num_computed_tokens` of `tokens` are in the cache: hashes
-  // the request's blocks that became full and makes them findable.
+  // the request's blocks that became full and makes them findable, with the
+  // state snapshots its step saved at their boundaries; the snapshot it
+  // started from (a prefix hit's) has been read and may be evicted again.
   void cache_full_blocks(const std::string& request_id, std::span<const int32_t> tokens,
                          int64_t num_computed_tokens, uint64_t extra_key);
 
+  // Recurrent layers with prefix caching: snapshot slots for the request's
+  // state at the snapshot points in (begin, end] (every multiple of
+  // state_snapshot_interval, and the last full block of its first
+  // `prompt_tokens` tokens; none past them), as far as slots can be reserved.
+  // The request computes positions [begin, end) in its coming step and the
+  // executor saves its state at each point; cache_full_blocks then makes
+  // each findable under its prefix. Empty without snapshots.
+  std::vector<StateSave> reserve_state_snapshots(const std::string& request_id, int64_t begin, int64_t end,
+                                                 int64_t prompt_tokens);
+
   // Drops the request's references, last block first, so that of its cached
   // blocks the tail of the sequence is evicted before the head, and returns
-  // its state slot (preemption by recompute too: the state is rebuilt). No-op
-  // for an id that holds nothing.
+  // its state slot (preemption by recompute too: the state is rebuilt) and
+  // any snapshot slots it reserved or was to read. No-op for an id that
+  // holds nothing.
   void free(const std::string& request_id);
 
   // The request's blocks in order for one group (empty if it holds none).
@@ -187,6 +226,14 @@ class KVCacheManager {
   bool has_state_slots() const { return config_.n_state_slots > 0; }
   int32_t num_state_slots() const { return state_slots_.num_slots(); }
   int32_t num_free_state_slots() const { return state_slots_.num_free(); }
+  // Speculative decoding: the slot that keeps the request's state before its
+  // drafts (one per state slot), or nullopt without checkpoints.
+  std::optional<int32_t> state_checkpoint_slot(const std::string& request_id) const;
+  bool has_state_checkpoints() const { return has_state_slots() && config_.state_checkpoints; }
+  const StateSnapshotCache& state_snapshots() const { return snapshots_; }
+  // Every slot the executor keeps, numbered: the running requests' state
+  // slots, then their checkpoints, then the snapshots.
+  int32_t num_state_slots_in_cache() const { return state_slots_in_cache(config_); }
   int64_t num_requests() const { return static_cast<int64_t>(requests_.size()); }
 
   int32_t block_size() const { return config_.block_size; }
@@ -209,14 +256,23 @@ class KVCacheManager {
   // holds a block twice, and only sliding-window tables hold the null block;
   // a request's tables are equally long; of each table, exactly the blocks the
   // request has hashed may be findable, and under the request's hash; with
-  // recurrent layers, exactly the requests that hold blocks hold a state slot.
+  // recurrent layers, exactly the requests that hold blocks hold a state slot;
+  // every reserved snapshot slot is one request's, every pin a reader's, and
+  // every cached snapshot's anchor block is cached under its prefix.
   Status check_invariants() const;
 
  private:
   struct RequestBlocks {
     std::vector<std::vector<int32_t>> tables;  // per group
     std::vector<BlockHash> hashes;  // prefix hashes of blocks [0, hashes.size()): full and computed
+    std::vector<StateSave> snapshots_to_save;  // reserved, written by the coming step
+    int32_t reads_snapshot = -1;               // the pinned snapshot its first step starts from
   };
+
+  // pool_.allocate, dropping the snapshots anchored to the blocks it reuses.
+  std::vector<int32_t> allocate_blocks(int32_t n);
+  // Gives back the request's reserved snapshot slots and its pin.
+  void release_snapshots(RequestBlocks& rb);
 
   // Frees a sliding-window group's blocks that no position >= first_position sees.
   void free_out_of_window_blocks(RequestBlocks& rb, int64_t first_position);
@@ -224,6 +280,7 @@ class KVCacheManager {
   KVCacheConfig config_;
   BlockPool pool_;
   StateSlotPool state_slots_;
+  StateSnapshotCache snapshots_;
   std::unordered_map<std::string, RequestBlocks> requests_;
   PrefixCacheStats stats_;
 };

@@ -61,9 +61,15 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
 
   // The convolution, this thread's channels of each sequence in batch order.
   const auto [c0, c1] = ThreadPool::split(C, ti, nt);
+  // A window is taps - 1 rows of C channels: this thread copies its channels.
+  auto copy_window = [&](const float* from, float* to) {
+    for (int64_t r = 0; r + 1 < taps; ++r) std::copy(from + r * C + c0, from + r * C + c1, to + r * C + c0);
+  };
   for (const SequenceSlice& sl : batch.sequences) {
     float* window = cache.conv_state(l, sl.state_slot);
-    if (fresh(sl))
+    if (sl.load_state_from >= 0)
+      copy_window(cache.conv_state(l, sl.load_state_from), window);
+    else if (fresh(sl))
       for (int64_t r = 0; r + 1 < taps; ++r) std::fill(window + r * C + c0, window + r * C + c1, 0.0f);
     kernels::ShortConvArgs a;
     a.x = s.qkv.data() + sl.first_token * C;
@@ -76,6 +82,7 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
     a.out = s.conv.data() + sl.first_token * C;
     a.out_stride = static_cast<size_t>(C);
     kernels::short_conv(a, c0, c1);
+    if (sl.save_state_to >= 0) copy_window(window, cache.conv_state(l, sl.save_state_to));
   }
   // This thread's tokens' write strengths and log decays: sigmoid(beta),
   // softplus(alpha + dt_bias) * a, each step rounded as GGML's ops.
@@ -107,7 +114,13 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
   for (const SequenceSlice& sl : batch.sequences) {
     if (h0 >= h1) break;
     float* state = cache.recurrent_state(l, sl.state_slot);
-    if (fresh(sl)) std::fill(state + h0 * S * S, state + h1 * S * S, 0.0f);
+    // This thread's value heads: a head's matrix is S * S floats.
+    if (sl.load_state_from >= 0) {
+      const float* from = cache.recurrent_state(l, sl.load_state_from);
+      std::copy(from + h0 * S * S, from + h1 * S * S, state + h0 * S * S);
+    } else if (fresh(sl)) {
+      std::fill(state + h0 * S * S, state + h1 * S * S, 0.0f);
+    }
     const float* conv = s.conv.data() + sl.first_token * C;
     kernels::GatedDeltaArgs a;
     a.q = conv;
@@ -125,6 +138,8 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
     a.out = s.out.data() + sl.first_token * V;
     a.out_stride = static_cast<size_t>(V);
     kernels::gated_delta_rule(a, h0, h1, flavour_);
+    if (sl.save_state_to >= 0)
+      std::copy(state + h0 * S * S, state + h1 * S * S, cache.recurrent_state(l, sl.save_state_to) + h0 * S * S);
     for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t) {
       for (int64_t h = h0; h < h1; ++h) {
         float* o = s.out.data() + t * V + h * S;

@@ -17,8 +17,14 @@ struct SequenceSlice {
   bool decode_each = false;
   // Its state slot in the cache (recurrent layers: KVCache::conv_state), or -1
   // for the cache's spare slot. A slice starting at position 0 starts from a
-  // zero state; any other continues the slot's.
+  // zero state; any other continues the slot's, or, when load_state_from is
+  // set, a copy of that slot's (a cached prefix's snapshot, or the checkpoint
+  // taken before rejected drafts). After its last token, when save_state_to
+  // is set, the slot's state is copied there too (a snapshot at a block
+  // boundary, a checkpoint before drafts). Whole slots, every recurrent layer.
   int32_t state_slot = -1;
+  int32_t load_state_from = -1;
+  int32_t save_state_to = -1;
   // Per KV group, the cache blocks holding positions [0, last position]; a
   // windowed group may have the null block where the window no longer reaches.
   std::vector<std::vector<int32_t>> block_tables;

@@ -133,8 +133,13 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
     // A model with recurrent layers: its states are out of the blocks above.
     gauge("recurrent_state_slots", "Sequences the recurrent-state slots let run at once (one slot each).",
           static_cast<double>(stats.kv_state_slots));
-    gauge("recurrent_state_bytes", "Bytes of the recurrent-state slots (f32, the spare slot included).",
+    gauge("recurrent_state_bytes",
+          "Bytes of the recurrent-state slots (f32: running, checkpoints, snapshots, the spare slot).",
           static_cast<double>(stats.kv_state_bytes));
+    gauge("recurrent_state_snapshot_slots", "Slots for the prefix cache's snapshots of the recurrent state.",
+          static_cast<double>(stats.kv_state_snapshots));
+    gauge("recurrent_state_snapshots_cached", "Snapshots of the recurrent state the prefix cache holds now.",
+          static_cast<double>(stats.kv_state_snapshots_cached));
   }
   counter("prompt_tokens_total", "Prompt tokens of the requests received.", stats.prompt_tokens);
   counter("generation_tokens_total", "Tokens generated.", stats.generation_tokens);

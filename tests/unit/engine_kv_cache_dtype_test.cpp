@@ -228,25 +228,39 @@ TEST(EngineKVCacheDType, AHybridModelsStatsCountItsStateSlotsOutOfTheBudget) {
   const int64_t budget = int64_t{4} << 20;
   EngineConfig ec = small_engine(DType::F16, budget);
   ec.max_num_seqs = 5;
+  ec.state_snapshots = 7;
   auto engine = Engine::create(*model, ec);
   ASSERT_TRUE(engine.ok()) << engine.error().message;
   const EngineStats s = (*engine)->stats();
   EXPECT_EQ(s.kv_state_slots, 5);
+  EXPECT_EQ(s.kv_state_snapshots, 7);
+  EXPECT_EQ(s.kv_state_snapshots_cached, 0);
+  EXPECT_EQ(s.kv_state_checkpoints, 0);
   EXPECT_EQ(s.kv_state_bytes_per_sequence, per_sequence);
-  EXPECT_EQ(s.kv_state_bytes, static_cast<int64_t>(6 * per_sequence));
+  // 5 running, 7 snapshots and the spare slot.
+  EXPECT_EQ(s.kv_state_bytes, static_cast<int64_t>(13 * per_sequence));
   const int64_t block_bytes = static_cast<int64_t>(KVCache::block_bytes(c, 16, DType::F16));
   EXPECT_EQ(s.kv_total_blocks, (budget - s.kv_state_bytes) / block_bytes - 1);
-  const KVCapacity cap = kv_capacity_for_bytes(c, 16, DType::F16, budget, 5);
+  const KVCapacity cap = kv_capacity_for_bytes(c, 16, DType::F16, budget, 5 + 7);
   EXPECT_EQ(cap.blocks, s.kv_total_blocks);
   EXPECT_EQ(cap.tokens, s.kv_capacity_tokens);
-  EXPECT_EQ(cap.state_slots, 5);
   EXPECT_EQ(cap.state_bytes, s.kv_state_bytes);
   EXPECT_EQ(cap.state_bytes_per_sequence, per_sequence);
   const nlohmann::json j = engine_stats_json(s);
   EXPECT_EQ(j["kv_state_slots"], 5);
+  EXPECT_EQ(j["kv_state_snapshots"], 7);
   EXPECT_EQ(j["kv_state_bytes"], s.kv_state_bytes);
-  // Prefix caching is off beside recurrent layers, and the config says so.
-  EXPECT_FALSE((*engine)->config().enable_prefix_caching);
+  // Prefix caching stays on beside recurrent layers (through the snapshots)...
+  EXPECT_TRUE((*engine)->config().enable_prefix_caching);
+  // ...unless there are none; n-gram speculation adds a checkpoint per running slot.
+  ec.state_snapshots = 0;
+  ec.speculative.method = SpeculativeConfig::Method::kNgram;
+  ec.speculative.num_speculative_tokens = 3;
+  auto spec = Engine::create(*model, ec);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  EXPECT_FALSE((*spec)->config().enable_prefix_caching);
+  EXPECT_EQ((*spec)->stats().kv_state_checkpoints, 5);
+  EXPECT_EQ((*spec)->stats().kv_state_bytes, static_cast<int64_t>(11 * per_sequence));
   // Other models have no slots.
   auto llama = load("tiny-llama3.gguf");
   ASSERT_TRUE(llama);

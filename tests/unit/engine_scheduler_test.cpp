@@ -185,8 +185,12 @@ void expect_step_ok(const Scheduler& s, const SchedulerOutput& out) {
     const Request* r = s.find(sr.request_id);
     ASSERT_NE(r, nullptr);
     EXPECT_EQ(sr.sample, sr.num_computed_tokens + sr.num_new_tokens - sr.num_draft_tokens == r->num_tokens());
-    // Drafts only follow a decode's one token, and only as many as were set.
-    if (sr.num_draft_tokens > 0) EXPECT_EQ(sr.num_new_tokens, sr.num_draft_tokens + 1);
+    // Drafts only follow a decode's one token (beside recurrent layers, after
+    // a rollback: every token left to compute), and only as many as were set.
+    if (sr.num_draft_tokens > 0) {
+      EXPECT_EQ(sr.num_computed_tokens + sr.num_new_tokens - sr.num_draft_tokens, r->num_tokens());
+      if (!s.kv_cache().has_state_slots()) EXPECT_EQ(sr.num_new_tokens, sr.num_draft_tokens + 1);
+    }
   }
   EXPECT_EQ(total, out.total_num_scheduled_tokens);
   Status st = s.check_output(out);
@@ -793,7 +797,8 @@ TEST(EngineScheduler, UpdateRefusesAMismatchedOutputAndChangesNothing) {
 // with_drafts: every running request gets random drafts after each step,
 // some right and some wrong, so rejected drafts are rolled back all the time.
 // hybrid: a model with recurrent layers (state slots, sometimes fewer than
-// max_num_seqs; no prefix caching, no drafts).
+// max_num_seqs; prefix hits only where a snapshot of the state was kept, in
+// 0 to 6 snapshot slots; with drafts, a checkpoint slot per state slot).
 void randomized_operations(bool with_drafts, bool hybrid = false) {
   int64_t total_rejected = 0, total_preemptions = 0, total_hits = 0;
   int64_t window_hits = 0;
@@ -815,7 +820,12 @@ void randomized_operations(bool with_drafts, bool hybrid = false) {
       c.kv.n_blocks = 1 + uniform(200, 320) / bs;  // about as tight for two or three groups
 
     }
-    if (hybrid) c.kv.n_state_slots = uniform(1, c.max_num_seqs);
+    if (hybrid) {
+      c.kv.n_state_slots = uniform(1, c.max_num_seqs);
+      c.kv.n_state_snapshots = uniform(0, 6);
+      c.kv.state_snapshot_interval = bs * uniform(0, 3);
+      c.kv.state_checkpoints = with_drafts;
+    }
     const int64_t max_step = c.max_request_step_tokens();
     Scheduler s(c);
     FakeRunner runner(s);
@@ -887,12 +897,8 @@ void randomized_operations(bool with_drafts, bool hybrid = false) {
   // The operations reached every path they are meant to exercise.
   EXPECT_GT(total_rejected, 0);
   EXPECT_GT(total_preemptions, 0);
-  if (hybrid) {
-    EXPECT_EQ(total_hits, 0);  // prefix caching is off beside recurrent state
-  } else {
-    EXPECT_GT(total_hits, 0);
-    EXPECT_GT(window_hits, 0);
-  }
+  EXPECT_GT(total_hits, 0);
+  if (!hybrid) EXPECT_GT(window_hits, 0);
 }
 
 TEST(EngineScheduler, DraftsAreVerifiedWithLookaheadSlotsAndRejectedOnesRolledBack) {
@@ -982,6 +988,12 @@ TEST(EngineScheduler, RandomizedOperationsWithDraftsKeepInvariants) { randomized
 // and the slots end free (expect_idle_and_clean, the manager's invariants).
 TEST(EngineScheduler, RandomizedOperationsWithRecurrentStateSlotsKeepInvariants) {
   randomized_operations(false, true);
+}
+
+// The same with drafts: rejected ones roll num_computed_tokens back to the
+// checkpoint before the drafts, and no slot, snapshot or block leaks.
+TEST(EngineScheduler, RandomizedOperationsWithRecurrentStateAndDraftsKeepInvariants) {
+  randomized_operations(true, true);
 }
 
 TEST(EngineScheduler, AHybridModelRefusesBeamsAndDrafts) {

@@ -189,13 +189,20 @@ class ModelTest : public ::testing::Test {
   }
 
   // A model with recurrent layers: the bytes of the state slots an engine of
-  // max_seqs requests takes from its KV budget (the cache's spare one
-  // included) before its blocks; 0 for other models.
-  static int64_t state_slots_bytes(int32_t max_seqs) {
+  // this config takes from its KV budget before its blocks (running
+  // requests', speculation's checkpoints, the prefix cache's snapshots and the
+  // cache's spare one); 0 for other models.
+  static int64_t state_slots_bytes(const EngineConfig& c) {
     const KVLayout layout = kv_layout();
-    return layout.n_state_layers > 0 ? int64_t{max_seqs + 1} * static_cast<int64_t>(layout.state_slot_bytes()) : 0;
+    if (layout.n_state_layers == 0) return 0;
+    const kv::KVCacheConfig k{.enable_prefix_caching = c.enable_prefix_caching,
+                              .n_state_slots = c.max_num_seqs,
+                              .n_state_snapshots = c.state_snapshots,
+                              .state_checkpoints = c.speculative.enabled()};
+    return int64_t{kv::state_slots_in_cache(k) + 1} * static_cast<int64_t>(layout.state_slot_bytes());
   }
 
+  // n_blocks of KV blocks (the reserved one included) beside the state slots.
   static EngineConfig engine_config(int64_t budget, int32_t max_seqs, int64_t n_blocks,
                                     bool prefix_caching = true) {
     EngineConfig c;
@@ -203,8 +210,8 @@ class ModelTest : public ::testing::Test {
     c.max_num_seqs = max_seqs;
     c.kv_cache_dtype = kv_dtype_;
     c.kv_cache_skip_sliding_window = skip_sliding_window_;
-    c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks) + state_slots_bytes(max_seqs);
     c.enable_prefix_caching = prefix_caching;
+    c.kv_cache_bytes = kv_bytes_for_blocks(n_blocks) + state_slots_bytes(c);
     return c;
   }
 

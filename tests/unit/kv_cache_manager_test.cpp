@@ -627,7 +627,7 @@ TEST(KvCacheManagerStateSlots, NoBlocksFailsTheAllocationWithoutTakingASlot) {
   EXPECT_INVARIANTS(m);
 }
 
-TEST(KvCacheManagerStateSlots, PrefixCachingIsOffForAHybridCache) {
+TEST(KvCacheManagerStateSlots, PrefixCachingIsOffForAHybridCacheWithoutSnapshots) {
   KVCacheManager m(hybrid(20, 2));
   EXPECT_FALSE(m.prefix_caching_enabled());
   const std::vector<int32_t> t = tokens(9);
@@ -637,6 +637,217 @@ TEST(KvCacheManagerStateSlots, PrefixCachingIsOffForAHybridCache) {
   EXPECT_EQ(hit.num_tokens, 0);  // the blocks would come without their state
   EXPECT_EQ(m.pool().num_cached_blocks(), 0);
   EXPECT_INVARIANTS(m);
+}
+
+// --- State snapshots: prefix caching beside recurrent layers.
+
+KVCacheConfig hybrid_cached(int32_t n_blocks, int32_t n_slots, int32_t n_snapshots, int64_t interval,
+                            bool checkpoints = false) {
+  KVCacheConfig c = hybrid(n_blocks, n_slots);
+  c.n_state_snapshots = n_snapshots;
+  c.state_snapshot_interval = interval;
+  c.state_checkpoints = checkpoints;
+  return c;
+}
+
+// One step of a request over [begin, end) of t, as the scheduler runs it:
+// slots, snapshot reservations, then (after the pass) the hashes.
+std::vector<StateSave> step(KVCacheManager& m, const std::string& id, const std::vector<int32_t>& t, int64_t begin,
+                            int64_t end, int64_t prompt, const PrefixHit& hit = {}) {
+  EXPECT_TRUE(m.allocate_slots(id, begin, end - begin - hit.num_tokens, hit).has_value());
+  std::vector<StateSave> saves = m.reserve_state_snapshots(id, begin, end, prompt);
+  m.cache_full_blocks(id, t, end, 0);
+  return saves;
+}
+
+TEST(KvCacheManagerStateSnapshots, SlotsAreNumberedAfterTheRunningSlotsAndCheckpoints) {
+  KVCacheManager m(hybrid_cached(40, 3, 5, 8, /*checkpoints=*/true));
+  EXPECT_TRUE(m.prefix_caching_enabled());
+  EXPECT_EQ(m.num_state_slots_in_cache(), 3 + 3 + 5);
+  EXPECT_EQ(state_slots_in_cache(hybrid_cached(40, 3, 5, 8, true)), 11);
+  ASSERT_TRUE(m.allocate_slots("a", 0, 5));
+  ASSERT_TRUE(m.allocate_slots("b", 0, 5));
+  EXPECT_EQ(m.state_checkpoint_slot("b"), 3 + 1);
+  const std::vector<StateSave> saves = m.reserve_state_snapshots("a", 0, 5, 5);
+  ASSERT_EQ(saves.size(), 1u);
+  EXPECT_EQ(saves[0], (StateSave{4, 6}));  // the prompt's last full block; the first snapshot slot
+  EXPECT_FALSE(KVCacheManager(hybrid(20, 2)).state_checkpoint_slot("a").has_value());
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSnapshots, SnapshotsAtEveryIntervalAndTheLastFullBlockOfThePrompt) {
+  KVCacheManager m(hybrid_cached(40, 2, 10, 8));
+  const std::vector<int32_t> t = tokens(30);
+  // A prompt of 30 in chunks [0, 12) and [12, 30): 8 in the first; 16, 24 and
+  // 28 (the last full block of 4) in the second.
+  std::vector<StateSave> saves = step(m, "a", t, 0, 12, 30);
+  ASSERT_EQ(saves.size(), 1u);
+  EXPECT_EQ(saves[0].position, 8);
+  saves = step(m, "a", t, 12, 30, 30);
+  ASSERT_EQ(saves.size(), 3u);
+  EXPECT_EQ(saves[0].position, 16);
+  EXPECT_EQ(saves[1].position, 24);
+  EXPECT_EQ(saves[2].position, 28);
+  EXPECT_EQ(m.state_snapshots().num_cached(), 4);
+  // Output tokens get none.
+  EXPECT_TRUE(m.reserve_state_snapshots("a", 30, 40, 30).empty());
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSnapshots, AHitEndsAtTheLongestCachedPrefixWithASnapshot) {
+  KVCacheManager m(hybrid_cached(40, 2, 10, 8));
+  const std::vector<int32_t> a = tokens(22);
+  step(m, "a", a, 0, 22, 22);  // snapshots at 8, 16 and 20
+  m.free("a");
+  // A prompt sharing 18 tokens: 4 full blocks are cached, the snapshot at 16 is the last within them.
+  std::vector<int32_t> b = tokens(30);
+  b[18] = 7;
+  const PrefixHit hit = m.get_computed_blocks(b, 0);
+  EXPECT_EQ(hit.num_tokens, 16);
+  ASSERT_GE(hit.state_snapshot, 0);
+  EXPECT_EQ(m.state_snapshots().lookup(hit.hashes.back()), hit.state_snapshot);
+  ASSERT_TRUE(m.allocate_slots("b", 0, 14, hit));
+  EXPECT_EQ(m.state_snapshots().pins(hit.state_snapshot), 1);  // read by b's coming step
+  EXPECT_INVARIANTS(m);
+  m.cache_full_blocks("b", b, 30, 0);
+  EXPECT_EQ(m.state_snapshots().pins(hit.state_snapshot), 0);
+  EXPECT_EQ(m.prefix_cache_stats().hit_tokens, 16);
+  EXPECT_INVARIANTS(m);
+  // Without snapshots the same blocks give no hit: they come without their state.
+  KVCacheManager none(hybrid_cached(40, 2, 10, 0));
+  step(none, "a", a, 0, 22, 22);
+  none.free("a");
+  EXPECT_EQ(none.get_computed_blocks(tokens(30), 0).num_tokens, 20);  // the last full block of a's prompt
+  std::vector<int32_t> c = tokens(30);
+  c[19] = 7;
+  EXPECT_EQ(none.get_computed_blocks(c, 0).num_tokens, 0);
+}
+
+TEST(KvCacheManagerStateSnapshots, ASnapshotIsEvictedWithItsBlock) {
+  KVCacheManager m(hybrid_cached(6, 1, 4, 0));  // 5 usable blocks
+  const std::vector<int32_t> a = tokens(9);
+  step(m, "a", a, 0, 9, 9);  // a snapshot at 8
+  m.free("a");
+  EXPECT_EQ(m.state_snapshots().num_cached(), 1);
+  EXPECT_EQ(m.get_computed_blocks(tokens(12), 0).num_tokens, 8);
+  // Another request takes every block: a's are evicted, and its snapshot with them.
+  ASSERT_TRUE(m.allocate_slots("b", 0, 20));
+  EXPECT_EQ(m.state_snapshots().num_cached(), 0);
+  EXPECT_EQ(m.state_snapshots().num_free(), 4);
+  m.free("b");
+  EXPECT_EQ(m.get_computed_blocks(tokens(12), 0).num_tokens, 0);
+  EXPECT_INVARIANTS(m);
+}
+
+TEST(KvCacheManagerStateSnapshots, ReservationsEvictTheLeastRecentlyUsedUnpinnedSnapshot) {
+  KVCacheManager m(hybrid_cached(60, 4, 2, 0));
+  const std::vector<int32_t> p1 = tokens(9, 100), p2 = tokens(9, 200), p3 = tokens(9, 300);
+  step(m, "a", p1, 0, 9, 9);
+  m.free("a");
+  step(m, "b", p2, 0, 9, 9);
+  m.free("b");
+  // p1's snapshot is read again (pinned, then used): p2's is now the least recently used.
+  const PrefixHit hit = m.get_computed_blocks(p1, 0);
+  ASSERT_EQ(hit.num_tokens, 8);
+  ASSERT_TRUE(m.allocate_slots("c", 0, 1, hit));
+  // While c is to read it, it cannot be evicted: d's reservation takes p2's.
+  step(m, "d", p3, 0, 9, 9);
+  EXPECT_TRUE(m.get_computed_blocks(p1, 0).state_snapshot >= 0);
+  EXPECT_EQ(m.get_computed_blocks(p2, 0).num_tokens, 0);
+  EXPECT_EQ(m.get_computed_blocks(p3, 0).num_tokens, 8);
+  // p3's is not pinned: the next reservation evicts it; then one slot is
+  // pinned and the other reserved, and a further reservation gets none.
+  ASSERT_TRUE(m.allocate_slots("e", 0, 9));
+  EXPECT_EQ(m.reserve_state_snapshots("e", 0, 9, 9).size(), 1u);
+  EXPECT_EQ(m.get_computed_blocks(p3, 0).num_tokens, 0);
+  ASSERT_TRUE(m.allocate_slots("f", 0, 9));
+  EXPECT_TRUE(m.reserve_state_snapshots("f", 0, 9, 9).empty());
+  EXPECT_INVARIANTS(m);
+  for (const char* id : {"c", "d", "e", "f"}) m.free(id);
+  EXPECT_EQ(m.state_snapshots().num_reserved(), 0);
+  EXPECT_INVARIANTS(m);
+}
+
+// Random admissions (with prefix hits), prefill chunks, decodes, snapshot
+// saves, preemptions and finishes over prompts that share prefixes: no slot,
+// snapshot, pin or block leaks, the invariants hold after every operation,
+// and everything is free at the end.
+TEST(KvCacheManagerStateSnapshots, RandomizedAdmitGrowSnapshotHitPreemptFinishLeakNothing) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    std::mt19937 rng(seed);
+    const int32_t n_slots = 1 + static_cast<int32_t>(rng() % 4);
+    const int32_t n_snapshots = 1 + static_cast<int32_t>(rng() % 6);
+    KVCacheManager m(hybrid_cached(12 + static_cast<int32_t>(rng() % 40), n_slots, n_snapshots,
+                                   4 * static_cast<int64_t>(rng() % 4), rng() % 2 == 0));
+    struct Running {
+      std::vector<int32_t> tokens;
+      int64_t prompt = 0, computed = 0;
+    };
+    std::map<std::string, Running> running;
+    // Prompts from a few shared stems, so that later ones hit earlier ones' snapshots.
+    std::vector<std::vector<int32_t>> stems;
+    for (int i = 0; i < 3; ++i) stems.push_back(tokens(40, 1000 * (i + 1)));
+    int next_id = 0;
+    int64_t hits = 0, saved = 0, preempted = 0;
+    for (int op = 0; op < 3000; ++op) {
+      const int kind = static_cast<int>(rng() % 10);
+      auto pick = [&]() {
+        auto it = running.begin();
+        std::advance(it, static_cast<long>(rng() % running.size()));
+        return it->first;
+      };
+      if (running.empty() || kind < 3) {  // admit, taking the cache's hit
+        const std::string id = "r" + std::to_string(next_id++);
+        Running r;
+        const std::vector<int32_t>& stem = stems[rng() % stems.size()];
+        r.tokens.assign(stem.begin(), stem.begin() + 1 + static_cast<long>(rng() % stem.size()));
+        r.tokens.push_back(static_cast<int32_t>(rng() % 50));
+        r.prompt = static_cast<int64_t>(r.tokens.size());
+        const PrefixHit hit = m.get_computed_blocks(r.tokens, 0);
+        EXPECT_EQ(hit.num_tokens > 0, hit.state_snapshot >= 0);
+        const int64_t n = std::min<int64_t>(r.prompt - hit.num_tokens, 1 + static_cast<int64_t>(rng() % 16));
+        if (m.allocate_slots(id, 0, n, hit)) {
+          hits += hit.num_tokens > 0;
+          r.computed = hit.num_tokens;
+          saved += static_cast<int64_t>(m.reserve_state_snapshots(id, r.computed, r.computed + n, r.prompt).size());
+          r.computed += n;
+          if (rng() % 8 != 0) m.cache_full_blocks(id, r.tokens, r.computed, 0);  // else preempted before its update
+          running[id] = std::move(r);
+        }
+      } else if (kind < 7) {  // the next chunk, or a decode
+        const std::string id = pick();
+        Running& r = running[id];
+        if (r.computed >= static_cast<int64_t>(r.tokens.size())) r.tokens.push_back(static_cast<int32_t>(rng() % 50));
+        const int64_t left = static_cast<int64_t>(r.tokens.size()) - r.computed;
+        const int64_t n = std::min<int64_t>(left, 1 + static_cast<int64_t>(rng() % 8));
+        if (m.allocate_slots(id, r.computed, n)) {
+          saved += static_cast<int64_t>(m.reserve_state_snapshots(id, r.computed, r.computed + n, r.prompt).size());
+          r.computed += n;
+          m.cache_full_blocks(id, r.tokens, r.computed, 0);
+        }
+      } else {  // finished, or preempted by recompute
+        const std::string id = pick();
+        preempted += kind == 9;
+        m.free(id);
+        running.erase(id);
+      }
+      EXPECT_EQ(m.num_state_slots() - m.num_free_state_slots(), static_cast<int32_t>(running.size()));
+      EXPECT_INVARIANTS(m);
+      if (testing::Test::HasFailure()) return;
+    }
+    for (const auto& [id, r] : running) m.free(id);
+    EXPECT_EQ(m.num_free_state_slots(), n_slots);
+    EXPECT_EQ(m.state_snapshots().num_reserved(), 0);
+    EXPECT_EQ(m.state_snapshots().num_free() + m.state_snapshots().num_cached(), n_snapshots);
+    for (int32_t s = 0; s < n_snapshots; ++s)
+      EXPECT_EQ(m.state_snapshots().pins(m.num_state_slots_in_cache() - n_snapshots + s), 0);
+    EXPECT_EQ(m.num_free_blocks(), m.num_usable_blocks());
+    EXPECT_EQ(m.num_requests(), 0);
+    EXPECT_INVARIANTS(m);
+    EXPECT_GT(hits, 20) << "seed " << seed;
+    EXPECT_GT(saved, 20) << "seed " << seed;
+    EXPECT_GT(preempted, 0);
+  }
 }
 
 TEST(KvCacheManagerStateSlotsDeathTest, ForkingAHybridRequestIsAContractViolation) {
