@@ -23,6 +23,27 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
+ModelRunnerConfig Engine::runner_config(const Model& model, const EngineConfig& config) {
+  const int64_t max_model_len = config.max_model_len > 0 ? config.max_model_len : model.config().context_length;
+  ModelRunnerConfig rc;
+  rc.block_size = config.block_size;
+  rc.kv_cache_bytes = config.kv_cache_bytes;
+  rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
+  rc.kv_cache_dtype = config.kv_cache_dtype;
+  rc.warm_up = config.warm_up;
+  rc.n_state_slots = model.config().has_recurrent_layers() ? config.max_num_seqs : 0;
+  // A kv_producer's KV cache goes on shared memory, which consumers on this
+  // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
+  // and shared memory has no transparent huge pages on most systems.
+  rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
+  // More blocks than every running request at full length needs would only
+  // ever hold cached prefixes; a budget given as a fraction of memory stops there.
+  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype);
+  if (max_model_len > 0 && config.kv_cache_bytes <= 0)
+    rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
+  return rc;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig& config) {
   if (!model.can_generate())
     return make_error(unsupported_architecture_message(model.config().architecture));
@@ -50,23 +71,14 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
       spdlog::info("prefix caching is off for '{}': a cached prefix would need its recurrent layers' state too", arch);
   }
 
-  ModelRunnerConfig rc;
-  rc.block_size = config.block_size;
-  rc.kv_cache_bytes = config.kv_cache_bytes;
-  rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
-  rc.kv_cache_dtype = config.kv_cache_dtype;
-  rc.warm_up = config.warm_up;
-  rc.n_state_slots = recurrent ? config.max_num_seqs : 0;
-  // A kv_producer's KV cache goes on shared memory, which consumers on this
-  // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
-  // and shared memory has no transparent huge pages on most systems.
-  rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
-  // More blocks than every running request at full length needs would only
-  // ever hold cached prefixes; a budget given as a fraction of memory stops there.
+  if (config.pipeline && (config.offload.enabled() || config.kv_transfer))
+    return make_error("KV offload tiers and the KV transfer do not run with pipeline parallelism yet (issue 40): "
+                      "each rank's KV cache holds its own layers only");
   if (Status s = check_kv_cache_dtype(model, config.kv_cache_dtype, config.block_size); !s) return s.error();
   const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype);
-  if (max_model_len > 0 && config.kv_cache_bytes <= 0)
-    rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
+  ModelRunnerConfig rc = runner_config(model, config);
+  rc.pipeline = config.pipeline;
+  if (config.pipeline) rc.agree_on_blocks = [link = config.pipeline](int32_t n) { return link->agree_on_blocks(n); };
   auto runner = ModelRunner::create(model, rc);
   if (!runner) return runner.error();
 

@@ -53,6 +53,24 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
   return layout;
 }
 
+KVLayout KVLayout::for_layers(int64_t begin, int64_t end) const {
+  KVLayout stage = *this;
+  // A block's slab s holds, for each group, that group's layer at place s:
+  // the stage keeps the places its own layers take, renumbered in order.
+  std::vector<int32_t> place(layers_per_block, -1);
+  for (int64_t l = begin; l < end; ++l)
+    if (layer_group[l] >= 0) place[layer_slab[l]] = 0;
+  int32_t kept = 0;
+  for (int32_t& p : place)
+    if (p == 0) p = kept++;
+  stage.layers_per_block = kept;
+  for (size_t l = 0; l < layer_slab.size(); ++l) {
+    const bool own = static_cast<int64_t>(l) >= begin && static_cast<int64_t>(l) < end && layer_group[l] >= 0;
+    stage.layer_slab[l] = own ? place[layer_slab[l]] : -1;
+  }
+  return stage;
+}
+
 KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size, bool shareable)
     : KVCache(KVLayout::plan(c, static_cast<int32_t>(block_size)), n_blocks, shareable) {}
 

@@ -51,6 +51,10 @@ struct KVLayout {
   static KVLayout plan(const ModelConfig& config, int32_t block_size = 16,
                        DType dtype = kv::kDefaultKVCacheDType);
   int32_t num_groups() const { return static_cast<int32_t>(group_windows.size()); }
+  // What a pipeline stage running layers [begin, end) keeps of this layout:
+  // the same groups (so the same block tables and block count), each block
+  // holding only the slabs those layers use. The other layers' slab is -1.
+  KVLayout for_layers(int64_t begin, int64_t end) const;
   // What every group's slabs hold: the groups differ in kind and window only.
   const kv::KVCacheSpec& storage_spec() const { return group_specs.front(); }
   // Bytes of one block: keys and values of its layers_per_block layers.
