@@ -1,5 +1,6 @@
 #include "distributed/mpi_world.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -25,6 +26,9 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::init() {
   MPI_Comm_rank(MPI_COMM_WORLD, &world->rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world->size_);
   MPI_Comm_dup(MPI_COMM_WORLD, &world->pipeline_);
+  // A failed call returns its error, which the caller reports with the rank
+  // and the call before it aborts (the default would abort without saying).
+  MPI_Comm_set_errhandler(world->pipeline_, MPI_ERRORS_RETURN);
   return world;
 }
 

@@ -1,6 +1,7 @@
 #include "distributed/pipeline.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 namespace inferd::distributed {
 
@@ -90,8 +91,8 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
   ModelRunner& runner = **created;
   const int rank = world.rank();
   const bool last = rank == world.size() - 1;
-  spdlog::info("rank {}: pipeline stage of layers [{}, {}), KV cache {} blocks ({} bytes)", rank, model.layer_begin(),
-               model.layer_end(), runner.n_blocks(), runner.kv_cache_bytes());
+  spdlog::info("rank {} (pid {}): pipeline stage of layers [{}, {}), KV cache {} blocks ({} bytes)", rank, getpid(),
+               model.layer_begin(), model.layer_end(), runner.n_blocks(), runner.kv_cache_bytes());
   std::vector<uint8_t> bytes;
   std::vector<float> hidden;
   for (;;) {
