@@ -4,6 +4,7 @@
 // forward passes chained in one process against the whole model's.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
