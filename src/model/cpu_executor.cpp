@@ -812,7 +812,8 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
 void CpuExecutor::hand_on_stream(const Pass& pass, const float* x, const float* h, const float* h_weight, int ti,
                                  int nt) const {
   const int64_t E = config_.n_embd;
-  std::vector<float> h_normed(h_weight ? E : 0);
+  thread_local std::vector<float> h_normed;  // grown once, not per step
+  h_normed.resize(h_weight ? E : 0);
   const auto [t0, t1] = ThreadPool::split(pass.batch->size(), ti, nt);
   for (int64_t t = t0; t < t1; ++t) {
     const float* hr = h ? h + t * E : nullptr;

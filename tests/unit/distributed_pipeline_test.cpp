@@ -1,6 +1,5 @@
 // The pieces of pipeline parallelism that need no second process: the
-// sizes refused before MPI starts, the stages' layer ranges, a stage's KV
-// layout, the step and output messages through their codec, and a stage's
+// sizes refused before MPI starts, the stages' layer ranges, the step and output messages through their codec, and a stage's
 // forward passes chained in one process against the whole model's.
 #include <gtest/gtest.h>
 
@@ -11,7 +10,6 @@
 #include "distributed/parallel_config.h"
 #include "distributed/step_codec.h"
 #include "engine/model_runner.h"
-#include "model/kv_cache.h"
 #include "model/model.h"
 
 namespace inferd {
@@ -41,35 +39,6 @@ TEST(DistributedSizes, StagesTakeContiguousBalancedLayers) {
   const LayerRange last = pipeline_layers(2, {1, 2});
   EXPECT_EQ(last.begin, 1);
   EXPECT_EQ(last.end, 2);
-}
-
-TEST(DistributedKVLayout, AStageKeepsItsLayersSlabsOfTheSameGroups) {
-  // Gemma 3's shape: every 6th layer global, 18 layers -> 3 layers a block.
-  ModelConfig c;
-  c.n_layer = 18;
-  c.n_head = 4;
-  c.n_head_kv = 1;
-  c.head_dim = 256;
-  c.layers.assign(18, LayerConfig{});
-  for (int l = 0; l < 18; ++l) c.layers[l].sliding_window = (l + 1) % 6 == 0 ? 0 : 512;
-  const KVLayout whole = KVLayout::plan(c, 16);
-  ASSERT_EQ(whole.layers_per_block, 3);
-  // Layers 0..8: windowed 0-4, 6-8 (places 0,1,2,0,1 and 2,0,1) and global 5 (place 0): every place.
-  const KVLayout first = whole.for_layers(0, 9);
-  EXPECT_EQ(first.group_windows, whole.group_windows);
-  EXPECT_EQ(first.layers_per_block, 3);
-  // Layers 0..1 only: places 0 and 1 of the first windowed group.
-  const KVLayout two = whole.for_layers(0, 2);
-  EXPECT_EQ(two.layers_per_block, 2);
-  EXPECT_EQ(two.layer_slab[0], 0);
-  EXPECT_EQ(two.layer_slab[1], 1);
-  EXPECT_EQ(two.layer_slab[2], -1);
-  EXPECT_EQ(two.block_bytes() * 3, whole.block_bytes() * 2);
-  // Layers 2..3: places 2 and 0, renumbered 0 and 1 in place order.
-  const KVLayout mid = whole.for_layers(2, 4);
-  EXPECT_EQ(mid.layers_per_block, 2);
-  EXPECT_EQ(mid.layer_slab[3], 0);
-  EXPECT_EQ(mid.layer_slab[2], 1);
 }
 
 TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
