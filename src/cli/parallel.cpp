@@ -9,11 +9,11 @@
 namespace inferd::cli {
 
 void ParallelFlags::add_to(CLI::App& app) {
-  app.add_option("--pipeline-parallel-size,-pp", pipeline_parallel_size,
+  app.add_option("--pipeline-parallel-size", pipeline_parallel_size,
                  "Split the model's layers into this many stages, one process each, started by mpirun "
                  "(mpirun -np P inferd ... --pipeline-parallel-size P)")
       ->capture_default_str();
-  app.add_option("--tensor-parallel-size,-tp", tensor_parallel_size,
+  app.add_option("--tensor-parallel-size", tensor_parallel_size,
                  "Split each layer across this many processes (not built yet: 1)")
       ->capture_default_str();
 }
