@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
 
 #include "cli/common.h"
@@ -43,13 +46,21 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   if (!world) return world.error();
   run.world = std::move(*world);
   run.stage = {run.world->rank(), flags.pipeline_parallel_size};
-  if (run.world->rank() == 0) run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
+  if (run.world->rank() == 0) {
+    run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
+    // mpirun ends the job at once on a signal; rank 0's own drains first.
+    spdlog::info("rank 0 (pid {}) of {}: SIGTERM to this pid drains and stops every rank", getpid(), run.world->size());
+  }
   return run;
 }
 
 int run_pipeline_stage(const ParallelRun& run, const std::string& model_path, int threads,
                        kernels::GgmlFlavour flavour, kernels::Numerics numerics,
                        const std::function<std::optional<EngineConfig>(const Model&)>& engine_config) {
+  // mpirun forwards SIGTERM and SIGINT to every rank: rank 0 drains and then
+  // tells this one to end, so this one must outlive the signal.
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
   // A model that cannot load here ends every rank (rank 0 waits for this
   // one's KV cache size); the message says why.
   auto model = load_model_or_report(model_path, true, threads, flavour, numerics, run.stage);

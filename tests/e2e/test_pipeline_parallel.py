@@ -48,6 +48,18 @@ def serve(tmp: pathlib.Path, ranks: int, model: pathlib.Path = DEFAULT_MODEL) ->
     return srv
 
 
+def stop_pipeline(srv: Server) -> int:
+    """SIGTERM to rank 0 (mpirun would end the job at once on a signal): it drains and ends the other ranks."""
+    pid = int(re.search(r"rank 0 \(pid (\d+)\)", srv.log()).group(1))
+    os.kill(pid, signal.SIGTERM)
+    try:
+        return srv.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.process.kill()
+        srv.process.wait()
+        pytest.fail(f"the pipeline did not end within 60 s of SIGTERM to rank 0:\n{srv.log()[-3000:]}")
+
+
 def generate(model: pathlib.Path, ranks: int, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
     args = [str(BINARY), "generate", "-m", str(model), "--threads", "1", *flags]
     if ranks > 1:
@@ -123,7 +135,7 @@ def test_pipeline_serves_what_one_process_serves(tmp_path):
         got = run_all(two)
         log = two.log()
     finally:
-        code = stop(two)
+        code = stop_pipeline(two)
     assert code == 0, two.log()[-3000:]
     assert re.search(r"rank 1 \(pid \d+\): pipeline stage of layers \[15, 30\)", log), log[-3000:]
     assert all(e["text"] for e in expected)
