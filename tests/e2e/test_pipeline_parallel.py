@@ -48,10 +48,19 @@ def serve(tmp: pathlib.Path, ranks: int, model: pathlib.Path = DEFAULT_MODEL) ->
     return srv
 
 
+def wait_for_pid(srv: Server, rank: int) -> int:
+    """A rank's pid from the log (rank 1 logs it once its stage is ready, maybe after rank 0 serves)."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if m := re.search(rf"rank {rank} \(pid (\d+)\)", srv.log()):
+            return int(m.group(1))
+        time.sleep(0.1)
+    pytest.fail(f"rank {rank} logged no pid:\n{srv.log()[-3000:]}")
+
+
 def stop_pipeline(srv: Server) -> int:
     """SIGTERM to rank 0 (mpirun would end the job at once on a signal): it drains and ends the other ranks."""
-    pid = int(re.search(r"rank 0 \(pid (\d+)\)", srv.log()).group(1))
-    os.kill(pid, signal.SIGTERM)
+    os.kill(wait_for_pid(srv, 0), signal.SIGTERM)
     try:
         return srv.process.wait(timeout=60)
     except subprocess.TimeoutExpired:
@@ -187,7 +196,7 @@ def test_a_stage_that_dies_ends_the_server(tmp_path):
     """Rank 1 killed mid-stream: the server ends within a bounded time, and the log names the rank."""
     srv = serve(tmp_path, 2)
     try:
-        pid = int(re.search(r"rank 1 \(pid (\d+)\)", srv.log()).group(1))
+        pid = wait_for_pid(srv, 1)
         client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
         stream = client.completions.create(model=MODEL_NAME, prompt="The sea", max_tokens=900, temperature=0,
                                            stream=True, extra_body={"ignore_eos": True})
