@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 # libxxhash-dev: checksums and fingerprints of offloaded KV blocks.
 # libucx-dev: UCX, the transport of the KV transfer between prefill and decode instances.
 # libicu-dev: Unicode data (categories, NFD, lowercasing) for BERT's WordPiece tokenizer.
+# openmpi-bin, libopenmpi-dev: MPI, which launches and connects the ranks of a pipeline-parallel model.
 APT_PACKAGES=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
-              libboost-dev libspdlog-dev libicu-dev libgtest-dev libxxhash-dev libucx-dev python3 python3-pip python3-dev curl
+              libboost-dev libspdlog-dev libicu-dev libgtest-dev libxxhash-dev libucx-dev openmpi-bin libopenmpi-dev python3 python3-pip python3-dev curl
               chromium chromium-driver)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

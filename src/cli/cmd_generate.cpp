@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel.h"
 
 namespace inferd::cli {
 
@@ -30,6 +31,7 @@ struct GenerateFlags {
   std::string early_stopping = "false";
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
   std::string numerics = "exact";  // resolve_numerics
+  ParallelFlags parallel;
 };
 
 // --early-stopping: HF's / vLLM's true, false or never.
@@ -40,7 +42,17 @@ std::optional<EarlyStopping> parse_early_stopping(const std::string& s) {
   return std::nullopt;
 }
 
-int run_generate(const GenerateFlags& f) {
+// The engine config of a run (every rank makes the same one from the flags).
+Result<EngineConfig> generate_engine_config(const GenerateFlags& f, const Model& model) {
+  const auto kv_dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
+  if (!kv_dtype) return kv_dtype.error();
+  auto speculative = parse_speculative_config(f.speculative_config);
+  if (!speculative) return speculative.error();
+  const int64_t ctx = std::min<int64_t>(f.ctx_size, model.config().context_length);
+  return SingleRequestEngine::engine_config(model, ctx, *speculative, std::max(1, f.beam_width), *kv_dtype);
+}
+
+int generate_on(const GenerateFlags& f, const ParallelRun& run) {
   const auto kv_dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
   if (!kv_dtype) {
     std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
@@ -51,7 +63,7 @@ int run_generate(const GenerateFlags& f) {
     std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
     return 1;
   }
-  auto model = load_model_or_report(f.model, f.json, f.threads, kernels::native_ggml_flavour(), *numerics);
+  auto model = load_model_or_report(f.model, f.json, f.threads, kernels::native_ggml_flavour(), *numerics, run.stage);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -63,7 +75,6 @@ int run_generate(const GenerateFlags& f) {
     std::fprintf(stderr, "error: the prompt is empty\n");
     return 1;
   }
-  const int64_t ctx = std::min<int64_t>(f.ctx_size, model->config().context_length);
   const std::optional<EarlyStopping> early_stopping = parse_early_stopping(f.early_stopping);
   if (!early_stopping) {
     std::fprintf(stderr, "error: --early-stopping must be true, false or never\n");
@@ -73,9 +84,9 @@ int run_generate(const GenerateFlags& f) {
     std::fprintf(stderr, "error: --n (%d) exceeds the beams searched (--beam-width %d)\n", f.n_beams, f.beam_width);
     return 1;
   }
-  auto speculative = parse_speculative_config(f.speculative_config);
-  auto engine = speculative ? SingleRequestEngine::create(*model, ctx, *speculative, std::max(1, f.beam_width), *kv_dtype)
-                            : Result<SingleRequestEngine>(speculative.error());
+  auto config = generate_engine_config(f, *model);
+  if (config) config->pipeline = run.link;
+  auto engine = config ? SingleRequestEngine::create(*model, *config) : Result<SingleRequestEngine>(config.error());
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
     return 1;
@@ -154,6 +165,28 @@ int run_generate(const GenerateFlags& f) {
   }
   return 0;
 }
+
+int run_generate(const GenerateFlags& f) {
+  auto run = start_parallel_run(f.parallel);
+  if (!run) {
+    if (launched_rank() == 0) std::fprintf(stderr, "error: %s\n", run.error().message.c_str());
+    return 2;
+  }
+  if (run->worker()) {
+    const auto numerics = resolve_numerics(f.numerics);
+    if (!numerics) run->await_abort();
+    return run_pipeline_stage(*run, f.model, f.threads, kernels::native_ggml_flavour(), *numerics,
+                              [&](const Model& model) -> std::optional<EngineConfig> {
+                                auto config = generate_engine_config(f, model);
+                                return config ? std::optional(*config) : std::nullopt;
+                              });
+  }
+  const int exit_code = generate_on(f, *run);
+  // A failure may leave the other stages waiting for this one's engine.
+  if (exit_code != 0 && run->world) run->abort(exit_code);
+  if (run->link) run->link->shutdown();
+  return exit_code;
+}
 }  // namespace
 
 void register_generate(CLI::App& app, int& exit_code) {
@@ -189,6 +222,7 @@ void register_generate(CLI::App& app, int& exit_code) {
                   "With --beam-width: stop when the beams found cannot be beaten: true, false (heuristic) or never")
       ->capture_default_str();
   flags->sampling.add_to(*sub);
+  flags->parallel.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_generate(*flags); });
 }
 

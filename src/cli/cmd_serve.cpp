@@ -21,6 +21,7 @@
 #include "chat/reasoning.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel.h"
 #include "engine/engine.h"
 #include "kv/kv_cache_dtype.h"
 #include "server/http_server.h"
@@ -55,6 +56,7 @@ struct ServeFlags {
   bool no_webui = false;
   std::string kv_transfer_config;  // vLLM's JSON; empty: not part of a disaggregated deployment
   double shutdown_timeout = 30.0;  // seconds running requests may finish after SIGTERM; 0: abort at once
+  ParallelFlags parallel;
 };
 
 // An instance's name in transfer parameters, new at every start (vLLM: a uuid).
@@ -71,7 +73,7 @@ struct Loaded {
   std::unique_ptr<Engine> engine;
 };
 
-bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
+bool load(const ServeFlags& f, const ParallelRun& run, Loaded& out, server::OpenAIServer& api,
           const std::optional<server::KVTransferConfig>& kv_transfer) {
   const auto numerics = resolve_numerics(f.engine.numerics);
   if (!numerics) {
@@ -80,7 +82,7 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
   }
   out.model = load_model_or_report(f.model, false, f.threads,
                                    kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()),
-                                   *numerics);
+                                   *numerics, run.stage);
   if (!out.model) return false;
   if (!out.model->can_generate()) {
     spdlog::error("{}", unsupported_architecture_message(out.model->config().architecture));
@@ -105,6 +107,7 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
     return false;
   }
   ec->max_logprobs = static_cast<int32_t>(f.max_logprobs);
+  ec->pipeline = run.link;
   if (kv_transfer) {
     EngineConfig::KVTransfer t;
     t.produce = kv_transfer->produces();
@@ -152,17 +155,36 @@ bool load(const ServeFlags& f, Loaded& out, server::OpenAIServer& api,
 }
 
 int run_serve(const ServeFlags& f) {
+  auto run = start_parallel_run(f.parallel);
+  if (!run) {
+    if (launched_rank() == 0) spdlog::error("{}", run.error().message);
+    return 2;
+  }
+  if (run->worker()) {
+    const auto numerics = resolve_numerics(f.engine.numerics);
+    const auto config = f.engine.config();
+    if (!numerics) run->await_abort();  // rank 0 says why
+    return run_pipeline_stage(
+        *run, f.model, f.threads,
+        kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()), *numerics,
+        [&config](const Model&) { return config ? std::optional(*config) : std::nullopt; });
+  }
+  // Rank 0 failing before its engine starts ends the other stages too.
+  auto fail = [&run](int exit_code) {
+    if (run->world) run->abort(exit_code);
+    return exit_code;
+  };
   // Signals are taken by sigwait below, not by whichever thread they hit.
   sigset_t signals = prepare_server_process();
 
   const int64_t max_body = parse_bytes(f.max_request_body);
   if (max_body <= 0) {
     spdlog::error("--max-request-body '{}' is not a size in bytes", f.max_request_body);
-    return 2;
+    return fail(2);
   }
   if (f.port < 0 || f.port > 65535) {
     spdlog::error("--port {} is not a TCP port", f.port);
-    return 2;
+    return fail(2);
   }
   server::ServerOptions options;
   options.served_model_name =
@@ -183,7 +205,7 @@ int run_serve(const ServeFlags& f) {
     auto kv = server::parse_kv_transfer_config(f.kv_transfer_config);
     if (!kv) {
       spdlog::error("{}", kv.error().message);
-      return 2;
+      return fail(2);
     }
     if (kv->engine_id.empty()) kv->engine_id = random_engine_id();
     spdlog::info("KV transfer: {} (engine id {}, transfer address {}:{}, leases {} s, pulls time out after {} s)",
@@ -205,7 +227,7 @@ int run_serve(const ServeFlags& f) {
       });
   if (Status st = http->start(); !st) {
     spdlog::error("{}", st.error().message);
-    return 1;
+    return fail(1);
   }
   spdlog::info("serving {} at http://{}:{} ({}OpenAI API under /v1)", options.served_model_name, f.host, http->port(),
                options.webui ? "web chat page at /, " : "");
@@ -213,7 +235,8 @@ int run_serve(const ServeFlags& f) {
   Loaded loaded;
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
-    if (!load(f, loaded, api, options.kv_transfer)) {
+    if (!load(f, *run, loaded, api, options.kv_transfer)) {
+      if (run->world) run->abort(1);  // the other stages wait for this one
       load_failed = true;
       kill(getpid(), SIGTERM);
     }
@@ -235,6 +258,7 @@ int run_serve(const ServeFlags& f) {
   api.join_workers();  // their callers' frames live until the HTTP server goes
   http.reset();
   loaded.engine.reset();
+  if (run->link) run->link->shutdown();  // the other stages end their loops
   return load_failed ? 1 : 0;
 }
 
@@ -302,6 +326,7 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "Prefill/decode disaggregation, vLLM's JSON: {\"kv_role\": \"kv_producer\" | \"kv_consumer\" | "
                   "\"kv_both\", \"kv_connector\": \"NixlConnector\", \"kv_ip\": \"127.0.0.1\", \"kv_port\": 14579} "
                   "(see inferd router)");
+  flags->parallel.add_to(*sub);
   sub->add_flag("--no-webui", flags->no_webui, "Do not serve the web chat page at / (the API alone)");
   sub->add_flag("--log-prompts", flags->log_prompts, "Include prompt text in the per-request log line");
   sub->add_option("--max-log-len", flags->max_log_len, "Prompt characters logged at most")->capture_default_str();

@@ -148,9 +148,11 @@ bool drain_requests(const sigset_t& signals, double timeout_seconds, const std::
 }
 
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads,
-                                            kernels::GgmlFlavour flavour, kernels::Numerics numerics) {
-  const bool tty = isatty(STDERR_FILENO) && !quiet;
+                                            kernels::GgmlFlavour flavour, kernels::Numerics numerics,
+                                            PipelineStage stage) {
+  const bool tty = isatty(STDERR_FILENO) && !quiet && stage.index == 0;  // one progress bar per run
   LoadOptions options;
+  options.pipeline_stage = stage;
   options.n_threads = n_threads;
   options.ggml_flavour = flavour;
   options.numerics = numerics;
@@ -203,9 +205,9 @@ SamplingParams SamplingFlags::params() const {
   return p;
 }
 
-Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t max_model_len,
-                                                        const SpeculativeConfig& speculative, int32_t max_sequences,
-                                                        DType kv_cache_dtype) {
+EngineConfig SingleRequestEngine::engine_config(const Model& model, int64_t max_model_len,
+                                               const SpeculativeConfig& speculative, int32_t max_sequences,
+                                               DType kv_cache_dtype) {
   EngineConfig config;
   config.kv_cache_dtype = kv_cache_dtype;
   config.speculative = speculative;
@@ -217,6 +219,16 @@ Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t ma
   const KVLayout layout = KVLayout::plan(model.config(), config.block_size, kv_cache_dtype);
   config.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) *
                           (config.max_num_seqs * layout.blocks_for_request(max_model_len, config.block_size) + 2);
+  return config;
+}
+
+Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, int64_t max_model_len,
+                                                        const SpeculativeConfig& speculative, int32_t max_sequences,
+                                                        DType kv_cache_dtype) {
+  return create(model, engine_config(model, max_model_len, speculative, max_sequences, kv_cache_dtype));
+}
+
+Result<SingleRequestEngine> SingleRequestEngine::create(Model& model, const EngineConfig& config) {
   auto engine = Engine::create(model, config);
   if (!engine) return engine.error();
   return SingleRequestEngine(std::move(*engine));

@@ -32,7 +32,8 @@ std::string default_model_path();
 // numerics: exact or fast kernels (kernels/cpu/numerics.h).
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads = 0,
                                             kernels::GgmlFlavour flavour = kernels::native_ggml_flavour(),
-                                            kernels::Numerics numerics = kernels::Numerics::kExact);
+                                            kernels::Numerics numerics = kernels::Numerics::kExact,
+                                            PipelineStage stage = {});
 
 struct SamplingFlags {
   float temperature = 0.8f;
@@ -82,6 +83,11 @@ class SingleRequestEngine {
   static Result<SingleRequestEngine> create(Model& model, int64_t max_model_len,
                                             const SpeculativeConfig& speculative = {}, int32_t max_sequences = 1,
                                             DType kv_cache_dtype = kv::kDefaultKVCacheDType);
+  // The engine config that create() uses (a pipeline's other stages size
+  // their KV caches from it), and create() from one.
+  static EngineConfig engine_config(const Model& model, int64_t max_model_len, const SpeculativeConfig& speculative = {},
+                                    int32_t max_sequences = 1, DType kv_cache_dtype = kv::kDefaultKVCacheDType);
+  static Result<SingleRequestEngine> create(Model& model, const EngineConfig& config);
   // Runs `params` to the end, calling on_delta with each output as it comes;
   // returns the final output with every token id and the whole text.
   Result<RequestOutput> run(GenerationParams params, const std::function<void(const RequestOutput&)>& on_delta);

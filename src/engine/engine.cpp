@@ -23,6 +23,42 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 }  // namespace
 
+namespace {
+// The recurrent-state part of the KV cache's config (all zero for models
+// without recurrent layers).
+kv::KVCacheConfig state_cache_config(const Model& model, const EngineConfig& config) {
+  const bool recurrent = model.config().has_recurrent_layers();
+  return {.n_state_slots = recurrent ? config.max_num_seqs : 0,
+          .n_state_snapshots = recurrent && config.enable_prefix_caching ? config.state_snapshots : 0,
+          .state_snapshot_interval = config.state_snapshot_interval,
+          .state_checkpoints = recurrent && config.speculative.enabled()};
+}
+}  // namespace
+
+ModelRunnerConfig Engine::runner_config(const Model& model, const EngineConfig& config) {
+  const int64_t max_model_len = config.max_model_len > 0 ? config.max_model_len : model.config().context_length;
+  ModelRunnerConfig rc;
+  rc.block_size = config.block_size;
+  rc.kv_cache_bytes = config.kv_cache_bytes;
+  rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
+  rc.kv_cache_dtype = config.kv_cache_dtype;
+  rc.kv_cache_skip_sliding_window = config.kv_cache_skip_sliding_window;
+  rc.warm_up = config.warm_up;
+  // Every state slot the cache keeps: running requests', checkpoints, snapshots.
+  rc.n_state_slots = state_slots_in_cache(state_cache_config(model, config));
+  // A kv_producer's KV cache goes on shared memory, which consumers on this
+  // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
+  // and shared memory has no transparent huge pages on most systems.
+  rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
+  // More blocks than every running request at full length needs would only
+  // ever hold cached prefixes; a budget given as a fraction of memory stops there.
+  const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype,
+                                            config.kv_cache_skip_sliding_window);
+  if (max_model_len > 0 && config.kv_cache_bytes <= 0)
+    rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
+  return rc;
+}
+
 Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig& config) {
   if (!model.can_generate())
     return make_error(unsupported_architecture_message(model.config().architecture));
@@ -53,35 +89,20 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
     if (config.enable_prefix_caching && config.state_snapshots == 0)
       spdlog::info("prefix caching is off for '{}': no state snapshots to resume a cached prefix from", arch);
   }
-  const kv::KVCacheConfig state_config{
-      .n_state_slots = recurrent ? config.max_num_seqs : 0,
-      .n_state_snapshots = recurrent && config.enable_prefix_caching ? config.state_snapshots : 0,
-      .state_snapshot_interval = config.state_snapshot_interval,
-      .state_checkpoints = recurrent && config.speculative.enabled()};
+  const kv::KVCacheConfig state_config = state_cache_config(model, config);
 
-  ModelRunnerConfig rc;
-  rc.block_size = config.block_size;
-  rc.kv_cache_bytes = config.kv_cache_bytes;
-  rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
-  rc.kv_cache_dtype = config.kv_cache_dtype;
-  rc.kv_cache_skip_sliding_window = config.kv_cache_skip_sliding_window;
-  rc.warm_up = config.warm_up;
-  // Every state slot the cache keeps: running requests', checkpoints, snapshots.
-  rc.n_state_slots = state_slots_in_cache(state_config);
-  // A kv_producer's KV cache goes on shared memory, which consumers on this
-  // host map (core/shared_bytes.h). Not a kv_both instance's: it decodes too,
-  // and shared memory has no transparent huge pages on most systems.
-  rc.kv_cache_shareable = config.kv_transfer && config.kv_transfer->produce && !config.kv_transfer->consume;
-  // More blocks than every running request at full length needs would only
-  // ever hold cached prefixes; a budget given as a fraction of memory stops there.
+  if (config.pipeline && (config.offload.enabled() || config.kv_transfer))
+    return make_error("KV offload tiers and the KV transfer do not run with pipeline parallelism yet (issue 40): "
+                      "each rank's KV cache holds its own layers only");
   if (Status s = check_kv_cache_dtype(model, config.kv_cache_dtype, config.block_size,
                                       config.kv_cache_skip_sliding_window);
       !s)
     return s.error();
   const KVLayout kv_layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype,
                                             config.kv_cache_skip_sliding_window);
-  if (max_model_len > 0 && config.kv_cache_bytes <= 0)
-    rc.max_blocks = int64_t{config.max_num_seqs} * kv_layout.blocks_for_request(max_model_len, config.block_size) + 1;
+  ModelRunnerConfig rc = runner_config(model, config);
+  rc.pipeline = config.pipeline;
+  if (config.pipeline) rc.agree_on_blocks = [link = config.pipeline](int32_t n) { return link->agree_on_blocks(n); };
   auto runner = ModelRunner::create(model, rc);
   if (!runner) return runner.error();
 

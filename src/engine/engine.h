@@ -88,6 +88,9 @@ struct EngineConfig {
   // Requests with a grammar do not speculate. A draft model is loaded by
   // create(), on the target's threads.
   SpeculativeConfig speculative;
+  // Rank 0 of a pipeline-parallel model (engine/pipeline_link.h): the model
+  // is loaded as the first stage and the other stages run elsewhere.
+  std::shared_ptr<PipelineLink> pipeline;
   // Offload tiers for the prefix cache (kvstore/tiered_connector.h): cached
   // blocks the pool evicts are kept in host memory and on disk and loaded
   // back for a later prompt with the same prefix. Off by default; needs
@@ -223,6 +226,9 @@ class Engine {
   // forward passes run on). Fails for a model that cannot generate, a bad
   // config, or a KV budget too small for one block.
   static Result<std::unique_ptr<Engine>> create(Model& model, const EngineConfig& config);
+  // The model runner create() makes for `config` (its KV budget and block
+  // cap); the other stages of a pipeline make theirs from the same.
+  static ModelRunnerConfig runner_config(const Model& model, const EngineConfig& config);
   ~Engine();  // stops the loop; unfinished requests end with finish reason "abort"
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

@@ -28,6 +28,11 @@ int64_t available_memory_bytes() {
 
 Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunnerConfig& config) {
   if (config.block_size < 1) return make_error("the KV block size must be at least 1");
+  return kv_blocks_for_budget(
+      KVLayout::plan(model, config.block_size, config.kv_cache_dtype, config.kv_cache_skip_sliding_window), config);
+}
+
+Result<int32_t> kv_blocks_for_budget(const KVLayout& layout, const ModelRunnerConfig& config) {
   int64_t bytes = config.kv_cache_bytes;
   std::string source = std::to_string(bytes) + " bytes";
   if (bytes <= 0) {
@@ -38,7 +43,6 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
     source = std::to_string(config.kv_cache_memory_fraction) + " of " + std::to_string(avail) +
              " available bytes";
   }
-  const KVLayout layout = KVLayout::plan(model, config.block_size, config.kv_cache_dtype, config.kv_cache_skip_sliding_window);
   // State slots (recurrent layers; the cache's spare one included) come first.
   const int64_t state_bytes = kv_state_slots_bytes(layout, config.n_state_slots);
   if (state_bytes >= bytes)
@@ -46,7 +50,8 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
                       " recurrent state slots of " + std::to_string(layout.state_slot_bytes()) + " bytes each");
   bytes -= state_bytes;
   const int64_t block_bytes = static_cast<int64_t>(layout.block_bytes());
-  int64_t n = bytes / block_bytes;
+  // A stage of recurrent layers only keeps no blocks: any count costs nothing.
+  int64_t n = block_bytes > 0 ? bytes / block_bytes : INT32_MAX;
   if (config.max_blocks > 0) n = std::min(n, config.max_blocks);
   n = std::min<int64_t>(n, INT32_MAX);
   if (n < 2)
@@ -63,10 +68,19 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const Mod
   KVLayout layout = KVLayout::plan(model.config(), config.block_size, config.kv_cache_dtype,
                                    config.kv_cache_skip_sliding_window);
   if (Status s = model.check_kv_cache(layout); !s) return s.error();
-  auto n_blocks = kv_blocks_for_budget(model.config(), config);
+  // A pipeline stage's cache holds its own layers only.
+  if (!model.first_stage() || !model.last_stage()) layout = layout.for_layers(model.layer_begin(), model.layer_end());
+  auto n_blocks = kv_blocks_for_budget(layout, config);
+  // Every stage agrees, even one whose budget failed (it offers 0 and all fail).
+  if (config.agree_on_blocks) {
+    const int32_t agreed = config.agree_on_blocks(n_blocks ? *n_blocks : 0);
+    if (n_blocks && agreed < 2)
+      return make_error("another pipeline stage's KV cache budget holds fewer than 2 blocks");
+    if (n_blocks) n_blocks = agreed;
+  }
   if (!n_blocks) return n_blocks.error();
-  std::unique_ptr<ModelRunner> runner(
-      new ModelRunner(model, std::move(layout), *n_blocks, config.kv_cache_shareable, config.n_state_slots));
+  std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(layout), *n_blocks, config.kv_cache_shareable,
+                                                      config.n_state_slots, config.pipeline));
   if (config.warm_up) runner->warm_up();
   return runner;
 }
@@ -88,14 +102,22 @@ void ModelRunner::warm_up() {
     }
     batch_.logit_rows.push_back(static_cast<int32_t>(n_tokens - 1));
     batch_.sequences.push_back(std::move(slice));
-    model_.forward(batch_, cache_, logits_);
+    // A later stage starts from a residual stream: zeros do for a warm-up.
+    const float* hidden_in = nullptr;
+    if (!model_.first_stage()) {
+      warm_up_hidden_.assign(static_cast<size_t>(n_tokens * model_.config().n_embd), 0.0f);
+      hidden_in = warm_up_hidden_.data();
+    }
+    model_.forward_stage(batch_, cache_, hidden_in, logits_);
   }
+  warm_up_hidden_ = {};
   batch_.clear();
   logits_.clear();
 }
 
-ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots)
-    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache, n_state_slots) {}
+ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots,
+                         std::shared_ptr<PipelineLink> pipeline)
+    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache, n_state_slots), pipeline_(std::move(pipeline)) {}
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();
@@ -153,7 +175,30 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
 }
 
 ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& out, const StepSamplingInputs& inputs) {
+  if (pipeline_) {  // rank 0: the first stage here, the samples from the last
+    pipeline_->send_step(out, inputs);
+    pipeline_->send_hidden(forward_stage(out, nullptr));
+    pipeline_->receive_output(output_);
+    return output_;
+  }
   std::vector<float>& logits = compute_logits(out);
+  sampling_.sample(out, inputs, logits.data(), n_vocab(), output_);
+  return output_;
+}
+
+std::vector<float>& ModelRunner::forward_stage(const SchedulerOutput& out, const float* hidden_in) {
+  for (const kv::BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
+  build_batch(out, cache_.block_size(), batch_);
+  if (batch_.size() == 0) {
+    logits_.clear();
+    return logits_;
+  }
+  model_.forward_stage(batch_, cache_, hidden_in, logits_);
+  return logits_;
+}
+
+ModelRunnerOutput& ModelRunner::sample(const SchedulerOutput& out, const StepSamplingInputs& inputs,
+                                       std::vector<float>& logits) {
   sampling_.sample(out, inputs, logits.data(), n_vocab(), output_);
   return output_;
 }

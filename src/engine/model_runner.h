@@ -9,11 +9,13 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/result.h"
+#include "engine/pipeline_link.h"
 #include "engine/sampling_stage.h"
 #include "engine/scheduler_output.h"
 #include "model/forward_batch.h"
@@ -44,6 +46,12 @@ struct ModelRunnerConfig {
   // A model with recurrent layers: the state slots the cache holds (one per
   // request that can run at once; their memory comes out of the KV budget).
   int32_t n_state_slots = 0;
+  // A pipeline stage (Model::layer_begin): the block count every stage can
+  // hold, from this stage's own (a collective: every stage calls it once).
+  std::function<int32_t(int32_t)> agree_on_blocks;
+  // Rank 0 of a pipeline: where the other stages are (execute() runs the
+  // first stage and gets the last one's samples back through it).
+  std::shared_ptr<PipelineLink> pipeline;
 };
 
 // Bytes of host memory the system could give us now (MemAvailable), or 0 if unknown.
@@ -53,6 +61,8 @@ int64_t available_memory_bytes();
 // budget buys for this model, or an error naming the budget when it buys
 // fewer than 2.
 Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunnerConfig& config);
+// The same for a planned layout (a pipeline stage's: KVLayout::for_layers).
+Result<int32_t> kv_blocks_for_budget(const KVLayout& layout, const ModelRunnerConfig& config);
 
 class ModelRunner {
  public:
@@ -68,20 +78,35 @@ class ModelRunner {
 
   // A request's sampling parameters and state, once, before it is first
   // scheduled; removed when the scheduler no longer runs it (SamplingStage).
-  void add_request(const std::string& id, SamplingRequest request) { sampling_.add_request(id, std::move(request)); }
-  void remove_request(const std::string& id) { sampling_.remove_request(id); }
-  size_t num_requests() const { return sampling_.num_requests(); }
+  // With a pipeline, the sampling stage is the last rank's: they go there.
+  void add_request(const std::string& id, SamplingRequest request) {
+    if (pipeline_) return pipeline_->add_request(id, request);
+    sampling_.add_request(id, std::move(request));
+  }
+  void remove_request(const std::string& id) {
+    if (pipeline_) return pipeline_->remove_request(id);
+    sampling_.remove_request(id);
+  }
+  size_t num_requests() const { return pipeline_ ? pipeline_->num_requests() : sampling_.num_requests(); }
 
   // Runs the step (compute_logits) and samples it (SamplingStage::sample):
   // per scheduled request, what it sampled. Valid (and movable from) until
   // the next execute().
   ModelRunnerOutput& execute(const SchedulerOutput& out, const StepSamplingInputs& inputs);
 
+  // A pipeline stage's pass (Model::forward_stage) after the step's block
+  // copies: from `hidden_in` unless it is the first stage; returns the
+  // residual stream it hands on, or on the last stage the logits, which
+  // sample() then samples. Valid until the next call.
+  std::vector<float>& forward_stage(const SchedulerOutput& out, const float* hidden_in);
+  ModelRunnerOutput& sample(const SchedulerOutput& out, const StepSamplingInputs& inputs, std::vector<float>& logits);
+
   // The forward pass alone, after the step's block copies (copy on write). Returns, per scheduled request in
   // the order of out.scheduled: with `prompt_logits` set, a row of n_vocab() logits for each of its
   // positions before the prompt's last (prompt_logit_rows()); then with `sample` set,
   // num_draft_tokens + 1 rows. The rows stay valid (and
-  // may be modified) until the next call. For a draft model's proposer, tests and benchmarks.
+  // may be modified) until the next call. For a draft model's proposer, tests and benchmarks; a runner of
+  // the whole model only (not a pipeline stage).
   std::vector<float>& compute_logits(const SchedulerOutput& out);
 
   // The rows of prompt positions a scheduled request gets before its sample rows.
@@ -99,7 +124,8 @@ class ModelRunner {
   KVCache& kv_cache() { return cache_; }  // the pool's memory (offload tiers copy blocks)
 
  private:
-  ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots);
+  ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots,
+              std::shared_ptr<PipelineLink> pipeline);
   // Forward passes over the reserved null block, whose contents nothing reads.
   void warm_up();
 
@@ -109,6 +135,8 @@ class ModelRunner {
   std::vector<float> logits_;
   SamplingStage sampling_;
   ModelRunnerOutput output_;  // reused
+  std::shared_ptr<PipelineLink> pipeline_;  // rank 0 of a pipeline, else null
+  std::vector<float> warm_up_hidden_;  // a later stage's warm-up input (zeros)
 };
 
 }  // namespace inferd

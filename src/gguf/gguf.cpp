@@ -856,4 +856,29 @@ void File::prefault(const ProgressFn& progress) const {
   if (progress) progress(1.0);
 }
 
+void File::prefault(const ProgressFn& progress, const std::function<bool(const TensorInfo&)>& wanted) const {
+  const long sys_page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t page = sys_page > 0 ? static_cast<uint64_t>(sys_page) : 4096;
+  uint64_t total = 0, done = 0;
+  for (const TensorInfo& t : tensors_)
+    if (wanted(t)) total += t.n_bytes;
+  uint8_t acc = 0;
+  for (const TensorInfo& t : tensors_) {
+    if (!wanted(t) || t.n_bytes == 0) continue;
+    const uint8_t* p = data_ + t.offset;
+    if (mapped_) {
+      const auto addr = reinterpret_cast<uintptr_t>(p);
+      const uintptr_t start = addr & ~static_cast<uintptr_t>(page - 1);
+      ::madvise(reinterpret_cast<void*>(start), t.n_bytes + (addr - start), MADV_WILLNEED);
+    }
+    for (uint64_t off = 0; off < t.n_bytes; off += page) acc ^= p[off];
+    acc ^= p[t.n_bytes - 1];
+    done += t.n_bytes;
+    if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
+  }
+  volatile uint8_t sink = acc;
+  (void)sink;
+  if (progress) progress(1.0);
+}
+
 }  // namespace inferd::gguf

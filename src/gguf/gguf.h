@@ -102,6 +102,10 @@ class File {
   // Touches every page of the tensor data (so the first forward pass does not
   // fault), reporting progress.
   void prefault(const ProgressFn& progress) const;
+  // The same for the tensors `wanted` names only: a pipeline stage pages in
+  // its own layers' weights, and the rest of the mapping stays untouched
+  // (and takes no memory).
+  void prefault(const ProgressFn& progress, const std::function<bool(const TensorInfo&)>& wanted) const;
   // Drops the mapped file pages wholly inside [p, p + n) from this process
   // (a copy of those bytes now lives elsewhere, e.g. repacked weights). They
   // stay readable: a later read faults them back in from the file. Nothing

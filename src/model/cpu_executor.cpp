@@ -25,12 +25,14 @@ namespace inferd {
 CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)),
       config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
-      flavour_(model.ggml_flavour()), numerics_(model.numerics()), pooled_(config_.returns_pooled()) {
+      flavour_(model.ggml_flavour()), numerics_(model.numerics()),
+      layer_begin_(model.layer_begin()), layer_end_(model.layer_end()), pooled_(config_.returns_pooled()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   // A pooled model never runs its LM head: it is not repacked.
-  size_t packed_bytes = pooled_ ? 0 : Linear::packed_bytes(weights_.output, numerics_);
-  for (const LayerWeights& L : weights_.layers) {
+  size_t packed_bytes = pooled_ || !last_stage() ? 0 : Linear::packed_bytes(weights_.output, numerics_);
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const LayerWeights& L = weights_.layers[l];
     for (const WeightView& w : L.proj)
       if (w) packed_bytes += Linear::packed_bytes(w, numerics_);
     if (L.moe) {
@@ -65,8 +67,11 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
     if (linear.reads_copy()) file.release_pages(w.data, row_bytes(w.dtype, w.cols) * w.rows);
     return linear;
   };
-  for (const LayerWeights& L : weights_.layers) {
-    LayerLinears& linears = linears_.emplace_back();
+  // Other stages' layers keep empty entries: linears_ is indexed by layer.
+  linears_.resize(weights_.layers.size());
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const LayerWeights& L = weights_.layers[l];
+    LayerLinears& linears = linears_[l];
     for (int p = 0; p < kNumProjections; ++p)
       if (L.proj[p]) linears.proj[p] = make(L.proj[p]);
     if (L.moe) {
@@ -102,7 +107,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       }
     }
   }
-  if (!pooled_) output_ = make(weights_.output);
+  if (!pooled_ && last_stage()) output_ = make(weights_.output);
 }
 
 namespace {
@@ -174,7 +179,7 @@ void CpuExecutor::plan_prefetch(int n_threads) {
     const QkvHeads mine = qkv_heads(ti, n_threads);
     const int64_t D = config_.head_dim;
     auto add = [&pf](std::pair<const void*, size_t> range) { pf.add(range.first, range.second); };
-    for (size_t l = 0; l < linears_.size(); ++l) {
+    for (int64_t l = layer_begin_; l < layer_end_; ++l) {
       const LayerLinears& L = linears_[l];
       for (const Phase& phase : programs_[l].phases) {
         if (const auto* qkv = std::get_if<QkvPhase>(&phase)) {
@@ -212,7 +217,7 @@ void CpuExecutor::plan_prefetch(int n_threads) {
         }
       }
     }
-    if (!pooled_) add(output_.thread_bytes(ti, n_threads));
+    if (!pooled_ && last_stage()) add(output_.thread_bytes(ti, n_threads));
   }
 }
 
@@ -364,13 +369,14 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
     s_.rope_cos[r].resize(T * (c.rope_dim / 2));
     s_.rope_sin[r].resize(T * (c.rope_dim / 2));
   }
-  for (const LayerLinears& L : linears_) {
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const LayerLinears& L = linears_[l];
     if (L[Projection::kO].rows() > 0) L[Projection::kO].prepare(s_.in_o, T);
     if (L.shared_expert()) L.down_shexp.prepare(s_.in_down_shexp, T);
     if (!L.down_exps.empty()) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
   }
-  if (!pooled_) output_.prepare(s_.in_out, R);
+  if (!pooled_ && last_stage()) output_.prepare(s_.in_out, R);
   if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
   if (c.mla) prepare_mla_scratch(T);
   if (c.delta_net) prepare_delta_net_scratch(T);
@@ -381,7 +387,8 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
 
 void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   out.xn.resize(T * config_.n_embd);
-  for (const LayerLinears& L : linears_) {
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
+    const LayerLinears& L = linears_[l];
     if (L.delta_net()) {
       L.dn_qkv.prepare(out.dn_qkv, T);
       if (!L.dn_z.same_input(L.dn_qkv)) L.dn_z.prepare(out.dn_z, T);
@@ -409,10 +416,14 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
   }
 }
 
-void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) {
+void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const float* hidden_in,
+                                std::vector<float>& logits) {
   ThreadPool& pool = *pool_;
   prepare_scratch(batch, pool.size());
-  logits.resize(batch.logit_rows.size() * static_cast<size_t>(pooled_ ? config_.n_embd : output_.rows()));
+  if (last_stage())
+    logits.resize(batch.logit_rows.size() * static_cast<size_t>(pooled_ ? config_.n_embd : output_.rows()));
+  else
+    logits.resize(static_cast<size_t>(batch.size() * config_.n_embd));
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
   // Each token's place in its sequence's share of the step, and the output
   // rows, each alone: llama.cpp runs a sequence's chunk as one batch and its
@@ -435,7 +446,8 @@ void CpuExecutor::forward(const ForwardBatch& batch, KVCache& cache, std::vector
       std::fill_n(s_.token_seq.begin() + batch.sequences[i].first_token, batch.sequences[i].n_tokens,
                   static_cast<int32_t>(i));
   }
-  const Pass pass{&batch, &cache, logits.data(), &pool, {batch.size(), s_.places.data()}, outputs, output_tokens};
+  const Pass pass{&batch, &cache, logits.data(), hidden_in, &pool, {batch.size(), s_.places.data()}, outputs,
+                  output_tokens};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
 }
@@ -589,11 +601,15 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   const size_t embd_row_bytes = row_bytes(weights_.tok_embd.dtype, E);
   const float* rope_factors = weights_.rope_freqs ? weights_.rope_freqs.f32() : nullptr;
   for (int64_t t = t0; t < t1; ++t) {
-    const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
-                      static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
-    kernels::dequantize_row(weights_.tok_embd.dtype, row, x + t * E, E);
-    if (c.embedding_scale != 0.0f)
-      for (int64_t i = 0; i < E; ++i) x[t * E + i] *= c.embedding_scale;
+    if (pass.hidden_in) {  // a later stage: the stream as the stage before left it
+      std::copy_n(pass.hidden_in + t * E, E, x + t * E);
+    } else {
+      const auto* row = static_cast<const uint8_t*>(weights_.tok_embd.data) +
+                        static_cast<size_t>(batch.tokens[t]) * embd_row_bytes;
+      kernels::dequantize_row(weights_.tok_embd.dtype, row, x + t * E, E);
+      if (c.embedding_scale != 0.0f)
+        for (int64_t i = 0; i < E; ++i) x[t * E + i] *= c.embedding_scale;
+    }
     for (size_t r = 0; r < c.ropes.size(); ++r)
       rope_angles(c.ropes[r], rope_factors, half, c.rope_dim, batch.positions[t], &s_.rope_cos[r][t * half],
                   &s_.rope_sin[r][t * half]);
@@ -642,7 +658,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   // s_.h), and the norm it goes through first (sandwich norms), if any.
   bool pending = false;
   const float* pending_norm = nullptr;
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     const LayerWeights& W = weights_.layers[l];
     const LayerLinears& L = linears_[l];
     const std::vector<Phase>& phases = programs_[l].phases;
@@ -773,6 +789,8 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     }
   }
 
+  if (!last_stage()) return hand_on_stream(pass, x, pending ? s_.h.data() : nullptr, pending_norm, ti, nt);
+
   // The last residual (through the last branch's own norm where there is
   // one), the final norm and the output projection's input, for the rows
   // whose logits are wanted.
@@ -788,6 +806,25 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   pool.barrier(idle);
   assert(ranges_read + 1 == pf.size());  // plan_prefetch lists the projections in this order
   output_.compute(s_.in_out, pass.outputs, pass.logits, ti, nt);
+}
+
+// The residual add the next stage's first norm phase would make, made here
+// (the same float sums: rms_norm_row adds x + h before it reads the row), so
+// that one stream of batch.size() x n_embd crosses to the next stage.
+void CpuExecutor::hand_on_stream(const Pass& pass, const float* x, const float* h, const float* h_weight, int ti,
+                                 int nt) const {
+  const int64_t E = config_.n_embd;
+  thread_local std::vector<float> h_normed;  // grown once, not per step
+  h_normed.resize(h_weight ? E : 0);
+  const auto [t0, t1] = ThreadPool::split(pass.batch->size(), ti, nt);
+  for (int64_t t = t0; t < t1; ++t) {
+    const float* hr = h ? h + t * E : nullptr;
+    if (hr && h_weight) {  // a sandwich norm's output, normalized before it is added
+      kernels::rms_norm_row(hr, nullptr, h_weight, E, config_.rms_eps, 0, E, nullptr, h_normed.data());
+      hr = h_normed.data();
+    }
+    for (int64_t i = 0; i < E; ++i) pass.logits[t * E + i] = hr ? x[t * E + i] + hr[i] : x[t * E + i];
+  }
 }
 
 void CpuExecutor::pool_outputs(const Pass& pass, int ti, int nt) const {

@@ -25,7 +25,11 @@ class CpuExecutor final : public Executor {
  public:
   CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool);
 
-  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override;
+  void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) override {
+    forward_stage(batch, cache, nullptr, logits);
+  }
+  void forward_stage(const ForwardBatch& batch, KVCache& cache, const float* hidden_in,
+                     std::vector<float>& out) override;
   std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
   // Its attention kernels read F16, BF16, F8_E4M3, Q8_0 and Q4_0 keys and
   // values (kernels/cpu/attention.h); all but F16 in heads of whole
@@ -52,12 +56,17 @@ class CpuExecutor final : public Executor {
   const ModelWeights& weights_;   // views of the model's file
   kernels::GgmlFlavour flavour_;  // whose rounding the kernels reproduce
   kernels::Numerics numerics_;    // exact: those bits; fast: the fast tier's kernels (linear.h)
+  // The layers this executor runs (a pipeline stage's, Model::layer_begin):
+  // only theirs are repacked; the head only on the last stage.
+  const int64_t layer_begin_, layer_end_;
+  bool last_stage() const { return layer_end_ == config_.n_layer; }
 
   // What every thread of one forward pass reads.
   struct Pass {
     const ForwardBatch* batch;
     KVCache* cache;
-    float* logits;
+    float* logits;  // or, before the last stage, the residual stream it hands on
+    const float* hidden_in;  // after the first stage: the residual stream handed to it
     ThreadPool* pool;
     StepTokens tokens;   // every token of the batch
     StepTokens outputs;  // the rows the final norm computes: whose logits are returned, or (pooled) every token
@@ -70,6 +79,11 @@ class CpuExecutor final : public Executor {
   // A pooled model's last phase, after the final norm: this thread's share of
   // the output rows, each its sequence's pooled hidden states (model/pooling.h).
   void pool_outputs(const Pass& pass, int thread_index, int n_threads) const;
+  // A stage before the last one's end: this thread's tokens of the residual
+  // stream, with the pending branch output h (normalized by h_weight first
+  // where given) added, into pass.logits.
+  void hand_on_stream(const Pass& pass, const float* x, const float* h, const float* h_weight, int thread_index,
+                      int n_threads) const;
   void prepare_moe_scratch(int64_t n_tokens, int n_threads);
   // One thread's part of the whole forward pass; phases end at pool barriers.
   void forward_thread(const Pass& pass, int thread_index, int n_threads);

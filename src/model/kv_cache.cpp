@@ -71,6 +71,29 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype, b
   return layout;
 }
 
+KVLayout KVLayout::for_layers(int64_t begin, int64_t end) const {
+  KVLayout stage = *this;
+  // Each group keeps the places its layers of [begin, end) take in a block,
+  // renumbered in order; a block is as many bytes as the fullest group needs.
+  std::vector<std::vector<int32_t>> place(group_specs.size(), std::vector<int32_t>(layers_per_block, -1));
+  for (int64_t l = begin; l < end; ++l)
+    if (layer_group[l] >= 0) place[layer_group[l]][layer_slab[l]] = 0;
+  stage.layers_per_block = 0;
+  stage.block_store_bytes = 0;
+  for (size_t g = 0; g < place.size(); ++g) {
+    int32_t kept = 0;
+    for (int32_t& p : place[g])
+      if (p == 0) p = kept++;
+    stage.layers_per_block = std::max(stage.layers_per_block, kept);
+    stage.block_store_bytes = std::max(stage.block_store_bytes, kept * group_specs[g].segment_bytes());
+  }
+  for (size_t l = 0; l < layer_slab.size(); ++l) {
+    const bool own = static_cast<int64_t>(l) >= begin && static_cast<int64_t>(l) < end && layer_group[l] >= 0;
+    stage.layer_slab[l] = own ? place[layer_group[l]][layer_slab[l]] : -1;
+  }
+  return stage;
+}
+
 KVCache::KVCache(const ModelConfig& c, int64_t n_blocks, int64_t block_size, bool shareable)
     : KVCache(KVLayout::plan(c, static_cast<int32_t>(block_size)), n_blocks, shareable) {}
 

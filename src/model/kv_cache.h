@@ -60,6 +60,10 @@ struct KVLayout {
   static KVLayout plan(const ModelConfig& config, int32_t block_size = 16,
                        DType dtype = kv::kDefaultKVCacheDType, bool skip_sliding_window = false);
   int32_t num_groups() const { return static_cast<int32_t>(group_windows.size()); }
+  // What a pipeline stage running layers [begin, end) keeps of this layout:
+  // the same groups (so the same block tables and block count), each block
+  // holding only the places those layers use. The other layers' slab is -1.
+  KVLayout for_layers(int64_t begin, int64_t end) const;
   // The first group's spec: the kind, block size, heads and the dtype asked
   // for (all groups share kind class and block size; only windowed groups
   // skipped to f16 differ in dtype).

@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <algorithm>
+
 #include "model/cpu_encoder_executor.h"
 #include "model/cpu_executor.h"
 
@@ -15,6 +17,18 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   auto config = ModelConfig::from_gguf(*m->file_);
   if (!config) return make_error(path + ": " + config.error().message);
   m->config_ = *config;
+  const PipelineStage stage = options.pipeline_stage;
+  const bool whole = stage.count == 1;
+  if (!whole) {
+    if (!m->config_.can_generate() || m->config_.returns_pooled())
+      return make_error(path + ": only a generating decoder model can be split into pipeline stages");
+    if (stage.count < 1 || stage.count > m->config_.n_layer)
+      return make_error(path + ": a pipeline of " + std::to_string(stage.count) + " stages needs at least " +
+                        std::to_string(stage.count) + " layers (each stage runs one or more), and this model has " +
+                        std::to_string(m->config_.n_layer) + "; use --pipeline-parallel-size <= " +
+                        std::to_string(m->config_.n_layer));
+  }
+  m->layers_ = whole ? LayerRange{0, m->config_.n_layer} : pipeline_layers(m->config_.n_layer, stage);
   auto tok = Tokenizer::from_gguf(*m->file_);
   if (!tok) {
     if (!options.describe_only) return make_error(path + ": " + tok.error().message);
@@ -32,10 +46,33 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     if (options.max_output_rows > 0 && options.max_output_rows < m->weights_.output.rows)
       m->weights_.output.rows = options.max_output_rows;
   }
-  if (options.prefault) m->file_->prefault(options.progress ? options.progress : [](double) {});
+  if (options.prefault) {
+    const gguf::ProgressFn progress = options.progress ? options.progress : [](double) {};
+    if (whole) m->file_->prefault(progress);
+    else m->file_->prefault(progress, [&m](const gguf::TensorInfo& t) { return m->stage_reads(t.name); });
+  }
   // The executor is made last: it may copy the weights into its own layouts.
   if (m->can_generate()) m->executor_ = make_executor(*m, options);
   return m;
+}
+
+LayerRange pipeline_layers(int64_t n_layer, PipelineStage stage) {
+  const int64_t base = n_layer / stage.count, extra = n_layer % stage.count;
+  const int64_t begin = stage.index * base + std::min<int64_t>(stage.index, extra);
+  return {begin, begin + base + (stage.index < extra ? 1 : 0)};
+}
+
+bool Model::stage_reads(std::string_view tensor) const {
+  if (tensor.starts_with("blk.")) {
+    int64_t layer = 0;
+    for (size_t i = 4; i < tensor.size() && tensor[i] >= '0' && tensor[i] <= '9'; ++i)
+      layer = layer * 10 + (tensor[i] - '0');
+    return layer >= layers_.begin && layer < layers_.end;
+  }
+  // A tied head reads the embedding table, the last stage's output.
+  if (tensor == "token_embd.weight") return first_stage() || (last_stage() && !file_->find_tensor("output.weight"));
+  if (tensor.starts_with("output")) return last_stage();  // output_norm, output
+  return true;  // what every layer reads (RoPE factors)
 }
 
 std::string Model::chat_template() const {

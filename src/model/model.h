@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/result.h"
@@ -23,6 +24,20 @@
 namespace inferd {
 
 enum class Backend { kCpu };
+
+// One stage of a pipeline-parallel model: stage `index` of `count` runs a
+// contiguous share of the layers (pipeline_layers). The first stage also
+// looks up the token embeddings, the last one runs the final norm and head.
+struct PipelineStage {
+  int index = 0;
+  int count = 1;
+};
+struct LayerRange {
+  int64_t begin = 0, end = 0;
+};
+// Stage `stage`'s layers: contiguous, balanced (the first n_layer % count
+// stages take one more). Needs 1 <= count <= n_layer.
+LayerRange pipeline_layers(int64_t n_layer, PipelineStage stage);
 
 struct LoadOptions {
   // Called with the fraction of weight data paged in so far (for a progress bar).
@@ -51,6 +66,11 @@ struct LoadOptions {
   // not be called. A tokenizer inferd cannot read does not fail the load then:
   // tokenizer_error() says why and tokenizer() must not be called.
   bool describe_only = false;
+  // Load as this pipeline stage: only its layers' weights (and the
+  // embeddings on the first stage, the final norm and head on the last) are
+  // paged in and repacked, and only they are run. Generating models only;
+  // more stages than layers are refused.
+  PipelineStage pipeline_stage;
 };
 
 class Model;
@@ -62,6 +82,19 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits) = 0;
+  // A pipeline stage's pass over the model's layers (Model::layer_begin):
+  // it starts from `hidden_in` (batch.size() x n_embd, the residual stream
+  // after the layer before the range) unless the range starts at layer 0,
+  // and returns in `out` the residual stream after its last layer unless the
+  // range ends at the last layer (then the logits, as forward()). Every stage
+  // adds the same numbers in the same order as the whole pass.
+  // Only decoder executors run stages (Model::load refuses a range otherwise);
+  // over every layer it is forward().
+  virtual void forward_stage(const ForwardBatch& batch, KVCache& cache, const float* hidden_in,
+                             std::vector<float>& out) {
+    (void)hidden_in;
+    forward(batch, cache, out);
+  }
   // The host threads it runs on, for a second model to share (null: none).
   virtual std::shared_ptr<ThreadPool> thread_pool() const { return nullptr; }
   // Whether its kernels can write and read a KV cache group of this spec
@@ -107,6 +140,18 @@ class Model {
   // and returns logits for batch.logit_rows (logit_rows.size() x n_logits(),
   // row-major) in `logits`. Not thread-safe: one forward pass at a time per Model.
   void forward(const ForwardBatch& batch, KVCache& cache, std::vector<float>& logits);
+  // One pipeline stage's part of it (Executor::forward_stage).
+  void forward_stage(const ForwardBatch& batch, KVCache& cache, const float* hidden_in, std::vector<float>& out) {
+    executor_->forward_stage(batch, cache, hidden_in, out);
+  }
+  // The layers this process runs ([0, n_layer) unless loaded as a pipeline
+  // stage: LoadOptions::pipeline_stage).
+  int64_t layer_begin() const { return layers_.begin; }
+  int64_t layer_end() const { return layers_.end; }
+  bool first_stage() const { return layers_.begin == 0; }
+  bool last_stage() const { return layers_.end == config_.n_layer; }
+  // Whether this stage reads the tensor of that name (what it pages in).
+  bool stage_reads(std::string_view tensor) const;
   // Whether a cache of this layout can be made for this model: every group's
   // spec is valid and one its executor runs (a KV dtype its attention kernels
   // do not read is refused here, before any cache is allocated).
@@ -124,6 +169,7 @@ class Model {
   kernels::GgmlFlavour flavour_ = kernels::GgmlFlavour::kAvx512;
   kernels::Numerics numerics_ = kernels::Numerics::kExact;
   ModelWeights weights_;
+  LayerRange layers_;  // pipeline_layers of LoadOptions::pipeline_stage
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_error_;
   std::unique_ptr<Executor> executor_;  // null when the model cannot generate

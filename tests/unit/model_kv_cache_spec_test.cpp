@@ -30,6 +30,27 @@ ModelConfig gemma3_270m_shape() {
   return c;
 }
 
+TEST(ModelKVCacheSpec, APipelineStageKeepsItsLayersSlabsOfTheSameGroups) {
+  const KVLayout whole = KVLayout::plan(gemma3_270m_shape(), 16);
+  ASSERT_EQ(whole.layers_per_block, 3);
+  // Layers 0..8: windowed 0-4, 6-8 (places 0,1,2,0,1 and 2,0,1) and global 5 (place 0): every place.
+  const KVLayout first = whole.for_layers(0, 9);
+  EXPECT_EQ(first.group_windows, whole.group_windows);
+  EXPECT_EQ(first.layers_per_block, 3);
+  // Layers 0..1 only: places 0 and 1 of the first windowed group.
+  const KVLayout two = whole.for_layers(0, 2);
+  EXPECT_EQ(two.layers_per_block, 2);
+  EXPECT_EQ(two.layer_slab[0], 0);
+  EXPECT_EQ(two.layer_slab[1], 1);
+  EXPECT_EQ(two.layer_slab[2], -1);
+  EXPECT_EQ(two.block_bytes() * 3, whole.block_bytes() * 2);
+  // Layers 2..3: places 2 and 0, renumbered 0 and 1 in place order.
+  const KVLayout mid = whole.for_layers(2, 4);
+  EXPECT_EQ(mid.layers_per_block, 2);
+  EXPECT_EQ(mid.layer_slab[3], 0);
+  EXPECT_EQ(mid.layer_slab[2], 1);
+}
+
 TEST(ModelKVCacheSpec, Gemma3GroupsGetAFullAndFiveSlidingWindowSpecs) {
   const ModelConfig c = gemma3_270m_shape();
   const KVLayout layout = KVLayout::plan(c, 16);

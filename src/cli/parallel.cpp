@@ -1,0 +1,77 @@
+#include "cli/parallel.h"
+
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdlib>
+
+#include "cli/common.h"
+
+namespace inferd::cli {
+
+void ParallelFlags::add_to(CLI::App& app) {
+  app.add_option("--pipeline-parallel-size", pipeline_parallel_size,
+                 "Split the model's layers into this many stages, one process each, started by mpirun "
+                 "(mpirun -np P inferd ... --pipeline-parallel-size P)")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel-size", tensor_parallel_size,
+                 "Split each layer across this many processes (not built yet: 1)")
+      ->capture_default_str();
+}
+
+int launched_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
+    if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
+  return 0;
+}
+
+void ParallelRun::abort(int exit_code) const {
+  if (world) world->abort(exit_code);
+  std::exit(exit_code);
+}
+
+void ParallelRun::await_abort() const {
+  MPI_Barrier(world->pipeline_comm());  // rank 0 never enters it: it aborts
+  abort(2);
+}
+
+Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
+  const int launched = distributed::launched_world_size();
+  if (Status s = distributed::check_parallel_sizes(flags, launched); !s) return s.error();
+  ParallelRun run;
+  if (flags.world_size() == 1) return run;
+  auto world = distributed::MpiWorld::init();
+  if (!world) return world.error();
+  run.world = std::move(*world);
+  run.stage = {run.world->rank(), flags.pipeline_parallel_size};
+  if (run.world->rank() == 0) {
+    run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
+    // mpirun ends the job at once on a signal; rank 0's own drains first.
+    spdlog::info("rank 0 (pid {}) of {}: SIGTERM to this pid drains and stops every rank", getpid(), run.world->size());
+  }
+  return run;
+}
+
+int run_pipeline_stage(const ParallelRun& run, const std::string& model_path, int threads,
+                       kernels::GgmlFlavour flavour, kernels::Numerics numerics,
+                       const std::function<std::optional<EngineConfig>(const Model&)>& engine_config) {
+  // mpirun forwards SIGTERM and SIGINT to every rank: rank 0 drains and then
+  // tells this one to end, so this one must outlive the signal.
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGINT, SIG_IGN);
+  // A model that cannot load here ends every rank (rank 0 waits for this
+  // one's KV cache size); the message says why.
+  auto model = load_model_or_report(model_path, true, threads, flavour, numerics, run.stage);
+  if (!model) run.abort(1);
+  const std::optional<EngineConfig> config = engine_config(*model);
+  if (!config) run.await_abort();  // rank 0 reports the same flags
+  if (Status s = distributed::run_pipeline_worker(*run.world, *model, Engine::runner_config(*model, *config)); !s) {
+    spdlog::critical("rank {}: {}", run.world->rank(), s.error().message);
+    run.abort(1);
+  }
+  return 0;
+}
+
+}  // namespace inferd::cli

@@ -1,0 +1,55 @@
+// The flags and start-up of a model split across processes (serve and
+// generate): --tensor-parallel-size and --pipeline-parallel-size, vLLM's.
+// `mpirun -np P inferd serve ... --pipeline-parallel-size P` starts P ranks;
+// rank 0 runs the command (server or CLI, scheduler, output processor), the
+// others only their pipeline stage (distributed/pipeline.h).
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "core/result.h"
+#include "distributed/mpi_world.h"
+#include "distributed/parallel_config.h"
+#include "distributed/pipeline.h"
+#include "engine/engine.h"
+#include "model/model.h"
+
+namespace inferd::cli {
+
+struct ParallelFlags : distributed::ParallelConfig {
+  void add_to(CLI::App& app);
+};
+
+// A run's processes: one (no MPI at all), or the ranks of a pipeline.
+struct ParallelRun {
+  std::unique_ptr<distributed::MpiWorld> world;  // null: a single process
+  PipelineStage stage;                           // this process's
+  std::shared_ptr<distributed::MpiPipelineLink> link;  // rank 0 of a pipeline
+  bool worker() const { return world && world->rank() != 0; }
+  // Prints on rank 0 only (every rank reaches the same verdicts).
+  bool reports() const { return !world || world->rank() == 0; }
+  // After a failure once the ranks depend on each other: ends them all.
+  [[noreturn]] void abort(int exit_code) const;
+  // A worker whose flags are wrong: rank 0 reads the same flags, reports
+  // them and ends every rank; this one waits for that rather than racing
+  // rank 0's message with an abort of its own.
+  [[noreturn]] void await_abort() const;
+};
+
+// Checks the sizes against the processes mpirun started (before MPI starts)
+// and starts MPI when there is more than one. The error names the rule; it
+// is printed by the caller on rank 0 (launched_rank).
+Result<ParallelRun> start_parallel_run(const ParallelFlags& flags);
+// This process's rank as the launcher numbered it (0 when not launched by mpirun).
+int launched_rank();
+
+// A rank other than 0 of `serve` or `generate`: loads its stage of the model
+// and runs it until rank 0 is done; the exit code.
+int run_pipeline_stage(const ParallelRun& run, const std::string& model_path, int threads,
+                       kernels::GgmlFlavour flavour, kernels::Numerics numerics,
+                       const std::function<std::optional<EngineConfig>(const Model&)>& engine_config);
+
+}  // namespace inferd::cli

@@ -1,0 +1,42 @@
+// The MPI world of a model split across processes (Debian's OpenMPI: shared
+// memory within a machine, TCP between machines). `mpirun -np N inferd ...`
+// starts the ranks; rank 0 serves, the others run their stage. MPI is only
+// started when a run asks for more than one process: a single process never
+// calls into it.
+#pragma once
+#include <mpi.h>
+
+#include <memory>
+
+#include "core/result.h"
+
+namespace inferd::distributed {
+
+// The processes the launcher started, from its environment (1 when this
+// process was not started by mpirun), read before MPI is started.
+int launched_world_size();
+
+class MpiWorld {
+ public:
+  // Starts MPI. The serving engine calls MPI from its own thread (one thread
+  // at a time), so MPI_THREAD_SERIALIZED is required.
+  static Result<std::unique_ptr<MpiWorld>> init();
+  ~MpiWorld();  // MPI_Finalize
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // The pipeline's messages go on a communicator of their own.
+  MPI_Comm pipeline_comm() const { return pipeline_; }
+  // Ends every rank at once (a failure after the ranks started to depend on
+  // each other, where a clean exit of one would leave the others waiting).
+  [[noreturn]] void abort(int exit_code) const;
+
+ private:
+  MpiWorld() = default;
+  int rank_ = 0, size_ = 1;
+  MPI_Comm pipeline_ = MPI_COMM_NULL;
+};
+
+}  // namespace inferd::distributed

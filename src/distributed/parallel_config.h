@@ -1,0 +1,20 @@
+// How a model is split across processes: vLLM's --tensor-parallel-size T and
+// --pipeline-parallel-size P, run as T x P ranks under mpirun. Rank r is
+// pipeline stage r (tensor parallelism is not built yet: T must be 1).
+#pragma once
+#include "core/result.h"
+
+namespace inferd::distributed {
+
+struct ParallelConfig {
+  int tensor_parallel_size = 1;
+  int pipeline_parallel_size = 1;
+  int world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
+};
+
+// Refuses sizes that cannot run, naming the rule: T and P at least 1; T
+// above 1 is not built yet; T x P processes, all started by mpirun
+// (`launched` processes were).
+Status check_parallel_sizes(const ParallelConfig& config, int launched);
+
+}  // namespace inferd::distributed

@@ -1,0 +1,55 @@
+// Pipeline parallelism over MPI: rank r runs stage r of the model's layers
+// (Model::layer_begin). Per step, rank 0 sends every other rank the step
+// (step_codec.h), runs its layers and sends its residual stream to rank 1;
+// each rank runs its layers on the stream it receives and passes it on; the
+// last one samples and sends rank 0 the tokens. Rank 0 owns the scheduler
+// and the KV block allocation: the other ranks' caches have the same blocks
+// (agreed once at start) and follow the block tables each step carries.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "distributed/mpi_world.h"
+#include "distributed/step_codec.h"
+#include "engine/model_runner.h"
+#include "engine/pipeline_link.h"
+#include "model/model.h"
+
+namespace inferd::distributed {
+
+// Rank 0's side (engine/pipeline_link.h).
+class MpiPipelineLink final : public PipelineLink {
+ public:
+  explicit MpiPipelineLink(const MpiWorld& world) : world_(world) {}
+  ~MpiPipelineLink() override { shutdown(); }
+  // Tells the other stages to end their loops (once; the destructor does it
+  // if nobody did).
+  void shutdown();
+
+  int32_t agree_on_blocks(int32_t local) override;
+  void add_request(const std::string& id, const SamplingRequest& request) override;
+  void remove_request(const std::string& id) override;
+  size_t num_requests() const override { return registered_.size(); }
+  void send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) override;
+  void send_hidden(const std::vector<float>& hidden) override;
+  void receive_output(ModelRunnerOutput& output) override;
+
+ private:
+  const MpiWorld& world_;
+  std::vector<SamplingEvent> events_;  // since the last step
+  std::unordered_set<std::string> registered_;
+  std::vector<uint8_t> bytes_;  // reused
+  bool shut_down_ = false;
+};
+
+// The block count every stage agrees on (the least offered): the collective
+// MpiPipelineLink::agree_on_blocks takes part in on rank 0.
+int32_t agree_on_blocks(const MpiWorld& world, int32_t local);
+
+// A rank other than 0: makes its stage's runner (as rank 0's engine makes its
+// own, from the same config) and runs steps until rank 0 says it is done.
+Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfig config);
+
+}  // namespace inferd::distributed

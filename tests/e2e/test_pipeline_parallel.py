@@ -1,0 +1,214 @@
+"""Pipeline parallelism under mpirun (issue 40): `mpirun -np P inferd serve|generate --pipeline-parallel-size P`.
+
+A pipeline runs the same kernels on the same numbers in the same order as one process, so its outputs are
+compared for equality with a single process's: greedy and seeded sampling, streamed and not, many requests at
+once. Also: the sizes that cannot run are refused with the rule, and a stage that dies ends the run.
+
+OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), and a 2-core machine has fewer slots
+than ranks without --oversubscribe; each rank runs one compute thread.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+import openai
+import pytest
+
+from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME, REPO, Server, free_port, stop, wait_until_ready
+
+TINY = REPO / "tests" / "data" / "models"
+MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+
+pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is missing: scripts/setup.sh installs OpenMPI")
+
+
+def mpirun(n: int) -> list[str]:
+    return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+
+
+def serve(tmp: pathlib.Path, ranks: int, model: pathlib.Path = DEFAULT_MODEL) -> Server:
+    port = free_port()
+    args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+            "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
+            "--kv-cache-memory", "64M", "--shutdown-timeout", "5"]
+    if ranks > 1:
+        args = mpirun(ranks) + args + ["--pipeline-parallel-size", str(ranks)]
+    log_path = tmp / f"server-{port}.log"
+    proc = subprocess.Popen(args, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=MPI_ENV)
+    srv = Server(f"http://127.0.0.1:{port}", MODEL_NAME, BINARY, proc, log_path, None, args)
+    wait_until_ready(srv, timeout=180)
+    return srv
+
+
+def wait_for_pid(srv: Server, rank: int) -> int:
+    """A rank's pid from the log (rank 1 logs it once its stage is ready, maybe after rank 0 serves)."""
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if m := re.search(rf"rank {rank} \(pid (\d+)\)", srv.log()):
+            return int(m.group(1))
+        time.sleep(0.1)
+    pytest.fail(f"rank {rank} logged no pid:\n{srv.log()[-3000:]}")
+
+
+def stop_pipeline(srv: Server) -> int:
+    """SIGTERM to rank 0 (mpirun would end the job at once on a signal): it drains and ends the other ranks."""
+    os.kill(wait_for_pid(srv, 0), signal.SIGTERM)
+    try:
+        return srv.process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.process.kill()
+        srv.process.wait()
+        pytest.fail(f"the pipeline did not end within 60 s of SIGTERM to rank 0:\n{srv.log()[-3000:]}")
+
+
+def generate(model: pathlib.Path, ranks: int, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    args = [str(BINARY), "generate", "-m", str(model), "--threads", "1", *flags]
+    if ranks > 1:
+        args = mpirun(ranks) + args + ["--pipeline-parallel-size", str(ranks)]
+    return subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=timeout)
+
+
+# 32 requests: greedy and seeded sampling (with penalties), completions and chat, streamed and not, some with
+# logprobs, prompts of different lengths so prefills and decodes share steps.
+def request_specs() -> list[dict]:
+    specs = []
+    for i in range(32):
+        sampled = i % 2 == 1
+        spec = {"prompt": f"Request {i}: " + "tell me about the sea and the mountains. " * (1 + i % 5),
+                "max_tokens": 12 + i % 7, "stream": i % 4 >= 2, "chat": i % 3 == 0,
+                "temperature": 0.9 if sampled else 0.0, "seed": 1000 + i if sampled else None,
+                "frequency_penalty": 0.3 if i % 5 == 0 else 0.0, "logprobs": i % 6 == 1}
+        specs.append(spec)
+    return specs
+
+
+def run_one(client: openai.OpenAI, spec: dict) -> dict:
+    common = dict(model=MODEL_NAME, max_tokens=spec["max_tokens"], temperature=spec["temperature"],
+                  frequency_penalty=spec["frequency_penalty"])
+    if spec["seed"] is not None:
+        common["seed"] = spec["seed"]
+    if spec["chat"]:
+        kw = dict(common, messages=[{"role": "user", "content": spec["prompt"]}])
+        if spec["logprobs"]:
+            kw.update(logprobs=True, top_logprobs=2)
+        if spec["stream"]:
+            text, lps = "", []
+            for chunk in client.chat.completions.create(stream=True, **kw):
+                if chunk.choices:
+                    text += chunk.choices[0].delta.content or ""
+                    if chunk.choices[0].logprobs and chunk.choices[0].logprobs.content:
+                        lps += [(t.token, t.logprob) for t in chunk.choices[0].logprobs.content]
+            return {"text": text, "logprobs": lps}
+        r = client.chat.completions.create(**kw)
+        lps = [(t.token, t.logprob) for t in r.choices[0].logprobs.content] if spec["logprobs"] else []
+        return {"text": r.choices[0].message.content, "logprobs": lps, "finish": r.choices[0].finish_reason}
+    kw = dict(common, prompt=spec["prompt"])
+    if spec["logprobs"]:
+        kw["logprobs"] = 2
+    if spec["stream"]:
+        text, lps = "", []
+        for chunk in client.completions.create(stream=True, **kw):
+            if chunk.choices:
+                text += chunk.choices[0].text
+                if chunk.choices[0].logprobs:
+                    lps += list(zip(chunk.choices[0].logprobs.tokens, chunk.choices[0].logprobs.token_logprobs))
+        return {"text": text, "logprobs": lps}
+    r = client.completions.create(**kw)
+    lps = list(zip(r.choices[0].logprobs.tokens, r.choices[0].logprobs.token_logprobs)) if spec["logprobs"] else []
+    return {"text": r.choices[0].text, "logprobs": lps, "finish": r.choices[0].finish_reason}
+
+
+def run_all(srv: Server) -> list[dict]:
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0, timeout=300)
+    with concurrent.futures.ThreadPoolExecutor(32) as pool:
+        return list(pool.map(lambda s: run_one(client, s), request_specs()))
+
+
+def test_pipeline_serves_what_one_process_serves(tmp_path):
+    """32 concurrent mixed requests on the default model: two stages give every output bit for bit."""
+    one = serve(tmp_path, 1)
+    try:
+        expected = run_all(one)
+    finally:
+        assert stop(one) == 0, one.log()[-3000:]
+    two = serve(tmp_path, 2)
+    try:
+        got = run_all(two)
+        log = two.log()
+    finally:
+        code = stop_pipeline(two)
+    assert code == 0, two.log()[-3000:]
+    assert re.search(r"rank 1 \(pid \d+\): pipeline stage of layers \[15, 30\)", log), log[-3000:]
+    assert all(e["text"] for e in expected)
+    for spec, e, g in zip(request_specs(), expected, got):
+        assert g == e, spec
+
+
+@pytest.mark.parametrize("model,ranks", [("tiny-llama3", 2), ("tiny-gemma3", 2), ("tiny-gemma3", 3),
+                                         ("tiny-qwen3moe", 2), ("tiny-qwen3moe", 3)])
+def test_generate_pipeline_matches_one_process(model, ranks):
+    """generate --json: greedy and seeded sampling, across 2 and 3 stages (qwen3moe's 3 layers over 3: a middle
+    stage that receives and sends the stream); gemma3's windowed KV groups and sandwich norms cross a boundary."""
+    path = TINY / f"{model}.gguf"
+    for flags in (["--temp", "0"], ["--temp", "1.0", "--seed", "7", "--top-k", "0", "--top-p", "1", "--min-p", "0"]):
+        common = ["-p", "Once upon a time", "-n", "24", "--ignore-eos", "--json", *flags]
+        one = generate(path, 1, *common)
+        assert one.returncode == 0, one.stderr
+        split = generate(path, ranks, *common)
+        assert split.returncode == 0, split.stdout + split.stderr
+        assert json.loads(split.stdout.strip().splitlines()[-1])["ids"] == json.loads(one.stdout)["ids"]
+
+
+def test_pipeline_without_mpirun_is_refused():
+    r = generate(TINY / "tiny-llama3.gguf", 1, "-p", "hi", "-n", "1", "--pipeline-parallel-size", "2")
+    assert r.returncode == 2
+    assert "mpirun -np 2" in r.stderr, r.stderr
+
+
+def test_process_count_must_equal_the_sizes():
+    args = mpirun(2) + [str(BINARY), "generate", "-m", str(TINY / "tiny-llama3.gguf"), "-p", "hi", "-n", "1"]
+    r = subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=60)
+    assert r.returncode != 0
+    assert "mpirun started 2 processes" in r.stderr and "must equal" in r.stderr, r.stderr
+
+
+def test_tensor_parallelism_is_refused_as_not_built():
+    r = generate(TINY / "tiny-llama3.gguf", 1, "-p", "hi", "-n", "1", "--tensor-parallel-size", "2")
+    assert r.returncode == 2
+    assert "not built yet (issue 40)" in r.stderr, r.stderr
+
+
+def test_more_stages_than_layers_are_refused():
+    r = generate(TINY / "tiny-llama3.gguf", 3, "-p", "hi", "-n", "1")  # 2 layers
+    assert r.returncode != 0
+    assert "a pipeline of 3 stages needs at least 3 layers" in r.stderr, r.stdout + r.stderr
+
+
+def test_a_stage_that_dies_ends_the_server(tmp_path):
+    """Rank 1 killed mid-stream: the server ends within a bounded time, and the log names the rank."""
+    srv = serve(tmp_path, 2)
+    try:
+        pid = wait_for_pid(srv, 1)
+        client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0, timeout=60)
+        stream = client.completions.create(model=MODEL_NAME, prompt="The sea", max_tokens=900, temperature=0,
+                                           stream=True, extra_body={"ignore_eos": True})
+        next(iter(stream))  # generating
+        os.kill(pid, signal.SIGKILL)
+        start = time.time()
+        srv.process.wait(timeout=60)
+        assert time.time() - start < 60
+    finally:
+        if srv.process.poll() is None:
+            srv.process.kill()
+            srv.process.wait()
+    assert srv.process.returncode != 0
+    log = srv.log()
+    assert re.search(r"rank 1 .*(exited on signal 9|killed)", log, re.IGNORECASE | re.DOTALL), log[-3000:]

@@ -1,0 +1,212 @@
+// The pieces of pipeline parallelism that need no second process: the
+// sizes refused before MPI starts, the stages' layer ranges, the step and output messages through their codec, and a stage's
+// forward passes chained in one process against the whole model's.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "distributed/parallel_config.h"
+#include "distributed/step_codec.h"
+#include "engine/model_runner.h"
+#include "model/model.h"
+
+namespace inferd {
+namespace {
+
+using distributed::check_parallel_sizes;
+using distributed::ParallelConfig;
+
+TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
+  EXPECT_TRUE(check_parallel_sizes({1, 1}, 1).ok());
+  EXPECT_TRUE(check_parallel_sizes({1, 2}, 2).ok());
+  const auto message = [](ParallelConfig c, int launched) { return check_parallel_sizes(c, launched).error().message; };
+  EXPECT_NE(message({1, 2}, 1).find("mpirun -np 2"), std::string::npos);
+  EXPECT_NE(message({1, 2}, 3).find("must equal"), std::string::npos);
+  EXPECT_NE(message({1, 1}, 2).find("mpirun started 2 processes"), std::string::npos);
+  EXPECT_NE(message({2, 1}, 2).find("not built yet (issue 40)"), std::string::npos);
+  EXPECT_FALSE(check_parallel_sizes({1, 0}, 1).ok());
+}
+
+TEST(DistributedSizes, StagesTakeContiguousBalancedLayers) {
+  // 30 layers over 4 stages: 8, 8, 7, 7.
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{0, 8}, {8, 16}, {16, 23}, {23, 30}};
+  for (int s = 0; s < 4; ++s) {
+    const LayerRange r = pipeline_layers(30, {s, 4});
+    EXPECT_EQ(std::pair(r.begin, r.end), expected[s]) << s;
+  }
+  const LayerRange last = pipeline_layers(2, {1, 2});
+  EXPECT_EQ(last.begin, 1);
+  EXPECT_EQ(last.end, 2);
+}
+
+TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
+  SchedulerOutput out;
+  out.step = 41;
+  out.total_num_scheduled_tokens = 5;
+  ScheduledRequest s;
+  s.request_id = "req-7";
+  s.num_computed_tokens = 16;
+  s.num_new_tokens = 4;
+  s.token_ids = {5, 6, 7, 8};
+  s.block_tables = {{1, 2}, {3, 0}};
+  s.new_block_ids = {2};
+  s.state_slot = 3;
+  s.is_new = true;
+  s.sample = true;
+  s.num_draft_tokens = 2;
+  s.prompt_logits = true;
+  s.num_prompt_tokens = 18;
+  s.num_cached_tokens = 16;
+  out.scheduled = {s, ScheduledRequest{.request_id = "b", .num_new_tokens = 1, .token_ids = {9}}};
+  out.block_copies = {{4, 5}};
+  out.preempted_request_ids = {"c"};
+  out.finished_request_ids = {"d", "e"};
+  SamplingRequest sr;
+  sr.params.temperature = 0.7f;
+  sr.params.top_k = 5;
+  sr.params.seed = 99;
+  sr.prompt_token_ids = {1, 2, 3};
+  sr.logprobs = 2;
+  sr.constrained = true;
+  const std::vector<distributed::SamplingEvent> events = {{"req-7", true, sr}, {"old", false, {}}};
+  const std::vector<uint32_t> mask = {0xffu, 0x1u};
+  StepSamplingInputs inputs;
+  inputs.allowed = {{mask, 40}, {}};
+
+  const std::vector<uint8_t> bytes = distributed::encode_step(distributed::StepMessage::Kind::kStep, events, out, inputs);
+  auto m = distributed::decode_step(bytes);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->kind, distributed::StepMessage::Kind::kStep);
+  ASSERT_EQ(m->events.size(), 2u);
+  EXPECT_EQ(m->events[0].request_id, "req-7");
+  EXPECT_TRUE(m->events[0].add);
+  EXPECT_EQ(m->events[0].request.params.temperature, 0.7f);
+  EXPECT_EQ(m->events[0].request.params.top_k, 5);
+  EXPECT_EQ(m->events[0].request.params.seed, std::optional<uint64_t>(99));
+  EXPECT_EQ(m->events[0].request.prompt_token_ids, sr.prompt_token_ids);
+  EXPECT_EQ(m->events[0].request.logprobs, 2);
+  EXPECT_TRUE(m->events[0].request.constrained);
+  EXPECT_FALSE(m->events[1].add);
+  EXPECT_EQ(m->out.step, 41);
+  ASSERT_EQ(m->out.scheduled.size(), 2u);
+  const ScheduledRequest& r = m->out.scheduled[0];
+  EXPECT_EQ(r.request_id, "req-7");
+  EXPECT_EQ(r.num_computed_tokens, 16);
+  EXPECT_EQ(r.token_ids, s.token_ids);
+  EXPECT_EQ(r.block_tables, s.block_tables);
+  EXPECT_EQ(r.new_block_ids, s.new_block_ids);
+  EXPECT_EQ(r.state_slot, 3);
+  EXPECT_TRUE(r.is_new && r.sample && r.prompt_logits && !r.resumed);
+  EXPECT_EQ(r.num_draft_tokens, 2);
+  EXPECT_EQ(r.num_prompt_tokens, 18);
+  EXPECT_EQ(r.num_cached_tokens, 16);
+  EXPECT_EQ(m->out.scheduled[1].token_ids, std::vector<int32_t>{9});
+  EXPECT_EQ(m->out.block_copies, out.block_copies);
+  EXPECT_EQ(m->out.preempted_request_ids, out.preempted_request_ids);
+  EXPECT_EQ(m->out.finished_request_ids, out.finished_request_ids);
+  const StepSamplingInputs back = m->sampling_inputs();
+  ASSERT_EQ(back.allowed.size(), 2u);
+  EXPECT_EQ(std::vector<uint32_t>(back.allowed[0].mask.begin(), back.allowed[0].mask.end()), mask);
+  EXPECT_EQ(back.allowed[0].mask_vocab, 40);
+  EXPECT_TRUE(back.allowed[1].mask.empty());
+
+  // A message cut short is refused, not read past its end.
+  for (size_t cut : {size_t{1}, bytes.size() / 2, bytes.size() - 1})
+    EXPECT_FALSE(distributed::decode_step({bytes.begin(), bytes.begin() + cut}).ok()) << cut;
+
+  ModelRunnerOutput sampled;
+  sampled.requests.resize(2);
+  sampled.requests[0].tokens = {11, 12};
+  sampled.requests[0].logprobs = {{11, -0.5f, 1, {{11, -0.5f}, {3, -1.5f}}}};
+  sampled.requests[0].prompt_logprobs = {{2, -2.0f, 4, {}}};
+  sampled.requests[1].beam_candidates = {{7, -0.25f}};
+  sampled.requests[1].pooled = {0.5f, 1.5f};
+  const std::vector<uint8_t> out_bytes = distributed::encode_output(sampled);
+  ModelRunnerOutput got;
+  ASSERT_TRUE(distributed::decode_output(out_bytes, got).ok());
+  ASSERT_EQ(got.requests.size(), 2u);
+  EXPECT_EQ(got.requests[0].tokens, sampled.requests[0].tokens);
+  ASSERT_EQ(got.requests[0].logprobs.size(), 1u);
+  EXPECT_EQ(got.requests[0].logprobs[0].rank, 1);
+  EXPECT_EQ(got.requests[0].logprobs[0].top.size(), 2u);
+  EXPECT_EQ(got.requests[0].logprobs[0].top[1].token, 3);
+  EXPECT_EQ(got.requests[0].prompt_logprobs[0].logprob, -2.0f);
+  EXPECT_EQ(got.requests[1].beam_candidates[0].token, 7);
+  EXPECT_EQ(got.requests[1].pooled, sampled.requests[1].pooled);
+  EXPECT_FALSE(distributed::decode_output({out_bytes.begin(), out_bytes.end() - 3}, got).ok());
+}
+
+// Two stages chained in one process (the residual stream handed from one to
+// the next by hand, as MPI hands it) give the whole model's logits to the bit.
+void expect_stages_chain_to_the_whole(const std::string& file, bool one_kv_group) {
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/" + file;
+  LoadOptions options;
+  options.n_threads = 1;
+  auto whole = Model::load(path, options);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  std::vector<std::unique_ptr<Model>> stages;
+  for (int s = 0; s < 2; ++s) {
+    options.pipeline_stage = {s, 2};
+    auto m = Model::load(path, options);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    stages.push_back(std::move(*m));
+  }
+  EXPECT_TRUE(stages[0]->first_stage() && !stages[0]->last_stage());
+  EXPECT_TRUE(!stages[1]->first_stage() && stages[1]->last_stage());
+  ModelRunnerConfig rc;
+  rc.kv_cache_bytes = 4 << 20;
+  rc.max_blocks = 16;
+  rc.warm_up = false;
+  auto whole_runner = ModelRunner::create(**whole, rc);
+  auto first = ModelRunner::create(*stages[0], rc);
+  auto last = ModelRunner::create(*stages[1], rc);
+  ASSERT_TRUE(whole_runner.ok() && first.ok() && last.ok());
+  // A stage's blocks hold its own layers' slabs only (with one KV group: a slab a layer).
+  const int64_t n_layer = (*whole)->config().n_layer, own = stages[0]->layer_end() - stages[0]->layer_begin();
+  if (one_kv_group) EXPECT_EQ((*first)->kv_cache_bytes() * n_layer, (*whole_runner)->kv_cache_bytes() * own) << file;
+  EXPECT_LE((*first)->kv_cache_bytes(), (*whole_runner)->kv_cache_bytes());
+  // A prompt of 20 tokens in one step, then a decode of one more.
+  SchedulerOutput prefill;
+  ScheduledRequest s;
+  s.request_id = "a";
+  s.num_new_tokens = 20;
+  for (int i = 0; i < 20; ++i) s.token_ids.push_back(3 + 7 * i % 50);
+  // Each KV group its own blocks, as the block pool gives them.
+  for (int32_t g = 0; g < (*whole_runner)->kv_cache().layout().num_groups(); ++g)
+    s.block_tables.push_back({1 + 2 * g, 2 + 2 * g});
+  s.sample = true;
+  prefill.scheduled = {s};
+  SchedulerOutput decode = prefill;
+  decode.scheduled[0].num_computed_tokens = 20;
+  decode.scheduled[0].num_new_tokens = 1;
+  decode.scheduled[0].token_ids = {17};
+  for (const SchedulerOutput* step : {&prefill, &decode}) {
+    const std::vector<float> expected = (*whole_runner)->compute_logits(*step);
+    const std::vector<float> hidden = (*first)->forward_stage(*step, nullptr);
+    EXPECT_EQ(hidden.size(), static_cast<size_t>(step->scheduled[0].num_new_tokens * (*whole)->config().n_embd));
+    const std::vector<float>& got = (*last)->forward_stage(*step, hidden.data());
+    ASSERT_EQ(got.size(), expected.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float))) << file;
+  }
+}
+
+TEST(DistributedStages, ChainedStagesGiveTheWholeModelsLogits) {
+  expect_stages_chain_to_the_whole("tiny-llama3.gguf", true);
+  // Windowed groups (a block's two places both used by each stage), sandwich norms.
+  expect_stages_chain_to_the_whole("tiny-gemma3.gguf", false);
+  expect_stages_chain_to_the_whole("tiny-qwen3moe.gguf", true);
+}
+
+TEST(DistributedStages, MoreStagesThanLayersAreRefused) {
+  LoadOptions options;
+  options.n_threads = 1;
+  options.pipeline_stage = {0, 3};
+  auto m = Model::load(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-llama3.gguf", options);
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.error().message.find("a pipeline of 3 stages needs at least 3 layers"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace inferd
