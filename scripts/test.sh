@@ -31,7 +31,7 @@ python3 -m pytest -q tests/python
 echo "== sanitizer build (ASan + UBSan)"
 # The modules that parse untrusted input or own memory, and their tests.
 SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quants_test kernels_packed_test
-                 kernels_attention_test kernels_fp8_test kernels_activation_test kernels_rms_norm_test
+                 kernels_attention_test kernels_attention_quant_test kernels_fp8_test kernels_activation_test kernels_rms_norm_test
                  kernels_matmul_test kernels_fast_gemm_test kernels_bf16_gemm_test kernels_dense_attention_test kernels_moe_routing_test kv_block_pool_test kv_cache_manager_test kv_connector_test kvstore_tiers_test kvtransfer_ucx_agent_test engine_scheduler_test engine_beam_search_test engine_sampling_stage_test
                  server_openai_protocol_test server_messages_protocol_test bench_sse_test bench_openai_api_test bench_dataset_test
                  bench_serve_client_test core_thread_pool_test model_weight_prefetch_test kernels_ggml_matmul_test

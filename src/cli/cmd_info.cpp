@@ -75,7 +75,6 @@ std::vector<KVCacheRow> kv_cache_rows(const ModelConfig& c) {
       if (skip && (!windowed || t == DType::F16)) continue;
       const kv::KVCacheSpec spec = KVLayout::plan(c, kBlockSize, t, skip).storage_spec();
       if (!spec.validate()) continue;
-      if (spec.kind == kv::KVCacheKind::kLatent && t != DType::F16) continue;  // the latent cache is F16 only
       const KVCapacity cap = kv_capacity_for_bytes(c, kBlockSize, t, (int64_t{1} << 30) + state_bytes,
                                                    EngineConfig{}.max_num_seqs, skip);
       rows.push_back({kv::kv_cache_dtype_name(t) + (skip ? " (sliding_window f16)" : ""),

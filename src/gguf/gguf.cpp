@@ -812,7 +812,10 @@ Result<std::vector<int32_t>> File::get_i32_array(std::string_view key) const {
 // ---- prefault and release ---------------------------------------------------
 
 void File::release_pages(const void* p, uint64_t n) const {
-  if (!mapped_ || n == 0) return;
+  // Only the file's own pages: weights derived at load (a split attn_kv_b)
+  // live in ordinary memory, which MADV_DONTNEED would zero.
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (!mapped_ || n == 0 || b < base_ || b + n > base_ + size_) return;
   const long sys_page = ::sysconf(_SC_PAGESIZE);
   const uintptr_t page = sys_page > 0 ? static_cast<uintptr_t>(sys_page) : 4096;
   const auto begin = reinterpret_cast<uintptr_t>(p);

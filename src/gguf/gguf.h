@@ -109,7 +109,8 @@ class File {
   // Drops the mapped file pages wholly inside [p, p + n) from this process
   // (a copy of those bytes now lives elsewhere, e.g. repacked weights). They
   // stay readable: a later read faults them back in from the file. Nothing
-  // happens when the file was read into memory rather than mapped.
+  // happens when the file was read into memory rather than mapped, or to a
+  // range outside the file's mapping.
   void release_pages(const void* p, uint64_t n) const;
 
  private:

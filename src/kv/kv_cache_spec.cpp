@@ -21,13 +21,15 @@ const char* kv_cache_kind_name(KVCacheKind kind) {
 static bool rotates(DType dtype) { return dtype != DType::F16 && dtype != DType::BF16 && dtype != DType::F32; }
 
 int64_t KVCacheSpec::key_rotation() const {
-  if (!rotates(dtype) || head_size % 64 != 0) return 0;
+  if (!rotates(dtype) || head_size % 64 != 0 || kind == KVCacheKind::kLatent) return 0;
   int64_t n = 64;
   while (head_size % (2 * n) == 0) n *= 2;
   return n;
 }
 
-int64_t KVCacheSpec::value_rotation() const { return rotates(dtype) && head_size % 64 == 0 ? 64 : 0; }
+int64_t KVCacheSpec::value_rotation() const {
+  return rotates(dtype) && head_size % 64 == 0 && kind != KVCacheKind::kLatent ? 64 : 0;
+}
 
 Status KVCacheSpec::validate() const {
   const DTypeInfo* t = dtype_info(static_cast<uint32_t>(dtype));

@@ -65,9 +65,16 @@ struct KVCacheSpec {
                              int64_t window) {
     return {KVCacheKind::kSlidingWindow, dtype, num_kv_heads, head_size, block_size, window, 0, 0};
   }
-  // One latent head of `width` elements (the latent and the RoPE key) per token.
+  // One latent head of `width` elements (the latent and the RoPE key) per
+  // token. In any dtype but f16 the head is padded with zeros to whole
+  // 32-element blocks (latent_head_size), which the quantized kernels read:
+  // a 64-wide RoPE key (DeepSeek) needs none, the tiny test models' 16-wide
+  // one half a block.
   static KVCacheSpec latent(DType dtype, int32_t width, int32_t block_size) {
-    return {KVCacheKind::kLatent, dtype, 1, width, block_size, 0, 0, 0};
+    return {KVCacheKind::kLatent, dtype, 1, latent_head_size(dtype, width), block_size, 0, 0, 0};
+  }
+  static int32_t latent_head_size(DType dtype, int32_t width) {
+    return dtype == DType::F16 ? width : (width + 31) / 32 * 32;
   }
   // A recurrent layer's state per sequence (f32: llama.cpp's
   // llama-memory-recurrent keeps both parts in f32, whatever the KV dtype).
@@ -106,7 +113,8 @@ struct KVCacheSpec {
   // the queries that read them) by the largest power of two from 64 up that
   // divides the head, values by 64 (rotated back after attention). 0: not
   // rotated (f16, bf16, or a head that is not a multiple of 64; fp8_e4m3 as
-  // measured: docs/design.md).
+  // measured: docs/design.md; a latent cache, whose values are its keys'
+  // first kv_lora_rank elements, as llama.cpp's K-only MLA cache is not).
   int64_t key_rotation() const;
   int64_t value_rotation() const;
   // Bytes of one layer's keys (or values) of one block: the contiguous run a

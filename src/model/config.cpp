@@ -167,19 +167,22 @@ Result<MlaConfig> mla_config(const gguf::File& f, const std::string& a, const Mo
   auto kv = arch_int(f, a, "attention.kv_lora_rank");
   if (!kv) return kv.error();
   m.kv_lora_rank = *kv;
-  if (!f.find(a + ".attention.key_length_mla") || !f.find(a + ".attention.value_length_mla"))
-    return make_error("latent attention needs '" + a + ".attention.key_length_mla' and 'value_length_mla': this " +
-                      "file predates llama.cpp's attn_k_b/attn_v_b split of attn_kv_b (inferd runs only the split " +
-                      "form); convert the model again with a current convert_hf_to_gguf.py");
-  auto k_mla = arch_int(f, a, "attention.key_length_mla");
+  // Files from before llama.cpp's converter split attn_kv_b into attn_k_b and
+  // attn_v_b have no *_length_mla: their key_length and value_length are a
+  // head's (qk_nope + qk_rope, v_head) and head_count_kv the heads'; the
+  // loader splits attn_kv_b (model/mla_kv_b_split.h) and the model is run
+  // as the split form is.
+  const bool split = f.find(a + ".attention.key_length_mla") || f.find(a + ".attention.value_length_mla");
+  m.kv_b_unsplit = !split;
+  auto k_mla = arch_int(f, a, split ? "attention.key_length_mla" : "attention.key_length");
   if (!k_mla) return k_mla.error();
-  auto v_mla = arch_int(f, a, "attention.value_length_mla");
+  auto v_mla = arch_int(f, a, split ? "attention.value_length_mla" : "attention.value_length");
   if (!v_mla) return v_mla.error();
   m.qk_rope = c.rope_dim;
   m.qk_nope = *k_mla - c.rope_dim;
   m.v_head = *v_mla;
   if (m.qk_nope < 1) return make_error("attention.key_length_mla must exceed rope.dimension_count");
-  if (c.n_head_kv != 1 || c.head_dim != m.latent_width())
+  if (split && (c.n_head_kv != 1 || c.head_dim != m.latent_width()))
     return make_error("latent attention needs head_count_kv 1 and key_length = kv_lora_rank + rope.dimension_count (" +
                       std::to_string(m.latent_width()) + "), as llama.cpp's converter writes them");
   if (f.find(a + ".rope.scaling.yarn_log_multiplier")) {
@@ -369,6 +372,9 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
     auto mla = mla_config(f, a, c);
     if (!mla) return mla.error();
     c.mla = *mla;
+    // The cache is one latent head whatever the file's form.
+    c.n_head_kv = 1;
+    c.head_dim = c.mla.latent_width();
   }
   if (scaling == "yarn") {
     auto orig_ctx = arch_int(f, a, "rope.scaling.original_context_length", c.context_length);

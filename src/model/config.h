@@ -64,6 +64,8 @@ struct MlaConfig {
   int64_t qk_rope = 0;       // with RoPE (ModelConfig::rope_dim)
   int64_t v_head = 0;        // value dims per head
   float yarn_log_mul = 0.0f;  // mscale_all_dim (rope.scaling.yarn_log_multiplier / 0.1), 0: none
+  // An older file's attn_kv_b in place of attn_k_b and attn_v_b (split at load).
+  bool kv_b_unsplit = false;
   int64_t q_head() const { return qk_nope + qk_rope; }
   // One token's cache slot per layer: the normalized latent, then the RoPE key.
   int64_t latent_width() const { return kv_lora_rank + qk_rope; }

@@ -32,12 +32,9 @@ class CpuExecutor final : public Executor {
                      std::vector<float>& out) override;
   std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
   // Its attention kernels read F16, BF16, F8_E4M3, Q8_0 and Q4_0 keys and
-  // values (kernels/cpu/attention.h); all but F16 in heads of whole
-  // 32-element blocks.
+  // values, latent caches included (kernels/cpu/attention.h); all but F16 in
+  // heads of whole 32-element blocks.
   Status supports_kv_cache(const kv::KVCacheSpec& spec) const override {
-    if (spec.kind == kv::KVCacheKind::kLatent && spec.dtype != DType::F16)
-      return make_error(std::string("a latent (multi-head latent attention) KV cache of ") + dtype_name(spec.dtype) +
-                        " is not supported: its attention reads F16 only (use --kv-cache-dtype f16 or auto)");
     const std::string name = kv::kv_cache_dtype_name(spec.dtype);
     if (!kernels::attention_reads_kv(spec.dtype))
       return make_error("a KV cache of " + name +
@@ -231,14 +228,16 @@ class CpuExecutor final : public Executor {
       std::vector<float> gate, up, out;     // per routed row: n_ff_exp, n_ff_exp, n_embd
     } moe;
     // A latent-attention layer's step (cpu_executor_mla.cpp); R is kv_lora_rank,
-    // W the latent cache's slot (R + qk_rope).
+    // W the latent and RoPE key (R + qk_rope), Wc the cache's slot: W, or W
+    // padded with zeros to whole 32-element blocks for a quantized cache
+    // (kv::KVCacheSpec::latent).
     struct Mla {
       std::vector<float> q_a;       // per token: q_lora_rank (normalized in place)
       std::vector<float> q;         // per token: n_head x (qk_nope + qk_rope)
       std::vector<float> kv;        // per token: W (latent, then the RoPE key)
       std::vector<float> q_nope;    // per head, per token: qk_nope (attn_k_b's input)
       std::vector<float> absorbed;  // per head, per token: R (attn_k_b's output)
-      std::vector<float> q_latent;  // per token, per head: W (the attention's query)
+      std::vector<float> q_latent;  // per token, per head: Wc (the attention's query, zero-padded)
       std::vector<float> out;       // per head, per token: R (the attention's output)
       std::vector<float> value;     // per head, per token: v_head (attn_v_b's output)
       LinearInput in_q_b;

@@ -27,7 +27,8 @@ void CpuExecutor::prepare_mla_scratch(int64_t T) {
   s.kv.resize(T * W);
   s.q_nope.resize(H * T * m.qk_nope);
   s.absorbed.resize(H * T * R);
-  s.q_latent.resize(T * H * W);
+  // The widest slot a cache of any dtype gives (kv::KVCacheSpec::latent).
+  s.q_latent.resize(T * H * kv::KVCacheSpec::latent_head_size(DType::Q8_0, static_cast<int32_t>(W)));
   s.out.resize(H * T * R);
   s.value.resize(H * T * m.v_head);
   s.in_k_b.resize(H);
@@ -71,11 +72,14 @@ void CpuExecutor::mla_qkv(const Pass& pass, int64_t l, const MlaQkvPhase& phase,
   }
 
   // Per token: the latent normalized and the RoPE key rotated, both written to
-  // the cache (latent first, as llama.cpp concatenates them); each head's
-  // query rotated in its RoPE part, its no-RoPE part set out per head for
-  // attn_k_b.
+  // the cache (latent first, as llama.cpp concatenates them; zeros after them
+  // to the slot's Wc); each head's query rotated in its RoPE part, its no-RoPE
+  // part set out per head for attn_k_b.
   const auto pairs = phase.rope_style == RopeStyle::kNeox ? kernels::RopePairs::kHalves : kernels::RopePairs::kAdjacent;
   const DType kv_dtype = pass.cache->layer_spec(l).dtype;
+  const int64_t Wc = pass.cache->layer_spec(l).head_size;
+  thread_local std::vector<float> padded;
+  padded.assign(static_cast<size_t>(Wc), 0.0f);
   for (int64_t t = t0; t < t1; ++t) {
     const float* cos_t = &s_.rope_cos[phase.rope][t * half];
     const float* sin_t = &s_.rope_sin[phase.rope][t * half];
@@ -83,11 +87,14 @@ void CpuExecutor::mla_qkv(const Pass& pass, int64_t l, const MlaQkvPhase& phase,
     kernels::rms_norm_row(kv, nullptr, Wt.mla.kv_a_norm.f32(), R, c.rms_eps, 0, R, nullptr, kv);
     kernels::rope_head(kv + R, m.qk_rope, pairs, cos_t, sin_t);
     const int64_t slot = batch.slots[pass.cache->group(l)][t];
-    kernels::quantize_row(kv_dtype, kv, pass.cache->k(l) + pass.cache->slot_offset(l, slot), W);
+    if (Wc > W) kv = static_cast<float*>(std::memcpy(padded.data(), kv, W * sizeof(float)));
+    kernels::quantize_row(kv_dtype, kv, pass.cache->k(l) + pass.cache->slot_offset(l, slot), Wc);
     for (int64_t h = 0; h < H; ++h) {
       float* q = s.q.data() + (t * H + h) * QH;
       kernels::rope_head(q + NOPE, m.qk_rope, pairs, cos_t, sin_t);
-      std::memcpy(s.q_latent.data() + (t * H + h) * W + R, q + NOPE, m.qk_rope * sizeof(float));
+      float* q_latent = s.q_latent.data() + (t * H + h) * Wc;
+      std::memcpy(q_latent + R, q + NOPE, m.qk_rope * sizeof(float));
+      std::fill(q_latent + W, q_latent + Wc, 0.0f);
       std::memcpy(s.q_nope.data() + (h * T + t) * NOPE, q, NOPE * sizeof(float));
     }
   }
@@ -102,7 +109,7 @@ void CpuExecutor::mla_qkv(const Pass& pass, int64_t l, const MlaQkvPhase& phase,
     float* absorbed = s.absorbed.data() + h * T * R;
     L.mla_k_b[h].compute_rows(s.in_k_b[h], pass.tokens, absorbed, 0, R);
     for (int64_t t = 0; t < T; ++t)
-      std::memcpy(s.q_latent.data() + (t * H + h) * W, absorbed + t * R, R * sizeof(float));
+      std::memcpy(s.q_latent.data() + (t * H + h) * Wc, absorbed + t * R, R * sizeof(float));
   }
   pool.barrier(idle);
 }
@@ -115,8 +122,8 @@ void CpuExecutor::mla_attention(const Pass& pass, int64_t layer, const MlaAttent
   ThreadPool& pool = *pass.pool;
   const LayerLinears& L = linears_[layer];
   auto& s = s_.mla;
-  const int64_t T = batch.size(), H = c.n_head, R = m.kv_lora_rank, W = m.latent_width(), V = m.v_head;
   const kv::KVCacheSpec& spec = pass.cache->layer_spec(layer);
+  const int64_t T = batch.size(), H = c.n_head, R = m.kv_lora_rank, Wc = spec.head_size, V = m.v_head;
   const std::byte* latent = pass.cache->k(layer);
   const int32_t kv_group = pass.cache->group(layer);
   const auto block_stride = static_cast<int64_t>(pass.cache->block_stride());
@@ -130,12 +137,12 @@ void CpuExecutor::mla_attention(const Pass& pass, int64_t layer, const MlaAttent
     while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
     const SequenceSlice& sl = batch.sequences[seq];
     // Values are the keys' first R elements: the same slots read twice.
-    const kernels::PagedKV kv{latent, latent, W, spec.block_size, sl.block_tables[kv_group].data(), spec.dtype,
+    const kernels::PagedKV kv{latent, latent, Wc, spec.block_size, sl.block_tables[kv_group].data(), spec.dtype,
                               block_stride};
     const auto attn_pass =
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     float* out = s.out.data() + (h * T + t) * R;
-    kernels::attend_latent_heads(s.q_latent.data() + (t * H + h) * W, 1, kv, W, R, 0, batch.positions[t] + 1,
+    kernels::attend_latent_heads(s.q_latent.data() + (t * H + h) * Wc, 1, kv, Wc, R, 0, batch.positions[t] + 1,
                                  phase.kq_scale, attn_pass, out, flavour_);
     L.mla_v_b[h].quantize(s.out.data() + h * T * R, t, t + 1, pass.tokens, s.in_v_b[h]);
   }

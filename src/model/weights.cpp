@@ -3,6 +3,7 @@
 #include <variant>
 
 #include "kernels/cpu/quants.h"
+#include "model/mla_kv_b_split.h"
 
 namespace inferd {
 
@@ -79,8 +80,9 @@ Result<WeightView> find_bias(const gguf::File& f, const std::string& name, int64
 // Each phase's tensors of layer `i` (prefix p = "blk.i.") into L.
 class LayerLoader {
  public:
-  LayerLoader(const gguf::File& f, const ModelConfig& c, const std::string& p, LayerWeights& L)
-      : f_(f), c_(c), p_(p), L_(L) {}
+  LayerLoader(const gguf::File& f, const ModelConfig& c, const std::string& p, LayerWeights& L,
+              std::vector<std::shared_ptr<const std::vector<std::byte>>>& derived)
+      : f_(f), c_(c), p_(p), L_(L), derived_(derived) {}
   Status operator()(const NormPhase& ph) {
     WeightView& w = ph.branch == NormPhase::Branch::kAttention ? L_.attn_norm : L_.ffn_norm;
     return set(w, find(f_, p_ + ph.weight, {c_.n_embd}));
@@ -113,10 +115,19 @@ class LayerLoader {
     }
     if (Status s = set(w.kv_a, find(f_, p_ + "attn_kv_a_mqa.weight", {E, m.latent_width()})); !s) return s;
     if (Status s = set(w.kv_a_norm, find(f_, p_ + "attn_kv_a_norm.weight", {m.kv_lora_rank})); !s) return s;
+    if (m.kv_b_unsplit) {  // an older file: attn_k_b and attn_v_b from attn_kv_b
+      auto split = split_attn_kv_b(f_, p_ + "attn_kv_b.weight", m, H);
+      if (!split) return split.error();
+      w.k_b = split->k_b;
+      w.v_b = split->v_b;
+      derived_.push_back(std::move(split->storage));
+      return {};
+    }
     return set(w.k_b, find_experts(f_, p_ + "attn_k_b.weight", m.qk_nope, m.kv_lora_rank, H));
   }
   Status operator()(const MlaAttentionPhase&) {
     const MlaConfig& m = c_.mla;
+    if (m.kv_b_unsplit) return {};  // split with attn_k_b (MlaQkvPhase)
     return set(L_.mla.v_b, find_experts(f_, p_ + "attn_v_b.weight", m.kv_lora_rank, m.v_head, c_.n_head));
   }
   Status operator()(const OutputPhase& ph) {
@@ -211,6 +222,7 @@ class LayerLoader {
   const ModelConfig& c_;
   const std::string& p_;
   LayerWeights& L_;
+  std::vector<std::shared_ptr<const std::vector<std::byte>>>& derived_;
 };
 
 }  // namespace
@@ -259,7 +271,7 @@ Result<ModelWeights> ModelWeights::from_gguf(const gguf::File& f, const ModelCon
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LayerWeights& L = m.layers.emplace_back();
-    LayerLoader load(f, c, p, L);
+    LayerLoader load(f, c, p, L, m.derived);
     for (const Phase& phase : programs[i].phases)
       if (Status s = std::visit(load, phase); !s) return s.error();
   }

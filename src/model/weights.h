@@ -2,7 +2,9 @@
 // (backend-neutral: executors repack or upload them as they need).
 #pragma once
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -120,6 +122,10 @@ struct ModelWeights {
   // file has it, and cls.output (-> the scores).
   WeightView position_embd, token_types, token_embd_norm, token_embd_norm_b;
   WeightView cls, cls_b, cls_out, cls_out_b;
+  // Weights derived at load rather than read from the file (an older
+  // deepseek2 file's attn_kv_b split: model/mla_kv_b_split.h); views above
+  // point into them. Shared, so a copy of these weights keeps them alive.
+  std::vector<std::shared_ptr<const std::vector<std::byte>>> derived;
 
   // Finds every tensor the layers' programs read and checks its type and
   // shape; the error names the offending tensor.

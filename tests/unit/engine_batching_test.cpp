@@ -265,8 +265,8 @@ TEST_P(EngineBatching, SharedSystemPromptIsComputedOnceAndCachingChangesNoOutput
 
 // Every model with its cache in F16; the quantized caches on models that
 // cover their cases between them (the default model; sliding windows and
-// sinks; KV groups of windowed layers; shared experts), each in one dtype (a
-// latent cache, tiny-deepseek2's, is F16 only): the
+// sinks; KV groups of windowed layers; shared experts; a latent cache), each
+// in one dtype: the
 // quantized kernels sum in one order whatever the pass, so a further pairing
 // would test the same thing again for minutes of CI.
 std::vector<BatchingParam> batching_cases() {
@@ -283,6 +283,7 @@ std::vector<BatchingParam> batching_cases() {
   cases.emplace_back("tiny-glm4moe.gguf", DType::Q4_0, kernels::Numerics::kExact, false);
   cases.emplace_back("tiny-llama3.gguf", DType::F8_E4M3, kernels::Numerics::kExact, false);
   cases.emplace_back("tiny-qwen3.gguf", DType::BF16, kernels::Numerics::kExact, false);
+  cases.emplace_back("tiny-deepseek2.gguf", DType::Q8_0, kernels::Numerics::kExact, false);
   // The fast tier: dense, mixture-of-experts (gathered expert inputs), MXFP4
   // experts, latent attention, sliding windows, and K-quants.
   for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3moe.gguf", "tiny-gpt-oss.gguf",

@@ -1,4 +1,5 @@
-// A KV cache in Q8_0 or Q4_0 (and on the default model BF16 and F8_E4M3)
+// A KV cache in Q8_0 or Q4_0 (and on the default model and tiny-deepseek2's
+// latent cache BF16 and F8_E4M3)
 // against the F16 one, end to end: greedy
 // 64-token continuations of the reference prompts (tests/data/logits/<model>/
 // prompts.json, the ones engine_llamacpp_reference_test feeds) with the F16
@@ -149,11 +150,15 @@ TEST_P(EngineKVQuant, GreedyContinuationsFollowTheF16Cache) {
 
 // Bounds a few points under what was measured (AVX-512 machine): the
 // default model 97.1% (BF16 97.7%, F8_E4M3 95.6%), tiny-llama3 95.5%, tiny-qwen3 95.2%, tiny-qwen3moe
-// 90.2%, tiny-gpt-oss 83.4%, tiny-gemma3 70.2%.
+// 90.2%, tiny-gpt-oss 83.4%, tiny-gemma3 70.2%; the latent caches
+// (kernels' quantized latent attention) tiny-deepseek2 80.2% (BF16 82.4%,
+// F8_E4M3 60.4%; Q4_0 32.3%, the F16 floor 94.4%), tiny-deepseek2-lite 90.9%.
 INSTANTIATE_TEST_SUITE_P(Models, EngineKVQuant,
                          ::testing::Values(Case{"smollm2-135m", 0.95, 0.95, 0.93}, Case{"tiny-llama3", 0.90},
                                            Case{"tiny-qwen3", 0.90}, Case{"tiny-qwen3moe", 0.85},
-                                           Case{"tiny-gemma3", 0.65}, Case{"tiny-gpt-oss", 0.78}),
+                                           Case{"tiny-gemma3", 0.65}, Case{"tiny-gpt-oss", 0.78},
+                                           Case{"tiny-deepseek2", 0.75, 0.77, 0.55},
+                                           Case{"tiny-deepseek2-lite", 0.85}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string n = info.param.logits_dir;
                            for (char& c : n)

@@ -30,6 +30,42 @@ using testing::runnable_levels;
 constexpr int64_t kKVHeads = 2;  // the tests read head 1, so the head offset is exercised
 constexpr DType kDTypes[] = {DType::Q8_0, DType::Q4_0, DType::BF16, DType::F8_E4M3};
 
+// n elements of dtype from base (whole 32-element blocks), in double.
+std::vector<double> dequantized(DType dtype, const uint8_t* base, int64_t n) {
+  std::vector<double> x(static_cast<size_t>(n));
+  if (dtype == DType::BF16) {  // the top half of an f32
+    const auto* e = reinterpret_cast<const uint16_t*>(base);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t bits = uint32_t{e[i]} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      x[i] = f;
+    }
+    return x;
+  }
+  if (dtype == DType::F8_E4M3) {  // sign, 4 exponent bits (bias 7), 3 mantissa bits
+    for (int64_t i = 0; i < n; ++i) {
+      const int code = base[i], e = (code >> 3) & 0xf, m = code & 7;
+      const double mag = e == 0 ? m * std::ldexp(1.0, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+      x[i] = code & 0x80 ? -mag : mag;
+    }
+    return x;
+  }
+  for (int64_t b = 0; b < n / kQK; ++b) {
+    if (dtype == DType::Q8_0) {
+      const auto* blk = reinterpret_cast<const BlockQ8_0*>(base) + b;
+      for (int i = 0; i < kQK; ++i) x[b * kQK + i] = double{f16_to_f32(blk->d)} * blk->qs[i];
+    } else {
+      const auto* blk = reinterpret_cast<const BlockQ4_0*>(base) + b;
+      for (int i = 0; i < kQK / 2; ++i) {
+        x[b * kQK + i] = double{f16_to_f32(blk->d)} * ((blk->qs[i] & 0x0F) - 8);
+        x[b * kQK + i + kQK / 2] = double{f16_to_f32(blk->d)} * ((blk->qs[i] >> 4) - 8);
+      }
+    }
+  }
+  return x;
+}
+
 // A paged cache of n_pos positions in shuffled blocks, keys and values
 // quantized from normal samples.
 struct QuantCache {
@@ -42,39 +78,7 @@ struct QuantCache {
   // Head `head`'s keys (or values) at position p, dequantized in double.
   std::vector<double> row(const std::vector<uint8_t>& bytes, int64_t head, int64_t p) const {
     const int64_t slot = int64_t{block_table[p / block_size]} * block_size + p % block_size;
-    const uint8_t* base = bytes.data() + row_bytes(dtype, slot * D * kKVHeads + head * D);
-    std::vector<double> x(static_cast<size_t>(D));
-    if (dtype == DType::BF16) {  // the top half of an f32
-      const auto* e = reinterpret_cast<const uint16_t*>(base);
-      for (int64_t i = 0; i < D; ++i) {
-        const uint32_t bits = uint32_t{e[i]} << 16;
-        float f;
-        std::memcpy(&f, &bits, 4);
-        x[i] = f;
-      }
-      return x;
-    }
-    if (dtype == DType::F8_E4M3) {  // sign, 4 exponent bits (bias 7), 3 mantissa bits
-      for (int64_t i = 0; i < D; ++i) {
-        const int code = base[i], e = (code >> 3) & 0xf, m = code & 7;
-        const double mag = e == 0 ? m * std::ldexp(1.0, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
-        x[i] = code & 0x80 ? -mag : mag;
-      }
-      return x;
-    }
-    for (int64_t b = 0; b < D / kQK; ++b) {
-      if (dtype == DType::Q8_0) {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(base) + b;
-        for (int i = 0; i < kQK; ++i) x[b * kQK + i] = double{f16_to_f32(blk->d)} * blk->qs[i];
-      } else {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(base) + b;
-        for (int i = 0; i < kQK / 2; ++i) {
-          x[b * kQK + i] = double{f16_to_f32(blk->d)} * ((blk->qs[i] & 0x0F) - 8);
-          x[b * kQK + i + kQK / 2] = double{f16_to_f32(blk->d)} * ((blk->qs[i] >> 4) - 8);
-        }
-      }
-    }
-    return x;
+    return dequantized(dtype, bytes.data() + row_bytes(dtype, slot * D * kKVHeads + head * D), D);
   }
 };
 
@@ -267,6 +271,160 @@ TEST(KernelsAttentionQuant, LevelsAgreeOnALongContext) {
       for (int64_t i = 0; i < D; ++i) EXPECT_NEAR(got[i], want[i], kTolerance) << level.name << " " << i;
     }
   }
+}
+
+
+// Latent attention (attend_latent_heads over a quantized latent cache): one
+// latent head of Dk elements a slot, the values its first Dv.
+struct LatentCache {
+  DType dtype = DType::Q8_0;
+  int64_t Dk = 0, block_size = 16;
+  std::vector<uint8_t> rows;
+  std::vector<int32_t> block_table;
+  PagedKV view() const { return PagedKV{rows.data(), rows.data(), Dk, block_size, block_table.data(), dtype}; }
+  std::vector<double> row(int64_t p) const {
+    const int64_t slot = int64_t{block_table[p / block_size]} * block_size + p % block_size;
+    return dequantized(dtype, rows.data() + row_bytes(dtype, slot * Dk), Dk);
+  }
+};
+
+LatentCache make_latent_cache(std::mt19937& rng, DType dtype, int64_t n_pos, int64_t Dk, int64_t block_size) {
+  LatentCache c;
+  c.dtype = dtype, c.Dk = Dk, c.block_size = block_size;
+  const int64_t n_blocks = (n_pos + block_size - 1) / block_size;
+  for (int64_t b = 0; b < n_blocks; ++b) c.block_table.push_back(static_cast<int32_t>(b));
+  std::shuffle(c.block_table.begin(), c.block_table.end(), rng);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n_blocks * block_size * Dk));
+  for (float& e : x) e = dist(rng);
+  c.rows.resize(row_bytes(dtype, static_cast<int64_t>(x.size())));
+  quantize_row(dtype, x.data(), c.rows.data(), static_cast<int64_t>(x.size()));
+  return c;
+}
+
+// softmax(scale q.k) over [begin, end) of the first Dv elements, in double
+// from the dequantized rows.
+std::vector<double> latent_reference(const LatentCache& c, const float* q, int64_t Dv, int64_t begin, int64_t end,
+                                     float scale) {
+  std::vector<double> s;
+  std::vector<std::vector<double>> rows;
+  for (int64_t p = begin; p < end; ++p) {
+    rows.push_back(c.row(p));
+    double d = 0;
+    for (int64_t i = 0; i < c.Dk; ++i) d += double{q[i]} * rows.back()[i];
+    s.push_back(d * scale);
+  }
+  const double mx = *std::max_element(s.begin(), s.end());
+  double sum = 0;
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  std::vector<double> out(static_cast<size_t>(Dv), 0.0);
+  for (size_t r = 0; r < rows.size(); ++r)
+    for (int64_t i = 0; i < Dv; ++i) out[i] += s[r] / sum * rows[r][i];
+  return out;
+}
+
+struct LatentLevel {
+  std::string name;
+  AttendLatentFn fn;
+};
+
+std::vector<LatentLevel> latent_levels() {
+  std::vector<LatentLevel> out;
+  for (SimdLevel l : runnable_levels()) {
+    if (l == SimdLevel::kAmx) continue;
+    out.push_back({level_name(l), build_kernel_table(l).ops.attend_latent_quant});
+  }
+  out.push_back({"dispatch", [](const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out) {
+                   attend_latent_heads(q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, pass, out);
+                 }});
+  return out;
+}
+
+TEST(KernelsAttentionQuantLatent, TableHoldsEachLevelsKernel) {
+  EXPECT_EQ(build_kernel_table(SimdLevel::kScalar).ops.attend_latent_quant, detail::attend_latent_heads_quant_scalar);
+  if (best_simd_level() >= SimdLevel::kAvx2) {
+    EXPECT_EQ(build_kernel_table(SimdLevel::kAvx2).ops.attend_latent_quant, detail::attend_latent_heads_quant_avx2);
+  }
+  if (best_simd_level() >= SimdLevel::kAvx512) {
+    EXPECT_EQ(build_kernel_table(SimdLevel::kAvx512).ops.attend_latent_quant,
+              detail::attend_latent_heads_quant_avx512);
+  }
+}
+
+// Widths: tiny-deepseek2 (latent 96 + RoPE 16, padded to 128),
+// tiny-deepseek2-lite (64 + 16 -> 96) and DeepSeek-V2-Lite / V3 (512 + 64).
+constexpr int64_t kLatentShapes[][2] = {{128, 96}, {96, 64}, {576, 512}};
+
+TEST(KernelsAttentionQuantLatent, MatchesDoubleReferenceAtEveryLevel) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::vector<LatentLevel> fns = latent_levels();
+  double worst = 0;
+  for (DType dtype : kDTypes)
+    for (const auto& [Dk, Dv] : kLatentShapes)
+      for (int64_t n_heads : {1, 3, 16})  // 16: two chunks of grouped heads
+        for (int64_t n_pos : {1, 16, 17, 100, 300}) {
+          const LatentCache c = make_latent_cache(rng, dtype, n_pos, Dk, 16);
+          std::vector<float> q(static_cast<size_t>(n_heads * Dk));
+          for (float& x : q) x = 2.0f * dist(rng);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(Dk));
+          for (int64_t begin : {int64_t{0}, n_pos / 3}) {
+            std::vector<std::vector<double>> want;
+            for (int64_t h = 0; h < n_heads; ++h)
+              want.push_back(latent_reference(c, q.data() + h * Dk, Dv, begin, n_pos, scale));
+            for (const LatentLevel& level : fns) {
+              std::vector<float> got(static_cast<size_t>(n_heads * Dv), NAN);
+              level.fn(q.data(), n_heads, c.view(), Dk, Dv, begin, n_pos, scale, AttentionPass::kDecode, got.data());
+              for (int64_t h = 0; h < n_heads; ++h)
+                for (int64_t i = 0; i < Dv; ++i) {
+                  const double err = std::fabs(got[h * Dv + i] - want[h][i]);
+                  worst = std::max(worst, err);
+                  // Dk up to 576: a score's f32 error grows as sqrt(Dk), still
+                  // well inside the tolerance (see kTolerance).
+                  ASSERT_LE(err, kTolerance) << level.name << " " << dtype_name(dtype) << " Dk " << Dk << " Dv " << Dv
+                                             << " heads " << n_heads << " n_pos " << n_pos << " begin " << begin
+                                             << " head " << h << " element " << i;
+                }
+            }
+          }
+        }
+  std::printf("largest difference from the double reference: %.3g\n", worst);
+}
+
+// The latent kernel is the attention kernel with values cut short: its bits
+// are attend_heads' over the same rows as keys and values (D = Dk), first Dv
+// elements; and the same for either pass and any grouping of heads.
+TEST(KernelsAttentionQuantLatent, IsTheAttentionKernelsFirstValueElements) {
+  std::mt19937 rng(19);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const std::vector<Level> full = levels();
+  const std::vector<LatentLevel> latent = latent_levels();
+  for (size_t li = 0; li < latent.size(); ++li)
+    for (DType dtype : kDTypes)
+      for (const auto& [Dk, Dv] : kLatentShapes) {
+        const int64_t n_heads = 10, n_pos = 77;
+        const LatentCache c = make_latent_cache(rng, dtype, n_pos, Dk, 16);
+        std::vector<float> q(static_cast<size_t>(n_heads * Dk));
+        for (float& x : q) x = 2.0f * dist(rng);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(Dk));
+        std::vector<float> got(static_cast<size_t>(n_heads * Dv)), prefill(got.size()), alone(got.size());
+        std::vector<float> whole(static_cast<size_t>(n_heads * Dk));
+        latent[li].fn(q.data(), n_heads, c.view(), Dk, Dv, 5, n_pos, scale, AttentionPass::kDecode, got.data());
+        latent[li].fn(q.data(), n_heads, c.view(), Dk, Dv, 5, n_pos, scale, AttentionPass::kPrefill, prefill.data());
+        for (int64_t h = 0; h < n_heads; ++h)
+          latent[li].fn(q.data() + h * Dk, 1, c.view(), Dk, Dv, 5, n_pos, scale, AttentionPass::kDecode,
+                        alone.data() + h * Dv);
+        full[li].fn(q.data(), n_heads, c.view(), 0, Dk, 5, n_pos, scale, AttentionPass::kDecode, whole.data(), nullptr);
+        for (int64_t h = 0; h < n_heads; ++h)
+          for (int64_t i = 0; i < Dv; ++i) {
+            const std::string where = latent[li].name + " " + dtype_name(dtype) + " Dk " + std::to_string(Dk) +
+                                      " head " + std::to_string(h) + " element " + std::to_string(i);
+            ASSERT_EQ(bits_of(got[h * Dv + i]), bits_of(whole[h * Dk + i])) << where;
+            ASSERT_EQ(bits_of(prefill[h * Dv + i]), bits_of(got[h * Dv + i])) << where;
+            ASSERT_EQ(bits_of(alone[h * Dv + i]), bits_of(got[h * Dv + i])) << where;
+          }
+      }
 }
 
 }  // namespace

@@ -83,6 +83,11 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      dense, 2 and 3 a mixture of 16 experts chosen by sigmoid gating with a
                      selection bias (exp_probs_b.bias), renormalized and scaled by 2.5, one shared
                      expert. Qwen2.5's tokenizer.
+  tiny-deepseek2-kv-b.gguf  tiny-deepseek2's weights as the converter wrote such models before it split
+                     kv_b_proj: one F16 attn_kv_b a layer in place of attn_k_b/attn_v_b, MHA-shaped
+                     metadata (head_count_kv 4, key_length 48, value_length 32, no *_mla keys).
+  tiny-deepseek2-kv-b-split.gguf  the same attn_kv_b split as today's converter splits it (F16
+                     attn_k_b transposed, attn_v_b): inferd's split at load must give its logits.
   tiny-bert-reranker.gguf  `bert` with rank pooling (a cross-encoder): 2 post-norm layers,
                      n_embd 32, 4 heads, n_ff 64, biases everywhere, learned positions (512)
                      and token types, and the classification head cls (32 -> 32, tanh) and
@@ -698,26 +703,36 @@ DEEPSEEK2_TYPES = [
 
 
 def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lora_rank, kv_lora_rank,
-                           mscale_all_dim, n_shared, sigmoid):
+                           mscale_all_dim, n_shared, sigmoid, kv_b=None):
     """A `deepseek2` file as convert_hf_to_gguf.py writes DeepSeek V2/V3 (DeepseekV2Model): MQA-shaped
     latent attention (head_count_kv 1, key_length kv_lora_rank + rope, value_length kv_lora_rank, the
     per-head sizes in key_length_mla/value_length_mla), kv_b_proj split into attn_k_b (transposed)
-    and attn_v_b."""
+    and attn_v_b.
+
+    kv_b "unsplit": as the converter wrote these models before that split: kv_b_proj as one F16
+    attn_kv_b, MHA-shaped metadata (head_count_kv n_head, key_length qk_nope + qk_rope, value_length
+    v_head, no *_mla keys). kv_b "split": that attn_kv_b split as today's converter splits it
+    (modify_tensors: view per head, split, transpose k_b), in F16. Both draw the same weights as the
+    default (k_b and v_b drawn as it draws them, then laid out as kv_b_proj)."""
     n_embd, n_head, qk_nope, qk_rope, v_head = 32, 4, 32, 16, 32
     n_ff, n_expert, n_expert_used, n_ff_exp = 96, 16, 4, 32
     yarn_factor, orig_ctx = 40.0, 4096
     w = GGUFWriter(path, "deepseek2")
     h = dict(n_ctx_train=int(orig_ctx * yarn_factor), n_embd=n_embd, n_layer=n_layer, n_ff=n_ff, n_head=n_head,
-             n_head_kv=1, rope_base=10000.0, rms_eps=1e-6)
+             n_head_kv=n_head if kv_b == "unsplit" else 1, rope_base=10000.0, rms_eps=1e-6)
     common_hparams(w, "deepseek2", name, h)
     w.add_vocab_size(151936)
     w.add_leading_dense_block_count(n_dense)
     w.add_q_lora_rank(q_lora_rank)  # 0: attn_q (llama.cpp reads the key unless the layer count is V2-Lite's)
     w.add_kv_lora_rank(kv_lora_rank)
-    w.add_key_length(kv_lora_rank + qk_rope)
-    w.add_value_length(kv_lora_rank)
-    w.add_key_length_mla(qk_nope + qk_rope)
-    w.add_value_length_mla(v_head)
+    if kv_b == "unsplit":
+        w.add_key_length(qk_nope + qk_rope)
+        w.add_value_length(v_head)
+    else:
+        w.add_key_length(kv_lora_rank + qk_rope)
+        w.add_value_length(kv_lora_rank)
+        w.add_key_length_mla(qk_nope + qk_rope)
+        w.add_value_length_mla(v_head)
     w.add_expert_feed_forward_length(n_ff_exp)
     w.add_expert_count(n_expert)
     w.add_expert_used_count(n_expert_used)
@@ -751,10 +766,21 @@ def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lor
         b.matrix(p + "attn_kv_a_mqa.weight", kv_lora_rank + qk_rope, n_embd, t["kv_a"])
         b.norm(p + "attn_kv_a_norm.weight", kv_lora_rank)
         # GGUF [qk_nope, kv_lora_rank, n_head]: per head, kv_lora_rank rows of qk_nope (k_b transposed).
-        b.add(p + "attn_k_b.weight", b.normal((n_head, kv_lora_rank, qk_nope), 1.0 / math.sqrt(qk_nope)), t["k_b"])
+        k_b = b.normal((n_head, kv_lora_rank, qk_nope), 1.0 / math.sqrt(qk_nope))
         # GGUF [kv_lora_rank, v_head, n_head]: per head, v_head rows of kv_lora_rank.
-        b.add(p + "attn_v_b.weight", b.normal((n_head, v_head, kv_lora_rank), 1.0 / math.sqrt(kv_lora_rank)),
-              t["v_b"])
+        v_b = b.normal((n_head, v_head, kv_lora_rank), 1.0 / math.sqrt(kv_lora_rank))
+        if kv_b is None:
+            b.add(p + "attn_k_b.weight", k_b, t["k_b"])
+            b.add(p + "attn_v_b.weight", v_b, t["v_b"])
+        else:
+            # kv_b_proj ([n_head * (qk_nope + v_head), kv_lora_rank]): per head its key rows, then its value rows.
+            kv_b_proj = np.concatenate([k_b.transpose(0, 2, 1), v_b], axis=1).reshape(-1, kv_lora_rank)
+            if kv_b == "unsplit":
+                b.add(p + "attn_kv_b.weight", kv_b_proj, T.F16)
+            else:  # convert_hf_to_gguf.py's split (DeepseekV2Model.modify_tensors), in numpy
+                per_head = kv_b_proj.reshape(n_head, qk_nope + v_head, kv_lora_rank)
+                b.add(p + "attn_k_b.weight", np.ascontiguousarray(per_head[:, :qk_nope, :].transpose(0, 2, 1)), T.F16)
+                b.add(p + "attn_v_b.weight", np.ascontiguousarray(per_head[:, qk_nope:, :]), T.F16)
         b.matrix(p + "attn_output.weight", n_embd, n_head * v_head, t["o"], std=1.5 / math.sqrt(n_head * v_head))
         b.norm(p + "ffn_norm.weight", n_embd)
         if i < n_dense:
@@ -763,6 +789,8 @@ def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lor
             b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=1.5 / math.sqrt(n_ff))
             continue
         shared_expert_moe_block(b, p, t, n_embd, n_expert, n_ff_exp, n_shared, selection_bias=sigmoid, down_std=2.0)
+    b.write(w)
+    return w
 
 
 # llama.cpp's BERT vocabulary (bge's, the same WordPiece vocabulary as BERT base uncased), from
@@ -833,6 +861,18 @@ def make_deepseek2(models_dir, path):
     return make_deepseek2_variant(models_dir, path, "inferd tiny deepseek2 V3-shaped (random)", seed=67,
                                   n_layer=4, n_dense=2, q_lora_rank=64, kv_lora_rank=96, mscale_all_dim=1.0,
                                   n_shared=1, sigmoid=True)
+
+
+def make_deepseek2_kv_b(models_dir, path):
+    return make_deepseek2_variant(models_dir, path, "inferd tiny deepseek2 V3-shaped, attn_kv_b (random)",
+                                  seed=67, n_layer=4, n_dense=2, q_lora_rank=64, kv_lora_rank=96,
+                                  mscale_all_dim=1.0, n_shared=1, sigmoid=True, kv_b="unsplit")
+
+
+def make_deepseek2_kv_b_split(models_dir, path):
+    return make_deepseek2_variant(models_dir, path, "inferd tiny deepseek2 V3-shaped, attn_kv_b split (random)",
+                                  seed=67, n_layer=4, n_dense=2, q_lora_rank=64, kv_lora_rank=96,
+                                  mscale_all_dim=1.0, n_shared=1, sigmoid=True, kv_b="split")
 
 
 QWEN35_VOCAB = Path(os.environ.get("INFERD_LLAMA_CPP_SRC", Path.home() / ".cache/inferd/llama.cpp/src")) / \
@@ -998,6 +1038,7 @@ def make_qwen35moe(models_dir, path):
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
           "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
+          "tiny-deepseek2-kv-b": make_deepseek2_kv_b, "tiny-deepseek2-kv-b-split": make_deepseek2_kv_b_split,
           "tiny-bert-reranker": make_bert_reranker, "tiny-qwen3-embed-last": make_qwen3_embed_last,
           "tiny-llama-embed-mean": make_llama_embed_mean,
           "tiny-qwen35": make_qwen35, "tiny-qwen35moe": make_qwen35moe}

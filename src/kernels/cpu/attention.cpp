@@ -95,9 +95,11 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
 void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
                          int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                          GgmlFlavour flavour) {
-  assert(kv.dtype == DType::F16 && Dv <= Dk);
-  kernel_table().ops.attend_latent[static_cast<int>(flavour)](q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, pass,
-                                                              out);
+  assert(attention_reads_kv(kv.dtype) && Dv <= Dk);
+  const FloatKernels& ops = kernel_table().ops;
+  const AttendLatentFn fn = kv.dtype == DType::F16 ? ops.attend_latent[static_cast<int>(flavour)]
+                                                   : ops.attend_latent_quant;
+  fn(q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, pass, out);
 }
 
 }  // namespace inferd::kernels

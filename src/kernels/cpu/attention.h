@@ -93,11 +93,13 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
 
 // Multi-head latent attention in llama.cpp's absorbed form (DeepSeek V2/V3):
 // n_heads query heads of Dk elements over one latent head per slot (kv.k ==
-// kv.v, F16, slot_stride >= Dk), whose first Dv elements are also the values
-// (llama.cpp's K-only MLA cache reads V as a view of K). Each head's out[0, Dv)
-// has attend_one_head's arithmetic (GGML's without flash attention, of
-// `flavour`) with keys of Dk and values of Dv; q and out hold the heads one
-// after another (Dk and Dv apart).
+// kv.v, slot_stride >= Dk), whose first Dv elements are also the values
+// (llama.cpp's K-only MLA cache reads V as a view of K). F16: each head's
+// out[0, Dv) has attend_one_head's arithmetic (GGML's without flash
+// attention, of `flavour`) with keys of Dk and values of Dv. Q8_0, Q4_0,
+// BF16, F8_E4M3 (Dk and Dv whole 32-element blocks): attention_quant.h's
+// arithmetic, read in place. q and out hold the heads one after another (Dk
+// and Dv apart).
 void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
                          int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                          GgmlFlavour flavour = GgmlFlavour::kAvx512);

@@ -100,12 +100,20 @@ void attend_heads_quant_scalar(const float* q, int64_t n_heads, const PagedKV& k
   attend_heads_quant_by_dtype<ScalarLevel>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, out, sinks);
 }
 
+void attend_latent_heads_quant_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass, float* out) {
+  attend_latent_quant_by_dtype<ScalarLevel>(q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, out);
+}
+
 }  // namespace detail
 
 void fill_attention_quant_kernels(FloatKernels& ops, SimdLevel level) {
   ops.attend_heads_quant = level >= SimdLevel::kAvx512 ? detail::attend_heads_quant_avx512
                            : level == SimdLevel::kAvx2 ? detail::attend_heads_quant_avx2
                                                        : detail::attend_heads_quant_scalar;
+  ops.attend_latent_quant = level >= SimdLevel::kAvx512 ? detail::attend_latent_heads_quant_avx512
+                            : level == SimdLevel::kAvx2 ? detail::attend_latent_heads_quant_avx2
+                                                        : detail::attend_latent_heads_quant_scalar;
 }
 
 }  // namespace inferd::kernels

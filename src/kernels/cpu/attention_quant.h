@@ -40,6 +40,19 @@ void attend_heads_quant_avx2(const float* q, int64_t n_heads, const PagedKV& kv,
 void attend_heads_quant_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                                const float* sinks);
+
+// Latent attention (attend_latent_heads) over a latent cache of Q8_0, Q4_0,
+// BF16 or F8_E4M3: the same arithmetic with keys of Dk elements and values
+// that are the first Dv of them (Dk and Dv multiples of 32), no sinks; `pass`
+// is ignored. Each level's bits are its attend_heads_quant_*'s for Dk == Dv.
+void attend_latent_heads_quant_scalar(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
+                                      float* out);
+void attend_latent_heads_quant_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                    int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
+void attend_latent_heads_quant_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass,
+                                      float* out);
 }  // namespace detail
 
 }  // namespace inferd::kernels

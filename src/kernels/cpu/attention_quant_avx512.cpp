@@ -126,4 +126,9 @@ void attend_heads_quant_avx512(const float* q, int64_t n_heads, const PagedKV& k
   attend_heads_quant_by_dtype<Avx512Level>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, out, sinks);
 }
 
+void attend_latent_heads_quant_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                      int64_t pos_begin, int64_t pos_end, float scale, AttentionPass, float* out) {
+  attend_latent_quant_by_dtype<Avx512Level>(q, n_heads, kv, Dk, Dv, pos_begin, pos_end, scale, out);
+}
+
 }  // namespace inferd::kernels::detail

@@ -71,12 +71,16 @@ inline void quant_values_at(const float* w, int64_t stride, int64_t heads, int64
   Level::template values<kType, kHeads>(w, stride, D, rows, n_rows, out);
 }
 
+// Keys of Dk elements, values of Dv (Dv <= Dk): q holds the heads Dk apart,
+// out Dv apart. Attention proper has Dk == Dv; latent attention reads its
+// values as the first Dv elements of the key rows (kv.v == kv.k).
 template <class Level, DType kType>
-void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
-                             int64_t pos_begin, int64_t pos_end, float scale, float* out, const float* sinks) {
+void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t Dk,
+                             int64_t Dv, int64_t pos_begin, int64_t pos_end, float scale, float* out,
+                             const float* sinks) {
   const int64_t n = pos_end - pos_begin;
   if (n <= 0) {
-    std::fill(out, out + n_heads * D, 0.0f);
+    std::fill(out, out + n_heads * Dv, 0.0f);
     return;
   }
   // Scores, then the softmax's weights in place: [head][position].
@@ -84,44 +88,59 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
   w.resize(static_cast<size_t>(std::min(n_heads, kQuantKVMaxGroup) * n));
   for (int64_t h0 = 0; h0 < n_heads; h0 += kQuantKVMaxGroup) {
     const int64_t heads = std::min(kQuantKVMaxGroup, n_heads - h0);
-    const float* qh = q + h0 * D;
-    float* oh = out + h0 * D;
+    const float* qh = q + h0 * Dk;
+    float* oh = out + h0 * Dv;
     for (int64_t i = 0; i < n; ++i)
-      quant_scores_at<Level, kType, kQuantKVMaxGroup>(qh, heads, D, quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i),
-                                                      scale, w.data() + i, n);
+      quant_scores_at<Level, kType, kQuantKVMaxGroup>(
+          qh, heads, Dk, quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i), scale, w.data() + i, n);
     float inv_sum[kQuantKVMaxGroup];
     for (int64_t h = 0; h < heads; ++h) inv_sum[h] = Level::softmax(w.data() + h * n, n, sinks ? sinks + h0 + h : nullptr);
-    std::fill(oh, oh + heads * D, 0.0f);
+    std::fill(oh, oh + heads * Dv, 0.0f);
     // The values of each position once for the group, in chunks of positions
     // in ascending order.
     for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk) {
       const int64_t n_rows = std::min(kQuantKVChunk, n - i0);
       const uint8_t* rows[kQuantKVChunk];
       for (int64_t r = 0; r < n_rows; ++r) rows[r] = quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r);
-      quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, D, rows, n_rows, oh);
+      quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, Dv, rows, n_rows, oh);
     }
-    for (int64_t h = 0; h < heads; ++h) Level::scale(oh + h * D, D, inv_sum[h]);
+    for (int64_t h = 0; h < heads; ++h) Level::scale(oh + h * Dv, Dv, inv_sum[h]);
   }
 }
 
-// attend_heads' signature over the impl, by the cache's dtype.
+// The impl by the cache's dtype: keys of Dk, values of Dv (see above).
+template <class Level>
+void attend_quant_by_dtype(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t Dk,
+                           int64_t Dv, int64_t pos_begin, int64_t pos_end, float scale, float* out,
+                           const float* sinks) {
+  switch (kv.dtype) {
+    case DType::Q8_0:
+      return attend_heads_quant_impl<Level, DType::Q8_0>(q, n_heads, kv, head_offset, Dk, Dv, pos_begin, pos_end,
+                                                         scale, out, sinks);
+    case DType::BF16:
+      return attend_heads_quant_impl<Level, DType::BF16>(q, n_heads, kv, head_offset, Dk, Dv, pos_begin, pos_end,
+                                                         scale, out, sinks);
+    case DType::F8_E4M3:
+      return attend_heads_quant_impl<Level, DType::F8_E4M3>(q, n_heads, kv, head_offset, Dk, Dv, pos_begin,
+                                                            pos_end, scale, out, sinks);
+    default:
+      return attend_heads_quant_impl<Level, DType::Q4_0>(q, n_heads, kv, head_offset, Dk, Dv, pos_begin, pos_end,
+                                                         scale, out, sinks);
+  }
+}
+
+// attend_heads' signature (keys and values of D).
 template <class Level>
 void attend_heads_quant_by_dtype(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                  int64_t pos_begin, int64_t pos_end, float scale, float* out, const float* sinks) {
-  switch (kv.dtype) {
-    case DType::Q8_0:
-      return attend_heads_quant_impl<Level, DType::Q8_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale,
-                                                         out, sinks);
-    case DType::BF16:
-      return attend_heads_quant_impl<Level, DType::BF16>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale,
-                                                         out, sinks);
-    case DType::F8_E4M3:
-      return attend_heads_quant_impl<Level, DType::F8_E4M3>(q, n_heads, kv, head_offset, D, pos_begin, pos_end,
-                                                            scale, out, sinks);
-    default:
-      return attend_heads_quant_impl<Level, DType::Q4_0>(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale,
-                                                         out, sinks);
-  }
+  attend_quant_by_dtype<Level>(q, n_heads, kv, head_offset, D, D, pos_begin, pos_end, scale, out, sinks);
+}
+
+// attend_latent_heads' signature: one latent head at offset 0, no sinks.
+template <class Level>
+void attend_latent_quant_by_dtype(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
+                                  int64_t pos_begin, int64_t pos_end, float scale, float* out) {
+  attend_quant_by_dtype<Level>(q, n_heads, kv, 0, Dk, Dv, pos_begin, pos_end, scale, out, nullptr);
 }
 
 }  // namespace

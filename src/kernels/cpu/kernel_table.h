@@ -80,6 +80,7 @@ struct FloatKernels {
   AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
   AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 (attention_quant.h): one order, no flavour
   AttendLatentFn attend_latent[kNumGgmlFlavours] = {};  // F16 latent + RoPE key
+  AttendLatentFn attend_latent_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 latent (attention_quant.h)
   GatedActivationFn swiglu[kNumGgmlFlavours] = {};
   GatedActivationFn geglu = nullptr;  // the same bits in both builds
   SumSquaresLanesFn sum_squares_lanes = nullptr;  // RMSNorm's lane sums (rms_norm.h)
