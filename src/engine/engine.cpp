@@ -39,7 +39,7 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
     const std::string arch = model.config().architecture;
     if (config.speculative.enabled())
       return make_error("speculative decoding is not supported for '" + arch +
-                        "': its recurrent (Gated DeltaNet) layers' state cannot be rolled back past rejected drafts");
+                        "': its recurrent layers' state cannot be rolled back past rejected drafts");
     if (config.offload.enabled())
       return make_error("KV offload tiers are not supported for '" + arch +
                         "': its recurrent layers' state is not kept in KV blocks");

@@ -15,16 +15,16 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
   layout.layer_slab.assign(c.n_layer, 0);
   layout.layer_state.assign(c.n_layer, -1);
   for (int32_t l = 0; l < c.n_layer; ++l) {
-    if (l < static_cast<int32_t>(c.layers.size()) && c.layers[l].recurrent) {
+    if (l < static_cast<int32_t>(c.layers.size()) && !c.layers[l].keeps_kv()) {
+      // A recurrent layer keeps a state in the slots; an FFN-only layer nothing.
       layout.layer_group[l] = -1;
-      layout.layer_state[l] = layout.n_state_layers++;
+      if (c.layers[l].recurrent) layout.layer_state[l] = layout.n_state_layers++;
       continue;
     }
     by_window[l < static_cast<int32_t>(c.layers.size()) ? c.layers[l].sliding_window : 0].push_back(l);
   }
   if (layout.n_state_layers > 0)
-    layout.state_spec = kv::KVCacheSpec::recurrent_state(c.delta_net.conv_state_elements(),
-                                                         c.delta_net.recurrent_state_elements());
+    layout.state_spec = kv::KVCacheSpec::recurrent_state(c.conv_state_elements(), c.recurrent_state_elements());
   const auto spec_for = [&](int64_t window) {
     if (c.mla) return kv::KVCacheSpec::latent(dtype, static_cast<int32_t>(c.mla.latent_width()), block_size);
     return kv::KVCacheSpec::for_window(dtype, static_cast<int32_t>(c.n_head_kv), static_cast<int32_t>(c.head_dim),
@@ -35,7 +35,7 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype) {
     layout.group_specs = {spec_for(0)};
     return layout;
   }
-  layout.layers_per_block = static_cast<int32_t>(c.n_layer - layout.n_state_layers);
+  layout.layers_per_block = static_cast<int32_t>(c.n_kv_layers());
   for (const auto& [window, layers] : by_window)
     layout.layers_per_block = std::min(layout.layers_per_block, static_cast<int32_t>(layers.size()));
   // A kind whose count is not a multiple leaves its last group's spare places

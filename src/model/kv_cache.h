@@ -89,7 +89,7 @@ class KVCache {
   // Bytes one token takes across all layers (keys and values) where every
   // layer keeps it.
   static size_t bytes_per_token(const ModelConfig& c, DType dtype = kv::kDefaultKVCacheDType) {
-    return static_cast<size_t>(c.n_layer - c.n_recurrent_layers()) *
+    return static_cast<size_t>(c.n_kv_layers()) *
            KVLayout::plan(c, 1, dtype).storage_spec().bytes_per_token();
   }
   // Bytes of one block (keys and values of its layers_per_block layers).
