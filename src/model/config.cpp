@@ -472,8 +472,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   }
   if (t.gated_delta_net)
     if (Status s = delta_net_config(f, a, c); !s) return s.error();
-  if (t.mamba2_single_branch_layers)
+  if (t.mamba2_single_branch_layers) {
     if (Status s = mamba2_config(f, a, *ff_per_layer, *kv_heads_per_layer, c); !s) return s.error();
+    // llama.cpp's nemotron_h loader: the RMS epsilon is layer_norm_epsilon's where the file gives no other.
+    if (!f.find(a + ".attention.layer_norm_rms_epsilon") && f.find(a + ".attention.layer_norm_epsilon"))
+      c.rms_eps = c.layer_norm_eps;
+  }
   if (c.sliding_window > 0) {
     auto windowed = windowed_layers(f, a, c.n_layer, t.sliding_window_pattern);
     if (!windowed) return windowed.error();
