@@ -1,10 +1,14 @@
-// Mamba-2's selective scan (selective_scan.h): each level gives the scalar
-// reference's bits for each GGML build, the reference agrees with the scan
-// computed naively in double, and a state carried from call to call gives the
-// bits of one long call (what chunked prefill and decode steps rely on).
+// Mamba-2's selective scan (selective_scan.h): every level gives GGML's own
+// bits (tests/data/kernels/ggml_ssm_scan_avx512.bin, from
+// tools/reference/ggml_ssm_scan_reference.c) and the scalar reference's for
+// each GGML build, the reference agrees with the scan computed naively in
+// double, and a state carried from call to call gives the bits of one long
+// call (what chunked prefill and decode steps rely on).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -64,6 +68,65 @@ std::vector<float> run_scan(SelectiveScanFn fn, const ScanInputs& s, int64_t t0,
 
 SelectiveScanFn scan_of(SimdLevel level, GgmlFlavour flavour) {
   return build_kernel_table(level).ops.selective_scan[static_cast<int>(flavour)];
+}
+
+// GGML's ssm_scan on the cases of ggml_ssm_scan_reference.c: per case its
+// inputs, then GGML's y and final state.
+struct GgmlScanCase {
+  ScanInputs in;
+  std::vector<float> y, state_after;
+};
+
+std::vector<GgmlScanCase> read_ggml_cases(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f) << "missing " << path;
+  char magic[8] = {};
+  int32_t n_cases = 0;
+  f.read(magic, 8);
+  f.read(reinterpret_cast<char*>(&n_cases), 4);
+  EXPECT_EQ(std::string(magic, 8), "SSMSCAN1");
+  auto floats = [&f](int64_t n) {
+    std::vector<float> v(static_cast<size_t>(n));
+    f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * 4));
+    return v;
+  };
+  std::vector<GgmlScanCase> cases;
+  for (int32_t k = 0; k < n_cases && f; ++k) {
+    int32_t dims[5];
+    f.read(reinterpret_cast<char*>(dims), sizeof dims);
+    GgmlScanCase c;
+    ScanInputs& s = c.in;
+    s.n_tokens = dims[0], s.n_heads = dims[1], s.head_dim = dims[2], s.n_groups = dims[3], s.d_state = dims[4];
+    const int64_t T = s.n_tokens, HP = s.n_heads * s.head_dim, GN = s.n_groups * s.d_state;
+    s.x = floats(T * HP);
+    s.dt = floats(T * s.n_heads);
+    s.a = floats(s.n_heads);
+    s.b = floats(T * GN);
+    s.c = floats(T * GN);
+    s.state = floats(HP * s.d_state);
+    c.y = floats(T * HP);
+    c.state_after = floats(HP * s.d_state);
+    cases.push_back(std::move(c));
+  }
+  EXPECT_TRUE(f) << path << " is truncated";
+  EXPECT_EQ(static_cast<int32_t>(cases.size()), n_cases);
+  return cases;
+}
+
+TEST(KernelsSelectiveScan, EveryLevelGivesGgmlsBitsOfItsAvx512Build) {
+  const auto cases = read_ggml_cases(std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_ssm_scan_avx512.bin");
+  ASSERT_GE(cases.size(), 7u);
+  for (const GgmlScanCase& c : cases) {
+    for (SimdLevel level : runnable_levels()) {
+      auto state = c.in.state;
+      const auto y = run_scan(scan_of(level, GgmlFlavour::kAvx512), c.in, 0, c.in.n_tokens, state);
+      const std::string what = std::string(level_name(level)) + " d_state " + std::to_string(c.in.d_state) +
+                               " tokens " + std::to_string(c.in.n_tokens) + " groups " +
+                               std::to_string(c.in.n_groups);
+      expect_same_bits(c.y, y, what);
+      expect_same_bits(c.state_after, state, what + " state");
+    }
+  }
 }
 
 TEST(KernelsSelectiveScan, MatchesTheScanInDouble) {
