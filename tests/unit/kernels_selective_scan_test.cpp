@@ -1,7 +1,6 @@
 // Mamba-2's selective scan (selective_scan.h): every level gives GGML's own
-// bits (tests/data/kernels/ggml_ssm_scan_avx512.bin, from
-// tools/reference/ggml_ssm_scan_reference.c) and the scalar reference's for
-// each GGML build, the reference agrees with the scan computed naively in
+// bits for each of its builds (tests/data/kernels/ggml_ssm_scan_{avx512,avx2}.bin,
+// from tools/reference/ggml_ssm_scan_reference.c) and the scalar reference's, the reference agrees with the scan computed naively in
 // double, and a state carried from call to call gives the bits of one long
 // call (what chunked prefill and decode steps rely on).
 #include <gtest/gtest.h>
@@ -113,18 +112,21 @@ std::vector<GgmlScanCase> read_ggml_cases(const std::string& path) {
   return cases;
 }
 
-TEST(KernelsSelectiveScan, EveryLevelGivesGgmlsBitsOfItsAvx512Build) {
-  const auto cases = read_ggml_cases(std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_ssm_scan_avx512.bin");
-  ASSERT_GE(cases.size(), 7u);
-  for (const GgmlScanCase& c : cases) {
-    for (SimdLevel level : runnable_levels()) {
-      auto state = c.in.state;
-      const auto y = run_scan(scan_of(level, GgmlFlavour::kAvx512), c.in, 0, c.in.n_tokens, state);
-      const std::string what = std::string(level_name(level)) + " d_state " + std::to_string(c.in.d_state) +
-                               " tokens " + std::to_string(c.in.n_tokens) + " groups " +
-                               std::to_string(c.in.n_groups);
-      expect_same_bits(c.y, y, what);
-      expect_same_bits(c.state_after, state, what + " state");
+TEST(KernelsSelectiveScan, EveryLevelGivesGgmlsBitsOfEachBuild) {
+  for (auto [file, flavour] : {std::pair{"ggml_ssm_scan_avx512.bin", GgmlFlavour::kAvx512},
+                               std::pair{"ggml_ssm_scan_avx2.bin", GgmlFlavour::kAvx2}}) {
+    const auto cases = read_ggml_cases(std::string(INFERD_TEST_DATA_DIR) + "/kernels/" + file);
+    ASSERT_GE(cases.size(), 7u) << file;
+    for (const GgmlScanCase& c : cases) {
+      for (SimdLevel level : runnable_levels()) {
+        auto state = c.in.state;
+        const auto y = run_scan(scan_of(level, flavour), c.in, 0, c.in.n_tokens, state);
+        const std::string what = std::string(file) + " at level " + level_name(level) + ", d_state " +
+                                 std::to_string(c.in.d_state) + " tokens " + std::to_string(c.in.n_tokens) +
+                                 " groups " + std::to_string(c.in.n_groups);
+        expect_same_bits(c.y, y, what);
+        expect_same_bits(c.state_after, state, what + " state");
+      }
     }
   }
 }

@@ -10,7 +10,10 @@
 // outputs, so the test reads them rather than repeating the generator.
 //
 // Which build's arithmetic the file pins down is the libggml's: the native
-// (AVX-512) build of bench/build_llama_cpp.sh writes ggml_ssm_scan_avx512.bin.
+// (AVX-512) build of bench/build_llama_cpp.sh writes ggml_ssm_scan_avx512.bin;
+// ggml_ssm_scan_avx2.bin came from ggml alone built with -DGGML_NATIVE=OFF
+// -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+// -DGGML_AVX512=OFF (ninja ggml-cpu ggml; the same source).
 //
 // Build and run:
 //   L=~/.cache/inferd/llama.cpp
