@@ -39,7 +39,7 @@ SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quan
                  structured_grammar_test structured_vocab_test sampling_token_mask_test server_structured_outputs_test
                  chat_tool_calls_test server_tool_calling_test server_webui_test engine_engine_args_test
                  chat_harmony_test server_chat_formats_test server_responses_protocol_test
-                 tokenizer_wordpiece_test server_embedding_protocol_test kernels_delta_net_test)
+                 tokenizer_wordpiece_test server_embedding_protocol_test kernels_delta_net_test kernels_selective_scan_test)
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DINFERD_SANITIZE=ON >/dev/null
 ninja -C build-asan -j "$JOBS" "${SANITIZED_TESTS[@]}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -180,6 +180,12 @@ std::vector<uint8_t> encode_step(StepMessage::Kind kind, const std::vector<Sampl
     for (const std::vector<int32_t>& table : s.block_tables) w.put_vector(table);
     w.put_vector(s.new_block_ids);
     w.put(s.state_slot);
+    w.put(s.state_source);
+    w.put<uint64_t>(s.state_saves.size());
+    for (const kv::StateSave& save : s.state_saves) {
+      w.put(save.position);
+      w.put(save.slot);
+    }
     w.put<uint8_t>(s.is_new);
     w.put<uint8_t>(s.resumed);
     w.put<uint8_t>(s.sample);
@@ -224,6 +230,13 @@ Result<StepMessage> decode_step(const std::vector<uint8_t>& bytes) {
     for (uint64_t g = 0; g < n_groups && !rd.failed(); ++g) rd.get_vector(s.block_tables.emplace_back());
     rd.get_vector(s.new_block_ids);
     s.state_slot = rd.get<int32_t>();
+    s.state_source = rd.get<int32_t>();
+    const uint64_t n_saves = rd.get<uint64_t>();
+    for (uint64_t k = 0; k < n_saves && !rd.failed(); ++k) {
+      kv::StateSave& save = s.state_saves.emplace_back();
+      save.position = rd.get<int64_t>();
+      save.slot = rd.get<int32_t>();
+    }
     s.is_new = rd.get<uint8_t>() != 0;
     s.resumed = rd.get<uint8_t>() != 0;
     s.sample = rd.get<uint8_t>() != 0;

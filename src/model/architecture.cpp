@@ -107,6 +107,16 @@ constexpr ArchitectureTraits kArchitectures[] = {
      MoeTraits{ExpertGating::kSoftmax, true, false, false, false, false, /*gated_shared_expert=*/true}, false,
      "post_attention_norm.weight", false, /*nextn_layers=*/true, false, false, /*gated_delta_net=*/true,
      /*last_layer_on_every_token=*/true},
+    // Hybrid: src/models/nemotron-h.cpp (NVIDIA Nemotron-H, Nemotron Nano 2):
+    // each layer one branch after its attn_norm: a Mamba-2 mixer
+    // (src/models/mamba-base.cpp, build_mamba2_layer), attention without
+    // RoPE (llama.cpp's rope type none for nemotron_h), or a non-gated
+    // squared-ReLU MLP; the final norm's output cut to the wanted rows.
+    // Chosen over granitehybrid, which would cost the same Mamba-2 layer plus
+    // Granite's four multipliers (embedding, residual, attention, logits).
+    {"nemotron_h", RopeStyle::kNeox, Activation::kReluSquared, false, false, false, false, false, 0, 0.0f, {},
+     FfnKind::kDense, {}, false, "attn_norm.weight", false, false, false, false, false,
+     /*last_layer_on_every_token=*/true, /*mamba2_single_branch_layers=*/true},
 };
 
 }  // namespace

@@ -26,6 +26,9 @@ enum class Activation {
   // llama.cpp runs BERT; within 1e-6 cosine of BERT's exact (erf) GELU on
   // all-MiniLM-L6-v2 (model_encoder_reference_test).
   kGelu,
+  // The non-gated FFN of nemotron_h (DenseFfnPhase::gated false): relu(up)^2,
+  // as llama.cpp's LLM_FFN_RELU_SQR (a relu, then a square: two GGML ops).
+  kReluSquared,
 };
 
 // The feed-forward block of a layer: one gated MLP, or a mixture of experts
@@ -116,6 +119,12 @@ struct ArchitectureTraits {
   // the last layer's FFN running on those rows alone: which rows a
   // projection runs on can pick GGML's kernel, so its rounding.
   bool last_layer_on_every_token = false;
+  // A Mamba-2 hybrid whose every layer has one branch (nemotron_h): a Mamba-2
+  // mixer (ModelConfig::mamba2, Mamba2Phase), attention without RoPE, or a
+  // non-gated MLP, told apart per layer by the per-layer arrays
+  // `<arch>.attention.head_count_kv` and `<arch>.feed_forward_length` (both 0:
+  // Mamba-2; head_count_kv > 0: attention; feed_forward_length > 0: the MLP).
+  bool mamba2_single_branch_layers = false;
 };
 
 // The row for an architecture name, or null when inferd does not run it.

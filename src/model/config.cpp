@@ -227,6 +227,61 @@ Status delta_net_config(const gguf::File& f, const std::string& a, ModelConfig& 
   return {};
 }
 
+// A key llama.cpp reads per layer (get_key_or_arr) when it is an array of one
+// number per block: those numbers; empty when the key is a single number or
+// absent (every layer the same).
+Result<std::vector<int64_t>> arch_ints_per_layer(const gguf::File& f, const std::string& a, const char* suffix,
+                                                 int64_t n_layer) {
+  const std::string key = a + "." + suffix;
+  const gguf::Value* v = f.find(key);
+  if (!v || !v->is_array()) return std::vector<int64_t>{};
+  std::vector<int64_t> out(v->ints.begin(), v->ints.end());
+  for (uint64_t u : v->uints) out.push_back(static_cast<int64_t>(u));
+  if (static_cast<int64_t>(out.size()) < n_layer) return make_error("'" + key + "' must hold one number per block");
+  out.resize(static_cast<size_t>(n_layer));
+  return out;
+}
+
+// The one width the layers that have a branch share: the largest of the
+// per-layer values, which must all be it or 0.
+Result<int64_t> shared_layer_width(const std::vector<int64_t>& per_layer, const std::string& key) {
+  const int64_t width = *std::max_element(per_layer.begin(), per_layer.end());
+  for (int64_t v : per_layer)
+    if (v != 0 && v != width)
+      return make_error("'" + key + "' differs between layers (" + std::to_string(v) + ", " + std::to_string(width) +
+                        "); inferd runs one width for every layer that has the branch");
+  if (width <= 0) return make_error("'" + key + "' is 0 for every layer");
+  return width;
+}
+
+// `<arch>.ssm.*` of Mamba-2 layers as llama.cpp's nemotron_h loader reads
+// them, and each layer's one branch from the per-layer head_count_kv and
+// feed_forward_length (empty: every layer has c's): an FFN where
+// feed_forward_length > 0, else attention where head_count_kv > 0, else Mamba-2.
+Status mamba2_config(const gguf::File& f, const std::string& a, const std::vector<int64_t>& ff_per_layer,
+                     const std::vector<int64_t>& kv_heads_per_layer, ModelConfig& c) {
+  Mamba2Config& m = c.mamba2;
+  for (auto [field, key] : {std::pair{&m.conv_kernel, "ssm.conv_kernel"}, std::pair{&m.inner, "ssm.inner_size"},
+                            std::pair{&m.d_state, "ssm.state_size"}, std::pair{&m.n_heads, "ssm.time_step_rank"},
+                            std::pair{&m.n_groups, "ssm.group_count"}}) {
+    auto v = arch_int(f, a, key);
+    if (!v) return v.error();
+    *field = *v;
+  }
+  if (m.inner % m.n_heads != 0 || m.n_heads % m.n_groups != 0)
+    return make_error("'" + a + ".ssm.inner_size' must be a multiple of ssm.time_step_rank (heads), and that of " +
+                      "ssm.group_count");
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const int64_t ff = ff_per_layer.empty() ? c.n_ff : ff_per_layer[i];
+    const int64_t kv_heads = kv_heads_per_layer.empty() ? c.n_head_kv : kv_heads_per_layer[i];
+    LayerConfig& l = c.layers[i];
+    l.ffn_only = ff > 0;
+    l.recurrent = ff == 0 && kv_heads == 0;
+    l.no_ffn = ff == 0;
+  }
+  return {};
+}
+
 }  // namespace
 
 const char* pooling_name(PoolingType p) {
@@ -266,9 +321,27 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
     c.n_layer -= *nextn;
   }
   INFERD_TRY_INT(n_embd, "embedding_length");
-  INFERD_TRY_INT(n_ff, "feed_forward_length");
+  // Hybrids whose layers have one branch give the FFN width and the KV heads
+  // per layer, 0 where a layer has no such branch.
+  auto ff_per_layer = arch_ints_per_layer(f, a, "feed_forward_length", c.n_layer);
+  if (!ff_per_layer) return ff_per_layer.error();
+  auto kv_heads_per_layer = arch_ints_per_layer(f, a, "attention.head_count_kv", c.n_layer);
+  if (!kv_heads_per_layer) return kv_heads_per_layer.error();
+  if (ff_per_layer->empty()) {
+    INFERD_TRY_INT(n_ff, "feed_forward_length");
+  } else {
+    auto w = shared_layer_width(*ff_per_layer, a + ".feed_forward_length");
+    if (!w) return w.error();
+    c.n_ff = *w;
+  }
   INFERD_TRY_INT(n_head, "attention.head_count");
-  INFERD_TRY_INT(n_head_kv, "attention.head_count_kv", c.n_head);
+  if (kv_heads_per_layer->empty()) {
+    INFERD_TRY_INT(n_head_kv, "attention.head_count_kv", c.n_head);
+  } else {
+    auto w = shared_layer_width(*kv_heads_per_layer, a + ".attention.head_count_kv");
+    if (!w) return w.error();
+    c.n_head_kv = *w;
+  }
   INFERD_TRY_INT(context_length, "context_length", int64_t{2048});
   INFERD_TRY_INT(head_dim, "attention.key_length", c.n_embd / c.n_head);
   INFERD_TRY_INT(rope_dim, "rope.dimension_count", c.head_dim);
@@ -405,6 +478,12 @@ Result<ModelConfig> ModelConfig::from_gguf(const gguf::File& f) {
   }
   if (t.gated_delta_net)
     if (Status s = delta_net_config(f, a, c); !s) return s.error();
+  if (t.mamba2_single_branch_layers) {
+    if (Status s = mamba2_config(f, a, *ff_per_layer, *kv_heads_per_layer, c); !s) return s.error();
+    // llama.cpp's nemotron_h loader: the RMS epsilon is layer_norm_epsilon's where the file gives no other.
+    if (!f.find(a + ".attention.layer_norm_rms_epsilon") && f.find(a + ".attention.layer_norm_epsilon"))
+      c.rms_eps = c.layer_norm_eps;
+  }
   if (c.sliding_window > 0) {
     auto windowed = windowed_layers(f, a, c.n_layer, t.sliding_window_pattern);
     if (!windowed) return windowed.error();

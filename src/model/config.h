@@ -30,9 +30,16 @@ struct LayerConfig {
   int64_t sliding_window = 0;  // attend to the last this-many positions (the token's own included); 0: all
   int rope = 0;                // index into ModelConfig::ropes
   FfnKind ffn = FfnKind::kDense;
-  // A Gated DeltaNet layer (ModelConfig::delta_net) in place of attention: no
-  // KV cache, a fixed state per sequence.
+  // A Gated DeltaNet or Mamba-2 layer (ModelConfig::delta_net, mamba2) in
+  // place of attention: no KV cache, a fixed state per sequence.
   bool recurrent = false;
+  // A layer of one branch (ArchitectureTraits::mamba2_single_branch_layers):
+  // only the FFN (no KV cache, no state), or no FFN after its attention or
+  // recurrent mixer.
+  bool ffn_only = false;
+  bool no_ffn = false;
+  // Whether the layer keeps keys and values per token (joins a KV group).
+  bool keeps_kv() const { return !recurrent && !ffn_only; }
 };
 
 // A mixture-of-experts FFN's hyper-parameters (llama.cpp's build_moe_ffn).
@@ -90,6 +97,28 @@ struct DeltaNetConfig {
   explicit operator bool() const { return conv_kernel > 0; }
 };
 
+// A Mamba-2 layer's sizes (llama.cpp's ssm_* hyper-parameters of
+// nemotron_h): in_proj (ssm_in) gives per token z (inner), the conv channels
+// x, B, C (inner + 2 n_groups d_state) and one time step per head; a causal
+// short convolution of conv_kernel taps over the conv channels, SiLU; the
+// selective scan of n_heads heads of head_dim() over a d_state-wide state,
+// B and C shared by the heads of a group.
+struct Mamba2Config {
+  int64_t conv_kernel = 0;  // ssm.conv_kernel
+  int64_t inner = 0;        // ssm.inner_size
+  int64_t d_state = 0;      // ssm.state_size
+  int64_t n_heads = 0;      // ssm.time_step_rank
+  int64_t n_groups = 0;     // ssm.group_count (divides n_heads and inner)
+  int64_t head_dim() const { return inner / n_heads; }
+  int64_t conv_channels() const { return inner + 2 * n_groups * d_state; }
+  int64_t in_proj_rows() const { return inner + conv_channels() + n_heads; }
+  // One sequence's state in one layer: the convolution's window of the last
+  // conv_kernel - 1 inputs, and d_state values per inner channel.
+  int64_t conv_state_elements() const { return (conv_kernel - 1) * conv_channels(); }
+  int64_t recurrent_state_elements() const { return inner * d_state; }
+  explicit operator bool() const { return conv_kernel > 0; }
+};
+
 // How a sequence's hidden states become one output (llama.cpp's
 // llama_pooling_type, `<arch>.pooling_type` in a GGUF, same numbering).
 enum class PoolingType : int { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
@@ -131,6 +160,9 @@ struct ModelConfig {
   // is each head's query followed by its output gate (q_proj_dim()).
   DeltaNetConfig delta_net;
   bool attn_output_gate = false;
+  // Mamba-2 layers (LayerConfig::recurrent; ArchitectureTraits::
+  // mamba2_single_branch_layers), else empty.
+  Mamba2Config mamba2;
   // An embedding or reranking model's pooling (kNone: a generative model's
   // logits), and an encoder's LayerNorm epsilon (`attention.layer_norm_epsilon`).
   PoolingType pooling = PoolingType::kNone;
@@ -140,11 +172,25 @@ struct ModelConfig {
   // The query projection's rows: the queries, and each head's gate after its query where there is one.
   int64_t q_proj_dim() const { return attn_output_gate ? 2 * q_dim() : q_dim(); }
   // Whether some layers keep a recurrent state per sequence rather than keys and values per token.
-  bool has_recurrent_layers() const { return static_cast<bool>(delta_net); }
+  bool has_recurrent_layers() const { return static_cast<bool>(delta_net) || static_cast<bool>(mamba2); }
   int64_t n_recurrent_layers() const {
     int64_t n = 0;
     for (const LayerConfig& l : layers) n += l.recurrent ? 1 : 0;
     return n;
+  }
+  // One recurrent layer's state per sequence: its convolution window and its
+  // recurrent state (floats), whichever mixer the model's recurrent layers are.
+  int64_t conv_state_elements() const {
+    return mamba2 ? mamba2.conv_state_elements() : delta_net.conv_state_elements();
+  }
+  int64_t recurrent_state_elements() const {
+    return mamba2 ? mamba2.recurrent_state_elements() : delta_net.recurrent_state_elements();
+  }
+  // Layers that keep keys and values per token (LayerConfig::keeps_kv).
+  int64_t n_kv_layers() const {
+    int64_t n = 0;
+    for (const LayerConfig& l : layers) n += l.keeps_kv() ? 1 : 0;
+    return layers.empty() ? n_layer : n;
   }
   int64_t kv_dim() const { return n_head_kv * head_dim; }
   // The attention output's width, the output projection's input.

@@ -46,6 +46,8 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       const DeltaNetWeights& d = L.delta_net;
       for (const WeightView* w : {&d.qkv, &d.z, &d.beta, &d.alpha, &d.out}) packed_bytes += Linear::packed_bytes(*w);
     }
+    if (L.mamba2)
+      for (const WeightView* w : {&L.mamba2.in, &L.mamba2.out}) packed_bytes += Linear::packed_bytes(*w, numerics_);
     if (L.mla) {
       for (const WeightView* w : {&L.mla.q, &L.mla.q_a, &L.mla.q_b, &L.mla.kv_a})
         if (*w) packed_bytes += Linear::packed_bytes(*w, numerics_);
@@ -96,6 +98,12 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       linears.dn_out = make(d.out);
       linears.dn_conv.resize(static_cast<size_t>(d.conv.cols * d.conv.rows));
       kernels::short_conv_weight_tap_major(d.conv.f32(), d.conv.cols, d.conv.rows, linears.dn_conv.data());
+    }
+    if (const Mamba2Weights& m = L.mamba2; m) {
+      linears.m_in = make(m.in);
+      linears.m_out = make(m.out);
+      linears.m_conv.resize(static_cast<size_t>(m.conv.cols * m.conv.rows));
+      kernels::short_conv_weight_tap_major(m.conv.f32(), m.conv.cols, m.conv.rows, linears.m_conv.data());
     }
     if (L.mla) {
       linears.mla_q = make(L.mla.q ? L.mla.q : L.mla.q_a);
@@ -198,8 +206,14 @@ void CpuExecutor::plan_prefetch(int n_threads) {
           add(L.dn_beta.thread_bytes(ti, n_threads));
           add(L.dn_alpha.thread_bytes(ti, n_threads));
           add(L.dn_out.thread_bytes(ti, n_threads));
+        } else if (std::holds_alternative<Mamba2Phase>(phase)) {
+          add(L.m_in.thread_bytes(ti, n_threads));
+          add(L.m_out.thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<OutputPhase>(phase)) {
           add(L[Projection::kO].thread_bytes(ti, n_threads));
+        } else if (const auto* dense = std::get_if<DenseFfnPhase>(&phase); dense && !dense->gated) {
+          add(L[Projection::kUp].thread_bytes(ti, n_threads));
+          add(L[Projection::kDown].thread_bytes(ti, n_threads));
         } else if (std::holds_alternative<DenseFfnPhase>(phase)) {
           const int64_t align = own_rows_align(L[Projection::kDown], config_.n_ff, n_threads);
           add(L[Projection::kGate].thread_bytes(ti, n_threads, align));
@@ -257,13 +271,15 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
   const kv::KVCacheSpec& kv_spec = pass.cache->layer_spec(l);
   const int64_t k_rot = kv_spec.key_rotation(), v_rot = kv_spec.value_rotation();
   for (int64_t t = 0; t < T; ++t) {
-    const float* cos_t = &s_.rope_cos[phase.rope][t * half];
-    const float* sin_t = &s_.rope_sin[phase.rope][t * half];
+    // No RoPE (nemotron_h's attention): positions reach it through the recurrent layers.
+    const bool rope = phase.rope != QkvPhase::kNoRope;
+    const float* cos_t = rope ? &s_.rope_cos[phase.rope][t * half] : nullptr;
+    const float* sin_t = rope ? &s_.rope_sin[phase.rope][t * half] : nullptr;
     for (int64_t h = mine.q0; h < mine.q1; ++h) {
       float* q = s_.q.data() + t * QD + h * D;
       if (W.bq) add_bias(q, W.bq.f32() + h * D, D);
       if (q_norm) kernels::rms_norm_row(q, nullptr, q_norm, D, c.rms_eps, 0, D, nullptr, q);
-      kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
+      if (rope) kernels::rope_head(q, c.rope_dim, rope_pairs, cos_t, sin_t);
       if (phase.query_scale != 1.0f)
         for (int64_t i = 0; i < D; ++i) q[i] *= phase.query_scale;
       if (k_rot > 0) kernels::hadamard_rotate(q, D, k_rot);
@@ -285,7 +301,7 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
       float* k = s_.k.data() + t * KVD + g * D;
       if (W.bk) add_bias(k, W.bk.f32() + g * D, D);
       if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
-      kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
+      if (rope) kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
       if (k_rot > 0) kernels::hadamard_rotate(k, D, k_rot);
       kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + slot_at + g * head_bytes, D);
       prefetch_next_slot(pass.cache->k(l), g * head_bytes);
@@ -373,13 +389,14 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
     const LayerLinears& L = linears_[l];
     if (L[Projection::kO].rows() > 0) L[Projection::kO].prepare(s_.in_o, T);
     if (L.shared_expert()) L.down_shexp.prepare(s_.in_down_shexp, T);
-    if (!L.down_exps.empty()) continue;
+    if (!L.down_exps.empty() || L[Projection::kDown].rows() == 0) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
   }
   if (!pooled_ && last_stage()) output_.prepare(s_.in_out, R);
   if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
   if (c.mla) prepare_mla_scratch(T);
   if (c.delta_net) prepare_delta_net_scratch(T);
+  if (c.mamba2) prepare_mamba2_scratch(T);
   prepare_norm_outputs(s_.norm, T);
   s_.own.resize(T <= kOwnNormMaxTokens && n_threads > 1 ? n_threads : 0);
   for (NormOutputs& own : s_.own) prepare_norm_outputs(own, T);
@@ -394,10 +411,12 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
       if (!L.dn_z.same_input(L.dn_qkv)) L.dn_z.prepare(out.dn_z, T);
       if (!L.dn_beta.same_input(L.dn_qkv)) L.dn_beta.prepare(out.dn_beta, T);
       if (!L.dn_alpha.same_input(L.dn_qkv)) L.dn_alpha.prepare(out.dn_alpha, T);
+    } else if (L.mamba2()) {
+      L.m_in.prepare(out.m_in, T);
     } else if (L.latent_attention()) {
       L.mla_q.prepare(out.q, T);
       if (!L.mla_kv_a.same_input(L.mla_q)) L.mla_kv_a.prepare(out.k, T);
-    } else {
+    } else if (L[Projection::kQ].rows() > 0) {
       const Linear& wq = L[Projection::kQ];
       wq.prepare(out.q, T);
       if (!L[Projection::kK].same_input(wq)) L[Projection::kK].prepare(out.k, T);
@@ -406,8 +425,8 @@ void CpuExecutor::prepare_norm_outputs(NormOutputs& out, int64_t T) const {
     const bool moe = !L.gate_exps.empty();
     const Linear& gate = moe ? L.gate_exps[0] : L[Projection::kGate];
     const Linear& up = moe ? L.up_exps[0] : L[Projection::kUp];
-    gate.prepare(out.gate, T);
-    if (!up.same_input(gate)) up.prepare(out.up, T);
+    if (gate.rows() > 0) gate.prepare(out.gate, T);
+    if (up.rows() > 0 && (gate.rows() == 0 || !up.same_input(gate))) up.prepare(out.up, T);
     if (moe) L.router.prepare(out.router, T);
     if (L.shared_expert()) {
       L.gate_shexp.prepare(out.shexp_gate, T);
@@ -569,6 +588,17 @@ void CpuExecutor::gated_activation(Activation act, float* gate, const float* up,
   }
 }
 
+void CpuExecutor::plain_activation(Activation act, float* x, int64_t n) {
+  // The only non-gated activation the decoder pass runs (the encoders' GELU
+  // is the encoder executor's): GGML's relu, then its sqr.
+  assert(act == Activation::kReluSquared);
+  (void)act;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = x[i] > 0.0f ? x[i] : 0.0f;
+    x[i] = r * r;
+  }
+}
+
 // Phases alternate between splitting tokens, or (token, column block) items,
 // across threads (norms, the gated activation, quantizing a projection's
 // input) and splitting weight rows (projections) or (token, head) pairs
@@ -650,6 +680,22 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     pool.barrier(idle);
   };
 
+  // A non-gated MLP of `width` on the FFN rows into s_.h: up, the activation
+  // (row by row, in s_.gate) and down. Ends at a barrier.
+  auto plain_mlp = [&](const Linear& up, const Linear& down, int64_t width, Activation act, const LinearInput& in_up,
+                       LinearInput& in_down, const StepTokens& ffn) {
+    up.compute(in_up, ffn, s_.gate.data(), ti, nt);
+    read_weights(1);
+    pool.barrier(idle);
+    const auto [f0, f1] = ThreadPool::split(ffn.n, ti, nt);
+    for (int64_t t = f0; t < f1; ++t) plain_activation(act, s_.gate.data() + t * width, width);
+    down.quantize(s_.gate.data(), f0, f1, ffn, in_down);
+    pool.barrier(idle);
+    down.compute(in_down, ffn, s_.h.data(), ti, nt);
+    read_weights(1);
+    pool.barrier(idle);
+  };
+
   // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
   const bool own = !s_.own.empty();
   NormOutputs& norm = own ? s_.own[ti] : s_.norm;
@@ -694,6 +740,13 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
           in_gate = L.dn_alpha.same_input(L.dn_qkv) ? &norm.dn_qkv : &norm.dn_alpha;
           norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
                      {{&L.dn_qkv, in_q}, {&L.dn_z, in_k}, {&L.dn_beta, in_v}, {&L.dn_alpha, in_gate}}, own);
+        } else if (std::holds_alternative<Mamba2Phase>(next)) {
+          in_q = &norm.m_in;  // ssm_in's input
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn, {{&L.m_in, in_q}}, own);
+        } else if (const auto* dense = std::get_if<DenseFfnPhase>(&next); dense && !dense->gated) {
+          in_up = &norm.up;
+          norm_phase(ti, nt, rows, row_token, x, h, pending_norm, x_out, weight.f32(), xn,
+                     {{&L[Projection::kUp], in_up}}, own);
         } else if (std::holds_alternative<MlaQkvPhase>(next)) {
           // The query's first projection and attn_kv_a_mqa (in_q, in_k).
           in_q = &norm.q;
@@ -760,6 +813,11 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         read_weights(5);
         pending = true;
         pending_norm = nullptr;
+      } else if (std::holds_alternative<Mamba2Phase>(phase)) {
+        mamba2(pass, l, *in_q, ti, nt, idle);
+        read_weights(2);
+        pending = true;
+        pending_norm = nullptr;
       } else if (const auto* ph = std::get_if<OutputPhase>(&phase)) {
         const Linear& wo = L[Projection::kO];
         wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
@@ -778,6 +836,10 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         }
         moe_ffn(pass, l, *ph, ffn, norm.router, *in_gate, *in_up, ti, nt, idle);
         read_weights(1);
+        pending = true;
+        pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
+      } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase); ph && !ph->gated) {
+        plain_mlp(L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_up, s_.in_down, ffn);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase)) {

@@ -111,6 +111,13 @@ class CpuExecutor final : public Executor {
                  const LinearInput& in_beta, const LinearInput& in_alpha, int thread_index, int n_threads,
                  const BarrierIdle& idle);
   void prepare_delta_net_scratch(int64_t n_tokens);
+  // A Mamba-2 layer's mixer (cpu_executor_mamba2.cpp): ssm_in from the norm's
+  // input, the short convolution and the selective scan over each sequence's
+  // state slot (zeroed where the sequence starts at position 0), the skip,
+  // the z gate, the grouped norm and ssm_out into s_.h. Ends at a barrier.
+  void mamba2(const Pass& pass, int64_t layer, const LinearInput& in, int thread_index, int n_threads,
+              const BarrierIdle& idle);
+  void prepare_mamba2_scratch(int64_t n_tokens);
   struct NormTarget {
     const Linear* linear;
     LinearInput* in;
@@ -145,6 +152,11 @@ class CpuExecutor final : public Executor {
     Linear dn_qkv, dn_z, dn_beta, dn_alpha, dn_out;
     std::vector<float> dn_conv;
     bool delta_net() const { return dn_qkv.rows() > 0; }
+    // A Mamba-2 layer (Mamba2Weights), else empty: ssm_in, ssm_out and the
+    // convolution kernel tap-major.
+    Linear m_in, m_out;
+    std::vector<float> m_conv;
+    bool mamba2() const { return m_in.rows() > 0; }
     const Linear& operator[](Projection p) const { return proj[static_cast<int>(p)]; }
   };
   // y += bias over n elements (GGML's add, and add_id for per-expert rows).
@@ -153,6 +165,8 @@ class CpuExecutor final : public Executor {
   }
   // gate <- act(gate) * up over n elements, act as the architecture says.
   static void gated_activation(Activation act, float* gate, const float* up, int64_t n, kernels::GgmlFlavour flavour);
+  // x <- act(x) over n elements (a non-gated MLP: DenseFfnPhase::gated false).
+  static void plain_activation(Activation act, float* x, int64_t n);
   // The mixture-of-experts FFN of layer l after its norm phase (which filled
   // the router's and the experts' inputs): routing, each chosen expert's gated
   // MLP on the tokens routed to it (its weights read once per step), and the
@@ -186,6 +200,7 @@ class CpuExecutor final : public Executor {
     LinearInput q, k, v, gate, up, router;
     LinearInput shexp_gate, shexp_up;  // a shared expert's (the batch's token places, not the experts')
     LinearInput dn_qkv, dn_z, dn_beta, dn_alpha;  // a Gated DeltaNet layer's projections'
+    LinearInput m_in;                             // a Mamba-2 layer's ssm_in's
   };
   void prepare_norm_outputs(NormOutputs& out, int64_t n_tokens) const;
 
@@ -253,6 +268,13 @@ class CpuExecutor final : public Executor {
       std::vector<float> out;         // V: the delta rule's output, then gated and normalized
       LinearInput in_out;             // ssm_out's input
     } dn;
+    // A Mamba-2 layer's step (cpu_executor_mamba2.cpp), per token: ssm_in's
+    // rows (z, the conv channels, the time steps), the convolution's output
+    // (x, B, C; SiLU'd) and the scan's output (gated and normalized in place).
+    struct Mamba2 {
+      std::vector<float> zxbcdt, conv, y;
+      LinearInput in_out;  // ssm_out's input
+    } m2;
   } s_;
 };
 

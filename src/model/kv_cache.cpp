@@ -15,16 +15,16 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype, b
   layout.layer_slab.assign(c.n_layer, 0);
   layout.layer_state.assign(c.n_layer, -1);
   for (int32_t l = 0; l < c.n_layer; ++l) {
-    if (l < static_cast<int32_t>(c.layers.size()) && c.layers[l].recurrent) {
+    if (l < static_cast<int32_t>(c.layers.size()) && !c.layers[l].keeps_kv()) {
+      // A recurrent layer keeps a state in the slots; an FFN-only layer nothing.
       layout.layer_group[l] = -1;
-      layout.layer_state[l] = layout.n_state_layers++;
+      if (c.layers[l].recurrent) layout.layer_state[l] = layout.n_state_layers++;
       continue;
     }
     by_window[l < static_cast<int32_t>(c.layers.size()) ? c.layers[l].sliding_window : 0].push_back(l);
   }
   if (layout.n_state_layers > 0)
-    layout.state_spec = kv::KVCacheSpec::recurrent_state(c.delta_net.conv_state_elements(),
-                                                         c.delta_net.recurrent_state_elements());
+    layout.state_spec = kv::KVCacheSpec::recurrent_state(c.conv_state_elements(), c.recurrent_state_elements());
   const auto spec_for = [&](int64_t window) {
     if (c.mla) return kv::KVCacheSpec::latent(dtype, static_cast<int32_t>(c.mla.latent_width()), block_size);
     // --kv-cache-dtype-skip-layers sliding_window: windowed layers stay f16.
@@ -46,7 +46,7 @@ KVLayout KVLayout::plan(const ModelConfig& c, int32_t block_size, DType dtype, b
   // (Gemma 3 1B: 4 global, 22 windowed -> 6 windowed groups, 2 places unused);
   // a windowed kind in f16 beside q8_0 full layers fills its blocks less
   // (Gemma 3 270M: 3 q8_0 global layers a block, 1 f16 windowed layer).
-  int32_t fewest = static_cast<int32_t>(c.n_layer - layout.n_state_layers);
+  int32_t fewest = static_cast<int32_t>(c.n_kv_layers());
   for (const auto& [window, layers] : by_window) fewest = std::min(fewest, static_cast<int32_t>(layers.size()));
   const int64_t sizing_window = by_window.contains(0) ? 0 : by_window.begin()->first;
   layout.block_store_bytes = static_cast<size_t>(fewest) * spec_for(sizing_window).segment_bytes();

@@ -49,6 +49,28 @@ LayerProgram delta_net_layer(const ModelConfig& c, int64_t l) {
   return p;
 }
 
+// A layer of one branch (nemotron_h), each after the layer's attn_norm: a
+// Mamba-2 mixer, attention without RoPE and its output projection, or a
+// non-gated MLP.
+LayerProgram single_branch_layer(const ModelConfig& c, int64_t l) {
+  const LayerConfig& layer = c.layers[l];
+  LayerProgram p;
+  if (layer.ffn_only) {
+    p.phases.push_back(NormPhase{NormPhase::Branch::kFfn, "attn_norm.weight"});
+    p.phases.push_back(DenseFfnPhase{c.activation, nullptr, /*gated=*/false});
+    return p;
+  }
+  p.phases.push_back(NormPhase{NormPhase::Branch::kAttention, "attn_norm.weight"});
+  if (layer.recurrent) {
+    p.phases.push_back(Mamba2Phase{});
+    return p;
+  }
+  p.phases.push_back(QkvPhase{c.traits->qkv_bias, c.qk_norm, QkvPhase::kNoRope, c.rope_style, c.query_scale});
+  p.phases.push_back(AttentionPhase{layer.sliding_window, false, c.kq_scale});
+  p.phases.push_back(OutputPhase{nullptr});
+  return p;
+}
+
 // Sandwich norms (gemma3): each branch's output is RMS-normalized by a norm of
 // its own before it is added.
 LayerProgram sandwich_norm_layer(const ModelConfig& c, int64_t l) {
@@ -81,6 +103,8 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     if (c.is_encoder()) {
       programs.push_back(post_norm_encoder_layer(c));
+    } else if (c.traits->mamba2_single_branch_layers) {
+      programs.push_back(single_branch_layer(c, l));
     } else if (c.layers[l].recurrent) {
       programs.push_back(delta_net_layer(c, l));
     } else {
@@ -93,7 +117,7 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& c) {
 const char* phase_name(const Phase& phase) {
   static constexpr const char* kNames[] = {"norm",    "qkv",     "attention", "output",     "dense_ffn",
                                            "moe_ffn", "mla_qkv", "mla_attention", "layer_norm", "plain_ffn",
-                                           "delta_net"};
+                                           "delta_net", "mamba2"};
   static_assert(std::variant_size_v<Phase> == std::size(kNames));
   return kNames[phase.index()];
 }

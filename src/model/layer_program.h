@@ -90,10 +90,12 @@ struct OutputPhase {
   const char* post_norm;  // tensor after "blk.N.", or null
 };
 
-// A gated MLP: down(act(gate x) * up x).
+// A gated MLP: down(act(gate x) * up x); or, not gated, down(act(up x))
+// (nemotron_h's squared ReLU; no ffn_gate).
 struct DenseFfnPhase {
   Activation activation;
   const char* post_norm;  // as OutputPhase's
+  bool gated = true;
 };
 
 // A mixture of experts routed as ModelConfig::moe says: the router (with its
@@ -129,8 +131,19 @@ struct PlainFfnPhase {
 // the branch's. The state lives in the sequence's state slot (KVCache).
 struct DeltaNetPhase {};
 
+// A Mamba-2 layer's mixer (ModelConfig::mamba2) in place of attention, as
+// llama.cpp's build_mamba2_layer runs it: from the norm's output one
+// projection ssm_in into z, the conv channels (x, B, C) and the time steps;
+// the causal short convolution over the sequence's window (ssm_conv1d, plus
+// its bias), SiLU; the selective scan over the sequence's state (time steps
+// plus ssm_dt.bias, decays ssm_a); y + x * ssm_d per head; y * silu(z); an
+// RMSNorm of each group of channels (ssm_norm); then ssm_out, whose output is
+// the branch's. The state lives in the sequence's state slot (KVCache), as a
+// Gated DeltaNet layer's does.
+struct Mamba2Phase {};
+
 using Phase = std::variant<NormPhase, QkvPhase, AttentionPhase, OutputPhase, DenseFfnPhase, MoeFfnPhase, MlaQkvPhase,
-                           MlaAttentionPhase, LayerNormPhase, PlainFfnPhase, DeltaNetPhase>;
+                           MlaAttentionPhase, LayerNormPhase, PlainFfnPhase, DeltaNetPhase, Mamba2Phase>;
 
 struct LayerProgram {
   std::vector<Phase> phases;
@@ -141,7 +154,7 @@ std::vector<LayerProgram> build_layer_programs(const ModelConfig& config);
 
 // A phase's name for messages and tests: "norm", "qkv", "attention",
 // "output", "dense_ffn", "moe_ffn", "mla_qkv", "mla_attention", "layer_norm",
-// "plain_ffn", "delta_net".
+// "plain_ffn", "delta_net", "mamba2".
 const char* phase_name(const Phase& phase);
 
 }  // namespace inferd

@@ -136,7 +136,13 @@ class LayerLoader {
     return post_norm(L_.post_attn_norm, ph.post_norm);
   }
   Status operator()(const DenseFfnPhase& ph) {
-    if (Status s = projection(Projection::kGate, "ffn_gate.weight"); !s) return s;
+    if (!ph.gated) {
+      for (const char* bias : {"ffn_up.bias", "ffn_down.bias"})
+        if (f_.find_tensor(p_ + bias))
+          return make_error("tensor '" + p_ + bias + "': inferd runs a non-gated MLP without biases");
+    } else if (Status s = projection(Projection::kGate, "ffn_gate.weight"); !s) {
+      return s;
+    }
     if (Status s = projection(Projection::kUp, "ffn_up.weight"); !s) return s;
     if (Status s = projection(Projection::kDown, "ffn_down.weight"); !s) return s;
     return post_norm(L_.post_ffn_norm, ph.post_norm);
@@ -168,6 +174,19 @@ class LayerLoader {
     if (Status s = set(w.a, find(f_, p_ + "ssm_a", {HV})); !s) return s;
     if (Status s = set(w.norm, find(f_, p_ + "ssm_norm.weight", {d.head_size})); !s) return s;
     return set(w.out, find(f_, p_ + "ssm_out.weight", {V, E}));
+  }
+  Status operator()(const Mamba2Phase&) {
+    const Mamba2Config& m = c_.mamba2;
+    const int64_t E = c_.n_embd, C = m.conv_channels(), H = m.n_heads;
+    Mamba2Weights& w = L_.mamba2;
+    if (Status s = set(w.in, find(f_, p_ + "ssm_in.weight", {E, m.in_proj_rows()})); !s) return s;
+    if (Status s = f32(w.conv, "ssm_conv1d.weight", {m.conv_kernel, C}); !s) return s;
+    if (Status s = set(w.conv_b, find(f_, p_ + "ssm_conv1d.bias", {C}, /*required=*/false)); !s) return s;
+    if (Status s = set(w.dt_bias, find(f_, p_ + "ssm_dt.bias", {H})); !s) return s;
+    if (Status s = f32(w.a, "ssm_a", {1, H}); !s) return s;
+    if (Status s = f32(w.d, "ssm_d", {1, H}); !s) return s;
+    if (Status s = f32(w.norm, "ssm_norm.weight", {m.inner / m.n_groups, m.n_groups}); !s) return s;
+    return set(w.out, find(f_, p_ + "ssm_out.weight", {m.inner, E}));
   }
   Status operator()(const MoeFfnPhase& ph) {
     const MoeConfig& moe = c_.moe;
@@ -213,6 +232,13 @@ class LayerLoader {
   Status projection(Projection id, const char* tensor) {
     const auto [cols, rows] = projection_shape(id, c_);
     return set(L_.proj[static_cast<int>(id)], find(f_, p_ + tensor, {cols, rows}));
+  }
+  // A small tensor the kernels read as floats (not only vectors: GGML shapes
+  // such as ssm_a's [1, heads]).
+  Status f32(WeightView& w, const char* tensor, std::vector<int64_t> shape) {
+    if (const gguf::TensorInfo* t = f_.find_tensor(p_ + tensor); t && t->dtype != DType::F32)
+      return make_error("tensor '" + p_ + tensor + "' has type " + dtype_name(t->dtype) + "; inferd reads it in F32 only");
+    return set(w, find(f_, p_ + tensor, std::move(shape)));
   }
   Status post_norm(WeightView& w, const char* tensor) {
     if (!tensor) return {};

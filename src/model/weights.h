@@ -82,6 +82,17 @@ struct DeltaNetWeights {
   explicit operator bool() const { return static_cast<bool>(qkv); }
 };
 
+// A Mamba-2 layer's weights (Mamba2Phase), else empty: the input projection
+// (in: z, the conv channels, the time steps), the convolution's kernel (F32,
+// GGML shape [taps, channels]) and its bias where the file has one, the time
+// steps' bias, the decays (ssm_a, -exp(A_log)) and skip weights (ssm_d), one
+// per head; the grouped output norm (inner / n_groups per group) and the
+// output projection.
+struct Mamba2Weights {
+  WeightView in, conv, conv_b, dt_bias, a, d, norm, out;
+  explicit operator bool() const { return static_cast<bool>(in); }
+};
+
 // A layer's projections (the phases of its program that read them, model/
 // layer_program.h): Q, K, V (QkvPhase), O (OutputPhase), and a dense FFN's
 // gate, up and down (DenseFfnPhase). A mixture-of-experts layer has the first
@@ -102,6 +113,7 @@ struct LayerWeights {
   MoeWeights moe;                             // a mixture-of-experts FFN, else empty
   MlaWeights mla;                             // latent attention, else empty (no Q/K/V projections then)
   DeltaNetWeights delta_net;                  // a Gated DeltaNet layer's, else empty (no attention then)
+  Mamba2Weights mamba2;                       // a Mamba-2 layer's, else empty (no attention then)
   // An encoder's: its LayerNorms' biases (LayerNormPhase; the weights are
   // attn_norm and ffn_norm) and its plain MLP's biases (PlainFfnPhase).
   WeightView attn_norm_b, ffn_norm_b, b_up, b_down;

@@ -53,6 +53,8 @@ TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
   s.block_tables = {{1, 2}, {3, 0}};
   s.new_block_ids = {2};
   s.state_slot = 3;
+  s.state_source = 7;
+  s.state_saves = {{64, 5}, {128, 6}};
   s.is_new = true;
   s.sample = true;
   s.num_draft_tokens = 2;
@@ -98,6 +100,8 @@ TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
   EXPECT_EQ(r.block_tables, s.block_tables);
   EXPECT_EQ(r.new_block_ids, s.new_block_ids);
   EXPECT_EQ(r.state_slot, 3);
+  EXPECT_EQ(r.state_source, 7);
+  EXPECT_EQ(r.state_saves, (std::vector<kv::StateSave>{{64, 5}, {128, 6}}));
   EXPECT_TRUE(r.is_new && r.sample && r.prompt_logits && !r.resumed);
   EXPECT_EQ(r.num_draft_tokens, 2);
   EXPECT_EQ(r.num_prompt_tokens, 18);

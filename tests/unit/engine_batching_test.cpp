@@ -273,7 +273,8 @@ std::vector<BatchingParam> batching_cases() {
   std::vector<BatchingParam> cases;
   for (const char* model : {"SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen3moe.gguf",
                             "tiny-llama3.gguf", "tiny-gemma3.gguf", "tiny-gpt-oss.gguf", "tiny-glm4moe.gguf",
-                            "tiny-deepseek2.gguf", "tiny-qwen35.gguf", "tiny-qwen35moe.gguf"})
+                            "tiny-deepseek2.gguf", "tiny-qwen35.gguf", "tiny-qwen35moe.gguf",
+                            "tiny-nemotron-h.gguf"})
     cases.emplace_back(model, DType::F16, kernels::Numerics::kExact, false);
   cases.emplace_back("SmolLM2-135M-Instruct.Q4_1.gguf", DType::Q8_0, kernels::Numerics::kExact, false);
   cases.emplace_back("tiny-gpt-oss.gguf", DType::Q4_0, kernels::Numerics::kExact, false);

@@ -269,6 +269,41 @@ TEST(EngineKVCacheDType, AHybridModelsStatsCountItsStateSlotsOutOfTheBudget) {
   EXPECT_EQ(none.state_bytes, 0);
 }
 
+// A Mamba-2 hybrid's recurrent states take the same state slots (no cache of
+// their own), sized from its ssm hyper-parameters; its MLP-only layers keep
+// neither keys nor state, so only its attention layers count per token.
+TEST(EngineKVCacheDType, AMamba2HybridsStateSlotsAndKeysCountOnlyTheLayersThatKeepThem) {
+  auto model = load("tiny-nemotron-h.gguf");
+  ASSERT_TRUE(model);
+  const ModelConfig& c = model->config();
+  ASSERT_TRUE(c.has_recurrent_layers());
+  int64_t n_attention = 0, n_mlp = 0;
+  for (const LayerConfig& l : c.layers) n_attention += l.keeps_kv(), n_mlp += l.ffn_only;
+  ASSERT_EQ(c.n_recurrent_layers(), 3);
+  ASSERT_EQ(n_attention, 2);
+  ASSERT_EQ(n_mlp, 3);
+  // Per Mamba-2 layer: the convolution's last kernel - 1 inputs of x, B and C,
+  // and d_state values per inner channel.
+  const Mamba2Config& m = c.mamba2;
+  const int64_t per_layer = (m.conv_kernel - 1) * (m.inner + 2 * m.n_groups * m.d_state) + m.inner * m.d_state;
+  const size_t per_sequence = static_cast<size_t>(3 * per_layer * 4);
+  const int64_t budget = int64_t{4} << 20;
+  EngineConfig ec = small_engine(DType::F16, budget);
+  ec.max_num_seqs = 3;
+  auto engine = Engine::create(*model, ec);
+  ASSERT_TRUE(engine.ok()) << engine.error().message;
+  const EngineStats s = (*engine)->stats();
+  EXPECT_EQ(s.kv_state_slots, 3);
+  EXPECT_EQ(s.kv_state_bytes_per_sequence, per_sequence);
+  EXPECT_EQ(s.kv_state_bytes, static_cast<int64_t>(4 * per_sequence));
+  // f16 keys and values of the 2 attention layers' KV heads.
+  EXPECT_EQ(s.kv_bytes_per_token, static_cast<size_t>(2 * 2 * c.n_head_kv * c.head_dim * 2));
+  const KVCapacity cap = kv_capacity_for_bytes(c, 16, DType::F16, budget, 3);
+  EXPECT_EQ(cap.blocks, s.kv_total_blocks);
+  EXPECT_EQ(cap.state_bytes, s.kv_state_bytes);
+  EXPECT_FALSE((*engine)->config().enable_prefix_caching);
+}
+
 // The CPU executor reads q8_0 keys and values (kernels/cpu/attention_quant.h).
 TEST(EngineKVCacheDType, AQ8_0EngineRunsAndHoldsAbout1_9TimesTheTokensOfF16) {
   auto model = load("tiny-llama3.gguf");

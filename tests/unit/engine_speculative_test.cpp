@@ -434,10 +434,11 @@ TEST_P(EngineSpeculative, SeededSamplingLogprobsAndStopStringsAreAsWithoutDrafts
 // llama.cpp's chunk-dependent kernels (kernels/cpu/matmul.h), so it runs one
 // request at a time below, where both runs chunk alike.
 // The tiny Qwen3.5 models (Gated DeltaNet beside attention): rejected drafts
-// are taken back out of the recurrent state from a checkpoint.
+// are taken back out of the recurrent state from a checkpoint; so are the
+// tiny Nemotron-H model's (Mamba-2 beside attention).
 INSTANTIATE_TEST_SUITE_P(Models, EngineSpeculative,
                          ::testing::Values("SmolLM2-135M-Instruct.Q4_1.gguf", "tiny-qwen3.gguf", "tiny-qwen35.gguf",
-                                           "tiny-qwen35moe.gguf"),
+                                           "tiny-qwen35moe.gguf", "tiny-nemotron-h.gguf"),
                          test::model_name);
 
 // A Q4_K_M file, whose K-quant matmuls sum in an order that depends on a

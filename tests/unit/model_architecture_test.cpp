@@ -41,7 +41,8 @@ ModelConfig config_of(const std::string& name) {
 }
 
 TEST(ModelArchitecture, TableNamesWhatRunsAndRefusesTheRest) {
-  for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "glm4moe"}) {
+  for (const char* name : {"llama", "mistral", "qwen2", "qwen3", "gemma3", "qwen3moe", "gpt-oss", "glm4moe",
+                           "nemotron_h"}) {
     ASSERT_NE(find_architecture(name), nullptr) << name;
     EXPECT_EQ(find_architecture(name)->name, name);
   }
@@ -134,6 +135,53 @@ TEST(ModelArchitecture, Glm4MoeLayersAndRoutingFromMetadata) {
     EXPECT_EQ(L.moe.selection_bias.cols, 16) << l;
     EXPECT_EQ(L.moe.gate_shexp.rows, 64) << l;
     EXPECT_EQ(L.moe.down_shexp.cols, 64) << l;
+  }
+}
+
+// nemotron_h from the tiny model's metadata: each layer's one branch from the
+// per-layer feed_forward_length and head_count_kv arrays (both 0: Mamba-2),
+// the programs that run them (attention without RoPE, a non-gated MLP), and
+// the Mamba-2 layers' tensors in the shapes convert_hf_to_gguf.py writes.
+TEST(ModelArchitecture, NemotronHLayersOfOneBranchFromMetadata) {
+  const ModelConfig c = config_of("tiny-nemotron-h.gguf");
+  ASSERT_TRUE(c.can_generate());
+  EXPECT_EQ(c.activation, Activation::kReluSquared);
+  EXPECT_EQ(c.n_ff, 128);
+  EXPECT_EQ(c.n_head_kv, 2);
+  EXPECT_EQ(c.mamba2.n_heads, 4);
+  EXPECT_EQ(c.mamba2.head_dim(), 16);
+  EXPECT_EQ(c.mamba2.n_groups, 2);
+  EXPECT_EQ(c.mamba2.d_state, 80);
+  EXPECT_EQ(c.mamba2.conv_channels(), 64 + 2 * 2 * 80);
+  const std::string pattern = "M-M*-M*-";
+  ASSERT_EQ(c.layers.size(), pattern.size());
+  const std::vector<LayerProgram> programs = build_layer_programs(c);
+  ASSERT_EQ(programs.size(), pattern.size());
+  for (size_t l = 0; l < pattern.size(); ++l) {
+    const LayerConfig& layer = c.layers[l];
+    EXPECT_EQ(layer.recurrent, pattern[l] == 'M') << l;
+    EXPECT_EQ(layer.ffn_only, pattern[l] == '-') << l;
+    EXPECT_EQ(layer.keeps_kv(), pattern[l] == '*') << l;
+    std::string phases;
+    for (const Phase& ph : programs[l].phases) phases += std::string(phases.empty() ? "" : " ") + phase_name(ph);
+    const char* want = pattern[l] == 'M' ? "norm mamba2" : pattern[l] == '*' ? "norm qkv attention output" : "norm dense_ffn";
+    EXPECT_EQ(phases, want) << l;
+    if (const auto* qkv = std::get_if<QkvPhase>(&programs[l].phases[1])) EXPECT_EQ(qkv->rope, QkvPhase::kNoRope);
+    if (const auto* ffn = std::get_if<DenseFfnPhase>(&programs[l].phases[1])) EXPECT_FALSE(ffn->gated);
+  }
+
+  auto f = gguf::File::open(model_file("tiny-nemotron-h.gguf"));
+  ASSERT_TRUE(f.ok());
+  auto w = ModelWeights::from_gguf(**f, c, programs);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  for (size_t l = 0; l < pattern.size(); ++l) {
+    const LayerWeights& L = w->layers[l];
+    EXPECT_EQ(static_cast<bool>(L.mamba2), pattern[l] == 'M') << l;
+    EXPECT_TRUE(L.attn_norm || L.ffn_norm) << l;
+    if (pattern[l] != 'M') continue;
+    EXPECT_EQ(L.mamba2.in.rows, 2 * 64 + 2 * 2 * 80 + 4) << l;
+    EXPECT_EQ(L.mamba2.norm.cols, 32) << l;  // inner / groups per group
+    EXPECT_TRUE(L.mamba2.conv_b) << l;
   }
 }
 

@@ -112,6 +112,14 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      1) that the main model skips; n_embd 32, GQA 4/2, tied output; alpha and beta in
                      F32 in some layers. Tokenizer: llama.cpp's models/ggml-vocab-qwen35.gguf (pre
                      "qwen35", 151,936 tokens; found through INFERD_LLAMA_CPP_SRC).
+  tiny-nemotron-h.gguf  `nemotron_h` (Nemotron-H, hybrid): 8 layers of one branch each, "M-M*-M*-"
+                     (M: Mamba-2: ssm_in, a 4-tap F32 ssm_conv1d with its bias, ssm_dt.bias, ssm_a,
+                     ssm_d, ssm_norm over 2 groups, ssm_out; 4 heads of 16, B and C in 2 groups, a
+                     state of 80; *: attention without RoPE, GQA 4/2 of 32; -: a squared-ReLU MLP
+                     of 128, no gate), the per-layer feed_forward_length and head_count_kv arrays
+                     that tell them apart; n_embd 32, tied output. Tokenizer: llama.cpp's
+                     models/ggml-vocab-llama-bpe.gguf (pre "llama-bpe", 128,256 tokens; the
+                     nearest vendored one to Nemotron-H's tiktoken-style BPE).
 (`qwen2`, with its q/k/v biases, is covered by the real Qwen2.5-Coder models.)
 
 Like real Llama 3 GGUFs, tiny-llama3 carries no `llama.rope.scaling.type` key: the converter
@@ -1035,13 +1043,95 @@ def make_qwen35moe(models_dir, path):
     return w
 
 
+LLAMA_BPE_VOCAB = Path(os.environ.get("INFERD_LLAMA_CPP_SRC", Path.home() / ".cache/inferd/llama.cpp/src")) / \
+    "models/ggml-vocab-llama-bpe.gguf"
+
+# Per layer, cycled: the Mamba-2 layers' ssm_in and ssm_out, the attention layers' projections and
+# the MLP layers' up and down in several types.
+NEMOTRON_H_TYPES = [
+    dict(q=T.Q8_0, k=T.Q5_0, v=T.Q4_1, o=T.Q5_0, up=T.Q8_0, down=T.Q5_0, ssm_in=T.Q8_0, ssm_out=T.Q4_1),
+    dict(q=T.Q5_0, k=T.Q8_0, v=T.Q5_0, o=T.Q4_1, up=T.Q4_1, down=T.Q8_0, ssm_in=T.Q5_0, ssm_out=T.Q8_0),
+    dict(q=T.Q4_1, k=T.Q8_0, v=T.Q8_0, o=T.Q8_0, up=T.Q5_0, down=T.Q4_1, ssm_in=T.Q4_1, ssm_out=T.Q5_0),
+]
+
+
+def mamba2_block(b, h, m, t, p):
+    """A Mamba-2 layer's mixer as convert_hf_to_gguf.py writes Nemotron-H's (A = -exp(A_log), D and A
+    of GGML shape [1, heads], the norm [inner / groups, groups], the conv kernel [taps, channels])."""
+    n_embd, inner, heads, groups, d_state = h["n_embd"], m["inner"], m["heads"], m["groups"], m["d_state"]
+    conv_dim = inner + 2 * groups * d_state
+    b.norm(p + "attn_norm.weight", n_embd)
+    b.matrix(p + "ssm_in.weight", 2 * inner + 2 * groups * d_state + heads, n_embd, t["ssm_in"])
+    b.add(p + "ssm_conv1d.weight", b.normal((conv_dim, m["conv_kernel"]), 0.5), T.F32)
+    b.bias(p + "ssm_conv1d.bias", conv_dim, 0.2)
+    # Time steps near softplus's knee (some heads slow, some fast), one head's bias past its cut at 20.
+    dt_bias = b.normal((heads,), 1.0)
+    dt_bias[-1] = 21.0
+    b.add(p + "ssm_dt.bias", dt_bias.astype(np.float32), T.F32)
+    b.add(p + "ssm_a", -np.exp(b.rng.uniform(-2.0, 1.0, (heads, 1))).astype(np.float32), T.F32)
+    b.add(p + "ssm_d", (1.0 + b.normal((heads, 1), 0.3)).astype(np.float32), T.F32)
+    b.add(p + "ssm_norm.weight", (1.0 + b.normal((groups, inner // groups), 0.2)).astype(np.float32), T.F32)
+    b.matrix(p + "ssm_out.weight", n_embd, inner, t["ssm_out"], std=3.0 / math.sqrt(inner))
+
+
+def make_nemotron_h(models_dir, path):
+    # M: Mamba-2, *: attention, -: MLP (Nemotron-H's hybrid_override_pattern), the last an MLP as in
+    # Nemotron-H's files.
+    pattern = "M-M*-M*-"
+    h = dict(n_ctx_train=4096, n_embd=32, n_layer=len(pattern), n_ff=128, n_head=4, n_head_kv=2, head_dim=32,
+             rms_eps=1e-5)
+    # Two groups of B and C for four heads; a state of 80 (one vector step of either GGML build and
+    # a tail); real Nemotron-H: 8 groups, 128 heads of 64 (Nano 9B), a state of 128.
+    m = dict(conv_kernel=4, inner=64, heads=4, groups=2, d_state=80)
+    w = GGUFWriter(path, "nemotron_h")
+    w.add_name("inferd tiny nemotron_h (random)")
+    w.add_description("random weights for inferd's tests (tools/reference/make_tiny_models.py); "
+                      "not a trained model")
+    w.add_context_length(h["n_ctx_train"])
+    w.add_embedding_length(h["n_embd"])
+    w.add_block_count(h["n_layer"])
+    # Per layer, as the converter writes them: the MLP's width where the layer is an MLP, the
+    # KV heads where it is attention, 0 elsewhere.
+    w.add_feed_forward_length([h["n_ff"] if c == "-" else 0 for c in pattern])
+    w.add_head_count(h["n_head"])
+    w.add_head_count_kv([h["n_head_kv"] if c == "*" else 0 for c in pattern])
+    w.add_key_length(h["head_dim"])
+    w.add_value_length(h["head_dim"])
+    w.add_layer_norm_eps(h["rms_eps"])
+    w.add_layer_norm_rms_eps(h["rms_eps"])
+    w.add_ssm_conv_kernel(m["conv_kernel"])
+    w.add_ssm_state_size(m["d_state"])
+    w.add_ssm_group_count(m["groups"])
+    w.add_ssm_inner_size(m["inner"])
+    w.add_ssm_time_step_rank(m["heads"])
+    copy_tokenizer(w, LLAMA_BPE_VOCAB)
+    n_vocab = 128256
+    b = Builder(seed=79)
+    b.matrix("token_embd.weight", n_vocab, h["n_embd"], T.Q5_0, std=0.6)
+    b.norm("output_norm.weight", h["n_embd"], spread=1.0, center=0.0)  # zero-mean: see make_qwen3
+    n_embd, n_ff = h["n_embd"], h["n_ff"]
+    for i, kind in enumerate(pattern):
+        t = NEMOTRON_H_TYPES[i % len(NEMOTRON_H_TYPES)]
+        p = f"blk.{i}."
+        if kind == "M":
+            mamba2_block(b, h, m, t, p)
+        elif kind == "*":
+            attention_block(b, h, t, p)
+        else:
+            b.norm(p + "attn_norm.weight", n_embd)
+            b.matrix(p + "ffn_up.weight", n_ff, n_embd, t["up"])
+            b.matrix(p + "ffn_down.weight", n_embd, n_ff, t["down"], std=3.0 / math.sqrt(n_ff))
+    b.write(w)
+    return w
+
+
 MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3": make_llama3, "tiny-gemma3": make_gemma3,
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
           "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
           "tiny-deepseek2-kv-b": make_deepseek2_kv_b, "tiny-deepseek2-kv-b-split": make_deepseek2_kv_b_split,
           "tiny-bert-reranker": make_bert_reranker, "tiny-qwen3-embed-last": make_qwen3_embed_last,
           "tiny-llama-embed-mean": make_llama_embed_mean,
-          "tiny-qwen35": make_qwen35, "tiny-qwen35moe": make_qwen35moe}
+          "tiny-qwen35": make_qwen35, "tiny-qwen35moe": make_qwen35moe, "tiny-nemotron-h": make_nemotron_h}
 
 
 def main():

@@ -120,6 +120,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_short_conv_kernels(t.ops, level);
   fill_gated_delta_rule_kernels(t.ops, level);
   fill_dense_attention_kernels(t.ops, level);
+  fill_selective_scan_kernels(t.ops, level);
   return t;
 }
 

@@ -72,6 +72,8 @@ struct DenseAttentionArgs;
 using DenseAttentionFn = void (*)(const DenseAttentionArgs& a);
 struct GatedDeltaArgs;
 using GatedDeltaRuleFn = void (*)(const GatedDeltaArgs& a, int64_t h0, int64_t h1);
+struct SelectiveScanArgs;
+using SelectiveScanFn = void (*)(const SelectiveScanArgs& a, int64_t h0, int64_t h1);
 
 constexpr int kNumGgmlFlavours = 2;
 
@@ -91,6 +93,7 @@ struct FloatKernels {
   GatedDeltaRuleFn gated_delta_rule[kNumGgmlFlavours] = {};  // gated_delta_rule.h
   DenseAttentionFn dense_attention = nullptr;  // dense_attention.h: one order at every level
   SiluFn gelu = nullptr;  // activation.h: GGML's f16 table, the same bits at every level
+  SelectiveScanFn selective_scan[kNumGgmlFlavours] = {};      // selective_scan.h
 };
 
 // Largest tile any kernel is asked for.
@@ -185,6 +188,7 @@ void fill_argmax_kernels(FloatKernels& ops, SimdLevel level);      // argmax.cpp
 void fill_short_conv_kernels(FloatKernels& ops, SimdLevel level);  // short_conv.cpp
 void fill_gated_delta_rule_kernels(FloatKernels& ops, SimdLevel level);  // gated_delta_rule.cpp
 void fill_dense_attention_kernels(FloatKernels& ops, SimdLevel level);   // dense_attention.cpp
+void fill_selective_scan_kernels(FloatKernels& ops, SimdLevel level);    // selective_scan.cpp
 void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
 // The fast tier's kernel of a level (fast_gemm.cpp), and each level's own.
 void fill_fast_kernels(KernelTable& t, SimdLevel level);
