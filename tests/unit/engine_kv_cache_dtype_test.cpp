@@ -290,18 +290,20 @@ TEST(EngineKVCacheDType, AMamba2HybridsStateSlotsAndKeysCountOnlyTheLayersThatKe
   const int64_t budget = int64_t{4} << 20;
   EngineConfig ec = small_engine(DType::F16, budget);
   ec.max_num_seqs = 3;
+  ec.state_snapshots = 2;  // prefix caching's snapshots take slots of the same size
   auto engine = Engine::create(*model, ec);
   ASSERT_TRUE(engine.ok()) << engine.error().message;
   const EngineStats s = (*engine)->stats();
   EXPECT_EQ(s.kv_state_slots, 3);
+  EXPECT_EQ(s.kv_state_snapshots, 2);
   EXPECT_EQ(s.kv_state_bytes_per_sequence, per_sequence);
-  EXPECT_EQ(s.kv_state_bytes, static_cast<int64_t>(4 * per_sequence));
+  // 3 running, 2 snapshots and the spare slot.
+  EXPECT_EQ(s.kv_state_bytes, static_cast<int64_t>(6 * per_sequence));
   // f16 keys and values of the 2 attention layers' KV heads.
   EXPECT_EQ(s.kv_bytes_per_token, static_cast<size_t>(2 * 2 * c.n_head_kv * c.head_dim * 2));
-  const KVCapacity cap = kv_capacity_for_bytes(c, 16, DType::F16, budget, 3);
+  const KVCapacity cap = kv_capacity_for_bytes(c, 16, DType::F16, budget, 3 + 2);
   EXPECT_EQ(cap.blocks, s.kv_total_blocks);
   EXPECT_EQ(cap.state_bytes, s.kv_state_bytes);
-  EXPECT_FALSE((*engine)->config().enable_prefix_caching);
 }
 
 // The CPU executor reads q8_0 keys and values (kernels/cpu/attention_quant.h).

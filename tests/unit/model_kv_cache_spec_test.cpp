@@ -45,11 +45,13 @@ TEST(ModelKVCacheSpec, APipelineStageKeepsItsLayersSlabsOfTheSameGroups) {
   EXPECT_EQ(two.layer_slab[1], 1);
   EXPECT_EQ(two.layer_slab[2], -1);
   EXPECT_EQ(two.block_bytes() * 3, whole.block_bytes() * 2);
-  // Layers 2..3: places 2 and 0, renumbered 0 and 1 in place order.
+  // Layers 2..3: place 2 of the first windowed group and place 0 of the
+  // second; a block belongs to one group, so each keeps one place, renumbered 0.
   const KVLayout mid = whole.for_layers(2, 4);
-  EXPECT_EQ(mid.layers_per_block, 2);
+  EXPECT_EQ(mid.layers_per_block, 1);
+  EXPECT_EQ(mid.layer_slab[2], 0);
   EXPECT_EQ(mid.layer_slab[3], 0);
-  EXPECT_EQ(mid.layer_slab[2], 1);
+  EXPECT_EQ(mid.block_bytes() * 3, whole.block_bytes());
 }
 
 TEST(ModelKVCacheSpec, Gemma3GroupsGetAFullAndFiveSlidingWindowSpecs) {
