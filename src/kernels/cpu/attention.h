@@ -55,6 +55,16 @@ struct PagedKV {
   int64_t f16_slot(int64_t p) const {
     return int64_t{block_table[p / block_size]} * (block_bytes() / 2) + p % block_size * slot_stride;
   }
+  // f16_slot(p) for p in [pos_begin, pos_end) into slots[p - pos_begin],
+  // stepping through the blocks: no division per position (prefill runs this
+  // for every key of every token).
+  void f16_slots(int64_t pos_begin, int64_t pos_end, int64_t* slots) const {
+    const int64_t block_elements = block_bytes() / 2;
+    for (int64_t p = pos_begin, block = p / block_size, offset = p % block_size; p < pos_end; ++p) {
+      slots[p - pos_begin] = int64_t{block_table[block]} * block_elements + offset * slot_stride;
+      if (++offset == block_size) offset = 0, ++block;
+    }
+  }
 
   const uint16_t* k_f16() const { return static_cast<const uint16_t*>(k); }
   const uint16_t* v_f16() const { return static_cast<const uint16_t*>(v); }

@@ -310,10 +310,12 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   const int64_t n = (pos_end - c0 + L - 1) / L * L;
   krow.assign(static_cast<size_t>(n), nullptr);
   vrow.assign(static_cast<size_t>(n), nullptr);
-  for (int64_t p = pos_begin; p < pos_end; ++p) {
-    const int64_t slot = kv.f16_slot(p);
+  const int64_t block_elements = kv.block_bytes() / 2;
+  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
+    const int64_t slot = int64_t{kv.block_table[block]} * block_elements + offset * kv.slot_stride;
     krow[p - c0] = kv.k_f16() + slot + head_offset;
     vrow[p - c0] = kv.v_f16() + slot + head_offset;
+    if (++offset == kv.block_size) offset = 0, ++block;
   }
 
   weights.resize(static_cast<size_t>(NH * n));

@@ -126,7 +126,7 @@ void softmax_to_f16(float* w, int64_t n, float max, const float* sink) {
 // or v), from the block table.
 void slots_of(const PagedKV& kv, int64_t pos_begin, int64_t pos_end, std::vector<int64_t>& slots) {
   slots.resize(static_cast<size_t>(pos_end - pos_begin));
-  for (int64_t p = pos_begin; p < pos_end; ++p) slots[p - pos_begin] = kv.f16_slot(p);
+  kv.f16_slots(pos_begin, pos_end, slots.data());
 }
 
 // _mm512_reduce_add_ps run lane-wise on sixteen vectors: lane l of the result
@@ -465,7 +465,7 @@ void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedK
   thread_local std::vector<float> q, weights, acc;
   thread_local std::vector<int64_t> slots;
   slots.resize(static_cast<size_t>(pos_end - pos_begin));
-  for (int64_t p = pos_begin; p < pos_end; ++p) slots[p - pos_begin] = kv.f16_slot(p);
+  kv.f16_slots(pos_begin, pos_end, slots.data());
   const bool prefill = pass == AttentionPass::kPrefill;
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
