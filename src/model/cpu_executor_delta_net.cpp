@@ -17,6 +17,7 @@
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/short_conv.h"
 #include "model/cpu_executor.h"
+#include "model/slice_state.h"
 
 namespace inferd {
 
@@ -61,16 +62,11 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
 
   // The convolution, this thread's channels of each sequence in batch order.
   const auto [c0, c1] = ThreadPool::split(C, ti, nt);
-  // A window is taps - 1 rows of C channels: this thread copies its channels.
-  auto copy_window = [&](const float* from, float* to) {
-    for (int64_t r = 0; r + 1 < taps; ++r) std::copy(from + r * C + c0, from + r * C + c1, to + r * C + c0);
-  };
+  const StatePart window_part{taps - 1, C, c0, c1};
+  const auto window_of = [&](int32_t slot) { return cache.conv_state(l, slot); };
   for (const SequenceSlice& sl : batch.sequences) {
     float* window = cache.conv_state(l, sl.state_slot);
-    if (sl.load_state_from >= 0)
-      copy_window(cache.conv_state(l, sl.load_state_from), window);
-    else if (fresh(sl))
-      for (int64_t r = 0; r + 1 < taps; ++r) std::fill(window + r * C + c0, window + r * C + c1, 0.0f);
+    begin_slice_state(sl, fresh(sl), window_part, window_of);
     kernels::ShortConvArgs a;
     a.x = s.qkv.data() + sl.first_token * C;
     a.x_stride = static_cast<size_t>(C);
@@ -82,7 +78,7 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
     a.out = s.conv.data() + sl.first_token * C;
     a.out_stride = static_cast<size_t>(C);
     kernels::short_conv(a, c0, c1);
-    if (sl.save_state_to >= 0) copy_window(window, cache.conv_state(l, sl.save_state_to));
+    end_slice_state(sl, window_part, window_of);
   }
   // This thread's tokens' write strengths and log decays: sigmoid(beta),
   // softplus(alpha + dt_bias) * a, each step rounded as GGML's ops.
@@ -111,16 +107,13 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
   const auto [h0, h1] = ThreadPool::split(HV, ti, nt);
   thread_local std::vector<float> z_silu;
   z_silu.resize(S);
+  // This thread's value heads: a head's matrix is S * S floats.
+  const StatePart state_part{1, 0, h0 * S * S, h1 * S * S};
+  const auto state_of = [&](int32_t slot) { return cache.recurrent_state(l, slot); };
   for (const SequenceSlice& sl : batch.sequences) {
     if (h0 >= h1) break;
     float* state = cache.recurrent_state(l, sl.state_slot);
-    // This thread's value heads: a head's matrix is S * S floats.
-    if (sl.load_state_from >= 0) {
-      const float* from = cache.recurrent_state(l, sl.load_state_from);
-      std::copy(from + h0 * S * S, from + h1 * S * S, state + h0 * S * S);
-    } else if (fresh(sl)) {
-      std::fill(state + h0 * S * S, state + h1 * S * S, 0.0f);
-    }
+    begin_slice_state(sl, fresh(sl), state_part, state_of);
     const float* conv = s.conv.data() + sl.first_token * C;
     kernels::GatedDeltaArgs a;
     a.q = conv;
@@ -138,8 +131,7 @@ void CpuExecutor::delta_net(const Pass& pass, int64_t l, const LinearInput& in_q
     a.out = s.out.data() + sl.first_token * V;
     a.out_stride = static_cast<size_t>(V);
     kernels::gated_delta_rule(a, h0, h1, flavour_);
-    if (sl.save_state_to >= 0)
-      std::copy(state + h0 * S * S, state + h1 * S * S, cache.recurrent_state(l, sl.save_state_to) + h0 * S * S);
+    end_slice_state(sl, state_part, state_of);
     for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t) {
       for (int64_t h = h0; h < h1; ++h) {
         float* o = s.out.data() + t * V + h * S;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/selective_scan.h"
 #include "kernels/cpu/short_conv.h"
 #include "model/cpu_executor.h"
+#include "model/slice_state.h"
 
 namespace inferd {
 
@@ -54,16 +55,11 @@ void CpuExecutor::mamba2(const Pass& pass, int64_t l, const LinearInput& in, int
 
   // The convolution, this thread's channels of each sequence in batch order.
   const auto [c0, c1] = ThreadPool::split(C, ti, nt);
-  // A window is taps - 1 rows of C channels: this thread copies its channels.
-  auto copy_window = [&](const float* from, float* to) {
-    for (int64_t r = 0; r + 1 < taps; ++r) std::copy(from + r * C + c0, from + r * C + c1, to + r * C + c0);
-  };
+  const StatePart window_part{taps - 1, C, c0, c1};
+  const auto window_of = [&](int32_t slot) { return cache.conv_state(l, slot); };
   for (const SequenceSlice& sl : batch.sequences) {
     float* window = cache.conv_state(l, sl.state_slot);
-    if (sl.load_state_from >= 0)
-      copy_window(cache.conv_state(l, sl.load_state_from), window);
-    else if (fresh(sl))
-      for (int64_t r = 0; r + 1 < taps; ++r) std::fill(window + r * C + c0, window + r * C + c1, 0.0f);
+    begin_slice_state(sl, fresh(sl), window_part, window_of);
     kernels::ShortConvArgs a;
     a.x = s.zxbcdt.data() + sl.first_token * R + I;
     a.x_stride = static_cast<size_t>(R);
@@ -75,7 +71,7 @@ void CpuExecutor::mamba2(const Pass& pass, int64_t l, const LinearInput& in, int
     a.out = s.conv.data() + sl.first_token * C;
     a.out_stride = static_cast<size_t>(C);
     kernels::short_conv(a, c0, c1);
-    if (sl.save_state_to >= 0) copy_window(window, cache.conv_state(l, sl.save_state_to));
+    end_slice_state(sl, window_part, window_of);
   }
   pool.barrier(idle);
   // This thread's tokens: the convolution's bias, SiLU over the row of
@@ -92,15 +88,13 @@ void CpuExecutor::mamba2(const Pass& pass, int64_t l, const LinearInput& in, int
   // each head's y + x * D (GGML's mul, then its add) and its rows times
   // silu(z) (GGML's swiglu over rows of one head: silu(z) * y).
   const auto [h0, h1] = ThreadPool::split(H, ti, nt);
+  // This thread's heads: a head's state is P * N floats.
+  const StatePart state_part{1, 0, h0 * P * N, h1 * P * N};
+  const auto state_of = [&](int32_t slot) { return cache.recurrent_state(l, slot); };
   for (const SequenceSlice& sl : batch.sequences) {
     if (h0 >= h1) break;
     float* state = cache.recurrent_state(l, sl.state_slot);
-    if (sl.load_state_from >= 0) {
-      const float* from = cache.recurrent_state(l, sl.load_state_from);
-      std::copy(from + h0 * P * N, from + h1 * P * N, state + h0 * P * N);
-    } else if (fresh(sl)) {
-      std::fill(state + h0 * P * N, state + h1 * P * N, 0.0f);
-    }
+    begin_slice_state(sl, fresh(sl), state_part, state_of);
     const float* conv = s.conv.data() + sl.first_token * C;
     kernels::SelectiveScanArgs a;
     a.x = conv;
@@ -120,8 +114,7 @@ void CpuExecutor::mamba2(const Pass& pass, int64_t l, const LinearInput& in, int
     a.y = s.y.data() + sl.first_token * I;
     a.y_stride = static_cast<size_t>(I);
     kernels::selective_scan(a, h0, h1, flavour_);
-    if (sl.save_state_to >= 0)
-      std::copy(state + h0 * P * N, state + h1 * P * N, cache.recurrent_state(l, sl.save_state_to) + h0 * P * N);
+    end_slice_state(sl, state_part, state_of);
     for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t) {
       const float* x = s.conv.data() + t * C;
       const float* z = s.zxbcdt.data() + t * R;
