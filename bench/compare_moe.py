@@ -9,7 +9,8 @@ same machine, same threads, in one run (models from bench/make_synthetic_moe.py)
             experts' share of the expert tensors (top-k of n_expert: n_expert_used / n_expert of
             ffn_{gate,up,down}_exps and their biases), the output head, one embedding row and the
             f16 keys and values at the run's mean context (sliding-window layers capped at the
-            window); over the read bandwidth of a buffer of that size (build/memory_bandwidth,
+            window; deepseek2's latent attention: the one latent + RoPE key row per token, keys
+            only, as both engines cache it); over the read bandwidth of a buffer of that size (build/memory_bandwidth,
             best pass), read just before and after each decode run. Decode tokens/s at that
             bandwidth if a step read those bytes once and did nothing else.
   memory    each process's peak resident set (wait4's ru_maxrss) beside the file size and the
@@ -70,10 +71,11 @@ class StepBytes:
         self.n_expert, self.n_used = kv("expert_count"), kv("expert_used_count")
         self.n_kv, self.head_dim = kv("attention.head_count_kv"), kv("attention.key_length")
         self.window = kv("attention.sliding_window", 0)
+        self.latent = kv("attention.kv_lora_rank", 0) > 0  # MLA: the cached row serves as key and value
         tensors = {t.name: int(t.n_bytes) for t in r.tensors}
         self.file_bytes = Path(path).stat().st_size
-        self.parts = {"attention": 0, "router": 0, "experts (chosen)": 0, "norms, biases": 0, "output head": 0,
-                      "embedding row": 0}
+        self.parts = {"attention": 0, "router": 0, "experts (chosen)": 0, "dense FFN, shared experts": 0,
+                      "norms, biases": 0, "output head": 0, "embedding row": 0}
         self.all_experts = 0
         n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
         for name, n in tensors.items():
@@ -87,9 +89,10 @@ class StepBytes:
                 self.parts["output head"] += n
             elif "ffn_gate_inp" in name:
                 self.parts["router"] += n
-            elif name.endswith(".weight") and ("attn_q." in name or "attn_k." in name or "attn_v." in name
-                                               or "attn_output." in name):
-                self.parts["attention"] += n
+            elif name.endswith(".weight") and ".attn_" in name and "norm" not in name and "sinks" not in name:
+                self.parts["attention"] += n  # also deepseek2's attn_q_a/q_b, attn_kv_a_mqa, attn_k_b, attn_v_b
+            elif name.endswith(".weight") and (".ffn_gate" in name or ".ffn_up" in name or ".ffn_down" in name):
+                self.parts["dense FFN, shared experts"] += n
             else:
                 self.parts["norms, biases"] += n
 
@@ -100,7 +103,7 @@ class StepBytes:
             c = ctx
             if self.window and self.arch == "gpt-oss" and il % 2 == 0:
                 c = min(ctx, self.window)
-            total += 2 * self.n_kv * self.head_dim * 2 * c
+            total += (1 if self.latent else 2) * self.n_kv * self.head_dim * 2 * c
         return total
 
     def weights(self):

@@ -23,6 +23,22 @@ spread out as a real model's does: every router is a true random F32 matrix).
             them (src/llama-quant.cpp), which is what the ggml-org release holds: 3-D expert
             tensors MXFP4, every other matrix (token_embd and output included) Q8_0, the router
             and 1-D tensors F32. Written directly in those types.
+  deepseek2 DeepSeek-V2-Lite (HF deepseek-ai/DeepSeek-V2-Lite config.json; llama.cpp
+            src/models/deepseek2.cpp reads the same keys, and treats 27 layers as V2-Lite): n_embd
+            2048, 16 heads, multi-head latent attention with no query compression (q_lora_rank 0:
+            attn_q from the norm), kv_lora_rank 512 plus a 64-wide RoPE key (attn_kv_a_mqa to 576,
+            attn_kv_a_norm), per head 128 nope + 64 rope query dims and a 128-wide value, kv_b_proj
+            split into attn_k_b / attn_v_b as convert_hf_to_gguf.py writes it; layer 0 dense (width
+            10,944, first_k_dense_replace 1), the rest 64 routed experts of width 1,408, 6 chosen by
+            softmax (not renormalized, routed_scaling_factor 1) plus 2 shared experts (one MLP of
+            width 2,816); YaRN (factor 40, original context 4,096, mscale_all_dim 0.707), RoPE base
+            10,000, RMS eps 1e-6, untied output; 27 layers in the real model. DeepSeek LLM's
+            vocabulary (102,400 tokens, llama.cpp's models/ggml-vocab-deepseek-llm.gguf), its
+            pre-tokenizer marked "default" because inferd lacks deepseek-llm's regexes (tokenization
+            does not change speed). Q8_0 source, then `llama-quantize` Q4_K_M as qwen3moe: the
+            1,408- and 10,944-wide inputs (ffn_down) and the 128-wide attn_k_b rows are not
+            multiples of Q4_K's 256, so llama-quantize falls back for them as it does for the real
+            model's Q4_K_M.
 
 Tensors are streamed to disk one at a time. Quantizing billions of random values in numpy
 would take hours, so each (type, row width, scale) gets a pool of a few thousand random rows,
@@ -31,8 +47,9 @@ tensors: a window per expert). Deterministic for a given seed.
 
 Usage: bench/make_synthetic_moe.py qwen3moe --layers 16 [--out DIR] [--no-quantize]
        bench/make_synthetic_moe.py gpt-oss --layers 12 [--out DIR]
+       bench/make_synthetic_moe.py deepseek2 --layers 14 [--out DIR] [--no-quantize]
 Default DIR: ~/.cache/inferd/synthetic. Files: qwen3moe-30b-a3b-L16-q4_k_m.gguf (the Q8_0 source
-is deleted after quantizing unless --keep-source), gpt-oss-20b-L12-mxfp4.gguf.
+is deleted after quantizing unless --keep-source), gpt-oss-20b-L12-mxfp4.gguf, deepseek-v2-lite-L14-q4_k_m.gguf.
 """
 
 import argparse
@@ -53,6 +70,7 @@ MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", CACHE / "models"))
 QWEN_VOCAB_FROM = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
 GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/openai-gpt-oss-120b.jinja"
+DEEPSEEK_VOCAB = CACHE / "llama.cpp/src/models/ggml-vocab-deepseek-llm.gguf"
 LLAMA_QUANTIZE = CACHE / "llama.cpp/build/bin/llama-quantize"
 
 sys.path.insert(0, str(REPO_ROOT / "tools/reference"))
@@ -228,12 +246,84 @@ def make_gpt_oss(path, n_layer, seed=400):
     m.write()
 
 
+def make_deepseek2(path, n_layer, seed=500):
+    n_embd, n_head, n_vocab, n_ff = 2048, 16, 102400, 10944
+    kv_lora, qk_nope, qk_rope, v_head = 512, 128, 64, 128
+    n_expert, n_used, n_ff_exp, n_shared = 64, 6, 1408, 2
+    yarn_factor, orig_ctx = 40.0, 4096
+    m = Model(path, "deepseek2", seed)
+    w = m.writer
+    # Latent attention is written MQA-shaped, as the converter writes it: one KV head whose key is
+    # the latent plus the RoPE key and whose value is the latent; the per-head sizes in *_mla.
+    w.add_name(f"synthetic DeepSeek-V2-Lite ({n_layer} of 27 layers, random)")
+    w.add_description("random weights with the real model's shapes, for speed benchmarks "
+                      "(bench/make_synthetic_moe.py); not a trained model")
+    w.add_context_length(int(orig_ctx * yarn_factor))
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(1)
+    w.add_key_length(kv_lora + qk_rope)
+    w.add_value_length(kv_lora)
+    w.add_key_length_mla(qk_nope + qk_rope)
+    w.add_value_length_mla(v_head)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_vocab_size(n_vocab)
+    w.add_leading_dense_block_count(1)
+    w.add_q_lora_rank(0)  # llama.cpp reads it unless the layer count is V2-Lite's 27
+    w.add_kv_lora_rank(kv_lora)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_expert_shared_count(n_shared)
+    w.add_expert_weights_scale(1.0)
+    w.add_rope_dimension_count(qk_rope)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(yarn_factor)
+    w.add_rope_scaling_orig_ctx_len(orig_ctx)
+    w.add_rope_scaling_yarn_log_mul(0.1 * 0.707)  # as the converter writes mscale_all_dim
+    w.add_file_type(LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    copy_tokenizer(w, DEEPSEEK_VOCAB, {"tokenizer.ggml.pre": ("default", GGUFValueType.STRING)})
+    q = T.Q8_0
+    m.matrix("token_embd.weight", n_vocab, n_embd, q, std=1.0)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        m.vector(p + "attn_norm.weight", n_embd, 0.1, 1.0)
+        m.matrix(p + "attn_q.weight", n_head * (qk_nope + qk_rope), n_embd, q)
+        m.matrix(p + "attn_kv_a_mqa.weight", kv_lora + qk_rope, n_embd, q)
+        m.vector(p + "attn_kv_a_norm.weight", kv_lora, 0.1, 1.0)
+        # GGUF [qk_nope, kv_lora, n_head] (k_b transposed) and [kv_lora, v_head, n_head].
+        m.matrix(p + "attn_k_b.weight", kv_lora, qk_nope, q, n_expert=n_head)
+        m.matrix(p + "attn_v_b.weight", v_head, kv_lora, q, n_expert=n_head)
+        m.matrix(p + "attn_output.weight", n_embd, n_head * v_head, q)
+        m.vector(p + "ffn_norm.weight", n_embd, 0.1, 1.0)
+        if i < 1:
+            m.matrix(p + "ffn_gate.weight", n_ff, n_embd, q)
+            m.matrix(p + "ffn_up.weight", n_ff, n_embd, q)
+            m.matrix(p + "ffn_down.weight", n_embd, n_ff, q)
+            continue
+        m.matrix(p + "ffn_gate_inp.weight", n_expert, n_embd, T.F32, std=2.0 / math.sqrt(n_embd))
+        m.matrix(p + "ffn_gate_exps.weight", n_ff_exp, n_embd, q, n_expert=n_expert)
+        m.matrix(p + "ffn_up_exps.weight", n_ff_exp, n_embd, q, n_expert=n_expert)
+        m.matrix(p + "ffn_down_exps.weight", n_embd, n_ff_exp, q, n_expert=n_expert)
+        n_ff_sh = n_ff_exp * n_shared
+        m.matrix(p + "ffn_gate_shexp.weight", n_ff_sh, n_embd, q)
+        m.matrix(p + "ffn_up_shexp.weight", n_ff_sh, n_embd, q)
+        m.matrix(p + "ffn_down_shexp.weight", n_embd, n_ff_sh, q)
+    m.vector("output_norm.weight", n_embd, 0.1, 1.0)
+    m.matrix("output.weight", n_vocab, n_embd, q, std=0.5 / math.sqrt(n_embd))
+    m.write()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("arch", choices=["qwen3moe", "gpt-oss"])
+    ap.add_argument("arch", choices=["qwen3moe", "gpt-oss", "deepseek2"])
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--out", type=Path, default=CACHE / "synthetic")
-    ap.add_argument("--no-quantize", action="store_true", help="qwen3moe: stop at the Q8_0 source")
+    ap.add_argument("--no-quantize", action="store_true", help="qwen3moe, deepseek2: stop at the Q8_0 source")
     ap.add_argument("--keep-source", action="store_true")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()
@@ -243,11 +333,13 @@ def main():
         path = args.out / f"gpt-oss-20b-L{args.layers}-mxfp4.gguf"
         make_gpt_oss(path, args.layers)
     else:
-        src = args.out / f"qwen3moe-30b-a3b-L{args.layers}-q8_0-source.gguf"
-        make_qwen3moe(src, args.layers)
+        stem, make = {"qwen3moe": ("qwen3moe-30b-a3b", make_qwen3moe),
+                      "deepseek2": ("deepseek-v2-lite", make_deepseek2)}[args.arch]
+        src = args.out / f"{stem}-L{args.layers}-q8_0-source.gguf"
+        make(src, args.layers)
         path = src
         if not args.no_quantize:
-            path = args.out / f"qwen3moe-30b-a3b-L{args.layers}-q4_k_m.gguf"
+            path = args.out / f"{stem}-L{args.layers}-q4_k_m.gguf"
             subprocess.run([str(LLAMA_QUANTIZE), "--allow-requantize", str(src), str(path), "Q4_K_M",
                             str(args.threads)], check=True)
             if not args.keep_source:

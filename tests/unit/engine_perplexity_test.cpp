@@ -1,13 +1,17 @@
 // Perplexity (engine/perplexity.h) against llama.cpp's llama-perplexity on the
 // committed corpus: one test per file of tests/data/perplexity/ (made by
 // tools/reference/perplexity_reference.py, without flash attention, the path
-// whose logits ours match bit for bit). And the KV-dtype comparison's own
-// arithmetic: a cache compared with a cache of its own dtype moves nothing.
+// whose logits ours match bit for bit). A quantized cache's KL divergence from
+// the f16 cache against llama.cpp's for the same cache type (tests/data/
+// kv_quality/, tools/reference/kv_quality_reference.py). And the KV-dtype
+// comparison's own arithmetic: a cache compared with a cache of its own dtype
+// moves nothing.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -17,6 +21,7 @@
 #include "engine/perplexity.h"
 #include "engine_test_util.h"
 #include "kernels/cpu/flavour.h"
+#include "kv/kv_cache_dtype.h"
 #include "model/model.h"
 
 namespace inferd {
@@ -88,6 +93,59 @@ TEST_P(LlamaCppPerplexity, WindowsAndFinalEstimateMatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LlamaCppPerplexity, ::testing::ValuesIn(reference_files()),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           std::string n = info.param;
+                           std::replace_if(n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');
+                           return n;
+                         });
+
+std::vector<std::string> kv_quality_files() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(data_dir() + "/kv_quality", ec))
+    if (e.path().extension() == ".json") out.push_back(e.path().stem().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class LlamaCppKVQuality : public ::testing::TestWithParam<std::string> {};
+
+// Each engine's quantized cache against its own f16 cache, same windows: the
+// two engines' attention arithmetic differs (llama.cpp's flash attention, which
+// it needs for a quantized latent cache), so their KL figures differ a little
+// either way; a cache that quantized worse than llama.cpp's (a wrong scale,
+// rounding, block layout) would cost clearly more.
+TEST_P(LlamaCppKVQuality, QuantizedCacheCostsNoMoreKLThanLlamaCpps) {
+  constexpr double kSlack = 1.1;
+  const nlohmann::json ref =
+      nlohmann::json::parse(read_file(data_dir() + "/kv_quality/" + GetParam() + ".json"));
+  const std::string model_file = ref.at("model").get<std::string>();
+  std::unique_ptr<Model> model = load(model_file, kernels::native_ggml_flavour());
+  ASSERT_TRUE(model) << model_file << " not found or not loadable";
+  const std::string text = read_file(data_dir() + "/../../" + ref.at("corpus").get<std::string>());
+  const std::vector<int32_t> tokens = model->tokenizer().encode(text, /*add_special=*/true, false);
+  ASSERT_FALSE(ref.at("types").empty());
+  for (const auto& [name, want] : ref.at("types").items()) {
+    auto dtype = kv::parse_kv_cache_dtype(name);
+    ASSERT_TRUE(dtype.ok()) << name;
+    PerplexityOptions o;
+    o.context = ref.at("context");
+    o.batch = o.context;
+    o.max_windows = ref.at("chunks");
+    o.kv_dtype = *dtype;
+    o.compare_with_f16 = true;
+    auto r = measure_perplexity(*model, tokens, o);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.error().message;
+    const double llama_kl = want.at("kl_divergence_mean").get<double>();
+    std::printf("[ info ] %s %s: mean KL %.6f (llama.cpp %.6f), same top %.2f%% (llama.cpp %.2f%%)\n",
+                GetParam().c_str(), name.c_str(), r->kl_mean(), llama_kl, 100 * r->same_top_share(),
+                100 * want.at("same_top").get<double>());
+    EXPECT_GT(r->kl_mean(), 0.0) << name << ": the cache was not quantized";
+    EXPECT_LE(r->kl_mean(), kSlack * llama_kl) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, LlamaCppKVQuality, ::testing::ValuesIn(kv_quality_files()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            std::string n = info.param;
                            std::replace_if(n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');

@@ -77,6 +77,10 @@ Writes, under tests/data/models/ (or --out), with the `gguf` Python package:
                      config); layer 0 dense, 1 and 2 a mixture of 16 experts of width 32, 4 chosen
                      by softmax (weights not renormalized, scale 1), 2 shared experts; n_embd 32
                      (the query width 4 x 48 and the value width 4 x 32 differ from it), tied output. Qwen2.5's tokenizer, as tiny-qwen3.
+  tiny-deepseek2-latent128.gguf  tiny-deepseek2-lite's shape with a kv_lora_rank-96 latent and a
+                     32-wide RoPE key (qk_nope 32): a 128-wide latent row, a multiple of the
+                     quantized blocks, which llama.cpp needs for a q8_0/q4_0 latent cache (-ctk);
+                     its own seed.
   tiny-deepseek2.gguf `deepseek2` shaped as DeepSeek-V3: the same latent attention with query
                      compression (attn_q_a -> attn_q_a_norm -> attn_q_b, q_lora_rank 64), a
                      96-wide latent; YaRN RoPE (factor 40, mscale_all_dim 1); layers 0 and 1
@@ -711,7 +715,7 @@ DEEPSEEK2_TYPES = [
 
 
 def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lora_rank, kv_lora_rank,
-                           mscale_all_dim, n_shared, sigmoid, kv_b=None):
+                           mscale_all_dim, n_shared, sigmoid, kv_b=None, qk_rope=16):
     """A `deepseek2` file as convert_hf_to_gguf.py writes DeepSeek V2/V3 (DeepseekV2Model): MQA-shaped
     latent attention (head_count_kv 1, key_length kv_lora_rank + rope, value_length kv_lora_rank, the
     per-head sizes in key_length_mla/value_length_mla), kv_b_proj split into attn_k_b (transposed)
@@ -722,7 +726,7 @@ def make_deepseek2_variant(models_dir, path, name, seed, n_layer, n_dense, q_lor
     v_head, no *_mla keys). kv_b "split": that attn_kv_b split as today's converter splits it
     (modify_tensors: view per head, split, transpose k_b), in F16. Both draw the same weights as the
     default (k_b and v_b drawn as it draws them, then laid out as kv_b_proj)."""
-    n_embd, n_head, qk_nope, qk_rope, v_head = 32, 4, 32, 16, 32
+    n_embd, n_head, qk_nope, v_head = 32, 4, 32, 32
     n_ff, n_expert, n_expert_used, n_ff_exp = 96, 16, 4, 32
     yarn_factor, orig_ctx = 40.0, 4096
     w = GGUFWriter(path, "deepseek2")
@@ -881,6 +885,14 @@ def make_deepseek2_kv_b_split(models_dir, path):
     return make_deepseek2_variant(models_dir, path, "inferd tiny deepseek2 V3-shaped, attn_kv_b split (random)",
                                   seed=67, n_layer=4, n_dense=2, q_lora_rank=64, kv_lora_rank=96,
                                   mscale_all_dim=1.0, n_shared=1, sigmoid=True, kv_b="split")
+
+
+def make_deepseek2_latent128(models_dir, path):
+    # llama.cpp takes a quantized latent cache only when the latent (its V view) and the whole
+    # latent + RoPE row are multiples of the block (32): 96 + 32.
+    return make_deepseek2_variant(models_dir, path,
+                                  "inferd tiny deepseek2 V2-Lite-shaped, 128-wide latent row (random)", seed=71, n_layer=3, n_dense=1, q_lora_rank=0, kv_lora_rank=96, mscale_all_dim=0.707,
+                                  n_shared=2, sigmoid=False, qk_rope=32)
 
 
 QWEN35_VOCAB = Path(os.environ.get("INFERD_LLAMA_CPP_SRC", Path.home() / ".cache/inferd/llama.cpp/src")) / \
@@ -1129,6 +1141,7 @@ MODELS = {"tiny-qwen3": make_qwen3, "tiny-qwen3moe": make_qwen3moe, "tiny-llama3
           "tiny-mistral": make_mistral, "tiny-llama-mxfp4": make_llama_mxfp4, "tiny-gpt-oss": make_gpt_oss,
           "tiny-glm4moe": make_glm4moe, "tiny-deepseek2-lite": make_deepseek2_lite, "tiny-deepseek2": make_deepseek2,
           "tiny-deepseek2-kv-b": make_deepseek2_kv_b, "tiny-deepseek2-kv-b-split": make_deepseek2_kv_b_split,
+          "tiny-deepseek2-latent128": make_deepseek2_latent128,
           "tiny-bert-reranker": make_bert_reranker, "tiny-qwen3-embed-last": make_qwen3_embed_last,
           "tiny-llama-embed-mean": make_llama_embed_mean,
           "tiny-qwen35": make_qwen35, "tiny-qwen35moe": make_qwen35moe, "tiny-nemotron-h": make_nemotron_h}

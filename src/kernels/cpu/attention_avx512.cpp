@@ -500,25 +500,28 @@ void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedK
       max = std::max(max, sc);
     }
     softmax_of<Avx512Build, true>(weights.data(), n, max);
-    acc.assign(static_cast<size_t>(n_sets * Dv), 0.0f);
-    for (int64_t p = pos_begin; p < pos_end; ++p) {
-      const uint16_t* v = kv.v_f16() + slots[p - pos_begin];
-      float* a = &acc[(p % n_sets) * Dv];
-      const __m512 w = _mm512_set1_ps(weights[p - c0]);
-      for (int64_t d = 0; d < Dv; d += 16)
-        _mm512_storeu_ps(a + d, _mm512_fmadd_ps(load_f16(v + d), w, _mm512_loadu_ps(a + d)));
-    }
-    float* o = out + h * Dv;
-    for (int64_t d = 0; d < Dv; ++d) {
-      float y[16];
-      if (prefill) {
-        for (int l = 0; l < 16; ++l) y[l] = acc[l * Dv + d];
-      } else {
-        for (int l = 0; l < 16; ++l)
-          y[l] = (acc[l * Dv + d] + acc[(32 + l) * Dv + d]) + (acc[(16 + l) * Dv + d] + acc[(48 + l) * Dv + d]);
+    // Each position set's weighted values summed in registers, 256 columns
+    // at a time (the latent is wider than the registers hold), and only the
+    // sets the positions reach written: the same multiply-adds in the same
+    // order as summing into a zeroed set per position, without zeroing and
+    // folding all 64 sets of a 512-wide latent per head and step.
+    acc.resize(static_cast<size_t>(n_sets * Dv));
+    const int64_t used = std::min(n_sets, pos_end - pos_begin);
+    for (int64_t d0 = 0; d0 < Dv; d0 += 256) {
+      const int64_t nv = std::min<int64_t>(16, (Dv - d0) / 16);
+      for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
+        __m512 a[16];
+        for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
+        for (int64_t p = p0; p < pos_end; p += n_sets) {
+          const uint16_t* v = kv.v_f16() + slots[p - pos_begin] + d0;
+          const __m512 w = _mm512_set1_ps(weights[p - c0]);
+          for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(v + 16 * j), w, a[j]);
+        }
+        float* dst = &acc[(p0 % n_sets) * Dv + d0];
+        for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
       }
-      o[d] = reduce16(y);
     }
+    fold_partial_sums(acc.data(), Dv, prefill, sets_reached(pos_begin, used, n_sets), out + h * Dv);
   }
 }
 
