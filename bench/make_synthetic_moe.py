@@ -69,7 +69,7 @@ CACHE = Path(os.environ.get("INFERD_CACHE", Path.home() / ".cache/inferd"))
 MODEL_DIR = Path(os.environ.get("INFERD_MODEL_DIR", CACHE / "models"))
 QWEN_VOCAB_FROM = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
-GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/openai-gpt-oss-120b.jinja"
+GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/gpt_oss.jinja"
 DEEPSEEK_VOCAB = CACHE / "llama.cpp/src/models/ggml-vocab-deepseek-llm.gguf"
 LLAMA_QUANTIZE = CACHE / "llama.cpp/build/bin/llama-quantize"
 
