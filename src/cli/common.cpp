@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/speculative_json.h"
 #include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
@@ -95,6 +96,19 @@ void add_speculative_option(CLI::App& app, std::string& json) {
                  "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8} or "
                  "{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4, "
                  "\"draft_p_min\": 0.75, \"draft_vocab_size\": 32768}");
+  // Runs after --speculative-config's own callback (CLI11 runs them in the
+  // order the options were added), so it edits the JSON that option stored.
+  app.add_option_function<std::string>(
+      "--speculative-state-rollback",
+      [&json](const std::string& method) {
+        auto edited = with_state_rollback(json, method);
+        if (!edited) throw CLI::ValidationError(edited.error().message);
+        json = std::move(*edited);
+      },
+      "Hybrid models (recurrent layers): how rejected drafts are taken back out of the state: per-position (keep "
+      "the state before each draft: k state slots per request, nothing computed again; the default) or "
+      "checkpoint (keep the state before the drafts: one slot, the accepted drafts computed again). The JSON key "
+      "\"state_rollback\" of --speculative-config says the same");
 }
 
 bool write_json_file(const std::string& path, const nlohmann::json& j) {
