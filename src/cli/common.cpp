@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/kv_capacity.h"
 #include "engine/speculative_json.h"
 #include "kv/kv_cache_dtype.h"
 
@@ -233,6 +234,9 @@ EngineConfig SingleRequestEngine::engine_config(const Model& model, int64_t max_
   const KVLayout layout = KVLayout::plan(model.config(), config.block_size, kv_cache_dtype);
   config.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) *
                           (config.max_num_seqs * layout.blocks_for_request(max_model_len, config.block_size) + 2);
+  // Beside recurrent layers, the state slots come out of the same budget first
+  // (running sequences', speculation's checkpoints, prefix snapshots).
+  config.kv_cache_bytes += kv_state_slots_bytes(layout, Engine::runner_config(model, config).n_state_slots);
   return config;
 }
 
