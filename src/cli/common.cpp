@@ -106,10 +106,10 @@ void add_speculative_option(CLI::App& app, std::string& json) {
         if (!edited) throw CLI::ValidationError(edited.error().message);
         json = std::move(*edited);
       },
-      "Hybrid models (recurrent layers): how rejected drafts are taken back out of the state: per-position (keep "
-      "the state before each draft: k state slots per request, nothing computed again; the default) or "
-      "checkpoint (keep the state before the drafts: one slot, the accepted drafts computed again). The JSON key "
-      "\"state_rollback\" of --speculative-config says the same");
+      "Hybrid models (recurrent layers): how rejected drafts are taken back out of the state: checkpoint (keep "
+      "the state before the drafts: one state slot per request, the accepted drafts computed again; the default) "
+      "or per-position (keep the state before each draft: k slots per request, nothing computed again). The JSON "
+      "key \"state_rollback\" of --speculative-config says the same");
 }
 
 bool write_json_file(const std::string& path, const nlohmann::json& j) {

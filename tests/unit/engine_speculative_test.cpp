@@ -474,11 +474,11 @@ TEST_P(EngineSpeculative, ConcurrentGreedyRequestsAreTokenIdenticalWithNgramDraf
 
 TEST_P(EngineSpeculative, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) { expect_same_under_preemption(400); }
 
-// The engine's other state rollback (the default is per-position states),
-// through the same concurrent, chunked requests and preemptions.
-TEST_P(EngineSpeculative, WithOneCheckpointBeforeTheDraftsOutputsAreIdenticalToo) {
+// The engine's other state rollback (the default is one checkpoint before
+// the drafts), through the same concurrent, chunked requests and preemptions.
+TEST_P(EngineSpeculative, WithPerPositionStatesOutputsAreIdenticalToo) {
   if (!model_->config().has_recurrent_layers()) GTEST_SKIP() << "no recurrent layers: nothing to roll back";
-  spec_.state_rollback = SpeculativeConfig::StateRollback::kCheckpoint;
+  spec_.state_rollback = SpeculativeConfig::StateRollback::kPerPosition;
   expect_same_for_mixed_lengths(32, 300, 12, 13, 900);
   expect_same_under_preemption(400);
 }
