@@ -13,6 +13,8 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/kv_capacity.h"
+#include "engine/speculative_json.h"
 #include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
@@ -95,6 +97,19 @@ void add_speculative_option(CLI::App& app, std::string& json) {
                  "\"prompt_lookup_min\": 1, \"prompt_lookup_max\": 4, \"disable_by_batch_size\": 8} or "
                  "{\"method\": \"draft_model\", \"model\": \"draft.gguf\", \"num_speculative_tokens\": 4, "
                  "\"draft_p_min\": 0.75, \"draft_vocab_size\": 32768}");
+  // Runs after --speculative-config's own callback (CLI11 runs them in the
+  // order the options were added), so it edits the JSON that option stored.
+  app.add_option_function<std::string>(
+      "--speculative-state-rollback",
+      [&json](const std::string& method) {
+        auto edited = with_state_rollback(json, method);
+        if (!edited) throw CLI::ValidationError(edited.error().message);
+        json = std::move(*edited);
+      },
+      "Hybrid models (recurrent layers): how rejected drafts are taken back out of the state: checkpoint (keep "
+      "the state before the drafts: one state slot per request, the accepted drafts computed again; the default) "
+      "or per-position (keep the state before each draft: k slots per request, nothing computed again). The JSON "
+      "key \"state_rollback\" of --speculative-config says the same");
 }
 
 bool write_json_file(const std::string& path, const nlohmann::json& j) {
@@ -219,6 +234,9 @@ EngineConfig SingleRequestEngine::engine_config(const Model& model, int64_t max_
   const KVLayout layout = KVLayout::plan(model.config(), config.block_size, kv_cache_dtype);
   config.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) *
                           (config.max_num_seqs * layout.blocks_for_request(max_model_len, config.block_size) + 2);
+  // Beside recurrent layers, the state slots come out of the same budget first
+  // (running sequences', speculation's checkpoints, prefix snapshots).
+  config.kv_cache_bytes += kv_state_slots_bytes(layout, Engine::runner_config(model, config).n_state_slots);
   return config;
 }
 

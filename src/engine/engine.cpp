@@ -31,7 +31,7 @@ kv::KVCacheConfig state_cache_config(const Model& model, const EngineConfig& con
   return {.n_state_slots = recurrent ? config.max_num_seqs : 0,
           .n_state_snapshots = recurrent && config.enable_prefix_caching ? config.state_snapshots : 0,
           .state_snapshot_interval = config.state_snapshot_interval,
-          .state_checkpoints = recurrent && config.speculative.enabled()};
+          .state_checkpoints = recurrent ? config.speculative.state_checkpoints() : 0};
 }
 }  // namespace
 
@@ -891,7 +891,7 @@ void Engine::publish_stats() {
   s.kv_state_slots = kv.num_state_slots();
   s.kv_state_snapshots = kv.state_snapshots().num_slots();
   s.kv_state_snapshots_cached = kv.state_snapshots().num_cached();
-  s.kv_state_checkpoints = kv.has_state_checkpoints() ? kv.num_state_slots() : 0;
+  s.kv_state_checkpoints = kv.num_state_slots() * kv.num_state_checkpoints();
   s.kv_state_bytes_per_sequence = runner_->kv_cache().layout().state_slot_bytes();
   s.kv_state_bytes = static_cast<int64_t>(runner_->kv_cache().state_bytes());
   s.requests_added = requests_added_;

@@ -84,9 +84,10 @@ struct Request {
   // that schedules the request as a decode (Scheduler::set_draft_tokens).
   std::vector<int32_t> draft_token_ids;
   // Recurrent layers: drafts were rejected, so the state in its slot is past
-  // num_computed_tokens; its next step starts from the checkpoint kept before
-  // them (KVCacheManager::state_checkpoint_slot).
-  bool restore_state_checkpoint = false;
+  // num_computed_tokens; its next step starts from the checkpoint with this
+  // index (KVCacheManager::state_checkpoint_slot), the state at
+  // num_computed_tokens. -1: its own slot's state is the right one.
+  int32_t restore_state_checkpoint = -1;
   // A connector's deferred load for it failed: it is admitted again from the
   // pool's own blocks only, computing the rest.
   bool kv_load_failed = false;

@@ -139,9 +139,11 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
     const int64_t drafts_from = r.num_computed_tokens + n - n_drafts;
     if (!r.pooled)
       s.state_saves = kv_.reserve_state_snapshots(r.id, r.num_computed_tokens, drafts_from, r.num_prompt_tokens());
-    // The state before the drafts, for taking rejected ones back out of it
-    // (snapshots are of prompt positions, drafts follow outputs: never the same place).
-    if (n_drafts > 0) s.state_saves.push_back({drafts_from, *kv_.state_checkpoint_slot(r.id)});
+    // The states before the first drafts, for taking rejected ones back out
+    // of it (snapshots are of prompt positions, drafts follow outputs: never
+    // the same place).
+    for (int32_t i = 0; i < std::min<int64_t>(n_drafts, kv_.num_state_checkpoints()); ++i)
+      s.state_saves.push_back({drafts_from + i, *kv_.state_checkpoint_slot(r.id, i)});
   }
   s.is_new = is_new;
   s.resumed = resumed;
@@ -155,7 +157,7 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
 void Scheduler::preempt(Request& r) {
   kv_.free(r.id);
   r.draft_token_ids.clear();
-  r.restore_state_checkpoint = false;  // recomputed from the start
+  r.restore_state_checkpoint = -1;  // recomputed from the start
   r.num_computed_tokens = 0;
   r.status = RequestStatus::kPreempted;
   ++r.num_preemptions;
@@ -436,10 +438,10 @@ SchedulerOutput Scheduler::schedule() {
     save_evictions();
     for (const kv::BlockCopy& c : own_copies) copies.emplace_back(r.id, c);
     const int32_t state_source =
-        r.restore_state_checkpoint ? kv_.state_checkpoint_slot(r.id).value_or(-1) : -1;
+        r.restore_state_checkpoint >= 0 ? kv_.state_checkpoint_slot(r.id, r.restore_state_checkpoint).value_or(-1) : -1;
     add_scheduled(out, r, n, n_drafts, std::move(*blocks), false, false, 0, state_source);
     r.draft_token_ids.clear();  // verified now, or not at all
-    r.restore_state_checkpoint = false;
+    r.restore_state_checkpoint = -1;
     ++i;
   }
 
@@ -515,10 +517,13 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     const int64_t accepted = s.sample ? static_cast<int64_t>(tokens.size()) - 1 : 0;
     r.num_computed_tokens += s.num_new_tokens - s.num_draft_tokens + accepted;
     // A recurrent state cannot drop the rejected drafts: it goes back to the
-    // checkpoint before the drafts, and the accepted ones are computed again.
+    // latest checkpoint kept at or before the last accepted draft (the state
+    // before draft i is checkpoint i), and the accepted drafts past it are
+    // computed again.
     if (kv_.has_state_slots() && accepted < s.num_draft_tokens && !tokens.empty()) {
-      r.num_computed_tokens -= accepted;
-      r.restore_state_checkpoint = true;
+      const int64_t kept = std::min<int64_t>(accepted, kv_.num_state_checkpoints() - 1);
+      r.num_computed_tokens -= accepted - kept;
+      r.restore_state_checkpoint = static_cast<int32_t>(kept);
     }
     if (!s.sample || tokens.empty()) {  // mid-prefill, or a row not used: nothing appended
       // (an encoder's pooled request writes no keys or values: nothing to cache)

@@ -68,6 +68,29 @@ struct SpeculativeConfig {
   }
   static constexpr int32_t kNgramFirstDrafts = 3;
 
+  // Beside recurrent layers (Gated DeltaNet, Mamba-2), whose state cannot be
+  // cut back, how a verification that rejects drafts returns the state to
+  // its last accepted token:
+  // - kCheckpoint: the verifying step keeps the state before the drafts; the
+  //   next step starts from it and computes the accepted drafts again. One
+  //   state slot per running request.
+  // - kPerPosition: it keeps the state before each draft; the next step
+  //   starts from the one after the last accepted draft and computes nothing
+  //   again. k state slots per running request.
+  // Both give the same tokens (the state is the same bits); they differ in
+  // memory and in the work of a partial acceptance. Checkpoint is the
+  // default: on two CPU cores the two are within a few percent of each
+  // other (per-position ahead when verifications accept some drafts, behind
+  // when they accept all or none, for its k - 1 more state copies a step),
+  // while per-position keeps k times the slots (docs/benchmarks.md).
+  enum class StateRollback { kCheckpoint, kPerPosition };
+  StateRollback state_rollback = StateRollback::kCheckpoint;
+  // State slots per running request that the rollback keeps (KVCacheConfig::state_checkpoints).
+  int32_t state_checkpoints() const {
+    if (!enabled()) return 0;
+    return state_rollback == StateRollback::kPerPosition ? num_speculative_tokens : 1;
+  }
+
   bool enabled() const { return method != Method::kNone && num_speculative_tokens > 0; }
   Status validate() const;  // error naming the first bad field
 };

@@ -24,7 +24,7 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text, std:
   for (const auto& [key, value] : j.items()) {
     if (key != "method" && key != "num_speculative_tokens" && key != "prompt_lookup_min" &&
         key != "prompt_lookup_max" && key != "disable_by_batch_size" && key != "model" && key != "draft_p_min" &&
-        key != "draft_vocab_size" && key != "first_draft_tokens")
+        key != "draft_vocab_size" && key != "first_draft_tokens" && key != "state_rollback")
       return make_error(prefix + "unknown key '" + key + "'");
   }
   if (j.contains("model") && !j["model"].is_string())
@@ -62,6 +62,13 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text, std:
   } else {
     return make_error(prefix + "method '" + method + "' is not supported (supported: ngram, draft_model)");
   }
+  if (j.contains("state_rollback")) {
+    const auto rollback = j["state_rollback"].is_string()
+                              ? parse_state_rollback(j["state_rollback"].get<std::string>())
+                              : std::nullopt;
+    if (!rollback) return make_error(prefix + "'state_rollback' must be \"checkpoint\" or \"per-position\"");
+    c.state_rollback = *rollback;
+  }
   if (!j.contains("num_speculative_tokens"))
     return make_error(prefix + "'num_speculative_tokens' must be given");
   for (auto [key, field] : {std::pair<const char*, int32_t*>{"num_speculative_tokens", &c.num_speculative_tokens},
@@ -75,6 +82,22 @@ Result<SpeculativeConfig> parse_speculative_config(const std::string& text, std:
   if (!j.contains("prompt_lookup_min") && j.contains("prompt_lookup_max")) c.prompt_lookup_min = c.prompt_lookup_max;
   if (Status st = c.validate(); !st) return make_error(prefix + st.error().message);
   return c;
+}
+
+std::optional<SpeculativeConfig::StateRollback> parse_state_rollback(std::string_view name) {
+  if (name == "checkpoint") return SpeculativeConfig::StateRollback::kCheckpoint;
+  if (name == "per-position") return SpeculativeConfig::StateRollback::kPerPosition;
+  return std::nullopt;
+}
+
+Result<std::string> with_state_rollback(const std::string& json, const std::string& method) {
+  nlohmann::json j = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
+  if (json.empty() || j.is_discarded() || !j.is_object())
+    return make_error("--speculative-state-rollback needs --speculative-config (a JSON object)");
+  if (!parse_state_rollback(method))
+    return make_error("--speculative-state-rollback: expected checkpoint or per-position, not '" + method + "'");
+  j["state_rollback"] = method;
+  return j.dump();
 }
 
 }  // namespace inferd

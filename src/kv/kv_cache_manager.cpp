@@ -39,18 +39,22 @@ int32_t snapshot_slots(const KVCacheConfig& c) {
   return c.n_state_slots > 0 && c.enable_prefix_caching ? c.n_state_snapshots : 0;
 }
 
+// Checkpoints are kept only beside recurrent layers.
+int32_t checkpoint_slots_per_slot(const KVCacheConfig& c) { return c.n_state_slots > 0 ? c.state_checkpoints : 0; }
+
 }  // namespace
 
 int32_t state_slots_in_cache(const KVCacheConfig& c) {
-  return c.n_state_slots * (c.n_state_slots > 0 && c.state_checkpoints ? 2 : 1) + snapshot_slots(c);
+  return c.n_state_slots * (1 + checkpoint_slots_per_slot(c)) + snapshot_slots(c);
 }
 
 KVCacheManager::KVCacheManager(const KVCacheConfig& config)
     : config_(config),
       pool_(config.n_blocks),
       state_slots_(config.n_state_slots),
-      snapshots_(config.n_state_slots * (config.state_checkpoints ? 2 : 1), snapshot_slots(config)) {
+      snapshots_(config.n_state_slots * (1 + checkpoint_slots_per_slot(config)), snapshot_slots(config)) {
   INFERD_KV_CHECK(config.block_size >= 1, "block_size must be positive");
+  INFERD_KV_CHECK(config.state_checkpoints >= 0, "state_checkpoints must be >= 0");
   INFERD_KV_CHECK(config.state_snapshot_interval >= 0 && config.state_snapshot_interval % config.block_size == 0,
                   "the state snapshot interval must be a multiple of the block size");
   // Blocks found by prefix would come without the recurrent state at their
@@ -342,11 +346,13 @@ void KVCacheManager::release_snapshots(RequestBlocks& rb) {
   rb.reads_snapshot = -1;
 }
 
-std::optional<int32_t> KVCacheManager::state_checkpoint_slot(const std::string& request_id) const {
+std::optional<int32_t> KVCacheManager::state_checkpoint_slot(const std::string& request_id, int32_t index) const {
   if (!has_state_checkpoints()) return std::nullopt;
+  INFERD_KV_CHECK(index >= 0 && index < num_state_checkpoints(), "no such state checkpoint");
   const std::optional<int32_t> slot = state_slots_.slot_of(request_id);
   if (!slot) return std::nullopt;
-  return num_state_slots() + *slot;
+  // After the running slots: each slot's checkpoints together.
+  return num_state_slots() + *slot * num_state_checkpoints() + index;
 }
 
 void KVCacheManager::cache_loaded(std::span<const BlockTransfer> loads) {

@@ -60,10 +60,14 @@ struct KVCacheConfig {
   // none) and at its last full block.
   int32_t n_state_snapshots = 0;
   int64_t state_snapshot_interval = 0;
-  // Speculative decoding beside recurrent layers: one more slot per running
-  // slot, where the state before a request's drafts is kept so that rejected
-  // drafts can be taken back out of it (state_checkpoint_slot).
-  bool state_checkpoints = false;
+  // Speculative decoding beside recurrent layers: this many more slots per
+  // running slot, where a verifying step keeps the state before its drafts
+  // and after each of the first state_checkpoints - 1 of them, so that a
+  // verification that rejects drafts goes back to the state after the last
+  // accepted one (state_checkpoint_slot). 1: the state before the drafts only
+  // (the accepted drafts are computed again); k: every state an acceptance
+  // can stop at (SpeculativeConfig::StateRollback). 0: none.
+  int32_t state_checkpoints = 0;
 
   int32_t num_groups() const { return group_windows.empty() ? 1 : static_cast<int32_t>(group_windows.size()); }
   int64_t window(int32_t group) const { return group_windows.empty() ? 0 : group_windows[group]; }
@@ -227,9 +231,11 @@ class KVCacheManager {
   int32_t num_state_slots() const { return state_slots_.num_slots(); }
   int32_t num_free_state_slots() const { return state_slots_.num_free(); }
   // Speculative decoding: the slot that keeps the request's state before its
-  // drafts (one per state slot), or nullopt without checkpoints.
-  std::optional<int32_t> state_checkpoint_slot(const std::string& request_id) const;
-  bool has_state_checkpoints() const { return has_state_slots() && config_.state_checkpoints; }
+  // draft `index` (its checkpoint `index`, 0 <= index < num_state_checkpoints()),
+  // or nullopt without checkpoints.
+  std::optional<int32_t> state_checkpoint_slot(const std::string& request_id, int32_t index = 0) const;
+  bool has_state_checkpoints() const { return num_state_checkpoints() > 0; }
+  int32_t num_state_checkpoints() const { return has_state_slots() ? config_.state_checkpoints : 0; }
   const StateSnapshotCache& state_snapshots() const { return snapshots_; }
   // Every slot the executor keeps, numbered: the running requests' state
   // slots, then their checkpoints, then the snapshots.

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine_args.h"
+#include "engine/speculative_json.h"
 
 namespace inferd {
 namespace {
@@ -62,6 +63,26 @@ TEST(EngineArgs, TheFirstProposalIsShortForNgramsAndSettable) {
   EXPECT_NE(a.config().error().message.find("first_draft_tokens must be >= 0"), std::string::npos);
   a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 8, "first_draft_tokens": "2"})";
   EXPECT_NE(a.config().error().message.find("'first_draft_tokens' must be an integer"), std::string::npos);
+}
+
+TEST(EngineArgs, TheStateRollbackIsACheckpointUnlessSaidOtherwise) {
+  EngineArgs a;
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 5})";
+  EXPECT_EQ(a.config()->speculative.state_rollback, SpeculativeConfig::StateRollback::kCheckpoint);
+  EXPECT_EQ(a.config()->speculative.state_checkpoints(), 1);
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 5, "state_rollback": "per-position"})";
+  EXPECT_EQ(a.config()->speculative.state_rollback, SpeculativeConfig::StateRollback::kPerPosition);
+  EXPECT_EQ(a.config()->speculative.state_checkpoints(), 5);
+  a.speculative_config = R"({"method": "ngram", "num_speculative_tokens": 5, "state_rollback": "recompute"})";
+  EXPECT_NE(a.config().error().message.find("'state_rollback' must be \"checkpoint\" or \"per-position\""),
+            std::string::npos);
+  // The CLI's --speculative-state-rollback edits the JSON of --speculative-config.
+  auto edited = with_state_rollback(R"({"method": "ngram", "num_speculative_tokens": 5})", "per-position");
+  ASSERT_TRUE(edited.ok()) << edited.error().message;
+  EXPECT_EQ(parse_speculative_config(*edited)->state_rollback, SpeculativeConfig::StateRollback::kPerPosition);
+  EXPECT_FALSE(with_state_rollback("", "checkpoint").ok());  // no speculation to roll back
+  EXPECT_FALSE(with_state_rollback(R"({"method": "ngram", "num_speculative_tokens": 5})", "both").ok());
+  EXPECT_EQ(SpeculativeConfig{}.state_checkpoints(), 0);  // speculation off
 }
 
 TEST(EngineArgs, ErrorsNameTheArgumentAsTheFrontEndSpellsIt) {

@@ -252,7 +252,8 @@ TEST(EngineKVCacheDType, AHybridModelsStatsCountItsStateSlotsOutOfTheBudget) {
   EXPECT_EQ(j["kv_state_bytes"], s.kv_state_bytes);
   // Prefix caching stays on beside recurrent layers (through the snapshots)...
   EXPECT_TRUE((*engine)->config().enable_prefix_caching);
-  // ...unless there are none; n-gram speculation adds a checkpoint per running slot.
+  // ...unless there are none; n-gram speculation adds a checkpoint per
+  // running slot, or k of them with per-position states.
   ec.state_snapshots = 0;
   ec.speculative.method = SpeculativeConfig::Method::kNgram;
   ec.speculative.num_speculative_tokens = 3;
@@ -261,6 +262,11 @@ TEST(EngineKVCacheDType, AHybridModelsStatsCountItsStateSlotsOutOfTheBudget) {
   EXPECT_FALSE((*spec)->config().enable_prefix_caching);
   EXPECT_EQ((*spec)->stats().kv_state_checkpoints, 5);
   EXPECT_EQ((*spec)->stats().kv_state_bytes, static_cast<int64_t>(11 * per_sequence));
+  ec.speculative.state_rollback = SpeculativeConfig::StateRollback::kPerPosition;
+  auto per_position = Engine::create(*model, ec);
+  ASSERT_TRUE(per_position.ok()) << per_position.error().message;
+  EXPECT_EQ((*per_position)->stats().kv_state_checkpoints, 5 * 3);
+  EXPECT_EQ((*per_position)->stats().kv_state_bytes, static_cast<int64_t>((5 + 15 + 1) * per_sequence));
   // Other models have no slots.
   auto llama = load("tiny-llama3.gguf");
   ASSERT_TRUE(llama);

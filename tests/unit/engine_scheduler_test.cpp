@@ -91,6 +91,7 @@ class FakeRunner {
       for (int64_t i = 0; i < sr.num_new_tokens; ++i)
         if (sr.num_computed_tokens + i < r->num_prompt_tokens()) ++prefilled_prompt_tokens;
       computed_tokens += sr.num_new_tokens;
+      if (kv.n_state_slots > 0) run_recurrent_state(sr, *r);
     }
     // Reads: every new token of every group sees the positions its window
     // (all of them for full attention) reaches, each holding the right token.
@@ -163,10 +164,33 @@ class FakeRunner {
   int64_t copied_blocks = 0;
 
  private:
+  // A recurrent state, as the executor keeps it: the tokens fed into a slot
+  // since the position-0 slice that zeroed it. A step must start from the
+  // state of exactly the tokens before it (its slot's, or the snapshot's or
+  // checkpoint's it is told to load); saves copy it after their position.
+  void run_recurrent_state(const ScheduledRequest& sr, const Request& r) {
+    std::vector<int32_t>& state = states_[sr.state_slot];
+    if (sr.state_source >= 0)
+      state = states_[sr.state_source];
+    else if (sr.num_computed_tokens == 0)
+      state.clear();
+    EXPECT_TRUE(std::equal(state.begin(), state.end(), r.all_token_ids.begin(),
+                           r.all_token_ids.begin() + std::min<int64_t>(r.num_tokens(), sr.num_computed_tokens)) &&
+                static_cast<int64_t>(state.size()) == sr.num_computed_tokens)
+        << "request " << sr.request_id << " starts its step at " << sr.num_computed_tokens << " from the state of "
+        << state.size() << " tokens, not of the tokens before it";
+    for (int64_t i = 0; i < sr.num_new_tokens; ++i) {
+      state.push_back(sr.token_ids[i]);
+      for (const kv::StateSave& save : sr.state_saves)
+        if (save.position == sr.num_computed_tokens + i + 1) states_[save.slot] = state;
+    }
+  }
+
   const Scheduler& s_;
   int64_t bs_;
   std::vector<int32_t> token_;
   std::vector<int64_t> pos_;
+  std::map<int32_t, std::vector<int32_t>> states_;  // by state slot
 };
 
 // The test's own check of one step's limits, independent of check_output().
@@ -824,7 +848,9 @@ void randomized_operations(bool with_drafts, bool hybrid = false) {
       c.kv.n_state_slots = uniform(1, c.max_num_seqs);
       c.kv.n_state_snapshots = uniform(0, 6);
       c.kv.state_snapshot_interval = bs * uniform(0, 3);
-      c.kv.state_checkpoints = with_drafts;
+      // 1: a checkpoint before the drafts; more: per-position states (fewer than
+      // the proposer's drafts at times, so both ways of resuming are taken).
+      c.kv.state_checkpoints = with_drafts ? uniform(1, 4) : 0;
     }
     const int64_t max_step = c.max_request_step_tokens();
     Scheduler s(c);

@@ -11,6 +11,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
 
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
@@ -316,82 +319,153 @@ class EngineSpeculative : public SpeculativeTest, public ::testing::WithParamInt
 };
 
 // Beside recurrent layers, a verification that accepts some drafts and
-// rejects the rest takes the state back to the checkpoint before the drafts
-// and computes the accepted ones again. The tiny models' random outputs give
-// the n-gram proposer nothing to get right, so here the drafts come from the
-// greedy continuation computed alone, with one of each four made wrong at a
-// place that moves from step to step (and some left right): verifications
-// accept 0 to 4 drafts, and the output must still be the greedy one.
+// rejects the rest takes the state back to the last accepted token: with one
+// checkpoint (SpeculativeConfig::StateRollback::kCheckpoint) to the state
+// before the drafts, the accepted ones computed again; with one per draft
+// (kPerPosition) straight to the state after the last accepted one. The tiny
+// models' random outputs give the n-gram proposer nothing to get right, so
+// here the drafts come from the greedy continuation computed alone, with one
+// of each four made wrong at a place that moves from step to step (and some
+// left right): verifications accept 0 to 4 drafts, and the output must still
+// be the greedy one. Every step must also start from the very state (every
+// recurrent layer's, bit for bit) that plain decoding has at its position.
+class RecurrentStateRollback {
+ public:
+  static constexpr int32_t kBlocks = 40;
+  // kv_bytes: the bytes of kBlocks KV blocks.
+  RecurrentStateRollback(Model& model, DType dtype, int64_t kv_bytes, int32_t checkpoints,
+                         const std::vector<int32_t>& prompt, int64_t max_tokens) {
+    SchedulerConfig sc;
+    sc.max_num_batched_tokens = 64;
+    sc.max_num_seqs = 1;
+    const KVLayout layout = KVLayout::plan(model.config(), 16, dtype);
+    sc.kv = {.n_blocks = kBlocks, .block_size = 16, .group_windows = layout.group_windows, .n_state_slots = 1,
+             .state_checkpoints = checkpoints};
+    scheduler_ = std::make_unique<Scheduler>(sc);
+    ModelRunnerConfig rc;
+    rc.kv_cache_dtype = dtype;
+    rc.n_state_slots = kv::state_slots_in_cache(sc.kv);
+    rc.kv_cache_bytes = kv_bytes +
+                        int64_t{rc.n_state_slots + 1} * static_cast<int64_t>(layout.state_slot_bytes());
+    rc.warm_up = false;
+    auto runner = ModelRunner::create(model, rc);
+    EXPECT_TRUE(runner.ok()) << runner.error().message;
+    if (!runner.ok()) return;
+    runner_ = std::move(*runner);
+    EXPECT_EQ(runner_->n_blocks(), kBlocks);
+    Request r;
+    r.id = "a";
+    r.prompt_token_ids = prompt;
+    r.max_tokens = max_tokens;
+    r.ignore_eos = true;
+    EXPECT_TRUE(scheduler_->add_request(r).ok());
+    SamplingRequest sr;
+    sr.params.temperature = 0.0f;
+    sr.prompt_token_ids = prompt;
+    runner_->add_request("a", sr);
+  }
+
+  // Every recurrent layer's state in one slot of the cache.
+  std::vector<uint8_t> state(int32_t slot) {
+    KVCache& cache = runner_->kv_cache();
+    const int64_t first = std::find_if(cache.layout().layer_state.begin(), cache.layout().layer_state.end(),
+                                       [](int32_t s) { return s >= 0; }) - cache.layout().layer_state.begin();
+    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(cache.conv_state(first, slot));
+    return {bytes, bytes + cache.layout().state_slot_bytes()};
+  }
+
+  // Runs the request to its end; before each step, on_step(state the step
+  // starts from, its position); after each update, next_drafts(output so far, step).
+  struct Counts {
+    int64_t steps = 0, partial = 0, none = 0, all = 0;
+  };
+  Counts run(std::vector<int32_t>& output, const std::function<void(const std::vector<uint8_t>&, int64_t)>& on_step,
+             const std::function<std::vector<int32_t>(const std::vector<int32_t>&, int64_t)>& next_drafts) {
+    Counts n;
+    while (runner_ && scheduler_->has_unfinished_requests()) {
+      const SchedulerOutput out = scheduler_->schedule();
+      EXPECT_FALSE(out.empty());
+      if (out.empty()) break;
+      const ScheduledRequest& s = out.scheduled[0];
+      if (!s.is_new) on_step(state(s.state_source >= 0 ? s.state_source : s.state_slot), s.num_computed_tokens);
+      ModelRunnerOutput& sampled = runner_->execute(out, {});
+      std::vector<std::vector<int32_t>> tokens;
+      for (const SampledRequest& q : sampled.requests) tokens.push_back(q.tokens);
+      if (s.num_draft_tokens > 0) {
+        const int64_t got = static_cast<int64_t>(tokens[0].size()) - 1;
+        n.partial += got > 0 && got < s.num_draft_tokens;
+        n.none += got == 0;
+        n.all += got == s.num_draft_tokens;
+      }
+      auto updates = scheduler_->update(out, tokens);
+      EXPECT_TRUE(updates.ok()) << updates.error().message;
+      if (!updates.ok()) break;
+      for (const RequestUpdate& u : *updates) output.insert(output.end(), u.new_token_ids.begin(), u.new_token_ids.end());
+      ++n.steps;
+      if (!scheduler_->find("a")) break;
+      if (std::vector<int32_t> d = next_drafts(output, n.steps); !d.empty())
+        EXPECT_TRUE(scheduler_->set_draft_tokens("a", std::move(d)));
+    }
+    EXPECT_TRUE(scheduler_->check_invariants().ok());
+    EXPECT_EQ(scheduler_->kv_cache().num_free_blocks(), scheduler_->kv_cache().num_usable_blocks());
+    return n;
+  }
+
+ private:
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ModelRunner> runner_;
+};
+
 TEST_P(EngineSpeculative, PartlyRejectedDraftsAreTakenBackOutOfTheRecurrentState) {
   if (!model_->config().has_recurrent_layers()) GTEST_SKIP() << "no recurrent layers";
-  constexpr int64_t kMaxTokens = 60, kBlocks = 40;
+  constexpr int64_t kMaxTokens = 60;
+  constexpr int32_t kDrafts = 4;
   const std::vector<int32_t> prompt = random_prompt(37, 900);
   const std::vector<int32_t> expected = run_alone(prompt, kMaxTokens);
   ASSERT_EQ(static_cast<int64_t>(expected.size()), kMaxTokens);
+  const int64_t kv_bytes = kv_bytes_for_blocks(RecurrentStateRollback::kBlocks);
 
-  SchedulerConfig sc;
-  sc.max_num_batched_tokens = 64;
-  sc.max_num_seqs = 1;
-  const KVLayout layout = KVLayout::plan(model_->config(), 16, kv_dtype_);
-  sc.kv = {.n_blocks = kBlocks, .block_size = 16, .group_windows = layout.group_windows, .n_state_slots = 1,
-           .state_checkpoints = true};
-  Scheduler scheduler(sc);
-  ModelRunnerConfig rc;
-  rc.kv_cache_dtype = kv_dtype_;
-  rc.n_state_slots = kv::state_slots_in_cache(sc.kv);
-  rc.kv_cache_bytes = kv_bytes_for_blocks(kBlocks) + int64_t{rc.n_state_slots + 1} * static_cast<int64_t>(layout.state_slot_bytes());
-  rc.warm_up = false;
-  auto runner = ModelRunner::create(*model_, rc);
-  ASSERT_TRUE(runner.ok()) << runner.error().message;
-  ASSERT_EQ((*runner)->n_blocks(), kBlocks);
-
-  Request r;
-  r.id = "a";
-  r.prompt_token_ids = prompt;
-  r.max_tokens = kMaxTokens;
-  r.ignore_eos = true;
-  ASSERT_TRUE(scheduler.add_request(r).ok());
-  SamplingRequest sr;
-  sr.params = greedy();
-  sr.prompt_token_ids = prompt;
-  (*runner)->add_request("a", sr);
-  std::vector<int32_t> output;
-  int64_t step = 0, partial = 0, none = 0, all = 0;
-  while (scheduler.has_unfinished_requests()) {
-    const SchedulerOutput out = scheduler.schedule();
-    ASSERT_FALSE(out.empty());
-    ModelRunnerOutput& sampled = (*runner)->execute(out, {});
-    std::vector<std::vector<int32_t>> tokens;
-    for (const SampledRequest& q : sampled.requests) tokens.push_back(q.tokens);
-    if (out.scheduled[0].num_draft_tokens > 0) {
-      const int64_t n_drafts = out.scheduled[0].num_draft_tokens, got = static_cast<int64_t>(tokens[0].size()) - 1;
-      partial += got > 0 && got < n_drafts;
-      none += got == 0;
-      all += got == n_drafts;
-    }
-    auto updates = scheduler.update(out, tokens);
-    ASSERT_TRUE(updates.ok()) << updates.error().message;
-    for (const RequestUpdate& u : *updates) output.insert(output.end(), u.new_token_ids.begin(), u.new_token_ids.end());
-    ++step;
-    if (!scheduler.find("a")) break;
-    // The next four tokens of the greedy output, one of them wrong (none every fifth step).
-    std::vector<int32_t> drafts;
-    for (size_t i = output.size(); i < expected.size() && drafts.size() < 4; ++i) drafts.push_back(expected[i]);
-    if (step % 5 != 0 && !drafts.empty()) {
-      int32_t& wrong = drafts[static_cast<size_t>(step) % drafts.size()];
+  // Plain decoding's state at every position (the state before its token).
+  std::map<int64_t, std::vector<uint8_t>> plain_states;
+  {
+    RecurrentStateRollback plain(*model_, kv_dtype_, kv_bytes, 0, prompt, kMaxTokens);
+    std::vector<int32_t> output;
+    plain.run(output, [&](const std::vector<uint8_t>& st, int64_t pos) { plain_states[pos] = st; },
+              [](const std::vector<int32_t>&, int64_t) { return std::vector<int32_t>{}; });
+    ASSERT_EQ(output, expected);
+  }
+  // The next four tokens of the greedy output, one of them wrong (none every fifth step).
+  const auto drafts = [&](const std::vector<int32_t>& output, int64_t step) {
+    std::vector<int32_t> d;
+    for (size_t i = output.size(); i < expected.size() && d.size() < kDrafts; ++i) d.push_back(expected[i]);
+    if (step % 5 != 0 && !d.empty()) {
+      int32_t& wrong = d[static_cast<size_t>(step) % d.size()];
       wrong = (wrong + 1) % static_cast<int32_t>(model_->config().n_vocab);
     }
-    ASSERT_TRUE(scheduler.set_draft_tokens("a", drafts));
+    return d;
+  };
+  for (const int32_t checkpoints : {1, kDrafts}) {
+    SCOPED_TRACE(checkpoints == 1 ? "one checkpoint before the drafts" : "a state per draft position");
+    RecurrentStateRollback spec(*model_, kv_dtype_, kv_bytes, checkpoints, prompt, kMaxTokens);
+    std::vector<int32_t> output;
+    int64_t compared = 0;
+    const RecurrentStateRollback::Counts n = spec.run(
+        output,
+        [&](const std::vector<uint8_t>& st, int64_t pos) {
+          ASSERT_TRUE(plain_states.count(pos)) << "position " << pos;
+          EXPECT_TRUE(st == plain_states[pos]) << "the state at position " << pos << " differs from plain decoding's";
+          ++compared;
+        },
+        drafts);
+    EXPECT_EQ(output, expected);
+    EXPECT_GT(n.partial, 0);
+    EXPECT_GT(n.none, 0);
+    EXPECT_GT(n.all, 0);
+    EXPECT_EQ(compared, n.steps - 1);
+    std::printf("%d checkpoints: %lld steps: %lld verifications accepted some drafts, %lld none, %lld all\n",
+                checkpoints, static_cast<long long>(n.steps), static_cast<long long>(n.partial),
+                static_cast<long long>(n.none), static_cast<long long>(n.all));
   }
-  EXPECT_EQ(output, expected);
-  EXPECT_GT(partial, 0);
-  EXPECT_GT(none, 0);
-  EXPECT_GT(all, 0);
-  std::printf("%lld steps: %lld verifications accepted some drafts, %lld none, %lld all\n",
-              static_cast<long long>(step), static_cast<long long>(partial), static_cast<long long>(none),
-              static_cast<long long>(all));
-  EXPECT_TRUE(scheduler.check_invariants().ok());
-  EXPECT_EQ(scheduler.kv_cache().num_free_blocks(), scheduler.kv_cache().num_usable_blocks());
 }
 
 TEST_P(EngineSpeculative, ConcurrentGreedyRequestsAreTokenIdenticalWithNgramDrafts) {
@@ -399,6 +473,15 @@ TEST_P(EngineSpeculative, ConcurrentGreedyRequestsAreTokenIdenticalWithNgramDraf
 }
 
 TEST_P(EngineSpeculative, PreemptionUnderASmallKvPoolKeepsOutputsIdentical) { expect_same_under_preemption(400); }
+
+// The engine's other state rollback (the default is one checkpoint before
+// the drafts), through the same concurrent, chunked requests and preemptions.
+TEST_P(EngineSpeculative, WithPerPositionStatesOutputsAreIdenticalToo) {
+  if (!model_->config().has_recurrent_layers()) GTEST_SKIP() << "no recurrent layers: nothing to roll back";
+  spec_.state_rollback = SpeculativeConfig::StateRollback::kPerPosition;
+  expect_same_for_mixed_lengths(32, 300, 12, 13, 900);
+  expect_same_under_preemption(400);
+}
 
 TEST_P(EngineSpeculative, SeededSamplingLogprobsAndStopStringsAreAsWithoutDrafts) {
   SamplingParams sp;

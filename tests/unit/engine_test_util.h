@@ -198,7 +198,7 @@ class ModelTest : public ::testing::Test {
     const kv::KVCacheConfig k{.enable_prefix_caching = c.enable_prefix_caching,
                               .n_state_slots = c.max_num_seqs,
                               .n_state_snapshots = c.state_snapshots,
-                              .state_checkpoints = c.speculative.enabled()};
+                              .state_checkpoints = c.speculative.state_checkpoints()};
     return int64_t{kv::state_slots_in_cache(k) + 1} * static_cast<int64_t>(layout.state_slot_bytes());
   }
 

@@ -642,7 +642,7 @@ TEST(KvCacheManagerStateSlots, PrefixCachingIsOffForAHybridCacheWithoutSnapshots
 // --- State snapshots: prefix caching beside recurrent layers.
 
 KVCacheConfig hybrid_cached(int32_t n_blocks, int32_t n_slots, int32_t n_snapshots, int64_t interval,
-                            bool checkpoints = false) {
+                            int32_t checkpoints = 0) {
   KVCacheConfig c = hybrid(n_blocks, n_slots);
   c.n_state_snapshots = n_snapshots;
   c.state_snapshot_interval = interval;
@@ -661,10 +661,10 @@ std::vector<StateSave> step(KVCacheManager& m, const std::string& id, const std:
 }
 
 TEST(KvCacheManagerStateSnapshots, SlotsAreNumberedAfterTheRunningSlotsAndCheckpoints) {
-  KVCacheManager m(hybrid_cached(40, 3, 5, 8, /*checkpoints=*/true));
+  KVCacheManager m(hybrid_cached(40, 3, 5, 8, /*checkpoints=*/1));
   EXPECT_TRUE(m.prefix_caching_enabled());
   EXPECT_EQ(m.num_state_slots_in_cache(), 3 + 3 + 5);
-  EXPECT_EQ(state_slots_in_cache(hybrid_cached(40, 3, 5, 8, true)), 11);
+  EXPECT_EQ(state_slots_in_cache(hybrid_cached(40, 3, 5, 8, 1)), 11);
   ASSERT_TRUE(m.allocate_slots("a", 0, 5));
   ASSERT_TRUE(m.allocate_slots("b", 0, 5));
   EXPECT_EQ(m.state_checkpoint_slot("b"), 3 + 1);
@@ -672,6 +672,25 @@ TEST(KvCacheManagerStateSnapshots, SlotsAreNumberedAfterTheRunningSlotsAndCheckp
   ASSERT_EQ(saves.size(), 1u);
   EXPECT_EQ(saves[0], (StateSave{4, 6}));  // the prompt's last full block; the first snapshot slot
   EXPECT_FALSE(KVCacheManager(hybrid(20, 2)).state_checkpoint_slot("a").has_value());
+  EXPECT_INVARIANTS(m);
+}
+
+// Per-position states: k checkpoints per running slot, each slot's together,
+// before the snapshots.
+TEST(KvCacheManagerStateSnapshots, EachSlotsCheckpointsAreNumberedTogether) {
+  KVCacheManager m(hybrid_cached(40, 3, 5, 8, /*checkpoints=*/4));
+  EXPECT_EQ(m.num_state_slots_in_cache(), 3 + 3 * 4 + 5);
+  EXPECT_EQ(m.num_state_checkpoints(), 4);
+  ASSERT_TRUE(m.allocate_slots("a", 0, 5));
+  ASSERT_TRUE(m.allocate_slots("b", 0, 5));
+  EXPECT_EQ(m.state_checkpoint_slot("a", 0), 3 + 0);
+  EXPECT_EQ(m.state_checkpoint_slot("a", 3), 3 + 3);
+  EXPECT_EQ(m.state_checkpoint_slot("b", 0), 3 + 4);
+  EXPECT_EQ(m.state_checkpoint_slot("b", 3), 3 + 7);
+  const std::vector<StateSave> saves = m.reserve_state_snapshots("a", 0, 5, 5);
+  ASSERT_EQ(saves.size(), 1u);
+  EXPECT_EQ(saves[0].slot, 3 + 12);  // the first snapshot slot
+  EXPECT_EQ(KVCacheManager(hybrid(20, 2)).num_state_checkpoints(), 0);
   EXPECT_INVARIANTS(m);
 }
 
