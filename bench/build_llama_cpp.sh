@@ -33,5 +33,5 @@ cmake -S "$DEST/src" -B "$DEST/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML
   -DCMAKE_C_FLAGS="$NATIVE_FLAGS" -DCMAKE_CXX_FLAGS="$NATIVE_FLAGS" \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON >/dev/null
-ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli llama-perplexity
+ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli llama-perplexity llama-quantize
 echo "built: $DEST/build/bin"

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "engine/kv_capacity.h"
 #include "kv/kv_cache_dtype.h"
 
 namespace inferd::cli {
@@ -215,10 +216,13 @@ EngineConfig SingleRequestEngine::engine_config(const Model& model, int64_t max_
   config.max_model_len = max_model_len;
   config.max_num_batched_tokens = std::max<int64_t>(512, std::min<int64_t>(max_model_len, 2048));
   // The KV cache for max_sequences sequences of max_model_len tokens (the
-  // engine caps a fraction of memory at that anyway; beams share most of it).
+  // engine caps a fraction of memory at that anyway; beams share most of it),
+  // plus the recurrent state slots of a hybrid model, which ModelRunner takes
+  // from the same budget first.
   const KVLayout layout = KVLayout::plan(model.config(), config.block_size, kv_cache_dtype);
   config.kv_cache_bytes = static_cast<int64_t>(layout.block_bytes()) *
-                          (config.max_num_seqs * layout.blocks_for_request(max_model_len, config.block_size) + 2);
+                              (config.max_num_seqs * layout.blocks_for_request(max_model_len, config.block_size) + 2) +
+                          kv_state_slots_bytes(layout, Engine::runner_config(model, config).n_state_slots);
   return config;
 }
 
