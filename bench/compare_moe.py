@@ -222,7 +222,7 @@ def main():
                     r = j["timings"]
                     rate = (r["generated_tokens"] - 1) / r["decode_seconds"]
                     ids = j.get("ids") or j.get("output_ids") or j.get("generated_ids") or []
-                    if ids:
+                    if ids and sb.n_expert:
                         diversity.append(len(set(ids)))
                     if rep == 0:
                         (out / "inferd-generate.stderr").write_text(err)
@@ -244,7 +244,7 @@ def main():
                      f"{get(pp, 'inferd') / get(pp, 'llama'):.2f} |")
         lines.append(f"| decode 128 tokens (tg128) | {get(tg, 'llama'):.2f} | {get(tg, 'inferd'):.2f} | "
                      f"{get(tg, 'inferd') / get(tg, 'llama'):.2f} |")
-        parts = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sb.parts.items())
+        parts = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sb.parts.items() if v)
         lines += ["", f"Decode floor: a step reads {step / 2**20:.0f} MiB ({parts}; keys and values at "
                   f"{mean_ctx} positions {sb.kv_bytes(mean_ctx) / 2**20:.1f} MiB; "
                   + (f"recurrent state read and written {sb.state_bytes / 2**20:.1f} MiB; " if sb.state_bytes else "")
