@@ -43,7 +43,7 @@ spread out as a real model's does: every router is a true random F32 matrix).
             unused "[PADn]" tokens to 248,320, as convert_hf_to_gguf.py pads a vocabulary, so the
             embedding table and the output head have the real model's size; chat template
             models/templates/Qwen3.5-4B.jinja. Q8_0 source (F32 norms, convolution, dt bias and A),
-            then `llama-quantize` to Q4_K_M. All 32 layers: about 2.6 GiB.
+            then `llama-quantize` to Q4_K_M. All 32 layers: 2.52 GiB.
 
 Tensors are streamed to disk one at a time. Quantizing billions of random values in numpy
 would take hours, so each (type, row width, scale) gets a pool of a few thousand random rows,
@@ -252,6 +252,7 @@ def make_gpt_oss(path, n_layer, seed=400):
     m.vector("output_norm.weight", n_embd, 0.1, 1.0)
     m.matrix("output.weight", n_vocab, n_embd, q, std=0.5 / math.sqrt(n_embd))
     m.write()
+
 
 def make_qwen35(path, n_layer, seed=500):
     n_embd, n_ff, n_head, n_head_kv, hd, n_vocab = 2560, 9216, 16, 4, 256, 248320
