@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Mixture-of-experts models: inferd beside llama.cpp (llama-bench, llama-server), same model,
+"""Mixture-of-experts and hybrid (qwen35) models: inferd beside llama.cpp (llama-bench, llama-server), same model,
 same machine, same threads, in one run (models from bench/make_synthetic_moe.py).
 
   prompt    a 512-token prompt from an empty cache (llama-bench pp512)
@@ -10,7 +10,10 @@ same machine, same threads, in one run (models from bench/make_synthetic_moe.py)
             ffn_{gate,up,down}_exps and their biases), the output head, one embedding row and the
             f16 keys and values at the run's mean context (sliding-window layers capped at the
             window; deepseek2's latent attention: the one latent + RoPE key row per token, keys
-            only, as both engines cache it); over the read bandwidth of a buffer of that size (build/memory_bandwidth,
+            only, as both engines cache it; for a hybrid (qwen35) the attention layers' keys and
+            values only, and the Gated DeltaNet layers' recurrent state (f32 matrix and convolution
+            window), read and written once per step); over the read bandwidth of a buffer of that
+            size (build/memory_bandwidth,
             best pass), read just before and after each decode run. Decode tokens/s at that
             bandwidth if a step read those bytes once and did nothing else.
   memory    each process's peak resident set (wait4's ru_maxrss) beside the file size and the
@@ -67,15 +70,28 @@ class StepBytes:
         arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
         kv = lambda k, d=None: (r.fields[f"{arch}.{k}"].parts[-1].tolist()[0] if f"{arch}.{k}" in r.fields else d)
         self.arch = arch
-        self.n_layer = kv("block_count")
+        self.n_layer = kv("block_count") - kv("nextn_predict_layers", 0)  # a multi-token-prediction block is skipped
         self.n_expert, self.n_used = kv("expert_count"), kv("expert_used_count")
         self.n_kv, self.head_dim = kv("attention.head_count_kv"), kv("attention.key_length")
         self.window = kv("attention.sliding_window", 0)
         self.latent = kv("attention.kv_lora_rank", 0) > 0  # MLA: the cached row serves as key and value
+        # Hybrid: every full_attention_interval-th layer attends, the others are Gated DeltaNet layers whose
+        # f32 state (a value-head count of head x head matrices, and a conv_kernel - 1 window of the q, k, v
+        # channels) is read and written once per step, as llama.cpp and inferd keep it.
+        self.attn_interval = kv("full_attention_interval", 1)
+        self.state_bytes = 0
+        if kv("ssm.time_step_rank"):
+            v_heads, head, groups = kv("ssm.time_step_rank"), kv("ssm.state_size"), kv("ssm.group_count")
+            conv_channels = 2 * groups * head + v_heads * head
+            per_layer = 4 * (v_heads * head * head + (kv("ssm.conv_kernel") - 1) * conv_channels)
+            n_recurrent = sum(1 for il in range(self.n_layer) if (il + 1) % self.attn_interval != 0)
+            self.state_bytes = 2 * n_recurrent * per_layer
         tensors = {t.name: int(t.n_bytes) for t in r.tensors}
         self.file_bytes = Path(path).stat().st_size
         self.parts = {"attention": 0, "router": 0, "experts (chosen)": 0, "dense FFN, shared experts": 0,
                       "norms, biases": 0, "output head": 0, "embedding row": 0}
+        if self.state_bytes:
+            self.parts["linear attention"] = 0
         self.all_experts = 0
         n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
         for name, n in tensors.items():
@@ -84,11 +100,16 @@ class StepBytes:
                 key = "experts (chosen)" if name.endswith(".weight") else "norms, biases"
                 self.parts[key] += n * self.n_used / self.n_expert
             elif name == "token_embd.weight":
-                self.parts["embedding row"] += n / n_vocab if "output.weight" in tensors else n
+                if "output.weight" not in tensors:  # tied: the table is the output head too
+                    self.parts["output head"] += n
+                self.parts["embedding row"] += n / n_vocab
             elif name == "output.weight":
                 self.parts["output head"] += n
             elif "ffn_gate_inp" in name:
                 self.parts["router"] += n
+            elif self.state_bytes and name.endswith(".weight") and any(
+                    k in name for k in ("attn_qkv.", "attn_gate.", "ssm_alpha.", "ssm_beta.", "ssm_out.")):
+                self.parts["linear attention"] += n
             elif name.endswith(".weight") and ".attn_" in name and "norm" not in name and "sinks" not in name:
                 self.parts["attention"] += n  # also deepseek2's attn_q_a/q_b, attn_kv_a_mqa, attn_k_b, attn_v_b
             elif name.endswith(".weight") and (".ffn_gate" in name or ".ffn_up" in name or ".ffn_down" in name):
@@ -97,9 +118,12 @@ class StepBytes:
                 self.parts["norms, biases"] += n
 
     def kv_bytes(self, ctx):
-        """f16 keys and values read by one step at context ctx (gpt-oss: a window on even layers)."""
+        """f16 keys and values read by one step at context ctx (gpt-oss: a window on even layers; a hybrid:
+        its attention layers only)."""
         total = 0
         for il in range(self.n_layer):
+            if (il + 1) % self.attn_interval != 0:
+                continue
             c = ctx
             if self.window and self.arch == "gpt-oss" and il % 2 == 0:
                 c = min(ctx, self.window)
@@ -131,15 +155,17 @@ def main():
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     med = statistics.median
+    shape = f"{sb.n_used} of {sb.n_expert} experts" if sb.n_expert else (
+        f"every {sb.attn_interval}th layer attention" if sb.state_bytes else "dense")
     lines = [f"Machine: {clb.cpu_name()}, {os.cpu_count()} cores; threads {args.threads}; inferd {commit}; "
              f"model {Path(args.model).name} ({sb.file_bytes / 2**30:.2f} GiB, {sb.n_layer} layers, "
-             f"{sb.n_used} of {sb.n_expert} experts); started {stamp}, load average {loadavg():.2f}."]
+             f"{shape}); started {stamp}, load average {loadavg():.2f}."]
     record = {"model": args.model, "commit": commit, "parts": sb.parts, "file_bytes": sb.file_bytes}
 
     if not args.skip_single:
         # tg128 after a 1-token prompt: steps attend to 2..129 positions, 65.5 on average.
         mean_ctx = 65.5
-        step = sb.weights() + sb.kv_bytes(mean_ctx)
+        step = sb.weights() + sb.kv_bytes(mean_ctx) + sb.state_bytes
         record["step_bytes"] = step
 
         def bandwidth():
@@ -157,8 +183,10 @@ def main():
             # Decode samples (temperature 1, top-k 40) so that each step's token, and with it the experts chosen,
             # changes from step to step as llama-bench's random tokens do: random weights make greedy decoding
             # repeat one token, whose experts would then stay in the caches. The sampling is inferd's cost only.
+            # Without experts every step reads every weight whatever the token: greedy, no sampling cost.
+            temp = ["--temp", "1", "--top-k", "40"] if sb.n_expert else ["--temp", "0"]
             o, rss, err = run_measured([args.inferd, "generate", "-m", args.model, "-p", prompt, "-n", str(n),
-                                        "--temp", "1", "--top-k", "40", "--seed", str(seed), "--ignore-eos",
+                                        *temp, "--seed", str(seed), "--ignore-eos",
                                         "--json", "-t", str(args.threads), "-c", "2048"])
             return json.loads(o), rss, err
 
@@ -195,7 +223,7 @@ def main():
                     r = j["timings"]
                     rate = (r["generated_tokens"] - 1) / r["decode_seconds"]
                     ids = j.get("ids") or j.get("output_ids") or j.get("generated_ids") or []
-                    if ids:
+                    if ids and sb.n_expert:
                         diversity.append(len(set(ids)))
                     if rep == 0:
                         (out / "inferd-generate.stderr").write_text(err)
@@ -217,10 +245,12 @@ def main():
                      f"{get(pp, 'inferd') / get(pp, 'llama'):.2f} |")
         lines.append(f"| decode 128 tokens (tg128) | {get(tg, 'llama'):.2f} | {get(tg, 'inferd'):.2f} | "
                      f"{get(tg, 'inferd') / get(tg, 'llama'):.2f} |")
-        parts = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sb.parts.items())
+        parts = ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sb.parts.items() if v)
         lines += ["", f"Decode floor: a step reads {step / 2**20:.0f} MiB ({parts}; keys and values at "
-                  f"{mean_ctx} positions {sb.kv_bytes(mean_ctx) / 2**20:.1f} MiB; all experts would be "
-                  f"{sb.all_experts / 2**20:.0f} MiB). Reading that many bytes took {min(bw_all):.1f} to "
+                  f"{mean_ctx} positions {sb.kv_bytes(mean_ctx) / 2**20:.1f} MiB; "
+                  + (f"recurrent state read and written {sb.state_bytes / 2**20:.1f} MiB; " if sb.state_bytes else "")
+                  + (f"all experts would be {sb.all_experts / 2**20:.0f} MiB" if sb.n_expert else "no experts")
+                  + f"). Reading that many bytes took {min(bw_all):.1f} to "
                   f"{max(bw_all):.1f} GB/s (median {bw:.1f}), a floor of {bw * 1e9 / step:.1f} tok/s; against the "
                   f"readings around each run llama.cpp decodes at {get(share, 'llama'):.0%} of the floor, inferd at "
                   f"{get(share, 'inferd'):.0%} (per run: {', '.join(f'{x:.0%}' for x in share.get('inferd', []))})."]

@@ -39,6 +39,27 @@ spread out as a real model's does: every router is a true random F32 matrix).
             1,408- and 10,944-wide inputs (ffn_down) and the 128-wide attn_k_b rows are not
             multiples of Q4_K's 256, so llama-quantize falls back for them as it does for the real
             model's Q4_K_M.
+  qwen35    Qwen3.5-4B (dense hybrid; not a mixture of experts, but its speed benchmarks share these
+            pools): n_embd 2560, 32 layers, every 4th full attention (full_attention_interval 4, so
+            24 Gated DeltaNet layers and 8 attention layers), FFN width 9216; attention: 16 query /
+            4 KV heads of 256, attn_q holding each head's query then its output gate, per-head q/k
+            norms, interleaved multi-section RoPE over 64 of 256 dims (partial_rotary_factor 0.25),
+            sections [11, 11, 10, 0], base 1e7; Gated DeltaNet: 16 key heads and 32 value heads of
+            128 (ssm.group_count 16, ssm.time_step_rank 32, ssm.state_size 128, ssm.inner_size
+            4096), a 4-tap causal convolution over q, k and v (8192 channels); RMS eps 1e-6;
+            vocabulary 248,320, tied output (no output.weight). Sources: the Hugging Face config of
+            Qwen/Qwen3.5-4B (hidden_size 2560, num_hidden_layers 32, intermediate_size 9216,
+            num_attention_heads 16, num_key_value_heads 4, head_dim 256, linear_num_key_heads 16,
+            linear_num_value_heads 32, linear_key/value_head_dim 128, linear_conv_kernel_dim 4,
+            mrope_section [11, 11, 10], rope_theta 1e7, vocab_size 248320), mapped to GGUF keys as
+            llama.cpp's conversion/qwen.py (Qwen3NextModel, Qwen3_5TextModel) writes them and
+            src/models/qwen35.cpp reads them; tied output and no multi-token-prediction block as in
+            the common Q4_K_M/Q6_K downloads (426 tensors). Tokenizer: llama.cpp's vendored
+            models/ggml-vocab-qwen35.gguf (151,936 tokens, pre-tokenizer "qwen35") padded with
+            unused "[PADn]" tokens to 248,320, as convert_hf_to_gguf.py pads a vocabulary, so the
+            embedding table and the output head have the real model's size; chat template
+            models/templates/Qwen3.5-4B.jinja. Q8_0 source (F32 norms, convolution, dt bias and A),
+            then `llama-quantize` to Q4_K_M. All 32 layers: 2.52 GiB.
 
 Tensors are streamed to disk one at a time. Quantizing billions of random values in numpy
 would take hours, so each (type, row width, scale) gets a pool of a few thousand random rows,
@@ -48,8 +69,10 @@ tensors: a window per expert). Deterministic for a given seed.
 Usage: bench/make_synthetic_moe.py qwen3moe --layers 16 [--out DIR] [--no-quantize]
        bench/make_synthetic_moe.py gpt-oss --layers 12 [--out DIR]
        bench/make_synthetic_moe.py deepseek2 --layers 14 [--out DIR] [--no-quantize]
+       bench/make_synthetic_moe.py qwen35 --layers 32 [--out DIR] [--no-quantize]
 Default DIR: ~/.cache/inferd/synthetic. Files: qwen3moe-30b-a3b-L16-q4_k_m.gguf (the Q8_0 source
-is deleted after quantizing unless --keep-source), gpt-oss-20b-L12-mxfp4.gguf, deepseek-v2-lite-L14-q4_k_m.gguf.
+is deleted after quantizing unless --keep-source), gpt-oss-20b-L12-mxfp4.gguf,
+deepseek-v2-lite-L14-q4_k_m.gguf, qwen35-4b-L32-q4_k_m.gguf.
 """
 
 import argparse
@@ -72,6 +95,9 @@ GPT_OSS_VOCAB = REPO_ROOT / "tests/data/vocab/gpt-oss-vocab.gguf"
 GPT_OSS_TEMPLATE = REPO_ROOT / "tests/data/chat/gpt_oss.jinja"
 DEEPSEEK_VOCAB = CACHE / "llama.cpp/src/models/ggml-vocab-deepseek-llm.gguf"
 LLAMA_QUANTIZE = CACHE / "llama.cpp/build/bin/llama-quantize"
+LLAMA_SRC = Path(os.environ.get("INFERD_LLAMA_CPP_SRC", CACHE / "llama.cpp/src"))
+QWEN35_VOCAB = LLAMA_SRC / "models/ggml-vocab-qwen35.gguf"
+QWEN35_TEMPLATE = LLAMA_SRC / "models/templates/Qwen3.5-4B.jinja"
 
 sys.path.insert(0, str(REPO_ROOT / "tools/reference"))
 from make_tiny_models import copy_tokenizer  # noqa: E402
@@ -318,12 +344,88 @@ def make_deepseek2(path, n_layer, seed=500):
     m.write()
 
 
+def make_qwen35(path, n_layer, seed=500):
+    n_embd, n_ff, n_head, n_head_kv, hd, n_vocab = 2560, 9216, 16, 4, 256, 248320
+    k_heads, v_heads, head, conv_kernel = 16, 32, 128, 4
+    key_dim, value_dim = k_heads * head, v_heads * head
+    conv_dim = 2 * key_dim + value_dim
+    m = Model(path, "qwen35", seed)
+    w = m.writer
+    w.add_name(f"synthetic Qwen3.5-4B ({n_layer} of 32 layers, random)")
+    w.add_description("random weights with the real model's shapes, for speed benchmarks "
+                      "(bench/make_synthetic_moe.py); not a trained model")
+    w.add_context_length(262144)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1e7)
+    w.add_rope_dimension_count(hd // 4)
+    w.add_rope_dimension_sections([11, 11, 10, 0])
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_ssm_conv_kernel(conv_kernel)
+    w.add_ssm_state_size(head)
+    w.add_ssm_group_count(k_heads)
+    w.add_ssm_time_step_rank(v_heads)
+    w.add_ssm_inner_size(value_dim)
+    w.add_full_attention_interval(4)
+    w.add_file_type(LlamaFileType.MOSTLY_Q8_0)
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    # The vendored test vocabulary is Qwen2's 151,936 tokens; pad it with unused tokens to the real
+    # 248,320 so that the embedding table and the (tied) output head read as many bytes as Qwen3.5-4B's.
+    src = GGUFReader(QWEN35_VOCAB)
+    tokens = [bytes(src.fields["tokenizer.ggml.tokens"].parts[i]).decode("utf-8")
+              for i in src.fields["tokenizer.ggml.tokens"].data]
+    types = [int(src.fields["tokenizer.ggml.token_type"].parts[i][0]) for i in src.fields["tokenizer.ggml.token_type"].data]
+    n_pad = n_vocab - len(tokens)
+    tokens += [f"[PAD{i}]" for i in range(n_pad)]
+    types += [int(gguf.TokenType.UNUSED)] * n_pad
+    copy_tokenizer(w, QWEN35_VOCAB, {
+        "tokenizer.ggml.tokens": (tokens, GGUFValueType.ARRAY),
+        "tokenizer.ggml.token_type": (types, GGUFValueType.ARRAY),
+        "tokenizer.chat_template": (QWEN35_TEMPLATE.read_text(), GGUFValueType.STRING)})
+    q = T.Q8_0
+    m.matrix("token_embd.weight", n_vocab, n_embd, q, std=1.0)
+    for i in range(n_layer):
+        p = f"blk.{i}."
+        m.vector(p + "attn_norm.weight", n_embd, 0.1, 1.0)
+        if (i + 1) % 4 != 0:  # Gated DeltaNet (llama.cpp: is_recr when (il + 1) % interval != 0)
+            m.matrix(p + "attn_qkv.weight", conv_dim, n_embd, q)
+            m.matrix(p + "attn_gate.weight", value_dim, n_embd, q)
+            m.matrix(p + "ssm_beta.weight", v_heads, n_embd, q)
+            m.matrix(p + "ssm_alpha.weight", v_heads, n_embd, q)
+            m.vector(p + "ssm_conv1d.weight", (conv_dim, conv_kernel), 0.5)
+            m.vector(p + "ssm_dt.bias", v_heads, 0.5)
+            # A = -exp(A_log): per-head decay from slow to fast, never growth.
+            name_a = p + "ssm_a"
+            m.writer.add_tensor_info(name_a, (v_heads,), np.dtype(np.float32), v_heads * 4)
+            m.specs.append((name_a, lambda: -np.exp(m.rng.uniform(-3.0, 0.5, v_heads)).astype(np.float32)))
+            m.vector(p + "ssm_norm.weight", head, 0.2, 1.0)
+            m.matrix(p + "ssm_out.weight", n_embd, value_dim, q, std=1.0 / math.sqrt(value_dim))
+        else:  # gated full attention: attn_q holds each head's query then its output gate
+            m.matrix(p + "attn_q.weight", 2 * n_head * hd, n_embd, q)
+            m.matrix(p + "attn_k.weight", n_head_kv * hd, n_embd, q)
+            m.matrix(p + "attn_v.weight", n_head_kv * hd, n_embd, q)
+            m.vector(p + "attn_q_norm.weight", hd, 0.2, 1.0)
+            m.vector(p + "attn_k_norm.weight", hd, 0.2, 1.0)
+            m.matrix(p + "attn_output.weight", n_embd, n_head * hd, q, std=1.0 / math.sqrt(n_head * hd))
+        m.vector(p + "post_attention_norm.weight", n_embd, 0.1, 1.0)
+        m.matrix(p + "ffn_gate.weight", n_ff, n_embd, q)
+        m.matrix(p + "ffn_up.weight", n_ff, n_embd, q)
+        m.matrix(p + "ffn_down.weight", n_embd, n_ff, q, std=1.0 / math.sqrt(n_ff))
+    m.vector("output_norm.weight", n_embd, 0.1, 1.0)
+    m.write()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("arch", choices=["qwen3moe", "gpt-oss", "deepseek2"])
+    ap.add_argument("arch", choices=["qwen3moe", "gpt-oss", "deepseek2", "qwen35"])
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--out", type=Path, default=CACHE / "synthetic")
-    ap.add_argument("--no-quantize", action="store_true", help="qwen3moe, deepseek2: stop at the Q8_0 source")
+    ap.add_argument("--no-quantize", action="store_true", help="qwen3moe, deepseek2, qwen35: stop at the Q8_0 source")
     ap.add_argument("--keep-source", action="store_true")
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     args = ap.parse_args()
@@ -334,7 +436,8 @@ def main():
         make_gpt_oss(path, args.layers)
     else:
         stem, make = {"qwen3moe": ("qwen3moe-30b-a3b", make_qwen3moe),
-                      "deepseek2": ("deepseek-v2-lite", make_deepseek2)}[args.arch]
+                      "deepseek2": ("deepseek-v2-lite", make_deepseek2),
+                      "qwen35": ("qwen35-4b", make_qwen35)}[args.arch]
         src = args.out / f"{stem}-L{args.layers}-q8_0-source.gguf"
         make(src, args.layers)
         path = src

@@ -1,0 +1,133 @@
+#!/usr/bin/env python3
+"""Decode speed at a given depth of context: inferd beside llama.cpp, same model, same machine, same
+threads, in one run. A hybrid model (qwen35: three Gated DeltaNet layers of fixed-size state beside each
+attention layer) should decode nearly as fast at 16k tokens of context as at 256; a dense model's keys and
+values grow with the context on every layer.
+
+  llama.cpp  llama-bench -d DEPTH -p 0 -n N: fills DEPTH tokens of context (untimed), then times N
+             decode steps.
+  inferd     inferd bench latency --input-len DEPTH --output-len N+1: a random DEPTH-token prompt, then
+             N decode steps after the first token, timed apart from the prompt (its decode tokens/s).
+             Prefix caching off; the KV cache is sized from `inferd info` (keys and values of DEPTH + N
+             tokens, and the state slots of a hybrid).
+
+The engines alternate at each depth. Reported as decode tokens/s per depth, and the ratio of each engine's
+speed at the deepest context to its speed at the shallowest (the issue's target: >= 0.8 at 16k / 256).
+
+Usage: bench/compare_context_depth.py --model PATH [--depths 256,4096,16384] [--n-gen 32] [--reps 1]
+                                      [--threads 2] [--skip-llama] [--skip-inferd] [--out DIR]
+Prints Markdown for docs/benchmarks.md with the load average before and after each run.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import compare_llama_bench as clb  # noqa: E402
+
+ROOT, CACHE = clb.ROOT, clb.CACHE
+LLAMA_BIN = CACHE / "llama.cpp" / "build" / "bin"
+
+
+def loadavg():
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def llama_decode(args, depth, log_path):
+    cmd = [str(LLAMA_BIN / "llama-bench"), "-m", args.model, "-t", str(args.threads), "-p", "0",
+           "-n", str(args.n_gen), "-d", str(depth), "-r", str(args.reps), "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    log_path.write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench failed ({proc.returncode}); see {log_path}")
+    return json.loads(proc.stdout)[0]["avg_ts"]
+
+
+def inferd_kv_bytes(info, n_tokens):
+    """A KV budget for one request of n_tokens (f16), its state slots (running and checkpoint) and the spare."""
+    f16 = [k for k in info.get("kv_cache", []) if k["dtype"] == "f16"]
+    per_token = f16[0]["bytes_per_token"]
+    state = 3 * (info.get("recurrent_state") or {}).get("bytes_per_sequence", 0)
+    return per_token * (n_tokens + 256) + state + (16 << 20)
+
+
+def inferd_decode(args, info, depth, out_dir):
+    path = out_dir / f"inferd-latency-d{depth}.json"
+    kv = inferd_kv_bytes(info, depth + args.n_gen + 1)
+    cmd = [args.inferd, "bench", "latency", "-m", args.model, "--input-len", str(depth),
+           "--output-len", str(args.n_gen + 1), "--num-iters", str(args.reps), "--num-iters-warmup", "0",
+           "--max-model-len", str(depth + args.n_gen + 16), "--kv-cache-memory", f"{(kv >> 20) + 1}M",
+           "--threads", str(args.threads), "--output-json", str(path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    (out_dir / f"inferd-latency-d{depth}.txt").write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"inferd bench latency failed ({proc.returncode}); see {out_dir}")
+    return json.loads(path.read_text())["decode_tokens_per_second"]["mean"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--depths", default="256,4096,16384")
+    ap.add_argument("--n-gen", type=int, default=32, help="decode steps timed at each depth")
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
+    ap.add_argument("--skip-llama", action="store_true")
+    ap.add_argument("--skip-inferd", action="store_true")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    depths = [int(d) for d in args.depths.split(",") if d.strip()]
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out = Path(args.out or CACHE / "bench" / f"depth-{Path(args.model).stem}-{stamp}")
+    out.mkdir(parents=True, exist_ok=True)
+    info = json.loads(subprocess.run([args.inferd, "info", "--json", args.model], check=True, capture_output=True,
+                                     text=True).stdout)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    engines = ([] if args.skip_llama else ["llama.cpp"]) + ([] if args.skip_inferd else ["inferd"])
+    rates = {e: {} for e in engines}
+    loads = {}
+    for depth in depths:
+        for e in engines:
+            before = loadavg()
+            t0 = time.time()
+            rate = llama_decode(args, depth, out / f"llama-bench-d{depth}.txt") if e == "llama.cpp" else \
+                inferd_decode(args, info, depth, out)
+            rates[e][depth] = rate
+            loads[f"{e} {depth}"] = (before, loadavg())
+            print(f"depth {depth}, {e}: {rate:.2f} tok/s ({time.time() - t0:.0f} s; load {before:.2f} -> "
+                  f"{loadavg():.2f})", file=sys.stderr, flush=True)
+    all_loads = [x for pair in loads.values() for x in pair]
+    lines = [f"Machine: {clb.cpu_name()}, {os.cpu_count()} cores; threads {args.threads}; inferd {commit}; model "
+             f"{Path(args.model).name}; {args.n_gen} decode steps after each depth, {args.reps} run(s) each; "
+             f"started {stamp}; load average (1 min) {min(all_loads):.2f} to {max(all_loads):.2f}.", "",
+             "| context depth (tokens) | " + " | ".join(f"{e} decode (tok/s)" for e in engines)
+             + (" | inferd / llama.cpp |" if len(engines) == 2 else " |"),
+             "|---:|" + "---:|" * len(engines) + ("---:|" if len(engines) == 2 else "")]
+    for depth in depths:
+        row = f"| {depth} | " + " | ".join(f"{rates[e][depth]:.2f}" for e in engines)
+        if len(engines) == 2:
+            row += f" | {rates['inferd'][depth] / rates['llama.cpp'][depth]:.2f}"
+        lines.append(row + " |")
+    if len(depths) > 1:
+        lo, hi = depths[0], depths[-1]
+        lines += ["", f"Decode at {hi} tokens of context over decode at {lo}: "
+                  + ", ".join(f"{e} {rates[e][hi] / rates[e][lo]:.2f}" for e in engines) + "."]
+    text = "\n".join(lines)
+    (out / "results.md").write_text(text + "\n")
+    (out / "record.json").write_text(json.dumps({"model": args.model, "commit": commit, "rates": rates,
+                                                 "loads": loads, "n_gen": args.n_gen, "reps": args.reps},
+                                                indent=1) + "\n")
+    print(text)
+    print(f"(wrote {out})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
