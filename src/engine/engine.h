@@ -91,6 +91,9 @@ struct EngineConfig {
   // Rank 0 of a pipeline-parallel model (engine/pipeline_link.h): the model
   // is loaded as the first stage and the other stages run elsewhere.
   std::shared_ptr<PipelineLink> pipeline;
+  // Rank 0 of a tensor-parallel model (engine/tensor_parallel_link.h): the
+  // model is loaded as rank 0's shard and the other ranks run theirs.
+  std::shared_ptr<TensorParallelLink> tensor_parallel;
   // Offload tiers for the prefix cache (kvstore/tiered_connector.h): cached
   // blocks the pool evicts are kept in host memory and on disk and loaded
   // back for a later prompt with the same prefix. Off by default; needs
