@@ -39,16 +39,16 @@ Result<TensorShardPlan> plan_tensor_shard(const ModelConfig& c, const ModelWeigh
   const std::string refused = "--tensor-parallel-size " + t + ": ";
   if (!c.can_generate() || c.returns_pooled())
     return make_error(refused + "only a generating decoder model is split across ranks");
-  if (std::find(kShardedArchitectures.begin(), kShardedArchitectures.end(), c.architecture) ==
-      kShardedArchitectures.end())
-    return make_error(refused + "tensor parallelism splits the dense architectures llama, qwen2, qwen3, mistral and "
-                      "gemma3 only; '" + c.architecture + "' is not one of them yet");
   if (c.moe.n_expert > 0) return make_error(refused + "mixture-of-experts FFNs are not split across ranks yet");
   if (c.mla) return make_error(refused + "multi-latent attention (MLA) is not split across ranks yet");
   if (c.has_recurrent_layers() || c.attn_output_gate)
     return make_error(refused + "hybrid recurrent layers are not split across ranks yet");
   for (const LayerWeights& L : w.layers)
     if (L.attn_sinks) return make_error(refused + "attention sinks are not split across ranks yet");
+  if (std::find(kShardedArchitectures.begin(), kShardedArchitectures.end(), c.architecture) ==
+      kShardedArchitectures.end())
+    return make_error(refused + "tensor parallelism splits the dense architectures llama, qwen2, qwen3, mistral and "
+                      "gemma3 only; '" + c.architecture + "' is not one of them yet");
   if (c.n_head_kv % shard.count != 0)
     return make_error(refused + "each rank holds whole KV heads, so the tensor parallel size must divide the "
                       "model's " + std::to_string(c.n_head_kv) + " KV heads (" + std::to_string(c.n_head) +

@@ -16,6 +16,7 @@ than ranks without --oversubscribe; each rank runs one compute thread.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
 import re
 import shutil
@@ -137,42 +138,45 @@ def test_two_ranks_agree_with_one_process(tmp_path, model):
         assert t["tokens"] == a["tokens"], prompt
 
 
-def generate(model, ranks: int, *flags: str) -> subprocess.CompletedProcess:
-    args = [str(BINARY), "generate", "-m", str(model), "--threads", "1", "-p", "hi", "-n", "1", *flags]
+def generate(model, ranks: int, *flags: str, threads: int = 1) -> subprocess.CompletedProcess:
+    args = [str(BINARY), "generate", "-m", str(model), "--threads", str(threads), *flags]
     if ranks > 1:
         args = mpirun(ranks) + args
     return subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=120)
 
 
 def test_generate_with_two_ranks_matches_one_process():
+    """generate --json with two compute threads a rank (the pass's other thread waits at the barrier while one
+    calls MPI)."""
     path = TINY / "tiny-qwen3.gguf"
     common = ["-p", "Once upon a time", "-n", "24", "--ignore-eos", "--json", "--temp", "0"]
-    one = generate(path, 1, *common)
+    one = generate(path, 1, *common, threads=2)
     assert one.returncode == 0, one.stderr
-    two = generate(path, 2, *common, "--tensor-parallel-size", "2")
+    two = generate(path, 2, *common, "--tensor-parallel-size", "2", threads=2)
     assert two.returncode == 0, two.stdout + two.stderr
-    assert two.stdout.strip().splitlines()[-1] == one.stdout.strip().splitlines()[-1]
+    result = next(line for line in two.stdout.splitlines() if line.startswith("{"))
+    assert json.loads(result)["ids"] == json.loads(one.stdout)["ids"]
 
 
 def test_kv_heads_not_divisible_are_refused():
     """SmolLM2-135M has 3 KV heads: 2 ranks cannot hold whole heads each."""
     if not DEFAULT_MODEL.exists():
         pytest.skip(f"{DEFAULT_MODEL} is missing")
-    r = generate(DEFAULT_MODEL, 2, "--tensor-parallel-size", "2")
+    r = generate(DEFAULT_MODEL, 2, "-p", "hi", "--tensor-parallel-size", "2")
     assert r.returncode != 0
     assert "must divide the model's 3 KV heads" in r.stderr, r.stdout + r.stderr
 
 
 def test_mixture_of_experts_is_refused_by_name():
-    r = generate(TINY / "tiny-qwen3moe.gguf", 2, "--tensor-parallel-size", "2")
+    r = generate(TINY / "tiny-qwen3moe.gguf", 2, "-p", "hi", "--tensor-parallel-size", "2")
     assert r.returncode != 0
     assert "mixture-of-experts FFNs are not split across ranks yet" in r.stderr, r.stdout + r.stderr
 
 
 def test_bad_sizes_are_refused():
-    r = generate(TINY / "tiny-qwen3.gguf", 1, "--tensor-parallel-size", "2")
+    r = generate(TINY / "tiny-qwen3.gguf", 1, "-p", "hi", "--tensor-parallel-size", "2")
     assert r.returncode == 2
     assert "mpirun -np 2 inferd ... --tensor-parallel-size 2" in r.stderr, r.stderr
-    r = generate(TINY / "tiny-qwen3.gguf", 4, "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2")
+    r = generate(TINY / "tiny-qwen3.gguf", 4, "-p", "hi", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2")
     assert r.returncode == 2
     assert "tensor and pipeline parallelism together are not built yet" in r.stderr, r.stderr
