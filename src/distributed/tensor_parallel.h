@@ -29,11 +29,7 @@ class MpiTensorComm final : public TensorParallelComm {
   void all_reduce_sum(float* data, size_t n) override;
   void gather_columns(const float* part, int64_t rows, int64_t part_cols, float* whole, int64_t whole_cols) override;
 
-  struct Stats {
-    int64_t calls = 0;
-    double seconds = 0.0;
-    double mean_us() const { return calls > 0 ? seconds * 1e6 / static_cast<double>(calls) : 0.0; }
-  };
+  using Stats = AllReduceStats;
   // Since the start, and since the last take_step_stats() (a step's).
   Stats total() const { return total_; }
   Stats take_step_stats() {
@@ -61,6 +57,7 @@ class MpiTensorParallelLink final : public TensorParallelLink {
 
   int32_t agree_on_blocks(int32_t local) override;
   void send_step(const SchedulerOutput& out) override;
+  AllReduceStats all_reduce_stats() const override { return comm_->total(); }
 
  private:
   const MpiWorld& world_;

@@ -11,6 +11,14 @@
 
 namespace inferd {
 
+// The all-reduces of the forward passes so far on this rank (each one's time
+// includes the wait for the slowest rank: what a step pays).
+struct AllReduceStats {
+  int64_t calls = 0;
+  double seconds = 0.0;
+  double mean_us() const { return calls > 0 ? seconds * 1e6 / static_cast<double>(calls) : 0.0; }
+};
+
 class TensorParallelLink {
  public:
   virtual ~TensorParallelLink() = default;
@@ -19,6 +27,8 @@ class TensorParallelLink {
   virtual int32_t agree_on_blocks(int32_t local) = 0;
   // Sends the step to every other rank, before rank 0 runs its own pass.
   virtual void send_step(const SchedulerOutput& out) = 0;
+  // Read between steps (the engine's thread, after the pass).
+  virtual AllReduceStats all_reduce_stats() const = 0;
 };
 
 }  // namespace inferd
