@@ -176,10 +176,10 @@ int run_generate(const GenerateFlags& f) {
     const auto numerics = resolve_numerics(f.numerics);
     if (!numerics) run->await_abort();
     return run_worker_rank(*run, f.model, f.threads, kernels::native_ggml_flavour(), *numerics,
-                              [&](const Model& model) -> std::optional<EngineConfig> {
-                                auto config = generate_engine_config(f, model);
-                                return config ? std::optional(*config) : std::nullopt;
-                              });
+                           [&](const Model& model) -> std::optional<EngineConfig> {
+                             auto config = generate_engine_config(f, model);
+                             return config ? std::optional(*config) : std::nullopt;
+                           });
   }
   const int exit_code = generate_on(f, *run);
   // A failure may leave the other stages waiting for this one's engine.
