@@ -63,7 +63,7 @@ int generate_on(const GenerateFlags& f, const ParallelRun& run) {
     std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
     return 1;
   }
-  auto model = load_model_or_report(f.model, f.json, f.threads, kernels::native_ggml_flavour(), *numerics, run.stage);
+  auto model = load_model_part(run, f.model, f.json, f.threads, kernels::native_ggml_flavour(), *numerics);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
@@ -85,7 +85,7 @@ int generate_on(const GenerateFlags& f, const ParallelRun& run) {
     return 1;
   }
   auto config = generate_engine_config(f, *model);
-  if (config) config->pipeline = run.link;
+  if (config) run.attach(*config);
   auto engine = config ? SingleRequestEngine::create(*model, *config) : Result<SingleRequestEngine>(config.error());
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
@@ -175,16 +175,16 @@ int run_generate(const GenerateFlags& f) {
   if (run->worker()) {
     const auto numerics = resolve_numerics(f.numerics);
     if (!numerics) run->await_abort();
-    return run_pipeline_stage(*run, f.model, f.threads, kernels::native_ggml_flavour(), *numerics,
-                              [&](const Model& model) -> std::optional<EngineConfig> {
-                                auto config = generate_engine_config(f, model);
-                                return config ? std::optional(*config) : std::nullopt;
-                              });
+    return run_worker_rank(*run, f.model, f.threads, kernels::native_ggml_flavour(), *numerics,
+                           [&](const Model& model) -> std::optional<EngineConfig> {
+                             auto config = generate_engine_config(f, model);
+                             return config ? std::optional(*config) : std::nullopt;
+                           });
   }
   const int exit_code = generate_on(f, *run);
   // A failure may leave the other stages waiting for this one's engine.
   if (exit_code != 0 && run->world) run->abort(exit_code);
-  if (run->link) run->link->shutdown();
+  run->shutdown();
   return exit_code;
 }
 }  // namespace

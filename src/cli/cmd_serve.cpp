@@ -80,9 +80,9 @@ bool load(const ServeFlags& f, const ParallelRun& run, Loaded& out, server::Open
     spdlog::error("{}", numerics.error().message);
     return false;
   }
-  out.model = load_model_or_report(f.model, false, f.threads,
-                                   kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()),
-                                   *numerics, run.stage);
+  out.model = load_model_part(run, f.model, false, f.threads,
+                              kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()),
+                              *numerics);
   if (!out.model) return false;
   if (!out.model->can_generate()) {
     spdlog::error("{}", unsupported_architecture_message(out.model->config().architecture));
@@ -107,7 +107,7 @@ bool load(const ServeFlags& f, const ParallelRun& run, Loaded& out, server::Open
     return false;
   }
   ec->max_logprobs = static_cast<int32_t>(f.max_logprobs);
-  ec->pipeline = run.link;
+  run.attach(*ec);
   if (kv_transfer) {
     EngineConfig::KVTransfer t;
     t.produce = kv_transfer->produces();
@@ -164,7 +164,7 @@ int run_serve(const ServeFlags& f) {
     const auto numerics = resolve_numerics(f.engine.numerics);
     const auto config = f.engine.config();
     if (!numerics) run->await_abort();  // rank 0 says why
-    return run_pipeline_stage(
+    return run_worker_rank(
         *run, f.model, f.threads,
         kernels::parse_ggml_flavour(f.ggml_flavour).value_or(kernels::native_ggml_flavour()), *numerics,
         [&config](const Model&) { return config ? std::optional(*config) : std::nullopt; });
@@ -258,7 +258,7 @@ int run_serve(const ServeFlags& f) {
   api.join_workers();  // their callers' frames live until the HTTP server goes
   http.reset();
   loaded.engine.reset();
-  if (run->link) run->link->shutdown();  // the other stages end their loops
+  run->shutdown();  // the other ranks end their loops
   return load_failed ? 1 : 0;
 }
 

@@ -164,10 +164,14 @@ bool drain_requests(const sigset_t& signals, double timeout_seconds, const std::
 
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads,
                                             kernels::GgmlFlavour flavour, kernels::Numerics numerics,
-                                            PipelineStage stage) {
-  const bool tty = isatty(STDERR_FILENO) && !quiet && stage.index == 0;  // one progress bar per run
+                                            PipelineStage stage, TensorShard shard,
+                                            std::shared_ptr<TensorParallelComm> tensor_comm) {
+  // One progress bar per run.
+  const bool tty = isatty(STDERR_FILENO) && !quiet && stage.index == 0 && shard.index == 0;
   LoadOptions options;
   options.pipeline_stage = stage;
+  options.tensor_shard = shard;
+  options.tensor_comm = std::move(tensor_comm);
   options.n_threads = n_threads;
   options.ggml_flavour = flavour;
   options.numerics = numerics;
@@ -188,6 +192,14 @@ std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet,
     if (tty && last_percent >= 0 && last_percent < 100) std::fprintf(stderr, "\n");
     std::fprintf(stderr, "error: cannot load model: %s\n", model.error().message.c_str());
     return nullptr;
+  }
+  if (shard.count > 1) {  // what this rank holds, in the whole model's numbering
+    const TensorShardPlan& p = (*model)->tensor_shard_plan();
+    auto range = [](ShardRange r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; };
+    spdlog::info("rank {} of {} (tensor parallel): KV heads {}, query heads {}, FFN columns {}, vocabulary rows {}; "
+                 "{} MiB of projections and head (the whole file: {} MiB)",
+                 shard.index, shard.count, range(p.kv_heads), range(p.q_heads), range(p.ffn), range(p.vocab),
+                 (*model)->tensor_shard_bytes() >> 20, (*model)->file().data_section_size() >> 20);
   }
   return std::move(*model);
 }

@@ -33,7 +33,8 @@ std::string default_model_path();
 std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet, int n_threads = 0,
                                             kernels::GgmlFlavour flavour = kernels::native_ggml_flavour(),
                                             kernels::Numerics numerics = kernels::Numerics::kExact,
-                                            PipelineStage stage = {});
+                                            PipelineStage stage = {}, TensorShard shard = {},
+                                            std::shared_ptr<TensorParallelComm> tensor_comm = nullptr);
 
 struct SamplingFlags {
   float temperature = 0.8f;

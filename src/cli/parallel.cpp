@@ -17,7 +17,8 @@ void ParallelFlags::add_to(CLI::App& app) {
                  "(mpirun -np P inferd ... --pipeline-parallel-size P)")
       ->capture_default_str();
   app.add_option("--tensor-parallel-size", tensor_parallel_size,
-                 "Split each layer across this many processes (not built yet: 1)")
+                 "Split each layer's heads, FFN and vocabulary across this many processes, started by mpirun "
+                 "(mpirun -np T inferd ... --tensor-parallel-size T)")
       ->capture_default_str();
 }
 
@@ -45,29 +46,45 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   auto world = distributed::MpiWorld::init();
   if (!world) return world.error();
   run.world = std::move(*world);
-  run.stage = {run.world->rank(), flags.pipeline_parallel_size};
+  if (flags.tensor_parallel_size > 1) {  // check_parallel_sizes: not with a pipeline yet
+    run.shard = {run.world->rank(), flags.tensor_parallel_size};
+    run.tensor_comm = std::make_shared<distributed::MpiTensorComm>(*run.world);
+    if (run.world->rank() == 0)
+      run.tensor_link = std::make_shared<distributed::MpiTensorParallelLink>(*run.world, run.tensor_comm);
+  } else {
+    run.stage = {run.world->rank(), flags.pipeline_parallel_size};
+    if (run.world->rank() == 0) run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
+  }
   if (run.world->rank() == 0) {
-    run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
     // mpirun ends the job at once on a signal; rank 0's own drains first.
     spdlog::info("rank 0 (pid {}) of {}: SIGTERM to this pid drains and stops every rank", getpid(), run.world->size());
   }
   return run;
 }
 
-int run_pipeline_stage(const ParallelRun& run, const std::string& model_path, int threads,
-                       kernels::GgmlFlavour flavour, kernels::Numerics numerics,
-                       const std::function<std::optional<EngineConfig>(const Model&)>& engine_config) {
+std::unique_ptr<Model> load_model_part(const ParallelRun& run, const std::string& model_path, bool quiet, int threads,
+                                       kernels::GgmlFlavour flavour, kernels::Numerics numerics) {
+  return load_model_or_report(model_path, quiet, threads, flavour, numerics, run.stage, run.shard, run.tensor_comm);
+}
+
+int run_worker_rank(const ParallelRun& run, const std::string& model_path, int threads,
+                    kernels::GgmlFlavour flavour, kernels::Numerics numerics,
+                    const std::function<std::optional<EngineConfig>(const Model&)>& engine_config) {
   // mpirun forwards SIGTERM and SIGINT to every rank: rank 0 drains and then
   // tells this one to end, so this one must outlive the signal.
   signal(SIGTERM, SIG_IGN);
   signal(SIGINT, SIG_IGN);
   // A model that cannot load here ends every rank (rank 0 waits for this
   // one's KV cache size); the message says why.
-  auto model = load_model_or_report(model_path, true, threads, flavour, numerics, run.stage);
+  auto model = load_model_part(run, model_path, true, threads, flavour, numerics);
   if (!model) run.abort(1);
   const std::optional<EngineConfig> config = engine_config(*model);
   if (!config) run.await_abort();  // rank 0 reports the same flags
-  if (Status s = distributed::run_pipeline_worker(*run.world, *model, Engine::runner_config(*model, *config)); !s) {
+  const ModelRunnerConfig runner_config = Engine::runner_config(*model, *config);
+  const Status s = run.tensor_comm
+                       ? distributed::run_tensor_parallel_worker(*run.world, *model, *run.tensor_comm, runner_config)
+                       : distributed::run_pipeline_worker(*run.world, *model, runner_config);
+  if (!s) {
     spdlog::critical("rank {}: {}", run.world->rank(), s.error().message);
     run.abort(1);
   }

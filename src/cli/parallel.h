@@ -1,8 +1,10 @@
 // The flags and start-up of a model split across processes (serve and
 // generate): --tensor-parallel-size and --pipeline-parallel-size, vLLM's.
-// `mpirun -np P inferd serve ... --pipeline-parallel-size P` starts P ranks;
-// rank 0 runs the command (server or CLI, scheduler, output processor), the
-// others only their pipeline stage (distributed/pipeline.h).
+// `mpirun -np P inferd serve ... --pipeline-parallel-size P` (or
+// `--tensor-parallel-size T`) starts P (or T) ranks; rank 0 runs the command
+// (server or CLI, scheduler, output processor), the others only their
+// pipeline stage (distributed/pipeline.h) or their tensor shard of every
+// layer (distributed/tensor_parallel.h).
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -14,6 +16,7 @@
 #include "distributed/mpi_world.h"
 #include "distributed/parallel_config.h"
 #include "distributed/pipeline.h"
+#include "distributed/tensor_parallel.h"
 #include "engine/engine.h"
 #include "model/model.h"
 
@@ -23,11 +26,25 @@ struct ParallelFlags : distributed::ParallelConfig {
   void add_to(CLI::App& app);
 };
 
-// A run's processes: one (no MPI at all), or the ranks of a pipeline.
+// A run's processes: one (no MPI at all), the ranks of a pipeline, or the
+// ranks of a tensor-parallel model.
 struct ParallelRun {
   std::unique_ptr<distributed::MpiWorld> world;  // null: a single process
   PipelineStage stage;                           // this process's
   std::shared_ptr<distributed::MpiPipelineLink> link;  // rank 0 of a pipeline
+  TensorShard shard;                                   // this process's
+  std::shared_ptr<distributed::MpiTensorComm> tensor_comm;  // every rank of a tensor-parallel model
+  std::shared_ptr<distributed::MpiTensorParallelLink> tensor_link;  // its rank 0
+  // Rank 0's engine: where the other ranks are.
+  void attach(EngineConfig& config) const {
+    config.pipeline = link;
+    config.tensor_parallel = tensor_link;
+  }
+  // Rank 0, done: the other ranks end their loops.
+  void shutdown() const {
+    if (link) link->shutdown();
+    if (tensor_link) tensor_link->shutdown();
+  }
   bool worker() const { return world && world->rank() != 0; }
   // Prints on rank 0 only (every rank reaches the same verdicts).
   bool reports() const { return !world || world->rank() == 0; }
@@ -46,9 +63,14 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags);
 // This process's rank as the launcher numbered it (0 when not launched by mpirun).
 int launched_rank();
 
-// A rank other than 0 of `serve` or `generate`: loads its stage of the model
-// and runs it until rank 0 is done; the exit code.
-int run_pipeline_stage(const ParallelRun& run, const std::string& model_path, int threads,
+// This process's part of the model (its pipeline stage or tensor shard), as
+// load_model_or_report loads it.
+std::unique_ptr<Model> load_model_part(const ParallelRun& run, const std::string& model_path, bool quiet, int threads,
+                                       kernels::GgmlFlavour flavour, kernels::Numerics numerics);
+
+// A rank other than 0 of `serve` or `generate`: loads its stage or shard of
+// the model and runs it until rank 0 is done; the exit code.
+int run_worker_rank(const ParallelRun& run, const std::string& model_path, int threads,
                        kernels::GgmlFlavour flavour, kernels::Numerics numerics,
                        const std::function<std::optional<EngineConfig>(const Model&)>& engine_config);
 

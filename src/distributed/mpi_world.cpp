@@ -29,11 +29,14 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::init() {
   // A failed call returns its error, which the caller reports with the rank
   // and the call before it aborts (the default would abort without saying).
   MPI_Comm_set_errhandler(world->pipeline_, MPI_ERRORS_RETURN);
+  MPI_Comm_dup(MPI_COMM_WORLD, &world->tensor_);
+  MPI_Comm_set_errhandler(world->tensor_, MPI_ERRORS_RETURN);
   return world;
 }
 
 MpiWorld::~MpiWorld() {
   if (pipeline_ != MPI_COMM_NULL) MPI_Comm_free(&pipeline_);
+  if (tensor_ != MPI_COMM_NULL) MPI_Comm_free(&tensor_);
   MPI_Finalize();
 }
 

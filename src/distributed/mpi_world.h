@@ -29,6 +29,9 @@ class MpiWorld {
   int size() const { return size_; }
   // The pipeline's messages go on a communicator of their own.
   MPI_Comm pipeline_comm() const { return pipeline_; }
+  // Tensor parallelism's collectives inside the forward pass go on another,
+  // so that they never match a step message.
+  MPI_Comm tensor_comm() const { return tensor_; }
   // Ends every rank at once (a failure after the ranks started to depend on
   // each other, where a clean exit of one would leave the others waiting).
   [[noreturn]] void abort(int exit_code) const;
@@ -37,6 +40,7 @@ class MpiWorld {
   MpiWorld() = default;
   int rank_ = 0, size_ = 1;
   MPI_Comm pipeline_ = MPI_COMM_NULL;
+  MPI_Comm tensor_ = MPI_COMM_NULL;
 };
 
 }  // namespace inferd::distributed

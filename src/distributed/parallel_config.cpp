@@ -8,14 +8,15 @@ Status check_parallel_sizes(const ParallelConfig& c, int launched) {
   const std::string t = std::to_string(c.tensor_parallel_size), p = std::to_string(c.pipeline_parallel_size);
   if (c.tensor_parallel_size < 1 || c.pipeline_parallel_size < 1)
     return make_error("--tensor-parallel-size and --pipeline-parallel-size must be at least 1");
-  if (c.tensor_parallel_size > 1)
-    return make_error("--tensor-parallel-size " + t +
-                      ": tensor parallelism is not built yet (issue 40); only pipeline parallelism splits a model "
-                      "across processes for now (--pipeline-parallel-size)");
+  if (c.tensor_parallel_size > 1 && c.pipeline_parallel_size > 1)
+    return make_error("--tensor-parallel-size " + t + " with --pipeline-parallel-size " + p +
+                      ": tensor and pipeline parallelism together are not built yet (issue 40); use one of them");
   const std::string n = std::to_string(c.world_size());
-  if (launched == 1 && c.world_size() > 1)
-    return make_error("--pipeline-parallel-size " + p + " runs one process per stage: start them with mpirun, e.g. "
-                      "mpirun -np " + n + " inferd ... --pipeline-parallel-size " + p);
+  if (launched == 1 && c.world_size() > 1) {
+    const std::string flag = c.tensor_parallel_size > 1 ? "--tensor-parallel-size " + t : "--pipeline-parallel-size " + p;
+    return make_error(flag + " runs one process per " + (c.tensor_parallel_size > 1 ? "shard" : "stage") +
+                      ": start them with mpirun, e.g. mpirun -np " + n + " inferd ... " + flag);
+  }
   if (launched != c.world_size())
     return make_error("mpirun started " + std::to_string(launched) + " processes, but a model split " + t +
                       " (--tensor-parallel-size) x " + p + " (--pipeline-parallel-size) ways runs on exactly " + n +

@@ -1,6 +1,6 @@
 // How a model is split across processes: vLLM's --tensor-parallel-size T and
 // --pipeline-parallel-size P, run as T x P ranks under mpirun. Rank r is
-// pipeline stage r (tensor parallelism is not built yet: T must be 1).
+// pipeline stage r, or tensor shard r (the two together are not built yet).
 #pragma once
 #include "core/result.h"
 
@@ -12,8 +12,8 @@ struct ParallelConfig {
   int world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
 };
 
-// Refuses sizes that cannot run, naming the rule: T and P at least 1; T
-// above 1 is not built yet; T x P processes, all started by mpirun
+// Refuses sizes that cannot run, naming the rule: T and P at least 1; not
+// both above 1 yet; T x P processes, all started by mpirun
 // (`launched` processes were).
 Status check_parallel_sizes(const ParallelConfig& config, int launched);
 

@@ -94,6 +94,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   if (config.pipeline && (config.offload.enabled() || config.kv_transfer))
     return make_error("KV offload tiers and the KV transfer do not run with pipeline parallelism yet (issue 40): "
                       "each rank's KV cache holds its own layers only");
+  if (config.tensor_parallel && (config.offload.enabled() || config.kv_transfer))
+    return make_error("KV offload tiers and the KV transfer do not run with tensor parallelism yet (issue 40): "
+                      "each rank's KV cache holds its own KV heads only");
   if (Status s = check_kv_cache_dtype(model, config.kv_cache_dtype, config.block_size,
                                       config.kv_cache_skip_sliding_window);
       !s)
@@ -103,6 +106,9 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   ModelRunnerConfig rc = runner_config(model, config);
   rc.pipeline = config.pipeline;
   if (config.pipeline) rc.agree_on_blocks = [link = config.pipeline](int32_t n) { return link->agree_on_blocks(n); };
+  rc.tensor_parallel = config.tensor_parallel;
+  if (config.tensor_parallel)
+    rc.agree_on_blocks = [link = config.tensor_parallel](int32_t n) { return link->agree_on_blocks(n); };
   auto runner = ModelRunner::create(model, rc);
   if (!runner) return runner.error();
 
@@ -901,6 +907,7 @@ void Engine::publish_stats() {
   s.computed_tokens = computed_tokens_;
   s.forward_seconds = forward_seconds_;
   if (drafter_) s.draft_forward_seconds = drafter_->forward_seconds();
+  if (config_.tensor_parallel) s.all_reduce = config_.tensor_parallel->all_reduce_stats();
   s.speculative = spec_stats_;
   if (offload_) s.offload = offload_->stats();
   if (transfer_) s.kv_transfer = transfer_->stats();

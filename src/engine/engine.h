@@ -91,6 +91,9 @@ struct EngineConfig {
   // Rank 0 of a pipeline-parallel model (engine/pipeline_link.h): the model
   // is loaded as the first stage and the other stages run elsewhere.
   std::shared_ptr<PipelineLink> pipeline;
+  // Rank 0 of a tensor-parallel model (engine/tensor_parallel_link.h): the
+  // model is loaded as rank 0's shard and the other ranks run theirs.
+  std::shared_ptr<TensorParallelLink> tensor_parallel;
   // Offload tiers for the prefix cache (kvstore/tiered_connector.h): cached
   // blocks the pool evicts are kept in host memory and on disk and loaded
   // back for a later prompt with the same prefix. Off by default; needs
@@ -209,6 +212,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;         // all positions run through the model
   double forward_seconds = 0.0;        // time in ModelRunner::execute
   double draft_forward_seconds = 0.0;  // time in the draft model's passes
+  AllReduceStats all_reduce;           // rank 0 of a tensor-parallel model: its all-reduces, else none
   SpeculativeStats speculative;        // drafts verified and accepted
   kvstore::OffloadStats offload;       // the offload tiers, if any
   kvtransfer::TransferStats kv_transfer;  // a consumer's pulls (and its agent's counts)

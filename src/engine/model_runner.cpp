@@ -75,12 +75,13 @@ Result<std::unique_ptr<ModelRunner>> ModelRunner::create(Model& model, const Mod
   if (config.agree_on_blocks) {
     const int32_t agreed = config.agree_on_blocks(n_blocks ? *n_blocks : 0);
     if (n_blocks && agreed < 2)
-      return make_error("another pipeline stage's KV cache budget holds fewer than 2 blocks");
+      return make_error("another rank's KV cache budget holds fewer than 2 blocks");
     if (n_blocks) n_blocks = agreed;
   }
   if (!n_blocks) return n_blocks.error();
   std::unique_ptr<ModelRunner> runner(new ModelRunner(model, std::move(layout), *n_blocks, config.kv_cache_shareable,
-                                                      config.n_state_slots, config.pipeline));
+                                                      config.n_state_slots, config.pipeline,
+                                                      config.tensor_parallel));
   if (config.warm_up) runner->warm_up();
   return runner;
 }
@@ -116,8 +117,9 @@ void ModelRunner::warm_up() {
 }
 
 ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots,
-                         std::shared_ptr<PipelineLink> pipeline)
-    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache, n_state_slots), pipeline_(std::move(pipeline)) {}
+                         std::shared_ptr<PipelineLink> pipeline, std::shared_ptr<TensorParallelLink> tensor_parallel)
+    : model_(model), cache_(std::move(layout), n_blocks, shareable_cache, n_state_slots),
+      pipeline_(std::move(pipeline)), tensor_parallel_(std::move(tensor_parallel)) {}
 
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();
@@ -204,6 +206,8 @@ ModelRunnerOutput& ModelRunner::sample(const SchedulerOutput& out, const StepSam
 }
 
 std::vector<float>& ModelRunner::compute_logits(const SchedulerOutput& out) {
+  // The other ranks run the same step (copies, batch, pass) beside this one.
+  if (tensor_parallel_) tensor_parallel_->send_step(out);
   // Copies on write first: the step may write the copies' destinations.
   for (const kv::BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
   build_batch(out, cache_.block_size(), batch_);

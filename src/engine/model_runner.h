@@ -18,6 +18,7 @@
 #include "engine/pipeline_link.h"
 #include "engine/sampling_stage.h"
 #include "engine/scheduler_output.h"
+#include "engine/tensor_parallel_link.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -52,6 +53,9 @@ struct ModelRunnerConfig {
   // Rank 0 of a pipeline: where the other stages are (execute() runs the
   // first stage and gets the last one's samples back through it).
   std::shared_ptr<PipelineLink> pipeline;
+  // Rank 0 of a tensor-parallel model: every forward pass here is first sent
+  // to the other ranks, whose passes it meets in its all-reduces.
+  std::shared_ptr<TensorParallelLink> tensor_parallel;
 };
 
 // Bytes of host memory the system could give us now (MemAvailable), or 0 if unknown.
@@ -125,7 +129,7 @@ class ModelRunner {
 
  private:
   ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool shareable_cache, int32_t n_state_slots,
-              std::shared_ptr<PipelineLink> pipeline);
+              std::shared_ptr<PipelineLink> pipeline, std::shared_ptr<TensorParallelLink> tensor_parallel);
   // Forward passes over the reserved null block, whose contents nothing reads.
   void warm_up();
 
@@ -136,6 +140,7 @@ class ModelRunner {
   SamplingStage sampling_;
   ModelRunnerOutput output_;  // reused
   std::shared_ptr<PipelineLink> pipeline_;  // rank 0 of a pipeline, else null
+  std::shared_ptr<TensorParallelLink> tensor_parallel_;  // rank 0 of a tensor-parallel model, else null
   std::vector<float> warm_up_hidden_;  // a later stage's warm-up input (zeros)
 };
 

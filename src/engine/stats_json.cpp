@@ -26,7 +26,9 @@ nlohmann::json engine_stats_json(const EngineStats& s) {
           {"generation_tokens", s.generation_tokens}, {"computed_tokens", s.computed_tokens},
           {"spec_draft_tokens", s.speculative.draft_tokens}, {"spec_accepted_tokens", s.speculative.accepted_tokens},
           {"spec_mean_acceptance_length", s.speculative.mean_acceptance_length()},
-          {"forward_seconds", s.forward_seconds}, {"draft_forward_seconds", s.draft_forward_seconds}};
+          {"forward_seconds", s.forward_seconds}, {"draft_forward_seconds", s.draft_forward_seconds},
+          {"all_reduce_calls", s.all_reduce.calls}, {"all_reduce_seconds", s.all_reduce.seconds},
+          {"all_reduce_mean_us", s.all_reduce.mean_us()}};
 }
 
 }  // namespace inferd

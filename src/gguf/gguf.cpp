@@ -860,23 +860,29 @@ void File::prefault(const ProgressFn& progress) const {
 }
 
 void File::prefault(const ProgressFn& progress, const std::function<bool(const TensorInfo&)>& wanted) const {
+  std::vector<std::pair<const void*, uint64_t>> ranges;
+  for (const TensorInfo& t : tensors_)
+    if (wanted(t)) ranges.emplace_back(data_ + t.offset, t.n_bytes);
+  prefault(progress, ranges);
+}
+
+void File::prefault(const ProgressFn& progress, const std::vector<std::pair<const void*, uint64_t>>& ranges) const {
   const long sys_page = ::sysconf(_SC_PAGESIZE);
   const uint64_t page = sys_page > 0 ? static_cast<uint64_t>(sys_page) : 4096;
   uint64_t total = 0, done = 0;
-  for (const TensorInfo& t : tensors_)
-    if (wanted(t)) total += t.n_bytes;
+  for (const auto& [p, n] : ranges) total += n;
   uint8_t acc = 0;
-  for (const TensorInfo& t : tensors_) {
-    if (!wanted(t) || t.n_bytes == 0) continue;
-    const uint8_t* p = data_ + t.offset;
+  for (const auto& [start_p, n_bytes] : ranges) {
+    if (n_bytes == 0) continue;
+    const auto* p = static_cast<const uint8_t*>(start_p);
     if (mapped_) {
       const auto addr = reinterpret_cast<uintptr_t>(p);
       const uintptr_t start = addr & ~static_cast<uintptr_t>(page - 1);
-      ::madvise(reinterpret_cast<void*>(start), t.n_bytes + (addr - start), MADV_WILLNEED);
+      ::madvise(reinterpret_cast<void*>(start), n_bytes + (addr - start), MADV_WILLNEED);
     }
-    for (uint64_t off = 0; off < t.n_bytes; off += page) acc ^= p[off];
-    acc ^= p[t.n_bytes - 1];
-    done += t.n_bytes;
+    for (uint64_t off = 0; off < n_bytes; off += page) acc ^= p[off];
+    acc ^= p[n_bytes - 1];
+    done += n_bytes;
     if (progress && total > 0) progress(static_cast<double>(done) / static_cast<double>(total));
   }
   volatile uint8_t sink = acc;

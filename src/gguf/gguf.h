@@ -18,6 +18,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -106,6 +107,8 @@ class File {
   // its own layers' weights, and the rest of the mapping stays untouched
   // (and takes no memory).
   void prefault(const ProgressFn& progress, const std::function<bool(const TensorInfo&)>& wanted) const;
+  // The same for byte ranges of the mapping (a tensor-parallel rank's rows).
+  void prefault(const ProgressFn& progress, const std::vector<std::pair<const void*, uint64_t>>& ranges) const;
   // Drops the mapped file pages wholly inside [p, p + n) from this process
   // (a copy of those bytes now lives elsewhere, e.g. repacked weights). They
   // stay readable: a later read faults them back in from the file. Nothing

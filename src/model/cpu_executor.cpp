@@ -26,7 +26,8 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
     : pool_(std::move(pool)),
       config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
       flavour_(model.ggml_flavour()), numerics_(model.numerics()),
-      layer_begin_(model.layer_begin()), layer_end_(model.layer_end()), pooled_(config_.returns_pooled()) {
+      layer_begin_(model.layer_begin()), layer_end_(model.layer_end()), comm_(model.tensor_comm()),
+      n_logits_(model.n_logits()), pooled_(config_.returns_pooled()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   // A pooled model never runs its LM head: it is not repacked.
@@ -439,8 +440,12 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
                                 std::vector<float>& logits) {
   ThreadPool& pool = *pool_;
   prepare_scratch(batch, pool.size());
-  if (last_stage())
-    logits.resize(batch.logit_rows.size() * static_cast<size_t>(pooled_ ? config_.n_embd : output_.rows()));
+  const auto n_rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (comm_) {  // this rank's vocabulary rows, then gathered
+    s_.shard_logits.resize(static_cast<size_t>(n_rows * output_.rows()));
+    logits.resize(comm_->root() ? static_cast<size_t>(n_rows * n_logits_) : 0);
+  } else if (last_stage())
+    logits.resize(static_cast<size_t>(n_rows * (pooled_ ? config_.n_embd : output_.rows())));
   else
     logits.resize(static_cast<size_t>(batch.size() * config_.n_embd));
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
@@ -465,10 +470,16 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
       std::fill_n(s_.token_seq.begin() + batch.sequences[i].first_token, batch.sequences[i].n_tokens,
                   static_cast<int32_t>(i));
   }
-  const Pass pass{&batch, &cache, logits.data(), hidden_in, &pool, {batch.size(), s_.places.data()}, outputs,
-                  output_tokens};
+  const Pass pass{&batch, &cache, comm_ ? s_.shard_logits.data() : logits.data(), hidden_in, &pool,
+                  {batch.size(), s_.places.data()}, outputs, output_tokens};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
+  if (comm_) comm_->gather_columns(s_.shard_logits.data(), n_rows, output_.rows(), logits.data(), n_logits_);
+}
+
+void CpuExecutor::sum_over_ranks(int64_t rows, int ti, ThreadPool& pool, const BarrierIdle& idle) {
+  if (ti == 0) comm_->all_reduce_sum(s_.h.data(), static_cast<size_t>(rows * config_.n_embd));
+  pool.barrier(idle);
 }
 
 // RMSNorm rows, each row r reading token row_token[r] (or r): x + h (when h is
@@ -827,6 +838,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         }
         read_weights(1);
         pool.barrier(idle);
+        if (comm_) sum_over_ranks(T, ti, pool, idle);
         pending = true;
         pending_norm = ph->post_norm ? W.post_attn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<MoeFfnPhase>(&phase)) {
@@ -840,11 +852,13 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase); ph && !ph->gated) {
         plain_mlp(L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_up, s_.in_down, ffn);
+        if (comm_) sum_over_ranks(ffn.n, ti, pool, idle);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase)) {
         gated_mlp(L[Projection::kGate], L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_gate, *in_up,
                   s_.in_down, ffn);
+        if (comm_) sum_over_ranks(ffn.n, ti, pool, idle);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       }

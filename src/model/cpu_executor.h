@@ -57,6 +57,14 @@ class CpuExecutor final : public Executor {
   // only theirs are repacked; the head only on the last stage.
   const int64_t layer_begin_, layer_end_;
   bool last_stage() const { return layer_end_ == config_.n_layer; }
+  // A tensor-parallel rank's exchange with the others (null: a whole model):
+  // the branch outputs are summed over the ranks before the residual add, the
+  // head's logits gathered to the root (model/tensor_parallel_comm.h).
+  const std::shared_ptr<TensorParallelComm> comm_;
+  const int64_t n_logits_;  // the whole head's rows (a rank computes its share)
+  // With comm_: every rank's partial s_.h of `rows` rows summed in place by
+  // one thread while the others wait; ends at a barrier.
+  void sum_over_ranks(int64_t rows, int thread_index, ThreadPool& pool, const BarrierIdle& idle);
 
   // What every thread of one forward pass reads.
   struct Pass {
@@ -207,6 +215,7 @@ class CpuExecutor final : public Executor {
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
     std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
+    std::vector<float> shard_logits;  // a tensor-parallel rank's share of the logits, before the gather
     // With an attention output gate: the query projection's rows (each head's
     // query, then its gate), and the gates' sigmoids by head as attn holds them.
     std::vector<float> q_gated, attn_gate;

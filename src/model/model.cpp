@@ -45,10 +45,25 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     // The first rows of a row-major matrix are a view of their own.
     if (options.max_output_rows > 0 && options.max_output_rows < m->weights_.output.rows)
       m->weights_.output.rows = options.max_output_rows;
+    m->n_output_rows_ = m->weights_.output.rows;
+  }
+  const TensorShard shard = options.tensor_shard;
+  const bool sharded = shard.count > 1;
+  if (sharded) {
+    if (!whole) return make_error(path + ": tensor and pipeline parallelism together are not built yet (issue 40)");
+    if (!options.tensor_comm) return make_error(path + ": a tensor-parallel rank needs its ranks' communicator");
+    auto plan = plan_tensor_shard(m->config_, m->weights_, shard);
+    if (!plan) return make_error(path + ": " + plan.error().message);
+    auto held = apply_tensor_shard(m->config_, m->weights_, *plan, shard);
+    if (!held) return make_error(path + ": " + held.error().message);
+    m->tensor_shard_plan_ = *plan;
+    m->tensor_shard_bytes_ = *held;
+    m->tensor_comm_ = options.tensor_comm;
   }
   if (options.prefault) {
     const gguf::ProgressFn progress = options.progress ? options.progress : [](double) {};
-    if (whole) m->file_->prefault(progress);
+    if (sharded) m->file_->prefault(progress, m->shard_ranges());
+    else if (whole) m->file_->prefault(progress);
     else m->file_->prefault(progress, [&m](const gguf::TensorInfo& t) { return m->stage_reads(t.name); });
   }
   // The executor is made last: it may copy the weights into its own layouts.
@@ -60,6 +75,26 @@ LayerRange pipeline_layers(int64_t n_layer, PipelineStage stage) {
   const int64_t base = n_layer / stage.count, extra = n_layer % stage.count;
   const int64_t begin = stage.index * base + std::min<int64_t>(stage.index, extra);
   return {begin, begin + base + (stage.index < extra ? 1 : 0)};
+}
+
+std::vector<std::pair<const void*, uint64_t>> Model::shard_ranges() const {
+  // The embedding table is left to the lookups (a few rows a step), as a
+  // pipeline stage after the first leaves it; a tied head's rows are the
+  // output's view below.
+  std::vector<std::pair<const void*, uint64_t>> ranges;
+  auto add = [&ranges](const WeightView& w) {
+    if (w) ranges.emplace_back(w.data, row_bytes(w.dtype, w.cols) * static_cast<uint64_t>(w.rows));
+  };
+  for (const LayerWeights& L : weights_.layers) {
+    for (const WeightView& p : L.proj) add(p);
+    for (const WeightView* w : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
+                                &L.post_attn_norm, &L.post_ffn_norm})
+      add(*w);
+  }
+  add(weights_.output_norm);
+  add(weights_.output);
+  add(weights_.rope_freqs);
+  return ranges;
 }
 
 bool Model::stage_reads(std::string_view tensor) const {

@@ -16,6 +16,8 @@
 #include "kernels/cpu/numerics.h"
 #include "model/config.h"
 #include "model/layer_program.h"
+#include "model/tensor_parallel_comm.h"
+#include "model/tensor_shard.h"
 #include "model/forward_batch.h"
 #include "model/kv_cache.h"
 #include "model/weights.h"
@@ -71,6 +73,12 @@ struct LoadOptions {
   // paged in and repacked, and only they are run. Generating models only;
   // more stages than layers are refused.
   PipelineStage pipeline_stage;
+  // Load as this rank of a tensor-parallel model (model/tensor_shard.h): its
+  // heads, FFN columns and vocabulary rows only are paged in, repacked and
+  // run; the forward pass adds the ranks' partial sums up through
+  // tensor_comm (required when tensor_shard.count > 1). Not with a pipeline.
+  TensorShard tensor_shard;
+  std::shared_ptr<TensorParallelComm> tensor_comm;
 };
 
 class Model;
@@ -132,7 +140,7 @@ class Model {
   int64_t n_logits() const {
     if (config_.returns_pooled())
       return config_.pooling == PoolingType::kRank ? weights_.cls_out.rows : config_.n_embd;
-    return weights_.output ? weights_.output.rows : config_.n_vocab;
+    return weights_.output ? n_output_rows_ : config_.n_vocab;
   }
 
   // Runs the batch through the network on the model's executor (see
@@ -152,6 +160,14 @@ class Model {
   bool last_stage() const { return layers_.end == config_.n_layer; }
   // Whether this stage reads the tensor of that name (what it pages in).
   bool stage_reads(std::string_view tensor) const;
+  // A tensor-parallel rank's partial sums' exchange (null: a whole model).
+  // Its config() then has this rank's heads and FFN width, its weights() its
+  // shard (model/tensor_shard.h).
+  const std::shared_ptr<TensorParallelComm>& tensor_comm() const { return tensor_comm_; }
+  // What this rank holds, in the whole model's numbering, and the bytes of
+  // its projections and head (a tensor-parallel rank only).
+  const TensorShardPlan& tensor_shard_plan() const { return tensor_shard_plan_; }
+  int64_t tensor_shard_bytes() const { return tensor_shard_bytes_; }
   // Whether a cache of this layout can be made for this model: every group's
   // spec is valid and one its executor runs (a KV dtype its attention kernels
   // do not read is refused here, before any cache is allocated).
@@ -170,6 +186,12 @@ class Model {
   kernels::Numerics numerics_ = kernels::Numerics::kExact;
   ModelWeights weights_;
   LayerRange layers_;  // pipeline_layers of LoadOptions::pipeline_stage
+  int64_t n_output_rows_ = 0;  // the LM head's rows, all of them (a tensor-parallel rank holds a share)
+  std::shared_ptr<TensorParallelComm> tensor_comm_;
+  TensorShardPlan tensor_shard_plan_;
+  int64_t tensor_shard_bytes_ = 0;
+  // The bytes of the mapping a tensor-parallel rank reads (what it pages in).
+  std::vector<std::pair<const void*, uint64_t>> shard_ranges() const;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::string tokenizer_error_;
   std::unique_ptr<Executor> executor_;  // null when the model cannot generate

@@ -25,7 +25,9 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
   EXPECT_NE(message({1, 2}, 1).find("mpirun -np 2"), std::string::npos);
   EXPECT_NE(message({1, 2}, 3).find("must equal"), std::string::npos);
   EXPECT_NE(message({1, 1}, 2).find("mpirun started 2 processes"), std::string::npos);
-  EXPECT_NE(message({2, 1}, 2).find("not built yet (issue 40)"), std::string::npos);
+  EXPECT_TRUE(check_parallel_sizes({2, 1}, 2).ok());
+  EXPECT_NE(message({2, 1}, 1).find("mpirun -np 2 inferd ... --tensor-parallel-size 2"), std::string::npos);
+  EXPECT_NE(message({2, 2}, 4).find("together are not built yet (issue 40)"), std::string::npos);
   EXPECT_FALSE(check_parallel_sizes({1, 0}, 1).ok());
 }
 

@@ -1,0 +1,109 @@
+#include "distributed/tensor_parallel.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "distributed/mpi_messages.h"
+#include "distributed/pipeline.h"
+#include "distributed/step_codec.h"
+
+namespace inferd::distributed {
+
+namespace {
+
+enum Tag : int { kStepTag = 11 };
+
+void log_step(const MpiWorld& world, MpiTensorComm& comm) {
+  const MpiTensorComm::Stats s = comm.take_step_stats();
+  if (s.calls > 0)
+    spdlog::debug("rank {}: step's all-reduces: {} calls, {:.1f} us mean", world.rank(), s.calls, s.mean_us());
+}
+
+}  // namespace
+
+void MpiTensorComm::all_reduce_sum(float* data, size_t n) {
+  const auto start = std::chrono::steady_clock::now();
+  // In place: the pass's own buffer of partial sums becomes the sum, with no
+  // copy in or out.
+  check(world_, MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, world_.tensor_comm()),
+        "summing a layer's partial outputs (MPI_Allreduce)");
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (Stats* s : {&total_, &step_}) {
+    ++s->calls;
+    s->seconds += seconds;
+  }
+}
+
+void MpiTensorComm::gather_columns(const float* part, int64_t rows, int64_t part_cols, float* whole,
+                                   int64_t whole_cols) {
+  const int n = world_.size();
+  // Each rank's columns, as model/tensor_shard.h splits the vocabulary.
+  counts_.resize(n);
+  displs_.resize(n);
+  int64_t at = 0;
+  for (int r = 0; r < n; ++r) {
+    counts_[r] = static_cast<int>(rows * shard_units(whole_cols, {r, n}).size());
+    displs_[r] = static_cast<int>(at);
+    at += counts_[r];
+  }
+  if (root()) gathered_.resize(static_cast<size_t>(at));
+  check(world_, MPI_Gatherv(part, static_cast<int>(rows * part_cols), MPI_FLOAT, gathered_.data(), counts_.data(),
+                            displs_.data(), MPI_FLOAT, 0, world_.tensor_comm()),
+        "gathering the logits (MPI_Gatherv)");
+  if (!root()) return;
+  for (int r = 0; r < n; ++r) {
+    const ShardRange cols = shard_units(whole_cols, {r, n});
+    for (int64_t row = 0; row < rows; ++row)
+      std::copy_n(gathered_.data() + displs_[r] + row * cols.size(), cols.size(),
+                  whole + row * whole_cols + cols.begin);
+  }
+}
+
+int32_t MpiTensorParallelLink::agree_on_blocks(int32_t local) { return distributed::agree_on_blocks(world_, local); }
+
+void MpiTensorParallelLink::send_step(const SchedulerOutput& out) {
+  log_step(world_, *comm_);  // the step before this one
+  bytes_ = encode_step(StepMessage::Kind::kStep, {}, out, {});
+  for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "sending a step");
+}
+
+void MpiTensorParallelLink::shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
+  for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "ending the ranks");
+  log_all_reduce_latency(world_, *comm_);
+}
+
+void log_all_reduce_latency(const MpiWorld& world, const MpiTensorComm& comm) {
+  const MpiTensorComm::Stats s = comm.total();
+  spdlog::info("rank {}: {} all-reduces, {:.1f} us mean per call ({:.3f} s in all)", world.rank(), s.calls,
+               s.mean_us(), s.seconds);
+}
+
+Status run_tensor_parallel_worker(const MpiWorld& world, Model& model, MpiTensorComm& comm, ModelRunnerConfig config) {
+  config.pipeline = nullptr;
+  config.tensor_parallel = nullptr;
+  config.agree_on_blocks = [&world](int32_t n) { return agree_on_blocks(world, n); };
+  auto created = ModelRunner::create(model, config);
+  if (!created) return created.error();
+  ModelRunner& runner = **created;
+  spdlog::info("rank {} (pid {}): tensor-parallel rank, KV cache {} blocks ({} bytes)", world.rank(), getpid(),
+               runner.n_blocks(), runner.kv_cache_bytes());
+  std::vector<uint8_t> bytes;
+  for (;;) {
+    receive(world, bytes, 0, kStepTag, "receiving a step");
+    auto message = decode_step(bytes);
+    if (!message) return message.error();
+    if (message->kind == StepMessage::Kind::kShutdown) {
+      log_all_reduce_latency(world, comm);
+      return {};
+    }
+    runner.compute_logits(message->out);  // the logits go to rank 0
+    log_step(world, comm);
+  }
+}
+
+}  // namespace inferd::distributed
