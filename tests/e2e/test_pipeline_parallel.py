@@ -22,58 +22,22 @@ import time
 import openai
 import pytest
 
-from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME, REPO, Server, free_port, stop, wait_until_ready
+from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME, REPO, Server, stop
+import mpi_ranks
+from mpi_ranks import MPI_ENV, mpirun, stop_ranks, wait_for_pid
 
 TINY = REPO / "tests" / "data" / "models"
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is missing: scripts/setup.sh installs OpenMPI")
 
 
-def mpirun(n: int) -> list[str]:
-    return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
-
-
 def serve(tmp: pathlib.Path, ranks: int, model: pathlib.Path = DEFAULT_MODEL) -> Server:
-    port = free_port()
-    args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
-            "--kv-cache-memory", "64M", "--shutdown-timeout", "5"]
-    if ranks > 1:
-        args = mpirun(ranks) + args + ["--pipeline-parallel-size", str(ranks)]
-    log_path = tmp / f"server-{port}.log"
-    proc = subprocess.Popen(args, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=MPI_ENV)
-    srv = Server(f"http://127.0.0.1:{port}", MODEL_NAME, BINARY, proc, log_path, None, args)
-    wait_until_ready(srv, timeout=180)
-    return srv
-
-
-def wait_for_pid(srv: Server, rank: int) -> int:
-    """A rank's pid from the log (rank 1 logs it once its stage is ready, maybe after rank 0 serves)."""
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if m := re.search(rf"rank {rank} \(pid (\d+)\)", srv.log()):
-            return int(m.group(1))
-        time.sleep(0.1)
-    pytest.fail(f"rank {rank} logged no pid:\n{srv.log()[-3000:]}")
-
-
-def stop_pipeline(srv: Server) -> int:
-    """SIGTERM to rank 0 (mpirun would end the job at once on a signal): it drains and ends the other ranks."""
-    os.kill(wait_for_pid(srv, 0), signal.SIGTERM)
-    try:
-        return srv.process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        srv.process.kill()
-        srv.process.wait()
-        pytest.fail(f"the pipeline did not end within 60 s of SIGTERM to rank 0:\n{srv.log()[-3000:]}")
+    return mpi_ranks.serve(tmp, model, ranks, "--pipeline-parallel-size")
 
 
 def generate(model: pathlib.Path, ranks: int, *flags: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    args = [str(BINARY), "generate", "-m", str(model), "--threads", "1", *flags]
-    if ranks > 1:
-        args = mpirun(ranks) + args + ["--pipeline-parallel-size", str(ranks)]
-    return subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=timeout)
+    size = ["--pipeline-parallel-size", str(ranks)] if ranks > 1 else []
+    return mpi_ranks.generate(model, ranks, *flags, *size, timeout=timeout)
 
 
 # 32 requests: greedy and seeded sampling (with penalties), completions and chat, streamed and not, some with
@@ -144,7 +108,7 @@ def test_pipeline_serves_what_one_process_serves(tmp_path):
         got = run_all(two)
         log = two.log()
     finally:
-        code = stop_pipeline(two)
+        code = stop_ranks(two)
     assert code == 0, two.log()[-3000:]
     assert re.search(r"rank 1 \(pid \d+\): pipeline stage of layers \[15, 30\)", log), log[-3000:]
     assert all(e["text"] for e in expected)

@@ -21,22 +21,19 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
 import re
 import shutil
-import signal
-import subprocess
 import urllib.request
 
 import openai
 import pytest
 
-from conftest import BINARY, DEFAULT_MODEL, MODEL_DIR, MODEL_NAME, REPO, Server, free_port, stop, wait_until_ready
+from conftest import DEFAULT_MODEL, MODEL_DIR, MODEL_NAME, REPO, Server, stop
+import mpi_ranks
+from mpi_ranks import generate, stop_ranks
 
 TINY = REPO / "tests" / "data" / "models"
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
 # Per model: the fewest of the 20 greedy continuations identical to one process's, and the largest difference
 # (nats) between a chosen token's logprob with two ranks and with one before the continuations part (see above).
 AGREEMENT = {"qwen2.5-coder-0.5b": (5, 1.5), "tiny-qwen3": (19, 0.1)}
@@ -54,35 +51,8 @@ PROMPTS = [
 ]
 
 
-def mpirun(n: int) -> list[str]:
-    return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
-
-
 def serve(tmp, model, ranks: int) -> Server:
-    port = free_port()
-    args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-            "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
-            "--kv-cache-memory", "64M", "--shutdown-timeout", "5"]
-    if ranks > 1:
-        args = mpirun(ranks) + args + ["--tensor-parallel-size", str(ranks)]
-    log_path = tmp / f"server-{port}.log"
-    proc = subprocess.Popen(args, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=MPI_ENV)
-    srv = Server(f"http://127.0.0.1:{port}", MODEL_NAME, BINARY, proc, log_path, None, args)
-    wait_until_ready(srv, timeout=180)
-    return srv
-
-
-def stop_ranks(srv: Server) -> int:
-    """SIGTERM to rank 0 (mpirun would end the job at once on a signal): it drains and ends the other ranks."""
-    m = re.search(r"rank 0 \(pid (\d+)\)", srv.log())
-    assert m, srv.log()[-3000:]
-    os.kill(int(m.group(1)), signal.SIGTERM)
-    try:
-        return srv.process.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        srv.process.kill()
-        srv.process.wait()
-        pytest.fail(f"the ranks did not end within 60 s of SIGTERM to rank 0:\n{srv.log()[-3000:]}")
+    return mpi_ranks.serve(tmp, model, ranks, "--tensor-parallel-size")
 
 
 def complete(client: openai.OpenAI, prompt: str, stream: bool) -> dict:
@@ -151,13 +121,6 @@ def test_two_ranks_agree_with_one_process(tmp_path, request, model):
     for prompt, a, t in zip(PROMPTS, few, got):
         assert t["tokens"] == a["tokens"], prompt
         assert t["logprobs"] == a["logprobs"], prompt
-
-
-def generate(model, ranks: int, *flags: str, threads: int = 1) -> subprocess.CompletedProcess:
-    args = [str(BINARY), "generate", "-m", str(model), "--threads", str(threads), *flags]
-    if ranks > 1:
-        args = mpirun(ranks) + args
-    return subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=120)
 
 
 def test_generate_with_two_ranks_matches_one_process():
