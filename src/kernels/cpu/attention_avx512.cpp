@@ -212,6 +212,34 @@ template <int NH, int NV>
   for (int h = 0; h < NH; ++h) s[h] = tree_last(c[0][h], c[1][h]);
 }
 
+// The weighted values' partial sums of positions [pos_begin, pos_end), one set
+// per position lane: set s (s = p % n_sets, for the n_sets or fewer sets the
+// range reaches) gets sum of w_p * v_p over its positions, in position order,
+// each set's columns [0, width) at acc + s * width. The columns go 256 at a
+// time (sixteen vectors held in registers while a set's positions stream
+// by), so only the sets reached are written and none is zeroed first: the
+// same multiply-adds in the same order as adding each position into a zeroed
+// set. v + slots[i] + col0 is the value row of position pos_begin + i, w[i]
+// its weight.
+void sum_value_sets(const uint16_t* v, const int64_t* slots, int64_t col0, int64_t width, int64_t pos_begin,
+                    int64_t pos_end, int64_t n_sets, const float* w, float* acc) {
+  const int64_t used = std::min(n_sets, pos_end - pos_begin);
+  for (int64_t d0 = 0; d0 < width; d0 += 256) {
+    const int64_t nv = std::min<int64_t>(16, (width - d0) / 16);
+    for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
+      __m512 a[16];
+      for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
+      for (int64_t p = p0; p < pos_end; p += n_sets) {
+        const uint16_t* row = v + slots[p - pos_begin] + col0 + d0;
+        const __m512 wp = _mm512_set1_ps(w[p - pos_begin]);
+        for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(row + 16 * j), wp, a[j]);
+      }
+      float* dst = acc + (p0 % n_sets) * width + d0;
+      for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
+    }
+  }
+}
+
 // Up to about this many positions weighted_values_decode is the faster
 // (build/attention_bench): beyond, it pays for walking the positions once per
 // 16 columns (6% slower at 512, 16% at 1,024), while storing the sets costs
@@ -429,22 +457,12 @@ void attend_one_head_avx512(const float* q_in, const PagedKV& kv, int64_t head_o
   softmax_to_f16(weights.data(), n, max, sinks);
 
   // Partial sums per position lane (p mod 16; mod 64 for decode: four
-  // accumulators of 16 lanes), each a D-vector held in registers while its
-  // positions (every n_sets-th) are summed.
+  // accumulators of 16 lanes), then folded.
   const int64_t n_sets = prefill ? 16 : 64;
   acc.resize(static_cast<size_t>(n_sets * D));
   const int64_t used = std::min(n_sets, pos_end - pos_begin);
-  for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
-    __m512 a[16];
-    for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
-    for (int64_t p = p0; p < pos_end; p += n_sets) {
-      const uint16_t* v = kv.v_f16() + slots[p - pos_begin] + head_offset;
-      const __m512 w = _mm512_set1_ps(weights[p - c0]);
-      for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(v + 16 * j), w, a[j]);
-    }
-    float* dst = &acc[(p0 % n_sets) * D];
-    for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
-  }
+  sum_value_sets(kv.v_f16(), slots.data(), head_offset, D, pos_begin, pos_end, n_sets, weights.data() + (pos_begin - c0),
+                 acc.data());
   fold_partial_sums(acc.data(), D, prefill, sets_reached(pos_begin, used, n_sets), out);
 }
 
@@ -507,20 +525,8 @@ void attend_latent_heads_avx512(const float* q_in, int64_t n_heads, const PagedK
     // folding all 64 sets of a 512-wide latent per head and step.
     acc.resize(static_cast<size_t>(n_sets * Dv));
     const int64_t used = std::min(n_sets, pos_end - pos_begin);
-    for (int64_t d0 = 0; d0 < Dv; d0 += 256) {
-      const int64_t nv = std::min<int64_t>(16, (Dv - d0) / 16);
-      for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
-        __m512 a[16];
-        for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_setzero_ps();
-        for (int64_t p = p0; p < pos_end; p += n_sets) {
-          const uint16_t* v = kv.v_f16() + slots[p - pos_begin] + d0;
-          const __m512 w = _mm512_set1_ps(weights[p - c0]);
-          for (int64_t j = 0; j < nv; ++j) a[j] = _mm512_fmadd_ps(load_f16(v + 16 * j), w, a[j]);
-        }
-        float* dst = &acc[(p0 % n_sets) * Dv + d0];
-        for (int64_t j = 0; j < nv; ++j) _mm512_storeu_ps(dst + 16 * j, a[j]);
-      }
-    }
+    sum_value_sets(kv.v_f16(), slots.data(), 0, Dv, pos_begin, pos_end, n_sets, weights.data() + (pos_begin - c0),
+                   acc.data());
     fold_partial_sums(acc.data(), Dv, prefill, sets_reached(pos_begin, used, n_sets), out + h * Dv);
   }
 }
