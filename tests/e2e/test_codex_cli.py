@@ -177,5 +177,8 @@ def test_codex_exec_completes_a_task_with_tool_calls(qwen15, tmp_path):
                if item.get("type") == "function_call_output"]
     assert outputs, transcript
     assert {o["call_id"] for o in outputs} <= set(calls), (outputs, calls)
-    # Codex finished on an answer without another call.
-    assert sse_items(proxy.exchanges[-1][1])[-1]["type"] == "message", proxy.exchanges[-1][1][-2000:]
+    # Codex finished on an answer without another call: a message, or no item at all when the
+    # model ends at once (its prompt holds this run's paths and date, so greedy answers vary
+    # between runs; one CI run ended so).
+    last = sse_items(proxy.exchanges[-1][1])
+    assert all(item["type"] == "message" for item in last), proxy.exchanges[-1][1][-2000:]
