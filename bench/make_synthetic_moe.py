@@ -199,6 +199,18 @@ def common(w, name, n_ctx, n_embd, n_layer, n_ff, n_head, n_head_kv, head_dim, r
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
+def qk_norm_attention(m, p, n_embd, n_head, n_head_kv, hd, q, query_rows_per_head=1):
+    """Layer p's attention with per-head q/k RMS norms (Qwen3, Qwen3.5): Q, K, V, the norms and the
+    output projection. query_rows_per_head 2: attn_q holds each head's query then its output gate
+    (Qwen3.5's gated attention)."""
+    m.matrix(p + "attn_q.weight", query_rows_per_head * n_head * hd, n_embd, q)
+    m.matrix(p + "attn_k.weight", n_head_kv * hd, n_embd, q)
+    m.matrix(p + "attn_v.weight", n_head_kv * hd, n_embd, q)
+    m.vector(p + "attn_q_norm.weight", hd, 0.2, 1.0)
+    m.vector(p + "attn_k_norm.weight", hd, 0.2, 1.0)
+    m.matrix(p + "attn_output.weight", n_embd, n_head * hd, q, std=1.0 / math.sqrt(n_head * hd))
+
+
 def make_qwen3moe(path, n_layer, seed=300):
     n_embd, n_head, n_head_kv, hd, n_vocab = 2048, 32, 4, 128, 151936
     n_expert, n_used, n_ff_exp = 128, 8, 768
@@ -211,12 +223,7 @@ def make_qwen3moe(path, n_layer, seed=300):
     for i in range(n_layer):
         p = f"blk.{i}."
         m.vector(p + "attn_norm.weight", n_embd, 0.1, 1.0)
-        m.matrix(p + "attn_q.weight", n_head * hd, n_embd, q)
-        m.matrix(p + "attn_k.weight", n_head_kv * hd, n_embd, q)
-        m.matrix(p + "attn_v.weight", n_head_kv * hd, n_embd, q)
-        m.vector(p + "attn_q_norm.weight", hd, 0.2, 1.0)
-        m.vector(p + "attn_k_norm.weight", hd, 0.2, 1.0)
-        m.matrix(p + "attn_output.weight", n_embd, n_head * hd, q, std=1.0 / math.sqrt(n_head * hd))
+        qk_norm_attention(m, p, n_embd, n_head, n_head_kv, hd, q)
         m.vector(p + "ffn_norm.weight", n_embd, 0.1, 1.0)
         # Router logits with a standard deviation near 2: each token has favourites, the top-8
         # weights are not one-hot, and tokens spread over all 128 experts.
@@ -406,12 +413,7 @@ def make_qwen35(path, n_layer, seed=500):
             m.vector(p + "ssm_norm.weight", head, 0.2, 1.0)
             m.matrix(p + "ssm_out.weight", n_embd, value_dim, q, std=1.0 / math.sqrt(value_dim))
         else:  # gated full attention: attn_q holds each head's query then its output gate
-            m.matrix(p + "attn_q.weight", 2 * n_head * hd, n_embd, q)
-            m.matrix(p + "attn_k.weight", n_head_kv * hd, n_embd, q)
-            m.matrix(p + "attn_v.weight", n_head_kv * hd, n_embd, q)
-            m.vector(p + "attn_q_norm.weight", hd, 0.2, 1.0)
-            m.vector(p + "attn_k_norm.weight", hd, 0.2, 1.0)
-            m.matrix(p + "attn_output.weight", n_embd, n_head * hd, q, std=1.0 / math.sqrt(n_head * hd))
+            qk_norm_attention(m, p, n_embd, n_head, n_head_kv, hd, q, query_rows_per_head=2)
         m.vector(p + "post_attention_norm.weight", n_embd, 0.1, 1.0)
         m.matrix(p + "ffn_gate.weight", n_ff, n_embd, q)
         m.matrix(p + "ffn_up.weight", n_ff, n_embd, q)
