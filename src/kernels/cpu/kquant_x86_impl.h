@@ -404,9 +404,18 @@ inline void q6k_vec_dot_rows512(int64_t nb, const BlockQ6_K* const* x, const uin
   __m256 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
   const BlockQ8_K* y = reinterpret_cast<const BlockQ8_K*>(b);
+  // Rows one after another in memory (a matrix's rows) are read as one
+  // stream: the NR rows' super-blocks i lie NR * as apart at most, so a lead
+  // per row would leave the last row's bytes only lead - (NR - 1) * as ahead.
+  // Prefetch the span the rows cover linearly instead, NR blocks a step, with
+  // the lead measured past the last row.
+  bool contiguous = true;
+  for (int r = 1; r < NR; ++r) contiguous = contiguous && x[r] == x[r - 1] + nb;
+  const char* span = reinterpret_cast<const char*>(x[0]) + (NR - 1) * nb * sizeof(BlockQ6_K);
   for (int64_t i = 0; i < nb; ++i) {
+    if (contiguous) prefetch_weights_ahead(span + NR * i * sizeof(BlockQ6_K), NR * sizeof(BlockQ6_K));
     for (int r = 0; r < NR; ++r) {
-      prefetch_weights_ahead(x[r] + i, sizeof(BlockQ6_K));
+      if (!contiguous) prefetch_weights_ahead(x[r] + i, sizeof(BlockQ6_K));
       __m512i q[4], sc[4];
       __m256i offset;
       q6k_unpack512(x[r][i], q);
