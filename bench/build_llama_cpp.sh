@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's native tools (llama-bench, llama-server, llama-cli,
-# llama-perplexity, llama-quantize) from the
+# llama-perplexity, llama-quantize, llama-batched-bench) from the
 # llama-cpp-python source package on PyPI, for side-by-side benchmarks.
 # Usage: bench/build_llama_cpp.sh [DEST]   (default ~/.cache/inferd/llama.cpp)
 set -euo pipefail
@@ -12,6 +12,8 @@ if [[ -x "$DEST/build/bin/llama-bench" && -x "$DEST/build/bin/llama-server" ]]; 
   [[ -x "$DEST/build/bin/llama-perplexity" ]] || ninja -C "$DEST/build" -j "$JOBS" llama-perplexity
   # bench/make_synthetic_moe.py quantizes with llama-quantize.
   [[ -x "$DEST/build/bin/llama-quantize" ]] || ninja -C "$DEST/build" -j "$JOBS" llama-quantize
+  # bench/compare_kv_batched.py decodes many streams with llama-batched-bench.
+  [[ -x "$DEST/build/bin/llama-batched-bench" ]] || ninja -C "$DEST/build" -j "$JOBS" llama-batched-bench
   echo "llama.cpp tools already built in $DEST/build/bin"; exit 0
 fi
 mkdir -p "$DEST"
@@ -35,5 +37,5 @@ cmake -S "$DEST/src" -B "$DEST/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML
   -DCMAKE_C_FLAGS="$NATIVE_FLAGS" -DCMAKE_CXX_FLAGS="$NATIVE_FLAGS" \
   -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON \
   -DLLAMA_BUILD_SERVER=ON >/dev/null
-ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli llama-perplexity llama-quantize
+ninja -C "$DEST/build" -j "$JOBS" llama-bench llama-server llama-cli llama-perplexity llama-quantize llama-batched-bench
 echo "built: $DEST/build/bin"
