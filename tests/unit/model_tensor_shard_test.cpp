@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/quants.h"
+#include "model/linear.h"
 #include "model/model.h"
 #include "model/tensor_shard.h"
 
@@ -141,6 +143,59 @@ TEST(TensorShard, TinyQwen3ShardsAreRowViewsOfTheWholeModel) {
     }
   }
   EXPECT_EQ(vocab, all.output.rows);
+}
+
+// What bit-identity rests on: a rank's rows of a projection, made a Linear of
+// their own (repacked as one process repacks the whole), compute the same
+// bits as those rows of the whole matrix, for the layouts that group rows
+// (packed Q4_0/Q8_0, Q4_K's repack, tinyBLAS F32) and the tiled K-quant path
+// (9 tokens), a tail of rows past the last 16-row group included. (Split in
+// groups of 4 instead, Q4_K's ranks leave the repack and differ.)
+TEST(TensorShard, ARanksRowsComputeTheWholeMatrixsBits) {
+  const int64_t cols = 256;
+  uint32_t seed = 1;
+  auto next = [&seed] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<float>(seed >> 8) / static_cast<float>(1u << 24) - 0.5f;
+  };
+  for (const auto& [type, rows] : std::vector<std::pair<DType, int64_t>>{
+           {DType::Q4_0, 48}, {DType::Q8_0, 44}, {DType::Q4_K, 40}, {DType::Q6_K, 44}, {DType::F32, 44}}) {
+    const size_t row = row_bytes(type, cols);
+    std::vector<uint8_t> bytes(row * rows);
+    std::vector<float> values(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (float& v : values) v = next();
+      kernels::quantize_row(type, values.data(), bytes.data() + row * r, cols);
+    }
+    const WeightView w{type, bytes.data(), cols, rows};
+    const Linear whole = Linear::make(w);
+    for (int64_t n_tokens : {1, 5, 9}) {
+      std::vector<float> x(n_tokens * cols);
+      for (float& v : x) v = next();
+      const std::vector<kernels::TokenPlace> places = kernels::one_chunk(n_tokens);
+      const StepTokens tokens{n_tokens, places.data()};
+      LinearInput in;
+      whole.prepare(in, n_tokens);
+      whole.quantize(x.data(), 0, n_tokens, tokens, in);
+      std::vector<float> expected(n_tokens * rows);
+      whole.compute(in, tokens, expected.data(), 0, 1);
+      const ShardSplit split = split_rows(rows, kShardRowGroup, 2);
+      for (int rank = 0; rank < 2; ++rank) {
+        const ShardRange mine = split.of(rank);
+        const Linear part = Linear::make(shard_rows(w, mine));
+        LinearInput part_in;
+        part.prepare(part_in, n_tokens);
+        part.quantize(x.data(), 0, n_tokens, tokens, part_in);
+        std::vector<float> got(n_tokens * mine.size());
+        part.compute(part_in, tokens, got.data(), 0, 1);
+        for (int64_t t = 0; t < n_tokens; ++t)
+          EXPECT_EQ(std::memcmp(got.data() + t * mine.size(), expected.data() + t * rows + mine.begin,
+                                mine.size() * sizeof(float)),
+                    0)
+              << info(type).name << ", " << n_tokens << " tokens, rank " << rank << ", token " << t;
+      }
+    }
+  }
 }
 
 }  // namespace
