@@ -18,46 +18,52 @@ enum Tag : int { kStepTag = 11 };
 void log_step(const MpiWorld& world, MpiTensorComm& comm) {
   const MpiTensorComm::Stats s = comm.take_step_stats();
   if (s.calls > 0)
-    spdlog::debug("rank {}: step's all-reduces: {} calls, {:.1f} us mean", world.rank(), s.calls, s.mean_us());
+    spdlog::debug("rank {}: step's collectives: {} calls, {:.1f} us mean", world.rank(), s.calls, s.mean_us());
 }
 
 }  // namespace
 
-void MpiTensorComm::all_reduce_sum(float* data, size_t n) {
+void MpiTensorComm::gather(const float* part, int64_t rows, float* whole, const ShardSplit& split, bool to_all) {
   const auto start = std::chrono::steady_clock::now();
-  // In place: the pass's own buffer of partial sums becomes the sum, with no
-  // copy in or out.
-  check(world_, MPI_Allreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, world_.tensor_comm()),
-        "summing a layer's partial outputs (MPI_Allreduce)");
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (Stats* s : {&total_, &step_}) {
-    ++s->calls;
-    s->seconds += seconds;
-  }
-}
-
-void MpiTensorComm::gather_columns(const float* part, int64_t rows, int64_t part_cols, float* whole,
-                                   int64_t whole_cols) {
   const int n = world_.size();
-  // Each rank's columns, as model/tensor_shard.h splits the vocabulary.
   counts_.resize(n);
   displs_.resize(n);
   int64_t at = 0;
   for (int r = 0; r < n; ++r) {
-    counts_[r] = static_cast<int>(rows * shard_units(whole_cols, {r, n}).size());
+    counts_[r] = static_cast<int>(rows * split.of(r).size());
     displs_[r] = static_cast<int>(at);
     at += counts_[r];
   }
-  if (root()) gathered_.resize(static_cast<size_t>(at));
-  check(world_, MPI_Gatherv(part, static_cast<int>(rows * part_cols), MPI_FLOAT, gathered_.data(), counts_.data(),
-                            displs_.data(), MPI_FLOAT, 0, world_.tensor_comm()),
-        "gathering the logits (MPI_Gatherv)");
-  if (!root()) return;
-  for (int r = 0; r < n; ++r) {
-    const ShardRange cols = shard_units(whole_cols, {r, n});
-    for (int64_t row = 0; row < rows; ++row)
-      std::copy_n(gathered_.data() + displs_[r] + row * cols.size(), cols.size(),
-                  whole + row * whole_cols + cols.begin);
+  // One row (a decode step) arrives rank-major, which is the row itself: the
+  // ranks' columns land in place. Several rows are staged rank-major and then
+  // copied into each row: one receive datatype cannot describe the ranks'
+  // columns when their widths differ (the last rank's may), and the copy is
+  // small beside the projection that made the rows.
+  const bool in_place = rows == 1;
+  if (!in_place && (to_all || root())) staged_.resize(static_cast<size_t>(at));
+  float* into = in_place ? whole : staged_.data();
+  const int mine = counts_[world_.rank()];
+  if (to_all)
+    check(world_, MPI_Allgatherv(part, mine, MPI_FLOAT, into, counts_.data(), displs_.data(), MPI_FLOAT,
+                                 world_.tensor_comm()),
+          "gathering a layer's outputs (MPI_Allgatherv)");
+  else
+    check(world_, MPI_Gatherv(part, mine, MPI_FLOAT, into, counts_.data(), displs_.data(), MPI_FLOAT, 0,
+                              world_.tensor_comm()),
+          "gathering the logits (MPI_Gatherv)");
+  if (!in_place && (to_all || root())) {
+    const int64_t whole_cols = split.whole();
+    for (int r = 0; r < n; ++r) {
+      const ShardRange cols = split.of(r);
+      for (int64_t row = 0; row < rows; ++row)
+        std::copy_n(staged_.data() + displs_[r] + row * cols.size(), cols.size(),
+                    whole + row * whole_cols + cols.begin);
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (Stats* s : {&total_, &step_}) {
+    ++s->calls;
+    s->seconds += seconds;
   }
 }
 
@@ -74,12 +80,12 @@ void MpiTensorParallelLink::shutdown() {
   shut_down_ = true;
   bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
   for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "ending the ranks");
-  log_all_reduce_latency(world_, *comm_);
+  log_collective_latency(world_, *comm_);
 }
 
-void log_all_reduce_latency(const MpiWorld& world, const MpiTensorComm& comm) {
+void log_collective_latency(const MpiWorld& world, const MpiTensorComm& comm) {
   const MpiTensorComm::Stats s = comm.total();
-  spdlog::info("rank {}: {} all-reduces, {:.1f} us mean per call ({:.3f} s in all)", world.rank(), s.calls,
+  spdlog::info("rank {}: {} collectives, {:.1f} us mean per call ({:.3f} s in all)", world.rank(), s.calls,
                s.mean_us(), s.seconds);
 }
 
@@ -98,7 +104,7 @@ Status run_tensor_parallel_worker(const MpiWorld& world, Model& model, MpiTensor
     auto message = decode_step(bytes);
     if (!message) return message.error();
     if (message->kind == StepMessage::Kind::kShutdown) {
-      log_all_reduce_latency(world, comm);
+      log_collective_latency(world, comm);
       return {};
     }
     runner.compute_logits(message->out);  // the logits go to rank 0

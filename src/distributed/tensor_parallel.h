@@ -1,9 +1,9 @@
 // Tensor parallelism over MPI: every rank runs every layer on its shard of
 // the weights (model/tensor_shard.h). Per step, rank 0 sends the other ranks
 // the step (step_codec.h, without sampling state: rank 0 samples), and every
-// rank runs the same forward pass, meeting the others in one in-place
-// MPI_Allreduce after the attention output projection and one after the FFN
-// down projection, and in one MPI_Gatherv of the LM head's logits to rank 0.
+// rank runs the same forward pass, meeting the others in four MPI_Allgatherv a
+// layer (the heads' outputs, attn_output's rows, the activated FFN hidden,
+// ffn_down's rows) and in one MPI_Gatherv of the LM head's logits to rank 0.
 // Rank 0 owns the scheduler and the KV block allocation; every rank's cache
 // has the same blocks (agreed once at start) for its own KV heads.
 #pragma once
@@ -20,16 +20,20 @@
 namespace inferd::distributed {
 
 // The collectives of the forward pass, on the world's tensor communicator.
-// Counts the all-reduces and the time spent in them (the wait for the slowest
-// rank included: what a step pays).
+// Counts them and the time spent in them (the wait for the slowest rank
+// included: what a step pays).
 class MpiTensorComm final : public TensorParallelComm {
  public:
   explicit MpiTensorComm(const MpiWorld& world) : world_(world) {}
   bool root() const override { return world_.rank() == 0; }
-  void all_reduce_sum(float* data, size_t n) override;
-  void gather_columns(const float* part, int64_t rows, int64_t part_cols, float* whole, int64_t whole_cols) override;
+  void all_gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) override {
+    gather(part, rows, whole, split, /*to_all=*/true);
+  }
+  void gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) override {
+    gather(part, rows, whole, split, /*to_all=*/false);
+  }
 
-  using Stats = AllReduceStats;
+  using Stats = CollectiveStats;
   // Since the start, and since the last take_step_stats() (a step's).
   Stats total() const { return total_; }
   Stats take_step_stats() {
@@ -39,10 +43,12 @@ class MpiTensorComm final : public TensorParallelComm {
   }
 
  private:
+  void gather(const float* part, int64_t rows, float* whole, const ShardSplit& split, bool to_all);
+
   const MpiWorld& world_;
   Stats total_, step_;
-  std::vector<int> counts_, displs_;  // the gather's, reused
-  std::vector<float> gathered_;       // rank-major, before its columns are put in place
+  std::vector<int> counts_, displs_;  // the gathers', reused
+  std::vector<float> staged_;         // rank-major, before the columns are put in place
 };
 
 // Rank 0's side (engine/tensor_parallel_link.h).
@@ -52,12 +58,12 @@ class MpiTensorParallelLink final : public TensorParallelLink {
       : world_(world), comm_(std::move(comm)) {}
   ~MpiTensorParallelLink() override { shutdown(); }
   // Tells the other ranks to end their loops (once; the destructor does it if
-  // nobody did), and logs the all-reduce latency over the run.
+  // nobody did), and logs the collectives' latency over the run.
   void shutdown();
 
   int32_t agree_on_blocks(int32_t local) override;
   void send_step(const SchedulerOutput& out) override;
-  AllReduceStats all_reduce_stats() const override { return comm_->total(); }
+  CollectiveStats collective_stats() const override { return comm_->total(); }
 
  private:
   const MpiWorld& world_;
@@ -66,8 +72,8 @@ class MpiTensorParallelLink final : public TensorParallelLink {
   bool shut_down_ = false;
 };
 
-// Logs the all-reduce latency over the run on this rank (at shutdown).
-void log_all_reduce_latency(const MpiWorld& world, const MpiTensorComm& comm);
+// Logs the collectives' latency over the run on this rank (at shutdown).
+void log_collective_latency(const MpiWorld& world, const MpiTensorComm& comm);
 
 // A rank other than 0: makes its shard's runner (as rank 0's engine makes its
 // own, from the same config) and runs each step rank 0 sends until it says

@@ -907,7 +907,7 @@ void Engine::publish_stats() {
   s.computed_tokens = computed_tokens_;
   s.forward_seconds = forward_seconds_;
   if (drafter_) s.draft_forward_seconds = drafter_->forward_seconds();
-  if (config_.tensor_parallel) s.all_reduce = config_.tensor_parallel->all_reduce_stats();
+  if (config_.tensor_parallel) s.collectives = config_.tensor_parallel->collective_stats();
   s.speculative = spec_stats_;
   if (offload_) s.offload = offload_->stats();
   if (transfer_) s.kv_transfer = transfer_->stats();

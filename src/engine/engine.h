@@ -212,7 +212,7 @@ struct EngineStats {
   int64_t computed_tokens = 0;         // all positions run through the model
   double forward_seconds = 0.0;        // time in ModelRunner::execute
   double draft_forward_seconds = 0.0;  // time in the draft model's passes
-  AllReduceStats all_reduce;           // rank 0 of a tensor-parallel model: its all-reduces, else none
+  CollectiveStats collectives;         // rank 0 of a tensor-parallel model: its collectives, else none
   SpeculativeStats speculative;        // drafts verified and accepted
   kvstore::OffloadStats offload;       // the offload tiers, if any
   kvtransfer::TransferStats kv_transfer;  // a consumer's pulls (and its agent's counts)

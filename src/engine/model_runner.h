@@ -54,7 +54,7 @@ struct ModelRunnerConfig {
   // first stage and gets the last one's samples back through it).
   std::shared_ptr<PipelineLink> pipeline;
   // Rank 0 of a tensor-parallel model: every forward pass here is first sent
-  // to the other ranks, whose passes it meets in its all-reduces.
+  // to the other ranks, whose passes it meets in its all-gathers.
   std::shared_ptr<TensorParallelLink> tensor_parallel;
 };
 

@@ -27,8 +27,8 @@ nlohmann::json engine_stats_json(const EngineStats& s) {
           {"spec_draft_tokens", s.speculative.draft_tokens}, {"spec_accepted_tokens", s.speculative.accepted_tokens},
           {"spec_mean_acceptance_length", s.speculative.mean_acceptance_length()},
           {"forward_seconds", s.forward_seconds}, {"draft_forward_seconds", s.draft_forward_seconds},
-          {"all_reduce_calls", s.all_reduce.calls}, {"all_reduce_seconds", s.all_reduce.seconds},
-          {"all_reduce_mean_us", s.all_reduce.mean_us()}};
+          {"collective_calls", s.collectives.calls}, {"collective_seconds", s.collectives.seconds},
+          {"collective_mean_us", s.collectives.mean_us()}};
 }
 
 }  // namespace inferd

@@ -2,7 +2,7 @@
 // tensor-parallel model (distributed/tensor_parallel.h carries it over MPI).
 // Every rank runs every layer on its shard of each step: rank 0 tells the
 // others what the step runs before its own pass, and the passes meet in their
-// all-reduces (model/tensor_parallel_comm.h). Sampling stays on rank 0, where
+// all-gathers (model/tensor_parallel_comm.h). Sampling stays on rank 0, where
 // the gathered logits are.
 #pragma once
 #include <cstdint>
@@ -11,9 +11,10 @@
 
 namespace inferd {
 
-// The all-reduces of the forward passes so far on this rank (each one's time
-// includes the wait for the slowest rank: what a step pays).
-struct AllReduceStats {
+// The collectives of the forward passes so far on this rank: the layers'
+// all-gathers and the logits' gather (each one's time includes the wait for
+// the slowest rank: what a step pays).
+struct CollectiveStats {
   int64_t calls = 0;
   double seconds = 0.0;
   double mean_us() const { return calls > 0 ? seconds * 1e6 / static_cast<double>(calls) : 0.0; }
@@ -28,7 +29,7 @@ class TensorParallelLink {
   // Sends the step to every other rank, before rank 0 runs its own pass.
   virtual void send_step(const SchedulerOutput& out) = 0;
   // Read between steps (the engine's thread, after the pass).
-  virtual AllReduceStats all_reduce_stats() const = 0;
+  virtual CollectiveStats collective_stats() const = 0;
 };
 
 }  // namespace inferd

@@ -27,7 +27,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
       flavour_(model.ggml_flavour()), numerics_(model.numerics()),
       layer_begin_(model.layer_begin()), layer_end_(model.layer_end()), comm_(model.tensor_comm()),
-      n_logits_(model.n_logits()), pooled_(config_.returns_pooled()) {
+      shard_(model.tensor_shard_plan()), n_logits_(model.n_logits()), pooled_(config_.returns_pooled()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   // A pooled model never runs its LM head: it is not repacked.
@@ -148,6 +148,9 @@ bool prefetch_while_waiting(void* prefetcher) {
 }  // namespace
 
 int64_t CpuExecutor::own_rows_align(const Linear& down, int64_t width, int n_threads) const {
+  // A tensor-parallel rank quantizes the down projection's input only once
+  // every rank's part of it is gathered.
+  if (comm_) return 1;
   const int64_t down_block = quantize_block_of(down, width);
   // Gate and up split on the down projection's input blocks (Linear::compute
   // takes multiples of the 16-row group). Large blocks (Q8_K's 256) can leave
@@ -376,6 +379,11 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.k.resize(T * c.kv_dim());
   s_.v.resize(T * c.kv_dim());
   s_.attn.resize(T * c.attn_out_dim());
+  if (comm_) {  // the whole model's widths (config_ is this rank's shard)
+    s_.attn_gathered.resize(T * shard_.attn.whole());
+    s_.hidden_gathered.resize(T * shard_.ffn.whole());
+    s_.shard_rows.resize(T * shard_.embd.of(shard_.shard.index).size());
+  }
   const int64_t mlp_width = std::max(c.n_ff, c.moe.shared_width());  // the dense FFN's, or a shared expert's
   s_.gate.resize(T * mlp_width);
   s_.up.resize(T * mlp_width);
@@ -474,11 +482,12 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
                   {batch.size(), s_.places.data()}, outputs, output_tokens};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
-  if (comm_) comm_->gather_columns(s_.shard_logits.data(), n_rows, output_.rows(), logits.data(), n_logits_);
+  if (comm_) comm_->gather_columns(s_.shard_logits.data(), n_rows, logits.data(), shard_.vocab);
 }
 
-void CpuExecutor::sum_over_ranks(int64_t rows, int ti, ThreadPool& pool, const BarrierIdle& idle) {
-  if (ti == 0) comm_->all_reduce_sum(s_.h.data(), static_cast<size_t>(rows * config_.n_embd));
+void CpuExecutor::gather_over_ranks(const float* part, int64_t rows, float* whole, const ShardSplit& split, int ti,
+                                    ThreadPool& pool, const BarrierIdle& idle) {
+  if (ti == 0) comm_->all_gather_columns(part, rows, whole, split);
   pool.barrier(idle);
 }
 
@@ -657,6 +666,31 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   }
   pool.barrier(idle);
 
+  // The FFN's activated hidden as the down projection reads it: `mine`, or
+  // on a tensor-parallel rank every rank's columns of it gathered (once every
+  // thread's rows are activated).
+  auto hidden_of_all_ranks = [&](const float* mine, int64_t rows) -> const float* {
+    if (!comm_) return mine;
+    pool.barrier(idle);
+    gather_over_ranks(mine, rows, s_.hidden_gathered.data(), shard_.ffn, ti, pool, idle);
+    return s_.hidden_gathered.data();
+  };
+  // A projection onto the residual stream (attn_output, ffn_down, with its
+  // bias if any) into s_.h; on a tensor-parallel rank its own output rows,
+  // then every rank's gathered into s_.h. Ends at a barrier.
+  auto project_to_stream = [&](const Linear& w, const LinearInput& in, const StepTokens& rows,
+                               const WeightView& bias) {
+    float* out = comm_ ? s_.shard_rows.data() : s_.h.data();
+    w.compute(in, rows, out, ti, nt);
+    if (bias) {  // each thread adds the bias to the rows it computed
+      const auto [r0, r1] = w.thread_rows(ti, nt);
+      for (int64_t t = 0; t < rows.n && r0 < r1; ++t) add_bias(out + t * w.rows() + r0, bias.f32() + r0, r1 - r0);
+    }
+    read_weights(1);
+    pool.barrier(idle);
+    if (comm_) gather_over_ranks(s_.shard_rows.data(), rows.n, s_.h.data(), shard_.embd, ti, pool, idle);
+  };
+
   // A gated MLP of `width` on the FFN rows into s_.h: a dense FFN, or a
   // mixture's shared expert. Gate and up, then the gated activation and the
   // down-projection input. When the down projection's input quantizes by
@@ -683,12 +717,10 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
       for (int64_t t = f0; t < f1; ++t)
         gated_activation(act, s_.gate.data() + t * width, s_.up.data() + t * width, width, flavour_);
-      down.quantize(s_.gate.data(), f0, f1, ffn, in_down);
+      down.quantize(hidden_of_all_ranks(s_.gate.data(), TF), f0, f1, ffn, in_down);
     }
     pool.barrier(idle);
-    down.compute(in_down, ffn, s_.h.data(), ti, nt);
-    read_weights(1);
-    pool.barrier(idle);
+    project_to_stream(down, in_down, ffn, {});
   };
 
   // A non-gated MLP of `width` on the FFN rows into s_.h: up, the activation
@@ -700,11 +732,9 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     pool.barrier(idle);
     const auto [f0, f1] = ThreadPool::split(ffn.n, ti, nt);
     for (int64_t t = f0; t < f1; ++t) plain_activation(act, s_.gate.data() + t * width, width);
-    down.quantize(s_.gate.data(), f0, f1, ffn, in_down);
+    down.quantize(hidden_of_all_ranks(s_.gate.data(), ffn.n), f0, f1, ffn, in_down);
     pool.barrier(idle);
-    down.compute(in_down, ffn, s_.h.data(), ti, nt);
-    read_weights(1);
-    pool.barrier(idle);
+    project_to_stream(down, in_down, ffn, {});
   };
 
   // The norms' outputs: this thread's own (kOwnNormMaxTokens), or shared.
@@ -806,12 +836,19 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       } else if (const auto* ph = std::get_if<AttentionPhase>(&phase)) {
         // Each head's output is quantized for the output projection right
         // away when its columns are whole quantize blocks.
+        // A tensor-parallel rank quantizes the whole rows once every rank's
+        // heads are gathered.
         const Linear& wo = L[Projection::kO];
-        const int64_t o_block = quantize_block_of(wo, D);
+        const int64_t o_block = comm_ ? 0 : quantize_block_of(wo, D);
         attention(pass, l, *ph, ti, nt, o_block);
         if (o_block == 0) {
           pool.barrier(idle);
-          wo.quantize(s_.attn.data(), t0, t1, pass.tokens, s_.in_o);
+          const float* heads = s_.attn.data();
+          if (comm_) {
+            gather_over_ranks(heads, T, s_.attn_gathered.data(), shard_.attn, ti, pool, idle);
+            heads = s_.attn_gathered.data();
+          }
+          wo.quantize(heads, t0, t1, pass.tokens, s_.in_o);
         }
         pool.barrier(idle);
       } else if (const auto* ph = std::get_if<MlaQkvPhase>(&phase)) {
@@ -830,15 +867,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         pending = true;
         pending_norm = nullptr;
       } else if (const auto* ph = std::get_if<OutputPhase>(&phase)) {
-        const Linear& wo = L[Projection::kO];
-        wo.compute(s_.in_o, pass.tokens, s_.h.data(), ti, nt);
-        if (W.bo) {  // each thread adds the bias to the rows it computed
-          const auto [r0, r1] = wo.thread_rows(ti, nt);
-          for (int64_t t = 0; t < T && r0 < r1; ++t) add_bias(s_.h.data() + t * E + r0, W.bo.f32() + r0, r1 - r0);
-        }
-        read_weights(1);
-        pool.barrier(idle);
-        if (comm_) sum_over_ranks(T, ti, pool, idle);
+        project_to_stream(L[Projection::kO], s_.in_o, pass.tokens, W.bo);
         pending = true;
         pending_norm = ph->post_norm ? W.post_attn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<MoeFfnPhase>(&phase)) {
@@ -852,13 +881,11 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase); ph && !ph->gated) {
         plain_mlp(L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_up, s_.in_down, ffn);
-        if (comm_) sum_over_ranks(ffn.n, ti, pool, idle);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase)) {
         gated_mlp(L[Projection::kGate], L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_gate, *in_up,
                   s_.in_down, ffn);
-        if (comm_) sum_over_ranks(ffn.n, ti, pool, idle);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       }

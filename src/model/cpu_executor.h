@@ -58,13 +58,16 @@ class CpuExecutor final : public Executor {
   const int64_t layer_begin_, layer_end_;
   bool last_stage() const { return layer_end_ == config_.n_layer; }
   // A tensor-parallel rank's exchange with the others (null: a whole model):
-  // the branch outputs are summed over the ranks before the residual add, the
-  // head's logits gathered to the root (model/tensor_parallel_comm.h).
+  // the heads' outputs, the activated FFN hidden and the output rows of
+  // attn_output and ffn_down are gathered on every rank, the head's logits to
+  // the root (model/tensor_parallel_comm.h), split as shard_ says.
   const std::shared_ptr<TensorParallelComm> comm_;
+  const TensorShardPlan& shard_;
   const int64_t n_logits_;  // the whole head's rows (a rank computes its share)
-  // With comm_: every rank's partial s_.h of `rows` rows summed in place by
-  // one thread while the others wait; ends at a barrier.
-  void sum_over_ranks(int64_t rows, int thread_index, ThreadPool& pool, const BarrierIdle& idle);
+  // With comm_: every rank's columns of `rows` rows of `part` put in place in
+  // `whole` by one thread while the others wait; ends at a barrier.
+  void gather_over_ranks(const float* part, int64_t rows, float* whole, const ShardSplit& split, int thread_index,
+                         ThreadPool& pool, const BarrierIdle& idle);
 
   // What every thread of one forward pass reads.
   struct Pass {
@@ -215,7 +218,10 @@ class CpuExecutor final : public Executor {
   // Activations for the current step, grown on demand and then reused.
   struct Scratch {
     std::vector<float> x, x2, h, q, k, v, attn, gate, up, logits_in;  // x, x2: the residual stream
-    std::vector<float> shard_logits;  // a tensor-parallel rank's share of the logits, before the gather
+    // A tensor-parallel rank's: its share of the logits, before the gather;
+    // the heads' outputs and the activated FFN hidden of every rank
+    // (gathered); its rows of attn_output's or ffn_down's outputs.
+    std::vector<float> shard_logits, attn_gathered, hidden_gathered, shard_rows;
     // With an attention output gate: the query projection's rows (each head's
     // query, then its gate), and the gates' sigmoids by head as attn holds them.
     std::vector<float> q_gated, attn_gate;

@@ -54,10 +54,8 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     if (!options.tensor_comm) return make_error(path + ": a tensor-parallel rank needs its ranks' communicator");
     auto plan = plan_tensor_shard(m->config_, m->weights_, shard);
     if (!plan) return make_error(path + ": " + plan.error().message);
-    auto held = apply_tensor_shard(m->config_, m->weights_, *plan, shard);
-    if (!held) return make_error(path + ": " + held.error().message);
+    m->tensor_shard_bytes_ = apply_tensor_shard(m->config_, m->weights_, *plan);
     m->tensor_shard_plan_ = *plan;
-    m->tensor_shard_bytes_ = *held;
     m->tensor_comm_ = options.tensor_comm;
   }
   if (options.prefault) {

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "model/tensor_shard.h"
+
 namespace inferd {
 
 class TensorParallelComm {
@@ -14,15 +16,14 @@ class TensorParallelComm {
   virtual ~TensorParallelComm() = default;
   // Whether this rank gets the gathered logits (rank 0, which samples).
   virtual bool root() const = 0;
-  // data[0, n) <- the sum of every rank's data[0, n), in place on every rank:
-  // the partial outputs of attn_output and ffn_down.
-  virtual void all_reduce_sum(float* data, size_t n) = 0;
-  // The LM head's logits: each rank has rows x its own vocabulary columns
-  // (`part`, rows x part_cols); on the root `whole` (rows x whole_cols) gets
-  // every rank's columns side by side, in rank order. `whole` is not read
-  // elsewhere.
-  virtual void gather_columns(const float* part, int64_t rows, int64_t part_cols, float* whole,
-                              int64_t whole_cols) = 0;
+  // Each rank has `rows` rows of its own columns of `split` (`part`, rows x
+  // its part's width); on every rank `whole` (rows x split.whole()) gets every
+  // rank's columns in place: the heads' outputs, the activated FFN hidden,
+  // and attn_output's and ffn_down's output rows.
+  virtual void all_gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) = 0;
+  // The same to the root only: the LM head's logits (`whole` is not read
+  // elsewhere).
+  virtual void gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) = 0;
 };
 
 }  // namespace inferd

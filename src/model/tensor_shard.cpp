@@ -2,19 +2,22 @@
 
 #include <algorithm>
 #include <array>
-#include <cstring>
+
+#include "kernels/cpu/bf16_layout.h"
+#include "kernels/cpu/fast_layout.h"
+#include "kernels/cpu/packed_layout.h"
 
 namespace inferd {
 
 namespace {
 
+static_assert(kShardRowGroup % kernels::kPackRows == 0 && kShardRowGroup % kernels::kFastRows == 0 &&
+                  kShardRowGroup % kernels::kBf16Rows == 0,
+              "a rank's rows must be whole row groups of every kernel layout");
+
 // The dense decoders whose layers are attention + a dense FFN with separate
 // Q/K/V and gate/up/down tensors: what the split below knows how to cut.
 constexpr std::array<std::string_view, 5> kShardedArchitectures = {"llama", "qwen2", "qwen3", "mistral", "gemma3"};
-
-int64_t block_of(DType t) { return info(t).block_size; }
-
-std::string range_text(ShardRange r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; }
 
 // A 1-D F32 vector's elements [r.begin, r.end) (a bias of split rows).
 WeightView shard_vector(const WeightView& w, ShardRange r) {
@@ -32,6 +35,19 @@ ShardRange shard_units(int64_t n, TensorShard shard) {
   const int64_t base = n / shard.count, extra = n % shard.count;
   const int64_t begin = shard.index * base + std::min<int64_t>(shard.index, extra);
   return {begin, begin + base + (shard.index < extra ? 1 : 0)};
+}
+
+ShardSplit split_units(int64_t n_units, int64_t unit, int count) {
+  ShardSplit split;
+  split.edges.push_back(0);
+  for (int r = 0; r < count; ++r) split.edges.push_back(shard_units(n_units, {r, count}).end * unit);
+  return split;
+}
+
+ShardSplit split_rows(int64_t n, int64_t group, int count) {
+  ShardSplit split = split_units(n / group, group, count);
+  split.edges.back() = n;
+  return split;
 }
 
 Result<TensorShardPlan> plan_tensor_shard(const ModelConfig& c, const ModelWeights& w, TensorShard shard) {
@@ -54,20 +70,18 @@ Result<TensorShardPlan> plan_tensor_shard(const ModelConfig& c, const ModelWeigh
                       "model's " + std::to_string(c.n_head_kv) + " KV heads (" + std::to_string(c.n_head) +
                       " query heads)");
   TensorShardPlan plan;
+  plan.shard = shard;
   plan.kv_heads = shard_units(c.n_head_kv, shard);
   const int64_t group = c.n_head / c.n_head_kv;
   plan.q_heads = {plan.kv_heads.begin * group, plan.kv_heads.end * group};
-  // ffn_down's rows are split along their K dimension: on whole blocks of
-  // every layer's type (the largest one; the block sizes divide each other).
-  plan.ffn_unit = 1;
-  for (const LayerWeights& L : w.layers)
-    if (const WeightView& down = L[Projection::kDown]) plan.ffn_unit = std::max(plan.ffn_unit, block_of(down.dtype));
-  if (c.n_ff % plan.ffn_unit != 0 || c.n_ff / plan.ffn_unit < shard.count)
-    return make_error(refused + "the FFN's " + std::to_string(c.n_ff) + " columns split on whole " +
-                      std::to_string(plan.ffn_unit) + "-value blocks of ffn_down give fewer blocks than ranks");
-  const ShardRange units = shard_units(c.n_ff / plan.ffn_unit, shard);
-  plan.ffn = {units.begin * plan.ffn_unit, units.end * plan.ffn_unit};
-  plan.vocab = shard_units(w.output ? w.output.rows : c.n_vocab, shard);
+  plan.attn = split_units(c.n_head_kv, group * c.head_dim, shard.count);
+  plan.ffn = split_rows(c.n_ff, kShardRowGroup, shard.count);
+  plan.embd = split_rows(c.n_embd, kShardRowGroup, shard.count);
+  plan.vocab = split_rows(w.output ? w.output.rows : c.n_vocab, kShardRowGroup, shard.count);
+  if (c.n_ff < kShardRowGroup * shard.count || c.n_embd < kShardRowGroup * shard.count)
+    return make_error(refused + "the FFN's " + std::to_string(c.n_ff) + " and the embedding's " +
+                      std::to_string(c.n_embd) + " rows give a rank fewer than " + std::to_string(kShardRowGroup) +
+                      " rows");
   return plan;
 }
 
@@ -78,56 +92,34 @@ WeightView shard_rows(const WeightView& w, ShardRange r) {
                     r.size()};
 }
 
-Result<WeightView> shard_columns(const WeightView& w, ShardRange c, const std::string& name,
-                                 std::vector<std::shared_ptr<const std::vector<std::byte>>>& derived) {
-  const int64_t block = block_of(w.dtype);
-  if (c.begin % block != 0 || c.end % block != 0)
-    return make_error("tensor " + name + " (" + std::string(info(w.dtype).name) + ") cannot be split at columns " +
-                      range_text(c) + ": a rank's columns must start and end on the type's " +
-                      std::to_string(block) + "-value block boundary (a quantized block is never split across "
-                      "ranks); use another --tensor-parallel-size or a file of another type");
-  const size_t in_row = row_bytes(w.dtype, w.cols), skip = row_bytes(w.dtype, c.begin),
-               out_row = row_bytes(w.dtype, c.size());
-  auto bytes = std::make_shared<std::vector<std::byte>>(out_row * static_cast<size_t>(w.rows));
-  const auto* src = static_cast<const std::byte*>(w.data);
-  for (int64_t r = 0; r < w.rows; ++r)
-    std::memcpy(bytes->data() + out_row * static_cast<size_t>(r), src + in_row * static_cast<size_t>(r) + skip, out_row);
-  WeightView view{w.dtype, bytes->data(), c.size(), w.rows};
-  derived.push_back(std::move(bytes));
-  return view;
-}
-
-Result<int64_t> apply_tensor_shard(ModelConfig& c, ModelWeights& w, const TensorShardPlan& plan, TensorShard shard) {
+int64_t apply_tensor_shard(ModelConfig& c, ModelWeights& w, const TensorShardPlan& plan) {
+  const int rank = plan.shard.index;
   const int64_t D = c.head_dim;
   const ShardRange q_rows{plan.q_heads.begin * D, plan.q_heads.end * D};
   const ShardRange kv_rows{plan.kv_heads.begin * D, plan.kv_heads.end * D};
+  const ShardRange ffn_rows = plan.ffn.of(rank), embd_rows = plan.embd.of(rank);
   int64_t held = 0;
-  for (size_t l = 0; l < w.layers.size(); ++l) {
-    LayerWeights& L = w.layers[l];
-    const std::string prefix = "blk." + std::to_string(l) + ".";
+  for (LayerWeights& L : w.layers) {
     auto& proj = L.proj;
-    proj[static_cast<int>(Projection::kQ)] = shard_rows(L[Projection::kQ], q_rows);
-    proj[static_cast<int>(Projection::kK)] = shard_rows(L[Projection::kK], kv_rows);
-    proj[static_cast<int>(Projection::kV)] = shard_rows(L[Projection::kV], kv_rows);
+    auto cut = [&proj, &L](Projection p, ShardRange rows) { proj[static_cast<int>(p)] = shard_rows(L[p], rows); };
+    cut(Projection::kQ, q_rows);
+    cut(Projection::kK, kv_rows);
+    cut(Projection::kV, kv_rows);
     L.bq = shard_vector(L.bq, q_rows);
     L.bk = shard_vector(L.bk, kv_rows);
     L.bv = shard_vector(L.bv, kv_rows);
-    if (shard.index != 0) L.bo = {};  // added once, to the sum
-    auto o = shard_columns(L[Projection::kO], q_rows, prefix + "attn_output.weight", w.derived);
-    if (!o) return o.error();
-    proj[static_cast<int>(Projection::kO)] = *o;
-    proj[static_cast<int>(Projection::kGate)] = shard_rows(L[Projection::kGate], plan.ffn);
-    proj[static_cast<int>(Projection::kUp)] = shard_rows(L[Projection::kUp], plan.ffn);
-    auto down = shard_columns(L[Projection::kDown], plan.ffn, prefix + "ffn_down.weight", w.derived);
-    if (!down) return down.error();
-    proj[static_cast<int>(Projection::kDown)] = *down;
+    cut(Projection::kO, embd_rows);
+    L.bo = shard_vector(L.bo, embd_rows);
+    cut(Projection::kGate, ffn_rows);
+    cut(Projection::kUp, ffn_rows);
+    cut(Projection::kDown, embd_rows);
     for (const WeightView& p : L.proj) held += view_bytes(p);
   }
-  w.output = shard_rows(w.output, plan.vocab);
+  w.output = shard_rows(w.output, plan.vocab.of(rank));
   held += view_bytes(w.output);
   c.n_head = plan.q_heads.size();
   c.n_head_kv = plan.kv_heads.size();
-  c.n_ff = plan.ffn.size();
+  c.n_ff = ffn_rows.size();
   return held;
 }
 

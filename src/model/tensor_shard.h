@@ -1,23 +1,26 @@
 // Tensor parallelism's arithmetic: which part of each weight one of T ranks
-// holds (Megatron's split, GQA-aware), and the views of those parts. No MPI
-// here: a rank's shard is a smaller model of the same shape (fewer heads, a
-// narrower FFN, a slice of the vocabulary) whose partial sums the ranks add
-// up (model/tensor_parallel_comm.h).
+// holds (Megatron's split, GQA-aware, every projection cut along its output
+// rows), and the views of those parts. No MPI here: a rank's shard is a
+// smaller model of the same shape whose outputs the ranks gather
+// (model/tensor_parallel_comm.h).
 //
-// Rank i of T holds:
+// Rank i of T holds row ranges, each a view into the mapping:
 //  - KV heads [g0, g1) (whole heads; T must divide n_head_kv) and the query
-//    heads of their groups: attn_q/k/v's rows and biases of those heads, and
-//    attn_output's columns of those query heads;
-//  - FFN units [f0, f1): ffn_gate/up's rows and ffn_down's columns, the units
-//    being the largest quantization block of the ffn_down tensors, so that no
-//    quantized block of a row is ever split (the split may then be uneven);
+//    heads of their groups: attn_q/k/v's rows and biases of those heads;
+//  - FFN rows [f0, f1) of ffn_gate/up;
+//  - rows [e0, e1) of n_embd of attn_output and ffn_down (and attn_output's
+//    bias): each reads the whole gathered input (the heads' outputs, the
+//    activated hidden), so every dot product is one process's, bit for bit;
 //  - vocabulary rows [v0, v1) of the LM head (its logits are gathered);
-//  - attn_output's bias on rank 0 only (the ranks' outputs are summed);
 //  - the norms, the embedding table (each rank looks up its tokens' rows)
 //    and the RoPE factors whole.
+// The row splits other than the heads' are in whole groups of
+// kShardRowGroup rows, so that each rank's kernels take the same layout and
+// order for its rows as one process takes for the whole matrix.
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/result.h"
 #include "model/config.h"
@@ -42,33 +45,53 @@ struct ShardRange {
 // n % count shards take one more).
 ShardRange shard_units(int64_t n, TensorShard shard);
 
-// What one rank holds, in the full model's numbering.
+// How n rows (or columns) are cut among every rank: rank r's are
+// [edges[r], edges[r + 1]). Every rank knows every rank's part, so that a
+// gather can put each part in place.
+struct ShardSplit {
+  std::vector<int64_t> edges;  // count + 1 entries, from 0 to the whole
+  ShardRange of(int rank) const { return {edges[rank], edges[rank + 1]}; }
+  int64_t whole() const { return edges.empty() ? 0 : edges.back(); }
+  int count() const { return static_cast<int>(edges.size()) - 1; }
+};
+
+// The rows a layout of the CPU kernels groups (the packed, fast and BF16
+// layouts' 16, the Q4_K repack's 8, tinyBLAS's 4 divide it): a rank's rows
+// start on a multiple of it, so its matrix takes the kernels one process
+// takes for those rows.
+inline constexpr int64_t kShardRowGroup = 16;
+
+// n rows in whole groups of `group` balanced over `count` ranks (shard_units
+// of the groups); the rows after the last whole group go to the last rank,
+// whose part then ends as the whole matrix ends.
+ShardSplit split_rows(int64_t n, int64_t group, int count);
+// n_units whole units of `unit` rows each (shard_units), in rows: the
+// attention output's columns by KV head group.
+ShardSplit split_units(int64_t n_units, int64_t unit, int count);
+
+// What one rank holds, in the full model's numbering, and how the gathered
+// activations are split among all ranks.
 struct TensorShardPlan {
-  ShardRange kv_heads;   // of n_head_kv
-  ShardRange q_heads;    // of n_head: the groups of kv_heads
-  ShardRange ffn;        // of n_ff: rows of gate/up, columns of down
-  ShardRange vocab;      // rows of the LM head
-  int64_t ffn_unit = 0;  // n_ff is split in whole units of this many columns
+  TensorShard shard;
+  ShardRange kv_heads;  // this rank's, of n_head_kv
+  ShardRange q_heads;   // this rank's, of n_head: the groups of kv_heads
+  ShardSplit attn;      // the attention output's q_dim columns (each rank's q heads)
+  ShardSplit ffn;       // n_ff: rows of gate/up, columns of the activated hidden
+  ShardSplit embd;      // n_embd: rows of attn_output and ffn_down
+  ShardSplit vocab;     // rows of the LM head
 };
 
 // The plan for this rank, or an error naming the rule a model breaks: T must
 // divide the KV heads; a dense attention + gated-FFN model (MoE FFNs, latent
-// attention, recurrent hybrids and pooled models are refused by name); every
-// column split (attn_output, ffn_down) on its type's block boundary.
+// attention, recurrent hybrids and pooled models are refused by name).
 Result<TensorShardPlan> plan_tensor_shard(const ModelConfig& config, const ModelWeights& weights, TensorShard shard);
 
 // Rows [r.begin, r.end) of w: a view into the same bytes.
 WeightView shard_rows(const WeightView& w, ShardRange r);
-// Columns [c.begin, c.end) of every row of w, copied into a buffer kept in
-// `derived` (only those bytes of w are read). Refused, naming `name`, when
-// either end is not on the boundary of w's quantization blocks.
-Result<WeightView> shard_columns(const WeightView& w, ShardRange c, const std::string& name,
-                                 std::vector<std::shared_ptr<const std::vector<std::byte>>>& derived);
 
-// Turns a whole model's config and weights into rank `shard`'s: fewer heads,
-// a narrower FFN, views of its rows, copies of its columns (plan from
-// plan_tensor_shard). Returns the bytes of weights this rank holds.
-Result<int64_t> apply_tensor_shard(ModelConfig& config, ModelWeights& weights, const TensorShardPlan& plan,
-                                   TensorShard shard);
+// Turns a whole model's config and weights into rank `shard`'s (plan from
+// plan_tensor_shard): fewer heads, a narrower FFN, views of its rows.
+// Returns the bytes of weights this rank holds.
+int64_t apply_tensor_shard(ModelConfig& config, ModelWeights& weights, const TensorShardPlan& plan);
 
 }  // namespace inferd

@@ -141,11 +141,12 @@ std::string ServingMetrics::render(const EngineStats& stats, int64_t num_waiting
     gauge("recurrent_state_snapshots_cached", "Snapshots of the recurrent state the prefix cache holds now.",
           static_cast<double>(stats.kv_state_snapshots_cached));
   }
-  if (stats.all_reduce.calls > 0) {  // tensor parallelism: rank 0's sums of the ranks' partial outputs
-    counter("tensor_parallel_all_reduces_total", "MPI all-reduces of the forward passes (two a layer a step).",
-            stats.all_reduce.calls);
-    gauge("tensor_parallel_all_reduce_seconds_total",
-          "Seconds in those all-reduces, the wait for the slowest rank included.", stats.all_reduce.seconds);
+  if (stats.collectives.calls > 0) {  // tensor parallelism: rank 0's exchanges with the other ranks
+    counter("tensor_parallel_collectives_total",
+            "MPI collectives of the forward passes (four all-gathers a layer and the logits' gather a step).",
+            stats.collectives.calls);
+    gauge("tensor_parallel_collective_seconds_total",
+          "Seconds in those collectives, the wait for the slowest rank included.", stats.collectives.seconds);
   }
   counter("prompt_tokens_total", "Prompt tokens of the requests received.", stats.prompt_tokens);
   counter("generation_tokens_total", "Tokens generated.", stats.generation_tokens);
