@@ -181,6 +181,7 @@ int run_generate(const GenerateFlags& f) {
                              return config ? std::optional(*config) : std::nullopt;
                            });
   }
+  run->exit_when_a_rank_is_lost();
   const int exit_code = generate_on(f, *run);
   // A failure may leave the other stages waiting for this one's engine.
   if (exit_code != 0 && run->world) run->abort(exit_code);

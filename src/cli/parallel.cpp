@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 
 #include "cli/common.h"
@@ -29,6 +30,7 @@ int launched_rank() {
 }
 
 void ParallelRun::abort(int exit_code) const {
+  watcher.reset();  // the ranks this ends are not news
   if (world) world->abort(exit_code);
   std::exit(exit_code);
 }
@@ -36,6 +38,26 @@ void ParallelRun::abort(int exit_code) const {
 void ParallelRun::await_abort() const {
   MPI_Barrier(world->pipeline_comm());  // rank 0 never enters it: it aborts
   abort(2);
+}
+
+void ParallelRun::watch_ranks(distributed::RankWatcher::OnLost on_lost) const {
+  if (!world || world->rank() != 0) return;
+  std::vector<distributed::RankProcess> others(processes.begin() + 1, processes.end());
+  watcher = std::make_unique<distributed::RankWatcher>(others, std::move(on_lost));
+  for (const distributed::RankProcess& p : watcher->unwatched())
+    spdlog::warn("{} is not on this host: if it dies, the MPI runtime ends the job without a message from rank 0",
+                 distributed::describe(p));
+}
+
+void ParallelRun::exit_when_a_rank_is_lost() const {
+  watch_ranks([this](const distributed::RankProcess& p) {
+    spdlog::critical("{} ended: the model cannot run without it; ending every rank", distributed::describe(p));
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    // The main thread may wait in MPI for the lost rank for good: MPI_Abort
+    // ends it and every rank left.
+    world->abort(kLostRankExit);
+  });
 }
 
 Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
@@ -46,6 +68,7 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   auto world = distributed::MpiWorld::init();
   if (!world) return world.error();
   run.world = std::move(*world);
+  run.processes = distributed::gather_rank_processes(*run.world);
   if (flags.tensor_parallel_size > 1) {  // check_parallel_sizes: not with a pipeline yet
     run.shard = {run.world->rank(), flags.tensor_parallel_size};
     run.tensor_comm = std::make_shared<distributed::MpiTensorComm>(*run.world);

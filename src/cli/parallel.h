@@ -16,6 +16,7 @@
 #include "distributed/mpi_world.h"
 #include "distributed/parallel_config.h"
 #include "distributed/pipeline.h"
+#include "distributed/rank_watch.h"
 #include "distributed/tensor_parallel.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -35,13 +36,24 @@ struct ParallelRun {
   TensorShard shard;                                   // this process's
   std::shared_ptr<distributed::MpiTensorComm> tensor_comm;  // every rank of a tensor-parallel model
   std::shared_ptr<distributed::MpiTensorParallelLink> tensor_link;  // its rank 0
+  std::vector<distributed::RankProcess> processes;  // rank 0: every rank's, gathered at start
+  mutable std::unique_ptr<distributed::RankWatcher> watcher;  // rank 0, from watch_ranks() on
   // Rank 0's engine: where the other ranks are.
   void attach(EngineConfig& config) const {
     config.pipeline = link;
     config.tensor_parallel = tensor_link;
   }
+  // Rank 0, after its signals are blocked (the watcher's thread inherits the
+  // mask): `on_lost` is called, on the watcher's thread, once, when another
+  // rank's process ends before shutdown(). Nothing when there is one process.
+  void watch_ranks(distributed::RankWatcher::OnLost on_lost) const;
+  // Rank 0 of a command (generate, bench): a lost rank ends the run at once,
+  // naming the rank, with exit status kLostRankExit.
+  void exit_when_a_rank_is_lost() const;
+  static constexpr int kLostRankExit = 3;
   // Rank 0, done: the other ranks end their loops.
   void shutdown() const {
+    watcher.reset();  // their ends are expected now
     if (link) link->shutdown();
     if (tensor_link) tensor_link->shutdown();
   }
