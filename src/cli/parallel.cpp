@@ -114,4 +114,37 @@ int run_worker_rank(const ParallelRun& run, const std::string& model_path, int t
   return 0;
 }
 
+std::string ranks_note(const ParallelFlags& flags) {
+  if (flags.world_size() == 1) return "";
+  return " on each of " + std::to_string(flags.world_size()) + " ranks" +
+         (flags.tensor_parallel_size > 1 ? " (tensor parallel)" : " (pipeline parallel)");
+}
+
+void print_all_reduce(const AllReduceStats& s) {
+  if (s.calls == 0) return;
+  std::printf("%-22s %10.1f us mean per call (%lld calls, %.3f s in all, the wait for the slowest rank included)\n",
+              "All-reduce latency", s.mean_us(), static_cast<long long>(s.calls), s.seconds);
+}
+
+int run_command_on_ranks(const ParallelFlags& flags, const std::string& model_path, int threads,
+                         std::optional<kernels::Numerics> numerics,
+                         const std::function<std::optional<EngineConfig>(const Model&)>& engine_config,
+                         const std::function<int(const ParallelRun&)>& command) {
+  auto run = start_parallel_run(flags);
+  if (!run) {
+    if (launched_rank() == 0) std::fprintf(stderr, "error: %s\n", run.error().message.c_str());
+    return 2;
+  }
+  if (run->worker()) {
+    if (!numerics) run->await_abort();
+    return run_worker_rank(*run, model_path, threads, kernels::native_ggml_flavour(), *numerics, engine_config);
+  }
+  run->exit_when_a_rank_is_lost();
+  const int exit_code = command(*run);
+  // A failure may leave the other ranks waiting for this one's engine.
+  if (exit_code != 0 && run->world) run->abort(exit_code);
+  run->shutdown();
+  return exit_code;
+}
+
 }  // namespace inferd::cli

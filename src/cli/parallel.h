@@ -86,4 +86,24 @@ int run_worker_rank(const ParallelRun& run, const std::string& model_path, int t
                        kernels::GgmlFlavour flavour, kernels::Numerics numerics,
                        const std::function<std::optional<EngineConfig>(const Model&)>& engine_config);
 
+// " on each of 2 ranks (tensor parallel)", or "" for one process: how a
+// command's report says where it ran.
+std::string ranks_note(const ParallelFlags& flags);
+// Rank 0's all-reduces of a tensor-parallel run, one line (nothing without
+// any): the latency per call the benchmarks compare.
+void print_all_reduce(const AllReduceStats& s);
+
+// A command that runs to an end (generate, bench latency|throughput) on one
+// process or on every rank mpirun started. Rank 0 runs `command` (it loads
+// its part of the model with load_model_part, attaches the run to its engine
+// config, and returns the exit code); the others run their part until rank 0
+// is done. A lost rank ends the run at once, naming it; a failure on rank 0
+// ends every rank. `numerics` is nullopt when the flags are wrong (rank 0's
+// command reports them); `engine_config` is what rank 0's engine is given,
+// made the same way on every rank.
+int run_command_on_ranks(const ParallelFlags& flags, const std::string& model_path, int threads,
+                         std::optional<kernels::Numerics> numerics,
+                         const std::function<std::optional<EngineConfig>(const Model&)>& engine_config,
+                         const std::function<int(const ParallelRun&)>& command);
+
 }  // namespace inferd::cli

@@ -163,3 +163,27 @@ def test_a_stage_that_dies_ends_the_server(tmp_path):
     print(f"exit {seen['exit_code']} after {seen['seconds_to_exit']:.2f} s; /health: {seen['health'][-1]}")
     mpi_ranks.assert_lost_rank_reported(seen)
     assert re.search(r"rank 1 .*(exited on signal 9|killed)", seen["log"], re.IGNORECASE | re.DOTALL)
+
+
+def test_a_stage_that_dies_ends_generate():
+    """generate with rank 1 killed while it runs: rank 0 says which rank ended and ends the job at once."""
+    args = mpirun(2) + [str(BINARY), "generate", "-m", str(DEFAULT_MODEL), "-p", "The sea", "-n", "1500", "-c", "2048",
+                        "--ignore-eos", "--threads", "1", "--pipeline-parallel-size", "2"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=MPI_ENV, text=True)
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if m := re.search(r"rank 1 \(pid (\d+)\)", line):
+                time.sleep(0.5)  # generating (or still loading: the watch starts before rank 0 loads)
+                os.kill(int(m.group(1)), signal.SIGKILL)
+                break
+        lines += proc.communicate(timeout=60)[0].splitlines(keepends=True)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    out = "".join(lines)
+    assert proc.returncode != 0
+    assert re.search(r"rank 1 \(pid \d+ on .*\) ended: the model cannot run without it; ending every rank", out), \
+        out[-3000:]
