@@ -160,7 +160,7 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
         f"### One process beside TP=2 and PP=2 ({model.name}, {args.reps} interleaved repetitions, "
         f"{datetime.date.today()}, {commit})",
         "",
-        f"`bench/compare_parallel.py --model {model} --reps {args.reps}`; load average {load[0]} before, "
+        f"`bench/compare_parallel.py {' '.join(sys.argv[1:])}`; load average {load[0]} before, "
         f"{load[1]} after. One process runs 2 threads; each rank 1 thread. Medians over repetitions "
         "(each run's own figure: decode the median over its iterations).",
         "",
