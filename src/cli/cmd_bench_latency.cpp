@@ -193,13 +193,14 @@ int bench_latency_on(const BenchLatencyFlags& f, const ParallelRun& run) {
   if (f.output_len > 1) print_row("Decode throughput", "tokens/s", s_decode, 1.0);
   print_row("End-to-end latency", "ms", s_e2e, 1e3);
   // What one request's keys and values took at their largest: windowed layers
-  // (Gemma 3) give back blocks their window no longer reaches.
+  // (Gemma 3) give back blocks their window no longer reaches. Tensor
+  // parallel: rank 0's config holds its KV heads only, so this is one rank's.
   const int64_t kv_block_bytes = static_cast<int64_t>(KVCache::block_bytes(model->config(), ec.block_size, ec.kv_cache_dtype));
   const int64_t peak_kv_bytes = peak_kv_blocks * kv_block_bytes;
   const int64_t last_kv_bytes = last_kv_blocks * kv_block_bytes;
-  std::printf("%-22s %10.2f MiB (%lld blocks of %lld bytes)\n", "Peak KV per request",
+  std::printf("%-22s %10.2f MiB (%lld blocks of %lld bytes)%s\n", "Peak KV per request",
               static_cast<double>(peak_kv_bytes) / (1 << 20), static_cast<long long>(peak_kv_blocks),
-              static_cast<long long>(kv_block_bytes));
+              static_cast<long long>(kv_block_bytes), f.parallel.tensor_parallel_size > 1 ? ", on each rank" : "");
   std::printf("%-22s %10.2f MiB (%lld blocks)\n", "KV at the last token", static_cast<double>(last_kv_bytes) / (1 << 20),
               static_cast<long long>(last_kv_blocks));
   const AllReduceStats all_reduce = (*engine)->stats().all_reduce;
