@@ -68,10 +68,39 @@ class EngineArgs:
     #: the kernels' arithmetic: "exact" (bit-identical with llama.cpp's CPU build) or "fast" (activations quantized
     #: once per row, integer sums per weight block; differs from exact by the activation quantization's error)
     numerics: str = "exact"
+    #: vLLM's names, for a model split across processes. The Python engine runs in the calling process, so only 1
+    #: is accepted; a split model is served by ``mpirun -np N inferd serve`` (see ``check_parallel_sizes``)
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+
+
+def check_parallel_sizes(args: EngineArgs) -> None:
+    """Refuses a model split across processes, saying how to run one.
+
+    inferd splits a model across MPI ranks that ``mpirun`` starts, each a whole ``inferd`` process whose rank 0
+    serves; the Python engine lives inside the caller's process, which no launcher started and which cannot be
+    several ranks at once. So ``LLM(tensor_parallel_size=N)`` is refused, naming the command that runs the split
+    model (reached with any OpenAI client), rather than silently running on one process.
+    """
+    sizes = {"tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size}
+    for name, size in sizes.items():
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"{name} must be a positive integer, not {size!r}")
+    split = {name: size for name, size in sizes.items() if size > 1}
+    if split:
+        ranks = args.tensor_parallel_size * args.pipeline_parallel_size
+        given = ", ".join(f"{name}={size}" for name, size in split.items())
+        flags = " ".join(f"--{name.replace('_', '-')} {size}" for name, size in split.items())
+        raise ValueError(
+            f"{given}: the Python engine runs in this one "
+            f"process and cannot be split across processes. Serve the split model with "
+            f"`mpirun -np {ranks} inferd serve MODEL {flags}` and use it through its OpenAI API "
+            f"(e.g. openai.OpenAI(base_url='http://127.0.0.1:8000/v1'))")
 
 
 def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     """Loads the model and starts the engine's loop; ``ValueError`` with the engine's message on failure."""
+    check_parallel_sizes(args)
     core = _core.EngineArgs()
     core.max_model_len = args.max_model_len or 0
     core.max_num_seqs = args.max_num_seqs

@@ -49,7 +49,10 @@ class LLM:
             "2G"), ``kv_cache_dtype`` ("auto", "q8_0", "q4_0", ...),
             ``kv_cache_dtype_skip_layers`` ("sliding_window": those layers f16),
             ``speculative_config`` (vLLM's dict), ``threads``, ``numerics``
-            ("exact", the default: llama.cpp's bits; "fast": integer kernels), ...
+            ("exact", the default: llama.cpp's bits; "fast": integer kernels),
+            ``tensor_parallel_size`` and ``pipeline_parallel_size`` (1 only: the
+            engine runs in this process; a split model is served by ``mpirun -np
+            N inferd serve``, and a larger size is refused saying so), ...
 
     Raises:
         ValueError: the model cannot be loaded, or an argument is out of range

@@ -15,6 +15,7 @@
 #include "bench/stats.h"
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel.h"
 #include "engine/engine.h"
 #include "kv/kv_cache_dtype.h"
 
@@ -39,6 +40,7 @@ struct BenchLatencyFlags {
   int threads = default_threads();
   int64_t seed = 0;
   std::string output_json;
+  ParallelFlags parallel;
 };
 
 struct Iteration {
@@ -62,23 +64,10 @@ void print_row(const char* name, const char* unit, const bench::Summary& s, doub
               scale * s.at(90), scale * s.at(99), scale * s.stddev, unit);
 }
 
-int run_bench_latency(const BenchLatencyFlags& f) {
+// The engine config of a run (every rank makes the same one from the flags).
+Result<EngineConfig> latency_engine_config(const BenchLatencyFlags& f) {
   const auto kv_dtype = resolve_kv_cache_dtype(f.kv_cache_dtype, f.cache_type_k, f.cache_type_v);
-  if (!kv_dtype) {
-    std::fprintf(stderr, "error: %s\n", kv_dtype.error().message.c_str());
-    return 1;
-  }
-  const auto numerics = resolve_numerics(f.numerics);
-  if (!numerics) {
-    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
-    return 1;
-  }
-  auto model = load_model_or_report(f.model, false, f.threads, kernels::native_ggml_flavour(), *numerics);
-  if (!model) return 1;
-  if (!model->can_generate()) {
-    std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
-    return 1;
-  }
+  if (!kv_dtype) return kv_dtype.error();
   EngineConfig ec;
   ec.max_num_seqs = 1;
   ec.max_num_batched_tokens = f.max_num_batched_tokens;
@@ -87,10 +76,29 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   ec.warm_up = f.warm_up;
   ec.kv_cache_dtype = *kv_dtype;
   ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
-  if (ec.kv_cache_bytes <= 0) {
-    std::fprintf(stderr, "error: --kv-cache-memory: expected a size such as 256M or 1G\n");
+  if (ec.kv_cache_bytes <= 0) return make_error("--kv-cache-memory: expected a size such as 256M or 1G");
+  return ec;
+}
+
+int bench_latency_on(const BenchLatencyFlags& f, const ParallelRun& run) {
+  auto config = latency_engine_config(f);
+  if (!config) {
+    std::fprintf(stderr, "error: %s\n", config.error().message.c_str());
     return 1;
   }
+  EngineConfig& ec = *config;
+  const auto numerics = resolve_numerics(f.numerics);
+  if (!numerics) {
+    std::fprintf(stderr, "error: %s\n", numerics.error().message.c_str());
+    return 1;
+  }
+  auto model = load_model_part(run, f.model, false, f.threads, kernels::native_ggml_flavour(), *numerics);
+  if (!model) return 1;
+  if (!model->can_generate()) {
+    std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
+    return 1;
+  }
+  run.attach(ec);
   auto engine = Engine::create(*model, ec);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
@@ -176,24 +184,27 @@ int run_bench_latency(const BenchLatencyFlags& f) {
   const bench::Summary s_decode = bench::summarize(decode_tps, kPercentiles);
   const bench::Summary s_e2e = bench::summarize(e2e, kPercentiles);
 
-  std::printf("Input %lld tokens, output %lld tokens, %lld iterations, %d threads\n",
+  std::printf("Input %lld tokens, output %lld tokens, %lld iterations, %d threads%s\n",
               static_cast<long long>(f.input_len), static_cast<long long>(f.output_len),
-              static_cast<long long>(f.num_iters), f.threads);
+              static_cast<long long>(f.num_iters), f.threads, ranks_note(f.parallel).c_str());
   std::printf("%-22s %10s %10s %10s %10s %10s\n", "", "mean", "median", "p90", "p99", "stddev");
   print_row("TTFT", "ms", s_ttft, 1e3);
   print_row("Prompt throughput", "tokens/s", s_prompt, 1.0);
   if (f.output_len > 1) print_row("Decode throughput", "tokens/s", s_decode, 1.0);
   print_row("End-to-end latency", "ms", s_e2e, 1e3);
   // What one request's keys and values took at their largest: windowed layers
-  // (Gemma 3) give back blocks their window no longer reaches.
+  // (Gemma 3) give back blocks their window no longer reaches. Tensor
+  // parallel: rank 0's config holds its KV heads only, so this is one rank's.
   const int64_t kv_block_bytes = static_cast<int64_t>(KVCache::block_bytes(model->config(), ec.block_size, ec.kv_cache_dtype));
   const int64_t peak_kv_bytes = peak_kv_blocks * kv_block_bytes;
   const int64_t last_kv_bytes = last_kv_blocks * kv_block_bytes;
-  std::printf("%-22s %10.2f MiB (%lld blocks of %lld bytes)\n", "Peak KV per request",
+  std::printf("%-22s %10.2f MiB (%lld blocks of %lld bytes)%s\n", "Peak KV per request",
               static_cast<double>(peak_kv_bytes) / (1 << 20), static_cast<long long>(peak_kv_blocks),
-              static_cast<long long>(kv_block_bytes));
+              static_cast<long long>(kv_block_bytes), f.parallel.tensor_parallel_size > 1 ? ", on each rank" : "");
   std::printf("%-22s %10.2f MiB (%lld blocks)\n", "KV at the last token", static_cast<double>(last_kv_bytes) / (1 << 20),
               static_cast<long long>(last_kv_blocks));
+  const AllReduceStats all_reduce = (*engine)->stats().all_reduce;
+  print_all_reduce(all_reduce);
 
   if (!f.output_json.empty()) {
     nlohmann::json j;
@@ -204,6 +215,8 @@ int run_bench_latency(const BenchLatencyFlags& f) {
     j["peak_kv_bytes_per_request"] = peak_kv_bytes;
     j["peak_kv_blocks_per_request"] = peak_kv_blocks;
     j["last_token_kv_bytes_per_request"] = last_kv_bytes;
+    if (all_reduce.calls > 0)
+      j["all_reduce"] = {{"calls", all_reduce.calls}, {"seconds", all_reduce.seconds}, {"mean_us", all_reduce.mean_us()}};
     // vLLM's bench latency fields.
     j["avg_latency"] = s_e2e.mean;
     j["percentiles"] = {{"90", s_e2e.at(90)}, {"99", s_e2e.at(99)}};
@@ -221,10 +234,23 @@ int run_bench_latency(const BenchLatencyFlags& f) {
                    {"warm_up", f.warm_up},
                    {"temperature", f.temperature},
                    {"threads", f.threads},
+                   {"tensor_parallel_size", f.parallel.tensor_parallel_size},
+                   {"pipeline_parallel_size", f.parallel.pipeline_parallel_size},
                    {"seed", f.seed}};
     if (!write_json_file(f.output_json, j)) return 1;
   }
   return 0;
+}
+
+int run_bench_latency(const BenchLatencyFlags& f) {
+  const auto numerics = resolve_numerics(f.numerics);
+  return run_command_on_ranks(
+      f.parallel, f.model, f.threads, numerics ? std::optional(*numerics) : std::nullopt,
+      [&f](const Model&) -> std::optional<EngineConfig> {
+        auto config = latency_engine_config(f);
+        return config ? std::optional(*config) : std::nullopt;
+      },
+      [&f](const ParallelRun& run) { return bench_latency_on(f, run); });
 }
 
 }  // namespace
@@ -257,6 +283,7 @@ void register_bench_latency(CLI::App& bench, int& exit_code) {
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
   sub->add_option("--seed", flags->seed, "Seed for prompts and sampling")->capture_default_str();
   sub->add_option("--output-json", flags->output_json, "Write the results as JSON to this file");
+  flags->parallel.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_bench_latency(*flags); });
 }
 

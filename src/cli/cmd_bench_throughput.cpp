@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "cli/parallel.h"
 #include "engine/engine.h"
 #include "kv/kv_cache_dtype.h"
 #include "engine/stats_json.h"
@@ -34,6 +35,7 @@ struct BenchThroughputFlags {
   int threads = default_threads();
   int64_t seed = 0;
   std::string output_json;
+  ParallelFlags parallel;
 };
 
 // Length spread uniformly over [len * (1 - r), len * (1 + r)], at least 1 (vLLM's random dataset).
@@ -43,18 +45,19 @@ int64_t spread(int64_t len, double r, std::mt19937_64& rng) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
-int run_bench_throughput(const BenchThroughputFlags& f) {
+int bench_throughput_on(const BenchThroughputFlags& f, const ParallelRun& run) {
   auto ec = f.engine.config();
   if (!ec) {
     std::fprintf(stderr, "error: %s\n", ec.error().message.c_str());
     return 1;
   }
-  auto model = load_model_or_report(f.model, false, f.threads, kernels::native_ggml_flavour(), ec->numerics);
+  auto model = load_model_part(run, f.model, false, f.threads, kernels::native_ggml_flavour(), ec->numerics);
   if (!model) return 1;
   if (!model->can_generate()) {
     std::fprintf(stderr, "error: %s\n", unsupported_architecture_message(model->config().architecture).c_str());
     return 1;
   }
+  run.attach(*ec);
   auto engine = Engine::create(*model, *ec);
   if (!engine) {
     std::fprintf(stderr, "error: %s\n", engine.error().message.c_str());
@@ -163,6 +166,9 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
     std::printf("Speculation: %lld of %lld drafts accepted, mean acceptance length %.2f\n",
                 static_cast<long long>(spec.accepted_tokens), static_cast<long long>(spec.draft_tokens),
                 spec.mean_acceptance_length());
+  print_all_reduce(st.all_reduce);
+  if (!ranks_note(f.parallel).empty())
+    std::printf("Ran with %d threads%s\n", f.threads, ranks_note(f.parallel).c_str());
   if (total_output != generated)
     std::fprintf(stderr, "warning: %lld output tokens expected, %lld generated\n",
                  static_cast<long long>(total_output), static_cast<long long>(generated));
@@ -196,10 +202,20 @@ int run_bench_throughput(const BenchThroughputFlags& f) {
                    {"enable_prefix_caching", f.engine.enable_prefix_caching},
                    {"temperature", f.temperature},
                    {"threads", f.threads},
+                   {"tensor_parallel_size", f.parallel.tensor_parallel_size},
+                   {"pipeline_parallel_size", f.parallel.pipeline_parallel_size},
                    {"seed", f.seed}};
     if (!write_json_file(f.output_json, j)) return 1;
   }
   return 0;
+}
+
+int run_bench_throughput(const BenchThroughputFlags& f) {
+  auto config = f.engine.config();
+  return run_command_on_ranks(
+      f.parallel, f.model, f.threads, config ? std::optional(config->numerics) : std::nullopt,
+      [&config](const Model&) { return config ? std::optional(*config) : std::nullopt; },
+      [&f](const ParallelRun& run) { return bench_throughput_on(f, run); });
 }
 
 }  // namespace
@@ -226,6 +242,7 @@ void register_bench_throughput(CLI::App& bench, int& exit_code) {
   sub->add_option("-t,--threads", flags->threads, "Threads")->capture_default_str()->check(CLI::Range(1, 1024));
   sub->add_option("--seed", flags->seed, "Seed for prompts, lengths and sampling")->capture_default_str();
   sub->add_option("--output-json", flags->output_json, "Write the results as JSON to this file");
+  flags->parallel.add_to(*sub);
   sub->callback([flags, &exit_code] { exit_code = run_bench_throughput(*flags); });
 }
 

@@ -167,25 +167,14 @@ int generate_on(const GenerateFlags& f, const ParallelRun& run) {
 }
 
 int run_generate(const GenerateFlags& f) {
-  auto run = start_parallel_run(f.parallel);
-  if (!run) {
-    if (launched_rank() == 0) std::fprintf(stderr, "error: %s\n", run.error().message.c_str());
-    return 2;
-  }
-  if (run->worker()) {
-    const auto numerics = resolve_numerics(f.numerics);
-    if (!numerics) run->await_abort();
-    return run_worker_rank(*run, f.model, f.threads, kernels::native_ggml_flavour(), *numerics,
-                           [&](const Model& model) -> std::optional<EngineConfig> {
-                             auto config = generate_engine_config(f, model);
-                             return config ? std::optional(*config) : std::nullopt;
-                           });
-  }
-  const int exit_code = generate_on(f, *run);
-  // A failure may leave the other stages waiting for this one's engine.
-  if (exit_code != 0 && run->world) run->abort(exit_code);
-  run->shutdown();
-  return exit_code;
+  const auto numerics = resolve_numerics(f.numerics);
+  return run_command_on_ranks(
+      f.parallel, f.model, f.threads, numerics ? std::optional(*numerics) : std::nullopt,
+      [&](const Model& model) -> std::optional<EngineConfig> {
+        auto config = generate_engine_config(f, model);
+        return config ? std::optional(*config) : std::nullopt;
+      },
+      [&](const ParallelRun& run) { return generate_on(f, run); });
 }
 }  // namespace
 

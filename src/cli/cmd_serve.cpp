@@ -6,15 +6,22 @@
 // (a second signal cuts it short). Then it stops accepting, ends what is left
 // with finish_reason "abort" (streams still get their last chunk and [DONE]),
 // gives connections a moment to finish, and exits 0.
+// Split across MPI ranks, rank 0 watches the others' processes: when one
+// ends, /health answers 503 {"status": "dead", "dead_rank": r, ...}, new
+// requests get 503 and running ones end with an error at once; after
+// --lost-rank-grace seconds (or sooner, at mpirun's SIGTERM) every rank ends
+// with a message naming the lost one.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "chat/chat_template.h"
@@ -56,6 +63,7 @@ struct ServeFlags {
   bool no_webui = false;
   std::string kv_transfer_config;  // vLLM's JSON; empty: not part of a disaggregated deployment
   double shutdown_timeout = 30.0;  // seconds running requests may finish after SIGTERM; 0: abort at once
+  double lost_rank_grace = 2.0;    // seconds rank 0 answers 503 after another rank is lost, then exits
   ParallelFlags parallel;
 };
 
@@ -154,6 +162,24 @@ bool load(const ServeFlags& f, const ParallelRun& run, Loaded& out, server::Open
   return true;
 }
 
+// After another rank was lost (ServingCore::fail has run): answers /health
+// 503 for the grace period, which a signal (mpirun's SIGTERM as it ends the
+// job, an operator's) cuts short, then ends every rank. No drain and no
+// teardown: the engine's thread waits in MPI for the lost rank for good.
+[[noreturn]] void exit_after_lost_rank(const ParallelRun& run, const sigset_t& signals, double grace_seconds,
+                                       const std::string& why) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_seconds);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    timespec ts{static_cast<time_t>(left.count() / 1000000000), static_cast<long>(left.count() % 1000000000)};
+    if (sigtimedwait(&signals, nullptr, &ts) > 0) break;
+  }
+  spdlog::critical("exiting: {}", why);
+  spdlog::default_logger()->flush();
+  run.abort(ParallelRun::kLostRankExit);
+}
+
 int run_serve(const ServeFlags& f) {
   auto run = start_parallel_run(f.parallel);
   if (!run) {
@@ -232,6 +258,18 @@ int run_serve(const ServeFlags& f) {
   spdlog::info("serving {} at http://{}:{} ({}OpenAI API under /v1)", options.served_model_name, f.host, http->port(),
                options.webui ? "web chat page at /, " : "");
 
+  // Another rank lost (rank 0 of a split model): fail everything now, exit after the grace period.
+  std::atomic<bool> rank_lost{false};
+  std::string lost_message;  // written before rank_lost is set
+  run->watch_ranks([&](const distributed::RankProcess& p) {
+    lost_message = fmt::format("{} ended: the model cannot run without it", distributed::describe(p));
+    spdlog::critical("{}; /health answers 503, running requests fail, and every rank ends in {} s (--lost-rank-grace)",
+                     lost_message, f.lost_rank_grace);
+    api.fail(lost_message, p.rank);
+    rank_lost = true;
+    kill(getpid(), SIGTERM);  // wakes the main thread's sigwait
+  });
+
   Loaded loaded;
   std::atomic<bool> load_failed{false};
   std::thread loader([&] {
@@ -243,12 +281,16 @@ int run_serve(const ServeFlags& f) {
   });
   int sig = 0;
   sigwait(&signals, &sig);
+  // The loader may wait in MPI for the lost rank: not joined.
+  if (rank_lost) exit_after_lost_rank(*run, signals, f.lost_rank_grace, lost_message);
   loader.join();
   if (!load_failed) spdlog::info("{}: shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
 
   api.begin_shutdown();  // before the engine stops: nothing may enter it after
   if (loaded.engine && f.shutdown_timeout > 0)
     drain_requests(signals, f.shutdown_timeout, [&api] { return api.unfinished_requests(); });
+  // Lost during the drain: stopping the engine would wait for it for good.
+  if (rank_lost) exit_after_lost_rank(*run, signals, f.lost_rank_grace, lost_message);
   http->stop_accepting();
   if (loaded.engine) {
     loaded.engine->stop();
@@ -327,6 +369,12 @@ void register_serve(CLI::App& app, int& exit_code) {
                   "\"kv_both\", \"kv_connector\": \"NixlConnector\", \"kv_ip\": \"127.0.0.1\", \"kv_port\": 14579} "
                   "(see inferd router)");
   flags->parallel.add_to(*sub);
+  sub->add_option("--lost-rank-grace", flags->lost_rank_grace,
+                  "With --tensor- or --pipeline-parallel-size: seconds that rank 0 keeps answering /health with 503 "
+                  "(naming the rank) after another rank's process ended, before it ends every rank; a signal "
+                  "(mpirun's SIGTERM, about 1 s after the loss by default) ends it sooner")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->add_flag("--no-webui", flags->no_webui, "Do not serve the web chat page at / (the API alone)");
   sub->add_flag("--log-prompts", flags->log_prompts, "Include prompt text in the per-request log line");
   sub->add_option("--max-log-len", flags->max_log_len, "Prompt characters logged at most")->capture_default_str();

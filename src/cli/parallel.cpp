@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 
 #include "cli/common.h"
@@ -29,6 +30,7 @@ int launched_rank() {
 }
 
 void ParallelRun::abort(int exit_code) const {
+  watcher.reset();  // the ranks this ends are not news
   if (world) world->abort(exit_code);
   std::exit(exit_code);
 }
@@ -36,6 +38,26 @@ void ParallelRun::abort(int exit_code) const {
 void ParallelRun::await_abort() const {
   MPI_Barrier(world->pipeline_comm());  // rank 0 never enters it: it aborts
   abort(2);
+}
+
+void ParallelRun::watch_ranks(distributed::RankWatcher::OnLost on_lost) const {
+  if (!world || world->rank() != 0) return;
+  std::vector<distributed::RankProcess> others(processes.begin() + 1, processes.end());
+  watcher = std::make_unique<distributed::RankWatcher>(others, std::move(on_lost));
+  for (const distributed::RankProcess& p : watcher->unwatched())
+    spdlog::warn("{} is not on this host: if it dies, the MPI runtime ends the job without a message from rank 0",
+                 distributed::describe(p));
+}
+
+void ParallelRun::exit_when_a_rank_is_lost() const {
+  watch_ranks([this](const distributed::RankProcess& p) {
+    spdlog::critical("{} ended: the model cannot run without it; ending every rank", distributed::describe(p));
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    // The main thread may wait in MPI for the lost rank for good: MPI_Abort
+    // ends it and every rank left.
+    world->abort(kLostRankExit);
+  });
 }
 
 Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
@@ -46,6 +68,7 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   auto world = distributed::MpiWorld::init();
   if (!world) return world.error();
   run.world = std::move(*world);
+  run.processes = distributed::gather_rank_processes(*run.world);
   if (flags.tensor_parallel_size > 1) {  // check_parallel_sizes: not with a pipeline yet
     run.shard = {run.world->rank(), flags.tensor_parallel_size};
     run.tensor_comm = std::make_shared<distributed::MpiTensorComm>(*run.world);
@@ -89,6 +112,39 @@ int run_worker_rank(const ParallelRun& run, const std::string& model_path, int t
     run.abort(1);
   }
   return 0;
+}
+
+std::string ranks_note(const ParallelFlags& flags) {
+  if (flags.world_size() == 1) return "";
+  return " on each of " + std::to_string(flags.world_size()) + " ranks" +
+         (flags.tensor_parallel_size > 1 ? " (tensor parallel)" : " (pipeline parallel)");
+}
+
+void print_all_reduce(const AllReduceStats& s) {
+  if (s.calls == 0) return;
+  std::printf("%-22s %10.1f us mean per call (%lld calls, %.3f s in all, the wait for the slowest rank included)\n",
+              "All-reduce latency", s.mean_us(), static_cast<long long>(s.calls), s.seconds);
+}
+
+int run_command_on_ranks(const ParallelFlags& flags, const std::string& model_path, int threads,
+                         std::optional<kernels::Numerics> numerics,
+                         const std::function<std::optional<EngineConfig>(const Model&)>& engine_config,
+                         const std::function<int(const ParallelRun&)>& command) {
+  auto run = start_parallel_run(flags);
+  if (!run) {
+    if (launched_rank() == 0) std::fprintf(stderr, "error: %s\n", run.error().message.c_str());
+    return 2;
+  }
+  if (run->worker()) {
+    if (!numerics) run->await_abort();
+    return run_worker_rank(*run, model_path, threads, kernels::native_ggml_flavour(), *numerics, engine_config);
+  }
+  run->exit_when_a_rank_is_lost();
+  const int exit_code = command(*run);
+  // A failure may leave the other ranks waiting for this one's engine.
+  if (exit_code != 0 && run->world) run->abort(exit_code);
+  run->shutdown();
+  return exit_code;
 }
 
 }  // namespace inferd::cli

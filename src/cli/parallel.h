@@ -16,6 +16,7 @@
 #include "distributed/mpi_world.h"
 #include "distributed/parallel_config.h"
 #include "distributed/pipeline.h"
+#include "distributed/rank_watch.h"
 #include "distributed/tensor_parallel.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -35,13 +36,24 @@ struct ParallelRun {
   TensorShard shard;                                   // this process's
   std::shared_ptr<distributed::MpiTensorComm> tensor_comm;  // every rank of a tensor-parallel model
   std::shared_ptr<distributed::MpiTensorParallelLink> tensor_link;  // its rank 0
+  std::vector<distributed::RankProcess> processes;  // rank 0: every rank's, gathered at start
+  mutable std::unique_ptr<distributed::RankWatcher> watcher;  // rank 0, from watch_ranks() on
   // Rank 0's engine: where the other ranks are.
   void attach(EngineConfig& config) const {
     config.pipeline = link;
     config.tensor_parallel = tensor_link;
   }
+  // Rank 0, after its signals are blocked (the watcher's thread inherits the
+  // mask): `on_lost` is called, on the watcher's thread, once, when another
+  // rank's process ends before shutdown(). Nothing when there is one process.
+  void watch_ranks(distributed::RankWatcher::OnLost on_lost) const;
+  // Rank 0 of a command (generate, bench): a lost rank ends the run at once,
+  // naming the rank, with exit status kLostRankExit.
+  void exit_when_a_rank_is_lost() const;
+  static constexpr int kLostRankExit = 3;
   // Rank 0, done: the other ranks end their loops.
   void shutdown() const {
+    watcher.reset();  // their ends are expected now
     if (link) link->shutdown();
     if (tensor_link) tensor_link->shutdown();
   }
@@ -73,5 +85,25 @@ std::unique_ptr<Model> load_model_part(const ParallelRun& run, const std::string
 int run_worker_rank(const ParallelRun& run, const std::string& model_path, int threads,
                        kernels::GgmlFlavour flavour, kernels::Numerics numerics,
                        const std::function<std::optional<EngineConfig>(const Model&)>& engine_config);
+
+// " on each of 2 ranks (tensor parallel)", or "" for one process: how a
+// command's report says where it ran.
+std::string ranks_note(const ParallelFlags& flags);
+// Rank 0's all-reduces of a tensor-parallel run, one line (nothing without
+// any): the latency per call the benchmarks compare.
+void print_all_reduce(const AllReduceStats& s);
+
+// A command that runs to an end (generate, bench latency|throughput) on one
+// process or on every rank mpirun started. Rank 0 runs `command` (it loads
+// its part of the model with load_model_part, attaches the run to its engine
+// config, and returns the exit code); the others run their part until rank 0
+// is done. A lost rank ends the run at once, naming it; a failure on rank 0
+// ends every rank. `numerics` is nullopt when the flags are wrong (rank 0's
+// command reports them); `engine_config` is what rank 0's engine is given,
+// made the same way on every rank.
+int run_command_on_ranks(const ParallelFlags& flags, const std::string& model_path, int threads,
+                         std::optional<kernels::Numerics> numerics,
+                         const std::function<std::optional<EngineConfig>(const Model&)>& engine_config,
+                         const std::function<int(const ParallelRun&)>& command);
 
 }  // namespace inferd::cli

@@ -41,6 +41,11 @@ std::string_view header_value(const HttpRequest& req, Name name) {
 
 std::string draining_body() { return R"({"status":"draining"})"; }
 
+std::string dead_body(const ServingCore::Failure& f) {
+  nlohmann::json body = {{"status", "dead"}, {"dead_rank", f.rank}, {"message", f.message}};
+  return dump_json(body);
+}
+
 }  // namespace
 
 OpenAIServer::OpenAIServer(ServerOptions options)
@@ -107,6 +112,9 @@ net::awaitable<void> OpenAIServer::handle(Exchange& ex) {
   if (path == "/health") {
     if (method != http::verb::get && method != http::verb::head) {
       co_await send_error(ex, method_not_allowed("use GET for /health"));
+    } else if (std::optional<ServingCore::Failure> failed = core_.failure()) {
+      // Dead for good: no Retry-After; the process exits shortly.
+      co_await ex.respond(http::status::service_unavailable, "application/json", dead_body(*failed));
     } else if (core_.shutting_down()) {
       // Draining: balancers take the instance out while its requests finish.
       co_await ex.respond(http::status::service_unavailable, "application/json", draining_body(), retry_after());

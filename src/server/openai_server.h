@@ -39,6 +39,11 @@ class OpenAIServer {
   // new ones get 503 with Retry-After and /health 503 {"status": "draining"},
   // while those in the engine run on. Call before stopping the engine.
   void begin_shutdown() { core_.begin_shutdown(); }
+  // The engine can run no further step because rank `rank` of the model is
+  // gone: /health answers 503 {"status": "dead", "dead_rank": rank, "message":
+  // ...} (as vLLM's /health is 503 once its engine is dead), new requests get
+  // 503 and running ones end with `message` (ServingCore::fail).
+  void fail(std::string message, int rank) { core_.fail(std::move(message), rank); }
   // Engine requests not yet finished: the drain is over at zero.
   int64_t unfinished_requests() const { return core_.unfinished_requests(); }
   // Waits for request preparation in flight. Call after the HTTP server's I/O

@@ -442,6 +442,7 @@ std::optional<ApiError> ServingCore::admit(PreparedGeneration& pg, const std::st
         c.tool_parser = std::make_shared<ToolCallStreamParser>(*pg.tool_format, pg.tool_names, pg.tool_signatures);
       if (pg.reasoning) c.reasoning_parser = std::make_shared<ReasoningStreamParser>(pg.reasoning->starts_inside);
       c.stream->set_listener(wake);
+      track(c);
       choices.push_back(std::move(c));
     }
   }
@@ -449,6 +450,7 @@ std::optional<ApiError> ServingCore::admit(PreparedGeneration& pg, const std::st
 }
 
 std::optional<ApiError> ServingCore::admission_refusal(int64_t new_requests) const {
+  if (std::optional<Failure> f = failure()) return ApiError{503, f->message, "server_error", {}, "engine_dead"};
   if (shutting_down_) return shutting_down_error();
   const int64_t waiting = unfinished_.load() - engine_->stats().scheduler.num_running_requests;
   if (waiting + new_requests > options_.max_queued_requests) return overloaded(waiting, options_.max_queued_requests);
@@ -501,6 +503,7 @@ net::awaitable<std::optional<std::vector<std::vector<float>>>> ServingCore::run_
       c.stream = handle->stream;
       c.index = static_cast<int32_t>(i);
       c.stream->set_listener(wake);
+      track(c);
       choices.push_back(std::move(c));
     }
   }
@@ -623,8 +626,44 @@ json ServingCore::kv_transfer_response(const PreparedGeneration& pg, const std::
                          engine_->config().block_size, pg.req.cache_salt);
 }
 
+void ServingCore::track(const Choice& c) {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  live_streams_[c.engine_id] = c.stream;
+}
+
+void ServingCore::fail(std::string message, int rank) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (failure_) return;
+    failure_ = Failure{message, rank};
+    for (auto& [id, weak] : live_streams_)
+      if (auto stream = weak.lock()) streams.push_back(std::move(stream));
+    live_streams_.clear();
+  }
+  // A stream takes no output after its final one, so whatever the engine
+  // might still push is dropped; the handlers wake and answer the error.
+  for (const std::shared_ptr<RequestStream>& stream : streams) {
+    RequestOutput out;
+    out.request_id = stream->request_id();
+    out.finished = true;
+    out.status = RequestStatus::kFinishedAborted;
+    out.error = message;
+    stream->push(std::move(out));
+  }
+}
+
+std::optional<ServingCore::Failure> ServingCore::failure() const {
+  std::lock_guard<std::mutex> lock(streams_mu_);
+  return failure_;
+}
+
 void ServingCore::on_finished(const RequestOutput& out) {
   --unfinished_;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    live_streams_.erase(out.request_id);
+  }
   if (engine_ && engine_->kv_transfer()) {
     // Under the request's id, or its first beam's (a beam search's pull).
     for (bool beam_search : {false, true})

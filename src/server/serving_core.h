@@ -209,6 +209,17 @@ class ServingCore {
   // (with Retry-After), while those in it run on (the drain).
   void begin_shutdown();
   bool shutting_down() const { return stopping_.load(); }
+  // The engine can run no further step (a rank of a model split across
+  // processes is gone, cli/parallel.h): from now on new requests get 503 with
+  // `message`, /health answers 503 naming `rank`, and every running request
+  // ends now with `message` as its error. Any thread; the engine's own thread
+  // may be stuck for good (in MPI, waiting for the lost rank).
+  void fail(std::string message, int rank);
+  struct Failure {
+    std::string message;
+    int rank = -1;
+  };
+  std::optional<Failure> failure() const;
   // Engine requests added and not yet finished (the drain waits for none).
   int64_t unfinished_requests() const { return unfinished_.load(); }
   void join_workers() { workers_.join(); }
@@ -297,6 +308,13 @@ class ServingCore {
   std::mutex admit_mu_;         // shutdown and the queue bound are checked and requests added under it
   bool shutting_down_ = false;  // guarded by admit_mu_
   std::atomic<bool> stopping_{false};  // shutting_down_, readable without the lock
+
+  // Every unfinished engine request's stream, so that fail() can end them
+  // without the engine's thread.
+  void track(const Choice& c);
+  mutable std::mutex streams_mu_;  // a leaf: nothing else is locked under it
+  std::unordered_map<std::string, std::weak_ptr<RequestStream>> live_streams_;
+  std::optional<Failure> failure_;  // under streams_mu_
 
   WorkerPool workers_;  // last: its work uses the members above, so it is joined first
 };

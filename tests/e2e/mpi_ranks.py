@@ -7,12 +7,16 @@ slots than ranks without --oversubscribe; each rank runs one compute thread unle
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import re
 import signal
 import subprocess
+import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -71,3 +75,95 @@ def stop_ranks(srv: Server) -> int:
         srv.process.kill()
         srv.process.wait()
         pytest.fail(f"the ranks did not end within 60 s of SIGTERM to rank 0:\n{srv.log()[-3000:]}")
+
+
+def kill_a_rank_mid_stream(srv: Server, rank: int = 1) -> dict:
+    """Kills `rank` while a long greedy stream and a long whole (non-streamed) request run, and records what clients
+    and a balancer see: the stream's end (it must end with an error, not hang), the whole request's answer, /health
+    polled every 20 ms until the server is gone, a request sent once /health said 503, and the exit. Returns
+    {"stream_error", "whole", "refused", "health", "exit_code", "seconds_to_exit", "log"}."""
+    pid = wait_for_pid(srv, rank)
+    body = json.dumps({"model": MODEL_NAME, "prompt": "The sea", "max_tokens": 1000, "temperature": 0,
+                       "stream": True, "ignore_eos": True}).encode()
+    req = urllib.request.Request(srv.base_url + "/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    resp = urllib.request.urlopen(req, timeout=60)
+    first = resp.readline()  # generating
+    assert first.startswith(b"data: "), first
+    stream = {"lines": [], "ended": False}
+
+    def read_stream():
+        try:
+            for line in resp:
+                stream["lines"].append(line.decode(errors="replace").strip())
+        except Exception as e:  # the connection closed under the reader: recorded, not raised
+            stream["lines"].append(f"<{type(e).__name__}: {e}>")
+        stream["ended"] = True
+
+    def post(payload: dict) -> tuple[int, str]:
+        r = urllib.request.Request(srv.base_url + "/v1/completions", data=json.dumps(payload).encode(),
+                                   headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(r, timeout=60) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+            return 0, f"<{type(e).__name__}: {e}>"
+
+    whole = {}
+    whole_body = {"model": MODEL_NAME, "prompt": "The mountains", "max_tokens": 1000, "temperature": 0,
+                  "ignore_eos": True}
+    waiter = threading.Thread(target=lambda: whole.update(answer=post(whole_body)), daemon=True)
+    waiter.start()
+    reader = threading.Thread(target=read_stream, daemon=True)
+    reader.start()
+    time.sleep(0.3)  # the whole request in the engine
+    os.kill(pid, signal.SIGKILL)
+    start = time.time()
+    health, refused = [], None
+    while srv.process.poll() is None and time.time() - start < 60:
+        try:
+            with urllib.request.urlopen(srv.base_url + "/health", timeout=2) as r:
+                health.append((r.status, r.read().decode()))
+        except urllib.error.HTTPError as e:
+            health.append((e.code, e.read().decode()))
+            if e.code == 503 and refused is None:
+                refused = post(dict(whole_body, max_tokens=4))
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass  # the listener is gone
+        time.sleep(0.02)
+    if srv.process.poll() is None:
+        srv.process.kill()
+        srv.process.wait()
+        pytest.fail(f"the server did not exit within 60 s of rank {rank}'s death:\n{srv.log()[-3000:]}")
+    seconds = time.time() - start
+    reader.join(timeout=10)
+    waiter.join(timeout=10)
+    assert stream["ended"], "the stream hung after the rank died"
+    errors = [line for line in stream["lines"] if '"error"' in line]
+    return {"stream_error": errors[0] if errors else None, "stream": stream["lines"][-5:],
+            "whole": whole.get("answer"), "refused": refused, "health": health,
+            "exit_code": srv.process.returncode, "seconds_to_exit": seconds, "log": srv.log()}
+
+
+def assert_lost_rank_reported(seen: dict, rank: int = 1) -> None:
+    """What kill_a_rank_mid_stream saw: the stream ended with an error naming the rank, the whole request got 500
+    with it, a request sent after /health said 503 got 503 engine_dead, /health answered 503 with
+    {"status": "dead", "dead_rank": rank} before the server went, the job exited non-zero, and rank 0's log says
+    which rank ended."""
+    assert seen["stream_error"] and f"rank {rank} (pid" in seen["stream_error"], seen["stream"]
+    assert seen["whole"] is not None, "the whole request hung after the rank died"
+    code, body = seen["whole"]
+    assert code == 500 and f"rank {rank} (pid" in json.loads(body)["error"]["message"], seen["whole"]
+    if seen["refused"] is not None and seen["refused"][0] != 0:  # sent while the server still listened
+        code, body = seen["refused"]
+        assert code == 503 and json.loads(body)["error"]["code"] == "engine_dead", seen["refused"]
+    dead = [json.loads(b) for code, b in seen["health"] if code == 503]
+    assert dead, seen["health"]
+    assert dead[-1]["status"] == "dead" and dead[-1]["dead_rank"] == rank, dead[-1]
+    assert f"rank {rank} (pid" in dead[-1]["message"], dead[-1]
+    assert seen["exit_code"] != 0
+    assert re.search(rf"rank {rank} \(pid \d+ on .*\) ended: the model cannot run without it", seen["log"]), \
+        seen["log"][-3000:]
+    assert "exiting: rank" in seen["log"], seen["log"][-3000:]

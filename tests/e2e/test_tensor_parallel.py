@@ -142,3 +142,13 @@ def test_bad_sizes_are_refused():
     r = generate(TINY / "tiny-qwen3.gguf", 4, "-p", "hi", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2")
     assert r.returncode == 2
     assert "tensor and pipeline parallelism together are not built yet" in r.stderr, r.stderr
+
+
+def test_a_rank_that_dies_ends_the_server(tmp_path):
+    """Rank 1 killed mid-stream: its all-reduce partner is gone, so rank 0's pass would wait for good; rank 0 fails
+    the stream with an error, answers /health 503 naming rank 1, then the job exits non-zero with the message."""
+    if not QWEN.exists():
+        pytest.skip(f"{QWEN} is missing: scripts/fetch_models.sh fetches it")
+    seen = mpi_ranks.kill_a_rank_mid_stream(serve(tmp_path, QWEN, 2))
+    print(f"exit {seen['exit_code']} after {seen['seconds_to_exit']:.2f} s; /health: {seen['health'][-1]}")
+    mpi_ranks.assert_lost_rank_reported(seen)

@@ -81,3 +81,25 @@ def test_ctrl_c_aborts_the_batch_and_frees_its_blocks(llm):
     # The engine goes on serving.
     out = llm.generate("The capital of France is", SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)
     assert out[0].outputs[0].finish_reason in ("length", "stop")
+
+
+@pytest.mark.parametrize("sizes,command", [
+    ({"tensor_parallel_size": 2}, "mpirun -np 2 inferd serve MODEL --tensor-parallel-size 2"),
+    ({"pipeline_parallel_size": 3}, "mpirun -np 3 inferd serve MODEL --pipeline-parallel-size 3"),
+])
+def test_a_model_split_across_processes_is_refused_naming_the_command(sizes, command):
+    """The Python engine runs in the caller's process: vLLM's tensor_parallel_size / pipeline_parallel_size above
+    1 are refused before the model loads, naming the mpirun command that serves the split model."""
+    with pytest.raises(ValueError) as e:
+        inferd.LLM(str(DEFAULT_MODEL), **sizes)
+    name, size = next(iter(sizes.items()))
+    assert f"{name}={size}" in str(e.value) and command in str(e.value)
+    with pytest.raises(ValueError, match="tensor_parallel_size must be a positive integer"):
+        inferd.LLM(str(DEFAULT_MODEL), tensor_parallel_size=0)
+
+
+def test_parallel_sizes_of_one_run_in_this_process():
+    llm = inferd.LLM(str(DEFAULT_MODEL), tensor_parallel_size=1, pipeline_parallel_size=1, max_model_len=256,
+                     kv_cache_memory="16M", threads=1)
+    out = llm.generate("Hello", SamplingParams(max_tokens=2, temperature=0), use_tqdm=False)
+    assert len(out[0].outputs[0].token_ids) == 2
