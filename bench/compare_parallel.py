@@ -12,7 +12,7 @@ Measured, per layout:
               median over its timed iterations; the table gives the median over repetitions.
   16 streams  output tokens/s of `inferd bench throughput` with 16 requests at once (random 128-token
               prompts, 128 output tokens each, ignore_eos).
-  all-reduce  TP: the mean time of one all-reduce (the wait for the slowest rank included), rank 0's from
+  collective  TP: the mean time of one collective (an all-gather) (the wait for the slowest rank included), rank 0's from
               the JSON and rank 1's from its log line at shutdown, in the decode runs.
   memory      each rank's peak resident set (VmHWM of /proc/<pid>/status, read every 50 ms while it
               runs; the decode runs, whose KV cache is --kv-cache-memory), beside the one process's.
@@ -23,7 +23,7 @@ each rank's peak resident set at most 55% of the one process's.
 Usage: bench/compare_parallel.py [--model PATH] [--reps 3] [--binary build/inferd] [--out DIR]
 Prints Markdown for docs/benchmarks.md (with the load average before and after); writes every run's
 JSON and log into --out. Run it on a quiet machine: with 2 cores, 2 ranks of one thread each leave
-nothing spare, and a rank that waits to be scheduled stalls its partner in every all-reduce.
+nothing spare, and a rank that waits to be scheduled stalls its partner in every collective.
 """
 from __future__ import annotations
 
@@ -138,11 +138,11 @@ def bench(binary: Path, model: Path, layout: str, kind: str, args: argparse.Name
     result = {"rss_kib": per_rank(text, peaks)}
     if kind == "latency":
         result["decode"] = j["decode_tokens_per_second"]["median"]
-        if "all_reduce" in j:
-            result["all_reduce_us"] = [j["all_reduce"]["mean_us"]]
+        if "collectives" in j:
+            result["collective_us"] = [j["collectives"]["mean_us"]]
             # The other rank's, from its log line at shutdown.
-            result["all_reduce_us"] += [float(x) for x in re.findall(
-                r"rank [1-9]\d*: \d+ all-reduces, ([\d.]+) us mean per call", text)]
+            result["collective_us"] += [float(x) for x in re.findall(
+                r"rank [1-9]\d*: \d+ collectives, ([\d.]+) us mean per call", text)]
     else:
         result["streams"] = j["output_tokens_per_second"]
     return result
@@ -178,9 +178,9 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
     lines.append(f"| {args.streams} streams, output tokens/s | {cell('one process', 'streams', base_streams)} | "
                  f"{cell('TP=2', 'streams', base_streams)} | {cell('PP=2', 'streams', base_streams)} | "
                  f"PP=2 >= {TARGET:.2f}x |")
-    ar = results["TP=2"]["all_reduce_us"]
+    ar = results["TP=2"]["collective_us"]
     ranks = list(zip(*ar)) if ar else []
-    lines.append("| all-reduce, us per call (rank 0, rank 1) | - | "
+    lines.append("| collective (all-gather), us per call (rank 0, rank 1) | - | "
                  + ", ".join(f"{median(list(r)):.0f}" for r in ranks) + " | - | |")
 
     def rss(layout: str) -> str:
@@ -194,11 +194,11 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
     lines += ["", f"Model file {model.stat().st_size / 2**20:.0f} MiB; KV cache --kv-cache-memory "
               f"{args.kv_cache_memory} per process in the decode runs (the memory row), the largest peak of "
               "the repetitions.", "", "Per repetition:", "",
-              "| layout | decode tokens/s | streams output tokens/s | all-reduce us | peak MiB per rank |",
+              "| layout | decode tokens/s | streams output tokens/s | collective us | peak MiB per rank |",
               "|---|---|---|---|---|"]
     for layout, r in results.items():
         for i in range(len(r["decode"])):
-            ar_text = ", ".join(f"{x:.0f}" for x in r["all_reduce_us"][i]) if r["all_reduce_us"] else "-"
+            ar_text = ", ".join(f"{x:.0f}" for x in r["collective_us"][i]) if r["collective_us"] else "-"
             lines.append(f"| {layout} | {r['decode'][i]:.1f} | {r['streams'][i]:.1f} | {ar_text} | "
                          + ", ".join(f"{k / 1024:.0f}" for k in r["rss_kib"][i]) + " |")
     return "\n".join(lines)
@@ -221,7 +221,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    results = {layout: {"decode": [], "streams": [], "all_reduce_us": [], "rss_kib": []} for layout in LAYOUTS}
+    results = {layout: {"decode": [], "streams": [], "collective_us": [], "rss_kib": []} for layout in LAYOUTS}
     load_before = loadavg()
     for rep in range(args.reps):
         for layout in LAYOUTS:
@@ -232,8 +232,8 @@ def main() -> int:
             r["decode"].append(lat["decode"])
             r["streams"].append(thr["streams"])
             r["rss_kib"].append(lat["rss_kib"])
-            if "all_reduce_us" in lat:
-                r["all_reduce_us"].append(lat["all_reduce_us"])
+            if "collective_us" in lat:
+                r["collective_us"].append(lat["collective_us"])
     (out / "summary.json").write_text(json.dumps(results, indent=1))
     print(markdown(args.model, results, args, (load_before, loadavg()), commit))
     log(f"runs in {out}")

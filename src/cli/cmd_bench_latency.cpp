@@ -203,8 +203,8 @@ int bench_latency_on(const BenchLatencyFlags& f, const ParallelRun& run) {
               static_cast<long long>(kv_block_bytes), f.parallel.tensor_parallel_size > 1 ? ", on each rank" : "");
   std::printf("%-22s %10.2f MiB (%lld blocks)\n", "KV at the last token", static_cast<double>(last_kv_bytes) / (1 << 20),
               static_cast<long long>(last_kv_blocks));
-  const AllReduceStats all_reduce = (*engine)->stats().all_reduce;
-  print_all_reduce(all_reduce);
+  const CollectiveStats collectives = (*engine)->stats().collectives;
+  print_collectives(collectives);
 
   if (!f.output_json.empty()) {
     nlohmann::json j;
@@ -215,8 +215,8 @@ int bench_latency_on(const BenchLatencyFlags& f, const ParallelRun& run) {
     j["peak_kv_bytes_per_request"] = peak_kv_bytes;
     j["peak_kv_blocks_per_request"] = peak_kv_blocks;
     j["last_token_kv_bytes_per_request"] = last_kv_bytes;
-    if (all_reduce.calls > 0)
-      j["all_reduce"] = {{"calls", all_reduce.calls}, {"seconds", all_reduce.seconds}, {"mean_us", all_reduce.mean_us()}};
+    if (collectives.calls > 0)
+      j["collectives"] = {{"calls", collectives.calls}, {"seconds", collectives.seconds}, {"mean_us", collectives.mean_us()}};
     // vLLM's bench latency fields.
     j["avg_latency"] = s_e2e.mean;
     j["percentiles"] = {{"90", s_e2e.at(90)}, {"99", s_e2e.at(99)}};

@@ -166,7 +166,7 @@ int bench_throughput_on(const BenchThroughputFlags& f, const ParallelRun& run) {
     std::printf("Speculation: %lld of %lld drafts accepted, mean acceptance length %.2f\n",
                 static_cast<long long>(spec.accepted_tokens), static_cast<long long>(spec.draft_tokens),
                 spec.mean_acceptance_length());
-  print_all_reduce(st.all_reduce);
+  print_collectives(st.collectives);
   if (!ranks_note(f.parallel).empty())
     std::printf("Ran with %d threads%s\n", f.threads, ranks_note(f.parallel).c_str());
   if (total_output != generated)

@@ -120,10 +120,10 @@ std::string ranks_note(const ParallelFlags& flags) {
          (flags.tensor_parallel_size > 1 ? " (tensor parallel)" : " (pipeline parallel)");
 }
 
-void print_all_reduce(const AllReduceStats& s) {
+void print_collectives(const CollectiveStats& s) {
   if (s.calls == 0) return;
   std::printf("%-22s %10.1f us mean per call (%lld calls, %.3f s in all, the wait for the slowest rank included)\n",
-              "All-reduce latency", s.mean_us(), static_cast<long long>(s.calls), s.seconds);
+              "Collective latency", s.mean_us(), static_cast<long long>(s.calls), s.seconds);
 }
 
 int run_command_on_ranks(const ParallelFlags& flags, const std::string& model_path, int threads,

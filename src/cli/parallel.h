@@ -89,9 +89,9 @@ int run_worker_rank(const ParallelRun& run, const std::string& model_path, int t
 // " on each of 2 ranks (tensor parallel)", or "" for one process: how a
 // command's report says where it ran.
 std::string ranks_note(const ParallelFlags& flags);
-// Rank 0's all-reduces of a tensor-parallel run, one line (nothing without
+// Rank 0's collectives (all-gathers) of a tensor-parallel run, one line (nothing without
 // any): the latency per call the benchmarks compare.
-void print_all_reduce(const AllReduceStats& s);
+void print_collectives(const CollectiveStats& s);
 
 // A command that runs to an end (generate, bench latency|throughput) on one
 // process or on every rank mpirun started. Rank 0 runs `command` (it loads

@@ -145,7 +145,7 @@ def test_bad_sizes_are_refused():
 
 
 def test_a_rank_that_dies_ends_the_server(tmp_path):
-    """Rank 1 killed mid-stream: its all-reduce partner is gone, so rank 0's pass would wait for good; rank 0 fails
+    """Rank 1 killed mid-stream: its collectives' partner is gone, so rank 0's pass would wait for good; rank 0 fails
     the stream with an error, answers /health 503 naming rank 1, then the job exits non-zero with the message."""
     if not QWEN.exists():
         pytest.skip(f"{QWEN} is missing: scripts/fetch_models.sh fetches it")
