@@ -202,6 +202,9 @@ std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet,
                  shard.index, shard.count, range(p.kv_heads), range(p.q_heads), range(p.ffn.of(shard.index)),
                  range(p.embd.of(shard.index)), range(p.vocab.of(shard.index)),
                  (*model)->tensor_shard_bytes() >> 20, (*model)->file().data_section_size() >> 20);
+    if (p.experts.count() > 0)
+      spdlog::info("rank {} of {} (expert parallel): experts {} of {}, shared expert rows {}", shard.index,
+                   shard.count, range(p.experts.of(shard.index)), p.experts.whole(), range(p.shared.of(shard.index)));
   }
   return std::move(*model);
 }

@@ -21,6 +21,8 @@ void ParallelFlags::add_to(CLI::App& app) {
                  "Split each layer's heads, FFN and vocabulary across this many processes, started by mpirun "
                  "(mpirun -np T inferd ... --tensor-parallel-size T)")
       ->capture_default_str();
+  app.add_flag("--enable-expert-parallel", enable_expert_parallel,
+               "With --tensor-parallel-size T: divide a mixture-of-experts model's experts among the T ranks");
 }
 
 int launched_rank() {
@@ -70,7 +72,7 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   run.world = std::move(*world);
   run.processes = distributed::gather_rank_processes(*run.world);
   if (flags.tensor_parallel_size > 1) {  // check_parallel_sizes: not with a pipeline yet
-    run.shard = {run.world->rank(), flags.tensor_parallel_size};
+    run.shard = {run.world->rank(), flags.tensor_parallel_size, flags.enable_expert_parallel};
     run.tensor_comm = std::make_shared<distributed::MpiTensorComm>(*run.world);
     if (run.world->rank() == 0)
       run.tensor_link = std::make_shared<distributed::MpiTensorParallelLink>(*run.world, run.tensor_comm);

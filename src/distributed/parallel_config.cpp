@@ -11,6 +11,10 @@ Status check_parallel_sizes(const ParallelConfig& c, int launched) {
   if (c.tensor_parallel_size > 1 && c.pipeline_parallel_size > 1)
     return make_error("--tensor-parallel-size " + t + " with --pipeline-parallel-size " + p +
                       ": tensor and pipeline parallelism together are not built yet (issue 40); use one of them");
+  if (c.enable_expert_parallel && (c.tensor_parallel_size < 2 || c.pipeline_parallel_size > 1))
+    return make_error("--enable-expert-parallel divides the experts among the tensor-parallel ranks: it needs "
+                      "--tensor-parallel-size T > 1 (mpirun -np T inferd ... --tensor-parallel-size T "
+                      "--enable-expert-parallel) and no pipeline");
   const std::string n = std::to_string(c.world_size());
   if (launched == 1 && c.world_size() > 1) {
     const std::string flag = c.tensor_parallel_size > 1 ? "--tensor-parallel-size " + t : "--pipeline-parallel-size " + p;

@@ -9,11 +9,14 @@ namespace inferd::distributed {
 struct ParallelConfig {
   int tensor_parallel_size = 1;
   int pipeline_parallel_size = 1;
+  // Divide a mixture's experts among the T tensor-parallel ranks (vLLM's
+  // --enable-expert-parallel; attention stays tensor-parallel).
+  bool enable_expert_parallel = false;
   int world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
 };
 
 // Refuses sizes that cannot run, naming the rule: T and P at least 1; not
-// both above 1 yet; T x P processes, all started by mpirun
+// both above 1 yet; expert parallelism only with T > 1 (and no pipeline); T x P processes, all started by mpirun
 // (`launched` processes were).
 Status check_parallel_sizes(const ParallelConfig& config, int launched);
 

@@ -60,6 +60,26 @@ void MpiTensorComm::gather(const float* part, int64_t rows, float* whole, const 
                     whole + row * whole_cols + cols.begin);
     }
   }
+  count(start);
+}
+
+void MpiTensorComm::all_gather_rows(float* rows, int64_t width, const ShardSplit& split) {
+  const auto start = std::chrono::steady_clock::now();
+  const int n = world_.size();
+  counts_.resize(n);
+  displs_.resize(n);
+  for (int r = 0; r < n; ++r) {
+    counts_[r] = static_cast<int>(split.of(r).size() * width);
+    displs_[r] = static_cast<int>(split.of(r).begin * width);
+  }
+  // Each rank's rows are already where the others' land: sent in place.
+  check(world_, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, rows, counts_.data(), displs_.data(), MPI_FLOAT,
+                               world_.tensor_comm()),
+        "gathering the experts' output rows (MPI_Allgatherv)");
+  count(start);
+}
+
+void MpiTensorComm::count(std::chrono::steady_clock::time_point start) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (Stats* s : {&total_, &step_}) {
     ++s->calls;

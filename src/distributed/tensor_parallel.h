@@ -3,7 +3,9 @@
 // the step (step_codec.h, without sampling state: rank 0 samples), and every
 // rank runs the same forward pass, meeting the others in four MPI_Allgatherv a
 // layer (the heads' outputs, attn_output's rows, the activated FFN hidden,
-// ffn_down's rows) and in one MPI_Gatherv of the LM head's logits to rank 0.
+// ffn_down's rows; a mixture-of-experts layer gathers its experts' output
+// rows instead of the last two, and a shared expert's two as the FFN's) and
+// in one MPI_Gatherv of the LM head's logits to rank 0.
 // Rank 0 owns the scheduler and the KV block allocation; every rank's cache
 // has the same blocks (agreed once at start) for its own KV heads.
 #pragma once
@@ -32,6 +34,7 @@ class MpiTensorComm final : public TensorParallelComm {
   void gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) override {
     gather(part, rows, whole, split, /*to_all=*/false);
   }
+  void all_gather_rows(float* rows, int64_t width, const ShardSplit& split) override;
 
   using Stats = CollectiveStats;
   // Since the start, and since the last take_step_stats() (a step's).
@@ -44,6 +47,7 @@ class MpiTensorComm final : public TensorParallelComm {
 
  private:
   void gather(const float* part, int64_t rows, float* whole, const ShardSplit& split, bool to_all);
+  void count(std::chrono::steady_clock::time_point start);
 
   const MpiWorld& world_;
   Stats total_, step_;

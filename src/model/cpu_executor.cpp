@@ -27,7 +27,10 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       config_(model.config()), programs_(model.layer_programs()), weights_(model.weights()),
       flavour_(model.ggml_flavour()), numerics_(model.numerics()),
       layer_begin_(model.layer_begin()), layer_end_(model.layer_end()), comm_(model.tensor_comm()),
-      shard_(model.tensor_shard_plan()), n_logits_(model.n_logits()), pooled_(config_.returns_pooled()) {
+      shard_(model.tensor_shard_plan()), n_logits_(model.n_logits()),
+      experts_(comm_ && shard_.experts.count() > 0 ? shard_.experts.of(shard_.shard.index)
+                                                    : ShardRange{0, config_.moe.n_expert}),
+      pooled_(config_.returns_pooled()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   // A pooled model never runs its LM head: it is not repacked.
@@ -381,7 +384,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.attn.resize(T * c.attn_out_dim());
   if (comm_) {  // the whole model's widths (config_ is this rank's shard)
     s_.attn_gathered.resize(T * shard_.attn.whole());
-    s_.hidden_gathered.resize(T * shard_.ffn.whole());
+    s_.hidden_gathered.resize(T * std::max(shard_.ffn.whole(), shard_.shared.whole()));
     s_.shard_rows.resize(T * shard_.embd.of(shard_.shard.index).size());
   }
   const int64_t mlp_width = std::max(c.n_ff, c.moe.shared_width());  // the dense FFN's, or a shared expert's
@@ -667,12 +670,12 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   pool.barrier(idle);
 
   // The FFN's activated hidden as the down projection reads it: `mine`, or
-  // on a tensor-parallel rank every rank's columns of it gathered (once every
-  // thread's rows are activated).
-  auto hidden_of_all_ranks = [&](const float* mine, int64_t rows) -> const float* {
+  // on a tensor-parallel rank every rank's columns of it (split as `split`)
+  // gathered (once every thread's rows are activated).
+  auto hidden_of_all_ranks = [&](const float* mine, int64_t rows, const ShardSplit& split) -> const float* {
     if (!comm_) return mine;
     pool.barrier(idle);
-    gather_over_ranks(mine, rows, s_.hidden_gathered.data(), shard_.ffn, ti, pool, idle);
+    gather_over_ranks(mine, rows, s_.hidden_gathered.data(), split, ti, pool, idle);
     return s_.hidden_gathered.data();
   };
   // A projection onto the residual stream (attn_output, ffn_down, with its
@@ -692,13 +695,14 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
   };
 
   // A gated MLP of `width` on the FFN rows into s_.h: a dense FFN, or a
-  // mixture's shared expert. Gate and up, then the gated activation and the
+  // mixture's shared expert (on a tensor-parallel rank, its hidden is split
+  // as `split`). Gate and up, then the gated activation and the
   // down-projection input. When the down projection's input quantizes by
   // blocks, each thread goes on to its own rows' outputs (gate and up split on
   // whole blocks) without a barrier. Ends at a barrier.
   auto gated_mlp = [&](const Linear& gate, const Linear& up, const Linear& down, int64_t width, Activation act,
                        const LinearInput& in_gate, const LinearInput& in_up, LinearInput& in_down,
-                       const StepTokens& ffn) {
+                       const StepTokens& ffn, const ShardSplit& split) {
     const int64_t TF = ffn.n;
     const int64_t align = own_rows_align(down, width, nt);  // the down projection's input block, or 1
     gate.compute(in_gate, ffn, s_.gate.data(), ti, nt, align);
@@ -717,7 +721,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       // Row by row: GGML's AVX2 SwiGLU treats a row's last n % 8 elements apart.
       for (int64_t t = f0; t < f1; ++t)
         gated_activation(act, s_.gate.data() + t * width, s_.up.data() + t * width, width, flavour_);
-      down.quantize(hidden_of_all_ranks(s_.gate.data(), TF), f0, f1, ffn, in_down);
+      down.quantize(hidden_of_all_ranks(s_.gate.data(), TF, split), f0, f1, ffn, in_down);
     }
     pool.barrier(idle);
     project_to_stream(down, in_down, ffn, {});
@@ -732,7 +736,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
     pool.barrier(idle);
     const auto [f0, f1] = ThreadPool::split(ffn.n, ti, nt);
     for (int64_t t = f0; t < f1; ++t) plain_activation(act, s_.gate.data() + t * width, width);
-    down.quantize(hidden_of_all_ranks(s_.gate.data(), ffn.n), f0, f1, ffn, in_down);
+    down.quantize(hidden_of_all_ranks(s_.gate.data(), ffn.n, shard_.ffn), f0, f1, ffn, in_down);
     pool.barrier(idle);
     project_to_stream(down, in_down, ffn, {});
   };
@@ -873,7 +877,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
       } else if (const auto* ph = std::get_if<MoeFfnPhase>(&phase)) {
         if (ph->shared_expert) {
           gated_mlp(L.gate_shexp, L.up_shexp, L.down_shexp, c.moe.shared_width(), ph->activation, *in_shexp_gate,
-                    *in_shexp_up, s_.in_down_shexp, ffn);
+                    *in_shexp_up, s_.in_down_shexp, ffn, shard_.shared);
         }
         moe_ffn(pass, l, *ph, ffn, norm.router, *in_gate, *in_up, ti, nt, idle);
         read_weights(1);
@@ -885,7 +889,7 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       } else if (const auto* ph = std::get_if<DenseFfnPhase>(&phase)) {
         gated_mlp(L[Projection::kGate], L[Projection::kUp], L[Projection::kDown], F, ph->activation, *in_gate, *in_up,
-                  s_.in_down, ffn);
+                  s_.in_down, ffn, shard_.ffn);
         pending = true;
         pending_norm = ph->post_norm ? W.post_ffn_norm.f32() : nullptr;
       }

@@ -59,11 +59,14 @@ class CpuExecutor final : public Executor {
   bool last_stage() const { return layer_end_ == config_.n_layer; }
   // A tensor-parallel rank's exchange with the others (null: a whole model):
   // the heads' outputs, the activated FFN hidden and the output rows of
-  // attn_output and ffn_down are gathered on every rank, the head's logits to
-  // the root (model/tensor_parallel_comm.h), split as shard_ says.
+  // attn_output and ffn_down (or a mixture's experts' output rows) are
+  // gathered on every rank, the head's logits to the root (model/tensor_parallel_comm.h), split as shard_ says.
   const std::shared_ptr<TensorParallelComm> comm_;
   const TensorShardPlan& shard_;
   const int64_t n_logits_;  // the whole head's rows (a rank computes its share)
+  // The experts this executor holds, in the router's numbering: all, or an
+  // expert-parallel rank's (its linears' expert i is expert experts_.begin + i).
+  const ShardRange experts_;
   // With comm_: every rank's columns of `rows` rows of `part` put in place in
   // `whole` by one thread while the others wait; ends at a barrier.
   void gather_over_ranks(const float* part, int64_t rows, float* whole, const ShardSplit& split, int thread_index,
@@ -184,6 +187,8 @@ class CpuExecutor final : public Executor {
   // weighted sum into h. Ends at a barrier. cpu_executor_moe.cpp.
   // With a shared expert, h already holds its output (by FFN row), and the
   // routed sum is added to it: routed + shared, as llama.cpp's ggml_add.
+  // On an expert-parallel rank (shard_.experts) the rank computes its
+  // experts' rows only and every rank's are gathered before the sum.
   void moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase, const StepTokens& ffn,
                const LinearInput& in_router, const LinearInput& in_gate, const LinearInput& in_up, int ti, int nt,
                const BarrierIdle& idle);
@@ -256,6 +261,7 @@ class CpuExecutor final : public Executor {
       std::vector<std::vector<int64_t>> first, row_choice, choice_row;
       LinearInput in_gate, in_up, in_down;  // gathered per routed row
       std::vector<float> gate, up, out;     // per routed row: n_ff_exp, n_ff_exp, n_embd
+      ShardSplit gathered_rows;             // expert parallelism: each rank's routed rows
     } moe;
     // A latent-attention layer's step (cpu_executor_mla.cpp); R is kv_lora_rank,
     // W the latent and RoPE key (R + qk_rope), Wc the cache's slot: W, or W

@@ -23,20 +23,19 @@ kernels::RouterGating router_gating(ExpertGating g) {
   return kernels::RouterGating::kSoftmax;
 }
 
-// A step's experts in use split into units of rows, each unit weighed by the
+// A step's experts in use (of `experts`: this rank's) split into units of rows, each unit weighed by the
 // tokens routed to its expert (plus the cost of reading its weights, about
 // two tokens' work), dealt out to threads in expert order by that weight.
 // The split changes which thread computes a row, never its bits.
 template <class Fn>
-void for_each_unit_of_thread(const std::vector<int64_t>& first, int64_t rows, int64_t unit_rows, int ti, int nt,
-                             Fn&& fn) {
-  const int64_t n_expert = static_cast<int64_t>(first.size()) - 1;
+void for_each_unit_of_thread(const std::vector<int64_t>& first, ShardRange experts, int64_t rows, int64_t unit_rows,
+                             int ti, int nt, Fn&& fn) {
   const int64_t units_per_expert = (rows + unit_rows - 1) / unit_rows;
   int64_t total = 0;
-  for (int64_t e = 0; e < n_expert; ++e)
+  for (int64_t e = experts.begin; e < experts.end; ++e)
     if (first[e + 1] > first[e]) total += (first[e + 1] - first[e] + 2) * units_per_expert;
   int64_t done = 0;
-  for (int64_t e = 0; e < n_expert; ++e) {
+  for (int64_t e = experts.begin; e < experts.end; ++e) {
     const int64_t n = first[e + 1] - first[e];
     if (n == 0) continue;
     for (int64_t u = 0; u < units_per_expert; ++u) {
@@ -48,9 +47,9 @@ void for_each_unit_of_thread(const std::vector<int64_t>& first, int64_t rows, in
   }
 }
 
-int64_t experts_in_use(const std::vector<int64_t>& first) {
+int64_t experts_in_use(const std::vector<int64_t>& first, ShardRange experts) {
   int64_t n = 0;
-  for (size_t e = 0; e + 1 < first.size(); ++e) n += first[e + 1] > first[e];
+  for (int64_t e = experts.begin; e < experts.end; ++e) n += first[e + 1] > first[e];
   return n;
 }
 
@@ -135,10 +134,13 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
     row_choice[r] = i;
     choice_row[i] = r;
   }
-  // Gather the experts' inputs: routed row r is its token's quantized row.
+  // Gather the experts' inputs: routed row r is its token's quantized row
+  // (this rank's experts' rows only).
+  const int64_t x0 = experts_.begin;
   {
-    const auto [r0, r1] = ThreadPool::split(S, ti, nt);
-    for (int64_t r = r0; r < r1; ++r) {
+    const int64_t mine0 = first[x0], mine = first[experts_.end] - mine0;
+    const auto [i0, i1] = ThreadPool::split(mine, ti, nt);
+    for (int64_t r = mine0 + i0; r < mine0 + i1; ++r) {
       const int64_t t = row_choice[r] / K;
       L.gate_exps[0].copy_input_row(in_gate, t, moe.in_gate, r);
       if (separate_up) L.up_exps[0].copy_input_row(in_up, t, moe.in_up, r);
@@ -153,14 +155,14 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
   const Linear& down0 = L.down_exps[0];
   const int64_t down_block = down0.quantize_block() > 0 && F % down0.quantize_block() == 0 ? down0.quantize_block() : 0;
   const int64_t block_unit = down_block > 0 ? std::lcm(down_block, int64_t{kernels::kPackRows}) : 0;
-  const int64_t active = experts_in_use(first);
+  const int64_t active = experts_in_use(first, experts_);
   const int64_t gate_unit = active >= 2 * nt || block_unit == 0 || F % block_unit != 0 ? F : block_unit;
   const LinearInput& up_input = separate_up ? moe.in_up : moe.in_gate;
-  for_each_unit_of_thread(first, F, gate_unit, ti, nt, [&](int64_t e, int64_t r0, int64_t r1) {
+  for_each_unit_of_thread(first, experts_, F, gate_unit, ti, nt, [&](int64_t e, int64_t r0, int64_t r1) {
     const int64_t row0 = first[e], n = first[e + 1] - first[e];
     const StepTokens tokens{n, s_.expert_places.data()};
-    L.gate_exps[e].compute_rows_span(moe.in_gate, row0, tokens, moe.gate.data() + row0 * F, r0, r1);
-    L.up_exps[e].compute_rows_span(up_input, row0, tokens, moe.up.data() + row0 * F, r0, r1);
+    L.gate_exps[e - x0].compute_rows_span(moe.in_gate, row0, tokens, moe.gate.data() + row0 * F, r0, r1);
+    L.up_exps[e - x0].compute_rows_span(up_input, row0, tokens, moe.up.data() + row0 * F, r0, r1);
     for (int64_t r = row0; r < row0 + n; ++r) {
       float* g = moe.gate.data() + r * F;
       float* u = moe.up.data() + r * F;
@@ -178,14 +180,27 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
 
   // Down, by whole experts or runs of 64 rows.
   const int64_t down_unit = active >= 2 * nt ? E : 64;
-  for_each_unit_of_thread(first, E, down_unit, ti, nt, [&](int64_t e, int64_t r0, int64_t r1) {
+  for_each_unit_of_thread(first, experts_, E, down_unit, ti, nt, [&](int64_t e, int64_t r0, int64_t r1) {
     const int64_t row0 = first[e], n = first[e + 1] - first[e];
     const StepTokens tokens{n, s_.expert_places.data()};
-    L.down_exps[e].compute_rows_span(moe.in_down, row0, tokens, moe.out.data() + row0 * E, r0, r1);
+    L.down_exps[e - x0].compute_rows_span(moe.in_down, row0, tokens, moe.out.data() + row0 * E, r0, r1);
     if (B.down_bias)
       for (int64_t r = row0; r < row0 + n; ++r) add_bias(moe.out.data() + r * E + r0, B.down_bias.f32() + e * E + r0, r1 - r0);
   });
   pool.barrier(idle);
+
+  // Expert parallelism: the routed rows are grouped by expert in expert
+  // order, so each rank's are one contiguous run of moe.out; gathered, every
+  // rank holds one process's moe.out and sums it as one process does.
+  if (comm_ && shard_.experts.count() > 0) {
+    if (ti == 0) {
+      ShardSplit& rows = moe.gathered_rows;
+      rows.edges.resize(shard_.experts.edges.size());
+      for (size_t r = 0; r < rows.edges.size(); ++r) rows.edges[r] = first[shard_.experts.edges[r]];
+      comm_->all_gather_rows(moe.out.data(), E, rows);
+    }
+    pool.barrier(idle);
+  }
 
   // Each token's experts weighted and summed in its choice order; then the
   // shared expert's output (already in h) added to the whole sum, as

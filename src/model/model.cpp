@@ -88,6 +88,13 @@ std::vector<std::pair<const void*, uint64_t>> Model::shard_ranges() const {
     for (const WeightView* w : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
                                 &L.post_attn_norm, &L.post_ffn_norm})
       add(*w);
+    if (const MoeWeights& m = L.moe; m) {  // this rank's experts (expert parallelism)
+      for (const ExpertsView* e : {&m.gate, &m.up, &m.down})
+        ranges.emplace_back(e->data, row_bytes(e->dtype, e->cols) * static_cast<uint64_t>(e->rows * e->n_expert));
+      for (const WeightView* w : {&m.router, &m.router_bias, &m.gate_bias, &m.up_bias, &m.down_bias,
+                                  &m.selection_bias, &m.gate_shexp, &m.up_shexp, &m.down_shexp, &m.gate_inp_shexp})
+        add(*w);
+    }
   }
   add(weights_.output_norm);
   add(weights_.output);

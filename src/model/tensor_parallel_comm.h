@@ -21,6 +21,11 @@ class TensorParallelComm {
   // rank's columns in place: the heads' outputs, the activated FFN hidden,
   // and attn_output's and ffn_down's output rows.
   virtual void all_gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) = 0;
+  // Rows of `width` floats, rank r's being rows [split.of(r)) of `rows`: each
+  // rank has filled its own, and on every rank every rank's are put in place
+  // (expert parallelism's outputs, the routed rows of each rank's experts;
+  // their counts change every step and every rank knows them all).
+  virtual void all_gather_rows(float* rows, int64_t width, const ShardSplit& split) = 0;
   // The same to the root only: the LM head's logits (`whole` is not read
   // elsewhere).
   virtual void gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) = 0;

@@ -13,7 +13,13 @@
 //    activated hidden), so every dot product is one process's, bit for bit;
 //  - vocabulary rows [v0, v1) of the LM head (its logits are gathered);
 //  - the norms, the embedding table (each rank looks up its tokens' rows)
-//    and the RoPE factors whole.
+//    and the RoPE factors whole;
+//  - with expert parallelism (a mixture-of-experts model): experts [x0, x1)
+//    of each MoE layer, whole (their gate/up/down matrices' bytes); the
+//    router, its biases and the selection bias whole, so every rank routes
+//    every token as one process does; the shared expert's rows split like a
+//    dense FFN's (gate/up rows [s0, s1), down's output rows as ffn_down's).
+//    Each rank's experts' output rows are gathered (all_gather_rows).
 // The row splits other than the heads' are in whole groups of
 // kShardRowGroup rows, so that each rank's kernels take the same layout and
 // order for its rows as one process takes for the whole matrix.
@@ -32,6 +38,9 @@ namespace inferd {
 struct TensorShard {
   int index = 0;
   int count = 1;
+  // Divide a mixture's experts among the ranks (--enable-expert-parallel);
+  // without it a mixture-of-experts model is refused.
+  bool expert_parallel = false;
 };
 
 // A half-open range of rows, columns, heads or units.
@@ -79,18 +88,26 @@ struct TensorShardPlan {
   ShardSplit ffn;       // n_ff: rows of gate/up, columns of the activated hidden
   ShardSplit embd;      // n_embd: rows of attn_output and ffn_down
   ShardSplit vocab;     // rows of the LM head
+  // Expert parallelism only (a mixture-of-experts model), else empty:
+  ShardSplit experts;   // the experts of each MoE layer (whole experts, balanced)
+  ShardSplit shared;    // the shared expert's hidden: rows of its gate/up
 };
 
 // The plan for this rank, or an error naming the rule a model breaks: T must
-// divide the KV heads; a dense attention + gated-FFN model (MoE FFNs, latent
-// attention, recurrent hybrids and pooled models are refused by name).
+// divide the KV heads; a dense attention + gated-FFN model, or with
+// shard.expert_parallel a mixture of at least T experts (latent attention,
+// recurrent hybrids, attention sinks and pooled models are refused by name).
 Result<TensorShardPlan> plan_tensor_shard(const ModelConfig& config, const ModelWeights& weights, TensorShard shard);
 
 // Rows [r.begin, r.end) of w: a view into the same bytes.
 WeightView shard_rows(const WeightView& w, ShardRange r);
 
+// Experts [r.begin, r.end) of w: a view into the same bytes.
+ExpertsView shard_experts(const ExpertsView& w, ShardRange r);
+
 // Turns a whole model's config and weights into rank `shard`'s (plan from
-// plan_tensor_shard): fewer heads, a narrower FFN, views of its rows.
+// plan_tensor_shard): fewer heads, a narrower FFN (and shared expert), views
+// of its rows and experts (config.moe.n_expert stays the router's whole).
 // Returns the bytes of weights this rank holds.
 int64_t apply_tensor_shard(ModelConfig& config, ModelWeights& weights, const TensorShardPlan& plan);
 

@@ -29,6 +29,12 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
   EXPECT_NE(message({2, 1}, 1).find("mpirun -np 2 inferd ... --tensor-parallel-size 2"), std::string::npos);
   EXPECT_NE(message({2, 2}, 4).find("together are not built yet (issue 40)"), std::string::npos);
   EXPECT_FALSE(check_parallel_sizes({1, 0}, 1).ok());
+  // Expert parallelism divides the experts among the tensor-parallel ranks.
+  EXPECT_TRUE(check_parallel_sizes({2, 1, true}, 2).ok());
+  EXPECT_NE(message({1, 1, true}, 1).find("--enable-expert-parallel divides the experts among the tensor-parallel "
+                                          "ranks: it needs --tensor-parallel-size T > 1"),
+            std::string::npos);
+  EXPECT_NE(message({1, 2, true}, 2).find("--enable-expert-parallel"), std::string::npos);
 }
 
 TEST(DistributedSizes, StagesTakeContiguousBalancedLayers) {

@@ -1,6 +1,7 @@
 // Tensor parallelism's shard arithmetic (model/tensor_shard.h), without MPI:
-// which heads and rows each rank holds, the views of those parts, and the
-// refusals (KV heads, architectures not split yet).
+// which heads, rows and experts each rank holds, the views of those parts,
+// and the refusals (KV heads, architectures not split yet, expert parallelism's
+// rules).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -89,7 +90,23 @@ TEST(TensorShard, RefusesWhatItCannotSplitNamingTheRule) {
   // SmolLM2-135M's 3 KV heads over 2 ranks; here 2 KV heads over 4.
   EXPECT_NE(message({0, 4}).find("must divide the model's 2 KV heads"), std::string::npos);
   m.config.moe.n_expert = 8;
-  EXPECT_NE(message({0, 2}).find("mixture-of-experts"), std::string::npos);
+  EXPECT_NE(message({0, 2}).find("mixture-of-experts model is split across ranks by its experts: add "
+                                 "--enable-expert-parallel"),
+            std::string::npos);
+  // With expert parallelism: a mixture it knows, of at least T experts.
+  EXPECT_NE(message({0, 2, true}).find("expert parallelism splits the mixtures qwen3moe and glm4moe only; 'qwen2' "
+                                       "is not one of them"),
+            std::string::npos);
+  m.config.architecture = "qwen3moe";
+  m.config.n_head_kv = 4;
+  m.config.n_head = 16;
+  m.config.moe.n_expert = 2;
+  EXPECT_NE(message({0, 4, true}).find("the model's 2 experts must be at least the tensor parallel size"),
+            std::string::npos);
+  m.config.mla.kv_lora_rank = 512;
+  EXPECT_NE(message({0, 2, true}).find("multi-latent attention (MLA) is not split across ranks yet"),
+            std::string::npos);
+  m.config.mla.kv_lora_rank = 0;
   m.config.moe.n_expert = 0;
   m.config.architecture = "deepseek2";
   EXPECT_NE(message({0, 2}).find("'deepseek2' is not one of them"), std::string::npos);
@@ -143,6 +160,77 @@ TEST(TensorShard, TinyQwen3ShardsAreRowViewsOfTheWholeModel) {
     }
   }
   EXPECT_EQ(vocab, all.output.rows);
+}
+
+TEST(TensorShard, ExpertParallelRanksHoldTheirExpertsBytesAndTheWholeRouter) {
+  // tiny-qwen3moe: 16 experts of 64 rows (gate/up) and 32 (down) in each of 3
+  // layers; 2 KV heads.
+  auto whole = Model::load(tiny("tiny-qwen3moe"), {.prefault = false, .n_threads = 1});
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  const ModelWeights& all = (*whole)->weights();
+  for (int r = 0; r < 2; ++r) {
+    ModelConfig config = (*whole)->config();
+    ModelWeights weights = all;
+    auto plan = plan_tensor_shard(config, weights, {r, 2, true});
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    EXPECT_EQ(plan->experts.edges, (std::vector<int64_t>{0, 8, 16}));
+    EXPECT_GT(apply_tensor_shard(config, weights, *plan), 0);
+    EXPECT_EQ(config.moe.n_expert, 16);  // the router's outputs: every rank routes every token
+    for (size_t l = 0; l < weights.layers.size(); ++l) {
+      const MoeWeights &M = weights.layers[l].moe, &W = all.layers[l].moe;
+      ASSERT_TRUE(M);
+      EXPECT_EQ(M.router.data, W.router.data);
+      EXPECT_EQ(M.router.rows, 16);
+      for (auto [part, full] : {std::pair{&M.gate, &W.gate}, {&M.up, &W.up}, {&M.down, &W.down}}) {
+        EXPECT_EQ(part->n_expert, 8) << l;
+        EXPECT_EQ(part->rows, full->rows) << l;
+        EXPECT_EQ(part->cols, full->cols) << l;
+        // Expert i of the rank is expert 8r + i of the file, in place.
+        for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(part->expert(i).data, full->expert(8 * r + i).data) << l;
+      }
+    }
+  }
+  // Without the flag the same model is refused, naming it.
+  ModelConfig config = (*whole)->config();
+  auto refused = plan_tensor_shard(config, all, {0, 2});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("--enable-expert-parallel"), std::string::npos);
+}
+
+TEST(TensorShard, ExpertParallelSplitsTheSharedExpertAndLeadingDenseLayersByRows) {
+  // tiny-glm4moe: 2 leading dense layers (n_ff 96), then MoE layers of 16
+  // experts with one shared expert of 64 rows; n_embd 32.
+  auto whole = Model::load(tiny("tiny-glm4moe"), {.prefault = false, .n_threads = 1});
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  const ModelWeights& all = (*whole)->weights();
+  for (int r = 0; r < 2; ++r) {
+    ModelConfig config = (*whole)->config();
+    ModelWeights weights = all;
+    auto plan = plan_tensor_shard(config, weights, {r, 2, true});
+    ASSERT_TRUE(plan.ok()) << plan.error().message;
+    EXPECT_EQ(plan->shared.edges, (std::vector<int64_t>{0, 32, 64}));
+    apply_tensor_shard(config, weights, *plan);
+    EXPECT_EQ(config.moe.shared_width(), 32);
+    EXPECT_EQ(config.n_ff, 48);
+    for (size_t l = 0; l < weights.layers.size(); ++l) {
+      const LayerWeights &L = weights.layers[l], &W = all.layers[l];
+      if (!W.moe) {
+        EXPECT_EQ(L[Projection::kGate].data,
+                  static_cast<const uint8_t*>(W[Projection::kGate].data) +
+                      row_bytes(W[Projection::kGate].dtype, W[Projection::kGate].cols) * 48 * r);
+        continue;
+      }
+      const size_t gate_row = row_bytes(W.moe.gate_shexp.dtype, W.moe.gate_shexp.cols);
+      EXPECT_EQ(L.moe.gate_shexp.data, static_cast<const uint8_t*>(W.moe.gate_shexp.data) + gate_row * 32 * r);
+      EXPECT_EQ(L.moe.gate_shexp.rows, 32);
+      const size_t down_row = row_bytes(W.moe.down_shexp.dtype, W.moe.down_shexp.cols);
+      EXPECT_EQ(L.moe.down_shexp.data, static_cast<const uint8_t*>(W.moe.down_shexp.data) + down_row * 16 * r);
+      EXPECT_EQ(L.moe.down_shexp.rows, 16);
+      EXPECT_EQ(L.moe.down_shexp.cols, 64);  // the whole gathered hidden
+      EXPECT_EQ(L.moe.gate.expert(0).data, W.moe.gate.expert(8 * r).data);
+      EXPECT_EQ(L.moe.selection_bias.data, W.moe.selection_bias.data);
+    }
+  }
 }
 
 // What bit-identity rests on: a rank's rows of a projection, made a Linear of
