@@ -13,7 +13,8 @@
 // of several hundred MiB, far beyond L3, while a real step streams the weights
 // between two attention layers), blocks of 16 slots are shuffled in the block
 // table and a block holds every layer (PagedKV::block_stride), as the KV cache
-// lays them out. It reports the best of --reps rounds as GB/s of keys and
+// lays them out (8 layers, as Qwen3.5-4B's full-attention ones; sequences
+// enough to fill 512 MiB). It reports the best of --reps rounds as GB/s of keys and
 // values read, for each shape, cache dtype and context length:
 //
 //   attention_bench --cold [--reps=5] [--flavour=...] [--shape=D:groups:slot_heads ...] [--dtype=f16,q8_0,q4_0] [positions ...]
@@ -75,19 +76,18 @@ std::optional<Shape> parse_shape(const char* text) {
 }
 
 // One cold measurement: decode attention of the shape's groups at n
-// positions, over a pool whose blocks hold `layers` layers; each call reads
-// the next layer. Returns the best GB/s over `reps` rounds of all layers.
+// positions, over a pool whose blocks hold kLayers layers, shared by as many
+// sequences as make the pool 512 MiB or more; each call reads another layer
+// of another sequence. Returns the best GB/s over `reps` rounds of them all.
 double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, std::mt19937& rng) {
-  constexpr int64_t kBlock = 16;
+  constexpr int64_t kBlock = 16, kLayers = 8;  // Qwen3.5-4B's full-attention layers
   const int64_t D = shape.D, slot = shape.slot_heads * D;
   const size_t slot_bytes = row_bytes(dtype, slot), layer_bytes = kBlock * slot_bytes;
+  const size_t block_stride = kLayers * layer_bytes;
   const int64_t n_blocks = (n + kBlock - 1) / kBlock;
-  // Enough layers that one round reads 512 MiB or more of each pool (the
-  // cache the round runs in is 32 MiB here); at least 4, as a model has.
-  const double bytes_per_layer = static_cast<double>(n_blocks * layer_bytes);
-  const int64_t layers = std::max<int64_t>(4, static_cast<int64_t>(std::ceil(512.0 * (1 << 20) / bytes_per_layer)));
-  const size_t block_stride = layers * layer_bytes;
-  const int64_t pool_blocks = n_blocks + n_blocks / 8;  // a few blocks the sequence does not own
+  const int64_t seqs = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(512.0 * (1 << 20) / static_cast<double>(n_blocks * block_stride))));
+  const int64_t pool_blocks = seqs * n_blocks;
   // Huge pages, not zeroed, as the KV cache allocates its pools.
   inferd::AlignedBytes k_pool(pool_blocks * block_stride, /*huge_pages=*/true, /*zeroed=*/false),
       v_pool(k_pool.size(), true, false);
@@ -102,15 +102,15 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
     for (float& x : row) x = dist(rng);
     quantize_row(dtype, row.data(), pattern.data() + off, slot);
   }
-  for (int64_t b = 0; b < pool_blocks * layers; ++b) {
+  for (int64_t b = 0; b < pool_blocks * kLayers; ++b) {
     const std::byte* src = pattern.data() + (b % 8) * 2 * layer_bytes;
     std::memcpy(k + b * layer_bytes, src, layer_bytes);
     std::memcpy(v + b * layer_bytes, src + layer_bytes, layer_bytes);
   }
-  std::vector<int32_t> pool(pool_blocks);
-  for (int64_t i = 0; i < pool_blocks; ++i) pool[i] = static_cast<int32_t>(i);
-  std::shuffle(pool.begin(), pool.end(), rng);
-  const std::vector<int32_t> table(pool.begin(), pool.begin() + n_blocks);
+  // The pool's blocks dealt out to the sequences in random order.
+  std::vector<int32_t> tables(pool_blocks);
+  for (int64_t i = 0; i < pool_blocks; ++i) tables[i] = static_cast<int32_t>(i);
+  std::shuffle(tables.begin(), tables.end(), rng);
 
   int64_t n_heads = 0;
   for (int64_t g : shape.groups) n_heads += g;
@@ -121,8 +121,9 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
       2.0 * static_cast<double>(n) * static_cast<double>(row_bytes(dtype, D)) * static_cast<double>(shape.groups.size());
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
-    for (int64_t l = 0; l < layers; ++l) {
-      const PagedKV kv{k + l * layer_bytes, v + l * layer_bytes, slot, kBlock, table.data(), dtype,
+    for (int64_t call = 0; call < seqs * kLayers; ++call) {
+      const int64_t l = call % kLayers, seq = call / kLayers;
+      const PagedKV kv{k + l * layer_bytes, v + l * layer_bytes, slot, kBlock, tables.data() + seq * n_blocks, dtype,
                        static_cast<int64_t>(block_stride)};
       const auto t0 = std::chrono::steady_clock::now();
       for (int64_t g = 0, h = 0; g < static_cast<int64_t>(shape.groups.size()); h += shape.groups[g], ++g)
