@@ -607,7 +607,8 @@ TEST(KernelsAttention, LatentHeadsReadTheirValuesFromTheKeys) {
 // Long-context decode as the KV cache lays it out: blocks of 16 slots that
 // hold several layers (PagedKV::block_stride), shuffled, read at layer 1;
 // contexts of many value tiles (kValueTile, 128 positions) with a partial
-// last one, ranges that start and end inside a block, a chunk and a tile.
+// last one, ranges that start and end inside a block, a chunk and a tile;
+// groups of more query heads than the AVX-512 kernel holds in registers.
 // Every kernel of each flavour gives the portable kernel's bits.
 TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
   std::mt19937 rng(17);
@@ -624,7 +625,7 @@ TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
     const PagedKV kv{k.data() + layer_elements, v.data() + layer_elements, slot, kBlock, table.data(), DType::F16,
                      static_cast<int64_t>(kLayers * layer_elements * sizeof(uint16_t))};
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    for (int64_t n_heads : {1, 3, 4, 5}) {
+    for (int64_t n_heads : {1, 3, 4, 5, 7, 8}) {
       std::vector<float> q(static_cast<size_t>(n_heads * D));
       for (float& x : q) x = 2.0f * dist(rng);
       for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n_pos}, {37, 1301}, {301, 1000}, {0, 449}}) {

@@ -289,7 +289,7 @@ template <int NH>
 // vrow(i) is the value row of position pos_begin + i, w[h * w_stride + i]
 // head h's weight of it; P positions.
 template <int NH, int NV>
-void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P, const float* w, int64_t w_stride,
+[[gnu::always_inline]] inline void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P, const float* w, int64_t w_stride,
                             float* out) {
   const int64_t base = -pos_begin & 63;  // set s starts at relative position (s - pos_begin) mod 64
   // Not unrolled: one slice's code is already about a thousand instructions,
@@ -324,39 +324,53 @@ constexpr int64_t kValueTile = 128;
 // additions in the same order as one walk, so the same bits), while the next
 // tile's rows are prefetched, and the tile's rows are read from L2. A tile
 // of P or more is the plain walk (keys and values already in cache).
+// One tile of sum_value_lanes, positions [t0, min(t0 + tile, P)), for NH
+// heads; prefetching the next tile's rows if `prefetch`.
 template <int NH, int NV>
-void sum_value_lanes(const ValueRows& vrow, int64_t pos_begin, int64_t pos_end, int64_t n_sets, int64_t tile,
-                     const float* w, int64_t w_stride, float* acc) {
+void sum_tile_lanes(const ValueRows& vrow, int64_t pos_begin, int64_t P, int64_t n_sets, int64_t tile, int64_t t0,
+                    bool prefetch, const float* w, int64_t w_stride, float* acc) {
   constexpr int64_t D = 16 * NV;
-  const int64_t P = pos_end - pos_begin;
-  for (int64_t t0 = 0; t0 < P; t0 += tile) {
-    const int64_t t1 = std::min(t0 + tile, P), lanes = std::min(n_sets, t1 - t0);
-    for (int64_t i0 = t0; i0 < t0 + lanes; ++i0) {
-      const int64_t lane = (pos_begin + i0) % n_sets;
-      for (int64_t j = 0; j < NV; j += 4) {
-        __m512 a[NH][4];
+  const int64_t t1 = std::min(t0 + tile, P), lanes = std::min(n_sets, t1 - t0);
+  for (int64_t i0 = t0; i0 < t0 + lanes; ++i0) {
+    const int64_t lane = (pos_begin + i0) % n_sets;
+    for (int64_t j = 0; j < NV; j += 4) {
+      __m512 a[NH][4];
+      for (int h = 0; h < NH; ++h) {
+        const float* src = acc + (h * n_sets + lane) * D + 16 * j;
+        for (int k = 0; k < 4; ++k) a[h][k] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(src + 16 * k);
+      }
+      for (int64_t i = i0; i < t1; i += n_sets) {
+        // The same columns of this lane's row a tile on, so the next
+        // tile is in cache when it comes, asked for at the pace it is read.
+        if (prefetch && i + tile < P) prefetch_lines(vrow(i + tile) + 16 * j, 128);
+        const uint16_t* v = vrow(i) + 16 * j;
+        __m512 vf[4];
+        for (int k = 0; k < 4; ++k) vf[k] = load_f16(v + 16 * k);
         for (int h = 0; h < NH; ++h) {
-          const float* src = acc + (h * n_sets + lane) * D + 16 * j;
-          for (int k = 0; k < 4; ++k) a[h][k] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(src + 16 * k);
-        }
-        for (int64_t i = i0; i < t1; i += n_sets) {
-          // The same columns of this lane's row a tile on, so the next
-          // tile is in cache when it comes, asked for at the pace it is read.
-          if (i + tile < P) prefetch_lines(vrow(i + tile) + 16 * j, 128);
-          const uint16_t* v = vrow(i) + 16 * j;
-          __m512 vf[4];
-          for (int k = 0; k < 4; ++k) vf[k] = load_f16(v + 16 * k);
-          for (int h = 0; h < NH; ++h) {
-            const __m512 wp = _mm512_set1_ps(w[h * w_stride + i]);
-            for (int k = 0; k < 4; ++k) a[h][k] = _mm512_fmadd_ps(vf[k], wp, a[h][k]);
-          }
-        }
-        for (int h = 0; h < NH; ++h) {
-          float* dst = acc + (h * n_sets + lane) * D + 16 * j;
-          for (int k = 0; k < 4; ++k) _mm512_storeu_ps(dst + 16 * k, a[h][k]);
+          const __m512 wp = _mm512_set1_ps(w[h * w_stride + i]);
+          for (int k = 0; k < 4; ++k) a[h][k] = _mm512_fmadd_ps(vf[k], wp, a[h][k]);
         }
       }
+      for (int h = 0; h < NH; ++h) {
+        float* dst = acc + (h * n_sets + lane) * D + 16 * j;
+        for (int k = 0; k < 4; ++k) _mm512_storeu_ps(dst + 16 * k, a[h][k]);
+      }
     }
+  }
+}
+
+// NA + NB heads (NB of them after the first NA, 0: none), each tile for the
+// NA heads and then, from L2, for the NB: the values are read from memory
+// once for a group of more heads than the registers hold.
+template <int NA, int NB, int NV>
+void sum_value_lanes(const ValueRows& vrow, int64_t pos_begin, int64_t pos_end, int64_t n_sets, int64_t tile,
+                     const float* w, int64_t w_stride, float* acc) {
+  const int64_t P = pos_end - pos_begin;
+  for (int64_t t0 = 0; t0 < P; t0 += tile) {
+    sum_tile_lanes<NA, NV>(vrow, pos_begin, P, n_sets, tile, t0, true, w, w_stride, acc);
+    if constexpr (NB > 0)
+      sum_tile_lanes<NB, NV>(vrow, pos_begin, P, n_sets, tile, t0, false, w + NA * w_stride, w_stride,
+                             acc + NA * n_sets * 16 * NV);
   }
 }
 
@@ -367,7 +381,11 @@ void sum_value_lanes(const ValueRows& vrow, int64_t pos_begin, int64_t pos_end, 
 template <int NH, int NV>
 void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
                          int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  static_assert(NH <= 8);
   constexpr int64_t D = 16 * NV;
+  // More heads than the registers hold go as two groups, the second's
+  // scores and values computed from the keys and values the first just read.
+  constexpr int NA = std::min(NH, 4), NB = NH - NA;
   const bool prefill = pass == AttentionPass::kPrefill;
   thread_local std::vector<float> weights, acc;
   thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
@@ -375,6 +393,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   for (int64_t i = 0; i < NH * D; i += 16) _mm512_store_ps(&q[i], round_f16(_mm512_loadu_ps(q_in + i)));
   slots_of(kv, pos_begin, pos_end, slots);
 
+  const bool long_decode = !prefill && pos_end - pos_begin > kRegisterSetsMaxPositions;
   // Scores over whole 16-position chunks; positions outside the range are masked.
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
@@ -387,14 +406,19 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     for (int64_t l = 0; l < 16; ++l)
       keys[l] = l >= lo && l < hi ? kv.k_f16() + slots[ch + l - pos_begin] + head_offset : nullptr;
     // The keys kKeyPrefetch positions on, prefetched as the chunk's keys are
-    // read (decode only: prefill's keys are read by every token of the batch).
+    // read: in long decode only (prefill's keys are read by every token of
+    // the batch, and a short context's stay in cache from step to step).
     const uint16_t* ahead[16];
     for (int64_t l = 0; l < 16; ++l) {
       const int64_t p = ch + kKeyPrefetch + l;
-      ahead[l] = !prefill && p < pos_end ? kv.k_f16() + slots[p - pos_begin] + head_offset : nullptr;
+      ahead[l] = long_decode && p < pos_end ? kv.k_f16() + slots[p - pos_begin] + head_offset : nullptr;
     }
     __m512 s[NH];
-    chunk_scores<NH, NV>(q, keys, ahead, prefill, s);
+    chunk_scores<NA, NV>(q, keys, ahead, prefill, s);
+    if constexpr (NB > 0) {
+      const uint16_t* const none[16] = {};
+      chunk_scores<NB, NV>(q + NA * D, keys, none, prefill, s + NA);
+    }
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     for (int h = 0; h < NH; ++h) {
       s[h] = _mm512_mask_mul_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s[h],
@@ -409,8 +433,11 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   }
 
   const ValueRows vrow{kv.v_f16(), slots.data(), head_offset};
-  if (!prefill && pos_end - pos_begin <= kRegisterSetsMaxPositions) {
-    weighted_values_decode<NH, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
+  if (!prefill && !long_decode) {
+    weighted_values_decode<NA, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
+    if constexpr (NB > 0)
+      weighted_values_decode<NB, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + NA * n + (pos_begin - c0),
+                                     n, out + NA * D);
     return;
   }
   // Otherwise partial sums per position lane (p mod 16; mod 64 for decode),
@@ -424,24 +451,30 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   // between two layers' attention); prefill's were read by the batch's
   // other tokens, and tiles would only store the sums more often.
   const int64_t tile = prefill ? pos_end - pos_begin : kValueTile;
-  sum_value_lanes<NH, NV>(vrow, pos_begin, pos_end, n_sets, tile, weights.data() + (pos_begin - c0), n, acc.data());
+  sum_value_lanes<NA, NB, NV>(vrow, pos_begin, pos_end, n_sets, tile, weights.data() + (pos_begin - c0), n,
+                              acc.data());
   const uint64_t reached = sets_reached(pos_begin, used, n_sets);
   for (int h = 0; h < NH; ++h) {
     fold_partial_sums(&acc[h * head_acc], D, prefill, reached, out + h * D);
   }
 }
 
-// Up to four heads of a group at a time (more would spill registers).
+// Up to eight heads of a group at a time: the kernel holds four in registers
+// and takes up to four more from the keys and values it has just read.
 template <int NV>
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
                          int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int64_t D = 16 * NV;
   for (int64_t h = 0; h < n_heads;) {
-    const int64_t nh = std::min<int64_t>(n_heads - h, 4);
+    const int64_t nh = std::min<int64_t>(n_heads - h, 8);
     const float* qh = q + h * D;
     float* oh = out + h * D;
     const float* sh = sinks ? sinks + h : nullptr;
     switch (nh) {
+      case 8: attend_heads_avx512<8, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 7: attend_heads_avx512<7, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 6: attend_heads_avx512<6, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 5: attend_heads_avx512<5, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
       case 4: attend_heads_avx512<4, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
       case 3: attend_heads_avx512<3, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
       case 2: attend_heads_avx512<2, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
