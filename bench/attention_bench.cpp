@@ -17,7 +17,9 @@
 // enough to fill 512 MiB). It reports the best of --reps rounds as GB/s of keys and
 // values read, for each shape, cache dtype and context length:
 //
-//   attention_bench --cold [--reps=5] [--flavour=...] [--shape=D:groups:slot_heads ...] [--dtype=f16,q8_0,q4_0] [positions ...]
+//   attention_bench --cold [--reps=5] [--in-order] [--flavour=...] [--shape=D:groups:slot_heads ...]
+//                   [--dtype=f16,q8_0,q4_0] [positions ...]
+//   (--in-order: the block table in pool order, as a fresh pool deals it)
 //   (default shapes: 256:4,4:4 (Qwen3.5-4B, one thread of two), 64:3,2:3
 //   (SmolLM2-135M's 9 over 3), 64:7:2 (Qwen2.5-0.5B's 14 over 2, one
 //   thread); positions 4096 16384)
@@ -79,7 +81,8 @@ std::optional<Shape> parse_shape(const char* text) {
 // positions, over a pool whose blocks hold kLayers layers, shared by as many
 // sequences as make the pool 512 MiB or more; each call reads another layer
 // of another sequence. Returns the best GB/s over `reps` rounds of them all.
-double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, std::mt19937& rng) {
+double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, bool in_order,
+                 std::mt19937& rng) {
   constexpr int64_t kBlock = 16, kLayers = 8;  // Qwen3.5-4B's full-attention layers
   const int64_t D = shape.D, slot = shape.slot_heads * D;
   const size_t slot_bytes = row_bytes(dtype, slot), layer_bytes = kBlock * slot_bytes;
@@ -107,10 +110,11 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
     std::memcpy(k + b * layer_bytes, src, layer_bytes);
     std::memcpy(v + b * layer_bytes, src + layer_bytes, layer_bytes);
   }
-  // The pool's blocks dealt out to the sequences in random order.
+  // The pool's blocks dealt out to the sequences in random order (a pool
+  // after many requests), or in order (a fresh one).
   std::vector<int32_t> tables(pool_blocks);
   for (int64_t i = 0; i < pool_blocks; ++i) tables[i] = static_cast<int32_t>(i);
-  std::shuffle(tables.begin(), tables.end(), rng);
+  if (!in_order) std::shuffle(tables.begin(), tables.end(), rng);
 
   int64_t n_heads = 0;
   for (int64_t g : shape.groups) n_heads += g;
@@ -136,12 +140,13 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
 }
 
 int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::vector<GgmlFlavour>& flavours,
-             std::vector<int64_t> lengths, int reps) {
+             std::vector<int64_t> lengths, int reps, bool in_order) {
   if (shapes.empty()) shapes = {{256, {4, 4}, 4}, {64, {3, 2}, 3}, {64, {7}, 2}};
   if (dtypes.empty()) dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
   if (lengths.empty()) lengths = {4096, 16384};
   std::mt19937 rng(1);
-  std::printf("simd %s; cold decode attention, GB/s of keys and values read (best of %d)\n", simd_level(), reps);
+  std::printf("simd %s; cold decode attention, blocks %s, GB/s of keys and values read (best of %d)\n", simd_level(),
+              in_order ? "in order" : "shuffled", reps);
   std::printf("%-14s %-6s %-7s %9s %9s\n", "shape", "dtype", "flavour", "positions", "GB/s");
   for (const Shape& shape : shapes) {
     char name[64];
@@ -156,7 +161,7 @@ int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::ve
         for (int64_t n : lengths)
           std::printf("%-14s %-6s %-7s %9lld %9.1f\n", name, inferd::dtype_name(dtype),
                       dtype == DType::F16 ? ggml_flavour_name(f) : "-", static_cast<long long>(n),
-                      cold_gbps(shape, dtype, f, n, reps, rng));
+                      cold_gbps(shape, dtype, f, n, reps, in_order, rng));
       std::fflush(stdout);
     }
   }
@@ -171,12 +176,16 @@ int main(int argc, char** argv) {
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
   int64_t D = 64;
-  bool cold = false;
+  bool cold = false, in_order = false;
   int reps = 5;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (arg == "--in-order") {
+      in_order = true;
+      continue;
+    }
     if (arg == "--cold") {
       cold = true;
       continue;
@@ -241,7 +250,7 @@ int main(int argc, char** argv) {
       lengths.push_back(std::atoll(argv[i]));
     }
   }
-  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps);
+  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;
   int64_t n_heads = 0;
