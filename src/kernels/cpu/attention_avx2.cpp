@@ -243,11 +243,13 @@ struct Build {
 // The vector kernel of both flavours, K its build (v8::Build or v16::Build):
 // GGML's vectors of K::kLanes lanes, each 8-lane half of them an __m256.
 
-// Long-context decode's prefetch distances, as the AVX-512 kernel's
-// (attention_avx512.cpp): keys kKeyPrefetch positions ahead, values a tile
-// of kValueTile positions (a multiple of every flavour's 4L sets) ahead.
+// Long-context decode (more than kLongDecodePositions) as the AVX-512
+// kernel's (attention_avx512.cpp): keys prefetched kKeyPrefetch positions
+// ahead, values summed a tile of kValueTile positions (a multiple of every
+// flavour's 4L sets) at a time, the next tile prefetched.
 constexpr int64_t kKeyPrefetch = 32;
 constexpr int64_t kValueTile = 128;
+constexpr int64_t kLongDecodePositions = 384;
 
 // Unscaled scores of an 8-position chunk: lane l of s[h] is head h's score of
 // keys[l] (null: outside the range, 0 here); the lane sums of the eight keys'
@@ -333,6 +335,11 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   }
 
   weights.resize(static_cast<size_t>(NH * n));
+  // Decode past a few hundred positions reads its keys and values from
+  // memory; shorter contexts stay in cache from step to step, where the
+  // tiles' stores and the prefetches only cost (as the AVX-512 kernel's
+  // register-fold path, up to 384 positions).
+  const bool long_decode = !prefill && pos_end - pos_begin > kLongDecodePositions;
   __m256 vmax[NH];
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int h = 0; h < NH; ++h) vmax[h] = ninf;
@@ -345,8 +352,9 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
       continue;
     }
     __m256 s[NH];
-    // Decode's keys come from memory: prefetched kKeyPrefetch positions ahead.
-    const uint16_t* const* ahead = !prefill && i + kKeyPrefetch + 8 <= n ? &krow[i + kKeyPrefetch] : nullptr;
+    // Long decode's keys come from memory: prefetched kKeyPrefetch positions
+    // ahead (a short context's stay in cache from step to step).
+    const uint16_t* const* ahead = long_decode && i + kKeyPrefetch + 8 <= n ? &krow[i + kKeyPrefetch] : nullptr;
     chunk_scores<K, NH, NV>(q, &krow[i], ahead, prefill, s);
     const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane),
@@ -375,33 +383,49 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   constexpr int CB = NH == 1 ? 4 : 2;
   static_assert(NV % CB == 0);
   const int64_t n_sets = prefill ? L : 4 * L;
-  const int64_t P = pos_end - pos_begin, tile = prefill ? P : kValueTile;
-  // The sets of column block j / CB: [head][set][CB * 8 columns].
-  const int64_t block_floats = NH * n_sets * CB * 8;
-  acc.resize(static_cast<size_t>(NV / CB * block_floats));
+  const int64_t P = pos_end - pos_begin, tile = long_decode ? kValueTile : P;
+  // The sets of column block j / CB: [head][set][CB * 8 columns]; with one
+  // tile, every column block is folded at once and reuses the first's sets
+  // (16 KiB at most, in L1).
+  const int64_t block_floats = NH * n_sets * CB * 8, n_blocks = P > tile ? NV / CB : 1;
+  float* const sums = line_aligned(acc, static_cast<size_t>(n_blocks * block_floats));
   for (int64_t t0 = 0; t0 < P; t0 += tile) {
     const int64_t t1 = std::min(t0 + tile, P);
     for (int64_t j = 0; j < NV; j += CB) {
       const int64_t col = 8 * j;
-      float* sets = &acc[j / CB * block_floats];
-      for (int64_t set = 0; set < n_sets; ++set) {
-        __m256 a[NH][CB];
-        for (int h = 0; h < NH; ++h)
-          for (int c = 0; c < CB; ++c)
-            a[h][c] = t0 == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(&sets[(h * n_sets + set) * CB * 8 + 8 * c]);
-        // The set's first position in the tile.
-        int64_t p = pos_begin + t0 + ((set - pos_begin - t0) % n_sets + n_sets) % n_sets;
-        for (; p < pos_begin + t1; p += n_sets) {
-          if (p + tile < pos_end) _mm_prefetch(reinterpret_cast<const char*>(vrow[p + tile - c0] + col), _MM_HINT_T0);
-          const uint16_t* v = vrow[p - c0] + col;
-          for (int c = 0; c < CB; ++c) {
-            const __m256 vf = v8::load_f16(v + 8 * c);
-            for (int h = 0; h < NH; ++h)
-              a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&weights[h * n + p - c0]), a[h][c]);
+      float* sets = sums + (n_blocks > 1 ? j / CB : 0) * block_floats;
+      // The tile's positions of every set into sets: from zero in the first
+      // tile (kFirst), prefetching the next tile's columns unless it is the
+      // last (kPrefetch). Both are template constants: tested per set, they
+      // cost a short context's decode 15-30%.
+      auto sum_sets = [&](auto kFirst, auto kPrefetch) __attribute__((always_inline)) {
+        for (int64_t set = 0; set < n_sets; ++set) {
+          __m256 a[NH][CB];
+          for (int h = 0; h < NH; ++h)
+            for (int c = 0; c < CB; ++c)
+              a[h][c] = kFirst ? _mm256_setzero_ps() : _mm256_loadu_ps(&sets[(h * n_sets + set) * CB * 8 + 8 * c]);
+          // The set's first position in the tile.
+          int64_t p = pos_begin + t0 + ((set - pos_begin - t0) % n_sets + n_sets) % n_sets;
+          for (; p < pos_begin + t1; p += n_sets) {
+            if (kPrefetch && p + tile < pos_end)
+              _mm_prefetch(reinterpret_cast<const char*>(vrow[p + tile - c0] + col), _MM_HINT_T0);
+            const uint16_t* v = vrow[p - c0] + col;
+            for (int c = 0; c < CB; ++c) {
+              const __m256 vf = v8::load_f16(v + 8 * c);
+              for (int h = 0; h < NH; ++h)
+                a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&weights[h * n + p - c0]), a[h][c]);
+            }
           }
+          for (int h = 0; h < NH; ++h)
+            for (int c = 0; c < CB; ++c) _mm256_storeu_ps(&sets[(h * n_sets + set) * CB * 8 + 8 * c], a[h][c]);
         }
-        for (int h = 0; h < NH; ++h)
-          for (int c = 0; c < CB; ++c) _mm256_storeu_ps(&sets[(h * n_sets + set) * CB * 8 + 8 * c], a[h][c]);
+      };
+      if (t0 == 0 && t1 == P) {
+        sum_sets(std::true_type{}, std::false_type{});
+      } else if (t0 == 0) {
+        sum_sets(std::true_type{}, std::true_type{});
+      } else {
+        sum_sets(std::false_type{}, std::bool_constant<true>{});
       }
       if (t1 < P) continue;
       for (int h = 0; h < NH; ++h) {
