@@ -24,7 +24,7 @@ import pytest
 from conftest import stop
 import mpi_ranks
 from mpi_ranks import generate, stop_ranks, two_machines, wait_for_pid, which_ran
-from test_tensor_parallel import PROMPTS, TINY, alone, at_once
+from test_tensor_parallel import PROMPTS, TINY, alone, assert_same_continuations, at_once
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is missing: scripts/setup.sh installs OpenMPI")
 
@@ -82,10 +82,7 @@ def test_two_machines_serve_what_one_process_serves(tmp_path, layout):
         traffic = mpi_ranks.cluster_link_bytes() - traffic_before
         print(f"{traffic} bytes crossed the veth between the machines")
         assert traffic >= LEAST_CLUSTER_TRAFFIC, traffic
-    differ = [(p, e, g) for p, e, g in zip(PROMPTS, expected, got) if e != g]
-    print(f"{model_name}, {layout}: {len(PROMPTS) - len(differ)} of {len(PROMPTS)} greedy 64-token continuations "
-          "and their logprobs identical to one process's")
-    assert not differ, differ
+    assert_same_continuations(f"{model_name}, {layout}", expected, got)
     for prompt, a, t in zip(PROMPTS, few, got):
         assert t == a, prompt
 
