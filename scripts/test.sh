@@ -43,10 +43,22 @@ SANITIZED_TESTS=(gguf_loader_test tokenizer_test chat_template_test kernels_quan
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DINFERD_SANITIZE=ON >/dev/null
 ninja -C build-asan -j "$JOBS" "${SANITIZED_TESTS[@]}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-passed=0 failed=0
-for t in "${SANITIZED_TESTS[@]}"; do
-  echo "-- $t (sanitized)"
-  if ./build-asan/"$t" --gtest_brief=1; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-done
+# One test per core at a time (each runs on one thread), each to its own log,
+# shown whole when it fails.
+mkdir -p build-asan/logs
+run_sanitized() {
+  if ./build-asan/"$1" --gtest_brief=1 >"build-asan/logs/$1.log" 2>&1; then
+    echo "-- $1 (sanitized): passed"
+  else
+    echo "-- $1 (sanitized): FAILED"
+    cat "build-asan/logs/$1.log"
+    return 1
+  fi
+}
+export -f run_sanitized
+results="$(printf '%s\n' "${SANITIZED_TESTS[@]}" | xargs -P "$JOBS" -I{} bash -c 'run_sanitized {}' || true)"
+echo "$results"
+passed="$(grep -c ': passed$' <<<"$results" || true)"
+failed=$(( ${#SANITIZED_TESTS[@]} - passed ))
 echo "sanitized: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]
