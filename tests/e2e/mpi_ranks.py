@@ -30,13 +30,15 @@ def mpirun(n: int) -> list[str]:
     return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
 
 
-def serve(tmp: pathlib.Path, model: pathlib.Path, ranks: int, size_flag: str, *rank_flags: str) -> Server:
+def serve(tmp: pathlib.Path, model: pathlib.Path, ranks: int, size_flag: str, *rank_flags: str,
+          kv_cache_memory: str = "64M", engine_flags: tuple[str, ...] = ()) -> Server:
     """`inferd serve` on one process, or on `ranks` under mpirun with `size_flag` (--pipeline-parallel-size,
-    --tensor-parallel-size) set to it and `rank_flags` (--enable-expert-parallel) added."""
+    --tensor-parallel-size) set to it and `rank_flags` (--enable-expert-parallel) added; `engine_flags`
+    (--max-num-batched-tokens) either way."""
     port = free_port()
     args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
             "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
-            "--kv-cache-memory", "64M", "--shutdown-timeout", "5"]
+            "--kv-cache-memory", kv_cache_memory, "--shutdown-timeout", "5", *engine_flags]
     if ranks > 1:
         args = mpirun(ranks) + args + [size_flag, str(ranks), *rank_flags]
     log_path = tmp / f"server-{port}.log"

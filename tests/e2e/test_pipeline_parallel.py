@@ -116,6 +116,69 @@ def test_pipeline_serves_what_one_process_serves(tmp_path):
         assert g == e, spec
 
 
+def long_prompt_specs() -> list[dict]:
+    """24 requests, more than one batch holds (each batch takes half of them), with prompts of 60 to 400
+    tokens: prefilled in chunks of a 64-token step, so a request's chunks follow each other across batches."""
+    specs = []
+    for i in range(24):
+        sampled = i % 3 == 2
+        specs.append({"prompt": f"Story {i}: " + "the river ran past the old mill and the fields. " * (6 + 7 * (i % 6)),
+                      "max_tokens": 10 + i % 9, "temperature": 0.8 if sampled else 0.0,
+                      "seed": 500 + i if sampled else None, "stream": i % 2 == 1})
+    return specs
+
+
+def run_long(srv: Server) -> list[dict]:
+    client = openai.OpenAI(base_url=srv.base_url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+    def one(spec: dict) -> dict:
+        kw = dict(model=MODEL_NAME, prompt=spec["prompt"], max_tokens=spec["max_tokens"],
+                  temperature=spec["temperature"])
+        if spec["seed"] is not None:
+            kw["seed"] = spec["seed"]
+        if spec["stream"]:
+            return {"text": "".join(c.choices[0].text for c in client.completions.create(stream=True, **kw)
+                                    if c.choices)}
+        r = client.completions.create(**kw)
+        return {"text": r.choices[0].text, "finish": r.choices[0].finish_reason}
+
+    with concurrent.futures.ThreadPoolExecutor(len(long_prompt_specs())) as pool:
+        return list(pool.map(one, long_prompt_specs()))
+
+
+def idle_kv_usage(srv: Server) -> float:
+    """KV usage once no request runs (the last stream's end may come a step before its blocks are freed)."""
+    deadline = time.time() + 10
+    while time.time() < deadline and srv.metric("inferd:num_requests_running") != 0:
+        time.sleep(0.1)
+    return srv.metric("inferd:kv_cache_usage_perc")
+
+
+def test_batches_in_flight_with_chunked_prefill_and_preemption(tmp_path):
+    """Two stages keep two batches in flight: 24 concurrent requests with long prompts, prefilled in chunks
+    (64-token steps), in a KV cache too small for all of them (requests are preempted and recomputed). Every
+    output equals one process's with the same flags, and no KV block is left held."""
+    flags = dict(kv_cache_memory="24M", engine_flags=("--max-num-batched-tokens", "64"))
+    one = mpi_ranks.serve(tmp_path, DEFAULT_MODEL, 1, "--pipeline-parallel-size", **flags)
+    try:
+        expected = run_long(one)
+    finally:
+        assert stop(one) == 0, one.log()[-3000:]
+    two = mpi_ranks.serve(tmp_path, DEFAULT_MODEL, 2, "--pipeline-parallel-size", **flags)
+    try:
+        got = run_long(two)
+        preemptions = two.metric("inferd:num_preemptions_total")
+        kv_left = idle_kv_usage(two)
+    finally:
+        code = stop_ranks(two)
+    assert code == 0, two.log()[-3000:]
+    assert preemptions > 0, "the KV budget should force preemptions"
+    assert kv_left == 0
+    assert all(e["text"] for e in expected)
+    for spec, e, g in zip(long_prompt_specs(), expected, got):
+        assert g == e, spec
+
+
 @pytest.mark.parametrize("model,ranks", [("tiny-llama3", 2), ("tiny-gemma3", 2), ("tiny-gemma3", 3),
                                          ("tiny-qwen3moe", 2), ("tiny-qwen3moe", 3)])
 def test_generate_pipeline_matches_one_process(model, ranks):
