@@ -157,7 +157,10 @@ def idle_kv_usage(srv: Server) -> float:
 def test_batches_in_flight_with_chunked_prefill_and_preemption(tmp_path):
     """Two stages keep two batches in flight: 24 concurrent requests with long prompts, prefilled in chunks
     (64-token steps), in a KV cache too small for all of them (requests are preempted and recomputed). Every
-    output equals one process's with the same flags, and no KV block is left held."""
+    output equals one process's with the same flags, and no KV block is left held.
+    OPEN (branch ppbatches): failed 2 of about 20 runs, always on a loaded machine: one greedy request's output
+    was the continuation a longer prompt of this set gives, as if it read another request's keys and values.
+    Not reproduced on demand; the cause is not found yet (the scheduler's own test with in-flight batches passes)."""
     flags = dict(kv_cache_memory="24M", engine_flags=("--max-num-batched-tokens", "64"))
     one = mpi_ranks.serve(tmp_path, DEFAULT_MODEL, 1, "--pipeline-parallel-size", **flags)
     try:
