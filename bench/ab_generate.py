@@ -4,10 +4,12 @@ generate command, run after run, alternating: on a shared VM the host's load
 moves a single run by 10-20%, so only interleaved runs compared pair by pair
 tell a few per cent apart.
 
-  bench/ab_generate.py OLD_BINARY NEW_BINARY [--reps 8] [--prompt-tokens 0]
+  bench/ab_generate.py OLD_BINARY NEW_BINARY [--reps 8] [--prompt-tokens 0 | --context 0]
 
 Decode (default): tokens/s over 128 decode steps after the prompt "Hello".
 With --prompt-tokens N: prompt tokens/s of an N-token prompt (1 token out).
+With --context N: decode tokens/s over 128 steps after an N-token prompt (attention
+over N to N + 128 positions, where the decode attention kernels change path).
 Prints each run, the medians and the median of the per-pair ratios.
 """
 import argparse
@@ -21,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_llama_bench import MODEL_DIR, prompt_of  # noqa: E402
 
 
-def rate(binary, model, prompt, n_gen, threads, prompt_speed):
+def rate(binary, model, prompt, n_gen, threads, prompt_speed, ctx=2048):
     out = subprocess.run([binary, "generate", "-m", model, "-p", prompt, "-n", str(n_gen), "--temp", "0",
-                          "--ignore-eos", "--json", "-t", str(threads), "-c", "2048"],
+                          "--ignore-eos", "--json", "-t", str(threads), "-c", str(ctx)],
                          check=True, capture_output=True, text=True).stdout
     t = json.loads(out)["timings"]
     if prompt_speed:
@@ -39,17 +41,21 @@ def main():
     ap.add_argument("--reps", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompt-tokens", type=int, default=0)
+    ap.add_argument("--context", type=int, default=0)
     args = ap.parse_args()
     if args.prompt_tokens:
         prompt, n_gen = prompt_of(args.new, args.model, args.prompt_tokens, args.threads), 1
+    elif args.context:
+        prompt, n_gen = prompt_of(args.new, args.model, args.context, args.threads), 129
     else:
         prompt, n_gen = "Hello", 129
     runs = {"old": [], "new": []}
     for _ in range(args.reps):
         for name in ("old", "new"):
             runs[name].append(rate(getattr(args, name), args.model, prompt, n_gen, args.threads,
-                                   args.prompt_tokens > 0))
-    what = f"prompt of {args.prompt_tokens} tokens" if args.prompt_tokens else "decode, 128 steps"
+                                   args.prompt_tokens > 0, max(2048, args.context + 256)))
+    what = (f"prompt of {args.prompt_tokens} tokens" if args.prompt_tokens else
+            f"decode, 128 steps after {args.context} tokens" if args.context else "decode, 128 steps")
     print(f"{what}, {args.reps} alternating pairs, tok/s")
     for name in ("old", "new"):
         print(f"  {name}: median {statistics.median(runs[name]):.1f}  "

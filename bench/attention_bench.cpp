@@ -7,20 +7,168 @@
 //
 //   attention_bench [--flavour=avx512|avx2|both] [--prefill] [--heads=3,2] [--dim=64] [positions ...]
 //   (default: both flavours, decode; 16 64 128 512 1024 2048 positions)
+//
+// --cold measures long-context decode as a model step sees it: the keys and
+// values come from memory, not cache (each call reads another layer of a pool
+// of several hundred MiB, far beyond L3, while a real step streams the weights
+// between two attention layers), blocks of 16 slots are shuffled in the block
+// table and a block holds every layer (PagedKV::block_stride), as the KV cache
+// lays them out (8 layers, as Qwen3.5-4B's full-attention ones; sequences
+// enough to fill 512 MiB). It reports the best of --reps rounds as GB/s of keys and
+// values read, for each shape, cache dtype and context length:
+//
+//   attention_bench --cold [--reps=5] [--in-order] [--flavour=...] [--shape=D:groups:slot_heads ...]
+//                   [--dtype=f16,q8_0,q4_0] [positions ...]
+//   (--in-order: the block table in pool order, as a fresh pool deals it)
+//   (default shapes: 256:4,4:4 (Qwen3.5-4B, one thread of two), 64:3,2:3
+//   (SmolLM2-135M's 9 over 3), 64:7:2 (Qwen2.5-0.5B's 14 over 2, one
+//   thread); positions 4096 16384)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <random>
 #include <string_view>
 #include <vector>
 
+#include "core/aligned_bytes.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/flavour.h"
 #include "kernels/cpu/quants.h"
 
 using namespace inferd::kernels;
+using inferd::DType;
+
+namespace {
+
+// Query heads per key/value head for each key/value head a thread reads, of D
+// elements, in slots of slot_heads heads.
+struct Shape {
+  int64_t D;
+  std::vector<int64_t> groups;
+  int64_t slot_heads;
+};
+
+std::vector<int64_t> parse_list(const char* p) {
+  std::vector<int64_t> out;
+  while (*p != 0 && *p != ':') {
+    char* end = nullptr;
+    out.push_back(std::strtoll(p, &end, 10));
+    if (end == p || out.back() < 1) return {};
+    p = *end == ',' ? end + 1 : end;
+  }
+  return out;
+}
+
+// "D:g0,g1,...:slot_heads"
+std::optional<Shape> parse_shape(const char* text) {
+  Shape s;
+  char* end = nullptr;
+  s.D = std::strtoll(text, &end, 10);
+  if (*end != ':' || s.D < 32 || s.D % 32 != 0) return std::nullopt;
+  s.groups = parse_list(end + 1);
+  const char* colon = std::strchr(end + 1, ':');
+  if (s.groups.empty() || colon == nullptr) return std::nullopt;
+  s.slot_heads = std::atoll(colon + 1);
+  if (s.slot_heads < static_cast<int64_t>(s.groups.size())) return std::nullopt;
+  return s;
+}
+
+// One cold measurement: decode attention of the shape's groups at n
+// positions, over a pool whose blocks hold kLayers layers, shared by as many
+// sequences as make the pool 512 MiB or more; each call reads another layer
+// of another sequence. Returns the best GB/s over `reps` rounds of them all.
+double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, bool in_order,
+                 std::mt19937& rng) {
+  constexpr int64_t kBlock = 16, kLayers = 8;  // Qwen3.5-4B's full-attention layers
+  const int64_t D = shape.D, slot = shape.slot_heads * D;
+  const size_t slot_bytes = row_bytes(dtype, slot), layer_bytes = kBlock * slot_bytes;
+  const size_t block_stride = kLayers * layer_bytes;
+  const int64_t n_blocks = (n + kBlock - 1) / kBlock;
+  const int64_t seqs = std::max<int64_t>(
+      1, static_cast<int64_t>(std::ceil(512.0 * (1 << 20) / static_cast<double>(n_blocks * block_stride))));
+  const int64_t pool_blocks = seqs * n_blocks;
+  // Huge pages, not zeroed, as the KV cache allocates its pools.
+  inferd::AlignedBytes k_pool(pool_blocks * block_stride, /*huge_pages=*/true, /*zeroed=*/false),
+      v_pool(k_pool.size(), true, false);
+  std::byte* k = reinterpret_cast<std::byte*>(k_pool.data());
+  std::byte* v = reinterpret_cast<std::byte*>(v_pool.data());
+  // Eight random layer-blocks of values, copied round the pool (the values do
+  // not change the time; quantizing 1 GiB would).
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> row(slot);
+  std::vector<std::byte> pattern(8 * 2 * layer_bytes);
+  for (size_t off = 0; off < pattern.size(); off += slot_bytes) {
+    for (float& x : row) x = dist(rng);
+    quantize_row(dtype, row.data(), pattern.data() + off, slot);
+  }
+  for (int64_t b = 0; b < pool_blocks * kLayers; ++b) {
+    const std::byte* src = pattern.data() + (b % 8) * 2 * layer_bytes;
+    std::memcpy(k + b * layer_bytes, src, layer_bytes);
+    std::memcpy(v + b * layer_bytes, src + layer_bytes, layer_bytes);
+  }
+  // The pool's blocks dealt out to the sequences in random order (a pool
+  // after many requests), or in order (a fresh one).
+  std::vector<int32_t> tables(pool_blocks);
+  for (int64_t i = 0; i < pool_blocks; ++i) tables[i] = static_cast<int32_t>(i);
+  if (!in_order) std::shuffle(tables.begin(), tables.end(), rng);
+
+  int64_t n_heads = 0;
+  for (int64_t g : shape.groups) n_heads += g;
+  std::vector<float> q(n_heads * D), out(n_heads * D);
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const double bytes_read =
+      2.0 * static_cast<double>(n) * static_cast<double>(row_bytes(dtype, D)) * static_cast<double>(shape.groups.size());
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    for (int64_t call = 0; call < seqs * kLayers; ++call) {
+      const int64_t l = call % kLayers, seq = call / kLayers;
+      const PagedKV kv{k + l * layer_bytes, v + l * layer_bytes, slot, kBlock, tables.data() + seq * n_blocks, dtype,
+                       static_cast<int64_t>(block_stride)};
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int64_t g = 0, h = 0; g < static_cast<int64_t>(shape.groups.size()); h += shape.groups[g], ++g)
+        attend_heads(q.data() + h * D, shape.groups[g], kv, g * D, D, 0, n, scale, AttentionPass::kDecode,
+                     out.data() + h * D, flavour);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  return bytes_read / best * 1e-9;
+}
+
+int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::vector<GgmlFlavour>& flavours,
+             std::vector<int64_t> lengths, int reps, bool in_order) {
+  if (shapes.empty()) shapes = {{256, {4, 4}, 4}, {64, {3, 2}, 3}, {64, {7}, 2}};
+  if (dtypes.empty()) dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
+  if (lengths.empty()) lengths = {4096, 16384};
+  std::mt19937 rng(1);
+  std::printf("simd %s; cold decode attention, blocks %s, GB/s of keys and values read (best of %d)\n", simd_level(),
+              in_order ? "in order" : "shuffled", reps);
+  std::printf("%-14s %-6s %-7s %9s %9s\n", "shape", "dtype", "flavour", "positions", "GB/s");
+  for (const Shape& shape : shapes) {
+    char name[64];
+    int len = std::snprintf(name, sizeof name, "%lld:", static_cast<long long>(shape.D));
+    for (size_t i = 0; i < shape.groups.size(); ++i)
+      len += std::snprintf(name + len, sizeof name - len, "%s%lld", i ? "," : "", static_cast<long long>(shape.groups[i]));
+    std::snprintf(name + len, sizeof name - len, ":%lld", static_cast<long long>(shape.slot_heads));
+    for (DType dtype : dtypes) {
+      // Quantized caches have one kernel whatever the flavour.
+      const std::vector<GgmlFlavour> fl = dtype == DType::F16 ? flavours : std::vector<GgmlFlavour>{flavours[0]};
+      for (GgmlFlavour f : fl)
+        for (int64_t n : lengths)
+          std::printf("%-14s %-6s %-7s %9lld %9.1f\n", name, inferd::dtype_name(dtype),
+                      dtype == DType::F16 ? ggml_flavour_name(f) : "-", static_cast<long long>(n),
+                      cold_gbps(shape, dtype, f, n, reps, in_order, rng));
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<int64_t> lengths;
@@ -28,8 +176,48 @@ int main(int argc, char** argv) {
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
   int64_t D = 64;
+  bool cold = false, in_order = false;
+  int reps = 5;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
+    if (arg == "--in-order") {
+      in_order = true;
+      continue;
+    }
+    if (arg == "--cold") {
+      cold = true;
+      continue;
+    }
+    if (arg.starts_with("--reps=")) {
+      reps = std::max(1, std::atoi(argv[i] + 7));
+      continue;
+    }
+    if (arg.starts_with("--shape=")) {
+      const auto shape = parse_shape(argv[i] + 8);
+      if (!shape) {
+        std::fprintf(stderr, "bad %s (D:groups:slot_heads, e.g. 256:4,4:4)\n", argv[i]);
+        return 2;
+      }
+      shapes.push_back(*shape);
+      continue;
+    }
+    if (arg.starts_with("--dtype=")) {
+      for (std::string_view rest = arg.substr(8); !rest.empty();) {
+        const size_t comma = rest.find(',');
+        const std::string_view name = rest.substr(0, comma);
+        if (name == "f16") dtypes.push_back(DType::F16);
+        else if (name == "q8_0") dtypes.push_back(DType::Q8_0);
+        else if (name == "q4_0") dtypes.push_back(DType::Q4_0);
+        else {
+          std::fprintf(stderr, "bad %s (f16, q8_0, q4_0)\n", argv[i]);
+          return 2;
+        }
+        rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+      }
+      continue;
+    }
     if (arg.starts_with("--flavour=")) {
       const std::string_view name = arg.substr(10);
       if (name == "both") continue;
@@ -62,6 +250,7 @@ int main(int argc, char** argv) {
       lengths.push_back(std::atoll(argv[i]));
     }
   }
+  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;
   int64_t n_heads = 0;

@@ -42,7 +42,11 @@ def long_prompt(args):
     its length in characters)."""
     corpus = (ROOT / "tests" / "data" / "text" / "perplexity_corpus.txt").read_text()
     text = corpus * (1 + args.depth * 8 // len(corpus))
-    count = lambda k: len(inferd_generate(args, text[:k], 0, "f16")["prompt_ids"])
+    def count(k):
+        try:
+            return len(inferd_generate(args, text[:k], 0, "f16")["prompt_ids"])
+        except subprocess.CalledProcessError:  # longer than the context: refused
+            return args.depth + args.n + 257
     lo, hi = 1, len(text)
     while hi - lo > 64:
         mid = (lo + hi) // 2

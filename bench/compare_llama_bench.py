@@ -40,9 +40,9 @@ def cpu_name():
     return platform.processor()
 
 
-def inferd_json(binary, model, prompt, n, threads):
+def inferd_json(binary, model, prompt, n, threads, ctx=2048):
     out = subprocess.run([str(binary), "generate", "-m", str(model), "-p", prompt, "-n", str(n),
-                          "--temp", "0", "--ignore-eos", "--json", "-t", str(threads), "-c", "2048"],
+                          "--temp", "0", "--ignore-eos", "--json", "-t", str(threads), "-c", str(ctx)],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -53,7 +53,8 @@ def prompt_of(binary, model, n_tokens, threads):
     words = ("The history of science is the study of how people came to understand the natural "
              "world, from early astronomy and medicine to modern physics and biology.").split()
     text_of = lambda k: " ".join(words[i % len(words)] for i in range(k))
-    count = lambda k: len(inferd_json(binary, model, text_of(k), 0, threads)["prompt_ids"])
+    # A context that takes the bisection's longest text (about 4 tokens a word at most).
+    count = lambda k: len(inferd_json(binary, model, text_of(k), 0, threads, max(2048, 16 * n_tokens))["prompt_ids"])
     lo, hi = 1, 4 * n_tokens
     while lo < hi:
         mid = (lo + hi + 1) // 2

@@ -6,6 +6,11 @@ touches all three alike):
   one process   `inferd bench ...` with --threads 2 (both cores)
   TP=2          `mpirun -np 2 inferd bench ... --tensor-parallel-size 2`, one thread a rank
   PP=2          `mpirun -np 2 inferd bench ... --pipeline-parallel-size 2`, one thread a rank
+and with --netns two more, the same across two machines: the two network namespaces of
+scripts/netns_hosts.sh (made if missing; needs root), one rank in each, talking by TCP over the veth
+between them instead of by shared memory:
+  TP=2 2 machines   `scripts/netns_hosts.sh mpirun -np 2 inferd bench ... --tensor-parallel-size 2`
+  PP=2 2 machines   `scripts/netns_hosts.sh mpirun -np 2 inferd bench ... --pipeline-parallel-size 2`
 
 Measured, per layout:
   decode      batch-1 decode tokens/s: `inferd bench latency` (--input-len 32, --output-len 128), the
@@ -20,7 +25,7 @@ Measured, per layout:
 Targets (issue 40): TP=2 decode at least 85% of one process's; PP=2 16-stream throughput at least 85%;
 each rank's peak resident set at most 55% of the one process's.
 
-Usage: bench/compare_parallel.py [--model PATH] [--reps 3] [--binary build/inferd] [--out DIR]
+Usage: bench/compare_parallel.py [--model PATH] [--reps 3] [--binary build/inferd] [--out DIR] [--netns]
 Prints Markdown for docs/benchmarks.md (with the load average before and after); writes every run's
 JSON and log into --out. Run it on a quiet machine: with 2 cores, 2 ranks of one thread each leave
 nothing spare, and a rank that waits to be scheduled stalls its partner in every collective.
@@ -47,10 +52,16 @@ DEFAULT_MODEL = CACHE / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]
+NETNS_HOSTS = ROOT / "scripts" / "netns_hosts.sh"
+ACROSS_MACHINES = [str(NETNS_HOSTS), "mpirun", "-np", "2", "--bind-to", "none"]
 LAYOUTS = {  # name -> (launcher prefix, threads, size flags)
     "one process": ([], 2, []),
     "TP=2": (MPIRUN, 1, ["--tensor-parallel-size", "2"]),
     "PP=2": (MPIRUN, 1, ["--pipeline-parallel-size", "2"]),
+}
+NETNS_LAYOUTS = {  # --netns: the same two across the two network namespaces
+    "TP=2 2 machines": (ACROSS_MACHINES, 1, ["--tensor-parallel-size", "2"]),
+    "PP=2 2 machines": (ACROSS_MACHINES, 1, ["--pipeline-parallel-size", "2"]),
 }
 TARGET = 0.85        # TP decode and PP 16-stream throughput, as a fraction of one process's
 MEMORY_TARGET = 0.55  # each rank's peak resident set, as a fraction of one process's
@@ -122,7 +133,7 @@ def per_rank(text: str, peaks: dict[int, int]) -> list[int]:
 
 
 def bench(binary: Path, model: Path, layout: str, kind: str, args: argparse.Namespace, out: Path, rep: int) -> dict:
-    launcher, threads, sizes = LAYOUTS[layout]
+    launcher, threads, sizes = (LAYOUTS | NETNS_LAYOUTS)[layout]
     tag = f"{kind}-{layout.replace(' ', '_').replace('=', '')}-{rep}"
     json_path = out / f"{tag}.json"
     common = [str(binary), "bench", kind, "-m", str(model), "--threads", str(threads), "--seed", str(rep),
@@ -156,32 +167,38 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
     one = results["one process"]
     base_decode, base_streams = median(one["decode"]), median(one["streams"])
     base_rss = max(max(r) for r in one["rss_kib"])
+    layouts = list(results)
+    split = ", ".join(layouts[1:])
     lines = [
-        f"### One process beside TP=2 and PP=2 ({model.name}, {args.reps} interleaved repetitions, "
+        f"### One process beside {split} ({model.name}, {args.reps} interleaved repetitions, "
         f"{datetime.date.today()}, {commit})",
         "",
         f"`bench/compare_parallel.py {' '.join(sys.argv[1:])}`; load average {load[0]} before, "
         f"{load[1]} after. One process runs 2 threads; each rank 1 thread. Medians over repetitions "
-        "(each run's own figure: decode the median over its iterations).",
+        "(each run's own figure: decode the median over its iterations)."
+        + (" \"2 machines\": one rank in each of two network namespaces (scripts/netns_hosts.sh), TCP over the "
+           "veth between them." if args.netns else ""),
         "",
-        "| | one process (2 threads) | TP=2 | PP=2 | target |",
-        "|---|---|---|---|---|",
+        "| | one process (2 threads) | " + " | ".join(layouts[1:]) + " | target |",
+        "|---|" + "---|" * len(layouts) + "---|",
     ]
 
-    def cell(layout: str, key: str, base: float) -> str:
-        v = median(results[layout][key])
-        return f"{v:.1f}" + ("" if layout == "one process" else f" ({v / base:.2f}x)")
+    def row(title: str, key: str, base: float, target: str) -> str:
+        cells = []
+        for layout in layouts:
+            v = median(results[layout][key])
+            cells.append(f"{v:.1f}" + ("" if layout == "one process" else f" ({v / base:.2f}x)"))
+        return f"| {title} | " + " | ".join(cells) + f" | {target} |"
 
-    lines.append(f"| batch-1 decode, tokens/s | {cell('one process', 'decode', base_decode)} | "
-                 f"{cell('TP=2', 'decode', base_decode)} | {cell('PP=2', 'decode', base_decode)} | "
-                 f"TP=2 >= {TARGET:.2f}x |")
-    lines.append(f"| {args.streams} streams, output tokens/s | {cell('one process', 'streams', base_streams)} | "
-                 f"{cell('TP=2', 'streams', base_streams)} | {cell('PP=2', 'streams', base_streams)} | "
-                 f"PP=2 >= {TARGET:.2f}x |")
-    ar = results["TP=2"]["collective_us"]
-    ranks = list(zip(*ar)) if ar else []
-    lines.append("| collective (all-gather), us per call (rank 0, rank 1) | - | "
-                 + ", ".join(f"{median(list(r)):.0f}" for r in ranks) + " | - | |")
+    lines.append(row("batch-1 decode, tokens/s", "decode", base_decode, f"TP=2 >= {TARGET:.2f}x"))
+    lines.append(row(f"{args.streams} streams, output tokens/s", "streams", base_streams, f"PP=2 >= {TARGET:.2f}x"))
+
+    def collectives(layout: str) -> str:
+        ranks = list(zip(*results[layout]["collective_us"]))
+        return ", ".join(f"{median(list(r)):.0f}" for r in ranks) if ranks else "-"
+
+    lines.append("| collective (all-gather), us per call (rank 0, rank 1) | "
+                 + " | ".join(collectives(layout) for layout in layouts) + " | |")
 
     def rss(layout: str) -> str:
         per_rank = [max(r[i] for r in results[layout]["rss_kib"] if i < len(r))
@@ -189,8 +206,8 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
         return ", ".join(f"{kib / 1024:.0f}" + ("" if layout == "one process" else f" ({kib / base_rss:.2f}x)")
                          for kib in per_rank)
 
-    lines.append(f"| peak resident MiB per rank | {rss('one process')} | {rss('TP=2')} | {rss('PP=2')} | "
-                 f"each <= {MEMORY_TARGET:.2f}x |")
+    lines.append("| peak resident MiB per rank | " + " | ".join(rss(layout) for layout in layouts)
+                 + f" | each <= {MEMORY_TARGET:.2f}x |")
     lines += ["", f"Model file {model.stat().st_size / 2**20:.0f} MiB; KV cache --kv-cache-memory "
               f"{args.kv_cache_memory} per process in the decode runs (the memory row), the largest peak of "
               "the repetitions.", "", "Per repetition:", "",
@@ -214,6 +231,8 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--kv-cache-memory", default="64M")
     ap.add_argument("--out", type=Path, default=None, help="where the runs' JSON and logs go (default: a temp dir)")
+    ap.add_argument("--netns", action="store_true",
+                    help="also TP=2 and PP=2 across two network namespaces (scripts/netns_hosts.sh; root)")
     args = ap.parse_args()
     if not args.model.exists():
         sys.exit(f"{args.model} is missing: scripts/fetch_models.sh fetches the default model")
@@ -221,10 +240,13 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    results = {layout: {"decode": [], "streams": [], "collective_us": [], "rss_kib": []} for layout in LAYOUTS}
+    layouts = LAYOUTS | (NETNS_LAYOUTS if args.netns else {})
+    if args.netns and subprocess.run([str(NETNS_HOSTS), "up"]).returncode != 0:
+        sys.exit("--netns: scripts/netns_hosts.sh up could not make the two network namespaces")
+    results = {layout: {"decode": [], "streams": [], "collective_us": [], "rss_kib": []} for layout in layouts}
     load_before = loadavg()
     for rep in range(args.reps):
-        for layout in LAYOUTS:
+        for layout in layouts:
             log(f"rep {rep + 1}/{args.reps}: {layout} (load {loadavg()})")
             lat = bench(args.binary, args.model, layout, "latency", args, out, rep)
             thr = bench(args.binary, args.model, layout, "throughput", args, out, rep)

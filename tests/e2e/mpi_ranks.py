@@ -1,16 +1,23 @@
 """Launching inferd under mpirun for the parallelism tests (test_pipeline_parallel.py,
-test_tensor_parallel.py): one server or generate run on N ranks with a parallelism flag, and ending
-a served job the way an operator would.
+test_tensor_parallel.py, test_expert_parallel.py, test_two_machines.py): one server or generate run on N ranks
+with a parallelism flag, and ending a served job the way an operator would.
+
+Ranks run on this host, or (`across=True`, two ranks) on two machines: the two network namespaces of
+scripts/netns_hosts.sh, one rank in each, talking by TCP over the veth between them. Where the namespaces cannot
+be made (not root, no `ip netns`), two ranks here with `--mca btl tcp,self` over loopback stand in, and
+two_machines() says which ran and why.
 
 OpenMPI refuses to run as root without OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM), and a 2-core machine has fewer
 slots than ranks without --oversubscribe; each rank runs one compute thread unless a test asks otherwise.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import threading
@@ -20,40 +27,89 @@ import urllib.request
 
 import pytest
 
-from conftest import BINARY, MODEL_NAME, Server, free_port, wait_until_ready
+from conftest import BINARY, MODEL_NAME, REPO, Server, free_port, wait_until_ready
 
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
 
 
-def mpirun(n: int) -> list[str]:
-    return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+NETNS_HOSTS = REPO / "scripts" / "netns_hosts.sh"
+# scripts/netns_hosts.sh's addresses: machine a's end of the link from this host (where rank 0's server
+# listens), and the veth that carries the ranks' traffic, on machine a.
+MACHINE_A_CLIENT_ADDRESS = "10.77.1.1"
+CLUSTER_LINK = ("inferd-a", "inferd-a0")
+
+
+@functools.cache
+def two_machines() -> str | None:
+    """None when the two network namespaces are up (made once a session; left up for the next), else why they
+    cannot be, for the note that says loopback stood in."""
+    if os.geteuid() != 0:
+        return "not root: network namespaces need it"
+    if shutil.which("ip") is None:
+        return "no `ip` command (iproute2)"
+    made = subprocess.run([str(NETNS_HOSTS), "up"], capture_output=True, text=True, timeout=60)
+    if made.returncode != 0:
+        return f"scripts/netns_hosts.sh up failed: {(made.stdout + made.stderr).strip()[-500:]}"
+    return None
+
+
+def which_ran() -> str:
+    """The note on what an `across=True` run was."""
+    reason = two_machines()
+    if reason is None:
+        return "two network namespaces (scripts/netns_hosts.sh), TCP over the veth between them"
+    return f"one host, btl tcp,self over loopback (the namespaces could not be made: {reason})"
+
+
+def cluster_link_bytes() -> int | None:
+    """Bytes sent and received on machine a's cluster veth, or None on loopback: what the ranks' traffic crossed."""
+    if two_machines() is not None:
+        return None
+    ns, dev = CLUSTER_LINK
+    out = subprocess.run(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev], capture_output=True, text=True,
+                         check=True)
+    counters = json.loads(out.stdout)[0]["stats64"]
+    return counters["rx"]["bytes"] + counters["tx"]["bytes"]
+
+
+def mpirun(n: int, across: bool = False) -> list[str]:
+    """The launcher of n ranks on this host, or (across) of one rank on each of two machines."""
+    if not across:
+        return ["mpirun", "-np", str(n), "--oversubscribe", "--bind-to", "none"]
+    assert n == 2, "the two machines hold one rank each"
+    if two_machines() is None:
+        return [str(NETNS_HOSTS), "mpirun", "-np", "2", "--bind-to", "none"]
+    # Loopback stands in: TCP between the ranks still, never shared memory.
+    return ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", "--mca", "btl", "tcp,self",
+            "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
 
 
 def serve(tmp: pathlib.Path, model: pathlib.Path, ranks: int, size_flag: str, *rank_flags: str,
-          kv_cache_memory: str = "64M", engine_flags: tuple[str, ...] = ()) -> Server:
+          across: bool = False, kv_cache_memory: str = "64M", engine_flags: tuple[str, ...] = ()) -> Server:
     """`inferd serve` on one process, or on `ranks` under mpirun with `size_flag` (--pipeline-parallel-size,
-    --tensor-parallel-size) set to it and `rank_flags` (--enable-expert-parallel) added; `engine_flags`
-    (--max-num-batched-tokens) either way."""
+    --tensor-parallel-size) set to it and `rank_flags` (--enable-expert-parallel) added; `across`: on two
+    machines (mpirun()); `engine_flags` (--max-num-batched-tokens) either way."""
     port = free_port()
-    args = [str(BINARY), "serve", "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+    host = MACHINE_A_CLIENT_ADDRESS if across and two_machines() is None else "127.0.0.1"
+    args = [str(BINARY), "serve", "-m", str(model), "--host", host, "--port", str(port),
             "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
             "--kv-cache-memory", kv_cache_memory, "--shutdown-timeout", "5", *engine_flags]
     if ranks > 1:
-        args = mpirun(ranks) + args + [size_flag, str(ranks), *rank_flags]
+        args = mpirun(ranks, across) + args + [size_flag, str(ranks), *rank_flags]
     log_path = tmp / f"server-{port}.log"
     proc = subprocess.Popen(args, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=MPI_ENV)
-    srv = Server(f"http://127.0.0.1:{port}", MODEL_NAME, BINARY, proc, log_path, None, args)
+    srv = Server(f"http://{host}:{port}", MODEL_NAME, BINARY, proc, log_path, None, args)
     wait_until_ready(srv, timeout=180)
     return srv
 
 
-def generate(model: pathlib.Path, ranks: int, *flags: str, threads: int = 1,
-             timeout: float = 120) -> subprocess.CompletedProcess:
+def generate(model: pathlib.Path, ranks: int, *flags: str, threads: int = 1, timeout: float = 120,
+             across: bool = False) -> subprocess.CompletedProcess:
     """`inferd generate` on one process, or on `ranks` under mpirun (the caller passes the size flags)."""
     args = [str(BINARY), "generate", "-m", str(model), "--threads", str(threads), *flags]
     if ranks > 1:
-        args = mpirun(ranks) + args
+        args = mpirun(ranks, across) + args
     return subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=timeout)
 
 

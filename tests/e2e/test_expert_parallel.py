@@ -24,7 +24,7 @@ import pytest
 from conftest import stop
 import mpi_ranks
 from mpi_ranks import generate, stop_ranks
-from test_tensor_parallel import PROMPTS, TINY, alone, at_once
+from test_tensor_parallel import PROMPTS, TINY, alone, assert_same_continuations, at_once
 
 pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None, reason="mpirun is missing: scripts/setup.sh installs OpenMPI")
 
@@ -49,10 +49,7 @@ def test_two_expert_parallel_ranks_are_one_process_bit_for_bit(tmp_path, name):
     assert re.search(r"rank 1 of 2 \(expert parallel\): experts \[8, 16\) of 16", log), log[-3000:]
     # The experts' gathers are counted with the other collectives.
     assert re.search(r"^inferd:tensor_parallel_collectives_total\{[^}]*\} [1-9]", metrics, re.M), metrics
-    differ = [(p, e, g) for p, e, g in zip(PROMPTS, expected, got) if e != g]
-    print(f"{name}: {len(PROMPTS) - len(differ)} of {len(PROMPTS)} greedy 64-token continuations and their "
-          "logprobs identical to one process's")
-    assert not differ, differ
+    assert_same_continuations(name, expected, got)
     for prompt, a, t in zip(PROMPTS, few, got):
         assert t == a, prompt
 

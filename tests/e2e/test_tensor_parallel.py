@@ -73,6 +73,14 @@ def at_once(srv: Server) -> list[dict]:
         return list(pool.map(lambda ip: complete(client, ip[1], stream=ip[0] % 2 == 1), enumerate(PROMPTS)))
 
 
+def assert_same_continuations(label: str, expected: list[dict], got: list[dict]) -> None:
+    """Every prompt's greedy continuation and its logprobs equal one process's (`expected`)."""
+    differ = [(p, e, g) for p, e, g in zip(PROMPTS, expected, got) if e != g]
+    print(f"{label}: {len(PROMPTS) - len(differ)} of {len(PROMPTS)} greedy 64-token continuations and their "
+          "logprobs identical to one process's")
+    assert not differ, differ
+
+
 @pytest.mark.parametrize("model", [QWEN, TINY / "tiny-qwen3.gguf"], ids=["qwen2.5-coder-0.5b", "tiny-qwen3"])
 def test_two_ranks_are_one_process_bit_for_bit(tmp_path, model):
     if not model.exists():
@@ -97,10 +105,7 @@ def test_two_ranks_are_one_process_bit_for_bit(tmp_path, model):
     assert re.search(r"rank 0: \d+ collectives, [\d.]+ us mean per call", log), log[-3000:]
     # Four all-gathers a layer and the logits' gather a step, reported on rank 0's metrics.
     assert re.search(r"^inferd:tensor_parallel_collectives_total\{[^}]*\} [1-9]", metrics, re.M), metrics
-    differ = [(p, e, g) for p, e, g in zip(PROMPTS, expected, got) if e != g]
-    print(f"{model.name}: {len(PROMPTS) - len(differ)} of {len(PROMPTS)} greedy 64-token continuations and their "
-          "logprobs identical to one process's")
-    assert not differ, differ
+    assert_same_continuations(model.name, expected, got)
     # Batched with the others, streamed or not, each request is what it was alone (same topology).
     for prompt, a, t in zip(PROMPTS, few, got):
         assert t["tokens"] == a["tokens"], prompt

@@ -47,8 +47,8 @@ def test_bad_prompts_raise_value_error_and_leave_nothing_running(llm):
 def test_bad_engine_arguments():
     with pytest.raises(ValueError, match="cannot load model"):
         inferd.LLM("/nonexistent/model.gguf")
-    with pytest.raises(TypeError):
-        inferd.LLM(str(DEFAULT_MODEL), tensor_parallel_size=2)
+    with pytest.raises(TypeError):  # an engine argument inferd does not have
+        inferd.LLM(str(DEFAULT_MODEL), data_parallel_size=2)
     with pytest.raises(ValueError, match="kv_cache_memory"):
         inferd.LLM(str(DEFAULT_MODEL), kv_cache_memory="lots")
     with pytest.raises(ValueError, match="speculative_config"):

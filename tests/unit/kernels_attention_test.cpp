@@ -604,5 +604,55 @@ TEST(KernelsAttention, LatentHeadsReadTheirValuesFromTheKeys) {
   }
 }
 
+// Long-context decode as the KV cache lays it out: blocks of 16 slots that
+// hold several layers (PagedKV::block_stride), shuffled, read at layer 1;
+// contexts of many value tiles (kValueTile, 128 positions) with a partial
+// last one, ranges that start and end inside a block, a chunk and a tile;
+// groups of more query heads than the AVX-512 kernel holds in registers.
+// Every kernel of each flavour gives the portable kernel's bits.
+TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr int64_t kBlock = 16, kLayers = 3, kKVHeads = 2;
+  for (int64_t D : {64, 128, 256}) {
+    const int64_t n_pos = 1347, n_blocks = (n_pos + kBlock - 1) / kBlock;
+    const int64_t slot = kKVHeads * D, layer_elements = kBlock * slot;
+    std::vector<uint16_t> k(static_cast<size_t>(n_blocks * kLayers * layer_elements)), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    for (int64_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
+    std::shuffle(table.begin(), table.end(), rng);
+    const PagedKV kv{k.data() + layer_elements, v.data() + layer_elements, slot, kBlock, table.data(), DType::F16,
+                     static_cast<int64_t>(kLayers * layer_elements * sizeof(uint16_t))};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int64_t n_heads : {1, 3, 4, 5, 7, 8}) {
+      std::vector<float> q(static_cast<size_t>(n_heads * D));
+      for (float& x : q) x = 2.0f * dist(rng);
+      for (auto [begin, end] : {std::pair<int64_t, int64_t>{0, n_pos}, {37, 1301}, {301, 1000}, {0, 449}}) {
+        for (GgmlFlavour flavour : {GgmlFlavour::kAvx512, GgmlFlavour::kAvx2}) {
+          std::vector<float> want(q.size());
+          if (flavour == GgmlFlavour::kAvx512) {
+            each_head<detail::attend_one_head_scalar>(q.data(), n_heads, kv, D, D, begin, end, scale,
+                                                      AttentionPass::kDecode, want.data());
+          } else {
+            each_head<detail::attend_one_head_ggml_avx2_scalar>(q.data(), n_heads, kv, D, D, begin, end, scale,
+                                                                AttentionPass::kDecode, want.data());
+          }
+          const auto kernels = flavour == GgmlFlavour::kAvx512 ? avx512_flavour_kernels() : avx2_flavour_kernels();
+          for (const auto& [name, fn] : kernels) {
+            std::vector<float> got(q.size());
+            fn(q.data(), n_heads, kv, D, D, begin, end, scale, AttentionPass::kDecode, got.data(), nullptr);
+            for (size_t i = 0; i < q.size(); ++i) {
+              ASSERT_EQ(bits_of(got[i]), bits_of(want[i]))
+                  << ggml_flavour_name(flavour) << " " << name << " D " << D << " heads " << n_heads << " ["
+                  << begin << ", " << end << ") head " << i / D << " i " << i % D;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd::kernels

@@ -243,16 +243,31 @@ struct Build {
 // The vector kernel of both flavours, K its build (v8::Build or v16::Build):
 // GGML's vectors of K::kLanes lanes, each 8-lane half of them an __m256.
 
+// Long-context decode (more than kLongDecodePositions) as the AVX-512
+// kernel's (attention_avx512.cpp): keys prefetched kKeyPrefetch positions
+// ahead, values summed a tile of kValueTile positions (a multiple of every
+// flavour's 4L sets) at a time, the next tile prefetched.
+constexpr int64_t kKeyPrefetch = 32;
+constexpr int64_t kValueTile = 128;
+constexpr int64_t kLongDecodePositions = 384;
+
 // Unscaled scores of an 8-position chunk: lane l of s[h] is head h's score of
 // keys[l] (null: outside the range, 0 here); the lane sums of the eight keys'
 // vectors, transposed (v8::cross).
+// ahead (null: none): eight keys to prefetch, one as each key is read.
 template <class K, int NH, int NV>
-[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, bool prefill, __m256* s) {
+[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys,
+                                                const uint16_t* const* ahead, bool prefill, __m256* s) {
   __m256 u[2][NH];
   for (int half = 0; half < 2; ++half) {
     __m256 t[2][NH];
     for (int pair = 0; pair < 2; ++pair) {
       const int* order = v8::kCrossOrder + 4 * half + 2 * pair;
+      if (ahead != nullptr) {
+        for (int x = 0; x < 2; ++x)
+          if (const uint16_t* row = ahead[order[x]])
+            for (int b = 0; b < 16 * NV; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row) + b, _MM_HINT_T0);
+      }
       __m256 y0[NH], y1[NH];
       K::template key_dots<NH, NV>(q, keys[order[0]], prefill, y0);
       K::template key_dots<NH, NV>(q, keys[order[1]], prefill, y1);
@@ -300,6 +315,7 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   constexpr int64_t L = K::kLanes;
   const bool prefill = pass == AttentionPass::kPrefill;
   thread_local std::vector<float> weights;
+  thread_local std::vector<float> acc;
   thread_local std::vector<const uint16_t*> krow, vrow;
   alignas(32) float q[NH * D];
   for (int64_t i = 0; i < NH * D; i += 8) _mm256_store_ps(&q[i], v8::round_f16(_mm256_loadu_ps(q_in + i)));
@@ -319,6 +335,11 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   }
 
   weights.resize(static_cast<size_t>(NH * n));
+  // Decode past a few hundred positions reads its keys and values from
+  // memory; shorter contexts stay in cache from step to step, where the
+  // tiles' stores and the prefetches only cost (as the AVX-512 kernel's
+  // register-fold path, up to 384 positions).
+  const bool long_decode = !prefill && pos_end - pos_begin > kLongDecodePositions;
   __m256 vmax[NH];
   const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   for (int h = 0; h < NH; ++h) vmax[h] = ninf;
@@ -331,7 +352,10 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
       continue;
     }
     __m256 s[NH];
-    chunk_scores<K, NH, NV>(q, &krow[i], prefill, s);
+    // Long decode's keys come from memory: prefetched kKeyPrefetch positions
+    // ahead (a short context's stay in cache from step to step).
+    const uint16_t* const* ahead = long_decode && i + kKeyPrefetch + 8 <= n ? &krow[i + kKeyPrefetch] : nullptr;
+    chunk_scores<K, NH, NV>(q, &krow[i], ahead, prefill, s);
     const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(
         _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane),
         _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1))));
@@ -352,40 +376,73 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   // accumulators of L lanes) or p % L (tinyBLAS), summed in position order;
   // per block of CB * 8 columns each set is built in registers for the NH
   // heads, stored, and the sets folded as K's portable kernel does.
+  // A one-token step goes kValueTile positions at a time (the AVX-512
+  // kernel's sum_value_lanes says why): each set is carried from tile to tile
+  // through acc, the same additions in the same order, and each tile's
+  // columns are prefetched a tile ahead as they are read.
   constexpr int CB = NH == 1 ? 4 : 2;
   static_assert(NV % CB == 0);
   const int64_t n_sets = prefill ? L : 4 * L;
-  alignas(32) float sets[NH][4 * L][CB * 8];
-  for (int64_t j = 0; j < NV; j += CB) {
-    const int64_t col = 8 * j;
-    for (int64_t set = 0; set < n_sets; ++set) {
-      __m256 a[NH][CB];
-      for (int h = 0; h < NH; ++h)
-        for (int c = 0; c < CB; ++c) a[h][c] = _mm256_setzero_ps();
-      int64_t p = pos_begin + ((set - pos_begin) % n_sets + n_sets) % n_sets;  // first position of the set
-      for (; p < pos_end; p += n_sets) {
-        const uint16_t* v = vrow[p - c0] + col;
-        for (int c = 0; c < CB; ++c) {
-          const __m256 vf = v8::load_f16(v + 8 * c);
+  const int64_t P = pos_end - pos_begin, tile = long_decode ? kValueTile : P;
+  // The sets of column block j / CB: [head][set][CB * 8 columns]; with one
+  // tile, every column block is folded at once and reuses the first's sets
+  // (16 KiB at most, in L1).
+  const int64_t block_floats = NH * n_sets * CB * 8, n_blocks = P > tile ? NV / CB : 1;
+  float* const sums = line_aligned(acc, static_cast<size_t>(n_blocks * block_floats));
+  for (int64_t t0 = 0; t0 < P; t0 += tile) {
+    const int64_t t1 = std::min(t0 + tile, P);
+    for (int64_t j = 0; j < NV; j += CB) {
+      const int64_t col = 8 * j;
+      float* sets = sums + (n_blocks > 1 ? j / CB : 0) * block_floats;
+      // The tile's positions of every set into sets: from zero in the first
+      // tile (kFirst), prefetching the next tile's columns unless it is the
+      // last (kPrefetch). Both are template constants: tested per set, they
+      // cost a short context's decode 15-30%.
+      auto sum_sets = [&](auto kFirst, auto kPrefetch) __attribute__((always_inline)) {
+        for (int64_t set = 0; set < n_sets; ++set) {
+          __m256 a[NH][CB];
           for (int h = 0; h < NH; ++h)
-            a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&weights[h * n + p - c0]), a[h][c]);
+            for (int c = 0; c < CB; ++c)
+              a[h][c] = kFirst ? _mm256_setzero_ps() : _mm256_loadu_ps(&sets[(h * n_sets + set) * CB * 8 + 8 * c]);
+          // The set's first position in the tile.
+          int64_t p = pos_begin + t0 + ((set - pos_begin - t0) % n_sets + n_sets) % n_sets;
+          for (; p < pos_begin + t1; p += n_sets) {
+            if (kPrefetch && p + tile < pos_end)
+              _mm_prefetch(reinterpret_cast<const char*>(vrow[p + tile - c0] + col), _MM_HINT_T0);
+            const uint16_t* v = vrow[p - c0] + col;
+            for (int c = 0; c < CB; ++c) {
+              const __m256 vf = v8::load_f16(v + 8 * c);
+              for (int h = 0; h < NH; ++h)
+                a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&weights[h * n + p - c0]), a[h][c]);
+            }
+          }
+          for (int h = 0; h < NH; ++h)
+            for (int c = 0; c < CB; ++c) _mm256_storeu_ps(&sets[(h * n_sets + set) * CB * 8 + 8 * c], a[h][c]);
         }
+      };
+      if (t0 == 0 && t1 == P) {
+        sum_sets(std::true_type{}, std::false_type{});
+      } else if (t0 == 0) {
+        sum_sets(std::true_type{}, std::true_type{});
+      } else {
+        sum_sets(std::false_type{}, std::bool_constant<true>{});
       }
-      for (int h = 0; h < NH; ++h)
-        for (int c = 0; c < CB; ++c) _mm256_store_ps(&sets[h][set][8 * c], a[h][c]);
-    }
-    for (int h = 0; h < NH; ++h) {
-      for (int c = 0; c < CB; ++c) {
-        auto S = [&](int s) __attribute__((always_inline)) { return _mm256_load_ps(&sets[h][s][8 * c]); };
-        __m256 r;
-        if (prefill) {  // lane l is set l
-          r = K::fold(S, true);
-        } else {  // lane l is (set l + set 2L+l) + (set L+l + set 3L+l)
-          r = K::fold([&](int l) __attribute__((always_inline)) {
-            return _mm256_add_ps(_mm256_add_ps(S(l), S(2 * L + l)), _mm256_add_ps(S(L + l), S(3 * L + l)));
-          }, false);
+      if (t1 < P) continue;
+      for (int h = 0; h < NH; ++h) {
+        for (int c = 0; c < CB; ++c) {
+          auto S = [&](int s) __attribute__((always_inline)) {
+            return _mm256_loadu_ps(&sets[(h * n_sets + s) * CB * 8 + 8 * c]);
+          };
+          __m256 r;
+          if (prefill) {  // lane l is set l
+            r = K::fold(S, true);
+          } else {  // lane l is (set l + set 2L+l) + (set L+l + set 3L+l)
+            r = K::fold([&](int l) __attribute__((always_inline)) {
+              return _mm256_add_ps(_mm256_add_ps(S(l), S(2 * L + l)), _mm256_add_ps(S(L + l), S(3 * L + l)));
+            }, false);
+          }
+          _mm256_storeu_ps(out + h * D + col + 8 * c, r);
         }
-        _mm256_storeu_ps(out + h * D + col + 8 * c, r);
       }
     }
   }

@@ -16,6 +16,17 @@ namespace inferd::kernels::detail {
 
 namespace {
 
+// How far ahead (positions) decode's scores prefetch their keys: a block's
+// rows are a slot apart and the blocks scattered, which the hardware
+// prefetchers do not follow at long context. Each key's lines are asked for as a key is
+// used, not a chunk's at once: a burst of a hundred prefetches stalls on the
+// core's few outstanding misses.
+constexpr int64_t kKeyPrefetch = 32;
+
+inline void prefetch_lines(const void* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T0);
+}
+
 inline __m512 load_f16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -160,7 +171,8 @@ inline __m512 tree_last(__m512 c0, __m512 c1) {
 // position outside the range, masked later). Decode runs ggml_vec_dot_f16's
 // four accumulators over 64-element steps, prefill tinyBLAS's one.
 template <int NH, int NV>
-[[gnu::always_inline]] inline void key_dots(const float* q, const uint16_t* k, bool prefill, __m512* y) {
+[[gnu::always_inline]] inline void key_dots(const float* q, const uint16_t* k, const uint16_t* ahead, bool prefill, __m512* y) {
+  if (ahead != nullptr) prefetch_lines(ahead, 32 * NV);
   if (k == nullptr) {
     for (int h = 0; h < NH; ++h) y[h] = _mm512_setzero_ps();
     return;
@@ -184,11 +196,11 @@ template <int NH, int NV>
 
 // a[h] = tree_pairs of the dot-product vectors with keys k0 and k1.
 template <int NH, int NV>
-[[gnu::always_inline]] inline void key_pair(const float* q, const uint16_t* k0, const uint16_t* k1, bool prefill,
-                                            __m512* a) {
+[[gnu::always_inline]] inline void key_pair(const float* q, const uint16_t* k0, const uint16_t* k1,
+                                            const uint16_t* ahead0, const uint16_t* ahead1, bool prefill, __m512* a) {
   __m512 y0[NH], y1[NH];
-  key_dots<NH, NV>(q, k0, prefill, y0);
-  key_dots<NH, NV>(q, k1, prefill, y1);
+  key_dots<NH, NV>(q, k0, ahead0, prefill, y0);
+  key_dots<NH, NV>(q, k1, ahead1, prefill, y1);
   for (int h = 0; h < NH; ++h) a[h] = tree_pairs(y0[h], y1[h]);
 }
 
@@ -196,15 +208,16 @@ template <int NH, int NV>
 // score of key keys[l] (null: outside the range). Each key is widened once
 // for all NH heads, and the tree is walked as the keys come.
 template <int NH, int NV>
-[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, bool prefill, __m512* s) {
+[[gnu::always_inline]] inline void chunk_scores(const float* q, const uint16_t* const* keys, const uint16_t* const* ahead, bool prefill,
+                                                __m512* s) {
   __m512 c[2][NH];
   for (int half = 0; half < 2; ++half) {
     __m512 b[2][NH];
     for (int quad = 0; quad < 2; ++quad) {
       const int* order = kTreeOrder + 8 * half + 4 * quad;
       __m512 a0[NH], a1[NH];
-      key_pair<NH, NV>(q, keys[order[0]], keys[order[1]], prefill, a0);
-      key_pair<NH, NV>(q, keys[order[2]], keys[order[3]], prefill, a1);
+      key_pair<NH, NV>(q, keys[order[0]], keys[order[1]], ahead[order[0]], ahead[order[1]], prefill, a0);
+      key_pair<NH, NV>(q, keys[order[2]], keys[order[3]], ahead[order[2]], ahead[order[3]], prefill, a1);
       for (int h = 0; h < NH; ++h) b[quad][h] = tree_quads(a0[h], a1[h]);
     }
     for (int h = 0; h < NH; ++h) c[half][h] = tree_halves(b[0][h], b[1][h]);
@@ -276,7 +289,7 @@ template <int NH>
 // vrow(i) is the value row of position pos_begin + i, w[h * w_stride + i]
 // head h's weight of it; P positions.
 template <int NH, int NV>
-void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P, const float* w, int64_t w_stride,
+[[gnu::always_inline]] inline void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P, const float* w, int64_t w_stride,
                             float* out) {
   const int64_t base = -pos_begin & 63;  // set s starts at relative position (s - pos_begin) mod 64
   // Not unrolled: one slice's code is already about a thousand instructions,
@@ -293,6 +306,74 @@ void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P,
   }
 }
 
+// Positions whose value rows sum_value_lanes reads as one tile in decode:
+// two of each lane's. Larger tiles store the lane sums less often, but at 512
+// (256 KiB of rows for a 256-wide head) the tile, the next one and the sums
+// no longer stay in L2, and the walk ran 30% slower (attention_bench --cold).
+constexpr int64_t kValueTile = 128;
+
+// Long contexts' weighted values: lane s (s = p % n_sets) of head h gets
+// sum of w_p * v_p over its positions in position order, stored as a D-vector
+// at acc + (h * n_sets + s) * D; P = pos_end - pos_begin, w[h * w_stride + i]
+// head h's weight of position pos_begin + i.
+// A lane's positions are n_sets apart, so walking one lane over the whole
+// range reads a row every n_sets slots, 128 bytes at a time: a pattern no
+// hardware prefetcher follows, from memory each time at long context. So the
+// positions go `tile` at a time (a multiple of 64): each lane's sums are
+// loaded, carried over the tile's positions and stored back (the same
+// additions in the same order as one walk, so the same bits), while the next
+// tile's rows are prefetched, and the tile's rows are read from L2. A tile
+// of P or more is the plain walk (keys and values already in cache).
+// One tile of sum_value_lanes, positions [t0, min(t0 + tile, P)), for NH
+// heads; prefetching the next tile's rows if `prefetch`.
+template <int NH, int NV>
+void sum_tile_lanes(const ValueRows& vrow, int64_t pos_begin, int64_t P, int64_t n_sets, int64_t tile, int64_t t0,
+                    bool prefetch, const float* w, int64_t w_stride, float* acc) {
+  constexpr int64_t D = 16 * NV;
+  const int64_t t1 = std::min(t0 + tile, P), lanes = std::min(n_sets, t1 - t0);
+  for (int64_t i0 = t0; i0 < t0 + lanes; ++i0) {
+    const int64_t lane = (pos_begin + i0) % n_sets;
+    for (int64_t j = 0; j < NV; j += 4) {
+      __m512 a[NH][4];
+      for (int h = 0; h < NH; ++h) {
+        const float* src = acc + (h * n_sets + lane) * D + 16 * j;
+        for (int k = 0; k < 4; ++k) a[h][k] = t0 == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(src + 16 * k);
+      }
+      for (int64_t i = i0; i < t1; i += n_sets) {
+        // The same columns of this lane's row a tile on, so the next
+        // tile is in cache when it comes, asked for at the pace it is read.
+        if (prefetch && i + tile < P) prefetch_lines(vrow(i + tile) + 16 * j, 128);
+        const uint16_t* v = vrow(i) + 16 * j;
+        __m512 vf[4];
+        for (int k = 0; k < 4; ++k) vf[k] = load_f16(v + 16 * k);
+        for (int h = 0; h < NH; ++h) {
+          const __m512 wp = _mm512_set1_ps(w[h * w_stride + i]);
+          for (int k = 0; k < 4; ++k) a[h][k] = _mm512_fmadd_ps(vf[k], wp, a[h][k]);
+        }
+      }
+      for (int h = 0; h < NH; ++h) {
+        float* dst = acc + (h * n_sets + lane) * D + 16 * j;
+        for (int k = 0; k < 4; ++k) _mm512_storeu_ps(dst + 16 * k, a[h][k]);
+      }
+    }
+  }
+}
+
+// NA + NB heads (NB of them after the first NA, 0: none), each tile for the
+// NA heads and then, from L2, for the NB: the values are read from memory
+// once for a group of more heads than the registers hold.
+template <int NA, int NB, int NV>
+void sum_value_lanes(const ValueRows& vrow, int64_t pos_begin, int64_t pos_end, int64_t n_sets, int64_t tile,
+                     const float* w, int64_t w_stride, float* acc) {
+  const int64_t P = pos_end - pos_begin;
+  for (int64_t t0 = 0; t0 < P; t0 += tile) {
+    sum_tile_lanes<NA, NV>(vrow, pos_begin, P, n_sets, tile, t0, true, w, w_stride, acc);
+    if constexpr (NB > 0)
+      sum_tile_lanes<NB, NV>(vrow, pos_begin, P, n_sets, tile, t0, false, w + NA * w_stride, w_stride,
+                             acc + NA * n_sets * 16 * NV);
+  }
+}
+
 // NH query heads of 16 * NV columns over one key/value head. The same
 // arithmetic per head as attend_one_head_avx512, organized for speed: each
 // key and value is widened once for all NH heads, and scores come sixteen
@@ -300,7 +381,11 @@ void weighted_values_decode(const ValueRows& vrow, int64_t pos_begin, int64_t P,
 template <int NH, int NV>
 void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
                          int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
+  static_assert(NH <= 8);
   constexpr int64_t D = 16 * NV;
+  // More heads than the registers hold go as two groups, the second's
+  // scores and values computed from the keys and values the first just read.
+  constexpr int NA = std::min(NH, 4), NB = NH - NA;
   const bool prefill = pass == AttentionPass::kPrefill;
   thread_local std::vector<float> weights, acc;
   thread_local std::vector<int64_t> slots;  // cache slot of each position, from the block table
@@ -308,6 +393,7 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   for (int64_t i = 0; i < NH * D; i += 16) _mm512_store_ps(&q[i], round_f16(_mm512_loadu_ps(q_in + i)));
   slots_of(kv, pos_begin, pos_end, slots);
 
+  const bool long_decode = !prefill && pos_end - pos_begin > kRegisterSetsMaxPositions;
   // Scores over whole 16-position chunks; positions outside the range are masked.
   const int64_t c0 = pos_begin - pos_begin % 16;
   const int64_t n = (pos_end - c0 + 15) / 16 * 16;
@@ -319,8 +405,20 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
     const uint16_t* keys[16];
     for (int64_t l = 0; l < 16; ++l)
       keys[l] = l >= lo && l < hi ? kv.k_f16() + slots[ch + l - pos_begin] + head_offset : nullptr;
+    // The keys kKeyPrefetch positions on, prefetched as the chunk's keys are
+    // read: in long decode only (prefill's keys are read by every token of
+    // the batch, and a short context's stay in cache from step to step).
+    const uint16_t* ahead[16];
+    for (int64_t l = 0; l < 16; ++l) {
+      const int64_t p = ch + kKeyPrefetch + l;
+      ahead[l] = long_decode && p < pos_end ? kv.k_f16() + slots[p - pos_begin] + head_offset : nullptr;
+    }
     __m512 s[NH];
-    chunk_scores<NH, NV>(q, keys, prefill, s);
+    chunk_scores<NA, NV>(q, keys, ahead, prefill, s);
+    if constexpr (NB > 0) {
+      const uint16_t* const none[16] = {};
+      chunk_scores<NB, NV>(q + NA * D, keys, none, prefill, s + NA);
+    }
     const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
     for (int h = 0; h < NH; ++h) {
       s[h] = _mm512_mask_mul_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s[h],
@@ -335,8 +433,11 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   }
 
   const ValueRows vrow{kv.v_f16(), slots.data(), head_offset};
-  if (!prefill && pos_end - pos_begin <= kRegisterSetsMaxPositions) {
-    weighted_values_decode<NH, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
+  if (!prefill && !long_decode) {
+    weighted_values_decode<NA, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + (pos_begin - c0), n, out);
+    if constexpr (NB > 0)
+      weighted_values_decode<NB, NV>(vrow, pos_begin, pos_end - pos_begin, weights.data() + NA * n + (pos_begin - c0),
+                                     n, out + NA * D);
     return;
   }
   // Otherwise partial sums per position lane (p mod 16; mod 64 for decode),
@@ -346,43 +447,34 @@ void attend_heads_avx512(const float* q_in, const PagedKV& kv, int64_t head_offs
   const int64_t head_acc = n_sets * D;
   acc.resize(static_cast<size_t>(NH * head_acc));
   const int64_t used = std::min(n_sets, pos_end - pos_begin);
-  for (int64_t p0 = pos_begin; p0 < pos_begin + used; ++p0) {
-    for (int64_t j = 0; j < NV; j += 4) {
-      __m512 a[NH][4];
-      for (int h = 0; h < NH; ++h)
-        for (int i = 0; i < 4; ++i) a[h][i] = _mm512_setzero_ps();
-      for (int64_t p = p0; p < pos_end; p += n_sets) {
-        const uint16_t* v = vrow(p - pos_begin) + 16 * j;
-        __m512 vf[4];
-        for (int i = 0; i < 4; ++i) vf[i] = load_f16(v + 16 * i);
-        for (int h = 0; h < NH; ++h) {
-          const __m512 w = _mm512_set1_ps(weights[h * n + p - c0]);
-          for (int i = 0; i < 4; ++i) a[h][i] = _mm512_fmadd_ps(vf[i], w, a[h][i]);
-        }
-      }
-      for (int h = 0; h < NH; ++h) {
-        float* dst = &acc[h * head_acc + (p0 % n_sets) * D + 16 * j];
-        for (int i = 0; i < 4; ++i) _mm512_storeu_ps(dst + 16 * i, a[h][i]);
-      }
-    }
-  }
+  // Decode's keys and values come from memory (a step streams the weights
+  // between two layers' attention); prefill's were read by the batch's
+  // other tokens, and tiles would only store the sums more often.
+  const int64_t tile = prefill ? pos_end - pos_begin : kValueTile;
+  sum_value_lanes<NA, NB, NV>(vrow, pos_begin, pos_end, n_sets, tile, weights.data() + (pos_begin - c0), n,
+                              acc.data());
   const uint64_t reached = sets_reached(pos_begin, used, n_sets);
   for (int h = 0; h < NH; ++h) {
     fold_partial_sums(&acc[h * head_acc], D, prefill, reached, out + h * D);
   }
 }
 
-// Up to four heads of a group at a time (more would spill registers).
+// Up to eight heads of a group at a time: the kernel holds four in registers
+// and takes up to four more from the keys and values it has just read.
 template <int NV>
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t pos_begin,
                          int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks) {
   constexpr int64_t D = 16 * NV;
   for (int64_t h = 0; h < n_heads;) {
-    const int64_t nh = std::min<int64_t>(n_heads - h, 4);
+    const int64_t nh = std::min<int64_t>(n_heads - h, 8);
     const float* qh = q + h * D;
     float* oh = out + h * D;
     const float* sh = sinks ? sinks + h : nullptr;
     switch (nh) {
+      case 8: attend_heads_avx512<8, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 7: attend_heads_avx512<7, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 6: attend_heads_avx512<6, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
+      case 5: attend_heads_avx512<5, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
       case 4: attend_heads_avx512<4, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
       case 3: attend_heads_avx512<3, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;
       case 2: attend_heads_avx512<2, NV>(qh, kv, head_offset, pos_begin, pos_end, scale, pass, oh, sh); break;

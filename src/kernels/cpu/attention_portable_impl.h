@@ -10,6 +10,7 @@
 #pragma once
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -24,6 +25,15 @@ namespace inferd::kernels::detail {
 namespace {
 
 inline int64_t slot_of(const PagedKV& kv, int64_t p) { return kv.f16_slot(p); }
+
+// n floats of scratch in v starting on a cache line: the vector kernels'
+// partial sums are whole-line rows, and a row split across two lines costs
+// every load and store of it (a vector's heap block is only 16-byte aligned).
+inline float* line_aligned(std::vector<float>& v, size_t n) {
+  v.resize(n + 16);
+  const auto at = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + ((64 - at % 64) % 64) / sizeof(float);
+}
 
 inline float round_f16(float x) { return f16_to_f32(f32_to_f16(x)); }
 

@@ -35,6 +35,18 @@ constexpr int64_t kQuantKVMaxGroup = 8;
 // the chunks of a token are the same in every pass and batch).
 constexpr int64_t kQuantKVChunk = 16;
 
+// How far ahead (positions) keys and values are prefetched: at long context
+// they come from memory, in blocks scattered through the pool and rows a slot
+// apart, which the hardware prefetchers do not follow.
+constexpr int64_t kQuantKVPrefetch = 32;
+
+// The cache lines of `bytes` from p (a row need not start on a line).
+inline void prefetch_quant_row(const uint8_t* p, int64_t bytes) {
+  const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  for (uintptr_t line = first; line < reinterpret_cast<uintptr_t>(p) + bytes; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line));
+}
+
 // One head's keys (or values) at position p: its first block.
 template <DType kType>
 inline const uint8_t* quant_kv_row(const void* base, const PagedKV& kv, int64_t head_offset, int64_t p) {
@@ -83,6 +95,8 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
     std::fill(out, out + n_heads * Dv, 0.0f);
     return;
   }
+  const int64_t key_bytes = Dk / kQK * static_cast<int64_t>(kQuantKVBlockBytes<kType>);
+  const int64_t value_bytes = Dv / kQK * static_cast<int64_t>(kQuantKVBlockBytes<kType>);
   // Scores, then the softmax's weights in place: [head][position].
   thread_local std::vector<float> w;
   w.resize(static_cast<size_t>(std::min(n_heads, kQuantKVMaxGroup) * n));
@@ -90,9 +104,12 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
     const int64_t heads = std::min(kQuantKVMaxGroup, n_heads - h0);
     const float* qh = q + h0 * Dk;
     float* oh = out + h0 * Dv;
-    for (int64_t i = 0; i < n; ++i)
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kQuantKVPrefetch < n)
+        prefetch_quant_row(quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i + kQuantKVPrefetch), key_bytes);
       quant_scores_at<Level, kType, kQuantKVMaxGroup>(
           qh, heads, Dk, quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i), scale, w.data() + i, n);
+    }
     float inv_sum[kQuantKVMaxGroup];
     for (int64_t h = 0; h < heads; ++h) inv_sum[h] = Level::softmax(w.data() + h * n, n, sinks ? sinks + h0 + h : nullptr);
     std::fill(oh, oh + heads * Dv, 0.0f);
@@ -101,7 +118,12 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
     for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk) {
       const int64_t n_rows = std::min(kQuantKVChunk, n - i0);
       const uint8_t* rows[kQuantKVChunk];
-      for (int64_t r = 0; r < n_rows; ++r) rows[r] = quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        rows[r] = quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r);
+        if (i0 + r + kQuantKVPrefetch < n)
+          prefetch_quant_row(quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r + kQuantKVPrefetch),
+                             value_bytes);
+      }
       quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, Dv, rows, n_rows, oh);
     }
     for (int64_t h = 0; h < heads; ++h) Level::scale(oh + h * Dv, Dv, inv_sum[h]);
