@@ -508,15 +508,21 @@ TEST(EngineScheduler, PreemptionWithATinyPoolGivesTheSameOutputs) {
 // is scheduled, as a pipeline's last stage runs batch k while rank 0 has
 // already scheduled batch k + 1, and updates come back oldest first.
 Recorder run_pipelined(SchedulerConfig c, int32_t batches, const std::vector<Request>& reqs, SchedulerStats* stats,
-                       int64_t* most_in_flight = nullptr) {
+                       int64_t* most_in_flight = nullptr, const std::vector<int32_t>& arrive_at = {}) {
   c.batches_in_flight = batches;
   Scheduler s(c);
   FakeRunner runner(s);
   Recorder rec;
-  for (const Request& r : reqs) EXPECT_TRUE(s.add_request(r).ok()) << r.id;
+  size_t arrived = 0;
+  auto arrive = [&](int step) {
+    for (; arrived < reqs.size() && (arrive_at.empty() || arrive_at[arrived] <= step); ++arrived)
+      EXPECT_TRUE(s.add_request(reqs[arrived]).ok()) << reqs[arrived].id;
+  };
+  arrive(0);
   std::deque<SchedulerOutput> in_flight;
   int64_t most = 0;
-  for (int step = 0; step < 100000 && (s.has_unfinished_requests() || !in_flight.empty()); ++step) {
+  for (int step = 0; step < 100000 && (arrived < reqs.size() || s.has_unfinished_requests() || !in_flight.empty()); ++step) {
+    arrive(step);
     SchedulerOutput out;
     if (static_cast<int32_t>(in_flight.size()) < batches && s.has_unfinished_requests()) {
       out = s.schedule();
@@ -562,6 +568,28 @@ TEST(EngineScheduler, BatchesInFlightAreDisjointAndGiveTheSameOutputsUnderPreemp
         EXPECT_EQ(rec.finished.at(r.id), RequestStatus::kFinishedLength) << r.id;
       }
     }
+  }
+}
+
+TEST(EngineScheduler, BatchesInFlightWithArrivalsAndSharedPrefixesGiveTheSameOutputs) {
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    std::mt19937 rng(seed);
+    std::vector<Request> reqs;
+    std::vector<int32_t> arrive_at;
+    const std::vector<int32_t> common = prompt(40, 999);
+    int32_t t = 0;
+    for (int i = 0; i < 12; ++i) {
+      std::vector<int32_t> p = common;
+      p.resize(rng() % 41);
+      const std::vector<int32_t> tail = prompt(static_cast<int32_t>(5 + rng() % 60), seed * 100 + i);
+      p.insert(p.end(), tail.begin(), tail.end());
+      reqs.push_back(make_request("r" + std::to_string(i), p, 5 + rng() % 20));
+      t += static_cast<int32_t>(rng() % 4);
+      arrive_at.push_back(t);
+    }
+    SchedulerStats stats;
+    const Recorder rec = run_pipelined(config(16 + rng() % 32, 8, 40 + rng() % 20, 4), 2, reqs, &stats, nullptr, arrive_at);
+    for (const Request& r : reqs) ASSERT_EQ(rec.outputs.at(r.id), reference_output(r)) << r.id << " seed " << seed;
   }
 }
 
