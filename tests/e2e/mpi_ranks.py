@@ -86,15 +86,15 @@ def mpirun(n: int, across: bool = False) -> list[str]:
 
 
 def serve(tmp: pathlib.Path, model: pathlib.Path, ranks: int, size_flag: str, *rank_flags: str,
-          across: bool = False, kv_cache_memory: str = "64M", engine_flags: tuple[str, ...] = ()) -> Server:
+          across: bool = False) -> Server:
     """`inferd serve` on one process, or on `ranks` under mpirun with `size_flag` (--pipeline-parallel-size,
     --tensor-parallel-size) set to it and `rank_flags` (--enable-expert-parallel) added; `across`: on two
-    machines (mpirun()); `engine_flags` (--max-num-batched-tokens) either way."""
+    machines (mpirun())."""
     port = free_port()
     host = MACHINE_A_CLIENT_ADDRESS if across and two_machines() is None else "127.0.0.1"
     args = [str(BINARY), "serve", "-m", str(model), "--host", host, "--port", str(port),
             "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
-            "--kv-cache-memory", kv_cache_memory, "--shutdown-timeout", "5", *engine_flags]
+            "--kv-cache-memory", "64M", "--shutdown-timeout", "5"]
     if ranks > 1:
         args = mpirun(ranks, across) + args + [size_flag, str(ranks), *rank_flags]
     log_path = tmp / f"server-{port}.log"
