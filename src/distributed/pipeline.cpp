@@ -35,7 +35,7 @@ void MpiPipelineLink::remove_request(const std::string& id) {
 void MpiPipelineLink::send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) {
   bytes_ = encode_step(StepMessage::Kind::kStep, events_, out, inputs);
   events_.clear();
-  for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "sending a step");
+  send(world_, bytes_, 1, kStepTag, "sending a step");
 }
 
 void MpiPipelineLink::send_hidden(const std::vector<float>& hidden) {
@@ -54,7 +54,7 @@ void MpiPipelineLink::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
-  for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "ending the pipeline");
+  send(world_, bytes_, 1, kStepTag, "ending the pipeline");  // each rank passes it on
 }
 
 Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfig config) {
@@ -70,10 +70,13 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
   std::vector<uint8_t> bytes;
   std::vector<float> hidden;
   for (;;) {
-    receive(world, bytes, 0, kStepTag, "receiving a step");
+    receive(world, bytes, rank - 1, kStepTag, "receiving a step");
     auto message = decode_step(bytes);
     if (!message) return message.error();
-    if (message->kind == StepMessage::Kind::kShutdown) return {};
+    if (message->kind == StepMessage::Kind::kShutdown) {
+      if (!last) send(world, bytes, rank + 1, kStepTag, "passing on the end of the pipeline");
+      return {};
+    }
     if (last)
       for (SamplingEvent& e : message->events) {
         if (e.add) runner.add_request(e.request_id, std::move(e.request));
@@ -82,6 +85,9 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
     receive(world, hidden, rank - 1, kHiddenTag, "receiving the residual stream");
     std::vector<float>& out = runner.forward_stage(message->out, hidden.data());
     if (!last) {
+      // The step goes on with the stream, after this stage's pass: the next
+      // rank may still be running the step before.
+      send(world, bytes, rank + 1, kStepTag, "passing on a step");
       send(world, out, rank + 1, kHiddenTag, "sending the residual stream");
       continue;
     }

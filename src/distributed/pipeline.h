@@ -1,10 +1,16 @@
 // Pipeline parallelism over MPI: rank r runs stage r of the model's layers
-// (Model::layer_begin). Per step, rank 0 sends every other rank the step
-// (step_codec.h), runs its layers and sends its residual stream to rank 1;
-// each rank runs its layers on the stream it receives and passes it on; the
-// last one samples and sends rank 0 the tokens. Rank 0 owns the scheduler
-// and the KV block allocation: the other ranks' caches have the same blocks
-// (agreed once at start) and follow the block tables each step carries.
+// (Model::layer_begin). Per step, rank 0 runs its layers and sends rank 1 the
+// step (step_codec.h) and its residual stream; each rank runs its layers on
+// the stream it receives and passes the step and its stream on; the last one
+// samples and sends rank 0 the tokens. Rank 0 owns the scheduler and the KV
+// block allocation: the other ranks' caches have the same blocks (agreed once
+// at start) and follow the block tables each step carries.
+//
+// Several steps are in the pipeline at once (Engine's batches in flight); a
+// rank runs them in the order sent. No two ranks wait on each other's
+// (blocking) sends: a rank sends only to the next one, which posts its
+// receives as soon as it is done with the step before, and rank 0 receives a
+// step's samples before it sends the next step on (ModelRunner::hand_on).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -32,6 +38,7 @@ class MpiPipelineLink final : public PipelineLink {
   void add_request(const std::string& id, const SamplingRequest& request) override;
   void remove_request(const std::string& id) override;
   size_t num_requests() const override { return registered_.size(); }
+  int32_t num_stages() const override { return world_.size(); }
   void send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) override;
   void send_hidden(const std::vector<float>& hidden) override;
   void receive_output(ModelRunnerOutput& output) override;

@@ -258,6 +258,7 @@ Engine::Engine(Model& model, const EngineConfig& config, const SchedulerConfig& 
       kv_blocks_(std::move(kv_blocks)),
       offload_(std::move(offload)) {
   scheduler_.set_connector(offload_.get());
+  if (config_.pipeline) pipeline_batches_ = drafter_ || config_.speculative.enabled() ? 1 : runner_->pipeline_stages();
   for (int32_t id = 0; id < tokenizer_.n_vocab(); ++id)
     if (tokenizer_.is_eog(id)) eog_tokens_.push_back(id);
   publish_stats();
@@ -281,7 +282,12 @@ void Engine::abort_all() {
     release(id);
     finish(id, RequestStatus::kFinishedAborted, RequestOutput{});
   }
+  drain_in_flight();
   end_step();
+}
+
+void Engine::drain_in_flight() {
+  for (; !in_flight_.empty(); in_flight_.pop_front()) runner_->receive_samples();
 }
 
 Result<Engine::Handle> Engine::add_request(GenerationParams p) {
@@ -643,6 +649,7 @@ std::vector<RequestOutput> Engine::step() {
 }
 
 std::vector<RequestOutput> Engine::run_step() {
+  if (pipeline_batches_ > 0) return run_pipelined_step();
   apply_commands();
   end_leases();
   // Loads of aborted requests still hold their blocks: schedule() collects them too.
@@ -687,11 +694,59 @@ void Engine::count_scheduled(const SchedulerOutput& out) {
   }
 }
 
+// Batches in flight (vLLM's batch queue for pipeline parallelism): while the
+// later stages run the batches handed on before, rank 0 schedules the next
+// batch from the requests in none of them (Scheduler: in_flight), runs its
+// first stage, then takes the oldest batch's samples and hands the new batch
+// on, and only then updates the requests of the batch that came back. Every
+// request's tokens are computed by the same kernels over the same rows as in
+// one step after another: outputs are those of one process.
+std::vector<RequestOutput> Engine::run_pipelined_step() {
+  apply_commands();
+  end_leases();
+  // A beam search runs with one batch in the pipeline: its beams must sample in one batch (select_beams).
+  const bool one_batch = !beam_owner_.empty();
+  const size_t max_batches = one_batch ? 1 : static_cast<size_t>(pipeline_batches_);
+  scheduler_.set_batches_in_flight(static_cast<int32_t>(max_batches));
+  SchedulerOutput out;
+  if (in_flight_.size() < max_batches && scheduler_.has_unfinished_requests()) {
+    out = scheduler_.schedule();
+    count_scheduled(out);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!out.empty()) {
+    prepare_sampling(out);
+    runner_->run_first_stage(out);
+  }
+  std::optional<InFlightBatch> back;
+  ModelRunnerOutput* sampled = nullptr;
+  if (!in_flight_.empty() && (out.empty() || in_flight_.size() + 1 >= max_batches)) {
+    sampled = &runner_->receive_samples();
+    back = std::move(in_flight_.front());
+    in_flight_.pop_front();
+  }
+  if (!out.empty()) {
+    runner_->hand_on(out, sampling_inputs_);
+    in_flight_.push_back({std::move(out), std::move(grammar_errors_)});
+  }
+  forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (back) {
+    grammar_errors_ = std::move(back->grammar_errors);
+    StepSamples step = take_samples(back->out, *sampled);
+    update(back->out, step);
+  }
+  return end_step();
+}
+
 Engine::StepSamples Engine::execute(const SchedulerOutput& out) {
   prepare_sampling(out);
   const auto t0 = std::chrono::steady_clock::now();
   ModelRunnerOutput& sampled = runner_->execute(out, sampling_inputs_);
   forward_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return take_samples(out, sampled);
+}
+
+Engine::StepSamples Engine::take_samples(const SchedulerOutput& out, ModelRunnerOutput& sampled) {
   StepSamples step;
   step.t_token = now_seconds();
   step.logprobs.resize(out.scheduled.size());
@@ -703,6 +758,7 @@ Engine::StepSamples Engine::execute(const SchedulerOutput& out) {
     SampledRequest& result = sampled.requests[i];
     std::vector<int32_t>& tokens = sampled_[i];
     tokens.swap(result.tokens);  // the stage clears what it gets back
+    if (!scheduler_.find(s.request_id)) continue;  // aborted while its batch was in flight
     if (beam_owner_.count(s.request_id)) continue;  // its candidates go to its group's search
     Live& live = live_.at(s.request_id);
     for (SampledLogprobs& lp : result.prompt_logprobs) live.pending_prompt_logprobs.push_back(std::move(lp));
@@ -838,7 +894,7 @@ Status Engine::check_invariants() const {
 
 bool Engine::has_pending_work() {
   std::lock_guard<std::mutex> lock(cmd_mu_);
-  return !commands_.empty() || scheduler_.has_unfinished_requests();
+  return !commands_.empty() || scheduler_.has_unfinished_requests() || !in_flight_.empty();
 }
 
 void Engine::loop() {
@@ -850,7 +906,7 @@ void Engine::loop() {
       // then while leases are held, to end the expired ones.
       const auto ready = [&] {
         const bool only_loading = scheduler_.num_running() == 0 && scheduler_.num_waiting() == 0;
-        return stop_requested_ || !commands_.empty() || load_finished_ ||
+        return stop_requested_ || !commands_.empty() || load_finished_ || !in_flight_.empty() ||
                (scheduler_.has_unfinished_requests() && !only_loading);
       };
       if (scheduler_.has_loads_in_flight() || !lease_block_count_.empty())

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -384,6 +385,18 @@ class Engine {
   // the step's clients take from it before update(): grammars follow their
   // tokens, proposers learn their drafts' acceptance, beam groups choose.
   StepSamples execute(const SchedulerOutput& out);
+  // What execute() takes from the runner's samples of `out` (the grammar
+  // errors of its prepare_sampling in grammar_errors_).
+  StepSamples take_samples(const SchedulerOutput& out, ModelRunnerOutput& sampled);
+  // Rank 0 of a pipeline: one round of batches in flight (see the .cpp).
+  std::vector<RequestOutput> run_pipelined_step();
+  // A batch handed to the pipeline whose samples have not come back.
+  struct InFlightBatch {
+    SchedulerOutput out;
+    std::vector<std::string> grammar_errors;  // of its prepare_sampling
+  };
+  // Receives (and drops) the samples of every batch in flight.
+  void drain_in_flight();
   // Scheduler::update with the step's tokens, then each request's output
   // (output_update), pooled requests' ends, beam forks, and next drafts.
   void update(const SchedulerOutput& out, StepSamples& step);
@@ -468,6 +481,10 @@ class Engine {
   OutputProcessor outputs_;  // this step's outputs, pushed at its end
   StepSamplingInputs sampling_inputs_;  // this step's, reused
   std::vector<std::string> grammar_errors_;  // per scheduled request of this step, reused
+  // Rank 0 of a pipeline: the batches that may be in it at once (one per
+  // stage; 1 with speculative decoding), and those in it now, oldest first.
+  int32_t pipeline_batches_ = 0;  // 0: no pipeline
+  std::deque<InFlightBatch> in_flight_;
   std::unordered_map<std::string, std::vector<std::vector<int32_t>>> start_continuations_;
   std::function<void(const RequestOutput&)> finished_listener_;
   SpeculativeStats spec_stats_;

@@ -178,10 +178,9 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
 
 ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& out, const StepSamplingInputs& inputs) {
   if (pipeline_) {  // rank 0: the first stage here, the samples from the last
-    pipeline_->send_step(out, inputs);
-    pipeline_->send_hidden(forward_stage(out, nullptr));
-    pipeline_->receive_output(output_);
-    return output_;
+    run_first_stage(out);
+    hand_on(out, inputs);
+    return receive_samples();
   }
   std::vector<float>& logits = compute_logits(out);
   sampling_.sample(out, inputs, logits.data(), n_vocab(), output_);

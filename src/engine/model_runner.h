@@ -98,6 +98,25 @@ class ModelRunner {
   // the next execute().
   ModelRunnerOutput& execute(const SchedulerOutput& out, const StepSamplingInputs& inputs);
 
+  // Rank 0 of a pipeline, one batch in three parts, so that the engine can
+  // run the first stage of a batch while the later stages run the batches
+  // before it (Engine's batches in flight): the first stage's pass ...
+  void run_first_stage(const SchedulerOutput& out) { forward_stage(out, nullptr); }
+  // ... hands the step and that stage's residual stream to the next stage
+  // (after receive_samples() of the batch before, so that no two ranks wait
+  // on each other's sends: distributed/pipeline.h) ...
+  void hand_on(const SchedulerOutput& out, const StepSamplingInputs& inputs) {
+    pipeline_->send_step(out, inputs);
+    pipeline_->send_hidden(logits_);
+  }
+  // ... and what the last stage sampled for the oldest batch handed on.
+  // Valid (and movable from) until the next receive_samples() or execute().
+  ModelRunnerOutput& receive_samples() {
+    pipeline_->receive_output(output_);
+    return output_;
+  }
+  int32_t pipeline_stages() const { return pipeline_ ? pipeline_->num_stages() : 1; }
+
   // A pipeline stage's pass (Model::forward_stage) after the step's block
   // copies: from `hidden_in` unless it is the first stage; returns the
   // residual stream it hands on, or on the last stage the logits, which

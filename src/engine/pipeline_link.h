@@ -26,11 +26,13 @@ class PipelineLink {
   virtual void add_request(const std::string& id, const SamplingRequest& request) = 0;
   virtual void remove_request(const std::string& id) = 0;
   virtual size_t num_requests() const = 0;  // registered there
-  // Sends a step to every other stage.
+  virtual int32_t num_stages() const = 0;   // this one included
+  // Sends a step to the second stage, which passes it on with its stream.
   virtual void send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) = 0;
   // Hands the first stage's residual stream (tokens x n_embd) to the second.
   virtual void send_hidden(const std::vector<float>& hidden) = 0;
-  // What the last stage sampled for the step just sent.
+  // What the last stage sampled for the oldest step sent and not yet received
+  // (steps come back in the order they were sent).
   virtual void receive_output(ModelRunnerOutput& output) = 0;
 };
 

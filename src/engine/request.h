@@ -91,6 +91,10 @@ struct Request {
   // A connector's deferred load for it failed: it is admitted again from the
   // pool's own blocks only, computing the rest.
   bool kv_load_failed = false;
+  // Its last scheduled batch is still in a pipeline (SchedulerConfig::
+  // batches_in_flight > 1): it is not scheduled or preempted again until
+  // update() takes that batch's tokens.
+  bool in_flight = false;
 
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_output_tokens() const { return static_cast<int64_t>(output_token_ids.size()); }

@@ -24,6 +24,7 @@ Status SchedulerConfig::validate() const {
   if (max_num_seqs < 1) return make_error("max_num_seqs must be at least 1");
   if (long_prefill_token_threshold < 0) return make_error("long_prefill_token_threshold must be >= 0");
   if (max_model_len < 0) return make_error("max_model_len must be >= 0");
+  if (batches_in_flight < 1) return make_error("batches_in_flight must be at least 1");
   if (kv.n_blocks < 2) return make_error("the KV cache needs at least 2 blocks (one is reserved)");
   if (kv.block_size < 1) return make_error("the KV block size must be at least 1");
   return {};
@@ -180,12 +181,16 @@ int64_t Scheduler::running_seats() const {
 }
 
 bool Scheduler::preempt_newest(const Request& needing, SchedulerOutput& out) {
-  std::vector<Request*> victims{running_.back()};
-  running_.pop_back();
+  // The newest request not in a batch in flight (whose blocks are being
+  // written): `needing` is not, so there is one.
+  size_t end = running_.size();
+  while (running_[end - 1]->in_flight) --end;
+  std::vector<Request*> victims{running_[end - 1]};
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(--end));
   const std::string& group = victims[0]->beam_group;
-  while (!group.empty() && !running_.empty() && running_.back()->beam_group == group) {
-    victims.push_back(running_.back());
-    running_.pop_back();
+  while (!group.empty() && end > 0 && running_[end - 1]->beam_group == group && !running_[end - 1]->in_flight) {
+    victims.push_back(running_[end - 1]);
+    running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(--end));
   }
   bool needing_went = false;
   for (Request* v : victims) {  // newest first: push_front keeps the group's order
@@ -412,12 +417,21 @@ SchedulerOutput Scheduler::schedule() {
   // Copies on write, with the request each is for (one preempted later in
   // the step drops its own).
   std::vector<std::pair<std::string, kv::BlockCopy>> copies;
+  // With batches in flight, each batch takes its share of the requests.
+  const size_t max_requests = config_.batches_in_flight > 1
+                                  ? (running_.size() + waiting_.size() + config_.batches_in_flight - 1) /
+                                        static_cast<size_t>(config_.batches_in_flight)
+                                  : SIZE_MAX;
 
   // Running requests, oldest first. Victims come from the back, which holds
   // requests not yet scheduled this step (or the current one itself, and for
   // a beam group, its beams scheduled just before it).
-  for (size_t i = 0; i < running_.size() && budget() > 0;) {
+  for (size_t i = 0; i < running_.size() && budget() > 0 && out.scheduled.size() < max_requests;) {
     Request& r = *running_[i];
+    if (r.in_flight) {  // its tokens are not back yet
+      ++i;
+      continue;
+    }
     int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget());
     // A decode verifies its drafts in the same step, as far as the budget
     // and the per-request cap allow. (Beside recurrent layers, a decode after
@@ -454,8 +468,10 @@ SchedulerOutput Scheduler::schedule() {
   // no room to admit anyone then). The first that does not fit stops admission.
   int64_t seats = running_seats();
   while (out.preempted_request_ids.empty() && !waiting_.empty() && budget() > 0 &&
-         admit_front(out, seats)) {
+         out.scheduled.size() < max_requests && admit_front(out, seats)) {
   }
+  if (config_.batches_in_flight > 1)
+    for (const ScheduledRequest& s : out.scheduled) requests_.at(s.request_id)->in_flight = true;
 
   for (const auto& [id, c] : copies)
     if (std::any_of(out.scheduled.begin(), out.scheduled.end(),
@@ -511,6 +527,7 @@ Result<std::vector<RequestUpdate>> Scheduler::update(const SchedulerOutput& out,
     auto it = requests_.find(s.request_id);
     if (it == requests_.end()) continue;
     Request& r = *it->second;
+    r.in_flight = false;
     const std::vector<int32_t>& tokens = sampled_token_ids[i];
     // Valid keys/values: the tokens before the drafts and the accepted drafts
     // (with no token, all but the last: it is fed again).
@@ -707,6 +724,7 @@ Status Scheduler::check_invariants() const {
     if (!seen.insert(r).second) return fail("request '" + r->id + "' is queued twice");
     if (r->status != RequestStatus::kWaiting && r->status != RequestStatus::kPreempted)
       return fail("request '" + r->id + "' is in the waiting queue but not waiting");
+    if (r->in_flight) return fail("waiting request '" + r->id + "' is in a batch in flight");
     if (r->num_computed_tokens != 0 || kv_.holds_blocks(r->id))
       return fail("waiting request '" + r->id + "' holds KV state");
   }

@@ -30,6 +30,14 @@
 // so a step that fails can be abandoned by aborting its requests without
 // leaving unwritten blocks in the cache.
 //
+// Batches in flight (SchedulerConfig::batches_in_flight > 1): schedule() may
+// be called again before the previous batch's update(); a request in a batch
+// in flight is skipped (its next chunk or token waits for its tokens) and is
+// never a victim of preemption (the pipeline is still writing its blocks),
+// so each batch's requests are disjoint. An abort frees an in-flight
+// request's blocks at once: every stage runs batches in order, so a later
+// batch that reuses them writes them after the aborted one did.
+//
 // Not thread-safe: the engine loop owns the scheduler and applies abort and
 // add messages between steps.
 #pragma once
@@ -57,6 +65,12 @@ struct SchedulerConfig {
   // prompt cannot take a whole step from the prompts admitted behind it.
   int64_t long_prefill_token_threshold = 0;
   int64_t max_model_len = 0;  // > 0: prompt + max_tokens may not exceed it
+  // Batches that may be in a pipeline at once (pipeline parallelism: one per
+  // stage). Above 1, a scheduled request is in flight until update() takes
+  // its batch's tokens; schedule() then builds the next batch from the other
+  // requests, and gives each batch at most 1/batches_in_flight of them so
+  // that the batches stay even. 1: every schedule() is followed by its update().
+  int32_t batches_in_flight = 1;
   kv::KVCacheConfig kv;
 
   Status validate() const;  // error naming the first bad field
@@ -202,6 +216,9 @@ class Scheduler {
   int64_t num_waiting_for_loads() const;
   SchedulerStats stats() const;
   const SchedulerConfig& config() const { return config_; }
+  // The engine lowers it to 1 while a beam search runs (its beams sample in
+  // one batch), with no batch in flight.
+  void set_batches_in_flight(int32_t n) { config_.batches_in_flight = n; }
   const kv::KVCacheManager& kv_cache() const { return kv_; }
 
   // The KV manager's invariants, plus: every request is in exactly one queue
