@@ -649,9 +649,9 @@ std::vector<RequestOutput> Engine::step() {
 }
 
 std::vector<RequestOutput> Engine::run_step() {
-  if (pipeline_batches_ > 0) return run_pipelined_step();
   apply_commands();
   end_leases();
+  if (pipeline_batches_ > 0) return run_pipelined_step();
   // Loads of aborted requests still hold their blocks: schedule() collects them too.
   if (!scheduler_.has_unfinished_requests() && !scheduler_.has_loads_in_flight()) return end_step();
   const SchedulerOutput out = scheduler_.schedule();
@@ -702,8 +702,6 @@ void Engine::count_scheduled(const SchedulerOutput& out) {
 // request's tokens are computed by the same kernels over the same rows as in
 // one step after another: outputs are those of one process.
 std::vector<RequestOutput> Engine::run_pipelined_step() {
-  apply_commands();
-  end_leases();
   // A beam search runs with one batch in the pipeline: its beams must sample in one batch (select_beams).
   const bool one_batch = !beam_owner_.empty();
   const size_t max_batches = one_batch ? 1 : static_cast<size_t>(pipeline_batches_);
