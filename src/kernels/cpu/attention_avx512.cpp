@@ -23,8 +23,13 @@ namespace {
 // core's few outstanding misses.
 constexpr int64_t kKeyPrefetch = 32;
 
+// The prefetch is an asm statement, not _mm_prefetch: GCC 12 emitted no
+// prefetch at all in attend_heads_avx512<4, 16> (the kernel of Qwen3.5-4B's
+// four query heads a key/value head) from the intrinsic, and cold decode
+// attention ran at half the speed it does with them (attention_bench --cold,
+// docs/benchmarks.md). A volatile asm statement the compiler must keep.
 inline void prefetch_lines(const void* p, int64_t bytes) {
-  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(static_cast<const char*>(p) + b, _MM_HINT_T0);
+  for (int64_t b = 0; b < bytes; b += 64) asm volatile("prefetcht0 %0" : : "m"(static_cast<const char*>(p)[b]));
 }
 
 inline __m512 load_f16(const uint16_t* p) {
@@ -307,10 +312,11 @@ template <int NH, int NV>
 }
 
 // Positions whose value rows sum_value_lanes reads as one tile in decode:
-// two of each lane's. Larger tiles store the lane sums less often, but at 512
+// four of each lane's. Larger tiles store the lane sums less often, but at 512
 // (256 KiB of rows for a 256-wide head) the tile, the next one and the sums
-// no longer stay in L2, and the walk ran 30% slower (attention_bench --cold).
-constexpr int64_t kValueTile = 128;
+// no longer stay in L2, and the walk ran 10-30% slower; 256 beat 128 by 5-10%
+// on every shape of attention_bench --cold (Zen 5, head by head).
+constexpr int64_t kValueTile = 256;
 
 // Long contexts' weighted values: lane s (s = p % n_sets) of head h gets
 // sum of w_p * v_p over its positions in position order, stored as a D-vector
