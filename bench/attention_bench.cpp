@@ -14,12 +14,14 @@
 // between two attention layers), blocks of 16 slots are shuffled in the block
 // table and a block holds every layer (PagedKV::block_stride), as the KV cache
 // lays them out (8 layers, as Qwen3.5-4B's full-attention ones; sequences
-// enough to fill 512 MiB). It reports the best of --reps rounds as GB/s of keys and
+// enough to fill 512 MiB), a block's slots head by head as the cache keeps
+// them (kv::KVCacheSpec). It reports the best of --reps rounds as GB/s of keys and
 // values read, for each shape, cache dtype and context length:
 //
-//   attention_bench --cold [--reps=5] [--in-order] [--flavour=...] [--shape=D:groups:slot_heads ...]
-//                   [--dtype=f16,q8_0,q4_0] [positions ...]
-//   (--in-order: the block table in pool order, as a fresh pool deals it)
+//   attention_bench --cold [--reps=5] [--in-order] [--slot-by-slot] [--flavour=...]
+//                   [--shape=D:groups:slot_heads ...] [--dtype=f16,q8_0,q4_0] [positions ...]
+//   (--in-order: the block table in pool order, as a fresh pool deals it;
+//   --slot-by-slot: a slot's heads together, the cache's layout before)
 //   (default shapes: 256:4,4:4 (Qwen3.5-4B, one thread of two), 64:3,2:3
 //   (SmolLM2-135M's 9 over 3), 64:7:2 (Qwen2.5-0.5B's 14 over 2, one
 //   thread); positions 4096 16384)
@@ -82,7 +84,7 @@ std::optional<Shape> parse_shape(const char* text) {
 // sequences as make the pool 512 MiB or more; each call reads another layer
 // of another sequence. Returns the best GB/s over `reps` rounds of them all.
 double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, bool in_order,
-                 std::mt19937& rng) {
+                 bool slot_by_slot, std::mt19937& rng) {
   constexpr int64_t kBlock = 16, kLayers = 8;  // Qwen3.5-4B's full-attention layers
   const int64_t D = shape.D, slot = shape.slot_heads * D;
   const size_t slot_bytes = row_bytes(dtype, slot), layer_bytes = kBlock * slot_bytes;
@@ -127,11 +129,13 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
   for (int r = 0; r < reps; ++r) {
     for (int64_t call = 0; call < seqs * kLayers; ++call) {
       const int64_t l = call % kLayers, seq = call / kLayers;
-      const PagedKV kv{k + l * layer_bytes, v + l * layer_bytes, slot, kBlock, tables.data() + seq * n_blocks, dtype,
-                       static_cast<int64_t>(block_stride)};
+      // Head by head: a slot is a head apart, head g's run g * kBlock heads in.
+      const PagedKV kv{k + l * layer_bytes, v + l * layer_bytes, slot_by_slot ? slot : D, kBlock,
+                       tables.data() + seq * n_blocks, dtype, static_cast<int64_t>(block_stride)};
+      const int64_t head_stride = slot_by_slot ? D : kBlock * D;
       const auto t0 = std::chrono::steady_clock::now();
       for (int64_t g = 0, h = 0; g < static_cast<int64_t>(shape.groups.size()); h += shape.groups[g], ++g)
-        attend_heads(q.data() + h * D, shape.groups[g], kv, g * D, D, 0, n, scale, AttentionPass::kDecode,
+        attend_heads(q.data() + h * D, shape.groups[g], kv, g * head_stride, D, 0, n, scale, AttentionPass::kDecode,
                      out.data() + h * D, flavour);
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
@@ -140,13 +144,13 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
 }
 
 int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::vector<GgmlFlavour>& flavours,
-             std::vector<int64_t> lengths, int reps, bool in_order) {
+             std::vector<int64_t> lengths, int reps, bool in_order, bool slot_by_slot) {
   if (shapes.empty()) shapes = {{256, {4, 4}, 4}, {64, {3, 2}, 3}, {64, {7}, 2}};
   if (dtypes.empty()) dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
   if (lengths.empty()) lengths = {4096, 16384};
   std::mt19937 rng(1);
-  std::printf("simd %s; cold decode attention, blocks %s, GB/s of keys and values read (best of %d)\n", simd_level(),
-              in_order ? "in order" : "shuffled", reps);
+  std::printf("simd %s; cold decode attention, blocks %s, slots %s, GB/s of keys and values read (best of %d)\n",
+              simd_level(), in_order ? "in order" : "shuffled", slot_by_slot ? "slot by slot" : "head by head", reps);
   std::printf("%-14s %-6s %-7s %9s %9s\n", "shape", "dtype", "flavour", "positions", "GB/s");
   for (const Shape& shape : shapes) {
     char name[64];
@@ -161,7 +165,7 @@ int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::ve
         for (int64_t n : lengths)
           std::printf("%-14s %-6s %-7s %9lld %9.1f\n", name, inferd::dtype_name(dtype),
                       dtype == DType::F16 ? ggml_flavour_name(f) : "-", static_cast<long long>(n),
-                      cold_gbps(shape, dtype, f, n, reps, in_order, rng));
+                      cold_gbps(shape, dtype, f, n, reps, in_order, slot_by_slot, rng));
       std::fflush(stdout);
     }
   }
@@ -176,7 +180,7 @@ int main(int argc, char** argv) {
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
   int64_t D = 64;
-  bool cold = false, in_order = false;
+  bool cold = false, in_order = false, slot_by_slot = false;
   int reps = 5;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
@@ -184,6 +188,10 @@ int main(int argc, char** argv) {
     const std::string_view arg = argv[i];
     if (arg == "--in-order") {
       in_order = true;
+      continue;
+    }
+    if (arg == "--slot-by-slot") {
+      slot_by_slot = true;
       continue;
     }
     if (arg == "--cold") {
@@ -250,7 +258,7 @@ int main(int argc, char** argv) {
       lengths.push_back(std::atoll(argv[i]));
     }
   }
-  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order);
+  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;
   int64_t n_heads = 0;

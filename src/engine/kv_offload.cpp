@@ -17,9 +17,8 @@ uint64_t kv_fingerprint(const Model& model, const KVCache& cache) {
     XXH3_64bits_update(st, file.image() + off, n);
     file.release_pages(file.image() + off, n);
   }
-  // The layout from the cache's specs. The storage format is 1 for f16
-  // attention, the format before specs: an f16 cache's fingerprint is the
-  // one it had then, so disk stores written since stay valid.
+  // The layout from the cache's specs, with the format of a block's bytes
+  // (kv::KVCacheSpec::storage_format): stores of another layout are refused.
   const KVLayout& layout = cache.layout();
   const kv::KVCacheSpec& spec = cache.storage_spec();
   const int64_t fields[] = {spec.storage_format(),

@@ -73,9 +73,12 @@ std::string KVCacheSpec::describe() const {
 }
 
 int64_t KVCacheSpec::storage_format() const {
+  // Kind and dtype, kept clear of 1 (f16 attention slot by slot, the layout
+  // before the head-by-head one). Full and windowed attention lay a block out
+  // alike: one number, with the head-by-head layout's bit 40 (a latent
+  // cache has one head, whose layout did not change).
   const bool attention = kind == KVCacheKind::kFullAttention || kind == KVCacheKind::kSlidingWindow;
-  if (attention && dtype == DType::F16) return 1;
-  // Kind and dtype, kept clear of 1.
+  if (attention) return (int64_t{1} << 40) | (int64_t{1} << 32) | (int64_t{static_cast<uint32_t>(dtype)} + 2);
   return (int64_t{static_cast<uint8_t>(kind) + 1} << 32) | (int64_t{static_cast<uint32_t>(dtype)} + 2);
 }
 

@@ -44,7 +44,12 @@ inline constexpr DType kDefaultKVCacheDType = DType::F16;
 
 // One layer's keys and values in a KV group. A block of a group holds, for
 // each of its layers, block_size slots of keys and as many of values; a slot
-// is num_kv_heads heads of head_size elements of dtype.
+// is num_kv_heads heads of head_size elements of dtype. Within a block the
+// slots are laid out head by head (head_offset_in_segment): one head's keys
+// of a block are one contiguous run, which is how decode attention reads
+// them (a thread reads its key/value heads over every position; with the
+// heads of a slot together it read a quarter of every 2 KiB slot of
+// Qwen3.5-4B, and cold attention ran a third slower: docs/benchmarks.md).
 struct KVCacheSpec {
   KVCacheKind kind = KVCacheKind::kFullAttention;
   DType dtype = kDefaultKVCacheDType;
@@ -90,6 +95,12 @@ struct KVCacheSpec {
 
   // Elements of one token's keys (or values) in one layer.
   int64_t slot_elements() const { return int64_t{num_kv_heads} * head_size; }
+  // Bytes from the start of a layer's segment of a block (segment_bytes) to
+  // head `head` of the slot `offset` places into the block: the heads' runs
+  // of block_size slots one after another.
+  size_t head_offset_in_segment(int64_t head, int64_t offset) const {
+    return static_cast<size_t>(head * block_size + offset) * head_bytes();
+  }
   // Bytes of one head's keys (or values) of one token.
   size_t head_bytes() const { return row_bytes(dtype, head_size); }
   // Whether a slot has values beside its keys (all kinds but latent attention).
@@ -104,8 +115,7 @@ struct KVCacheSpec {
   size_t state_bytes() const { return conv_state_bytes() + recurrent_state_bytes(); }
   // The stores a layer's slots take: keys, and values where it has them.
   int32_t n_stores() const { return has_values() ? 2 : 1; }
-  // Bytes of one token's keys (or values) in one layer: the stride between
-  // slots in a layer's slab.
+  // Bytes of one token's keys (or values) in one layer (all its heads).
   size_t slot_bytes() const { return static_cast<size_t>(num_kv_heads) * head_bytes(); }
   // Quantized keys and values are stored rotated by a Walsh-Hadamard matrix
   // (kernels/cpu/hadamard.h) in chunks of these many elements, as
@@ -131,10 +141,11 @@ struct KVCacheSpec {
   Status validate() const;
   // "sliding window 512, F16, 1 KV heads x 256, 16 tokens a block".
   std::string describe() const;
-  // The format of a block's bytes as one number, for fingerprints: 1 is f16
-  // keys then values per slab (full or windowed attention), the only format
-  // before specs, so stores fingerprinted then stay valid; any other dtype or
-  // kind gets a number of its own.
+  // The format of a block's bytes as one number, for fingerprints: each dtype
+  // and kind gets a number of its own, and attention's numbers changed with
+  // the head-by-head layout of a block (1, f16 attention with a block's slots
+  // one after another, the format before specs, is no longer one: stores
+  // written in it are refused, not misread).
   int64_t storage_format() const;
 
   bool operator==(const KVCacheSpec&) const = default;

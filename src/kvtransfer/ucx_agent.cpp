@@ -41,7 +41,8 @@ enum MsgId : unsigned {
   kRelease = 3,       // consumer -> producer: pull id, lease id
   kReleaseReply = 4,  // producer -> consumer: pull id, whether the lease was still held
 };
-constexpr uint32_t kProtocolVersion = 3;  // 2: the hello reply tells the producer's pid and probe; 3: its memfds
+constexpr uint32_t kProtocolVersion = 4;  // 2: the hello reply tells the producer's pid and probe; 3: its memfds;
+                                          // 4: blocks laid out head by head (kv::KVCacheSpec)
 // Pull ids with this bit are release_lease's: counted apart and never
 // reported through take_finished.
 constexpr uint64_t kReleaseOnly = uint64_t{1} << 63;

@@ -295,14 +295,14 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
     // Keys and values are written as the layer's spec says (its dtype, its
     // strides).
     const DType kv_dtype = kv_spec.dtype;
-    const size_t head_bytes = kv_spec.head_bytes(), slot_at = pass.cache->slot_offset(l, slot);
+    const size_t head_bytes = kv_spec.head_bytes();
     // The next position's slot is most often the next one: have its cache
     // lines owned by the time that token writes them (a write to a line not
     // in cache waits for memory, and the barrier after this phase drains it).
-    auto prefetch_next_slot = [&](const std::byte* cache, size_t offset) {
+    auto prefetch_next_slot = [&](const std::byte* cache, int64_t head) {
       if (slot + 1 >= pass.cache->n_slots()) return;
-      const size_t next = pass.cache->slot_offset(l, slot + 1);
-      for (size_t byte = 0; byte < head_bytes; byte += 64) __builtin_prefetch(cache + next + offset + byte, 1);
+      const size_t next = pass.cache->head_offset(l, slot + 1, head);
+      for (size_t byte = 0; byte < head_bytes; byte += 64) __builtin_prefetch(cache + next + byte, 1);
     };
     for (int64_t g = mine.k0; g < mine.k1; ++g) {
       float* k = s_.k.data() + t * KVD + g * D;
@@ -310,15 +310,15 @@ void CpuExecutor::qkv(const Pass& pass, int64_t l, const QkvPhase& phase, const 
       if (k_norm) kernels::rms_norm_row(k, nullptr, k_norm, D, c.rms_eps, 0, D, nullptr, k);
       if (rope) kernels::rope_head(k, c.rope_dim, rope_pairs, cos_t, sin_t);
       if (k_rot > 0) kernels::hadamard_rotate(k, D, k_rot);
-      kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + slot_at + g * head_bytes, D);
-      prefetch_next_slot(pass.cache->k(l), g * head_bytes);
+      kernels::quantize_row(kv_dtype, k, pass.cache->k(l) + pass.cache->head_offset(l, slot, g), D);
+      prefetch_next_slot(pass.cache->k(l), g);
     }
     for (int64_t g = mine.v0; g < mine.v1; ++g) {
       float* v = s_.v.data() + t * KVD + g * D;
       if (W.bv) add_bias(v, W.bv.f32() + g * D, D);
       if (v_rot > 0) kernels::hadamard_rotate(v, D, v_rot);
-      kernels::quantize_row(kv_dtype, v, pass.cache->v(l) + slot_at + g * head_bytes, D);
-      prefetch_next_slot(pass.cache->v(l), g * head_bytes);
+      kernels::quantize_row(kv_dtype, v, pass.cache->v(l) + pass.cache->head_offset(l, slot, g), D);
+      prefetch_next_slot(pass.cache->v(l), g);
     }
   }
 }
@@ -333,7 +333,9 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   const kv::KVCacheSpec& kv_spec = pass.cache->layer_spec(layer);
   const std::byte* kc = pass.cache->k(layer);
   const std::byte* vc = pass.cache->v(layer);
-  const int64_t slot_stride = kv_spec.slot_elements();
+  // A block's slots lie head by head (kv::KVCacheSpec): consecutive slots of
+  // a head are a head apart, and head g's run starts g * block_size heads in.
+  const int64_t slot_stride = kv_spec.head_size;
   const auto block_stride = static_cast<int64_t>(pass.cache->block_stride());
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
@@ -353,7 +355,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass =
         sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
-    kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, (h / group) * D, D, first, pos + 1,
+    const int64_t kv_head_run = (h / group) * kv_spec.block_size * kv_spec.head_size;
+    kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, kv_head_run, D, first, pos + 1,
                           phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
                           sinks ? sinks + h : nullptr);
     // Values were stored rotated: the weighted sum turns back (H is its own inverse).

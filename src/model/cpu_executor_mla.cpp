@@ -88,7 +88,7 @@ void CpuExecutor::mla_qkv(const Pass& pass, int64_t l, const MlaQkvPhase& phase,
     kernels::rope_head(kv + R, m.qk_rope, pairs, cos_t, sin_t);
     const int64_t slot = batch.slots[pass.cache->group(l)][t];
     if (Wc > W) kv = static_cast<float*>(std::memcpy(padded.data(), kv, W * sizeof(float)));
-    kernels::quantize_row(kv_dtype, kv, pass.cache->k(l) + pass.cache->slot_offset(l, slot), Wc);
+    kernels::quantize_row(kv_dtype, kv, pass.cache->k(l) + pass.cache->head_offset(l, slot, 0), Wc);
     for (int64_t h = 0; h < H; ++h) {
       float* q = s.q.data() + (t * H + h) * QH;
       kernels::rope_head(q + NOPE, m.qk_rope, pairs, cos_t, sin_t);

@@ -120,19 +120,20 @@ class KVCache {
     return KVLayout::plan(c, static_cast<int32_t>(block_size), dtype, skip_sliding_window).block_bytes();
   }
 
-  // A layer's keys (values) in block 0: slot s of block b is at
-  // b * block_stride() + s * layer_spec(layer).slot_bytes() from here, its
-  // head h at h * head_bytes() within the slot.
+  // A layer's keys (values) in block 0: head h of slot s of block b is at
+  // b * block_stride() + layer_spec(layer).head_offset_in_segment(h, s) from
+  // here (head_offset).
   std::byte* k(int64_t layer) { return reinterpret_cast<std::byte*>(k_) + layer_offset(layer); }
   std::byte* v(int64_t layer) {  // null for a latent cache (keys only)
     return v_ ? reinterpret_cast<std::byte*>(v_) + layer_offset(layer) : nullptr;
   }
   // Bytes between consecutive blocks in a store.
   size_t block_stride() const { return layout_.block_store_bytes; }
-  // Where slot `slot` (block * block_size + offset) of a layer is, from k(layer) or v(layer).
-  size_t slot_offset(int64_t layer, int64_t slot) const {
+  // Where head `head` of slot `slot` (block * block_size + offset) of a layer
+  // is, from k(layer) or v(layer).
+  size_t head_offset(int64_t layer, int64_t slot, int64_t head) const {
     return static_cast<size_t>(slot / block_size_) * layout_.block_store_bytes +
-           static_cast<size_t>(slot % block_size_) * layer_spec(layer).slot_bytes();
+           layer_spec(layer).head_offset_in_segment(head, slot % block_size_);
   }
   // Copies every layer's keys and values of block `src` into block `dst`
   // (copy on write of a block that forked sequences shared).

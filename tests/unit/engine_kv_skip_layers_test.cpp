@@ -206,24 +206,30 @@ TEST(KVCacheDTypeSkipLayers, SkippedLayersHoldTheF16RunsBitsAndTheGlobalLayerIts
     for (int64_t t = 0; t < kTokens; ++t) {
       const int64_t slot_f16 = (1 + 3 * f16.cache->group(l) + t / 16) * 16 + t % 16;
       const int64_t slot_skip = (1 + 3 * skip.cache->group(l) + t / 16) * 16 + t % 16;
-      const std::byte* kf = f16.cache->k(l) + f16.cache->slot_offset(l, slot_f16);
-      const std::byte* ks = skip.cache->k(l) + skip.cache->slot_offset(l, slot_skip);
       if (spec.dtype == DType::F16) {
-        ASSERT_EQ(std::memcmp(kf, ks, spec.slot_bytes()), 0) << "layer " << l << " position " << t;
-        const std::byte* vf = f16.cache->v(l) + f16.cache->slot_offset(l, slot_f16);
-        const std::byte* vs = skip.cache->v(l) + skip.cache->slot_offset(l, slot_skip);
-        ASSERT_EQ(std::memcmp(vf, vs, spec.slot_bytes()), 0) << "layer " << l << " position " << t;
+        for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
+          const std::byte* kf = f16.cache->k(l) + f16.cache->head_offset(l, slot_f16, h);
+          const std::byte* ks = skip.cache->k(l) + skip.cache->head_offset(l, slot_skip, h);
+          ASSERT_EQ(std::memcmp(kf, ks, spec.head_bytes()), 0) << "layer " << l << " position " << t;
+          const std::byte* vf = f16.cache->v(l) + f16.cache->head_offset(l, slot_f16, h);
+          const std::byte* vs = skip.cache->v(l) + skip.cache->head_offset(l, slot_skip, h);
+          ASSERT_EQ(std::memcmp(vf, vs, spec.head_bytes()), 0) << "layer " << l << " position " << t;
+        }
         continue;
       }
       ASSERT_EQ(spec.dtype, DType::Q8_0);
       ASSERT_EQ(spec.key_rotation(), 0);  // a head of 32 is stored unrotated
       // Each 32-element block: d * q within d / 2 of the f16 run's key.
-      const auto* blocks = reinterpret_cast<const kernels::BlockQ8_0*>(ks);
-      const auto* want = reinterpret_cast<const uint16_t*>(kf);
-      for (int64_t i = 0; i < spec.slot_elements(); ++i) {
-        const float d = kernels::f16_to_f32(blocks[i / 32].d);
-        const float got = d * blocks[i / 32].qs[i % 32];
-        EXPECT_LE(std::fabs(got - kernels::f16_to_f32(want[i])), d * 0.5f + 1e-3f) << "layer " << l << " element " << i;
+      for (int64_t h = 0; h < spec.num_kv_heads; ++h) {
+        const auto* blocks =
+            reinterpret_cast<const kernels::BlockQ8_0*>(skip.cache->k(l) + skip.cache->head_offset(l, slot_skip, h));
+        const auto* want = reinterpret_cast<const uint16_t*>(f16.cache->k(l) + f16.cache->head_offset(l, slot_f16, h));
+        for (int64_t i = 0; i < spec.head_size; ++i) {
+          const float d = kernels::f16_to_f32(blocks[i / 32].d);
+          const float got = d * blocks[i / 32].qs[i % 32];
+          EXPECT_LE(std::fabs(got - kernels::f16_to_f32(want[i])), d * 0.5f + 1e-3f)
+              << "layer " << l << " head " << h << " element " << i;
+        }
       }
     }
   }

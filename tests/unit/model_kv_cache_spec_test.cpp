@@ -92,11 +92,14 @@ TEST(ModelKVCacheSpec, TheCacheIsLaidOutFromItsSpec) {
   EXPECT_EQ(cache.layer_spec(5).kind, kv::KVCacheKind::kFullAttention);
   EXPECT_EQ(cache.layer_spec(0).kind, kv::KVCacheKind::kSlidingWindow);
   // Layers in the same place of their blocks share an offset; a block's
-  // layers are one segment apart, and slot s of block b is b blocks and s
-  // slots on.
+  // layers are one segment apart, and head h of slot s of block b is b
+  // blocks, h runs of a block's slots of one head, and s heads on.
   EXPECT_EQ(cache.k(0), cache.k(3));
   EXPECT_EQ(cache.k(1) - cache.k(0), static_cast<std::ptrdiff_t>(segment));
-  EXPECT_EQ(cache.slot_offset(1, 2 * 8 + 5), 2 * cache.block_stride() + 5 * s.slot_bytes());
+  EXPECT_EQ(cache.head_offset(1, 2 * 8 + 5, 0), 2 * cache.block_stride() + 5 * s.head_bytes());
+  ASSERT_EQ(s.num_kv_heads, 1);  // Gemma 3 270M: one key/value head
+  const kv::KVCacheSpec two = kv::KVCacheSpec::full_attention(DType::F16, 2, 256, 8);
+  EXPECT_EQ(two.head_offset_in_segment(1, 5), (8 + 5) * two.head_bytes());
   // A block's bytes whole, round trip: every layer's keys, then values.
   std::vector<std::byte> block(cache.block_bytes()), back(cache.block_bytes());
   for (size_t i = 0; i < block.size(); ++i) block[i] = static_cast<std::byte>(i * 7 + 3);

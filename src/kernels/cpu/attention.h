@@ -32,7 +32,11 @@ constexpr bool attention_reads_kv(DType dtype) {
 
 // What the kernels read: keys and values of `dtype` (one attention_reads_kv
 // accepts; the kernels do not check it again per call): blocks of
-// block_size slots of slot_stride elements, block_stride bytes apart.
+// block_size slots of slot_stride elements, block_stride bytes apart. A head
+// at `head_offset` elements into the block: the KV cache lays a block out
+// head by head (kv::KVCacheSpec), so there slot_stride is one head and
+// head_offset a multiple of block_size heads; slot by slot (several heads a
+// slot, the head at its offset within a slot) reads as well.
 // The bytes are untyped so one view serves every dtype; offsets within a block
 // are counted in elements (a quantized dtype's slot stride and head offset are
 // whole blocks of it) and turned into bytes by the kernel that knows the dtype.
