@@ -142,10 +142,10 @@ struct KVCacheSpec {
   // "sliding window 512, F16, 1 KV heads x 256, 16 tokens a block".
   std::string describe() const;
   // The format of a block's bytes as one number, for fingerprints: each dtype
-  // and kind gets a number of its own, and attention's numbers changed with
-  // the head-by-head layout of a block (1, f16 attention with a block's slots
-  // one after another, the format before specs, is no longer one: stores
-  // written in it are refused, not misread).
+  // and kind gets a number of its own. 1 was f16 attention with a block's
+  // slots one after another (the format before specs); attention's numbers
+  // changed when blocks were laid out head by head, so stores written before
+  // are refused, not misread.
   int64_t storage_format() const;
 
   bool operator==(const KVCacheSpec&) const = default;
