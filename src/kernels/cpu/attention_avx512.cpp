@@ -182,21 +182,21 @@ template <int NH, int NV>
     for (int h = 0; h < NH; ++h) y[h] = _mm512_setzero_ps();
     return;
   }
-  // The key widened four vectors at a time (NV is a multiple of 4), each
-  // used for every head before the next four: the heads' sums and four key
-  // vectors fit the registers (all sixteen of a 256-wide key beside sixteen
-  // sums did not: attention_bench, 5-8% at 16k). Each sum's multiply-adds
-  // keep their order.
   if (prefill) {
-    for (int h = 0; h < NH; ++h) y[h] = _mm512_setzero_ps();
-    for (int j = 0; j < NV; j += 4) {
-      __m512 kf[4];
-      for (int a = 0; a < 4; ++a) kf[a] = load_f16(k + 16 * (j + a));
-      for (int a = 0; a < 4; ++a)
-        for (int h = 0; h < NH; ++h) y[h] = _mm512_fmadd_ps(kf[a], _mm512_load_ps(q + h * 16 * NV + 16 * (j + a)), y[h]);
+    __m512 kf[NV];
+    for (int j = 0; j < NV; ++j) kf[j] = load_f16(k + 16 * j);
+    for (int h = 0; h < NH; ++h) {
+      __m512 c = _mm512_setzero_ps();
+      for (int j = 0; j < NV; ++j) c = _mm512_fmadd_ps(kf[j], _mm512_load_ps(q + h * 16 * NV + 16 * j), c);
+      y[h] = c;
     }
     return;
   }
+  // Decode: the key widened four vectors at a time (NV is a multiple of 4),
+  // each used for every head before the next four: the heads' four sums each
+  // and four key vectors fit the registers (all sixteen of a 256-wide key
+  // beside sixteen sums did not: attention_bench --cold, 5-8% at 16k). Each
+  // sum's multiply-adds keep their order.
   __m512 sum[NH][4];
   for (int h = 0; h < NH; ++h)
     for (int a = 0; a < 4; ++a) sum[h][a] = _mm512_setzero_ps();
