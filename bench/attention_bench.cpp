@@ -22,6 +22,8 @@
 //                   [--shape=D:groups:slot_heads ...] [--dtype=f16,q8_0,q4_0] [positions ...]
 //   (--in-order: the block table in pool order, as a fresh pool deals it;
 //   --slot-by-slot: a slot's heads together, the cache's layout before)
+//   (--warm: the same, each call reading the same layer of one sequence, so
+//   keys and values that fit stay in cache: the kernel's compute bound)
 //   (default shapes: 256:4,4:4 (Qwen3.5-4B, one thread of two), 64:3,2:3
 //   (SmolLM2-135M's 9 over 3), 64:7:2 (Qwen2.5-0.5B's 14 over 2, one
 //   thread); positions 4096 16384)
@@ -84,7 +86,7 @@ std::optional<Shape> parse_shape(const char* text) {
 // sequences as make the pool 512 MiB or more; each call reads another layer
 // of another sequence. Returns the best GB/s over `reps` rounds of them all.
 double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, bool in_order,
-                 bool slot_by_slot, std::mt19937& rng) {
+                 bool slot_by_slot, bool warm, std::mt19937& rng) {
   constexpr int64_t kBlock = 16, kLayers = 8;  // Qwen3.5-4B's full-attention layers
   const int64_t D = shape.D, slot = shape.slot_heads * D;
   const size_t slot_bytes = row_bytes(dtype, slot), layer_bytes = kBlock * slot_bytes;
@@ -128,7 +130,7 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
   double best = 1e30;
   for (int r = 0; r < reps; ++r) {
     for (int64_t call = 0; call < seqs * kLayers; ++call) {
-      const int64_t l = call % kLayers, seq = call / kLayers;
+      const int64_t l = warm ? 0 : call % kLayers, seq = warm ? 0 : call / kLayers;
       // Head by head: a slot is a head apart, head g's run g * kBlock heads in.
       const PagedKV kv{k + l * layer_bytes, v + l * layer_bytes, slot_by_slot ? slot : D, kBlock,
                        tables.data() + seq * n_blocks, dtype, static_cast<int64_t>(block_stride)};
@@ -144,13 +146,14 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
 }
 
 int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::vector<GgmlFlavour>& flavours,
-             std::vector<int64_t> lengths, int reps, bool in_order, bool slot_by_slot) {
+             std::vector<int64_t> lengths, int reps, bool in_order, bool slot_by_slot, bool warm) {
   if (shapes.empty()) shapes = {{256, {4, 4}, 4}, {64, {3, 2}, 3}, {64, {7}, 2}};
   if (dtypes.empty()) dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
   if (lengths.empty()) lengths = {4096, 16384};
   std::mt19937 rng(1);
-  std::printf("simd %s; cold decode attention, blocks %s, slots %s, GB/s of keys and values read (best of %d)\n",
-              simd_level(), in_order ? "in order" : "shuffled", slot_by_slot ? "slot by slot" : "head by head", reps);
+  std::printf("simd %s; %s decode attention, blocks %s, slots %s, GB/s of keys and values read (best of %d)\n",
+              simd_level(), warm ? "warm (one sequence's layer again and again)" : "cold",
+              in_order ? "in order" : "shuffled", slot_by_slot ? "slot by slot" : "head by head", reps);
   std::printf("%-14s %-6s %-7s %9s %9s\n", "shape", "dtype", "flavour", "positions", "GB/s");
   for (const Shape& shape : shapes) {
     char name[64];
@@ -165,7 +168,7 @@ int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::ve
         for (int64_t n : lengths)
           std::printf("%-14s %-6s %-7s %9lld %9.1f\n", name, inferd::dtype_name(dtype),
                       dtype == DType::F16 ? ggml_flavour_name(f) : "-", static_cast<long long>(n),
-                      cold_gbps(shape, dtype, f, n, reps, in_order, slot_by_slot, rng));
+                      cold_gbps(shape, dtype, f, n, reps, in_order, slot_by_slot, warm, rng));
       std::fflush(stdout);
     }
   }
@@ -180,7 +183,7 @@ int main(int argc, char** argv) {
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
   int64_t D = 64;
-  bool cold = false, in_order = false, slot_by_slot = false;
+  bool cold = false, in_order = false, slot_by_slot = false, warm = false;
   int reps = 5;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
@@ -196,6 +199,10 @@ int main(int argc, char** argv) {
     }
     if (arg == "--cold") {
       cold = true;
+      continue;
+    }
+    if (arg == "--warm") {  // --cold's shapes and dtypes, from cache
+      cold = warm = true;
       continue;
     }
     if (arg.starts_with("--reps=")) {
@@ -258,7 +265,7 @@ int main(int argc, char** argv) {
       lengths.push_back(std::atoll(argv[i]));
     }
   }
-  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot);
+  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot, warm);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;
   int64_t n_heads = 0;

@@ -1,7 +1,7 @@
 // Paged attention over Q8_0, Q4_0, BF16 and fp8 e4m3 keys and values
 // (attention_quant.h): at
 // every SIMD level, against a plain softmax in double over the dequantized
-// keys and values; the same bits for both passes; each head's bits the same
+// keys and values (and, for Q8_0 and Q4_0, the query as quantized to Q8_0); the same bits for both passes; each head's bits the same
 // whether it is computed alone or with the other heads of its group.
 #include <gtest/gtest.h>
 
@@ -99,15 +99,29 @@ QuantCache make_cache(std::mt19937& rng, DType dtype, int64_t n_pos, int64_t D, 
   return c;
 }
 
+// The query as the kernels dot it with the keys: for Q8_0 and Q4_0 caches
+// quantized to Q8_0 blocks and dequantized (llama.cpp's vec_dot_type for
+// these key types), for the others as it is.
+std::vector<double> query_as_dotted(DType dtype, const float* q, int64_t D) {
+  std::vector<double> out(q, q + D);
+  if (dtype == DType::Q8_0 || dtype == DType::Q4_0) {
+    std::vector<uint8_t> blocks(row_bytes(DType::Q8_0, D));
+    quantize_row(DType::Q8_0, q, blocks.data(), D);
+    out = dequantized(DType::Q8_0, blocks.data(), D);
+  }
+  return out;
+}
+
 // softmax(scale q.k, sink) v over [begin, end) in double, from the
 // dequantized keys and values.
-std::vector<double> reference(const QuantCache& c, const float* q, int64_t head, int64_t begin, int64_t end,
+std::vector<double> reference(const QuantCache& c, const float* q_in, int64_t head, int64_t begin, int64_t end,
                               float scale, const float* sink) {
+  const std::vector<double> q = query_as_dotted(c.dtype, q_in, c.D);
   std::vector<double> s;
   for (int64_t p = begin; p < end; ++p) {
     const std::vector<double> k = c.row(c.k, head, p);
     double d = 0;
-    for (int64_t i = 0; i < c.D; ++i) d += double{q[i]} * k[i];
+    for (int64_t i = 0; i < c.D; ++i) d += q[i] * k[i];
     s.push_back(d * scale);
   }
   double mx = *std::max_element(s.begin(), s.end());
@@ -304,14 +318,15 @@ LatentCache make_latent_cache(std::mt19937& rng, DType dtype, int64_t n_pos, int
 
 // softmax(scale q.k) over [begin, end) of the first Dv elements, in double
 // from the dequantized rows.
-std::vector<double> latent_reference(const LatentCache& c, const float* q, int64_t Dv, int64_t begin, int64_t end,
+std::vector<double> latent_reference(const LatentCache& c, const float* q_in, int64_t Dv, int64_t begin, int64_t end,
                                      float scale) {
+  const std::vector<double> q = query_as_dotted(c.dtype, q_in, c.Dk);
   std::vector<double> s;
   std::vector<std::vector<double>> rows;
   for (int64_t p = begin; p < end; ++p) {
     rows.push_back(c.row(p));
     double d = 0;
-    for (int64_t i = 0; i < c.Dk; ++i) d += double{q[i]} * rows.back()[i];
+    for (int64_t i = 0; i < c.Dk; ++i) d += q[i] * rows.back()[i];
     s.push_back(d * scale);
   }
   const double mx = *std::max_element(s.begin(), s.end());

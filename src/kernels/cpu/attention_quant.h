@@ -8,6 +8,9 @@
 // The arithmetic, the same for AttentionPass::kDecode and kPrefill (the pass
 // is ignored) and for any number of grouped heads:
 //   s_p   = scale * sum_b d_kb * (q_b . qk_b)      per position, blocks in order
+//           (for Q8_0 and Q4_0 keys q is the query quantized to Q8_0 blocks,
+//           as llama.cpp dots these caches: q_b = d_qb * (32 integers); the
+//           AVX-512 level dots the integers exactly, d_kb * d_qb after)
 //   m     = max(max_p s_p, sink)
 //   w_p   = e^(s_p - m) (expf_poly),  S = sum_p w_p (+ e^(sink - m))
 //   out   = (1 / S) * sum_p sum_b (w_p * d_vb) qv_b  positions in ascending order

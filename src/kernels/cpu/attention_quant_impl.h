@@ -12,6 +12,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/quants.h"
 #include "kernels/cpu/quants_blocks.h"
 
 namespace inferd::kernels::detail {
@@ -38,25 +39,137 @@ constexpr int64_t kQuantKVChunk = 16;
 // How far ahead (positions) keys and values are prefetched: at long context
 // they come from memory, in blocks scattered through the pool and rows a slot
 // apart, which the hardware prefetchers do not follow.
-constexpr int64_t kQuantKVPrefetch = 32;
+constexpr int64_t kQuantKVPrefetch = 64;
 
-// The cache lines of `bytes` from p (a row need not start on a line).
-inline void prefetch_quant_row(const uint8_t* p, int64_t bytes) {
-  const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
-  for (uintptr_t line = first; line < reinterpret_cast<uintptr_t>(p) + bytes; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(line));
-}
+// Prefetches rows one after another, each cache line once: a block's rows
+// are contiguous and need not start on a line, so a row's first line is
+// often the one before's last (a 68-byte Q8_0 row of 64 elements spans two
+// lines; asking for both every row doubles the prefetches, which stall once
+// the core's misses in flight are at their limit).
+class QuantRowPrefetcher {
+ public:
+  [[gnu::always_inline]] void row(const uint8_t* p, int64_t bytes) {
+    auto line = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+    if (line == last_) line += 64;
+    for (; line < reinterpret_cast<uintptr_t>(p) + bytes; line += 64) {
+      __builtin_prefetch(reinterpret_cast<const void*>(line));
+      last_ = line;
+    }
+  }
 
-// One head's keys (or values) at position p: its first block.
+ private:
+  uintptr_t last_ = 0;
+};
+
+// A chunk of n_rows <= kQuantKVChunk rows and the rows kQuantKVPrefetch
+// positions ahead of them (n_ahead, fewer near the end), to be prefetched
+// one per row as the rows are worked through: a whole chunk's prefetches at
+// once (68 lines for 16 rows of a 256-wide Q8_0 head) fill the core's
+// misses in flight and stall it.
+struct QuantChunk {
+  const uint8_t* rows[kQuantKVChunk];
+  const uint8_t* ahead[kQuantKVChunk];
+  int64_t n_rows = 0, n_ahead = 0, row_bytes = 0;
+  QuantRowPrefetcher* prefetcher = nullptr;
+
+  [[gnu::always_inline]] void prefetch(int64_t r) const {
+    if (r < n_ahead) prefetcher->row(ahead[r], row_bytes);
+  }
+  void prefetch_all() const {
+    for (int64_t r = 0; r < n_ahead; ++r) prefetcher->row(ahead[r], row_bytes);
+  }
+};
+
+// One head's rows (keys or values) position after position, stepping through
+// the block table: no division per row (two 64-bit divisions a row, as
+// p / block_size and p % block_size, cost about as much as a 64-wide row's
+// arithmetic).
 template <DType kType>
-inline const uint8_t* quant_kv_row(const void* base, const PagedKV& kv, int64_t head_offset, int64_t p) {
-  const int64_t block = kv.block_table[p / kv.block_size];
-  return static_cast<const uint8_t*>(base) + block * kv.block_bytes() +
-         (p % kv.block_size * kv.slot_stride + head_offset) / kQK * kQuantKVBlockBytes<kType>;
+class QuantRowCursor {
+ public:
+  QuantRowCursor(const void* base, const PagedKV& kv, int64_t head_offset, int64_t p)
+      : base_(static_cast<const uint8_t*>(base) + head_offset / kQK * kQuantKVBlockBytes<kType>),
+        table_(kv.block_table),
+        block_bytes_(kv.block_bytes()),
+        slot_bytes_(kv.slot_stride / kQK * static_cast<int64_t>(kQuantKVBlockBytes<kType>)),
+        block_size_(kv.block_size),
+        block_(p / kv.block_size),
+        offset_(p % kv.block_size) {}
+
+  // The current position's row, then on to the next position.
+  [[gnu::always_inline]] const uint8_t* next() {
+    const uint8_t* row = base_ + table_[block_] * block_bytes_ + offset_ * slot_bytes_;
+    if (++offset_ == block_size_) offset_ = 0, ++block_;
+    return row;
+  }
+
+ private:
+  const uint8_t* base_;
+  const int32_t* table_;
+  int64_t block_bytes_, slot_bytes_, block_size_, block_, offset_;
+};
+
+// The query as the scores read it. A Q8_0 or Q4_0 cache is dotted with the
+// query quantized to Q8_0 blocks, as llama.cpp does (the key type's
+// vec_dot_type): each 32 elements' scale d (f16, as a block stores it) and
+// integers, so a level may dot keys and query in 8-bit integers. `floats`
+// is that query dequantized (d * q, exact in f32) for levels that dot in
+// f32, so every level computes the same scores up to f32 rounding; for BF16
+// and F8_E4M3 caches it is the query itself. kHeads' heads, D apart.
+struct QuantQuery {
+  const float* floats = nullptr;
+  const int8_t* ints = nullptr;    // [head][D]
+  const float* scales = nullptr;   // [head][D / kQK]
+  const int32_t* sums = nullptr;   // [head][D / kQK]: the block's integers summed
+
+  QuantQuery heads_from(int64_t h, int64_t D) const {
+    return {floats + h * D, ints ? ints + h * D : nullptr, scales ? scales + h * (D / kQK) : nullptr,
+            sums ? sums + h * (D / kQK) : nullptr};
+  }
+};
+
+// The cache types whose keys are dotted with a quantized query.
+template <DType kType>
+constexpr bool kQuantizesQuery = kType == DType::Q8_0 || kType == DType::Q4_0;
+
+// Quantizes n_heads queries of D elements (QuantQuery) into thread-local
+// storage; the view is valid until the thread's next call.
+template <DType kType>
+QuantQuery quantize_query(const float* q, int64_t n_heads, int64_t D) {
+  if constexpr (!kQuantizesQuery<kType>) {
+    return {q, nullptr, nullptr, nullptr};
+  } else {
+    thread_local std::vector<BlockQ8_0> blocks;
+    thread_local std::vector<float> floats, scales;
+    thread_local std::vector<int8_t> ints;
+    thread_local std::vector<int32_t> sums;
+    const int64_t n = n_heads * D, n_blocks = n / kQK;
+    blocks.resize(static_cast<size_t>(n_blocks));
+    floats.resize(static_cast<size_t>(n));
+    ints.resize(static_cast<size_t>(n));
+    scales.resize(static_cast<size_t>(n_blocks));
+    sums.resize(static_cast<size_t>(n_blocks));
+    quantize_row(DType::Q8_0, q, blocks.data(), n);  // D is a multiple of kQK: blocks never straddle heads
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const float d = f16_to_f32(blocks[b].d);
+      int32_t sum = 0;
+      for (int i = 0; i < kQK; ++i) {
+        const int8_t x = blocks[b].qs[i];
+        ints[b * kQK + i] = x;
+        floats[b * kQK + i] = d * static_cast<float>(x);
+        sum += x;
+      }
+      scales[b] = d;
+      sums[b] = sum;
+    }
+    return {floats.data(), ints.data(), scales.data(), sums.data()};
+  }
 }
 
+// A Level supplies the block arithmetic, row by row:
 // Level::scores<kType, kHeads>(q, D, row, scale, w, stride): for h < kHeads,
-//   w[h * stride] = scale * (head h's query q + h * D) . (the D-element row).
+//   w[h * stride] = scale * (head h's query q + h * D) . (the D-element row)
+//   (q: QuantQuery::floats).
 // Level::softmax(w, n, sink): w[0, n) = e^(w - m) in place, m the maximum of
 //   w and *sink (if any); returns 1 / (their sum, plus e^(sink - m)).
 // Level::values<kType, kHeads>(w, stride, D, rows, n_rows, out): for
@@ -65,23 +178,76 @@ inline const uint8_t* quant_kv_row(const void* base, const PagedKV& kv, int64_t 
 //   A level may sum a chunk apart before adding it to out, as long as it
 //   does so for every chunk alike.
 // Level::scale(out, D, f): out[0, D) *= f.
+// Or, where Level::kTakesChunks is declared, a chunk at a time with its
+// prefetches (QuantChunk::prefetch(r) as it reaches row r):
+// Level::scores_chunk<kType, kHeads>(query, D, chunk, scale, w, stride): scores
+//   for the chunk's rows, w[h * stride + r] for row r (a level may sum a
+//   row's lanes together with the chunk's other rows, as long as each row's
+//   sum is the same wherever it sits in a chunk);
+// Level::values_chunk<kType, kHeads>(w, stride, D, chunk, out): values.
+template <class Level>
+concept TakesChunks = requires { Level::kTakesChunks; };
+
 template <class Level, DType kType, int64_t kHeads>
-inline void quant_scores_at(const float* q, int64_t heads, int64_t D, const uint8_t* row, float scale, float* w,
-                            int64_t stride) {
+inline void quant_scores_at(const QuantQuery& q, int64_t heads, int64_t D, const QuantChunk& chunk, float scale,
+                            float* w, int64_t stride) {
   if constexpr (kHeads > 1) {
-    if (heads < kHeads) return quant_scores_at<Level, kType, kHeads - 1>(q, heads, D, row, scale, w, stride);
+    if (heads < kHeads) return quant_scores_at<Level, kType, kHeads - 1>(q, heads, D, chunk, scale, w, stride);
   }
-  Level::template scores<kType, kHeads>(q, D, row, scale, w, stride);
+  if constexpr (TakesChunks<Level>) {
+    Level::template scores_chunk<kType, kHeads>(q, D, chunk, scale, w, stride);
+  } else {
+    for (int64_t r = 0; r < chunk.n_rows; ++r) {
+      chunk.prefetch(r);
+      Level::template scores<kType, kHeads>(q.floats, D, chunk.rows[r], scale, w + r, stride);
+    }
+  }
 }
 
 template <class Level, DType kType, int64_t kHeads>
-inline void quant_values_at(const float* w, int64_t stride, int64_t heads, int64_t D, const uint8_t* const* rows,
-                            int64_t n_rows, float* out) {
+inline void quant_values_at(const float* w, int64_t stride, int64_t heads, int64_t D, const QuantChunk& chunk,
+                            float* out) {
   if constexpr (kHeads > 1) {
-    if (heads < kHeads) return quant_values_at<Level, kType, kHeads - 1>(w, stride, heads, D, rows, n_rows, out);
+    if (heads < kHeads) return quant_values_at<Level, kType, kHeads - 1>(w, stride, heads, D, chunk, out);
   }
-  Level::template values<kType, kHeads>(w, stride, D, rows, n_rows, out);
+  if constexpr (TakesChunks<Level>) {
+    Level::template values_chunk<kType, kHeads>(w, stride, D, chunk, out);
+  } else {
+    chunk.prefetch_all();
+    Level::template values<kType, kHeads>(w, stride, D, chunk.rows, chunk.n_rows, out);
+  }
 }
+
+// The chunks of one head's rows from pos_begin, in ascending order, each
+// with the rows kQuantKVPrefetch positions ahead of it: a cursor for the
+// rows and one running ahead, so no row costs a division.
+template <DType kType>
+class QuantChunks {
+ public:
+  QuantChunks(const void* base, const PagedKV& kv, int64_t head_offset, int64_t pos_begin, int64_t n,
+              int64_t row_bytes)
+      : rows_(base, kv, head_offset, pos_begin), ahead_(base, kv, head_offset, pos_begin), n_(n) {
+    for (int64_t i = 0; i < std::min(n, kQuantKVPrefetch); ++i) ahead_.next();
+    chunk_.row_bytes = row_bytes;
+    chunk_.prefetcher = &prefetcher_;
+  }
+
+  // The chunk of positions pos_begin + [i0, i0 + kQuantKVChunk), clipped;
+  // i0 steps by kQuantKVChunk from 0.
+  const QuantChunk& at(int64_t i0) {
+    chunk_.n_rows = std::min(kQuantKVChunk, n_ - i0);
+    chunk_.n_ahead = std::clamp(n_ - i0 - kQuantKVPrefetch, int64_t{0}, chunk_.n_rows);
+    for (int64_t r = 0; r < chunk_.n_rows; ++r) chunk_.rows[r] = rows_.next();
+    for (int64_t r = 0; r < chunk_.n_ahead; ++r) chunk_.ahead[r] = ahead_.next();
+    return chunk_;
+  }
+
+ private:
+  QuantRowCursor<kType> rows_, ahead_;
+  QuantRowPrefetcher prefetcher_;
+  QuantChunk chunk_;
+  int64_t n_;
+};
 
 // Keys of Dk elements, values of Dv (Dv <= Dk): q holds the heads Dk apart,
 // out Dv apart. Attention proper has Dk == Dv; latent attention reads its
@@ -100,32 +266,21 @@ void attend_heads_quant_impl(const float* q, int64_t n_heads, const PagedKV& kv,
   // Scores, then the softmax's weights in place: [head][position].
   thread_local std::vector<float> w;
   w.resize(static_cast<size_t>(std::min(n_heads, kQuantKVMaxGroup) * n));
+  const QuantQuery query = quantize_query<kType>(q, n_heads, Dk);
   for (int64_t h0 = 0; h0 < n_heads; h0 += kQuantKVMaxGroup) {
     const int64_t heads = std::min(kQuantKVMaxGroup, n_heads - h0);
-    const float* qh = q + h0 * Dk;
+    const QuantQuery qh = query.heads_from(h0, Dk);
     float* oh = out + h0 * Dv;
-    for (int64_t i = 0; i < n; ++i) {
-      if (i + kQuantKVPrefetch < n)
-        prefetch_quant_row(quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i + kQuantKVPrefetch), key_bytes);
-      quant_scores_at<Level, kType, kQuantKVMaxGroup>(
-          qh, heads, Dk, quant_kv_row<kType>(kv.k, kv, head_offset, pos_begin + i), scale, w.data() + i, n);
-    }
+    QuantChunks<kType> keys(kv.k, kv, head_offset, pos_begin, n, key_bytes);
+    for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk)
+      quant_scores_at<Level, kType, kQuantKVMaxGroup>(qh, heads, Dk, keys.at(i0), scale, w.data() + i0, n);
     float inv_sum[kQuantKVMaxGroup];
     for (int64_t h = 0; h < heads; ++h) inv_sum[h] = Level::softmax(w.data() + h * n, n, sinks ? sinks + h0 + h : nullptr);
     std::fill(oh, oh + heads * Dv, 0.0f);
-    // The values of each position once for the group, in chunks of positions
-    // in ascending order.
-    for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk) {
-      const int64_t n_rows = std::min(kQuantKVChunk, n - i0);
-      const uint8_t* rows[kQuantKVChunk];
-      for (int64_t r = 0; r < n_rows; ++r) {
-        rows[r] = quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r);
-        if (i0 + r + kQuantKVPrefetch < n)
-          prefetch_quant_row(quant_kv_row<kType>(kv.v, kv, head_offset, pos_begin + i0 + r + kQuantKVPrefetch),
-                             value_bytes);
-      }
-      quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, Dv, rows, n_rows, oh);
-    }
+    // The values of each position once for the group, in the same chunks.
+    QuantChunks<kType> values(kv.v, kv, head_offset, pos_begin, n, value_bytes);
+    for (int64_t i0 = 0; i0 < n; i0 += kQuantKVChunk)
+      quant_values_at<Level, kType, kQuantKVMaxGroup>(w.data() + i0, n, heads, Dv, values.at(i0), oh);
     for (int64_t h = 0; h < heads; ++h) Level::scale(oh + h * Dv, Dv, inv_sum[h]);
   }
 }
