@@ -93,20 +93,30 @@ class QuantRowCursor {
         block_bytes_(kv.block_bytes()),
         slot_bytes_(kv.slot_stride / kQK * static_cast<int64_t>(kQuantKVBlockBytes<kType>)),
         block_size_(kv.block_size),
-        block_(p / kv.block_size),
-        offset_(p % kv.block_size) {}
+        block_(p / kv.block_size) {
+    row_ = base_ + table_[block_++] * block_bytes_ + p % block_size_ * slot_bytes_;
+    left_ = block_size_ - p % block_size_;
+  }
 
-  // The current position's row, then on to the next position.
+  // The current position's row, then on to the next position (the next
+  // block's entry is read only when a row of it is asked for).
   [[gnu::always_inline]] const uint8_t* next() {
-    const uint8_t* row = base_ + table_[block_] * block_bytes_ + offset_ * slot_bytes_;
-    if (++offset_ == block_size_) offset_ = 0, ++block_;
+    if (left_ == 0) {
+      row_ = base_ + table_[block_++] * block_bytes_;
+      left_ = block_size_;
+    }
+    --left_;
+    const uint8_t* row = row_;
+    row_ += slot_bytes_;
     return row;
   }
 
  private:
   const uint8_t* base_;
   const int32_t* table_;
-  int64_t block_bytes_, slot_bytes_, block_size_, block_, offset_;
+  int64_t block_bytes_, slot_bytes_, block_size_, block_;
+  const uint8_t* row_;
+  int64_t left_;
 };
 
 // The query as the scores read it. A Q8_0 or Q4_0 cache is dotted with the
@@ -234,7 +244,7 @@ class QuantChunks {
 
   // The chunk of positions pos_begin + [i0, i0 + kQuantKVChunk), clipped;
   // i0 steps by kQuantKVChunk from 0.
-  const QuantChunk& at(int64_t i0) {
+  [[gnu::always_inline]] const QuantChunk& at(int64_t i0) {
     chunk_.n_rows = std::min(kQuantKVChunk, n_ - i0);
     chunk_.n_ahead = std::clamp(n_ - i0 - kQuantKVPrefetch, int64_t{0}, chunk_.n_rows);
     for (int64_t r = 0; r < chunk_.n_rows; ++r) chunk_.rows[r] = rows_.next();
