@@ -19,7 +19,7 @@ target: q8_0 >= 1.15x f16 at 16k).
 The engines alternate at each depth. Reported as decode tokens/s per depth, and the ratio of each engine's
 speed at the deepest context to its speed at the shallowest (issue 38's target: >= 0.8 at 16k / 256).
 
-Usage: bench/compare_context_depth.py --model PATH [--depths 256,4096,16384] [--n-gen 32] [--reps 1]
+Usage: bench/compare_context_depth.py --model PATH [--depths 256,4096,16384] [--n-gen 32] [--reps 1] [--rounds 1]
                                       [--threads 2] [--kv-types f16] [--skip-llama] [--skip-inferd]
                                       [--out DIR]
 Prints Markdown for docs/benchmarks.md with the load average before and after each run.
@@ -87,6 +87,9 @@ def main():
     ap.add_argument("--depths", default="256,4096,16384")
     ap.add_argument("--n-gen", type=int, default=32, help="decode steps timed at each depth")
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat the whole sweep, engines and KV types alternating, and report each figure's "
+                         "median and each round's ratios (a shared host's slow spells then fall on all of them)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-types", default="f16", help="KV cache types, e.g. f16,q8_0,q4_0")
     ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
@@ -107,23 +110,28 @@ def main():
     columns = [(e, t) for t in kv_types
                for e in ([] if args.skip_llama else ["llama.cpp"]) + ([] if args.skip_inferd else ["inferd"])]
     name = {c: c[0] if kv_types == ["f16"] else f"{c[0]} {c[1]}" for c in columns}
-    rates = {name[c]: {} for c in columns}
+    runs = {name[c]: {d: [] for d in depths} for c in columns}  # each round's rate
     loads = {}
-    for depth in depths:
-        for c in columns:
-            e, kv_type = c
-            before = loadavg()
-            t0 = time.time()
-            rate = llama_decode(args, depth, kv_type, out / f"llama-bench-d{depth}-{kv_type}.txt") \
-                if e == "llama.cpp" else inferd_decode(args, info, depth, kv_type, out)
-            rates[name[c]][depth] = rate
-            loads[f"{name[c]} {depth}"] = (before, loadavg())
-            print(f"depth {depth}, {name[c]}: {rate:.2f} tok/s ({time.time() - t0:.0f} s; load {before:.2f} -> "
-                  f"{loadavg():.2f})", file=sys.stderr, flush=True)
+    for round_ in range(args.rounds):
+        round_dir = out if args.rounds == 1 else out / f"round{round_ + 1}"
+        round_dir.mkdir(parents=True, exist_ok=True)
+        for depth in depths:
+            for c in columns:
+                e, kv_type = c
+                before = loadavg()
+                t0 = time.time()
+                rate = llama_decode(args, depth, kv_type, round_dir / f"llama-bench-d{depth}-{kv_type}.txt") \
+                    if e == "llama.cpp" else inferd_decode(args, info, depth, kv_type, round_dir)
+                runs[name[c]][depth].append(rate)
+                loads[f"{name[c]} {depth} round {round_ + 1}"] = (before, loadavg())
+                print(f"round {round_ + 1}, depth {depth}, {name[c]}: {rate:.2f} tok/s ({time.time() - t0:.0f} s; "
+                      f"load {before:.2f} -> {loadavg():.2f})", file=sys.stderr, flush=True)
+    rates = {e: {d: statistics.median(r) for d, r in by_depth.items()} for e, by_depth in runs.items()}
     engines = [name[c] for c in columns]
     all_loads = [x for pair in loads.values() for x in pair]
     lines = [f"Machine: {clb.cpu_name()}, {os.cpu_count()} cores; threads {args.threads}; inferd {commit}; model "
-             f"{Path(args.model).name}; {args.n_gen} decode steps after each depth, {args.reps} run(s) each; "
+             f"{Path(args.model).name}; {args.n_gen} decode steps after each depth, {args.reps} run(s) each"
+             + (f" in each of {args.rounds} rounds (figures: medians)" if args.rounds > 1 else "") + "; "
              f"started {stamp}; load average (1 min) {min(all_loads):.2f} to {max(all_loads):.2f}.", "",
              "| context depth (tokens) | " + " | ".join(f"{e} decode (tok/s)" for e in engines)
              + (" | inferd / llama.cpp |" if engines == ["llama.cpp", "inferd"] else " |"),
@@ -142,10 +150,15 @@ def main():
         pairs = [(name[c], name[(c[0], "f16")]) for c in columns if c[1] != "f16"]
         lines += ["", f"Each KV type over f16 at {hi} tokens of context: "
                   + ", ".join(f"{a} {rates[a][hi] / rates[b][hi]:.2f}" for a, b in pairs) + "."]
+        if args.rounds > 1:
+            lines += ["", "Round by round (runs next to each other): " + "; ".join(
+                f"{a} over {b} " + ", ".join(f"{x / y:.2f}" for x, y in zip(runs[a][hi], runs[b][hi]))
+                + f" (median {statistics.median(x / y for x, y in zip(runs[a][hi], runs[b][hi])):.2f})"
+                for a, b in pairs) + "."]
     text = "\n".join(lines)
     (out / "results.md").write_text(text + "\n")
     (out / "record.json").write_text(json.dumps({"model": args.model, "commit": commit, "kv_types": kv_types,
-                                                 "rates": rates,
+                                                 "rates": rates, "runs": runs, "rounds": args.rounds,
                                                  "loads": loads, "n_gen": args.n_gen, "reps": args.reps},
                                                 indent=1) + "\n")
     print(text)
