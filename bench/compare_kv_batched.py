@@ -8,9 +8,11 @@ Decode of S streams that each hold C tokens of context, timed apart from their p
   llama.cpp  llama-batched-bench -npp C -ntg N -npl S -ctk T -ctv T -fa on: it prefills the S prompts,
              then decodes N tokens for all S at once; its speed_tg = S * N / the decode time.
   inferd     `inferd bench throughput` of S random C-token prompts with a step budget of S * C tokens,
-             so that one step prefills every prompt and each step after it decodes all S streams: run
-             once with --output-len 1 (the prefill step alone) and once with N + 1; decode tok/s =
-             S * N / (forward seconds of the second - of the first). Same seed, so the same prompts.
+             so that one step prefills every prompt and each step after it decodes all S streams
+             (N + 1 tokens out); decode tok/s = S / the mean time per output token after the first
+             (TPOT: every request's decode steps are the same S-stream steps). (Subtracting a
+             prefill-only run's time from the whole run's, as before, left the decode's few seconds
+             at the mercy of a minute of prefill on a shared host: once above the memory floor.)
 
 KV capacity: requests of C + N tokens that fit in 1 GiB of KV, from each engine's bytes per token:
 inferd's `kv_bytes_per_token` (its engine stats), llama.cpp's KV buffer size over its cells (its log).
@@ -67,14 +69,12 @@ def inferd_throughput(args, kv_type, output_len):
 
 
 def inferd_decode(args, kv_type):
-    """(decode tok/s, KV bytes per token, steps of the longer run)."""
-    prefill = inferd_throughput(args, kv_type, 1)
+    """(decode tok/s, KV bytes per token)."""
     whole = inferd_throughput(args, kv_type, args.n + 1)
     steps = whole["engine"]["steps"]
-    if steps != args.n + 1:  # the prompts did not all fit one step: the difference would mix prefill in
+    if steps != args.n + 1:  # the prompts did not all fit one step: decode steps would carry prefill
         raise SystemExit(f"inferd ran {steps} steps for {args.n + 1} tokens; raise --kv-cache-memory")
-    seconds = whole["engine"]["forward_seconds"] - prefill["engine"]["forward_seconds"]
-    return args.streams * args.n / seconds, whole["engine"]["kv_bytes_per_token"]
+    return args.streams / (whole["mean_tpot_ms"] / 1000.0), whole["engine"]["kv_bytes_per_token"]
 
 
 def main():
