@@ -11,6 +11,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_portable_impl.h"
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/lanes_avx512.h"
 
 namespace inferd::kernels::detail {
 
@@ -143,32 +144,6 @@ void softmax_to_f16(float* w, int64_t n, float max, const float* sink) {
 void slots_of(const PagedKV& kv, int64_t pos_begin, int64_t pos_end, std::vector<int64_t>& slots) {
   slots.resize(static_cast<size_t>(pos_end - pos_begin));
   kv.f16_slots(pos_begin, pos_end, slots.data());
-}
-
-// _mm512_reduce_add_ps run lane-wise on sixteen vectors: lane l of the result
-// is the sum of y_l's lanes, to the bit, by the same pairing tree (halves,
-// quarters, pairs, then the last two) done with shuffles. The tree leaves the
-// sum of input i in lane 4 * (i % 4) + i / 4, so inputs are taken in that
-// (self-inverse) order, kTreeOrder, for lane l to end up with y_l. Its four
-// levels are separate functions so that a caller can walk the tree while it
-// computes the inputs, holding a few vectors instead of sixteen:
-//   a_k = tree_pairs(y[kTreeOrder[2k]], y[kTreeOrder[2k+1]])   k < 8
-//   b_k = tree_quads(a_2k, a_2k+1)                              k < 4
-//   c_k = tree_halves(b_2k, b_2k+1)                             k < 2
-//   result = tree_last(c_0, c_1)
-constexpr int kTreeOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-
-inline __m512 tree_pairs(__m512 p, __m512 q) {  // x[i] + x[i + 8], two vectors per result
-  return _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
-}
-inline __m512 tree_quads(__m512 a0, __m512 a1) {  // a[i] + a[i + 4], four vectors per result
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xDD));
-}
-inline __m512 tree_halves(__m512 b0, __m512 b1) {  // b[0] + b[2], b[1] + b[3]
-  return _mm512_add_ps(_mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)));
-}
-inline __m512 tree_last(__m512 c0, __m512 c1) {
-  return _mm512_add_ps(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
 // y[h]: the dot-product vector of query head h (q, NH heads of 16 * NV

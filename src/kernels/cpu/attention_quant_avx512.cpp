@@ -18,6 +18,7 @@
 #include "kernels/cpu/attention_quant_impl.h"
 #include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/lanes_avx512.h"
 
 namespace inferd::kernels::detail {
 namespace {
@@ -53,9 +54,6 @@ struct Avx512Level {
     }
   }
 
-  template <DType kType>
-  static constexpr bool kHasScale = kType == DType::Q8_0 || kType == DType::Q4_0;
-
   // Block b's f16 scale d (a Q8_0 and a Q4_0 block both begin with it).
   template <DType kType>
   [[gnu::always_inline]] static inline uint16_t block_d(const uint8_t* row, int64_t b) {
@@ -64,35 +62,11 @@ struct Avx512Level {
     return d;
   }
 
-  // Sums the 16 lanes of each of 16 vectors (x[r], r < 16): lane r of the
-  // result is x[r]'s sum. A transposing tree (pairs of lanes, then of
-  // 128-bit lanes), 45 operations for 16 rows instead of a reduction per
-  // row; every row's lanes are added in the same pattern wherever the row
-  // sits (a + b is b + a to the bit), so a row's sum does not depend on its
-  // place in a chunk.
-  static __m512 sum_lanes_of_16(const float (*x)[16]) {
-    __m512 y[8], z[4], u[2];
-    for (int m = 0; m < 8; ++m) {
-      const __m512 a = _mm512_load_ps(x[2 * m]), b = _mm512_load_ps(x[2 * m + 1]);
-      y[m] = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
-    }
-    for (int m = 0; m < 4; ++m) {
-      const __m512d a = _mm512_castps_pd(y[2 * m]), b = _mm512_castps_pd(y[2 * m + 1]);
-      z[m] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-    // Each 128-bit lane of z[m] now holds rows 4m..4m+3, partial over that
-    // lane's elements; add the 128-bit lanes pairwise, twice.
-    for (int m = 0; m < 2; ++m)
-      u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(z[2 * m], z[2 * m + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                           _mm512_shuffle_f32x4(z[2 * m], z[2 * m + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  }
-
   // Row by row: each key block widened once, scaled by its d once, and
   // dotted with every head's query into that head's 16 lanes (blocks in
   // order); the chunk's rows' lanes are summed together at the end
-  // (sum_lanes_of_16), not one horizontal reduction per row and head.
+  // (sum_lanes_of_16, lanes_avx512.h), not one horizontal reduction per row
+  // and head.
   // Q8_0 and Q4_0 keys of whole 64-element tiles: in 8-bit integers
   // (scores_int8); others in f32, with kBlocks D / kQK when the compiler
   // should know it (the common heads, whose block loop it then unrolls), 0
@@ -101,7 +75,7 @@ struct Avx512Level {
   template <DType kType, int64_t kHeads>
   static void scores_chunk(const QuantQuery& q, int64_t D, const QuantChunk& chunk, float scale, float* w,
                            int64_t stride) {
-    if constexpr (kQuantizesQuery<kType>) {
+    if constexpr (kScaledBlocks<kType>) {
       if (D % 64 == 0 && D <= kInt8MaxD) return scores_int8<kType, kHeads>(q, D, chunk, scale, w, stride);
     }
     switch (D) {
@@ -129,7 +103,7 @@ struct Avx512Level {
       for (int64_t b = 0; b < n_blocks; ++b) {
         __m512 lo, hi;
         load_block<kType>(row, b, lo, hi);
-        if constexpr (kHasScale<kType>) {
+        if constexpr (kScaledBlocks<kType>) {
           const __m512 d = _mm512_cvtph_ps(_mm256_set1_epi16(static_cast<short>(block_d<kType>(row, b))));
           lo = _mm512_mul_ps(lo, d);
           hi = _mm512_mul_ps(hi, d);
@@ -142,7 +116,7 @@ struct Avx512Level {
       }
       for (int64_t h = 0; h < kHeads; ++h) _mm512_store_ps(lanes[h][r], acc[h]);
     }
-    const __mmask16 m = n_rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n_rows) - 1);
+    const __mmask16 m = first_lanes(n_rows);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t h = 0; h < kHeads; ++h)
       _mm512_mask_storeu_ps(w + h * stride, m, _mm512_mul_ps(sum_lanes_of_16(lanes[h]), vs));
@@ -247,21 +221,21 @@ struct Avx512Level {
       // latency overlaps.
 #pragma GCC unroll 8
       for (int64_t h = 0; h < kHeads; ++h) {
-        const int8_t* qb = q.ints + h * D + b * kQK;
+        const BlockQ8_0& qb = q.blocks[h * n_blocks + b];
         __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 8
         for (int j = 0; j < 8; ++j) {
           int32_t four;
-          std::memcpy(&four, qb + 4 * j, 4);
+          std::memcpy(&four, qb.qs + 4 * j, 4);
           acc[j % 2] = _mm512_dpbusd_epi32(acc[j % 2], k[j], _mm512_set1_epi32(four));
         }
         const __m512 dot = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_add_epi32(acc[0], acc[1]),
                                                                _mm512_set1_epi32(kBias * q.sums[h * n_blocks + b])));
-        const __m512 d = _mm512_mul_ps(dk, _mm512_set1_ps(q.scales[h * n_blocks + b]));
+        const __m512 d = _mm512_mul_ps(dk, _mm512_set1_ps(_cvtsh_ss(qb.d)));
         score[h] = _mm512_fmadd_ps(dot, d, score[h]);  // from zero: block 0's product, rounded once
       }
     }
-    const __mmask16 m = n_rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n_rows) - 1);
+    const __mmask16 m = first_lanes(n_rows);
     const __m512 vs = _mm512_set1_ps(scale);
     for (int64_t h = 0; h < kHeads; ++h) _mm512_mask_storeu_ps(w + h * stride, m, _mm512_mul_ps(score[h], vs));
   }
@@ -271,14 +245,14 @@ struct Avx512Level {
   static float softmax(float* w, int64_t n, const float* sink) {
     __m512 vmax = _mm512_set1_ps(sink ? *sink : -std::numeric_limits<float>::infinity());
     for (int64_t i = 0; i < n; i += 16) {
-      const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+      const __mmask16 m = first_lanes(n - i);
       vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, w + i));
     }
     const float max = _mm512_reduce_max_ps(vmax);
     const __m512 vm = _mm512_set1_ps(max);
     __m512 sum = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
-      const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1);
+      const __mmask16 m = first_lanes(n - i);
       const __m512 e = expf_poly16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, w + i), vm));
       _mm512_mask_storeu_ps(w + i, m, e);
       sum = _mm512_mask_add_ps(sum, m, sum, e);
@@ -309,11 +283,11 @@ struct Avx512Level {
     const int64_t n_blocks = kBlocks > 0 ? kBlocks : D / kQK;
     const uint8_t* const* rows = chunk.rows;
     const int64_t n_rows = chunk.n_rows;
-    const __mmask16 m = n_rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n_rows) - 1);
+    const __mmask16 m = first_lanes(n_rows);
     for (int64_t b = 0; b < n_blocks; ++b) {
       alignas(64) float wd[kHeads][kQuantKVChunk];
       __m512 d = _mm512_set1_ps(1.0f);
-      if constexpr (kHasScale<kType>) {
+      if constexpr (kScaledBlocks<kType>) {
         alignas(32) uint16_t ds[kQuantKVChunk] = {};
         for (int64_t r = 0; r < n_rows; ++r) ds[r] = block_d<kType>(rows[r], b);
         d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(ds)));

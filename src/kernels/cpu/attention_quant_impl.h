@@ -119,60 +119,50 @@ class QuantRowCursor {
   int64_t left_;
 };
 
+// Q8_0 and Q4_0: blocks that begin with an f16 scale d (BF16 and F8_E4M3
+// blocks have none), and whose keys are dotted with a quantized query.
+template <DType kType>
+constexpr bool kScaledBlocks = kType == DType::Q8_0 || kType == DType::Q4_0;
+
 // The query as the scores read it. A Q8_0 or Q4_0 cache is dotted with the
 // query quantized to Q8_0 blocks, as llama.cpp does (the key type's
-// vec_dot_type): each 32 elements' scale d (f16, as a block stores it) and
-// integers, so a level may dot keys and query in 8-bit integers. `floats`
-// is that query dequantized (d * q, exact in f32) for levels that dot in
-// f32, so every level computes the same scores up to f32 rounding; for BF16
-// and F8_E4M3 caches it is the query itself. kHeads' heads, D apart.
+// vec_dot_type), so a level may dot keys and query in 8-bit integers;
+// `floats` is that query dequantized (d * q, exact in f32) for levels that
+// dot in f32, so every level computes the same scores up to f32 rounding.
+// For BF16 and F8_E4M3 caches `floats` is the query itself and the rest null.
+// Heads D apart.
 struct QuantQuery {
   const float* floats = nullptr;
-  const int8_t* ints = nullptr;    // [head][D]
-  const float* scales = nullptr;   // [head][D / kQK]
-  const int32_t* sums = nullptr;   // [head][D / kQK]: the block's integers summed
+  const BlockQ8_0* blocks = nullptr;  // [head][D / kQK]
+  const int32_t* sums = nullptr;      // [head][D / kQK]: each block's integers summed
 
   QuantQuery heads_from(int64_t h, int64_t D) const {
-    return {floats + h * D, ints ? ints + h * D : nullptr, scales ? scales + h * (D / kQK) : nullptr,
-            sums ? sums + h * (D / kQK) : nullptr};
+    return {floats + h * D, blocks ? blocks + h * (D / kQK) : nullptr, sums ? sums + h * (D / kQK) : nullptr};
   }
 };
-
-// The cache types whose keys are dotted with a quantized query.
-template <DType kType>
-constexpr bool kQuantizesQuery = kType == DType::Q8_0 || kType == DType::Q4_0;
 
 // Quantizes n_heads queries of D elements (QuantQuery) into thread-local
 // storage; the view is valid until the thread's next call.
 template <DType kType>
 QuantQuery quantize_query(const float* q, int64_t n_heads, int64_t D) {
-  if constexpr (!kQuantizesQuery<kType>) {
-    return {q, nullptr, nullptr, nullptr};
+  if constexpr (!kScaledBlocks<kType>) {
+    return {q, nullptr, nullptr};
   } else {
     thread_local std::vector<BlockQ8_0> blocks;
-    thread_local std::vector<float> floats, scales;
-    thread_local std::vector<int8_t> ints;
+    thread_local std::vector<float> floats;
     thread_local std::vector<int32_t> sums;
     const int64_t n = n_heads * D, n_blocks = n / kQK;
     blocks.resize(static_cast<size_t>(n_blocks));
     floats.resize(static_cast<size_t>(n));
-    ints.resize(static_cast<size_t>(n));
-    scales.resize(static_cast<size_t>(n_blocks));
     sums.resize(static_cast<size_t>(n_blocks));
     quantize_row(DType::Q8_0, q, blocks.data(), n);  // D is a multiple of kQK: blocks never straddle heads
+    dequantize_row(DType::Q8_0, blocks.data(), floats.data(), n);
     for (int64_t b = 0; b < n_blocks; ++b) {
-      const float d = f16_to_f32(blocks[b].d);
       int32_t sum = 0;
-      for (int i = 0; i < kQK; ++i) {
-        const int8_t x = blocks[b].qs[i];
-        ints[b * kQK + i] = x;
-        floats[b * kQK + i] = d * static_cast<float>(x);
-        sum += x;
-      }
-      scales[b] = d;
+      for (const int8_t x : blocks[b].qs) sum += x;
       sums[b] = sum;
     }
-    return {floats.data(), ints.data(), scales.data(), sums.data()};
+    return {floats.data(), blocks.data(), sums.data()};
   }
 }
 

@@ -11,14 +11,11 @@
 
 #include "kernels/cpu/dense_attention.h"
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/lanes_avx512.h"
 
 namespace inferd::kernels::detail {
 
 namespace {
-
-inline __mmask16 first_lanes(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
-}
 
 // Queries [i, i + NQ): their weights e (row per query, n16 wide) and output rows.
 template <int NQ>

@@ -1,0 +1,56 @@
+// Lane helpers shared by the AVX-512 kernels (included only by *_avx512.cpp
+// files, which are compiled with AVX-512 enabled).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+namespace inferd::kernels::detail {
+
+// Internal linkage: each including file carries its own copy.
+namespace {
+
+// The first n lanes of sixteen (none for n <= 0, all for n >= 16).
+inline __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
+}
+
+// _mm512_reduce_add_ps run lane-wise on sixteen vectors: lane l of the result
+// is the sum of y_l's lanes, to the bit, by the same pairing tree (halves,
+// quarters, pairs, then the last two) done with shuffles. The tree leaves the
+// sum of input i in lane 4 * (i % 4) + i / 4, so inputs are taken in that
+// (self-inverse) order, kTreeOrder, for lane l to end up with y_l. Its four
+// levels are separate functions so that a caller can walk the tree while it
+// computes the inputs, holding a few vectors instead of sixteen:
+//   a_k = tree_pairs(y[kTreeOrder[2k]], y[kTreeOrder[2k+1]])   k < 8
+//   b_k = tree_quads(a_2k, a_2k+1)                              k < 4
+//   c_k = tree_halves(b_2k, b_2k+1)                             k < 2
+//   result = tree_last(c_0, c_1)
+constexpr int kTreeOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+inline __m512 tree_pairs(__m512 p, __m512 q) {  // x[i] + x[i + 8], two vectors per result
+  return _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
+}
+inline __m512 tree_quads(__m512 a0, __m512 a1) {  // a[i] + a[i + 4], four vectors per result
+  return _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xDD));
+}
+inline __m512 tree_halves(__m512 b0, __m512 b1) {  // b[0] + b[2], b[1] + b[3]
+  return _mm512_add_ps(_mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+inline __m512 tree_last(__m512 c0, __m512 c1) {
+  return _mm512_add_ps(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Lane r of the result is the sum of x[r]'s sixteen lanes (the tree above
+// over all sixteen at once): every vector's lanes are added in the same
+// pattern whichever r it sits at (a + b is b + a to the bit).
+inline __m512 sum_lanes_of_16(const float (*x)[16]) {
+  __m512 a[8], b[4], c[2];
+  for (int k = 0; k < 8; ++k) a[k] = tree_pairs(_mm512_load_ps(x[kTreeOrder[2 * k]]), _mm512_load_ps(x[kTreeOrder[2 * k + 1]]));
+  for (int k = 0; k < 4; ++k) b[k] = tree_quads(a[2 * k], a[2 * k + 1]);
+  for (int k = 0; k < 2; ++k) c[k] = tree_halves(b[2 * k], b[2 * k + 1]);
+  return tree_last(c[0], c[1]);
+}
+
+}  // namespace
+}  // namespace inferd::kernels::detail
