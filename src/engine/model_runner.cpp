@@ -124,11 +124,12 @@ ModelRunner::ModelRunner(Model& model, KVLayout layout, int32_t n_blocks, bool s
 void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, ForwardBatch& batch) {
   batch.clear();
   // One slice: the request's new tokens at positions [p0, p1).
-  auto add_slice = [&](const ScheduledRequest& s, int64_t p0, int64_t p1, bool decode_each) {
+  auto add_slice = [&](const ScheduledRequest& s, int64_t p0, int64_t p1, bool decode_each, bool prompt_piece) {
     SequenceSlice slice;
     slice.first_token = static_cast<int32_t>(batch.size());
     slice.n_tokens = static_cast<int32_t>(p1 - p0);
     slice.decode_each = decode_each;
+    slice.prompt_piece = prompt_piece;
     slice.state_slot = s.state_slot;
     // Attention reads positions [0, p1 - 1]: only that much of the tables.
     const size_t n_groups = s.block_tables.size();
@@ -152,21 +153,24 @@ void ModelRunner::build_batch(const SchedulerOutput& out, int64_t block_size, Fo
     // saved (the executor saves it after a slice), which changes no result:
     // a sequence's slices run in order and its tokens' arithmetic does not
     // depend on where they are cut.
-    auto add_slices = [&](int64_t p0, int64_t p1, bool decode_each) {
+    auto add_slices = [&](int64_t p0, int64_t p1, bool decode_each, bool prompt_piece) {
       for (const kv::StateSave& save : s.state_saves) {
         if (save.position <= p0 || save.position > p1) continue;
-        add_slice(s, p0, save.position, decode_each && save.position - p0 > 1);
+        add_slice(s, p0, save.position, decode_each && save.position - p0 > 1, prompt_piece);
         batch.sequences.back().save_state_to = save.slot;
         p0 = save.position;
       }
-      if (p1 > p0) add_slice(s, p0, p1, decode_each && p1 - p0 > 1);
+      if (p1 > p0) add_slice(s, p0, p1, decode_each && p1 - p0 > 1, prompt_piece);
     };
     // Output tokens recomputed after a preemption were first computed each as
     // a decode (or a verified draft): recomputed the same way, their keys and
     // values are the same bits, and so is everything sampled after them.
     const int64_t outputs_from = s.num_draft_tokens > 0 ? begin : std::clamp(s.num_prompt_tokens, begin, end);
-    if (outputs_from > begin) add_slices(begin, outputs_from, false);
-    if (end > outputs_from) add_slices(outputs_from, end, end - outputs_from > 1);
+    // A prompt's tokens are computed as one prompt pass computes them, in
+    // whatever pieces the steps cut it (SequenceSlice::prompt_piece).
+    const bool prompt_pieces = s.num_prompt_tokens > 1 && s.num_prompt_tokens != ScheduledRequest::kUnmarked;
+    if (outputs_from > begin) add_slices(begin, outputs_from, false, prompt_pieces);
+    if (end > outputs_from) add_slices(outputs_from, end, end - outputs_from > 1, false);
     if (s.state_source >= 0) batch.sequences[first_slice].load_state_from = s.state_source;
     const int64_t first = batch.size() - s.num_new_tokens;  // its token at position `begin`
     for (int64_t r = 0; r < prompt_logit_rows(s); ++r) batch.logit_rows.push_back(static_cast<int32_t>(first + r));

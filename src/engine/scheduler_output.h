@@ -53,8 +53,11 @@ struct ScheduledRequest {
   // before the prompt's last also gets a row of logits, ahead of the sample
   // rows; the row of position p scores prompt token p + 1.
   bool prompt_logits = false;
-  // Positions from here on hold output tokens (the default: none does).
-  int64_t num_prompt_tokens = std::numeric_limits<int64_t>::max();
+  // Positions from here on hold output tokens (the default, kUnmarked: none
+  // does, and no position is marked a prompt's either: a draft model's own
+  // steps, tests).
+  static constexpr int64_t kUnmarked = std::numeric_limits<int64_t>::max();
+  int64_t num_prompt_tokens = kUnmarked;
   int64_t num_cached_tokens = 0;  // if is_new: tokens taken from the prefix cache
 };
 

@@ -354,7 +354,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     const int64_t pos = batch.positions[t];
     const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
     const auto attn_pass =
-        sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
+        sl.prompt_pass() ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     const int64_t kv_head_run = (h / group) * kv_spec.block_size * kv_spec.head_size;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, kv_head_run, D, first, pos + 1,
                           phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,

@@ -140,7 +140,7 @@ void CpuExecutor::mla_attention(const Pass& pass, int64_t layer, const MlaAttent
     const kernels::PagedKV kv{latent, latent, Wc, spec.block_size, sl.block_tables[kv_group].data(), spec.dtype,
                               block_stride};
     const auto attn_pass =
-        sl.n_tokens > 1 && !sl.decode_each ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
+        sl.prompt_pass() ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     float* out = s.out.data() + (h * T + t) * R;
     kernels::attend_latent_heads(s.q_latent.data() + (t * H + h) * Wc, 1, kv, Wc, R, 0, batch.positions[t] + 1,
                                  phase.kq_scale, attn_pass, out, flavour_);

@@ -15,6 +15,15 @@ struct SequenceSlice {
   // (kernel orders, attention pass) rather than as one chunk: speculative
   // verification, whose logits must equal plain decoding's to the bit.
   bool decode_each = false;
+  // Its tokens are part of a prompt of more than one token that the step
+  // feeds in pieces (chunked prefill, a preempted request's recompute, a cut
+  // at a state snapshot): they take a prompt pass's attention order even when
+  // the piece is one token, so that how a prompt is cut changes no bit (a
+  // one-token piece in a one-token decode's order would).
+  bool prompt_piece = false;
+  // Whether its tokens' attention runs in the order of a prompt pass (GGML's
+  // batched product) rather than a one-token decode's (kernels::AttentionPass).
+  bool prompt_pass() const { return prompt_piece || (n_tokens > 1 && !decode_each); }
   // Its state slot in the cache (recurrent layers: KVCache::conv_state), or -1
   // for the cache's spare slot. A slice starting at position 0 starts from a
   // zero state; any other continues the slot's, or, when load_state_from is
