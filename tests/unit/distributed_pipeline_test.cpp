@@ -27,7 +27,14 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
   EXPECT_NE(message({1, 1}, 2).find("mpirun started 2 processes"), std::string::npos);
   EXPECT_TRUE(check_parallel_sizes({2, 1}, 2).ok());
   EXPECT_NE(message({2, 1}, 1).find("mpirun -np 2 inferd ... --tensor-parallel-size 2"), std::string::npos);
-  EXPECT_NE(message({2, 2}, 4).find("together are not built yet (issue 40)"), std::string::npos);
+  // Both: T x P processes, started by mpirun.
+  EXPECT_TRUE(check_parallel_sizes({2, 2}, 4).ok());
+  EXPECT_TRUE(check_parallel_sizes({3, 2}, 6).ok());
+  EXPECT_NE(message({2, 2}, 3).find("mpirun started 3 processes, but a model split 2 (--tensor-parallel-size) x 2 "
+                                    "(--pipeline-parallel-size) ways runs on exactly 4"),
+            std::string::npos);
+  EXPECT_NE(message({2, 2}, 1).find("mpirun -np 4 inferd ... --tensor-parallel-size 2 --pipeline-parallel-size 2"),
+            std::string::npos);
   EXPECT_FALSE(check_parallel_sizes({1, 0}, 1).ok());
   // Expert parallelism divides the experts among the tensor-parallel ranks.
   EXPECT_TRUE(check_parallel_sizes({2, 1, true}, 2).ok());
@@ -35,6 +42,8 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
                                           "ranks: it needs --tensor-parallel-size T > 1"),
             std::string::npos);
   EXPECT_NE(message({1, 2, true}, 2).find("--enable-expert-parallel"), std::string::npos);
+  EXPECT_NE(message({2, 2, true}, 4).find("--enable-expert-parallel does not run with --pipeline-parallel-size 2"),
+            std::string::npos);
 }
 
 TEST(DistributedSizes, StagesTakeContiguousBalancedLayers) {
