@@ -11,7 +11,7 @@ Status check_parallel_sizes(const ParallelConfig& c, int launched) {
   if (c.enable_expert_parallel && c.tensor_parallel_size < 2)
     return make_error("--enable-expert-parallel divides the experts among the tensor-parallel ranks: it needs "
                       "--tensor-parallel-size T > 1 (mpirun -np T inferd ... --tensor-parallel-size T "
-                      "--enable-expert-parallel)");
+                      "--enable-expert-parallel) and no pipeline");
   // Not built: a pipeline stage's experts divided among its shards.
   if (c.enable_expert_parallel && c.pipeline_parallel_size > 1)
     return make_error("--enable-expert-parallel does not run with --pipeline-parallel-size " + p +
