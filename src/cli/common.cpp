@@ -196,10 +196,12 @@ std::unique_ptr<Model> load_model_or_report(const std::string& path, bool quiet,
   if (shard.count > 1) {  // what this rank holds, in the whole model's numbering
     const TensorShardPlan& p = (*model)->tensor_shard_plan();
     auto range = [](ShardRange r) { return "[" + std::to_string(r.begin) + ", " + std::to_string(r.end) + ")"; };
-    spdlog::info("rank {} of {} (tensor parallel): KV heads {}, query heads {}, FFN rows {}, output rows {} of "
+    // With a pipeline: which stage's shard (its layers' bytes only).
+    const std::string of_stage = stage.count > 1 ? " of pipeline stage " + std::to_string(stage.index) : "";
+    spdlog::info("rank {} of {} (tensor parallel){}: KV heads {}, query heads {}, FFN rows {}, output rows {} of "
                  "attn_output and ffn_down, vocabulary rows {}; {} MiB of projections and head (the whole file: "
                  "{} MiB)",
-                 shard.index, shard.count, range(p.kv_heads), range(p.q_heads), range(p.ffn.of(shard.index)),
+                 shard.index, shard.count, of_stage, range(p.kv_heads), range(p.q_heads), range(p.ffn.of(shard.index)),
                  range(p.embd.of(shard.index)), range(p.vocab.of(shard.index)),
                  (*model)->tensor_shard_bytes() >> 20, (*model)->file().data_section_size() >> 20);
     if (p.experts.count() > 0)

@@ -67,18 +67,21 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   if (Status s = distributed::check_parallel_sizes(flags, launched); !s) return s.error();
   ParallelRun run;
   if (flags.world_size() == 1) return run;
-  auto world = distributed::MpiWorld::init();
+  const distributed::RankLayout layout{flags.tensor_parallel_size, flags.pipeline_parallel_size};
+  auto world = distributed::MpiWorld::init(layout);
   if (!world) return world.error();
   run.world = std::move(*world);
   run.processes = distributed::gather_rank_processes(*run.world);
-  if (flags.tensor_parallel_size > 1) {  // check_parallel_sizes: not with a pipeline yet
-    run.shard = {run.world->rank(), flags.tensor_parallel_size, flags.enable_expert_parallel};
+  const int rank = run.world->rank();
+  if (flags.pipeline_parallel_size > 1) {
+    run.stage = {layout.stage_of(rank), flags.pipeline_parallel_size};
+    if (rank == 0) run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
+  }
+  if (flags.tensor_parallel_size > 1) {  // within this rank's stage
+    run.shard = {layout.shard_of(rank), flags.tensor_parallel_size, flags.enable_expert_parallel};
     run.tensor_comm = std::make_shared<distributed::MpiTensorComm>(*run.world);
-    if (run.world->rank() == 0)
+    if (rank == 0)
       run.tensor_link = std::make_shared<distributed::MpiTensorParallelLink>(*run.world, run.tensor_comm);
-  } else {
-    run.stage = {run.world->rank(), flags.pipeline_parallel_size};
-    if (run.world->rank() == 0) run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
   }
   if (run.world->rank() == 0) {
     // mpirun ends the job at once on a signal; rank 0's own drains first.
@@ -106,9 +109,10 @@ int run_worker_rank(const ParallelRun& run, const std::string& model_path, int t
   const std::optional<EngineConfig> config = engine_config(*model);
   if (!config) run.await_abort();  // rank 0 reports the same flags
   const ModelRunnerConfig runner_config = Engine::runner_config(*model, *config);
-  const Status s = run.tensor_comm
-                       ? distributed::run_tensor_parallel_worker(*run.world, *model, *run.tensor_comm, runner_config)
-                       : distributed::run_pipeline_worker(*run.world, *model, runner_config);
+  // A stage's leader talks to the stages beside it; a peer only to its leader.
+  const Status s = run.world->layout().is_leader(run.world->rank())
+                       ? distributed::run_pipeline_worker(*run.world, *model, runner_config, run.tensor_comm.get())
+                       : distributed::run_tensor_parallel_worker(*run.world, *model, *run.tensor_comm, runner_config);
   if (!s) {
     spdlog::critical("rank {}: {}", run.world->rank(), s.error().message);
     run.abort(1);
@@ -118,8 +122,12 @@ int run_worker_rank(const ParallelRun& run, const std::string& model_path, int t
 
 std::string ranks_note(const ParallelFlags& flags) {
   if (flags.world_size() == 1) return "";
+  const bool tp = flags.tensor_parallel_size > 1, pp = flags.pipeline_parallel_size > 1;
   return " on each of " + std::to_string(flags.world_size()) + " ranks" +
-         (flags.tensor_parallel_size > 1 ? " (tensor parallel)" : " (pipeline parallel)");
+         (tp && pp ? " (" + std::to_string(flags.tensor_parallel_size) + " tensor parallel x " +
+                         std::to_string(flags.pipeline_parallel_size) + " pipeline stages)"
+          : tp     ? std::string(" (tensor parallel)")
+                   : std::string(" (pipeline parallel)"));
 }
 
 void print_collectives(const CollectiveStats& s) {

@@ -1,10 +1,11 @@
 // The flags and start-up of a model split across processes (serve and
 // generate): --tensor-parallel-size and --pipeline-parallel-size, vLLM's.
 // `mpirun -np P inferd serve ... --pipeline-parallel-size P` (or
-// `--tensor-parallel-size T`) starts P (or T) ranks; rank 0 runs the command
-// (server or CLI, scheduler, output processor), the others only their
-// pipeline stage (distributed/pipeline.h) or their tensor shard of every
-// layer (distributed/tensor_parallel.h).
+// `--tensor-parallel-size T`, or T x P ranks with both) starts the ranks;
+// rank 0 runs the command (server or CLI, scheduler, output processor), the
+// others only their pipeline stage (distributed/pipeline.h), their tensor
+// shard of every layer (distributed/tensor_parallel.h), or with both their
+// shard of their stage's layers (distributed/rank_layout.h).
 #pragma once
 #include <CLI/CLI.hpp>
 
@@ -27,15 +28,15 @@ struct ParallelFlags : distributed::ParallelConfig {
   void add_to(CLI::App& app);
 };
 
-// A run's processes: one (no MPI at all), the ranks of a pipeline, or the
-// ranks of a tensor-parallel model.
+// A run's processes: one (no MPI at all), or the ranks of a pipeline, a
+// tensor-parallel model, or both.
 struct ParallelRun {
   std::unique_ptr<distributed::MpiWorld> world;  // null: a single process
   PipelineStage stage;                           // this process's
   std::shared_ptr<distributed::MpiPipelineLink> link;  // rank 0 of a pipeline
   TensorShard shard;                                   // this process's
-  std::shared_ptr<distributed::MpiTensorComm> tensor_comm;  // every rank of a tensor-parallel model
-  std::shared_ptr<distributed::MpiTensorParallelLink> tensor_link;  // its rank 0
+  std::shared_ptr<distributed::MpiTensorComm> tensor_comm;  // every rank of a tensor-parallel model (its stage's)
+  std::shared_ptr<distributed::MpiTensorParallelLink> tensor_link;  // its rank 0 (to stage 0's peers)
   std::vector<distributed::RankProcess> processes;  // rank 0: every rank's, gathered at start
   mutable std::unique_ptr<distributed::RankWatcher> watcher;  // rank 0, from watch_ranks() on
   // Rank 0's engine: where the other ranks are.

@@ -13,7 +13,7 @@ int launched_world_size() {
   return 1;
 }
 
-Result<std::unique_ptr<MpiWorld>> MpiWorld::init() {
+Result<std::unique_ptr<MpiWorld>> MpiWorld::init(RankLayout layout) {
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
     return make_error("MPI_Init_thread failed");
@@ -25,11 +25,13 @@ Result<std::unique_ptr<MpiWorld>> MpiWorld::init() {
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &world->rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &world->size_);
+  world->layout_ = layout;
   MPI_Comm_dup(MPI_COMM_WORLD, &world->pipeline_);
   // A failed call returns its error, which the caller reports with the rank
   // and the call before it aborts (the default would abort without saying).
   MPI_Comm_set_errhandler(world->pipeline_, MPI_ERRORS_RETURN);
-  MPI_Comm_dup(MPI_COMM_WORLD, &world->tensor_);
+  // One communicator per pipeline stage (the whole world without a pipeline).
+  MPI_Comm_split(MPI_COMM_WORLD, layout.stage_of(world->rank_), layout.shard_of(world->rank_), &world->tensor_);
   MPI_Comm_set_errhandler(world->tensor_, MPI_ERRORS_RETURN);
   return world;
 }

@@ -8,17 +8,21 @@ Status check_parallel_sizes(const ParallelConfig& c, int launched) {
   const std::string t = std::to_string(c.tensor_parallel_size), p = std::to_string(c.pipeline_parallel_size);
   if (c.tensor_parallel_size < 1 || c.pipeline_parallel_size < 1)
     return make_error("--tensor-parallel-size and --pipeline-parallel-size must be at least 1");
-  if (c.tensor_parallel_size > 1 && c.pipeline_parallel_size > 1)
-    return make_error("--tensor-parallel-size " + t + " with --pipeline-parallel-size " + p +
-                      ": tensor and pipeline parallelism together are not built yet (issue 40); use one of them");
-  if (c.enable_expert_parallel && (c.tensor_parallel_size < 2 || c.pipeline_parallel_size > 1))
+  if (c.enable_expert_parallel && c.tensor_parallel_size < 2)
     return make_error("--enable-expert-parallel divides the experts among the tensor-parallel ranks: it needs "
                       "--tensor-parallel-size T > 1 (mpirun -np T inferd ... --tensor-parallel-size T "
                       "--enable-expert-parallel) and no pipeline");
+  // Not built: a pipeline stage's experts divided among its shards.
+  if (c.enable_expert_parallel && c.pipeline_parallel_size > 1)
+    return make_error("--enable-expert-parallel does not run with --pipeline-parallel-size " + p +
+                      " yet: expert parallelism needs the whole model on its tensor-parallel ranks (no pipeline)");
   const std::string n = std::to_string(c.world_size());
   if (launched == 1 && c.world_size() > 1) {
-    const std::string flag = c.tensor_parallel_size > 1 ? "--tensor-parallel-size " + t : "--pipeline-parallel-size " + p;
-    return make_error(flag + " runs one process per " + (c.tensor_parallel_size > 1 ? "shard" : "stage") +
+    const bool tp = c.tensor_parallel_size > 1, pp = c.pipeline_parallel_size > 1;
+    const std::string flag = tp && pp ? "--tensor-parallel-size " + t + " --pipeline-parallel-size " + p
+                             : tp     ? "--tensor-parallel-size " + t
+                                      : "--pipeline-parallel-size " + p;
+    return make_error(flag + " runs one process per " + (tp && pp ? "shard of each stage" : tp ? "shard" : "stage") +
                       ": start them with mpirun, e.g. mpirun -np " + n + " inferd ... " + flag);
   }
   if (launched != c.world_size())

@@ -1,6 +1,6 @@
 // How a model is split across processes: vLLM's --tensor-parallel-size T and
-// --pipeline-parallel-size P, run as T x P ranks under mpirun. Rank r is
-// pipeline stage r, or tensor shard r (the two together are not built yet).
+// --pipeline-parallel-size P, run as T x P ranks under mpirun: rank r is
+// shard r % T of stage r / T (rank_layout.h).
 #pragma once
 #include "core/result.h"
 
@@ -15,9 +15,10 @@ struct ParallelConfig {
   int world_size() const { return tensor_parallel_size * pipeline_parallel_size; }
 };
 
-// Refuses sizes that cannot run, naming the rule: T and P at least 1; not
-// both above 1 yet; expert parallelism only with T > 1 (and no pipeline); T x P processes, all started by mpirun
-// (`launched` processes were).
+// Refuses sizes that cannot run, naming the rule: T and P at least 1; expert
+// parallelism only with T > 1 (and no pipeline); T x P processes, all started
+// by mpirun (`launched` processes were). What the model allows (T dividing its
+// KV heads, P at most its layers) is checked as it loads.
 Status check_parallel_sizes(const ParallelConfig& config, int launched);
 
 }  // namespace inferd::distributed

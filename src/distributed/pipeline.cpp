@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "distributed/mpi_messages.h"
+#include "distributed/tensor_parallel.h"
 
 namespace inferd::distributed {
 
@@ -35,15 +36,15 @@ void MpiPipelineLink::remove_request(const std::string& id) {
 void MpiPipelineLink::send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) {
   bytes_ = encode_step(StepMessage::Kind::kStep, events_, out, inputs);
   events_.clear();
-  send(world_, bytes_, 1, kStepTag, "sending a step");
+  send(world_, bytes_, world_.layout().leader(1), kStepTag, "sending a step");
 }
 
 void MpiPipelineLink::send_hidden(const std::vector<float>& hidden) {
-  send(world_, hidden, 1, kHiddenTag, "sending the residual stream to rank 1");
+  send(world_, hidden, world_.layout().leader(1), kHiddenTag, "sending the residual stream to the second stage");
 }
 
 void MpiPipelineLink::receive_output(ModelRunnerOutput& output) {
-  receive(world_, bytes_, world_.size() - 1, kOutputTag, "receiving the last stage's samples");
+  receive(world_, bytes_, world_.layout().last_leader(), kOutputTag, "receiving the last stage's samples");
   if (Status s = decode_output(bytes_, output); !s) {
     spdlog::critical("rank 0: {}; ending every rank", s.error().message);
     world_.abort(1);
@@ -54,27 +55,35 @@ void MpiPipelineLink::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
-  send(world_, bytes_, 1, kStepTag, "ending the pipeline");  // each rank passes it on
+  // Each stage's leader passes it on (and to its peers).
+  send(world_, bytes_, world_.layout().leader(1), kStepTag, "ending the pipeline");
 }
 
-Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfig config) {
+Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfig config, MpiTensorComm* comm) {
   config.pipeline = nullptr;
+  config.tensor_parallel = nullptr;
   config.agree_on_blocks = [&world](int32_t n) { return agree_on_blocks(world, n); };
   auto created = ModelRunner::create(model, config);
   if (!created) return created.error();
   ModelRunner& runner = **created;
   const int rank = world.rank();
-  const bool last = rank == world.size() - 1;
-  spdlog::info("rank {} (pid {}): pipeline stage of layers [{}, {}), KV cache {} blocks ({} bytes)", rank, getpid(),
-               model.layer_begin(), model.layer_end(), runner.n_blocks(), runner.kv_cache_bytes());
+  const RankLayout& layout = world.layout();
+  const int stage = layout.stage_of(rank);
+  const bool last = layout.last_stage(rank), peers = layout.tensor > 1;
+  const int previous = layout.leader(stage - 1), next = last ? 0 : layout.leader(stage + 1);
+  spdlog::info("rank {} (pid {}): pipeline stage of layers [{}, {}){}, KV cache {} blocks ({} bytes)", rank,
+               getpid(), model.layer_begin(), model.layer_end(), peers ? ", tensor-parallel leader" : "",
+               runner.n_blocks(), runner.kv_cache_bytes());
   std::vector<uint8_t> bytes;
   std::vector<float> hidden;
   for (;;) {
-    receive(world, bytes, rank - 1, kStepTag, "receiving a step");
+    receive(world, bytes, previous, kStepTag, "receiving a step");
     auto message = decode_step(bytes);
     if (!message) return message.error();
     if (message->kind == StepMessage::Kind::kShutdown) {
-      if (!last) send(world, bytes, rank + 1, kStepTag, "passing on the end of the pipeline");
+      if (comm) log_collective_latency(world, *comm);
+      if (peers) hand_to_peers(world, bytes, nullptr);
+      if (!last) send(world, bytes, next, kStepTag, "passing on the end of the pipeline");
       return {};
     }
     if (last)
@@ -82,13 +91,15 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
         if (e.add) runner.add_request(e.request_id, std::move(e.request));
         else runner.remove_request(e.request_id);
       }
-    receive(world, hidden, rank - 1, kHiddenTag, "receiving the residual stream");
+    receive(world, hidden, previous, kHiddenTag, "receiving the residual stream");
+    // The stage's peers run the same pass on their shards beside this one.
+    if (peers) hand_to_peers(world, bytes, &hidden);
     std::vector<float>& out = runner.forward_stage(message->out, hidden.data());
     if (!last) {
       // The step goes on with the stream, after this stage's pass: the next
-      // rank may still be running the step before.
-      send(world, bytes, rank + 1, kStepTag, "passing on a step");
-      send(world, out, rank + 1, kHiddenTag, "sending the residual stream");
+      // stage may still be running the step before.
+      send(world, bytes, next, kStepTag, "passing on a step");
+      send(world, out, next, kHiddenTag, "sending the residual stream");
       continue;
     }
     const ModelRunnerOutput& sampled = runner.sample(message->out, message->sampling_inputs(), out);

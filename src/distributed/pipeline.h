@@ -1,5 +1,7 @@
-// Pipeline parallelism over MPI: rank r runs stage r of the model's layers
-// (Model::layer_begin). Per step, rank 0 runs its layers and sends rank 1 the
+// Pipeline parallelism over MPI: stage s's leader (rank_layout.h; rank s
+// without tensor parallelism) runs stage s of the model's layers
+// (Model::layer_begin), with its tensor-parallel peers when there are any
+// (tensor_parallel.h). The messages below go between the stages' leaders. Per step, rank 0 runs its layers and sends rank 1 the
 // step (step_codec.h) and its residual stream; each rank runs its layers on
 // the stream it receives and passes the step and its stream on; the last one
 // samples and sends rank 0 the tokens. Rank 0 owns the scheduler and the KV
@@ -19,6 +21,7 @@
 
 #include "distributed/mpi_world.h"
 #include "distributed/step_codec.h"
+#include "distributed/tensor_parallel.h"
 #include "engine/model_runner.h"
 #include "engine/pipeline_link.h"
 #include "model/model.h"
@@ -38,7 +41,7 @@ class MpiPipelineLink final : public PipelineLink {
   void add_request(const std::string& id, const SamplingRequest& request) override;
   void remove_request(const std::string& id) override;
   size_t num_requests() const override { return registered_.size(); }
-  int32_t num_stages() const override { return world_.size(); }
+  int32_t num_stages() const override { return world_.layout().pipeline; }
   void send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) override;
   void send_hidden(const std::vector<float>& hidden) override;
   void receive_output(ModelRunnerOutput& output) override;
@@ -55,8 +58,12 @@ class MpiPipelineLink final : public PipelineLink {
 // MpiPipelineLink::agree_on_blocks takes part in on rank 0.
 int32_t agree_on_blocks(const MpiWorld& world, int32_t local);
 
-// A rank other than 0: makes its stage's runner (as rank 0's engine makes its
-// own, from the same config) and runs steps until rank 0 says it is done.
-Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfig config);
+// The leader of a stage other than the first: makes its stage's runner (as
+// rank 0's engine makes its own, from the same config), hands each step (and
+// stream) to its peers and runs it, until rank 0 says it is done.
+// `comm`: its stage's collectives, when it has peers (their latency is logged
+// at the end).
+Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfig config,
+                           MpiTensorComm* comm = nullptr);
 
 }  // namespace inferd::distributed

@@ -13,7 +13,8 @@ namespace inferd::distributed {
 
 namespace {
 
-enum Tag : int { kStepTag = 11 };
+// A stage's leader to its peers (on the world's message communicator).
+enum Tag : int { kStepTag = 11, kHiddenTag = 12 };
 
 void log_step(const MpiWorld& world, MpiTensorComm& comm) {
   const MpiTensorComm::Stats s = comm.take_step_stats();
@@ -25,7 +26,7 @@ void log_step(const MpiWorld& world, MpiTensorComm& comm) {
 
 void MpiTensorComm::gather(const float* part, int64_t rows, float* whole, const ShardSplit& split, bool to_all) {
   const auto start = std::chrono::steady_clock::now();
-  const int n = world_.size();
+  const int n = world_.tensor_size();
   counts_.resize(n);
   displs_.resize(n);
   int64_t at = 0;
@@ -42,7 +43,7 @@ void MpiTensorComm::gather(const float* part, int64_t rows, float* whole, const 
   const bool in_place = rows == 1;
   if (!in_place && (to_all || root())) staged_.resize(static_cast<size_t>(at));
   float* into = in_place ? whole : staged_.data();
-  const int mine = counts_[world_.rank()];
+  const int mine = counts_[world_.tensor_rank()];
   if (to_all)
     check(world_, MPI_Allgatherv(part, mine, MPI_FLOAT, into, counts_.data(), displs_.data(), MPI_FLOAT,
                                  world_.tensor_comm()),
@@ -65,7 +66,7 @@ void MpiTensorComm::gather(const float* part, int64_t rows, float* whole, const 
 
 void MpiTensorComm::all_gather_rows(float* rows, int64_t width, const ShardSplit& split) {
   const auto start = std::chrono::steady_clock::now();
-  const int n = world_.size();
+  const int n = world_.tensor_size();
   counts_.resize(n);
   displs_.resize(n);
   for (int r = 0; r < n; ++r) {
@@ -92,15 +93,22 @@ int32_t MpiTensorParallelLink::agree_on_blocks(int32_t local) { return distribut
 void MpiTensorParallelLink::send_step(const SchedulerOutput& out) {
   log_step(world_, *comm_);  // the step before this one
   bytes_ = encode_step(StepMessage::Kind::kStep, {}, out, {});
-  for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "sending a step");
+  hand_to_peers(world_, bytes_, nullptr);
 }
 
 void MpiTensorParallelLink::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
-  for (int rank = 1; rank < world_.size(); ++rank) send(world_, bytes_, rank, kStepTag, "ending the ranks");
+  hand_to_peers(world_, bytes_, nullptr);
   log_collective_latency(world_, *comm_);
+}
+
+void hand_to_peers(const MpiWorld& world, const std::vector<uint8_t>& step, const std::vector<float>* hidden) {
+  for (int peer : world.layout().peers(world.layout().stage_of(world.rank()))) {
+    send(world, step, peer, kStepTag, "handing a step to a tensor-parallel peer");
+    if (hidden) send(world, *hidden, peer, kHiddenTag, "handing the residual stream to a tensor-parallel peer");
+  }
 }
 
 void log_collective_latency(const MpiWorld& world, const MpiTensorComm& comm) {
@@ -116,18 +124,32 @@ Status run_tensor_parallel_worker(const MpiWorld& world, Model& model, MpiTensor
   auto created = ModelRunner::create(model, config);
   if (!created) return created.error();
   ModelRunner& runner = **created;
-  spdlog::info("rank {} (pid {}): tensor-parallel rank, KV cache {} blocks ({} bytes)", world.rank(), getpid(),
-               runner.n_blocks(), runner.kv_cache_bytes());
+  const RankLayout& layout = world.layout();
+  const int stage = layout.stage_of(world.rank()), leader = layout.leader(stage);
+  // After the first stage, the leader hands on the stream it received too.
+  const bool stream_in = !model.first_stage();
+  if (layout.pipeline > 1)
+    spdlog::info("rank {} (pid {}): tensor-parallel rank {} of stage {} (layers [{}, {})), KV cache {} blocks "
+                 "({} bytes)",
+                 world.rank(), getpid(), world.tensor_rank(), stage, model.layer_begin(), model.layer_end(),
+                 runner.n_blocks(), runner.kv_cache_bytes());
+  else
+    spdlog::info("rank {} (pid {}): tensor-parallel rank, KV cache {} blocks ({} bytes)", world.rank(), getpid(),
+                 runner.n_blocks(), runner.kv_cache_bytes());
   std::vector<uint8_t> bytes;
+  std::vector<float> hidden;
   for (;;) {
-    receive(world, bytes, 0, kStepTag, "receiving a step");
+    receive(world, bytes, leader, kStepTag, "receiving a step");
     auto message = decode_step(bytes);
     if (!message) return message.error();
     if (message->kind == StepMessage::Kind::kShutdown) {
       log_collective_latency(world, comm);
       return {};
     }
-    runner.compute_logits(message->out);  // the logits go to rank 0
+    if (stream_in) receive(world, hidden, leader, kHiddenTag, "receiving the residual stream");
+    // The stream (or on the last stage the logits) goes on from the leader,
+    // which holds the same numbers: this rank's copy is dropped.
+    runner.forward_stage(message->out, stream_in ? hidden.data() : nullptr);
     log_step(world, comm);
   }
 }

@@ -8,6 +8,14 @@
 // in one MPI_Gatherv of the LM head's logits to rank 0.
 // Rank 0 owns the scheduler and the KV block allocation; every rank's cache
 // has the same blocks (agreed once at start) for its own KV heads.
+//
+// With a pipeline too (rank_layout.h), each stage is such a group of T ranks
+// over that stage's layers, meeting on a communicator of its own; its leader
+// gets the step (and after the first stage the residual stream) from the
+// stage before and hands both to its peers before its own pass. The ranks of
+// a stage before the last all end with the same stream (the gathered
+// residual); the leader's goes on. The last stage's logits are gathered to
+// its leader, which samples.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -21,13 +29,14 @@
 
 namespace inferd::distributed {
 
-// The collectives of the forward pass, on the world's tensor communicator.
+// The collectives of the forward pass, on this rank's stage's communicator
+// (MpiWorld::tensor_comm: the whole world without a pipeline).
 // Counts them and the time spent in them (the wait for the slowest rank
 // included: what a step pays).
 class MpiTensorComm final : public TensorParallelComm {
  public:
   explicit MpiTensorComm(const MpiWorld& world) : world_(world) {}
-  bool root() const override { return world_.rank() == 0; }
+  bool root() const override { return world_.tensor_rank() == 0; }
   void all_gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) override {
     gather(part, rows, whole, split, /*to_all=*/true);
   }
@@ -76,12 +85,16 @@ class MpiTensorParallelLink final : public TensorParallelLink {
   bool shut_down_ = false;
 };
 
+// A stage's leader: the step's bytes, and the residual stream when the
+// stage is not the first, to each of its peers.
+void hand_to_peers(const MpiWorld& world, const std::vector<uint8_t>& step, const std::vector<float>* hidden);
+
 // Logs the collectives' latency over the run on this rank (at shutdown).
 void log_collective_latency(const MpiWorld& world, const MpiTensorComm& comm);
 
-// A rank other than 0: makes its shard's runner (as rank 0's engine makes its
-// own, from the same config) and runs each step rank 0 sends until it says
-// it is done.
+// A peer (a rank other than its stage's leader): makes its shard's runner (as
+// rank 0's engine makes its own, from the same config) and runs each step its
+// leader hands it until the leader says it is done.
 Status run_tensor_parallel_worker(const MpiWorld& world, Model& model, MpiTensorComm& comm, ModelRunnerConfig config);
 
 }  // namespace inferd::distributed

@@ -192,6 +192,8 @@ ModelRunnerOutput& ModelRunner::execute(const SchedulerOutput& out, const StepSa
 }
 
 std::vector<float>& ModelRunner::forward_stage(const SchedulerOutput& out, const float* hidden_in) {
+  // Rank 0 of a tensor-parallel first stage: its peers run the same step.
+  if (tensor_parallel_) tensor_parallel_->send_step(out);
   for (const kv::BlockCopy& c : out.block_copies) cache_.copy_block(c.src, c.dst);
   build_batch(out, cache_.block_size(), batch_);
   if (batch_.size() == 0) {

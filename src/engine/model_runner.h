@@ -53,8 +53,9 @@ struct ModelRunnerConfig {
   // Rank 0 of a pipeline: where the other stages are (execute() runs the
   // first stage and gets the last one's samples back through it).
   std::shared_ptr<PipelineLink> pipeline;
-  // Rank 0 of a tensor-parallel model: every forward pass here is first sent
-  // to the other ranks, whose passes it meets in its all-gathers.
+  // Rank 0 of a tensor-parallel model (or of a pipeline's tensor-parallel
+  // first stage): every forward pass here is first sent to the other ranks
+  // (its stage's), whose passes it meets in its all-gathers.
   std::shared_ptr<TensorParallelLink> tensor_parallel;
 };
 

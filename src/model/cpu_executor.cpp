@@ -455,7 +455,11 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
   ThreadPool& pool = *pool_;
   prepare_scratch(batch, pool.size());
   const auto n_rows = static_cast<int64_t>(batch.logit_rows.size());
-  if (comm_) {  // this rank's vocabulary rows, then gathered
+  // A tensor-parallel last stage (or whole model) computes its vocabulary
+  // rows, then gathers them; a stage before the last hands on the whole
+  // stream, which every rank has (the gathered residual).
+  const bool gather_logits = comm_ && last_stage();
+  if (gather_logits) {
     s_.shard_logits.resize(static_cast<size_t>(n_rows * output_.rows()));
     logits.resize(comm_->root() ? static_cast<size_t>(n_rows * n_logits_) : 0);
   } else if (last_stage())
@@ -484,11 +488,11 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
       std::fill_n(s_.token_seq.begin() + batch.sequences[i].first_token, batch.sequences[i].n_tokens,
                   static_cast<int32_t>(i));
   }
-  const Pass pass{&batch, &cache, comm_ ? s_.shard_logits.data() : logits.data(), hidden_in, &pool,
+  const Pass pass{&batch, &cache, gather_logits ? s_.shard_logits.data() : logits.data(), hidden_in, &pool,
                   {batch.size(), s_.places.data()}, outputs, output_tokens};
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
-  if (comm_) comm_->gather_columns(s_.shard_logits.data(), n_rows, logits.data(), shard_.vocab);
+  if (gather_logits) comm_->gather_columns(s_.shard_logits.data(), n_rows, logits.data(), shard_.vocab);
 }
 
 void CpuExecutor::gather_over_ranks(const float* part, int64_t rows, float* whole, const ShardSplit& split, int ti,

@@ -50,11 +50,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   const TensorShard shard = options.tensor_shard;
   const bool sharded = shard.count > 1;
   if (sharded) {
-    if (!whole) return make_error(path + ": tensor and pipeline parallelism together are not built yet (issue 40)");
     if (!options.tensor_comm) return make_error(path + ": a tensor-parallel rank needs its ranks' communicator");
     auto plan = plan_tensor_shard(m->config_, m->weights_, shard);
     if (!plan) return make_error(path + ": " + plan.error().message);
-    m->tensor_shard_bytes_ = apply_tensor_shard(m->config_, m->weights_, *plan);
+    m->tensor_shard_bytes_ = apply_tensor_shard(m->config_, m->weights_, *plan, {m->layers_.begin, m->layers_.end});
     m->tensor_shard_plan_ = *plan;
     m->tensor_comm_ = options.tensor_comm;
   }
@@ -83,7 +82,9 @@ std::vector<std::pair<const void*, uint64_t>> Model::shard_ranges() const {
   auto add = [&ranges](const WeightView& w) {
     if (w) ranges.emplace_back(w.data, row_bytes(w.dtype, w.cols) * static_cast<uint64_t>(w.rows));
   };
-  for (const LayerWeights& L : weights_.layers) {
+  // A pipeline stage's shard: its layers only, and the head on the last.
+  for (int64_t l = layers_.begin; l < layers_.end; ++l) {
+    const LayerWeights& L = weights_.layers[l];
     for (const WeightView& p : L.proj) add(p);
     for (const WeightView* w : {&L.attn_norm, &L.ffn_norm, &L.bq, &L.bk, &L.bv, &L.bo, &L.q_norm, &L.k_norm,
                                 &L.post_attn_norm, &L.post_ffn_norm})
@@ -96,8 +97,10 @@ std::vector<std::pair<const void*, uint64_t>> Model::shard_ranges() const {
         add(*w);
     }
   }
-  add(weights_.output_norm);
-  add(weights_.output);
+  if (last_stage()) {
+    add(weights_.output_norm);
+    add(weights_.output);
+  }
   add(weights_.rope_freqs);
   return ranges;
 }

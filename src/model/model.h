@@ -76,7 +76,8 @@ struct LoadOptions {
   // Load as this rank of a tensor-parallel model (model/tensor_shard.h): its
   // heads, FFN columns and vocabulary rows only are paged in, repacked and
   // run; the forward pass adds the ranks' partial sums up through
-  // tensor_comm (required when tensor_shard.count > 1). Not with a pipeline.
+  // tensor_comm (required when tensor_shard.count > 1). With a pipeline
+  // stage too: that stage's layers' shard (and the head's on the last).
   TensorShard tensor_shard;
   std::shared_ptr<TensorParallelComm> tensor_comm;
 };

@@ -127,14 +127,17 @@ ExpertsView shard_experts(const ExpertsView& w, ShardRange r) {
   return part;
 }
 
-int64_t apply_tensor_shard(ModelConfig& c, ModelWeights& w, const TensorShardPlan& plan) {
+int64_t apply_tensor_shard(ModelConfig& c, ModelWeights& w, const TensorShardPlan& plan, ShardRange layers) {
   const int rank = plan.shard.index;
   const int64_t D = c.head_dim;
   const ShardRange q_rows{plan.q_heads.begin * D, plan.q_heads.end * D};
   const ShardRange kv_rows{plan.kv_heads.begin * D, plan.kv_heads.end * D};
   const ShardRange ffn_rows = plan.ffn.of(rank), embd_rows = plan.embd.of(rank);
   int64_t held = 0;
-  for (LayerWeights& L : w.layers) {
+  for (int64_t l = 0; l < static_cast<int64_t>(w.layers.size()); ++l) {
+    LayerWeights& L = w.layers[l];
+    // Every layer is cut (views: nothing is read); a stage's are counted.
+    const bool mine = l >= layers.begin && l < layers.end;
     auto& proj = L.proj;
     auto cut = [&proj, &L](Projection p, ShardRange rows) { proj[static_cast<int>(p)] = shard_rows(L[p], rows); };
     cut(Projection::kQ, q_rows);
@@ -148,22 +151,24 @@ int64_t apply_tensor_shard(ModelConfig& c, ModelWeights& w, const TensorShardPla
     cut(Projection::kGate, ffn_rows);
     cut(Projection::kUp, ffn_rows);
     cut(Projection::kDown, embd_rows);
-    for (const WeightView& p : L.proj) held += view_bytes(p);
+    if (mine)
+      for (const WeightView& p : L.proj) held += view_bytes(p);
     if (MoeWeights& m = L.moe; m) {
       const ShardRange experts = plan.experts.of(rank), shared_rows = plan.shared.of(rank);
       for (ExpertsView* e : {&m.gate, &m.up, &m.down}) {
         *e = shard_experts(*e, experts);
-        held += view_bytes(e->expert(0)) * e->n_expert;
+        if (mine) held += view_bytes(e->expert(0)) * e->n_expert;
       }
       m.gate_shexp = shard_rows(m.gate_shexp, shared_rows);
       m.up_shexp = shard_rows(m.up_shexp, shared_rows);
       m.down_shexp = shard_rows(m.down_shexp, embd_rows);
-      for (const WeightView* p : {&m.router, &m.gate_shexp, &m.up_shexp, &m.down_shexp, &m.gate_inp_shexp})
-        held += view_bytes(*p);
+      if (mine)
+        for (const WeightView* p : {&m.router, &m.gate_shexp, &m.up_shexp, &m.down_shexp, &m.gate_inp_shexp})
+          held += view_bytes(*p);
     }
   }
   w.output = shard_rows(w.output, plan.vocab.of(rank));
-  held += view_bytes(w.output);
+  if (layers.end >= static_cast<int64_t>(w.layers.size())) held += view_bytes(w.output);
   c.n_head = plan.q_heads.size();
   c.n_head_kv = plan.kv_heads.size();
   c.n_ff = ffn_rows.size();

@@ -108,7 +108,9 @@ ExpertsView shard_experts(const ExpertsView& w, ShardRange r);
 // Turns a whole model's config and weights into rank `shard`'s (plan from
 // plan_tensor_shard): fewer heads, a narrower FFN (and shared expert), views
 // of its rows and experts (config.moe.n_expert stays the router's whole).
-// Returns the bytes of weights this rank holds.
-int64_t apply_tensor_shard(ModelConfig& config, ModelWeights& weights, const TensorShardPlan& plan);
+// Returns the bytes of weights this rank holds of `layers` (a pipeline
+// stage's, else all; the head's counted when they reach the last layer).
+int64_t apply_tensor_shard(ModelConfig& config, ModelWeights& weights, const TensorShardPlan& plan,
+                           ShardRange layers = {0, INT64_MAX});
 
 }  // namespace inferd

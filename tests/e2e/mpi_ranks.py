@@ -85,18 +85,18 @@ def mpirun(n: int, across: bool = False) -> list[str]:
             "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo"]
 
 
-def serve(tmp: pathlib.Path, model: pathlib.Path, ranks: int, size_flag: str, *rank_flags: str,
+def serve(tmp: pathlib.Path, model: pathlib.Path, ranks: int, size_flag: str | None, *rank_flags: str,
           across: bool = False) -> Server:
     """`inferd serve` on one process, or on `ranks` under mpirun with `size_flag` (--pipeline-parallel-size,
     --tensor-parallel-size) set to it and `rank_flags` (--enable-expert-parallel) added; `across`: on two
-    machines (mpirun())."""
+    machines (mpirun()). With both sizes, size_flag is None and rank_flags carry them."""
     port = free_port()
     host = MACHINE_A_CLIENT_ADDRESS if across and two_machines() is None else "127.0.0.1"
     args = [str(BINARY), "serve", "-m", str(model), "--host", host, "--port", str(port),
             "--served-model-name", MODEL_NAME, "--threads", "1", "--max-model-len", "1024",
             "--kv-cache-memory", "64M", "--shutdown-timeout", "5"]
     if ranks > 1:
-        args = mpirun(ranks, across) + args + [size_flag, str(ranks), *rank_flags]
+        args = mpirun(ranks, across) + args + ([size_flag, str(ranks)] if size_flag else []) + [*rank_flags]
     log_path = tmp / f"server-{port}.log"
     proc = subprocess.Popen(args, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT, env=MPI_ENV)
     srv = Server(f"http://{host}:{port}", MODEL_NAME, BINARY, proc, log_path, None, args)

@@ -144,12 +144,6 @@ def test_process_count_must_equal_the_sizes():
     assert "mpirun started 2 processes" in r.stderr and "must equal" in r.stderr, r.stderr
 
 
-def test_tensor_and_pipeline_together_are_refused_as_not_built():
-    r = generate(TINY / "tiny-llama3.gguf", 2, "-p", "hi", "-n", "1", "--tensor-parallel-size", "2")
-    assert r.returncode != 0
-    assert "not built yet (issue 40)" in r.stderr, r.stderr
-
-
 def test_more_stages_than_layers_are_refused():
     r = generate(TINY / "tiny-llama3.gguf", 3, "-p", "hi", "-n", "1")  # 2 layers
     assert r.returncode != 0

@@ -140,9 +140,7 @@ def test_bad_sizes_are_refused():
     r = generate(TINY / "tiny-qwen3.gguf", 1, "-p", "hi", "--tensor-parallel-size", "2")
     assert r.returncode == 2
     assert "mpirun -np 2 inferd ... --tensor-parallel-size 2" in r.stderr, r.stderr
-    r = generate(TINY / "tiny-qwen3.gguf", 4, "-p", "hi", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2")
-    assert r.returncode == 2
-    assert "tensor and pipeline parallelism together are not built yet" in r.stderr, r.stderr
+    # With a pipeline too: test_tensor_pipeline_parallel.py.
 
 
 def test_a_rank_that_dies_ends_the_server(tmp_path):

@@ -1,10 +1,14 @@
 // The pieces of pipeline parallelism that need no second process: the
 // sizes refused before MPI starts, the stages' layer ranges, the step and output messages through their codec, and a stage's
-// forward passes chained in one process against the whole model's.
+// forward passes chained in one process against the whole model's (also
+// with each stage split into tensor-parallel shards run as threads).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <barrier>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "distributed/parallel_config.h"
@@ -27,7 +31,14 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
   EXPECT_NE(message({1, 1}, 2).find("mpirun started 2 processes"), std::string::npos);
   EXPECT_TRUE(check_parallel_sizes({2, 1}, 2).ok());
   EXPECT_NE(message({2, 1}, 1).find("mpirun -np 2 inferd ... --tensor-parallel-size 2"), std::string::npos);
-  EXPECT_NE(message({2, 2}, 4).find("together are not built yet (issue 40)"), std::string::npos);
+  // Both: T x P processes, started by mpirun.
+  EXPECT_TRUE(check_parallel_sizes({2, 2}, 4).ok());
+  EXPECT_TRUE(check_parallel_sizes({3, 2}, 6).ok());
+  EXPECT_NE(message({2, 2}, 3).find("mpirun started 3 processes, but a model split 2 (--tensor-parallel-size) x 2 "
+                                    "(--pipeline-parallel-size) ways runs on exactly 4"),
+            std::string::npos);
+  EXPECT_NE(message({2, 2}, 1).find("mpirun -np 4 inferd ... --tensor-parallel-size 2 --pipeline-parallel-size 2"),
+            std::string::npos);
   EXPECT_FALSE(check_parallel_sizes({1, 0}, 1).ok());
   // Expert parallelism divides the experts among the tensor-parallel ranks.
   EXPECT_TRUE(check_parallel_sizes({2, 1, true}, 2).ok());
@@ -35,6 +46,8 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
                                           "ranks: it needs --tensor-parallel-size T > 1"),
             std::string::npos);
   EXPECT_NE(message({1, 2, true}, 2).find("--enable-expert-parallel"), std::string::npos);
+  EXPECT_NE(message({2, 2, true}, 4).find("--enable-expert-parallel does not run with --pipeline-parallel-size 2"),
+            std::string::npos);
 }
 
 TEST(DistributedSizes, StagesTakeContiguousBalancedLayers) {
@@ -209,6 +222,124 @@ TEST(DistributedStages, ChainedStagesGiveTheWholeModelsLogits) {
   // Windowed groups (a block's two places both used by each stage), sandwich norms.
   expect_stages_chain_to_the_whole("tiny-gemma3.gguf", false);
   expect_stages_chain_to_the_whole("tiny-qwen3moe.gguf", true);
+}
+
+// T ranks as threads of one process (model/tensor_parallel_comm.h): each call
+// posts this rank's part, waits for every rank's and copies them in place, as
+// the MPI collectives do.
+class ThreadsComm final : public TensorParallelComm {
+ public:
+  struct Group {
+    explicit Group(int n) : sync(n), parts(n) {}
+    std::barrier<> sync;
+    std::vector<const float*> parts;
+  };
+  ThreadsComm(Group& group, int rank) : group_(group), rank_(rank) {}
+  bool root() const override { return rank_ == 0; }
+  void all_gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) override {
+    gather(part, rows, whole, split, true);
+  }
+  void gather_columns(const float* part, int64_t rows, float* whole, const ShardSplit& split) override {
+    gather(part, rows, whole, split, root());
+  }
+  void all_gather_rows(float* rows, int64_t width, const ShardSplit& split) override {
+    group_.parts[rank_] = rows;
+    group_.sync.arrive_and_wait();
+    for (int r = 0; r < split.count(); ++r)
+      if (r != rank_)
+        std::copy(group_.parts[r] + split.of(r).begin * width, group_.parts[r] + split.of(r).end * width,
+                  rows + split.of(r).begin * width);
+    group_.sync.arrive_and_wait();
+  }
+
+ private:
+  void gather(const float* part, int64_t rows, float* whole, const ShardSplit& split, bool into) {
+    group_.parts[rank_] = part;
+    group_.sync.arrive_and_wait();
+    if (into)
+      for (int r = 0; r < split.count(); ++r) {
+        const ShardRange cols = split.of(r);
+        for (int64_t row = 0; row < rows; ++row)
+          std::copy_n(group_.parts[r] + row * cols.size(), cols.size(), whole + row * split.whole() + cols.begin);
+      }
+    group_.sync.arrive_and_wait();  // the parts stay valid until every rank has read them
+  }
+  Group& group_;
+  const int rank_;
+};
+
+// 2 stages x 2 shards (issue 40's tensor x pipeline): each stage's shards run
+// side by side on threads; every shard of the first stage ends with the same
+// stream (the gathered residual), which the second stage's shards all start
+// from; the second stage's logits, gathered to its shard 0, are the whole
+// model's to the bit, and its other shard gets none.
+TEST(DistributedStages, TensorParallelStagesGiveTheWholeModelsLogits) {
+  constexpr int T = 2, P = 2;
+  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-qwen3.gguf";
+  LoadOptions options;
+  options.n_threads = 1;
+  auto whole = Model::load(path, options);
+  ASSERT_TRUE(whole.ok()) << whole.error().message;
+  ModelRunnerConfig rc;
+  rc.kv_cache_bytes = 4 << 20;
+  rc.max_blocks = 16;
+  rc.warm_up = false;
+  auto whole_runner = ModelRunner::create(**whole, rc);
+  ASSERT_TRUE(whole_runner.ok());
+  std::vector<std::unique_ptr<ThreadsComm::Group>> groups;
+  std::vector<std::unique_ptr<Model>> models;  // stage-major, as the ranks
+  std::vector<std::unique_ptr<ModelRunner>> runners;
+  for (int s = 0; s < P; ++s) {
+    groups.push_back(std::make_unique<ThreadsComm::Group>(T));
+    for (int i = 0; i < T; ++i) {
+      options.pipeline_stage = {s, P};
+      options.tensor_shard = {i, T};
+      options.tensor_comm = std::make_shared<ThreadsComm>(*groups.back(), i);
+      auto m = Model::load(path, options);
+      ASSERT_TRUE(m.ok()) << m.error().message;
+      EXPECT_EQ((*m)->config().n_head_kv * T, (*whole)->config().n_head_kv);
+      auto r = ModelRunner::create(**m, rc);
+      ASSERT_TRUE(r.ok()) << r.error().message;
+      models.push_back(std::move(*m));
+      runners.push_back(std::move(*r));
+    }
+  }
+  SchedulerOutput prefill;
+  ScheduledRequest s;
+  s.request_id = "a";
+  s.num_new_tokens = 20;
+  for (int i = 0; i < 20; ++i) s.token_ids.push_back(3 + 7 * i % 50);
+  for (int32_t g = 0; g < (*whole_runner)->kv_cache().layout().num_groups(); ++g)
+    s.block_tables.push_back({1 + 2 * g, 2 + 2 * g});
+  s.sample = true;
+  prefill.scheduled = {s};
+  SchedulerOutput decode = prefill;
+  decode.scheduled[0].num_computed_tokens = 20;
+  decode.scheduled[0].num_new_tokens = 1;
+  decode.scheduled[0].token_ids = {17};
+  const int64_t n_embd = (*whole)->config().n_embd;
+  for (const SchedulerOutput* step : {&prefill, &decode}) {
+    const std::vector<float> expected = (*whole_runner)->compute_logits(*step);
+    std::vector<float> stream;
+    for (int st = 0; st < P; ++st) {
+      std::vector<std::vector<float>> outs(T);
+      std::vector<std::thread> ranks;
+      for (int i = 0; i < T; ++i)
+        ranks.emplace_back([&, i] {
+          outs[i] = runners[st * T + i]->forward_stage(*step, st == 0 ? nullptr : stream.data());
+        });
+      for (std::thread& t : ranks) t.join();
+      if (st + 1 < P) {
+        ASSERT_EQ(outs[0].size(), static_cast<size_t>(step->scheduled[0].num_new_tokens * n_embd));
+        for (int i = 1; i < T; ++i) EXPECT_EQ(outs[i], outs[0]) << "stage " << st << " shard " << i;
+        stream = outs[0];
+        continue;
+      }
+      ASSERT_EQ(outs[0].size(), expected.size());
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), expected.data(), expected.size() * sizeof(float)));
+      for (int i = 1; i < T; ++i) EXPECT_TRUE(outs[i].empty());
+    }
+  }
 }
 
 TEST(DistributedStages, MoreStagesThanLayersAreRefused) {
