@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "model/cpu_encoder_executor.h"
 #include "model/cpu_executor.h"
@@ -28,7 +29,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
                         std::to_string(m->config_.n_layer) + "; use --pipeline-parallel-size <= " +
                         std::to_string(m->config_.n_layer));
   }
-  m->layers_ = whole ? LayerRange{0, m->config_.n_layer} : pipeline_layers(m->config_.n_layer, stage);
+  m->layers_ = whole ? LayerRange{0, m->config_.n_layer}
+                     : pipeline_layers(layer_weight_bytes(*m->file_, m->config_.n_layer),
+                                       head_weight_bytes(*m->file_), stage);
   auto tok = Tokenizer::from_gguf(*m->file_);
   if (!tok) {
     if (!options.describe_only) return make_error(path + ": " + tok.error().message);
@@ -68,10 +71,65 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   return m;
 }
 
-LayerRange pipeline_layers(int64_t n_layer, PipelineStage stage) {
-  const int64_t base = n_layer / stage.count, extra = n_layer % stage.count;
-  const int64_t begin = stage.index * base + std::min<int64_t>(stage.index, extra);
-  return {begin, begin + base + (stage.index < extra ? 1 : 0)};
+namespace {
+
+// Stage boundaries from the back under `limit` bytes a stage: each stage, the
+// last first, takes layers while its bytes stay within the limit and one
+// layer is left for each stage before it; the first stage takes the rest.
+// Returns the stages' first layers (begin[0] == 0), or nothing when the first
+// stage's rest exceeds the limit.
+std::optional<std::vector<int64_t>> stage_begins(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes,
+                                                 int count, uint64_t limit) {
+  const auto n = static_cast<int64_t>(layer_bytes.size());
+  std::vector<int64_t> begin(count, 0);
+  int64_t end = n;
+  for (int s = count - 1; s > 0; --s) {
+    uint64_t bytes = s == count - 1 ? head_bytes : 0;
+    int64_t b = end;
+    while (b - 1 >= s && bytes + layer_bytes[b - 1] <= limit) bytes += layer_bytes[--b];
+    if (b == end) return std::nullopt;  // not even one layer fits
+    begin[s] = b;
+    end = b;
+  }
+  uint64_t first = count == 1 ? head_bytes : 0;
+  for (int64_t l = 0; l < end; ++l) first += layer_bytes[l];
+  if (first > limit) return std::nullopt;
+  return begin;
+}
+
+}  // namespace
+
+LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, PipelineStage stage) {
+  // The least limit under which the stages fit, by bisection: feasibility
+  // only grows with the limit, and the whole model always fits.
+  uint64_t lo = 0, hi = head_bytes;
+  for (uint64_t b : layer_bytes) hi += b;
+  while (lo < hi) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    if (stage_begins(layer_bytes, head_bytes, stage.count, mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  const std::vector<int64_t> begin = *stage_begins(layer_bytes, head_bytes, stage.count, hi);
+  const int64_t end = stage.index + 1 < stage.count ? begin[stage.index + 1] : static_cast<int64_t>(layer_bytes.size());
+  return {begin[stage.index], end};
+}
+
+std::vector<uint64_t> layer_weight_bytes(const gguf::File& file, int64_t n_layer) {
+  std::vector<uint64_t> bytes(static_cast<size_t>(n_layer), 0);
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (!t.name.starts_with("blk.")) continue;
+    int64_t layer = 0;
+    for (size_t i = 4; i < t.name.size() && t.name[i] >= '0' && t.name[i] <= '9'; ++i)
+      layer = layer * 10 + (t.name[i] - '0');
+    if (layer < n_layer) bytes[static_cast<size_t>(layer)] += t.n_bytes;  // past n_layer: MTP blocks, never run
+  }
+  return bytes;
+}
+
+uint64_t head_weight_bytes(const gguf::File& file) {
+  const gguf::TensorInfo* head = file.find_tensor("output.weight");
+  if (!head) head = file.find_tensor("token_embd.weight");
+  return head ? head->n_bytes : 0;
 }
 
 std::vector<std::pair<const void*, uint64_t>> Model::shard_ranges() const {
@@ -112,8 +170,10 @@ bool Model::stage_reads(std::string_view tensor) const {
       layer = layer * 10 + (tensor[i] - '0');
     return layer >= layers_.begin && layer < layers_.end;
   }
-  // A tied head reads the embedding table, the last stage's output.
-  if (tensor == "token_embd.weight") return first_stage() || (last_stage() && !file_->find_tensor("output.weight"));
+  // A tied head reads the embedding table, the last stage's output. The
+  // first stage's lookups read a few of its rows a step: the rest of the
+  // table is left unread, as a tensor-parallel rank leaves it (shard_ranges).
+  if (tensor == "token_embd.weight") return last_stage() && !file_->find_tensor("output.weight");
   if (tensor.starts_with("output")) return last_stage();  // output_norm, output
   return true;  // what every layer reads (RoPE factors)
 }

@@ -37,9 +37,19 @@ struct PipelineStage {
 struct LayerRange {
   int64_t begin = 0, end = 0;
 };
-// Stage `stage`'s layers: contiguous, balanced (the first n_layer % count
-// stages take one more). Needs 1 <= count <= n_layer.
-LayerRange pipeline_layers(int64_t n_layer, PipelineStage stage);
+// Stage `stage`'s layers, contiguous, balanced by the bytes each stage
+// streams per step: layer_bytes[l] is layer l's weights, and the last stage
+// also reads the head's head_bytes. The largest stage is as small as it can
+// be (a step takes as long as its slowest stage, and a rank holds what it
+// reads); under that bound the later stages take as many layers as fit, so
+// the first stage, which also runs the scheduler and front end, is the
+// lightest. Every stage gets one layer at least. Needs 1 <= count <=
+// layer_bytes.size().
+LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, PipelineStage stage);
+// Layer l's weight bytes in `file` (its "blk.l." tensors), and the head's
+// (output.weight, or a tied model's token_embd.weight).
+std::vector<uint64_t> layer_weight_bytes(const gguf::File& file, int64_t n_layer);
+uint64_t head_weight_bytes(const gguf::File& file);
 
 struct LoadOptions {
   // Called with the fraction of weight data paged in so far (for a progress bar).

@@ -50,16 +50,29 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
             std::string::npos);
 }
 
-TEST(DistributedSizes, StagesTakeContiguousBalancedLayers) {
-  // 30 layers over 4 stages: 8, 8, 7, 7.
-  const std::vector<std::pair<int64_t, int64_t>> expected = {{0, 8}, {8, 16}, {16, 23}, {23, 30}};
-  for (int s = 0; s < 4; ++s) {
-    const LayerRange r = pipeline_layers(30, {s, 4});
-    EXPECT_EQ(std::pair(r.begin, r.end), expected[s]) << s;
-  }
-  const LayerRange last = pipeline_layers(2, {1, 2});
-  EXPECT_EQ(last.begin, 1);
-  EXPECT_EQ(last.end, 2);
+TEST(DistributedSizes, StagesTakeContiguousLayersBalancedByTheirBytes) {
+  auto ranges = [](const std::vector<uint64_t>& layers, uint64_t head, int count) {
+    std::vector<std::pair<int64_t, int64_t>> r;
+    for (int s = 0; s < count; ++s) {
+      const LayerRange l = pipeline_layers(layers, head, {s, count});
+      r.emplace_back(l.begin, l.end);
+    }
+    return r;
+  };
+  using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+  // 30 equal layers over 4 stages: no stage above 8; the later stages take
+  // as many as fit, so the first (which also schedules) is the lightest.
+  EXPECT_EQ(ranges(std::vector<uint64_t>(30, 10), 0, 4), (Ranges{{0, 6}, {6, 14}, {14, 22}, {22, 30}}));
+  // A head of 4.5 layers' bytes on the last stage (Qwen2.5-0.5B's tied head
+  // is about 4 of its 24 layers): 14 + 10 layers, 140 bytes each side.
+  EXPECT_EQ(ranges(std::vector<uint64_t>(24, 10), 45, 2), (Ranges{{0, 14}, {14, 24}}));
+  // A head larger than all the layers: the last stage keeps one layer, the
+  // middle one takes all but the first's one.
+  EXPECT_EQ(ranges(std::vector<uint64_t>(6, 10), 1000, 3), (Ranges{{0, 1}, {1, 5}, {5, 6}}));
+  // Uneven layers (a dense first layer before experts): split at the bytes.
+  EXPECT_EQ(ranges({100, 10, 10, 10, 10, 10, 10, 10, 10, 10}, 0, 2), (Ranges{{0, 1}, {1, 10}}));
+  // As many stages as layers: one each.
+  EXPECT_EQ(ranges({5, 7}, 3, 2), (Ranges{{0, 1}, {1, 2}}));
 }
 
 TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
