@@ -22,6 +22,24 @@ namespace {
 using distributed::check_parallel_sizes;
 using distributed::ParallelConfig;
 
+// A prompt of 20 tokens in one step, then a decode of one more, each KV
+// group in blocks of its own (as the block pool gives them).
+std::pair<SchedulerOutput, SchedulerOutput> prompt_then_decode(ModelRunner& runner) {
+  SchedulerOutput prefill;
+  ScheduledRequest s;
+  s.request_id = "a";
+  s.num_new_tokens = 20;
+  for (int i = 0; i < 20; ++i) s.token_ids.push_back(3 + 7 * i % 50);
+  for (int32_t g = 0; g < runner.kv_cache().layout().num_groups(); ++g) s.block_tables.push_back({1 + 2 * g, 2 + 2 * g});
+  s.sample = true;
+  prefill.scheduled = {s};
+  SchedulerOutput decode = prefill;
+  decode.scheduled[0].num_computed_tokens = 20;
+  decode.scheduled[0].num_new_tokens = 1;
+  decode.scheduled[0].token_ids = {17};
+  return {prefill, decode};
+}
+
 TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
   EXPECT_TRUE(check_parallel_sizes({1, 1}, 1).ok());
   EXPECT_TRUE(check_parallel_sizes({1, 2}, 2).ok());
@@ -205,21 +223,7 @@ void expect_stages_chain_to_the_whole(const std::string& file, bool one_kv_group
   const int64_t n_layer = (*whole)->config().n_layer, own = stages[0]->layer_end() - stages[0]->layer_begin();
   if (one_kv_group) EXPECT_EQ((*first)->kv_cache_bytes() * n_layer, (*whole_runner)->kv_cache_bytes() * own) << file;
   EXPECT_LE((*first)->kv_cache_bytes(), (*whole_runner)->kv_cache_bytes());
-  // A prompt of 20 tokens in one step, then a decode of one more.
-  SchedulerOutput prefill;
-  ScheduledRequest s;
-  s.request_id = "a";
-  s.num_new_tokens = 20;
-  for (int i = 0; i < 20; ++i) s.token_ids.push_back(3 + 7 * i % 50);
-  // Each KV group its own blocks, as the block pool gives them.
-  for (int32_t g = 0; g < (*whole_runner)->kv_cache().layout().num_groups(); ++g)
-    s.block_tables.push_back({1 + 2 * g, 2 + 2 * g});
-  s.sample = true;
-  prefill.scheduled = {s};
-  SchedulerOutput decode = prefill;
-  decode.scheduled[0].num_computed_tokens = 20;
-  decode.scheduled[0].num_new_tokens = 1;
-  decode.scheduled[0].token_ids = {17};
+  const auto [prefill, decode] = prompt_then_decode(**whole_runner);
   for (const SchedulerOutput* step : {&prefill, &decode}) {
     const std::vector<float> expected = (*whole_runner)->compute_logits(*step);
     const std::vector<float> hidden = (*first)->forward_stage(*step, nullptr);
@@ -317,19 +321,7 @@ TEST(DistributedStages, TensorParallelStagesGiveTheWholeModelsLogits) {
       runners.push_back(std::move(*r));
     }
   }
-  SchedulerOutput prefill;
-  ScheduledRequest s;
-  s.request_id = "a";
-  s.num_new_tokens = 20;
-  for (int i = 0; i < 20; ++i) s.token_ids.push_back(3 + 7 * i % 50);
-  for (int32_t g = 0; g < (*whole_runner)->kv_cache().layout().num_groups(); ++g)
-    s.block_tables.push_back({1 + 2 * g, 2 + 2 * g});
-  s.sample = true;
-  prefill.scheduled = {s};
-  SchedulerOutput decode = prefill;
-  decode.scheduled[0].num_computed_tokens = 20;
-  decode.scheduled[0].num_new_tokens = 1;
-  decode.scheduled[0].token_ids = {17};
+  const auto [prefill, decode] = prompt_then_decode(**whole_runner);
   const int64_t n_embd = (*whole)->config().n_embd;
   for (const SchedulerOutput* step : {&prefill, &decode}) {
     const std::vector<float> expected = (*whole_runner)->compute_logits(*step);
