@@ -97,7 +97,8 @@ void CpuExecutor::moe_ffn(const Pass& pass, int64_t l, const MoeFfnPhase& phase,
   const bool separate_up = !L.up_exps[0].same_input(L.gate_exps[0]);
   const MoeWeights& B = weights_.layers[l].moe;  // for the biases (gpt-oss)
 
-  // Router logits (a plain matmul: the batch's token places).
+  // Router logits (a plain matmul: the batch's token places; in the fast tier
+  // each token alone, so a prompt's cut changes no bit: Linear).
   L.router.compute(in_router, ffn, moe.logits.data(), ti, nt);
   // The shared expert's gate: the same input, one row.
   if (phase.shared_expert_gate) L.gate_inp_shexp.compute(in_router, ffn, moe.shared_gate.data(), ti, nt);

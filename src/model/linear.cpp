@@ -36,6 +36,11 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::G
     return l;
   }
   l.f32_avx512_order_ = w.dtype == DType::F32 && flavour == kernels::GgmlFlavour::kAvx512;
+  // GGML sums some types (F32/F16/BF16 by tinyBLAS, repacked Q4_0/Q4_K) in an
+  // order that depends on the token's chunk: a prompt cut into a piece of one
+  // token would give that token other bits (a mixture's F32 router, then its
+  // expert weights and everything after).
+  l.each_token_alone_ = numerics == kernels::Numerics::kFast;
   if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
   if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena);
   if (!l.packed_ && !l.q4k_ && arena != nullptr) {
@@ -91,6 +96,15 @@ void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
   if (in.rows.size() < need) in.rows.resize(need);
 }
 
+const kernels::TokenPlace* Linear::places_of(const StepTokens& tokens) const {
+  if (!each_token_alone_) return tokens.places;
+  // Every entry is {1, 0}, so a thread's buffer only ever grows.
+  thread_local std::vector<kernels::TokenPlace> alone;
+  const size_t n = static_cast<size_t>(tokens.n);
+  if (alone.size() < n) alone.resize(n, kernels::TokenPlace{1, 0});
+  return alone.data();
+}
+
 void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& tokens, LinearInput& in) const {
   if (fast()) {
     for (int64_t t = t0; t < t1; ++t) in.fast.quantize_blocks(x + t * cols(), t, 0, cols() / kernels::kFastActBlock);
@@ -103,7 +117,7 @@ void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& 
   if (packed()) {
     kernels::quantize_packed_rows(x, t0, t1, in.packed);
   } else {
-    kernels::matmul_quantize_rows_ggml(view_.dtype, rows(), x, cols(), t0, t1, tokens.places, in.rows.data());
+    kernels::matmul_quantize_rows_ggml(view_.dtype, rows(), x, cols(), t0, t1, places_of(tokens), in.rows.data());
   }
 }
 
@@ -120,7 +134,8 @@ void Linear::quantize_blocks(const float* x, int64_t t, int64_t b0, int64_t b1, 
   if (packed()) {
     kernels::quantize_packed_blocks(x, t, b0, b1, in.packed);
   } else {
-    kernels::matmul_quantize_blocks_ggml(view_.dtype, rows(), x + t * cols(), cols(), b0, b1, tokens.places[t],
+    kernels::matmul_quantize_blocks_ggml(view_.dtype, rows(), x + t * cols(), cols(), b0, b1,
+                                         each_token_alone_ ? kernels::TokenPlace{1, 0} : tokens.places[t],
                                          in.rows.data() + t * in.row_bytes);
   }
 }
@@ -167,15 +182,16 @@ void Linear::compute_rows(const LinearInput& in, const StepTokens& tokens, float
     return;
   }
   if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) {
-    kernels::repacked_q4k_rows(q4k_, in.rows.data(), tokens.n, tokens.places, y, rows(), r0, r1);
+    kernels::repacked_q4k_rows(q4k_, in.rows.data(), tokens.n, places_of(tokens), y, rows(), r0, r1);
     return;
   }
   if (f32_avx512_order_) {
     kernels::f32_rows_ggml_avx512_order(view_.f32(), rows(), cols(), reinterpret_cast<const float*>(in.rows.data()),
-                                        tokens.n, tokens.places, y, r0, r1);
+                                        tokens.n, places_of(tokens), y, r0, r1);
     return;
   }
-  kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), in.rows.data(), tokens.n, tokens.places, y, r0, r1);
+  kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), in.rows.data(), tokens.n, places_of(tokens), y, r0,
+                            r1);
 }
 
 void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepTokens& tokens, float* y, int64_t r0,
@@ -198,15 +214,15 @@ void Linear::compute_rows_span(const LinearInput& in, int64_t first, const StepT
   }
   const uint8_t* act = in.rows.data() + static_cast<size_t>(first) * kernels::matmul_act_row_bytes(view_.dtype, cols());
   if (q4k_ && r0 % kernels::kQ4KGroupRows == 0 && r1 % kernels::kQ4KGroupRows == 0) {
-    kernels::repacked_q4k_rows(q4k_, act, tokens.n, tokens.places, y, rows(), r0, r1);
+    kernels::repacked_q4k_rows(q4k_, act, tokens.n, places_of(tokens), y, rows(), r0, r1);
     return;
   }
   if (f32_avx512_order_) {
     kernels::f32_rows_ggml_avx512_order(view_.f32(), rows(), cols(), reinterpret_cast<const float*>(act), tokens.n,
-                                        tokens.places, y, r0, r1);
+                                        places_of(tokens), y, r0, r1);
     return;
   }
-  kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), act, tokens.n, tokens.places, y, r0, r1);
+  kernels::matmul_rows_ggml(view_.dtype, view_.data, rows(), cols(), act, tokens.n, places_of(tokens), y, r0, r1);
 }
 
 void Linear::copy_input_row(const LinearInput& from, int64_t t, LinearInput& to, int64_t r) const {

@@ -14,7 +14,10 @@
 // repacked for the fast tier's kernels instead (kernels/cpu/fast_gemm.h),
 // whose results depend on nothing but the token's own row, and F16/BF16
 // weights into BF16 pairs for the tier's BF16 product (kernels/cpu/bf16_gemm.h);
-// F32 weights keep the exact kernels in both tiers.
+// F32 weights (a mixture's router) keep the exact kernels in both tiers; in the
+// fast tier those kernels (and any other weight it leaves to them) sum every
+// token as a one-token step's (TokenPlace{1, 0}, whatever StepTokens says), so
+// that there too a token's result does not depend on the step's shape.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -118,6 +121,11 @@ class Linear {
   kernels::RepackedQ4K q4k_;  // GGML-order Q4_K in eight-row groups (its input as for view_)
   bool copied_ = false;       // view_ points at a verbatim copy of the file's rows in the arena
   bool f32_avx512_order_ = false;  // F32 weights summed as GGML's AVX-512 build sums them
+  // The fast tier on the exact kernels: each token in a one-token step's order,
+  // never its chunk's (kernels/cpu/matmul.h, TokenPlace), as the tier promises.
+  bool each_token_alone_ = false;
+  // tokens.places, or n places of a one-token step when each_token_alone_.
+  const kernels::TokenPlace* places_of(const StepTokens& tokens) const;
 };
 
 }  // namespace inferd

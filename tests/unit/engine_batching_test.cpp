@@ -98,9 +98,6 @@ TEST_P(EngineBatching, PromptPiecesOfOneTokenChangeNoBit) {
   // default model), so the outputs depended on how the steps cut the prompt.
   // Every sampled token's logprob must equal, to the bit, the one of the same
   // request prefilled in one piece.
-  if (std::get<2>(GetParam()) == kernels::Numerics::kFast && model_->config().moe.n_expert > 0)
-    GTEST_SKIP() << "open: the fast tier's experts do not yet give a one-token piece its prompt pass's bits "
-                    "(docs/design.md, \"Prompt pieces of one token\")";
   constexpr int64_t kMaxTokens = 6;
   auto run = [&](int64_t budget, const std::vector<int32_t>& prompt) {
     auto engine = make_engine(engine_config(budget, 4, blocks_held_alone(128, budget) + 2, false));
