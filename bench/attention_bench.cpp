@@ -8,6 +8,15 @@
 //   attention_bench [--flavour=avx512|avx2|both] [--prefill] [--heads=3,2] [--dim=64] [positions ...]
 //   (default: both flavours, decode; 16 64 128 512 1024 2048 positions)
 //
+// --tile=T measures prefill as a model step runs it: the last 64 tokens of a
+// causal prompt of n positions (token i reads positions [0, i + 1)), token by
+// token (attend_heads, kPrefill) and in tiles of T tokens
+// (attend_heads_tile), alternating batch by batch, in the flavour asked for
+// (the first of --flavour's); us per token (best of 30 batches, the thread's
+// CPU time) and the ratio:
+//
+//   attention_bench --tile=8 [--heads=3,3,3] [--dim=64] [positions ...]
+//
 // --cold measures long-context decode as a model step sees it: the keys and
 // values come from memory, not cache (each call reads another layer of a pool
 // of several hundred MiB, far beyond L3, while a real step streams the weights
@@ -33,6 +42,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <random>
 #include <string_view>
@@ -175,6 +185,81 @@ int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::ve
   return 0;
 }
 
+// --tile: the last kTokens tokens of causal prompts of each length, token by
+// token and in tiles, for each key/value head's group of query heads.
+int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t> lengths, int64_t tile,
+              GgmlFlavour flavour) {
+  constexpr int64_t kTokens = 64, kBlock = 16;
+  if (lengths.empty()) lengths = {512, 2048, 8192};
+  const int64_t kv_heads = static_cast<int64_t>(groups.size());
+  int64_t n_heads = 0;
+  for (int64_t g : groups) n_heads += g;
+  const int64_t max_pos = *std::max_element(lengths.begin(), lengths.end());
+  const int64_t n_blocks = (max_pos + kBlock - 1) / kBlock;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  // Head by head, as the KV cache lays a block out.
+  std::vector<uint16_t> k(n_blocks * kBlock * kv_heads * D), v(k.size());
+  for (auto& x : k) x = f32_to_f16(dist(rng));
+  for (auto& x : v) x = f32_to_f16(dist(rng));
+  std::vector<int32_t> table(n_blocks);
+  for (int64_t i = 0; i < n_blocks; ++i) table[i] = static_cast<int32_t>(i);
+  std::shuffle(table.begin(), table.end(), rng);
+  const PagedKV kv{k.data(), v.data(), D, kBlock, table.data(), DType::F16,
+                   static_cast<int64_t>(kBlock * kv_heads * D * sizeof(uint16_t))};
+  const int64_t row = n_heads * D;
+  std::vector<float> q(kTokens * row), out(q.size()), out_tiled(q.size());
+  for (float& x : q) x = dist(rng);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::printf("simd %s; prefill attention of %lld tokens ending at each length, flavour %s, head size %lld, query "
+              "heads per key/value head:", simd_level(), static_cast<long long>(kTokens), ggml_flavour_name(flavour),
+              static_cast<long long>(D));
+  for (int64_t g : groups) std::printf(" %lld", static_cast<long long>(g));
+  std::printf("; tiles of %lld\n%10s %18s %18s %12s\n", static_cast<long long>(tile), "positions",
+              "per token us/tok", "tiled us/tok", "tiled/per");
+  for (int64_t n : lengths) {
+    std::vector<int64_t> begin(kTokens, 0), end(kTokens);
+    for (int64_t i = 0; i < kTokens; ++i) end[i] = n - kTokens + i + 1;
+    auto per_token = [&] {
+      for (int64_t g = 0, h = 0; g < kv_heads; h += groups[g], ++g)
+        for (int64_t i = 0; i < kTokens; ++i)
+          attend_heads(q.data() + i * row + h * D, groups[g], kv, g * kBlock * D, D, begin[i], end[i], scale,
+                       AttentionPass::kPrefill, out.data() + i * row + h * D, flavour);
+    };
+    auto tiled = [&] {
+      for (int64_t g = 0, h = 0; g < kv_heads; h += groups[g], ++g)
+        for (int64_t i0 = 0; i0 < kTokens; i0 += tile) {
+          const AttentionTile t{q.data() + i0 * row + h * D, row, out_tiled.data() + i0 * row + h * D, row,
+                                std::min(tile, kTokens - i0), begin.data() + i0, end.data() + i0};
+          attend_heads_tile(t, groups[g], kv, g * kBlock * D, D, scale, flavour);
+        }
+    };
+    // The thread's CPU time, not the wall clock's: on a shared host the
+    // other processes' time slices would count otherwise.
+    auto cpu_seconds = [] {
+      timespec ts{};
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    };
+    double best[2] = {1e30, 1e30};
+    for (int batch = 0; batch < 30; ++batch) {
+      for (int which = 0; which < 2; ++which) {
+        const double t0 = cpu_seconds();
+        which == 0 ? per_token() : tiled();
+        best[which] = std::min(best[which], cpu_seconds() - t0);
+      }
+    }
+    if (std::memcmp(out.data(), out_tiled.data(), out.size() * sizeof(float)) != 0) {
+      std::fprintf(stderr, "tiled results differ from per-token ones at %lld positions\n", static_cast<long long>(n));
+      return 1;
+    }
+    std::printf("%10lld %18.2f %18.2f %12.3f\n", static_cast<long long>(n), best[0] / kTokens * 1e6,
+                best[1] / kTokens * 1e6, best[1] / best[0]);
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,7 +267,7 @@ int main(int argc, char** argv) {
   std::vector<GgmlFlavour> flavours = {GgmlFlavour::kAvx512, GgmlFlavour::kAvx2};
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
-  int64_t D = 64;
+  int64_t D = 64, tile = 0;
   bool cold = false, in_order = false, slot_by_slot = false, warm = false;
   int reps = 5;
   std::vector<Shape> shapes;
@@ -259,6 +344,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bad %s\n", argv[i]);
         return 2;
       }
+    } else if (arg.starts_with("--tile=")) {
+      tile = std::atoll(argv[i] + 7);
+      if (tile < 1) {
+        std::fprintf(stderr, "bad %s\n", argv[i]);
+        return 2;
+      }
     } else if (arg == "--prefill") {
       pass = AttentionPass::kPrefill;
     } else {
@@ -266,6 +357,7 @@ int main(int argc, char** argv) {
     }
   }
   if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot, warm);
+  if (tile > 0) return run_tiles(groups, D, lengths, tile, flavours[0]);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;
   int64_t n_heads = 0;

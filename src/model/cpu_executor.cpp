@@ -340,34 +340,105 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   const int32_t kv_group = pass.cache->group(layer);
   const Linear& wo = linears_[layer][Projection::kO];
   const float* sinks = phase.sinks ? weights_.layers[layer].attn_sinks.f32() : nullptr;
-  // One work item per (token, head); items are dealt out in contiguous runs,
-  // and the heads of a run that share a key/value head are computed together.
-  const auto [begin, end] = ThreadPool::split(batch.size() * H, ti, nt);
-  size_t seq = 0;
-  for (int64_t item = begin, n_heads = 0; item < end; item += n_heads) {
-    const int64_t t = item / H, h = item % H;
-    n_heads = std::min(end - item, group - h % group);
-    while (t >= batch.sequences[seq].first_token + batch.sequences[seq].n_tokens) ++seq;
-    const SequenceSlice& sl = batch.sequences[seq];
-    const kernels::PagedKV kv{kc, vc, slot_stride, kv_spec.block_size, sl.block_tables[kv_group].data(),
-                              kv_spec.dtype, block_stride};
+  const int64_t n_kv = H / group;
+  const int64_t v_rot = kv_spec.value_rotation();
+  auto range_of = [&](int64_t t) {  // positions token t attends to
     const int64_t pos = batch.positions[t];
-    const int64_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
-    const auto attn_pass =
-        sl.prompt_pass() ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
-    const int64_t kv_head_run = (h / group) * kv_spec.block_size * kv_spec.head_size;
-    kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, kv, kv_head_run, D, first, pos + 1,
-                          phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
-                          sinks ? sinks + h : nullptr);
+    return std::pair<int64_t, int64_t>{window > 0 && pos + 1 > window ? pos + 1 - window : 0, pos + 1};
+  };
+  auto view_of = [&](const SequenceSlice& sl) {
+    return kernels::PagedKV{kc, vc, slot_stride, kv_spec.block_size, sl.block_tables[kv_group].data(), kv_spec.dtype,
+                            block_stride};
+  };
+  // After attention: heads [h, h + n_heads) of token t turned back from the
+  // values' rotation, gated, and quantized for the output projection.
+  auto finish = [&](int64_t t, int64_t h, int64_t n_heads) {
+    float* out = s_.attn.data() + t * c.q_dim() + h * D;
     // Values were stored rotated: the weighted sum turns back (H is its own inverse).
-    if (const int64_t v_rot = kv_spec.value_rotation(); v_rot > 0)
-      kernels::hadamard_rotate(s_.attn.data() + t * c.q_dim() + h * D, n_heads * D, v_rot);
+    if (v_rot > 0) kernels::hadamard_rotate(out, n_heads * D, v_rot);
     if (phase.output_gate) {  // times the gates' sigmoids (qkv), as GGML's mul
-      float* out = s_.attn.data() + t * c.q_dim() + h * D;
       const float* gate = s_.attn_gate.data() + t * c.q_dim() + h * D;
       for (int64_t i = 0; i < n_heads * D; ++i) out[i] *= gate[i];
     }
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
+  };
+  // A prefill pass's tokens (a sequence of several tokens computed as one
+  // chunk) go in tiles of kAttentionTileTokens consecutive tokens: one work
+  // item per (tile, key/value head), ordered sequence, key/value head, tile,
+  // so that a thread's consecutive tiles read the same keys and values. Each
+  // token's result has the bits of its own attend_heads call
+  // (kernels::attend_heads_tile). The items are split over the threads by
+  // cost (the positions their tokens read, plus a token's fixed share), not
+  // count: a causal prefill's last tokens read the most.
+  auto tiled = [&](const SequenceSlice& sl) { return sl.n_tokens > 1 && !sl.decode_each; };
+  constexpr int64_t kTile = kernels::kAttentionTileTokens, kTokenCost = 64;
+  int64_t total = 0, n_other = 0;  // the tiles' cost (one key/value head's), the other tokens
+  for (const SequenceSlice& sl : batch.sequences) {
+    if (!tiled(sl)) {
+      n_other += sl.n_tokens;
+      continue;
+    }
+    for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t) {
+      const auto [first, end] = range_of(t);
+      total += end - first + kTokenCost;
+    }
+  }
+  if (total > 0) {
+    const int64_t share_begin = total * n_kv * ti / nt, share_end = total * n_kv * (ti + 1) / nt;
+    int64_t at = 0;  // cost of the items before this one
+    for (const SequenceSlice& sl : batch.sequences) {
+      if (!tiled(sl)) continue;
+      const kernels::PagedKV kv = view_of(sl);
+      for (int64_t g = 0; g < n_kv; ++g) {
+        for (int64_t t0 = sl.first_token; t0 < sl.first_token + sl.n_tokens; t0 += kTile) {
+          const int64_t n = std::min<int64_t>(kTile, sl.first_token + sl.n_tokens - t0);
+          int64_t pos_begin[kTile], pos_end[kTile], cost = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            std::tie(pos_begin[i], pos_end[i]) = range_of(t0 + i);
+            cost += pos_end[i] - pos_begin[i] + kTokenCost;
+          }
+          const bool mine = at >= share_begin && at < share_end;
+          at += cost;
+          if (!mine) continue;
+          const int64_t h = g * group;
+          const kernels::AttentionTile tile{s_.q.data() + t0 * c.q_dim() + h * D, c.q_dim(),
+                                            s_.attn.data() + t0 * c.q_dim() + h * D, c.q_dim(), n, pos_begin, pos_end};
+          kernels::attend_heads_tile(tile, group, kv, g * kv_spec.block_size * kv_spec.head_size, D, phase.kq_scale,
+                                     flavour_, sinks ? sinks + h : nullptr);
+          for (int64_t i = 0; i < n; ++i) finish(t0 + i, h, group);
+        }
+      }
+    }
+  }
+  if (n_other == 0) return;
+  // The other tokens (decode steps, sequences computed token by token): one
+  // work item per (token, head); items are dealt out in contiguous runs, and
+  // the heads of a run that share a key/value head are computed together.
+  const auto [begin, end] = ThreadPool::split(n_other * H, ti, nt);
+  size_t seq = 0;
+  int64_t seq_other = 0;  // the other tokens before sequence seq
+  auto next_other = [&] {  // to the next sequence whose tokens are not tiled
+    while (tiled(batch.sequences[seq])) ++seq;
+  };
+  next_other();
+  for (int64_t item = begin, n_heads = 0; item < end; item += n_heads) {
+    const int64_t o = item / H, h = item % H;
+    n_heads = std::min(end - item, group - h % group);
+    while (o >= seq_other + batch.sequences[seq].n_tokens) {
+      seq_other += batch.sequences[seq].n_tokens;
+      ++seq;
+      next_other();
+    }
+    const SequenceSlice& sl = batch.sequences[seq];
+    const int64_t t = sl.first_token + (o - seq_other);
+    const auto [first, pos_end] = range_of(t);
+    const auto attn_pass =
+        sl.prompt_pass() ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
+    const int64_t kv_head_run = (h / group) * kv_spec.block_size * kv_spec.head_size;
+    kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, view_of(sl), kv_head_run, D, first, pos_end,
+                          phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
+                          sinks ? sinks + h : nullptr);
+    finish(t, h, n_heads);
   }
 }
 

@@ -654,5 +654,119 @@ TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
   }
 }
 
+// Prefill tiles (attend_heads_tile): each token of a tile gets the bits of
+// the per-token kernel (attend_heads, kPrefill) run for it alone, and of the
+// portable kernel, for tiles of 1 to 17 tokens (the AVX-512 kernel takes 16 at
+// a time), causal ranges whose ends are one apart (the ragged end) starting
+// at 0, inside a chunk and across a 256-position value block, sliding
+// windows (the beginnings move too), sinks, groups of 1 to 9 query heads (more
+// than the kernel's 8 at a time; groups of more than 4 over ranges of more
+// than 4,096 positions, where the kernel tiles them), head sizes with and
+// without a tiled kernel,
+// in the KV cache's layout (shuffled 16-slot blocks of several layers); and
+// tiles of unrelated ranges in any order.
+TEST(KernelsAttention, PrefillTilesGiveEachTokensBits) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr int64_t kBlock = 16, kLayers = 2, kKVHeads = 2;
+  // Long ranges too: the AVX-512 kernel tiles groups of more than four heads
+  // only from 4,096 positions on.
+  for (const auto [D, n_pos] : {std::pair<int64_t, int64_t>{64, 560}, {128, 560}, {256, 560}, {192, 560}, {80, 560},
+                               {64, 4400}, {128, 4400}}) {
+    const bool long_range = n_pos > 4096;
+    const int64_t n_blocks = (n_pos + kBlock - 1) / kBlock, slot = kKVHeads * D, layer_elements = kBlock * slot;
+    std::vector<uint16_t> k(static_cast<size_t>(n_blocks * kLayers * layer_elements)), v(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
+    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+    for (int64_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
+    std::shuffle(table.begin(), table.end(), rng);
+    const PagedKV kv{k.data() + layer_elements, v.data() + layer_elements, slot, kBlock, table.data(), DType::F16,
+                     static_cast<int64_t>(kLayers * layer_elements * sizeof(uint16_t))};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int64_t n_heads : long_range ? std::vector<int64_t>{5, 7, 9} : std::vector<int64_t>{1, 3, 7, 9}) {
+      constexpr int64_t kMaxTokens = 17;
+      // Token rows wider than their heads (q_stride, out_stride), as a batch's.
+      const int64_t stride = n_heads * D + 16;
+      std::vector<float> q(static_cast<size_t>(kMaxTokens * stride));
+      for (float& x : q) x = 2.0f * dist(rng);
+      std::vector<float> sinks(static_cast<size_t>(n_heads));
+      for (float& x : sinks) x = 3.0f * dist(rng);
+      auto check = [&](const std::vector<int64_t>& begin, const std::vector<int64_t>& end, const float* sink,
+                       bool scalar_too, const std::string& what) {
+        const auto T = static_cast<int64_t>(begin.size());
+        for (GgmlFlavour flavour : {GgmlFlavour::kAvx512, GgmlFlavour::kAvx2}) {
+          std::vector<float> want(static_cast<size_t>(T * stride), 0.0f);
+          for (int64_t i = 0; i < T; ++i)
+            attend_heads(q.data() + i * stride, n_heads, kv, D, D, begin[i], end[i], scale, AttentionPass::kPrefill,
+                         want.data() + i * stride, flavour, sink);
+          if (scalar_too && flavour == GgmlFlavour::kAvx512) {
+            std::vector<float> portable(want.size(), 0.0f);
+            for (int64_t i = 0; i < T; ++i)
+              each_head<detail::attend_one_head_scalar>(q.data() + i * stride, n_heads, kv, D, D, begin[i], end[i],
+                                                        scale, AttentionPass::kPrefill, portable.data() + i * stride,
+                                                        sink);
+            for (size_t x = 0; x < want.size(); ++x)
+              ASSERT_EQ(bits_of(want[x]), bits_of(portable[x])) << "per-token vs portable " << what;
+          }
+          std::vector<std::pair<std::string, AttendTileFn>> fns = {
+              {"dispatch", [](const AttentionTile& t, int64_t nh, const PagedKV& c, int64_t ho, int64_t d, float sc,
+                              const float* sk) { attend_heads_tile(t, nh, c, ho, d, sc, GgmlFlavour::kAvx512, sk); }}};
+          if (flavour == GgmlFlavour::kAvx2) {
+            fns[0].second = [](const AttentionTile& t, int64_t nh, const PagedKV& c, int64_t ho, int64_t d, float sc,
+                               const float* sk) { attend_heads_tile(t, nh, c, ho, d, sc, GgmlFlavour::kAvx2, sk); };
+          } else if (best_simd_level() >= SimdLevel::kAvx512) {
+            fns.emplace_back("avx512", detail::attend_heads_tile_avx512);
+          }
+          for (const auto& [name, fn] : fns) {
+            std::vector<float> got(want.size(), 0.0f);
+            const AttentionTile tile{q.data(), stride, got.data(), stride, T, begin.data(), end.data()};
+            fn(tile, n_heads, kv, D, D, scale, sink);
+            for (int64_t i = 0; i < T; ++i)
+              for (int64_t x = 0; x < n_heads * D; ++x)
+                ASSERT_EQ(bits_of(got[i * stride + x]), bits_of(want[i * stride + x]))
+                    << ggml_flavour_name(flavour) << " " << name << " " << what << " D " << D << " heads " << n_heads
+                    << " token " << i << " of " << T << " [" << begin[i] << ", " << end[i] << ") head " << x / D
+                    << " i " << x % D;
+          }
+        }
+      };
+      // Causal tiles: token i at position first + i reads [begin, first + i + 1).
+      for (int64_t n_tokens : {1, 2, 5, 8, 16, 17}) {
+        for (int64_t first : long_range ? std::vector<int64_t>{4300} : std::vector<int64_t>{0, 9, 250, 509}) {
+          for (int64_t window : long_range ? std::vector<int64_t>{0, 4100} : std::vector<int64_t>{0, 37, 300}) {
+            for (bool with_sinks : {false, true}) {
+              if (with_sinks && window == 37) continue;
+              std::vector<int64_t> begin, end;
+              for (int64_t i = 0; i < n_tokens; ++i) {
+                const int64_t pos = first + i;
+                begin.push_back(window > 0 && pos + 1 > window ? pos + 1 - window : 0);
+                end.push_back(pos + 1);
+              }
+              check(begin, end, with_sinks ? sinks.data() : nullptr,
+                    !long_range && n_tokens == 5 && first == 509 && window != 37,
+                    "tokens " + std::to_string(n_tokens) + " first " + std::to_string(first) + " window " +
+                        std::to_string(window) + (with_sinks ? " sinks" : ""));
+            }
+          }
+        }
+      }
+      // Unrelated ranges in any order, some of one position, some disjoint.
+      std::uniform_int_distribution<int64_t> pos(0, n_pos - 1);
+      for (int rep = 0; rep < 4; ++rep) {
+        std::vector<int64_t> begin, end;
+        for (int64_t i = 0; i < 7 + rep; ++i) {
+          int64_t a = pos(rng), b = pos(rng);
+          if (a > b) std::swap(a, b);
+          if (i % 3 == 0) a = b;
+          begin.push_back(a);
+          end.push_back(b + 1);
+        }
+        check(begin, end, rep % 2 ? sinks.data() : nullptr, rep == 0 && !long_range,
+              "random ranges " + std::to_string(rep));
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace inferd::kernels

@@ -54,6 +54,16 @@ void each_head(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_
     kOneHead(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
 }
 
+// A tile token by token through a level's per-token kernel (the levels and
+// flavours without a tiled one): the same calls as one per token.
+template <auto kHeads>
+void each_token(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                float scale, const float* sinks) {
+  for (int64_t i = 0; i < tile.n_tokens; ++i)
+    kHeads(tile.q + i * tile.q_stride, n_heads, kv, head_offset, D, tile.pos_begin[i], tile.pos_end[i], scale,
+           AttentionPass::kPrefill, tile.out + i * tile.out_stride, sinks);
+}
+
 }  // namespace
 
 void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
@@ -66,6 +76,15 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
   // included), else the portable one.
   avx2_build = level >= SimdLevel::kAvx2 ? detail::attend_heads_ggml_avx2
                                          : each_head<detail::attend_one_head_ggml_avx2_scalar>;
+  // Prefill tiles: the tiled kernel at AVX-512, else the level's per-token
+  // kernel token by token.
+  ops.attend_tile[static_cast<int>(GgmlFlavour::kAvx512)] =
+      level >= SimdLevel::kAvx512 ? detail::attend_heads_tile_avx512
+      : level == SimdLevel::kAvx2 ? each_token<detail::attend_heads_avx2>
+                                  : each_token<each_head<detail::attend_one_head_scalar>>;
+  ops.attend_tile[static_cast<int>(GgmlFlavour::kAvx2)] =
+      level >= SimdLevel::kAvx2 ? each_token<detail::attend_heads_ggml_avx2>
+                                : each_token<each_head<detail::attend_one_head_ggml_avx2_scalar>>;
   // Latent heads (576 wide for DeepSeek): the AVX-512 build's order with
   // AVX-512 instructions, else the portable kernel (with FMA instructions
   // where the CPU has them).
@@ -90,6 +109,19 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
   const FloatKernels& ops = kernel_table().ops;
   const AttendHeadsFn fn = kv.dtype == DType::F16 ? ops.attend_heads[static_cast<int>(flavour)] : ops.attend_heads_quant;
   fn(q, n_heads, kv, head_offset, D, pos_begin, pos_end, scale, pass, out, sinks);
+}
+
+void attend_heads_tile(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                       float scale, GgmlFlavour flavour, const float* sinks) {
+  assert(attention_reads_kv(kv.dtype));
+  const FloatKernels& ops = kernel_table().ops;
+  if (kv.dtype != DType::F16) {  // the quantized kernels: token by token
+    for (int64_t i = 0; i < tile.n_tokens; ++i)
+      ops.attend_heads_quant(tile.q + i * tile.q_stride, n_heads, kv, head_offset, D, tile.pos_begin[i],
+                             tile.pos_end[i], scale, AttentionPass::kPrefill, tile.out + i * tile.out_stride, sinks);
+    return;
+  }
+  ops.attend_tile[static_cast<int>(flavour)](tile, n_heads, kv, head_offset, D, scale, sinks);
 }
 
 void attend_latent_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,

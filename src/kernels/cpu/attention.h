@@ -105,6 +105,38 @@ void attend_heads(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
                   int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out,
                   GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
 
+// A tile of query tokens of one sequence in a kPrefill pass: token i
+// (i < n_tokens) has its query heads at q + i * q_stride, attends to positions
+// [pos_begin[i], pos_end[i]) and writes its heads' results at out + i *
+// out_stride. Consecutive tokens of a causal prefill have ranges that end one
+// apart (pos + 1); a sliding window moves their beginnings too.
+struct AttentionTile {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  int64_t n_tokens = 0;
+  const int64_t* pos_begin = nullptr;
+  const int64_t* pos_end = nullptr;
+};
+
+// Tokens an executor gives attend_heads_tile at a time (more are taken in
+// tiles of this many): the AVX-512 kernel reads each key and value once per
+// this many tokens instead of once per token.
+constexpr int64_t kAttentionTileTokens = 8;
+
+// attend_heads (kPrefill) for each token of the tile: each token's result is
+// attend_heads(tile.q + i * q_stride, n_heads, kv, head_offset, D,
+// pos_begin[i], pos_end[i], scale, AttentionPass::kPrefill, ...)'s to the bit,
+// at every level and flavour and for any tile (the arithmetic of a token does
+// not depend on the others: docs/design.md, "Prefill attention in tiles").
+// F16 caches at AVX-512 (head sizes 64, 128, 192, 256) go through the tiled
+// kernel, which reads each 16-position chunk of keys and each block of values
+// once for the tile; the other levels, flavours, head sizes and dtypes run the
+// per-token kernel token by token.
+void attend_heads_tile(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                       float scale, GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
+
 // Multi-head latent attention in llama.cpp's absorbed form (DeepSeek V2/V3):
 // n_heads query heads of Dk elements over one latent head per slot (kv.k ==
 // kv.v, slot_stride >= Dk), whose first Dv elements are also the values
@@ -138,6 +170,10 @@ void attend_one_head_avx512(const float* q, const PagedKV& kv, int64_t head_offs
                             int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                          int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
+// attend_heads_tile's AVX-512 kernel (F16, the AVX-512 flavour); head sizes
+// without a grouped kernel go token by token through attend_heads_avx512.
+void attend_heads_tile_avx512(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                              int64_t D, float scale, const float* sinks);
 // The AVX-512 kernel's bits with AVX2, FMA and F16C (each 16-lane vector as
 // two 8-lane halves), query heads that share a key/value head together; and
 // its softmax before the f16 rounding, for tests: w[0, n) in place, n a

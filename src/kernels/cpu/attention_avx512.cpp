@@ -475,6 +475,181 @@ void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int
   }
 }
 
+// Prefill tiles (attend_heads_tile): several query tokens of one sequence
+// over one key/value head, each token's arithmetic attend_heads_avx512's
+// (kPrefill) step for step, only the loops reordered so that what the tokens
+// share is read once for the tile:
+//   scores  chunk by chunk; each 16-position chunk's keys are read from memory
+//           once and by the tile's other tokens from L1 (chunk_scores per
+//           token on the keys of its own range, null outside it, as the
+//           per-token kernel passes them: the same bits);
+//   softmax per token and head over its own chunks (softmax_to_f16);
+//   values  position lane s (p % 16) of each token is the same chain of
+//           fused multiply-adds in position order as sum_value_lanes's, cut
+//           into blocks of kTileValueBlock positions: per block, lane and 64
+//           columns, each token carries its chain over its part of the block
+//           (stored and loaded between blocks, which keeps the bits), so a
+//           lane's value rows are read once for the tile;
+//   fold    fold_partial_sums per token and head, as the per-token kernel.
+// Tokens per call: at most kTileMaxTokens (the wrapper below cuts larger
+// tiles).
+constexpr int64_t kTileMaxTokens = 16;
+constexpr int64_t kTileValueBlock = 256;
+// Groups of more than four query heads (the kernel's two passes over each
+// chunk's keys and values) gained only over long ranges: at 512 and 2,048
+// positions the per-token kernel, which shares each key's widening among all
+// of them, was 8-12% faster, at 8,192 the tiles 5-7% (attention_bench
+// --tile=8 --heads=7,7, docs/benchmarks.md). Below this many positions such
+// groups go token by token.
+constexpr int64_t kWideGroupTileMinPositions = 4096;
+
+// One token's lane chain over positions p0, p0 + 16, ... < p1 (one lane), its
+// 64 columns from 16 * j, for NH heads: w[h * n + p - c0] head h's weight of
+// position p, acc + h * 16 * D the head's lane (its partial sums, read unless
+// `first`, the lane's first positions: those start from zero).
+template <int NH, int NV>
+[[gnu::always_inline]] inline void tile_lane_walk(const ValueRows& vrow, int64_t B, int64_t c0, int64_t p0, int64_t p1,
+                                                  int64_t j, bool first, const float* w, int64_t n, float* acc) {
+  constexpr int64_t D = 16 * NV;
+  __m512 a[NH][4];
+  for (int h = 0; h < NH; ++h)
+    for (int k = 0; k < 4; ++k)
+      a[h][k] = first ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + h * 16 * D + 16 * (j + k));
+  for (int64_t p = p0; p < p1; p += 16) {
+    const uint16_t* v = vrow(p - B) + 16 * j;
+    __m512 vf[4];
+    for (int k = 0; k < 4; ++k) vf[k] = load_f16(v + 16 * k);
+    for (int h = 0; h < NH; ++h) {
+      const __m512 wp = _mm512_set1_ps(w[h * n + p - c0]);
+      for (int k = 0; k < 4; ++k) a[h][k] = _mm512_fmadd_ps(vf[k], wp, a[h][k]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int k = 0; k < 4; ++k) _mm512_storeu_ps(acc + h * 16 * D + 16 * (j + k), a[h][k]);
+}
+
+// NH query heads of 16 * NV columns, tile.n_tokens <= kTileMaxTokens tokens.
+template <int NH, int NV>
+void attend_tile_avx512(const AttentionTile& tile, const PagedKV& kv, int64_t head_offset, float scale,
+                        const float* sinks) {
+  static_assert(NH <= 8);
+  constexpr int64_t D = 16 * NV;
+  constexpr int NA = std::min(NH, 4), NB = NH - NA;
+  const int64_t T = tile.n_tokens;
+  const int64_t* b = tile.pos_begin;
+  const int64_t* e = tile.pos_end;
+  int64_t B = b[0], E = e[0];  // the positions any token reads
+  for (int64_t i = 1; i < T; ++i) B = std::min(B, b[i]), E = std::max(E, e[i]);
+  thread_local std::vector<float> q_buf, weights, acc_buf;
+  thread_local std::vector<int64_t> slots;  // cache slot of each position in [B, E)
+  thread_local std::vector<__m512> vmax;    // token i, head h: vmax[i * NH + h]
+  float* q = line_aligned(q_buf, static_cast<size_t>(T * NH * D));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t d = 0; d < NH * D; d += 16)
+      _mm512_store_ps(q + i * NH * D + d, round_f16(_mm512_loadu_ps(tile.q + i * tile.q_stride + d)));
+  slots_of(kv, B, E, slots);
+
+  // Scores: token i's head h at weights[(i * NH + h) * n + p - c0], over the
+  // whole chunks of its own range (c0 the tile's first chunk).
+  const int64_t c0 = B - B % 16;
+  const int64_t n = (E - c0 + 15) / 16 * 16;
+  weights.resize(static_cast<size_t>(T * NH * n));
+  vmax.assign(static_cast<size_t>(T * NH), _mm512_set1_ps(-std::numeric_limits<float>::infinity()));
+  const uint16_t* const none[16] = {};
+  for (int64_t ch = c0; ch < E; ch += 16) {
+    const uint16_t* keys[16];
+    for (int64_t l = 0; l < 16; ++l)
+      keys[l] = ch + l >= B && ch + l < E ? kv.k_f16() + slots[ch + l - B] + head_offset : nullptr;
+    for (int64_t i = 0; i < T; ++i) {
+      if (e[i] <= ch || b[i] >= ch + 16) continue;  // the chunk is outside token i's range
+      const int64_t lo = std::max(ch, b[i]) - ch, hi = std::min(ch + 16, e[i]) - ch;
+      const uint16_t* mine[16];  // token i's keys of the chunk, null outside its range
+      for (int64_t l = 0; l < 16; ++l) mine[l] = l >= lo && l < hi ? keys[l] : nullptr;
+      __m512 s[NH];
+      chunk_scores<NA, NV>(q + i * NH * D, mine, none, true, s);
+      if constexpr (NB > 0) chunk_scores<NB, NV>(q + i * NH * D + NA * D, mine, none, true, s + NA);
+      const __mmask16 valid = static_cast<__mmask16>(((1u << hi) - 1) & ~((1u << lo) - 1));
+      for (int h = 0; h < NH; ++h) {
+        s[h] = _mm512_mask_mul_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), valid, s[h],
+                                  _mm512_set1_ps(scale));
+        _mm512_storeu_ps(&weights[(i * NH + h) * n + ch - c0], s[h]);
+        vmax[i * NH + h] = _mm512_max_ps(vmax[i * NH + h], s[h]);
+      }
+    }
+  }
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t ci = b[i] - b[i] % 16, ni = (e[i] - ci + 15) / 16 * 16;
+    for (int h = 0; h < NH; ++h)
+      softmax_to_f16(&weights[(i * NH + h) * n + ci - c0], ni, _mm512_reduce_max_ps(vmax[i * NH + h]),
+                     sinks ? sinks + h : nullptr);
+  }
+
+  // Values: token i's head h, lane s at acc + ((i * NH + h) * 16 + s) * D.
+  float* acc = line_aligned(acc_buf, static_cast<size_t>(T * NH * 16 * D));
+  const ValueRows vrow{kv.v_f16(), slots.data(), head_offset};
+  for (int64_t blk = B - B % kTileValueBlock; blk < E; blk += kTileValueBlock) {
+    for (int64_t i = 0; i < T; ++i) {
+      for (int64_t s = 0; s < 16; ++s) {
+        for (int64_t j = 0; j < NV; j += 4) {
+          const int64_t r0 = std::max(blk, b[i]), r1 = std::min(blk + kTileValueBlock, e[i]);
+          const int64_t p0 = r0 + ((s - r0 % 16) + 16) % 16;  // the lane's first position in the block
+          if (p0 >= r1) continue;
+          const bool first = p0 - b[i] < 16;  // the lane's first in token i's range
+          float* a = acc + (i * NH * 16 + s) * D;
+          const float* w = &weights[i * NH * n];
+          tile_lane_walk<NA, NV>(vrow, B, c0, p0, r1, j, first, w, n, a);
+          if constexpr (NB > 0) tile_lane_walk<NB, NV>(vrow, B, c0, p0, r1, j, first, w + NA * n, n, a + NA * 16 * D);
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < T; ++i) {
+    const uint64_t reached = sets_reached(b[i], std::min<int64_t>(16, e[i] - b[i]), 16);
+    for (int h = 0; h < NH; ++h)
+      fold_partial_sums(acc + (i * NH + h) * 16 * D, D, true, reached, tile.out + i * tile.out_stride + h * D);
+  }
+}
+
+// Up to eight heads and kTileMaxTokens tokens at a time.
+template <int NV>
+void attend_tile_avx512(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                        float scale, const float* sinks) {
+  constexpr int64_t D = 16 * NV;
+  if (n_heads > 4) {
+    int64_t B = tile.pos_begin[0], E = tile.pos_end[0];
+    for (int64_t i = 1; i < tile.n_tokens; ++i) B = std::min(B, tile.pos_begin[i]), E = std::max(E, tile.pos_end[i]);
+    if (E - B < kWideGroupTileMinPositions) {
+      for (int64_t i = 0; i < tile.n_tokens; ++i)
+        attend_heads_avx512<NV>(tile.q + i * tile.q_stride, n_heads, kv, head_offset, tile.pos_begin[i],
+                                tile.pos_end[i], scale, AttentionPass::kPrefill, tile.out + i * tile.out_stride, sinks);
+      return;
+    }
+  }
+  for (int64_t i0 = 0; i0 < tile.n_tokens; i0 += kTileMaxTokens) {
+    for (int64_t h = 0; h < n_heads;) {
+      const int64_t nh = std::min<int64_t>(n_heads - h, 8);
+      AttentionTile part = tile;
+      part.q = tile.q + i0 * tile.q_stride + h * D;
+      part.out = tile.out + i0 * tile.out_stride + h * D;
+      part.n_tokens = std::min(kTileMaxTokens, tile.n_tokens - i0);
+      part.pos_begin = tile.pos_begin + i0;
+      part.pos_end = tile.pos_end + i0;
+      const float* sh = sinks ? sinks + h : nullptr;
+      switch (nh) {
+        case 8: attend_tile_avx512<8, NV>(part, kv, head_offset, scale, sh); break;
+        case 7: attend_tile_avx512<7, NV>(part, kv, head_offset, scale, sh); break;
+        case 6: attend_tile_avx512<6, NV>(part, kv, head_offset, scale, sh); break;
+        case 5: attend_tile_avx512<5, NV>(part, kv, head_offset, scale, sh); break;
+        case 4: attend_tile_avx512<4, NV>(part, kv, head_offset, scale, sh); break;
+        case 3: attend_tile_avx512<3, NV>(part, kv, head_offset, scale, sh); break;
+        case 2: attend_tile_avx512<2, NV>(part, kv, head_offset, scale, sh); break;
+        default: attend_tile_avx512<1, NV>(part, kv, head_offset, scale, sh); break;
+      }
+      h += nh;
+    }
+  }
+}
+
 }  // namespace
 
 // Head sizes of 64, 128, 192 and 256 get the grouped kernels; others go one
@@ -489,6 +664,20 @@ void attend_heads_avx512(const float* q, int64_t n_heads, const PagedKV& kv, int
     default:
       for (int64_t h = 0; h < n_heads; ++h)
         attend_one_head_avx512(q + h * D, kv, head_offset, D, pos_begin, pos_end, scale, pass, out + h * D, sinks ? sinks + h : nullptr);
+  }
+}
+
+void attend_heads_tile_avx512(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                              int64_t D, float scale, const float* sinks) {
+  switch (D) {
+    case 64: return attend_tile_avx512<4>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 128: return attend_tile_avx512<8>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 192: return attend_tile_avx512<12>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 256: return attend_tile_avx512<16>(tile, n_heads, kv, head_offset, scale, sinks);
+    default:
+      for (int64_t i = 0; i < tile.n_tokens; ++i)
+        attend_heads_avx512(tile.q + i * tile.q_stride, n_heads, kv, head_offset, D, tile.pos_begin[i],
+                            tile.pos_end[i], scale, AttentionPass::kPrefill, tile.out + i * tile.out_stride, sinks);
   }
 }
 

@@ -57,6 +57,9 @@ enum class AttentionPass;
 enum class RopePairs;
 using AttendHeadsFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                                int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
+struct AttentionTile;
+using AttendTileFn = void (*)(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                              int64_t D, float scale, const float* sinks);
 // Latent attention (attention.h: attend_latent_heads), flavour by flavour.
 using AttendLatentFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
                                 int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
@@ -80,6 +83,7 @@ constexpr int kNumGgmlFlavours = 2;
 // Indexed by GgmlFlavour where the two GGML builds round differently.
 struct FloatKernels {
   AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
+  AttendTileFn attend_tile[kNumGgmlFlavours] = {};  // F16 prefill tiles (attention.h: attend_heads_tile)
   AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 (attention_quant.h): one order, no flavour
   AttendLatentFn attend_latent[kNumGgmlFlavours] = {};  // F16 latent + RoPE key
   AttendLatentFn attend_latent_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 latent (attention_quant.h)
