@@ -609,21 +609,37 @@ TEST(KernelsAttention, LatentHeadsReadTheirValuesFromTheKeys) {
 // contexts of many value tiles (kValueTile, 128 positions) with a partial
 // last one, ranges that start and end inside a block, a chunk and a tile;
 // groups of more query heads than the AVX-512 kernel holds in registers.
+// Random f16 keys and values of n_pos positions in blocks of `block` slots
+// of kv_heads heads of D, `layers` layers a block (the view reads the
+// second), the blocks in shuffled order: a cache laid out as the executor's.
+struct RandomPagedCache {
+  std::vector<uint16_t> k, v;
+  std::vector<int32_t> table;
+  PagedKV kv;
+  RandomPagedCache(int64_t D, int64_t n_pos, int64_t block, int64_t layers, int64_t kv_heads, std::mt19937& rng) {
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    const int64_t n_blocks = (n_pos + block - 1) / block, slot = kv_heads * D, layer_elements = block * slot;
+    k.resize(static_cast<size_t>(n_blocks * layers * layer_elements));
+    v.resize(k.size());
+    for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
+    table.resize(static_cast<size_t>(n_blocks));
+    for (int64_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
+    std::shuffle(table.begin(), table.end(), rng);
+    kv = PagedKV{k.data() + layer_elements, v.data() + layer_elements, slot, block, table.data(), DType::F16,
+                 static_cast<int64_t>(layers * layer_elements * sizeof(uint16_t))};
+  }
+  RandomPagedCache(const RandomPagedCache&) = delete;  // kv points into k, v and table
+};
+
 // Every kernel of each flavour gives the portable kernel's bits.
 TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
   std::mt19937 rng(17);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   constexpr int64_t kBlock = 16, kLayers = 3, kKVHeads = 2;
   for (int64_t D : {64, 128, 256}) {
-    const int64_t n_pos = 1347, n_blocks = (n_pos + kBlock - 1) / kBlock;
-    const int64_t slot = kKVHeads * D, layer_elements = kBlock * slot;
-    std::vector<uint16_t> k(static_cast<size_t>(n_blocks * kLayers * layer_elements)), v(k.size());
-    for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
-    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-    for (int64_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
-    std::shuffle(table.begin(), table.end(), rng);
-    const PagedKV kv{k.data() + layer_elements, v.data() + layer_elements, slot, kBlock, table.data(), DType::F16,
-                     static_cast<int64_t>(kLayers * layer_elements * sizeof(uint16_t))};
+    const int64_t n_pos = 1347;
+    const RandomPagedCache cache(D, n_pos, kBlock, kLayers, kKVHeads, rng);
+    const PagedKV& kv = cache.kv;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     for (int64_t n_heads : {1, 3, 4, 5, 7, 8}) {
       std::vector<float> q(static_cast<size_t>(n_heads * D));
@@ -671,17 +687,11 @@ TEST(KernelsAttention, PrefillTilesGiveEachTokensBits) {
   constexpr int64_t kBlock = 16, kLayers = 2, kKVHeads = 2;
   // Long ranges too: the AVX-512 kernel tiles groups of more than four heads
   // only from 4,096 positions on.
-  for (const auto [D, n_pos] : {std::pair<int64_t, int64_t>{64, 560}, {128, 560}, {256, 560}, {192, 560}, {80, 560},
+  for (const auto& [D, n_pos] : {std::pair<int64_t, int64_t>{64, 560}, {128, 560}, {256, 560}, {192, 560}, {80, 560},
                                {64, 4400}, {128, 4400}}) {
     const bool long_range = n_pos > 4096;
-    const int64_t n_blocks = (n_pos + kBlock - 1) / kBlock, slot = kKVHeads * D, layer_elements = kBlock * slot;
-    std::vector<uint16_t> k(static_cast<size_t>(n_blocks * kLayers * layer_elements)), v(k.size());
-    for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
-    std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-    for (int64_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
-    std::shuffle(table.begin(), table.end(), rng);
-    const PagedKV kv{k.data() + layer_elements, v.data() + layer_elements, slot, kBlock, table.data(), DType::F16,
-                     static_cast<int64_t>(kLayers * layer_elements * sizeof(uint16_t))};
+    const RandomPagedCache cache(D, n_pos, kBlock, kLayers, kKVHeads, rng);
+    const PagedKV& kv = cache.kv;
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
     for (int64_t n_heads : long_range ? std::vector<int64_t>{5, 7, 9} : std::vector<int64_t>{1, 3, 7, 9}) {
       constexpr int64_t kMaxTokens = 17;
