@@ -362,19 +362,18 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     }
     if (o_block > 0) wo.quantize_blocks(s_.attn.data(), t, h * D / o_block, (h + n_heads) * D / o_block, pass.tokens, s_.in_o);
   };
-  // A prefill pass's tokens (a sequence of several tokens computed as one
-  // chunk) go in tiles of kAttentionTileTokens consecutive tokens: one work
+  // A prompt pass's tokens (SequenceSlice::prompt_pass: a chunk of several
+  // tokens, or a prompt's piece of one) go in tiles of kAttentionTileTokens consecutive tokens: one work
   // item per (tile, key/value head), ordered sequence, key/value head, tile,
   // so that a thread's consecutive tiles read the same keys and values. Each
   // token's result has the bits of its own attend_heads call
   // (kernels::attend_heads_tile). The items are split over the threads by
   // cost (the positions their tokens read, plus a token's fixed share), not
   // count: a causal prefill's last tokens read the most.
-  auto tiled = [&](const SequenceSlice& sl) { return sl.n_tokens > 1 && !sl.decode_each; };
   constexpr int64_t kTile = kernels::kAttentionTileTokens, kTokenCost = 64;
   int64_t total = 0, n_other = 0;  // the tiles' cost (one key/value head's), the other tokens
   for (const SequenceSlice& sl : batch.sequences) {
-    if (!tiled(sl)) {
+    if (!sl.prompt_pass()) {
       n_other += sl.n_tokens;
       continue;
     }
@@ -387,7 +386,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     const int64_t share_begin = total * n_kv * ti / nt, share_end = total * n_kv * (ti + 1) / nt;
     int64_t at = 0;  // cost of the items before this one
     for (const SequenceSlice& sl : batch.sequences) {
-      if (!tiled(sl)) continue;
+      if (!sl.prompt_pass()) continue;
       const kernels::PagedKV kv = view_of(sl);
       for (int64_t g = 0; g < n_kv; ++g) {
         for (int64_t t0 = sl.first_token; t0 < sl.first_token + sl.n_tokens; t0 += kTile) {
@@ -411,14 +410,15 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     }
   }
   if (n_other == 0) return;
-  // The other tokens (decode steps, sequences computed token by token): one
-  // work item per (token, head); items are dealt out in contiguous runs, and
-  // the heads of a run that share a key/value head are computed together.
+  // The other tokens (decode steps, and slices computed each as a one-token
+  // decode), in a decode's order: one work item per (token, head); items are
+  // dealt out in contiguous runs, and the heads of a run that share a
+  // key/value head are computed together.
   const auto [begin, end] = ThreadPool::split(n_other * H, ti, nt);
   size_t seq = 0;
   int64_t seq_other = 0;  // the other tokens before sequence seq
   auto next_other = [&] {  // to the next sequence whose tokens are not tiled
-    while (tiled(batch.sequences[seq])) ++seq;
+    while (batch.sequences[seq].prompt_pass()) ++seq;
   };
   next_other();
   for (int64_t item = begin, n_heads = 0; item < end; item += n_heads) {
@@ -432,11 +432,9 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     const SequenceSlice& sl = batch.sequences[seq];
     const int64_t t = sl.first_token + (o - seq_other);
     const auto [first, pos_end] = range_of(t);
-    const auto attn_pass =
-        sl.prompt_pass() ? kernels::AttentionPass::kPrefill : kernels::AttentionPass::kDecode;
     const int64_t kv_head_run = (h / group) * kv_spec.block_size * kv_spec.head_size;
     kernels::attend_heads(s_.q.data() + t * c.q_dim() + h * D, n_heads, view_of(sl), kv_head_run, D, first, pos_end,
-                          phase.kq_scale, attn_pass, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
+                          phase.kq_scale, kernels::AttentionPass::kDecode, s_.attn.data() + t * c.q_dim() + h * D, flavour_,
                           sinks ? sinks + h : nullptr);
     finish(t, h, n_heads);
   }

@@ -73,6 +73,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
 
 namespace {
 
+// The layer of a "blk.N." tensor, or -1 for the model's other tensors.
+int64_t block_of(std::string_view tensor) {
+  if (!tensor.starts_with("blk.")) return -1;
+  int64_t layer = 0;
+  for (size_t i = 4; i < tensor.size() && tensor[i] >= '0' && tensor[i] <= '9'; ++i) layer = layer * 10 + (tensor[i] - '0');
+  return layer;
+}
+
 // Stage boundaries from the back under `limit` bytes a stage: each stage, the
 // last first, takes layers while its bytes stay within the limit and one
 // layer is left for each stage before it; the first stage takes the rest.
@@ -117,11 +125,8 @@ LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t he
 std::vector<uint64_t> layer_weight_bytes(const gguf::File& file, int64_t n_layer) {
   std::vector<uint64_t> bytes(static_cast<size_t>(n_layer), 0);
   for (const gguf::TensorInfo& t : file.tensors()) {
-    if (!t.name.starts_with("blk.")) continue;
-    int64_t layer = 0;
-    for (size_t i = 4; i < t.name.size() && t.name[i] >= '0' && t.name[i] <= '9'; ++i)
-      layer = layer * 10 + (t.name[i] - '0');
-    if (layer < n_layer) bytes[static_cast<size_t>(layer)] += t.n_bytes;  // past n_layer: MTP blocks, never run
+    const int64_t layer = block_of(t.name);
+    if (layer >= 0 && layer < n_layer) bytes[static_cast<size_t>(layer)] += t.n_bytes;  // past n_layer: MTP blocks, never run
   }
   return bytes;
 }
@@ -164,12 +169,7 @@ std::vector<std::pair<const void*, uint64_t>> Model::shard_ranges() const {
 }
 
 bool Model::stage_reads(std::string_view tensor) const {
-  if (tensor.starts_with("blk.")) {
-    int64_t layer = 0;
-    for (size_t i = 4; i < tensor.size() && tensor[i] >= '0' && tensor[i] <= '9'; ++i)
-      layer = layer * 10 + (tensor[i] - '0');
-    return layer >= layers_.begin && layer < layers_.end;
-  }
+  if (const int64_t layer = block_of(tensor); layer >= 0) return layer >= layers_.begin && layer < layers_.end;
   // A tied head reads the embedding table, the last stage's output. The
   // first stage's lookups read a few of its rows a step: the rest of the
   // table is left unread, as a tensor-parallel rank leaves it (shard_ranges).
