@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <chrono>
+
 #include "distributed/mpi_messages.h"
 #include "distributed/tensor_parallel.h"
 
@@ -11,6 +13,18 @@ namespace inferd::distributed {
 namespace {
 
 enum Tag : int { kStepTag = 1, kHiddenTag = 2, kOutputTag = 3 };
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Where a stage's time went, logged when the pipeline ends: a stage that
+// waits a large share of it for its input is lighter than the one it waits
+// on (the balance of pipeline_layers, or rank 0's own engine work).
+void log_stage_time(int rank, int64_t steps, double waited, double total) {
+  spdlog::info("rank {}: {} steps in the pipeline; waited {:.3f} s of {:.3f} s ({:.1f}%) for {}", rank, steps, waited,
+               total, total > 0 ? 100.0 * waited / total : 0.0, rank == 0 ? "the last stage's samples" : "its input");
+}
 
 }  // namespace
 
@@ -44,7 +58,11 @@ void MpiPipelineLink::send_hidden(const std::vector<float>& hidden) {
 }
 
 void MpiPipelineLink::receive_output(ModelRunnerOutput& output) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (steps_ == 0) started_ = t0;
   receive(world_, bytes_, world_.layout().last_leader(), kOutputTag, "receiving the last stage's samples");
+  waited_ += seconds_since(t0);
+  ++steps_;
   if (Status s = decode_output(bytes_, output); !s) {
     spdlog::critical("rank 0: {}; ending every rank", s.error().message);
     world_.abort(1);
@@ -54,6 +72,7 @@ void MpiPipelineLink::receive_output(ModelRunnerOutput& output) {
 void MpiPipelineLink::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  if (steps_ > 0) log_stage_time(world_.rank(), steps_, waited_, seconds_since(started_));
   bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
   // Each stage's leader passes it on (and to its peers).
   send(world_, bytes_, world_.layout().leader(1), kStepTag, "ending the pipeline");
@@ -76,11 +95,18 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
                runner.n_blocks(), runner.kv_cache_bytes());
   std::vector<uint8_t> bytes;
   std::vector<float> hidden;
+  int64_t steps = 0;
+  double waited = 0;  // for steps and streams, from the first step's arrival on
+  std::chrono::steady_clock::time_point started;
   for (;;) {
+    const auto t0 = std::chrono::steady_clock::now();
     receive(world, bytes, previous, kStepTag, "receiving a step");
+    if (steps > 0) waited += seconds_since(t0);
+    else started = std::chrono::steady_clock::now();
     auto message = decode_step(bytes);
     if (!message) return message.error();
     if (message->kind == StepMessage::Kind::kShutdown) {
+      if (steps > 0) log_stage_time(rank, steps, waited, seconds_since(started));
       if (comm) log_collective_latency(world, *comm);
       if (peers) hand_to_peers(world, bytes, nullptr);
       if (!last) send(world, bytes, next, kStepTag, "passing on the end of the pipeline");
@@ -91,7 +117,10 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
         if (e.add) runner.add_request(e.request_id, std::move(e.request));
         else runner.remove_request(e.request_id);
       }
+    const auto t1 = std::chrono::steady_clock::now();
     receive(world, hidden, previous, kHiddenTag, "receiving the residual stream");
+    waited += seconds_since(t1);
+    ++steps;
     // The stage's peers run the same pass on their shards beside this one.
     if (peers) hand_to_peers(world, bytes, &hidden);
     std::vector<float>& out = runner.forward_stage(message->out, hidden.data());

@@ -14,6 +14,7 @@
 // receives as soon as it is done with the step before, and rank 0 receives a
 // step's samples before it sends the next step on (ModelRunner::hand_on).
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <unordered_set>
@@ -52,6 +53,10 @@ class MpiPipelineLink final : public PipelineLink {
   std::unordered_set<std::string> registered_;
   std::vector<uint8_t> bytes_;  // reused
   bool shut_down_ = false;
+  // Time waited for samples, from the first receive on (logged at shutdown).
+  int64_t steps_ = 0;
+  double waited_ = 0;
+  std::chrono::steady_clock::time_point started_;
 };
 
 // The block count every stage agrees on (the least offered): the collective

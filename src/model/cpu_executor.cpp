@@ -8,6 +8,7 @@
 #include <iterator>
 #include <numeric>
 #include <tuple>
+#include <unistd.h>
 #include <variant>
 
 #include "kernels/cpu/activation.h"
@@ -61,17 +62,26 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   }
   if (packed_bytes > 0) packed_arena_ = std::make_unique<kernels::PackedArena>(packed_bytes);
   kernels::PackedArena* arena = packed_arena_.get();
-  // Once a weight is repacked, the file's pages of it are no longer read:
-  // give them back at once, or the process holds those weights twice (for
-  // Q4_K_M 1.5B, 0.6 GB) and peaks at that while loading. A tied output
-  // matrix's pages go back too: token lookups read a few embedding rows a
-  // step, and the kernel maps those pages again (from the page cache) as
-  // they are read.
+  // Once a weight's rows are repacked, the file's pages of them are no longer
+  // read: give them back as the repack passes them, or the process holds
+  // those weights twice (for Q4_K_M 1.5B, 0.6 GB) and, for a large output
+  // head, peaks at that while loading. A tied output matrix's pages go back
+  // too: token lookups read a few embedding rows a step, and the kernel maps
+  // those pages again (from the page cache) as they are read.
   const gguf::File& file = model.file();
+  const long sys_page = ::sysconf(_SC_PAGESIZE);
+  const uintptr_t page = sys_page > 0 ? static_cast<uintptr_t>(sys_page) : 4096;
   const auto make = [&](const WeightView& w) {
-    Linear linear = Linear::make(w, arena, flavour_, numerics_);
-    if (linear.reads_copy()) file.release_pages(w.data, row_bytes(w.dtype, w.cols) * w.rows);
-    return linear;
+    const auto* base = static_cast<const uint8_t*>(w.data);
+    const size_t row = row_bytes(w.dtype, w.cols);
+    const uint8_t* from = base;  // what is not given back yet starts here
+    return Linear::make(w, arena, flavour_, numerics_, [&](int64_t rows_done) {
+      const uint8_t* to = base + row * static_cast<size_t>(rows_done);
+      file.release_pages(from, static_cast<uint64_t>(to - from));  // whole pages within only
+      // The page holding `to` was not given back: the next call starts there.
+      const auto page_of_to = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(to) & ~(page - 1));
+      from = std::max(base, page_of_to);
+    });
   };
   // Other stages' layers keep empty entries: linears_ is indexed by layer.
   linears_.resize(weights_.layers.size());

@@ -24,15 +24,15 @@ bool runs_bf16(const WeightView& w, kernels::Numerics numerics) {
 }  // namespace
 
 Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::GgmlFlavour flavour,
-                    kernels::Numerics numerics) {
+                    kernels::Numerics numerics, const kernels::RowsRepacked& done) {
   Linear l;
   l.view_ = w;
   if (runs_fast(w, numerics)) {
-    l.fast_ = kernels::FastMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
+    l.fast_ = kernels::FastMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena, done);
     return l;
   }
   if (runs_bf16(w, numerics)) {
-    l.bf16_ = kernels::Bf16Matrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
+    l.bf16_ = kernels::Bf16Matrix::pack(w.dtype, w.data, w.rows, w.cols, arena, done);
     return l;
   }
   l.f32_avx512_order_ = w.dtype == DType::F32 && flavour == kernels::GgmlFlavour::kAvx512;
@@ -41,15 +41,22 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::G
   // token would give that token other bits (a mixture's F32 router, then its
   // expert weights and everything after).
   l.each_token_alone_ = numerics == kernels::Numerics::kFast;
-  if (kernels::can_pack(w.dtype)) l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena);
-  if (kernels::RepackedQ4K::applies(w.dtype, w.rows)) l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena);
+  if (kernels::can_pack(w.dtype))
+    l.packed_ = kernels::PackedMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena, done);
+  if (kernels::RepackedQ4K::applies(w.dtype, w.rows))
+    l.q4k_ = kernels::RepackedQ4K::pack(w.data, w.rows, w.cols, arena, done);
   if (!l.packed_ && !l.q4k_ && arena != nullptr) {
     // The kernels read these rows as they are in the file; the same bytes on
     // the arena's huge pages stream faster (docs/design.md, "Weights read in
     // place, copied to huge pages").
-    const size_t n = row_bytes(w.dtype, w.cols) * static_cast<size_t>(w.rows);
-    if (uint8_t* copy = arena->take(n)) {
-      std::memcpy(copy, w.data, n);
+    const size_t row = row_bytes(w.dtype, w.cols);
+    if (uint8_t* copy = arena->take(row * static_cast<size_t>(w.rows))) {
+      const auto* src = static_cast<const uint8_t*>(w.data);
+      for (int64_t r0 = 0; r0 < w.rows; r0 += kernels::kRowsRepackedStep) {
+        const int64_t r1 = std::min(w.rows, r0 + kernels::kRowsRepackedStep);
+        std::memcpy(copy + r0 * row, src + r0 * row, static_cast<size_t>(r1 - r0) * row);
+        if (done) done(r1);
+      }
       l.view_.data = copy;
       l.copied_ = true;
     }

@@ -58,9 +58,12 @@ class Linear {
   // flavour: whose order F32 weights are summed in (kernels/cpu/float_matmul.h;
   // the other types' orders are the same in both GGML builds).
   // numerics: the fast tier repacks the block formats for its own kernels.
+  // done: told as the copy's rows are finished, when make() copies w at all
+  // (kernels::RowsRepacked), so that the caller can release w's pages behind it.
   static Linear make(const WeightView& w, kernels::PackedArena* arena = nullptr,
                      kernels::GgmlFlavour flavour = kernels::GgmlFlavour::kAvx2,
-                     kernels::Numerics numerics = kernels::Numerics::kExact);
+                     kernels::Numerics numerics = kernels::Numerics::kExact,
+                     const kernels::RowsRepacked& done = {});
   // The arena space make() repacks w into (0 when it reads w in place).
   static size_t packed_bytes(const WeightView& w, kernels::Numerics numerics = kernels::Numerics::kExact);
 

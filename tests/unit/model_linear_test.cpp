@@ -8,9 +8,11 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/packed.h"
 #include "kernels/cpu/quants.h"
 #include "model/linear.h"
 
@@ -73,6 +75,60 @@ TEST(Linear, FastTierSumsEveryTokenOfAChunkAsItSumsItAlone) {
       const Linear exact = Linear::make(w, nullptr, flavour, kernels::Numerics::kExact);
       EXPECT_GT(tokens_that_differ(exact, x, n), 0) << what;
     }
+  }
+}
+
+// The loader gives a weight's file pages back as make() reports its rows
+// copied (CpuExecutor): a row once reported must never be read again. Each
+// report here overwrites the source's reported rows with garbage, and the
+// product must still be the one from an untouched source; the reports must
+// come in steps and end at the last row.
+TEST(Linear, ReportsRowsCopiedOnlyOnceNoLongerRead) {
+  struct PathCase {
+    DType type;
+    kernels::Numerics numerics;
+    int64_t rows;
+    const char* path;
+  };
+  const int64_t cols = 256, n = 5;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (const PathCase c : {PathCase{DType::Q4_1, kernels::Numerics::kExact, 2500, "packed"},
+                           PathCase{DType::Q4_K, kernels::Numerics::kExact, 2504, "repacked Q4_K"},
+                           PathCase{DType::Q6_K, kernels::Numerics::kExact, 2500, "copied as is"},
+                           PathCase{DType::Q4_1, kernels::Numerics::kFast, 2500, "fast"},
+                           PathCase{DType::F16, kernels::Numerics::kFast, 2500, "BF16 product"}}) {
+    const std::string what = std::string(info(c.type).name) + " (" + c.path + ")";
+    const size_t row = row_bytes(c.type, cols);
+    std::vector<float> values(c.rows * cols);
+    for (float& v : values) v = dist(rng);
+    std::vector<uint8_t> bytes(row * c.rows);
+    for (int64_t r = 0; r < c.rows; ++r) kernels::quantize_row(c.type, values.data() + r * cols, bytes.data() + r * row, cols);
+    std::vector<uint8_t> scribbled = bytes;
+    const WeightView w{c.type, bytes.data(), cols, c.rows};
+    const WeightView w_scribbled{c.type, scribbled.data(), cols, c.rows};
+
+    kernels::PackedArena arena_a(Linear::packed_bytes(w, c.numerics)), arena_b(Linear::packed_bytes(w, c.numerics));
+    const Linear untouched = Linear::make(w, &arena_a, kernels::GgmlFlavour::kAvx2, c.numerics);
+    std::vector<int64_t> reports;
+    const Linear linear = Linear::make(w_scribbled, &arena_b, kernels::GgmlFlavour::kAvx2, c.numerics, [&](int64_t done) {
+      std::memset(scribbled.data(), 0xA5, row * static_cast<size_t>(done));
+      reports.push_back(done);
+    });
+    ASSERT_TRUE(linear.reads_copy()) << what;
+    EXPECT_EQ(reports, (std::vector<int64_t>{1024, 2048, c.rows})) << what;
+
+    std::vector<float> x(n * cols);
+    for (float& v : x) v = dist(rng);
+    const std::vector<kernels::TokenPlace> chunk = kernels::one_chunk(n);
+    std::vector<float> want(n * c.rows), got(n * c.rows);
+    for (const auto& [lin, y] : {std::pair{&untouched, &want}, std::pair{&linear, &got}}) {
+      LinearInput in;
+      lin->prepare(in, n);
+      lin->quantize(x.data(), 0, n, {n, chunk.data()}, in);
+      lin->compute(in, {n, chunk.data()}, y->data(), 0, 1);
+    }
+    EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << what;
   }
 }
 

@@ -34,7 +34,8 @@ size_t Bf16Matrix::packed_bytes(int64_t rows, int64_t cols) {
   return static_cast<size_t>(groups) * kBf16Rows * static_cast<size_t>(cols) * 2;
 }
 
-Bf16Matrix Bf16Matrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
+Bf16Matrix Bf16Matrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena,
+                            const RowsRepacked& done) {
   assert(bf16_gemm_applies(t, cols));
   Bf16Matrix m;
   const size_t bytes = packed_bytes(rows, cols);
@@ -60,6 +61,7 @@ Bf16Matrix Bf16Matrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
       }
       g[p * kBf16Rows] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
     }
+    report_rows_repacked(done, r, rows);
   }
   return m;  // rows past the end stay zero (both allocations come zeroed)
 }

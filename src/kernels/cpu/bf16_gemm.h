@@ -31,7 +31,8 @@ class Bf16Matrix {
   Bf16Matrix() = default;
   // Repacks `rows` GGML rows of `cols` F16 or BF16 values into memory of its
   // own or into `arena` (which must outlive it).
-  static Bf16Matrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr);
+  static Bf16Matrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr,
+                         const RowsRepacked& done = {});
   static size_t packed_bytes(int64_t rows, int64_t cols);
 
   explicit operator bool() const { return view_.rows > 0; }

@@ -230,7 +230,8 @@ size_t FastMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
   return block_bytes_of(f) * static_cast<size_t>(cols / f.block) * static_cast<size_t>((rows + kFastRows - 1) / kFastRows);
 }
 
-FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
+FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena,
+                            const RowsRepacked& done) {
   const FastFormat f = format_of(t);
   assert(f.block > 0 && cols % kQK == 0);
   FastMatrix m;
@@ -265,6 +266,7 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
       sm[rr] = scale[static_cast<size_t>(b)];
       sm[kFastRows + rr] = min[static_cast<size_t>(b)];
     }
+    report_rows_repacked(done, r, rows);
   }
   return m;
 }

@@ -24,7 +24,8 @@ class FastMatrix {
   FastMatrix() = default;
   // Repacks `rows` GGML rows of `cols` elements of type t (fast_gemm_applies),
   // into memory of its own or into `arena` (which must outlive it).
-  static FastMatrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr);
+  static FastMatrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr,
+                         const RowsRepacked& done = {});
   static size_t packed_bytes(DType t, int64_t rows, int64_t cols);
 
   explicit operator bool() const { return view_.rows > 0; }

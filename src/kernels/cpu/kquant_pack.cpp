@@ -58,7 +58,8 @@ bool RepackedQ4K::applies(DType t, int64_t rows) { return t == DType::Q4_K && gg
 
 size_t RepackedQ4K::packed_bytes(int64_t rows, int64_t cols) { return row_bytes(DType::Q4_K, cols) * rows; }
 
-RepackedQ4K RepackedQ4K::pack(const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
+RepackedQ4K RepackedQ4K::pack(const void* w, int64_t rows, int64_t cols, PackedArena* arena,
+                              const RowsRepacked& done) {
   RepackedQ4K m;
   m.rows_ = rows;
   m.cols_ = cols;
@@ -77,6 +78,7 @@ RepackedQ4K RepackedQ4K::pack(const void* w, int64_t rows, int64_t cols, PackedA
       BlockQ4_K x = src[row * nb + i];
       move_block(x, group + i * kQ4KGroupBlockBytes, static_cast<int>(row % 8), /*to_group=*/true);
     }
+    report_rows_repacked(done, row, rows);
   }
   return m;
 }

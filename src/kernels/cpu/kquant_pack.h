@@ -34,7 +34,8 @@ class RepackedQ4K {
   static size_t packed_bytes(int64_t rows, int64_t cols);
   // Repacks `rows` (a multiple of 8) GGML Q4_K rows of `cols` elements, into
   // memory of its own or, when given, into `arena` (which must outlive it).
-  static RepackedQ4K pack(const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr);
+  static RepackedQ4K pack(const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr,
+                          const RowsRepacked& done = {});
 
   explicit operator bool() const { return rows_ > 0; }
   int64_t rows() const { return rows_; }

@@ -41,9 +41,8 @@ bool can_pack(DType t) { return packed_block_bytes(t) != 0; }
 uint8_t* PackedArena::take(size_t n) {
   const size_t size = space_for(n);
   if (size > bytes_.size() - used_) return nullptr;
-  uint8_t* p = bytes_.data() + used_;
+  uint8_t* p = bytes_.data() + used_;  // zero: handed out once, never written before
   used_ += size;
-  std::memset(p, 0, size);
   return p;
 }
 
@@ -51,7 +50,8 @@ size_t PackedMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
   return packed_block_bytes(t) * static_cast<size_t>(cols / kQK) * static_cast<size_t>((rows + kPackRows - 1) / kPackRows);
 }
 
-PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena) {
+PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena,
+                                const RowsRepacked& done) {
   PackedMatrix m;
   m.type_ = t;
   m.vec_dot_order_ = (t == DType::Q4_0 || t == DType::MXFP4) && !ggml_repacked(t, rows);
@@ -111,6 +111,7 @@ PackedMatrix PackedMatrix::pack(DType t, const void* w, int64_t rows, int64_t co
         }
       }
     }
+    report_rows_repacked(done, row, rows);
   }
   return m;
 }

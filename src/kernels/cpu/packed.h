@@ -11,6 +11,7 @@
 // ggml_repacked says), the same for every step size.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "core/aligned_bytes.h"
@@ -24,16 +25,29 @@ struct KernelTable;
 // True for the weight types pack() accepts.
 bool can_pack(DType t);
 
+// Told, while a repacker walks a weight's rows in order, how many of the
+// source's rows it has finished with (every kRowsRepackedStep rows, and all
+// of them at the end), so that the caller can give back the source's pages
+// behind it: a large matrix (an output head) otherwise sits in memory twice,
+// file pages and copy, until its whole repack is done.
+using RowsRepacked = std::function<void(int64_t rows_done)>;
+inline constexpr int64_t kRowsRepackedStep = 1024;
+// Calls done(r + 1) when row r finishes a step, and done(rows) after the last.
+inline void report_rows_repacked(const RowsRepacked& done, int64_t r, int64_t rows) {
+  if (done && ((r + 1) % kRowsRepackedStep == 0 || r + 1 == rows)) done(r + 1);
+}
+
 // Memory for all of a model's packed weights: one huge-page buffer handed out
 // in 64-byte-aligned pieces. Decode streams every weight once per token; on
 // 4 KiB pages that is a TLB miss (a page walk, nested under a hypervisor) every
 // 4 KiB, and the matrices are too small to get huge pages one by one.
 class PackedArena {
  public:
-  // Not zeroed here: take() zeroes what it hands out, so pages are touched
-  // only as weights are repacked into them (while the file's copy is released).
-  explicit PackedArena(size_t bytes) : bytes_(bytes, /*huge_pages=*/true, /*zeroed=*/false) {}
-  // n bytes of the buffer (zeroed), or null when it has no room left.
+  // Huge-page memory is zero from the kernel and committed only as first
+  // written, so pages are touched only as weights are repacked into them
+  // (while the file's copy is given back behind the repack: RowsRepacked).
+  explicit PackedArena(size_t bytes) : bytes_(bytes, /*huge_pages=*/true) {}
+  // n bytes of the buffer (zero until written), or null when it has no room left.
   uint8_t* take(size_t n);
   // What take(n) uses of the buffer (n rounded up to 64): size an arena by these.
   static size_t space_for(size_t n) { return (n + 63) / 64 * 64; }
@@ -48,7 +62,8 @@ class PackedMatrix {
   PackedMatrix() = default;
   // Repacks `rows` GGML rows of `cols` elements of type t (can_pack(t)), into
   // memory of its own or, when given, into `arena` (which must outlive it).
-  static PackedMatrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr);
+  static PackedMatrix pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena = nullptr,
+                           const RowsRepacked& done = {});
   // The bytes pack() takes for such a matrix.
   static size_t packed_bytes(DType t, int64_t rows, int64_t cols);
 
