@@ -21,6 +21,11 @@ void ParallelFlags::add_to(CLI::App& app) {
                  "Split each layer's heads, FFN and vocabulary across this many processes, started by mpirun "
                  "(mpirun -np T inferd ... --tensor-parallel-size T)")
       ->capture_default_str();
+  app.add_option("--pipeline-layer-partition", pipeline_layer_partition,
+                 "With --pipeline-parallel-size P: the layers of each stage, in order, P counts adding up to the "
+                 "model's layers (e.g. 17,7; vLLM's VLLM_PP_LAYER_PARTITION). Default: stages balanced by the "
+                 "weight bytes each reads per step")
+      ->delimiter(',');
   app.add_flag("--enable-expert-parallel", enable_expert_parallel,
                "With --tensor-parallel-size T: divide a mixture-of-experts model's experts among the T ranks");
 }
@@ -74,7 +79,7 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   run.processes = distributed::gather_rank_processes(*run.world);
   const int rank = run.world->rank();
   if (flags.pipeline_parallel_size > 1) {
-    run.stage = {layout.stage_of(rank), flags.pipeline_parallel_size};
+    run.stage = {layout.stage_of(rank), flags.pipeline_parallel_size, flags.pipeline_layer_partition};
     if (rank == 0) run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
   }
   if (flags.tensor_parallel_size > 1) {  // within this rank's stage

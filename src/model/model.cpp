@@ -29,9 +29,15 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
                         std::to_string(m->config_.n_layer) + "; use --pipeline-parallel-size <= " +
                         std::to_string(m->config_.n_layer));
   }
-  m->layers_ = whole ? LayerRange{0, m->config_.n_layer}
-                     : pipeline_layers(layer_weight_bytes(*m->file_, m->config_.n_layer),
-                                       head_weight_bytes(*m->file_), stage);
+  if (whole) {
+    m->layers_ = LayerRange{0, m->config_.n_layer};
+  } else if (!stage.layer_counts.empty()) {
+    auto layers = partitioned_layers(stage, m->config_.n_layer);
+    if (!layers) return make_error(path + ": " + layers.error().message);
+    m->layers_ = *layers;
+  } else {
+    m->layers_ = pipeline_layers(layer_weight_bytes(*m->file_, m->config_.n_layer), head_weight_bytes(*m->file_), stage);
+  }
   auto tok = Tokenizer::from_gguf(*m->file_);
   if (!tok) {
     if (!options.describe_only) return make_error(path + ": " + tok.error().message);
@@ -107,7 +113,7 @@ std::optional<std::vector<int64_t>> stage_begins(const std::vector<uint64_t>& la
 
 }  // namespace
 
-LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, PipelineStage stage) {
+LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, const PipelineStage& stage) {
   // The least limit under which the stages fit, by bisection: feasibility
   // only grows with the limit, and the whole model always fits.
   uint64_t lo = 0, hi = head_bytes;
@@ -120,6 +126,29 @@ LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t he
   const std::vector<int64_t> begin = *stage_begins(layer_bytes, head_bytes, stage.count, hi);
   const int64_t end = stage.index + 1 < stage.count ? begin[stage.index + 1] : static_cast<int64_t>(layer_bytes.size());
   return {begin[stage.index], end};
+}
+
+Result<LayerRange> partitioned_layers(const PipelineStage& stage, int64_t n_layer) {
+  const std::vector<int64_t>& counts = stage.layer_counts;
+  std::string given;
+  int64_t sum = 0;
+  for (const int64_t c : counts) {
+    given += (given.empty() ? "" : ",") + std::to_string(c);
+    sum += c;
+  }
+  const auto refuse = [&](const std::string& rule) -> Result<LayerRange> {
+    return make_error("--pipeline-layer-partition " + given + ": " + rule);
+  };
+  if (counts.size() != static_cast<size_t>(stage.count))
+    return refuse("give one layer count for each of the " + std::to_string(stage.count) + " pipeline stages");
+  for (const int64_t c : counts)
+    if (c < 1) return refuse("every stage needs one layer at least");
+  if (sum != n_layer)
+    return refuse("the counts add up to " + std::to_string(sum) + ", and this model has " + std::to_string(n_layer) +
+                  " layers");
+  int64_t begin = 0;
+  for (int s = 0; s < stage.index; ++s) begin += counts[static_cast<size_t>(s)];
+  return LayerRange{begin, begin + counts[static_cast<size_t>(stage.index)]};
 }
 
 std::vector<uint64_t> layer_weight_bytes(const gguf::File& file, int64_t n_layer) {

@@ -33,6 +33,10 @@ enum class Backend { kCpu };
 struct PipelineStage {
   int index = 0;
   int count = 1;
+  // The layers of each stage, in order, when the user gave them
+  // (--pipeline-layer-partition, vLLM's VLLM_PP_LAYER_PARTITION); empty:
+  // pipeline_layers balances them. Checked against the model as it loads.
+  std::vector<int64_t> layer_counts;
 };
 struct LayerRange {
   int64_t begin = 0, end = 0;
@@ -45,7 +49,10 @@ struct LayerRange {
 // the first stage, which also runs the scheduler and front end, is the
 // lightest. Every stage gets one layer at least. Needs 1 <= count <=
 // layer_bytes.size().
-LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, PipelineStage stage);
+LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, const PipelineStage& stage);
+// Stage `stage`'s layers by its layer_counts, or the error naming the rule
+// they break (one count a stage, each at least 1, adding up to n_layer).
+Result<LayerRange> partitioned_layers(const PipelineStage& stage, int64_t n_layer);
 // Layer l's weight bytes in `file` (its "blk.l." tensors), and the head's
 // (output.weight, or a tied model's token_embd.weight).
 std::vector<uint64_t> layer_weight_bytes(const gguf::File& file, int64_t n_layer);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "distributed/parallel_config.h"
@@ -91,6 +92,40 @@ TEST(DistributedSizes, StagesTakeContiguousLayersBalancedByTheirBytes) {
   EXPECT_EQ(ranges({100, 10, 10, 10, 10, 10, 10, 10, 10, 10}, 0, 2), (Ranges{{0, 1}, {1, 10}}));
   // As many stages as layers: one each.
   EXPECT_EQ(ranges({5, 7}, 3, 2), (Ranges{{0, 1}, {1, 2}}));
+}
+
+TEST(DistributedSizes, AGivenLayerPartitionIsTakenAsItIsOrRefusedByItsRule) {
+  auto stage = [](int s, std::vector<int64_t> counts) {
+    return PipelineStage{s, static_cast<int>(counts.size()), std::move(counts)};
+  };
+  for (const auto& [s, begin, end] : {std::tuple{0, 0, 17}, std::tuple{1, 17, 24}}) {
+    auto l = partitioned_layers(stage(s, {17, 7}), 24);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+    EXPECT_EQ(l->begin, begin);
+    EXPECT_EQ(l->end, end);
+  }
+  auto l = partitioned_layers(stage(2, {1, 1, 4}), 6);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l->begin, 2);
+  EXPECT_EQ(l->end, 6);
+  auto refusal = [&](std::vector<int64_t> counts, int64_t n_layer, int count) {
+    auto r = partitioned_layers(PipelineStage{0, count, std::move(counts)}, n_layer);
+    return r.ok() ? std::string() : r.error().message;
+  };
+  EXPECT_EQ(refusal({17, 6}, 24, 2),
+            "--pipeline-layer-partition 17,6: the counts add up to 23, and this model has 24 layers");
+  EXPECT_EQ(refusal({24, 0}, 24, 2), "--pipeline-layer-partition 24,0: every stage needs one layer at least");
+  EXPECT_EQ(refusal({12, 12}, 24, 3),
+            "--pipeline-layer-partition 12,12: give one layer count for each of the 3 pipeline stages");
+  // At start, before MPI: a count for each stage.
+  ParallelConfig c{1, 2};
+  c.pipeline_layer_partition = {8, 8, 8};
+  const Status s = check_parallel_sizes(c, 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("--pipeline-layer-partition gives 3 layer counts for --pipeline-parallel-size 2"),
+            std::string::npos);
+  c.pipeline_layer_partition = {20, 4};
+  EXPECT_TRUE(check_parallel_sizes(c, 2).ok());
 }
 
 TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
