@@ -74,6 +74,13 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far: on a shared host it moves less with others' load than wall
+    time does, so it is reported beside TTFT."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Bench:
     def __init__(self, a, model: str):
         self.a, self.model, self.out = a, model, Path(a.out)
@@ -120,12 +127,14 @@ class Bench:
                 with self.server(engine, 1, ctx, tag) as srv:
                     self.warm_up(srv, f"{slug(engine)}-{tag}")
                     self.cmp.a.seed = a.seed + rep  # the same prompt for every engine, another each repetition
-                    before = load()
+                    before, cpu = load(), cpu_seconds(srv.proc.pid)
                     r = self.cmp.inferd_client(srv, f"ttft-{slug(engine)}-r{rep}", 1, a.prompt_len, a.output_len, 1)
                     rec = {"engine": engine, "rep": rep, "ttft_ms": 1e3 * r["ttfts"][0],
-                           "prompt_tokens": r["input_lens"][0], "failed": r["failed"], "load": [before, load()]}
+                           "cpu_s": cpu_seconds(srv.proc.pid) - cpu, "prompt_tokens": r["input_lens"][0],
+                           "failed": r["failed"], "load": [before, load()]}
                 records.append(rec)
-                log(f"ttft rep {rep} {engine}: {rec['ttft_ms'] / 1e3:.2f} s for {rec['prompt_tokens']} tokens "
+                log(f"ttft rep {rep} {engine}: {rec['ttft_ms'] / 1e3:.2f} s for {rec['prompt_tokens']} tokens, "
+                    f"server CPU {rec['cpu_s']:.1f} s "
                     f"(load {rec['load'][0]:.2f}-{rec['load'][1]:.2f})")
                 self.append_partial("ttft", records)
         self.append("ttft", records)
@@ -237,14 +246,17 @@ def markdown(out: Path) -> str:
         base = median([r["ttft_ms"] for r in eng.get(cs.LLAMA, [])])
         lines += ["### Time to the first token of one long prompt, from an empty cache", "", describe(runs), "",
                   "| engine | prompt tokens | repetitions | TTFT median (s) | each (s) | prompt tok/s | "
-                  "llama.cpp TTFT / this | load (1 min) |", "|---|---:|---:|---:|---|---:|---:|---|"]
+                  "llama.cpp TTFT / this | server CPU (s) | llama.cpp CPU / this | load (1 min) |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|---:|---|"]
+        base_cpu = median([r["cpu_s"] for r in eng.get(cs.LLAMA, []) if "cpu_s" in r])
         for e, recs in eng.items():
             t = median([r["ttft_ms"] for r in recs])
+            c = median([r["cpu_s"] for r in recs if "cpu_s" in r])
             n = recs[0]["prompt_tokens"]
             loads = [x for r in recs for x in r["load"]]
             lines.append(f"| {e} | {n} | {len(recs)} | {t / 1e3:.2f} | "
                          f"{', '.join(format(r['ttft_ms'] / 1e3, '.2f') for r in recs)} | {1e3 * n / t:.1f} | "
-                         f"{base / t:.2f} | {min(loads):.2f}-{max(loads):.2f} |")
+                         f"{base / t:.2f} | {c:.1f} | {base_cpu / c:.2f} | {min(loads):.2f}-{max(loads):.2f} |")
         lines.append("")
     itl = out / "itl.json"
     if itl.exists():
