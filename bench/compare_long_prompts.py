@@ -14,7 +14,9 @@ Clients are `inferd bench serve` (random token ids, streamed, ignore_eos).
            long prompt whose token ids depend on the repetition (so nothing is
            reused between repetitions) and times its first streamed token.
            Engines alternate within each repetition. Reported: each engine's
-           median TTFT, prompt tokens/s and llama.cpp's TTFT over inferd's.
+           median TTFT, prompt tokens/s and llama.cpp's TTFT over inferd's, and
+           the server's CPU seconds over the request (/proc: on a shared host
+           they move less with others' load than wall time does).
   itl      --streams requests (--stream-input tokens in, --stream-output out,
            --stream-requests each, back to back) decode while --long-prompts
            prompts of --long-input tokens arrive one after the other, the first
@@ -263,15 +265,18 @@ def markdown(out: Path) -> str:
         runs = json.loads(itl.read_text())["runs"]
         eng = by_engine(runs)
         lines += ["### Streams' inter-token latency while long prompts arrive", "", describe(runs), "",
-                  "| engine | rounds | streams' ITL p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | long prompts' TTFT "
-                  "median (s) | streams' TTFT p50 (ms) | streams' tok/s | load (1 min) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+                  "| engine | rounds | streams' ITL p50 (ms) | p99 (ms) | p99.9 (ms) | max (ms) | p99 / llama.cpp's | "
+                  "long prompts' TTFT median (s) | TTFT / llama.cpp's | streams' TTFT p50 (ms) | streams' tok/s | "
+                  "load (1 min) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        long_ttft = lambda recs: median([t for r in recs for t in r["long_ttfts_ms"]])  # noqa: E731
+        base = eng.get(cs.LLAMA, [])
+        base_p99, base_ttft = median([r["itl_p99_ms"] for r in base]), long_ttft(base)
         for e, recs in eng.items():
             m = lambda k: median([r[k] for r in recs])  # noqa: E731
             loads = [x for r in recs for x in r["load"]]
             lines.append(f"| {e} | {len(recs)} | {m('itl_p50_ms'):.1f} | {m('itl_p99_ms'):.1f} | "
-                         f"{m('itl_p999_ms'):.1f} | {m('itl_max_ms'):.1f} | "
-                         f"{median([t for r in recs for t in r['long_ttfts_ms']]) / 1e3:.2f} | "
+                         f"{m('itl_p999_ms'):.1f} | {m('itl_max_ms'):.1f} | {m('itl_p99_ms') / base_p99:.2f} | "
+                         f"{long_ttft(recs) / 1e3:.2f} | {long_ttft(recs) / base_ttft:.2f} | "
                          f"{m('stream_ttft_p50_ms'):.1f} | {m('stream_tok_s'):.1f} | "
                          f"{min(loads):.2f}-{max(loads):.2f} |")
         lines.append("")
