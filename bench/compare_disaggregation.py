@@ -130,7 +130,8 @@ def client(args, url: str, out: Path, num: int, input_len: int, output_len: int,
            concurrency: int | None = None, rate: float | None = None) -> subprocess.Popen:
     cmd = [args.binary, "bench", "serve", "--base-url", url, "--num-prompts", str(num),
            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
-           "--metric-percentiles", "50,99,99.9", "--seed", str(seed), "--output-json", str(out)]
+           "--metric-percentiles", "50,99,99.9", "--seed", str(seed), "--output-json", str(out),
+           "--request-timeout-sec", "3600"]  # long prompts' prefill can be silent for minutes
     if args.model:
         cmd += ["--tokenizer", args.model]
     if concurrency:

@@ -195,7 +195,9 @@ class Comparison:
                "--random-input-len", str(input_len), "--random-output-len", str(output_len),
                "--random-prefix-len", str(prefix_len), "--max-concurrency", str(concurrency),
                "--num-warmups", str(warmups), "--ready-check-timeout-sec", "0",
-               "--metric-percentiles", PERCENTILES, "--seed", str(self.a.seed), "--output-json", str(path)]
+               "--metric-percentiles", PERCENTILES, "--seed", str(self.a.seed), "--output-json", str(path),
+               # A 16k-token prompt's prefill is silent for over 10 minutes on two cores (compare_long_prompts).
+               "--request-timeout-sec", "3600"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         (self.out / f"{name}.txt").write_text(" ".join(cmd) + "\n\n" + proc.stdout + proc.stderr)
         if proc.returncode != 0:
