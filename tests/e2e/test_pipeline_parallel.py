@@ -130,7 +130,28 @@ def test_generate_pipeline_matches_one_process(model, ranks):
         assert one.returncode == 0, one.stderr
         split = generate(path, ranks, *common)
         assert split.returncode == 0, split.stdout + split.stderr
-        assert json.loads(split.stdout.strip().splitlines()[-1])["ids"] == json.loads(one.stdout)["ids"]
+        # The ranks' log lines share stdout (each stage's wait, logged at the end, comes after the result).
+        result = next(line for line in split.stdout.splitlines() if line.startswith("{"))
+        assert json.loads(result)["ids"] == json.loads(one.stdout)["ids"]
+
+
+def test_a_given_layer_partition_runs_and_a_wrong_one_is_refused():
+    """--pipeline-layer-partition sets each stage's layers (the same bits as one process), each stage logs how
+    long it waited, and counts that do not add up to the model's layers are refused with the rule."""
+    common = ["-p", "Once upon a time", "-n", "16", "--ignore-eos", "--json", "--temp", "0"]
+    one = generate(DEFAULT_MODEL, 1, *common)
+    assert one.returncode == 0, one.stderr
+    split = generate(DEFAULT_MODEL, 2, *common, "--pipeline-layer-partition", "10,20")
+    out = split.stdout + split.stderr
+    assert split.returncode == 0, out
+    assert re.search(r"rank 1 \(pid \d+\): pipeline stage of layers \[10, 30\)", out), out[-3000:]
+    assert re.search(r"rank 1: \d+ steps in the pipeline; waited [\d.]+ s of [\d.]+ s", out), out[-3000:]
+    result = next(line for line in split.stdout.splitlines() if line.startswith("{"))
+    assert json.loads(result)["ids"] == json.loads(one.stdout)["ids"]
+    wrong = generate(DEFAULT_MODEL, 2, "-p", "hi", "-n", "1", "--pipeline-layer-partition", "10,10")
+    assert wrong.returncode != 0
+    assert "--pipeline-layer-partition 10,10: the counts add up to 20, and this model has 30 layers" in \
+        wrong.stdout + wrong.stderr, wrong.stdout + wrong.stderr
 
 
 def test_pipeline_without_mpirun_is_refused():
