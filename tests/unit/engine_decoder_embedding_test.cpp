@@ -5,12 +5,14 @@
 // (tools/reference/decoder_embedding_reference.py: the pooled final-normed
 // hidden states, llama_get_embeddings_seq). Many inputs batched in the
 // engine's steps give each input's vector alone, to the bit; such a model
-// refuses to generate.
+// refuses to generate. The model is loaded with the rounding of the GGML build
+// that made the data (its "ggml_flavour"), as the logits reference test does.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "engine_test_util.h"
 
@@ -26,9 +28,13 @@ struct Sentence {
   std::vector<float> raw;  // llama.cpp's pooled vector, unnormalized
 };
 
-std::vector<Sentence> reference(const std::string& model) {
+nlohmann::json reference_file(const std::string& model) {
   std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/embeddings/" + model + ".expected.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
+  return nlohmann::json::parse(in);
+}
+
+std::vector<Sentence> reference(const std::string& model) {
+  const nlohmann::json j = reference_file(model);
   std::vector<Sentence> out;
   for (const nlohmann::json& s : j["sentences"])
     out.push_back({s["text"].get<std::string>(), s["ids"].get<std::vector<int32_t>>(),
@@ -48,7 +54,13 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 
 class DecoderEmbeddingTest : public ModelTest, public ::testing::WithParamInterface<const char*> {
  protected:
-  void SetUp() override { use_model(std::string(GetParam()) + ".gguf"); }
+  void SetUp() override {
+    const nlohmann::json j = reference_file(GetParam());
+    ASSERT_TRUE(j.contains("ggml_flavour")) << GetParam() << ".expected.json has no ggml_flavour";
+    const std::optional<kernels::GgmlFlavour> flavour = kernels::parse_ggml_flavour(j["ggml_flavour"].get<std::string>());
+    ASSERT_TRUE(flavour.has_value()) << j["ggml_flavour"];
+    use_model(std::string(GetParam()) + ".gguf", kernels::Numerics::kExact, *flavour);
+  }
 
   static GenerationParams embed_request(std::vector<int32_t> ids) {
     GenerationParams p;

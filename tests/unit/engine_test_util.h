@@ -105,9 +105,13 @@ class ModelTest : public ::testing::Test {
   // use, loading it unless it already is; a parametrized suite calls it from
   // SetUp. Fails the test when the file is missing.
   // numerics: the kernels' tier the model is loaded with (kernels/cpu/numerics.h).
-  static void use_model(const std::string& file, kernels::Numerics numerics = kernels::Numerics::kExact) {
-    if (model_ && model_file_ == file && model_numerics_ == numerics) return;
+  // flavour: whose GGML build's rounding it reproduces, for data made by one
+  // llama.cpp build (by default this CPU's, kernels::native_ggml_flavour()).
+  static void use_model(const std::string& file, kernels::Numerics numerics = kernels::Numerics::kExact,
+                        kernels::GgmlFlavour flavour = kernels::native_ggml_flavour()) {
+    if (model_ && model_file_ == file && model_numerics_ == numerics && model_flavour_ == flavour) return;
     model_numerics_ = numerics;
+    model_flavour_ = flavour;
     const std::string path = find_model_file(file);
     ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << INFERD_TEST_DATA_DIR
                                << "/models: run scripts/fetch_models.sh --all";
@@ -123,6 +127,7 @@ class ModelTest : public ::testing::Test {
     o.prefault = false;
     o.n_threads = 2;
     o.numerics = model_numerics_;
+    o.ggml_flavour = model_flavour_;
     return o;
   }
   // The KV cache dtype of the engines and the run-alone reference below (a
@@ -240,6 +245,7 @@ class ModelTest : public ::testing::Test {
   inline static Model* model_ = nullptr;
   inline static std::string model_file_;  // set by use_model
   inline static kernels::Numerics model_numerics_ = kernels::Numerics::kExact;  // set by use_model
+  inline static kernels::GgmlFlavour model_flavour_ = kernels::native_ggml_flavour();  // set by use_model
   inline static DType kv_dtype_ = kv::kDefaultKVCacheDType;  // set by use_kv_dtype
   inline static bool skip_sliding_window_ = false;           // set by use_kv_dtype
 };

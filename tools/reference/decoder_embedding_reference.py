@@ -10,7 +10,8 @@ returns it L2-normalized (as llama-server does by default), so the file holds bo
 the normalized one by llama-cpp-python's normalize_embedding.
 
 Writes tests/data/embeddings/<model>.expected.json:
-    {"model", "pooling", "sentences": [{"text", "ids", "raw", "embedding"}, ...]}
+    {"model", "pooling", "ggml_flavour", "sentences": [{"text", "ids", "raw", "embedding"}, ...]}
+(ggml_flavour: the GGML build whose arithmetic made the vectors, which the test loads the model with)
 read by tests/unit/model_decoder_embedding_test.cpp, tests/e2e/test_embeddings.py and
 tests/python/test_embed.py.
 
@@ -18,10 +19,14 @@ tests/python/test_embed.py.
 """
 import ctypes
 import json
+import sys
 from pathlib import Path
 
 import llama_cpp
 from llama_cpp._internals import normalize_embedding
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import logits_reference as lr  # noqa: E402  (ggml_flavour, shared with the logits reference)
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["tiny-qwen3-embed-last", "tiny-llama-embed-mean"]
@@ -91,10 +96,12 @@ def main() -> None:
 
     llama_cpp.llama_log_set(quiet, ctypes.c_void_p())
     llama_cpp.llama_backend_init()
+    flavour = lr.ggml_flavour(llama_cpp.llama_print_system_info().decode())
     for name in MODELS:
         pooling, sentences = embed_all(ROOT / "tests/data/models" / f"{name}.gguf")
         path = ROOT / "tests/data/embeddings" / f"{name}.expected.json"
-        path.write_text(json.dumps({"model": f"{name}.gguf", "pooling": pooling, "sentences": sentences},
+        path.write_text(json.dumps({"model": f"{name}.gguf", "pooling": pooling, "ggml_flavour": flavour,
+                                    "sentences": sentences},
                                    ensure_ascii=False, indent=1) + "\n")
         print(f"wrote {len(sentences)} sentences ({pooling} pooling) to {path}")
 
