@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # libucx-dev: UCX, the transport of the KV transfer between prefill and decode instances.
 # libicu-dev: Unicode data (categories, NFD, lowercasing) for BERT's WordPiece tokenizer.
 # openmpi-bin, libopenmpi-dev: MPI, which launches and connects the ranks of a pipeline-parallel model.
-APT_PACKAGES=(cmake ninja-build g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
+# ccache: the compiler cache of every build here (scripts/build_env.sh).
+APT_PACKAGES=(cmake ninja-build ccache g++ pkg-config nlohmann-json3-dev libcli11-dev libpcre2-dev
               libboost-dev libspdlog-dev libicu-dev libgtest-dev libxxhash-dev libucx-dev openmpi-bin libopenmpi-dev python3 python3-pip python3-dev curl
               chromium chromium-driver)
 missing=()
@@ -65,5 +66,6 @@ if ! python3 -c "import openai, anthropic, pytest, requests, pydantic, jsonschem
     python3 -m pip install -q --break-system-packages "${PY_PACKAGES[@]}"
 fi
 
+source scripts/build_env.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 ninja -C build -j "$(nproc)" inferd

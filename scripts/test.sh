@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
 JOBS="$(nproc)"
+source scripts/build_env.sh
 
 # The tests read every model (each architecture is checked against llama.cpp);
 # setup.sh fetches only the default one that serving needs. Cached after once.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "chat_test_util.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -203,7 +204,7 @@ TEST(Harmony, StreamHoldsBackOnlyWhatMayBeAMarker) {
 // with why inferd differs (those are checked to still differ, so the notes
 // stay true).
 TEST(Harmony, AgreesWithLlamaCpp) {
-  std::ifstream f(std::string(INFERD_TEST_DATA_DIR) + "/chat/output_parsers_llamacpp.json");
+  std::ifstream f(inferd::test::test_data_root() + "/chat/output_parsers_llamacpp.json");
   std::stringstream ss;
   ss << f.rdbuf();
   const json file = json::parse(ss.str());

@@ -3,6 +3,7 @@
 // the Hugging Face semantics and sandbox limits of the renderer.
 #include "chat/chat_template.h"
 #include "chat/reasoning.h"
+#include "test_data.h"
 
 #include <gtest/gtest.h>
 
@@ -18,7 +19,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-std::string data_path(const std::string& name) { return std::string(INFERD_TEST_DATA_DIR) + "/chat/" + name; }
+std::string data_path(const std::string& name) { return inferd::test::test_data_root() + "/chat/" + name; }
 
 std::string read_text(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -16,6 +16,7 @@
 #include "distributed/step_codec.h"
 #include "engine/model_runner.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -232,7 +233,7 @@ TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
 // Two stages chained in one process (the residual stream handed from one to
 // the next by hand, as MPI hands it) give the whole model's logits to the bit.
 void expect_stages_chain_to_the_whole(const std::string& file, bool one_kv_group) {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/" + file;
+  const std::string path = inferd::test::test_data_root() + "/models/" + file;
   LoadOptions options;
   options.n_threads = 1;
   auto whole = Model::load(path, options);
@@ -327,7 +328,7 @@ class ThreadsComm final : public TensorParallelComm {
 // model's to the bit, and its other shard gets none.
 TEST(DistributedStages, TensorParallelStagesGiveTheWholeModelsLogits) {
   constexpr int T = 2, P = 2;
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-qwen3.gguf";
+  const std::string path = inferd::test::test_data_root() + "/models/tiny-qwen3.gguf";
   LoadOptions options;
   options.n_threads = 1;
   auto whole = Model::load(path, options);
@@ -386,7 +387,7 @@ TEST(DistributedStages, MoreStagesThanLayersAreRefused) {
   LoadOptions options;
   options.n_threads = 1;
   options.pipeline_stage = {0, 3};
-  auto m = Model::load(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-llama3.gguf", options);
+  auto m = Model::load(inferd::test::test_data_root() + "/models/tiny-llama3.gguf", options);
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message.find("a pipeline of 3 stages needs at least 3 layers"), std::string::npos);
 }

@@ -20,6 +20,7 @@
 #include "engine_test_util.h"
 #include "kernels/cpu/flavour.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -28,7 +29,7 @@ namespace {
 // summation (about 1e-5 a logit, docs/design.md); over 12 tokens that stays far below this.
 constexpr double kCumulativeTolerance = 1e-3;
 
-std::string data_path() { return std::string(INFERD_TEST_DATA_DIR) + "/beam_search/smollm2-135m.json"; }
+std::string data_path() { return inferd::test::test_data_root() + "/beam_search/smollm2-135m.json"; }
 
 EarlyStopping early_stopping_of(const nlohmann::json& v) {
   if (v.is_boolean()) return v.get<bool>() ? EarlyStopping::kTrue : EarlyStopping::kFalse;

@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "engine_test_util.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -29,7 +30,7 @@ struct Sentence {
 };
 
 nlohmann::json reference_file(const std::string& model) {
-  std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/embeddings/" + model + ".expected.json");
+  std::ifstream in(inferd::test::test_data_root() + "/embeddings/" + model + ".expected.json");
   return nlohmann::json::parse(in);
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "engine_test_util.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -21,7 +22,7 @@ class EmbeddingEngineTest : public ModelTest {
 
   static std::vector<std::vector<int32_t>> sentences() {
     std::vector<std::vector<int32_t>> out;
-    std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/embeddings/all-minilm-l6-v2.expected.jsonl");
+    std::ifstream in(inferd::test::test_data_root() + "/embeddings/all-minilm-l6-v2.expected.jsonl");
     for (std::string line; std::getline(in, line);) {
       const nlohmann::json j = nlohmann::json::parse(line);
       if (j.contains("embedding")) out.push_back(j["ids"].get<std::vector<int32_t>>());

@@ -15,12 +15,13 @@
 #include "engine/kv_capacity.h"
 #include "engine/stats_json.h"
 #include "kv/kv_cache_dtype.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
 
 std::unique_ptr<Model> load(const std::string& name) {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/" + name;
+  const std::string path = inferd::test::test_data_root() + "/models/" + name;
   if (!std::ifstream(path).good()) {
     ADD_FAILURE() << path << " not found";
     return nullptr;

@@ -32,6 +32,7 @@
 #include "engine_test_util.h"
 #include "kernels/cpu/flavour.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -96,7 +97,7 @@ struct Case {
 class EngineKVQuant : public ::testing::TestWithParam<Case> {};
 
 TEST_P(EngineKVQuant, GreedyContinuationsFollowTheF16Cache) {
-  const std::string dir = std::string(INFERD_TEST_DATA_DIR) + "/logits/" + GetParam().logits_dir;
+  const std::string dir = inferd::test::test_data_root() + "/logits/" + GetParam().logits_dir;
   std::ifstream meta_in(dir + "/meta.json"), prompts_in(dir + "/prompts.json");
   ASSERT_TRUE(meta_in && prompts_in) << dir;
   const nlohmann::json meta = nlohmann::json::parse(meta_in), prompts = nlohmann::json::parse(prompts_in);

@@ -20,12 +20,13 @@
 #include "kernels/cpu/quants.h"
 #include "kernels/cpu/quants_blocks.h"
 #include "kv/kv_cache_dtype.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
 
 std::unique_ptr<Model> load_gemma3() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-gemma3.gguf";
+  const std::string path = inferd::test::test_data_root() + "/models/tiny-gemma3.gguf";
   if (!std::ifstream(path).good()) {
     ADD_FAILURE() << path << " not found";
     return nullptr;

@@ -24,6 +24,7 @@
 #include "engine_test_util.h"
 #include "kernels/cpu/flavour.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -56,7 +57,7 @@ TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
   const std::string model_file = meta["model_file"].get<std::string>();
   const std::string path = test::find_model_file(model_file);
   ASSERT_FALSE(path.empty()) << "model file " << model_file << " (for " << dir << ") not found in "
-                             << test::model_dir() << " nor in " << INFERD_TEST_DATA_DIR
+                             << test::model_dir() << " nor in " << inferd::test::test_data_root()
                              << "/models: run scripts/fetch_models.sh --all, or set INFERD_MODEL_DIR";
   ASSERT_TRUE(meta.contains("ggml_flavour")) << dir << "/meta.json has no ggml_flavour";
   const std::string flavour_name = meta["ggml_flavour"].get<std::string>();

@@ -19,6 +19,7 @@
 #include "model/mla_kv_b_split.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -27,7 +28,7 @@ std::unique_ptr<Model> load(const std::string& name) {
   LoadOptions lo;
   lo.prefault = false;
   lo.n_threads = 2;
-  auto model = Model::load(std::string(INFERD_TEST_DATA_DIR) + "/models/" + name, lo);
+  auto model = Model::load(inferd::test::test_data_root() + "/models/" + name, lo);
   EXPECT_TRUE(model.ok()) << name << ": " << (model.ok() ? "" : model.error().message);
   return model.ok() ? std::move(*model) : nullptr;
 }

@@ -10,6 +10,7 @@
 
 #include "engine/output_processor.h"
 #include "gguf/gguf.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -17,7 +18,7 @@ namespace {
 class EngineOutputProcessor : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/vocab/gpt-oss-vocab.gguf");
+    auto file = gguf::File::open(inferd::test::test_data_root() + "/vocab/gpt-oss-vocab.gguf");
     ASSERT_TRUE(file.ok()) << file.error().message;
     auto tok = Tokenizer::from_gguf(**file);
     ASSERT_TRUE(tok.ok()) << tok.error().message;

@@ -23,13 +23,14 @@
 #include "kernels/cpu/flavour.h"
 #include "kv/kv_cache_dtype.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string data_dir() { return std::string(INFERD_TEST_DATA_DIR); }
+std::string data_dir() { return inferd::test::test_data_root(); }
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

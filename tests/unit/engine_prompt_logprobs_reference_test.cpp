@@ -14,6 +14,7 @@
 
 #include "engine_test_util.h"
 #include "kernels/cpu/flavour.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -40,7 +41,7 @@ TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
   const std::string model_file = meta["model_file"].get<std::string>();
   const std::string path = test::find_model_file(model_file);
   ASSERT_FALSE(path.empty()) << model_file << " not found in " << test::model_dir() << " nor in "
-                             << INFERD_TEST_DATA_DIR << "/models: run scripts/fetch_models.sh --all";
+                             << inferd::test::test_data_root() << "/models: run scripts/fetch_models.sh --all";
   const std::optional<kernels::GgmlFlavour> flavour = kernels::parse_ggml_flavour(meta["ggml_flavour"].get<std::string>());
   ASSERT_TRUE(flavour.has_value());
   LoadOptions lo;

@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "engine/sequence_generator.h"
 #include "structured/grammar.h"
+#include "test_data.h"
 
 namespace inferd::test {
 
@@ -41,7 +42,7 @@ inline std::string model_dir() {
 // A model file by name: in model_dir(), else among the small models committed
 // under tests/data/models/ (tools/reference/make_tiny_models.py); "" if neither has it.
 inline std::string find_model_file(const std::string& file) {
-  for (const std::string& dir : {model_dir(), std::string(INFERD_TEST_DATA_DIR) + "/models"}) {
+  for (const std::string& dir : {model_dir(), inferd::test::test_data_root() + "/models"}) {
     const std::string path = dir + "/" + file;
     if (std::ifstream(path).good()) return path;
   }
@@ -50,7 +51,7 @@ inline std::string find_model_file(const std::string& file) {
 
 // tests/data/logits/: one directory of llama.cpp reference data per model
 // (tools/reference/logits_reference.py).
-inline std::string logits_root() { return std::string(INFERD_TEST_DATA_DIR) + "/logits"; }
+inline std::string logits_root() { return inferd::test::test_data_root() + "/logits"; }
 
 // The directories of logits_root() that hold `file`, sorted.
 inline std::vector<std::string> logits_dirs_with(const std::string& file) {
@@ -113,7 +114,7 @@ class ModelTest : public ::testing::Test {
     model_numerics_ = numerics;
     model_flavour_ = flavour;
     const std::string path = find_model_file(file);
-    ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << INFERD_TEST_DATA_DIR
+    ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << inferd::test::test_data_root()
                                << "/models: run scripts/fetch_models.sh --all";
     auto m = Model::load(path, load_options());
     ASSERT_TRUE(m.ok()) << m.error().message;

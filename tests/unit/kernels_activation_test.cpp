@@ -20,6 +20,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -104,7 +105,7 @@ float float_of(uint32_t u) {
 }
 
 ActivationReference load_activation_reference() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_avx2_activation.txt";
+  const std::string path = inferd::test::test_data_root() + "/kernels/ggml_avx2_activation.txt";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "missing " << path;
   ActivationReference ref;

@@ -26,6 +26,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -264,7 +265,7 @@ struct AttentionReference {
 };
 
 AttentionReference load_attention_reference() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_avx2_attention.txt";
+  const std::string path = inferd::test::test_data_root() + "/kernels/ggml_avx2_attention.txt";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "missing " << path;
   AttentionReference ref;

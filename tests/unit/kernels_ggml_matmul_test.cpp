@@ -28,6 +28,7 @@
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -58,7 +59,7 @@ T read_as(std::ifstream& in) {
 }
 
 std::vector<Case> load(const std::string& file = "ggml_matmul_avx2.bin") {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/" + file;
+  const std::string path = inferd::test::test_data_root() + "/kernels/" + file;
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in.good()) << "missing " << path;
   char magic[8] = {};

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -33,7 +34,7 @@ std::vector<uint8_t> hex_bytes(const std::string& hex) {
 }
 
 std::vector<Record> load() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/ggml_reference.txt";
+  const std::string path = inferd::test::test_data_root() + "/kernels/ggml_reference.txt";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "missing " << path;
   std::vector<Record> records;

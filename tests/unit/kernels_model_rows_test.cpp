@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -29,7 +30,7 @@ struct Row {
 };
 
 std::vector<Row> load_rows() {
-  std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/kernels/gguf_py_reference.txt");
+  std::ifstream in(inferd::test::test_data_root() + "/kernels/gguf_py_reference.txt");
   EXPECT_TRUE(in.good());
   std::vector<Row> rows;
   std::string line;

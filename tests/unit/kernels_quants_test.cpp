@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/quants_blocks.h"
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -123,7 +124,7 @@ std::vector<uint8_t> parse_hex(const std::string& hex) {
 }
 
 std::vector<PyRecord> load_py_reference() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/kernels/gguf_py_reference.txt";
+  const std::string path = inferd::test::test_data_root() + "/kernels/gguf_py_reference.txt";
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << "missing " << path;
   std::vector<PyRecord> records;

@@ -14,6 +14,7 @@
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/selective_scan.h"
 #include "kernels_test_util.h"
+#include "test_data.h"
 
 namespace inferd::kernels {
 namespace {
@@ -115,7 +116,7 @@ std::vector<GgmlScanCase> read_ggml_cases(const std::string& path) {
 TEST(KernelsSelectiveScan, EveryLevelGivesGgmlsBitsOfEachBuild) {
   for (auto [file, flavour] : {std::pair{"ggml_ssm_scan_avx512.bin", GgmlFlavour::kAvx512},
                                std::pair{"ggml_ssm_scan_avx2.bin", GgmlFlavour::kAvx2}}) {
-    const auto cases = read_ggml_cases(std::string(INFERD_TEST_DATA_DIR) + "/kernels/" + file);
+    const auto cases = read_ggml_cases(inferd::test::test_data_root() + "/kernels/" + file);
     ASSERT_GE(cases.size(), 7u) << file;
     for (const GgmlScanCase& c : cases) {
       for (SimdLevel level : runnable_levels()) {

@@ -16,6 +16,7 @@
 #include "model/layer_program.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -24,7 +25,7 @@ std::string model_file(const std::string& name) {
   const char* d = std::getenv("INFERD_MODEL_DIR");
   const char* home = std::getenv("HOME");
   const std::string dir = d && *d ? d : std::string(home ? home : ".") + "/.cache/inferd/models";
-  for (const std::string& base : {dir, std::string(INFERD_TEST_DATA_DIR) + "/models"}) {
+  for (const std::string& base : {dir, inferd::test::test_data_root() + "/models"}) {
     if (std::ifstream(base + "/" + name).good()) return base + "/" + name;
   }
   ADD_FAILURE() << name << " not found: run scripts/fetch_models.sh --all";
@@ -349,7 +350,7 @@ TEST(ModelArchitecture, Llama3RopeFactorsComeFromTheFile) {
 
 TEST(ModelArchitecture, Gemma3DefaultChatTemplateIsTheOfficialOne) {
   // Used when a Gemma 3 file carries no template (the 270M one does not).
-  std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/chat/gemma3.jinja");
+  std::ifstream in(inferd::test::test_data_root() + "/chat/gemma3.jinja");
   ASSERT_TRUE(in);
   std::stringstream ss;
   ss << in.rdbuf();

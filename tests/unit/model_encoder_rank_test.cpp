@@ -18,6 +18,7 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -26,12 +27,12 @@ TEST(EncoderRank, ScoresMatchLlamaCpp) {
   LoadOptions o;
   o.prefault = false;
   o.n_threads = 2;
-  auto m = Model::load(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-bert-reranker.gguf", o);
+  auto m = Model::load(inferd::test::test_data_root() + "/models/tiny-bert-reranker.gguf", o);
   ASSERT_TRUE(m.ok()) << m.error().message;
   Model& model = **m;
   ASSERT_TRUE(model.config().can_rank());
   ASSERT_EQ(model.n_logits(), 1);
-  std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/rerank/tiny-bert-reranker.expected.json");
+  std::ifstream in(inferd::test::test_data_root() + "/rerank/tiny-bert-reranker.expected.json");
   const nlohmann::json expected = nlohmann::json::parse(in);
   ASSERT_GE(expected["pairs"].size(), 8u);
   KVCache cache(model.config(), 1, 16);

@@ -20,6 +20,7 @@
 
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -38,7 +39,7 @@ struct Case {
 
 std::vector<Case> cases_with_embeddings() {
   std::vector<Case> out;
-  std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/embeddings/all-minilm-l6-v2.expected.jsonl");
+  std::ifstream in(inferd::test::test_data_root() + "/embeddings/all-minilm-l6-v2.expected.jsonl");
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json j = nlohmann::json::parse(line);
     if (!j.contains("embedding")) continue;

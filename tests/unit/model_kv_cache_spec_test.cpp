@@ -14,6 +14,7 @@
 #include "kv/kv_cache_dtype.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -169,7 +170,7 @@ TEST(ModelKVCacheSpec, TheLatentCacheTakesEachKVDType) {
   LoadOptions options;
   options.n_threads = 1;
   options.prefault = false;
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-deepseek2.gguf";
+  const std::string path = inferd::test::test_data_root() + "/models/tiny-deepseek2.gguf";
   auto model = Model::load(path, options);
   ASSERT_TRUE(model.ok()) << model.error().message;
   const ModelConfig& c = (*model)->config();
@@ -187,7 +188,7 @@ TEST(ModelKVCacheSpec, TheLatentCacheTakesEachKVDType) {
 }
 
 std::string tiny_gemma3() {
-  const std::string path = std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-gemma3.gguf";
+  const std::string path = inferd::test::test_data_root() + "/models/tiny-gemma3.gguf";
   if (!std::ifstream(path).good()) ADD_FAILURE() << path << " not found";
   return path;
 }

@@ -13,11 +13,12 @@
 #include "model/linear.h"
 #include "model/model.h"
 #include "model/tensor_shard.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
 
-std::string tiny(const std::string& name) { return std::string(INFERD_TEST_DATA_DIR) + "/models/" + name + ".gguf"; }
+std::string tiny(const std::string& name) { return inferd::test::test_data_root() + "/models/" + name + ".gguf"; }
 
 TEST(TensorShard, UnitsAreContiguousAndBalanced) {
   // 19 units over 2 ranks: 10 and 9; over 4: 5, 5, 5, 4.

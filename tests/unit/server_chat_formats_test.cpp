@@ -29,6 +29,7 @@
 #include "structured/grammar.h"
 #include "server_test_util.h"
 #include "tokenizer/tokenizer.h"
+#include "test_data.h"
 
 namespace inferd::server {
 namespace {
@@ -46,7 +47,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-std::string chat_data(const std::string& name) { return read_file(std::string(INFERD_TEST_DATA_DIR) + "/chat/" + name); }
+std::string chat_data(const std::string& name) { return read_file(inferd::test::test_data_root() + "/chat/" + name); }
 
 const char* kWeather =
     R"({"type": "function", "function": {"name": "get_weather", "description": "Weather in a city.",)"
@@ -104,7 +105,7 @@ class ChatFormats : public ::testing::Test {
 
   // The tokenizer, grammar compiler and tools of a GGUF under tests/data.
   void load(const std::string& gguf) {
-    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + gguf);
+    auto file = gguf::File::open(inferd::test::test_data_root() + gguf);
     ASSERT_TRUE(file.ok()) << file.error().message;
     file_ = std::move(*file);
     auto tok = Tokenizer::from_gguf(*file_);

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
+#include "test_data.h"
 
 namespace inferd::server {
 namespace {
@@ -29,7 +30,7 @@ std::string model_path() {
 }
 
 std::string qwen_template() {
-  std::ifstream f(std::string(INFERD_TEST_DATA_DIR) + "/chat/qwen2.5_cases.json");
+  std::ifstream f(inferd::test::test_data_root() + "/chat/qwen2.5_cases.json");
   std::stringstream ss;
   ss << f.rdbuf();
   return nlohmann::json::parse(ss.str()).at("template").get<std::string>();

@@ -27,6 +27,7 @@
 #include "server/openai_protocol.h"
 #include "server_test_util.h"
 #include "structured/grammar.h"
+#include "test_data.h"
 
 namespace inferd::server {
 namespace {
@@ -181,7 +182,7 @@ std::string model_path() {
 
 // Read with its key order: the requests are sent as the reference script wrote them.
 nlohmann::ordered_json read_json(const std::string& name) {
-  std::ifstream f(std::string(INFERD_TEST_DATA_DIR) + "/chat/" + name);
+  std::ifstream f(inferd::test::test_data_root() + "/chat/" + name);
   std::stringstream ss;
   ss << f.rdbuf();
   return nlohmann::ordered_json::parse(ss.str());
@@ -378,7 +379,7 @@ TEST_F(QwenToolGrammar, MistralMarkerAsTextWithoutItsToken) {
 class MistralTools : public QwenTools {
  protected:
   void SetUp() override {
-    auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-mistral.gguf");
+    auto file = gguf::File::open(inferd::test::test_data_root() + "/models/tiny-mistral.gguf");
     ASSERT_TRUE(file.ok()) << file.error().message;
     file_ = std::move(*file);
     auto tok = Tokenizer::from_gguf(*file_);
@@ -425,7 +426,7 @@ TEST_F(MistralTools, TemplateFormatAndMarkerToken) {
   EXPECT_EQ(marker_, 5);  // Mistral v0.3's id
   EXPECT_EQ(tool_call_marker_token(ToolCallFormat::kHermes, *tok_), -1);
   // The model carries the template file (make_tiny_models.py reads it): an edit needs a rerun.
-  std::ifstream f(std::string(INFERD_TEST_DATA_DIR) + "/chat/mistral_v3_tools.jinja");
+  std::ifstream f(inferd::test::test_data_root() + "/chat/mistral_v3_tools.jinja");
   std::stringstream ss;
   ss << f.rdbuf();
   EXPECT_EQ(ss.str(), template_source_) << "rerun tools/reference/make_tiny_models.py --only tiny-mistral";

@@ -10,12 +10,13 @@
 #include <string>
 
 #include "server/webui.h"
+#include "test_data.h"
 
 namespace inferd::server {
 namespace {
 
 const std::filesystem::path kSourceDir =
-    std::filesystem::path(INFERD_TEST_DATA_DIR) / ".." / ".." / "src" / "server" / "webui";
+    std::filesystem::path(inferd::test::test_data_root()) / ".." / ".." / "src" / "server" / "webui";
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

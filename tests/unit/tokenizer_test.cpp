@@ -29,6 +29,7 @@
 #include "tokenizer/pretokenize.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -44,7 +45,7 @@ std::string model_dir() {
   return std::string(home ? home : "/root") + "/.cache/inferd/models";
 }
 
-std::string data_dir() { return std::string(INFERD_TEST_DATA_DIR) + "/tokenizer"; }
+std::string data_dir() { return inferd::test::test_data_root() + "/tokenizer"; }
 
 std::vector<json> read_jsonl(const std::string& path) {
   std::vector<json> out;
@@ -144,7 +145,7 @@ const ModelCase kModels[] = {
 };
 
 std::string model_path(const ModelCase& mc) {
-  if (mc.gguf[0] == '@') return std::string(INFERD_TEST_DATA_DIR) + "/" + (mc.gguf + 1);
+  if (mc.gguf[0] == '@') return inferd::test::test_data_root() + "/" + (mc.gguf + 1);
   return model_dir() + "/" + mc.gguf;
 }
 
@@ -364,7 +365,7 @@ TEST(TokenizerQwen35, LlamaCppsVocabCasesTokenizeToItsIds) {
   const std::string base = dir + "/models/ggml-vocab-qwen35.gguf";
   std::ifstream inp(base + ".inp", std::ios::binary), out(base + ".out");
   if (!inp || !out) GTEST_SKIP() << base << ".inp/.out not found (llama.cpp's source; set INFERD_LLAMA_CPP_SRC)";
-  auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/models/tiny-qwen35.gguf");
+  auto file = gguf::File::open(inferd::test::test_data_root() + "/models/tiny-qwen35.gguf");
   ASSERT_TRUE(file.ok()) << file.error().message;
   auto tok = Tokenizer::from_gguf(**file);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
@@ -405,7 +406,7 @@ INSTANTIATE_TEST_SUITE_P(Models, TokenizerReference, ::testing::ValuesIn(kModels
 // everywhere else we must give tiktoken's ids.
 
 TEST(TokenizerTiktoken, GptOssMatchesTiktokenWhereLlamaCppDoes) {
-  auto file = gguf::File::open(std::string(INFERD_TEST_DATA_DIR) + "/vocab/gpt-oss-vocab.gguf");
+  auto file = gguf::File::open(inferd::test::test_data_root() + "/vocab/gpt-oss-vocab.gguf");
   ASSERT_TRUE(file.ok()) << file.error().message;
   auto tok = Tokenizer::from_gguf(**file);
   ASSERT_TRUE(tok.ok()) << tok.error().message;

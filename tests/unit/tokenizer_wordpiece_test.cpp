@@ -15,6 +15,7 @@
 
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "test_data.h"
 
 namespace inferd {
 namespace {
@@ -28,7 +29,7 @@ std::string minilm_path() {
 
 std::vector<nlohmann::json> expected() {
   std::vector<nlohmann::json> out;
-  std::ifstream in(std::string(INFERD_TEST_DATA_DIR) + "/embeddings/all-minilm-l6-v2.expected.jsonl");
+  std::ifstream in(inferd::test::test_data_root() + "/embeddings/all-minilm-l6-v2.expected.jsonl");
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(nlohmann::json::parse(line));
   return out;
