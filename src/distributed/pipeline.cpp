@@ -14,19 +14,14 @@ namespace {
 
 enum Tag : int { kStepTag = 1, kHiddenTag = 2, kOutputTag = 3 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Where a stage's time went, logged when the pipeline ends: a stage that
-// waits a large share of it for its input is lighter than the one it waits
-// on (the balance of pipeline_layers, or rank 0's own engine work).
-void log_stage_time(int rank, int64_t steps, double waited, double total) {
-  spdlog::info("rank {}: {} steps in the pipeline; waited {:.3f} s of {:.3f} s ({:.1f}%) for {}", rank, steps, waited,
-               total, total > 0 ? 100.0 * waited / total : 0.0, rank == 0 ? "the last stage's samples" : "its input");
-}
-
 }  // namespace
+
+void StageClock::log(int rank) const {
+  if (steps_ == 0) return;
+  const double total = std::chrono::duration<double>(Clock::now() - *started_).count();
+  spdlog::info("rank {}: {} steps in the pipeline; waited {:.3f} s of {:.3f} s ({:.1f}%) for {}", rank, steps_, waited_,
+               total, total > 0 ? 100.0 * waited_ / total : 0.0, rank == 0 ? "the last stage's samples" : "its input");
+}
 
 int32_t agree_on_blocks(const MpiWorld& world, int32_t local) {
   int32_t agreed = 0;
@@ -58,11 +53,11 @@ void MpiPipelineLink::send_hidden(const std::vector<float>& hidden) {
 }
 
 void MpiPipelineLink::receive_output(ModelRunnerOutput& output) {
-  const auto t0 = std::chrono::steady_clock::now();
-  if (steps_ == 0) started_ = t0;
+  const auto t0 = StageClock::Clock::now();
+  clock_.start(t0);
   receive(world_, bytes_, world_.layout().last_leader(), kOutputTag, "receiving the last stage's samples");
-  waited_ += seconds_since(t0);
-  ++steps_;
+  clock_.waited_since(t0);
+  clock_.step();
   if (Status s = decode_output(bytes_, output); !s) {
     spdlog::critical("rank 0: {}; ending every rank", s.error().message);
     world_.abort(1);
@@ -72,7 +67,7 @@ void MpiPipelineLink::receive_output(ModelRunnerOutput& output) {
 void MpiPipelineLink::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  if (steps_ > 0) log_stage_time(world_.rank(), steps_, waited_, seconds_since(started_));
+  clock_.log(world_.rank());
   bytes_ = encode_step(StepMessage::Kind::kShutdown, {}, {}, {});
   // Each stage's leader passes it on (and to its peers).
   send(world_, bytes_, world_.layout().leader(1), kStepTag, "ending the pipeline");
@@ -95,18 +90,16 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
                runner.n_blocks(), runner.kv_cache_bytes());
   std::vector<uint8_t> bytes;
   std::vector<float> hidden;
-  int64_t steps = 0;
-  double waited = 0;  // for steps and streams, from the first step's arrival on
-  std::chrono::steady_clock::time_point started;
+  StageClock clock;  // waits for steps and streams
   for (;;) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = StageClock::Clock::now();
     receive(world, bytes, previous, kStepTag, "receiving a step");
-    if (steps > 0) waited += seconds_since(t0);
-    else started = std::chrono::steady_clock::now();
+    if (clock.started()) clock.waited_since(t0);
+    else clock.start(StageClock::Clock::now());
     auto message = decode_step(bytes);
     if (!message) return message.error();
     if (message->kind == StepMessage::Kind::kShutdown) {
-      if (steps > 0) log_stage_time(rank, steps, waited, seconds_since(started));
+      clock.log(rank);
       if (comm) log_collective_latency(world, *comm);
       if (peers) hand_to_peers(world, bytes, nullptr);
       if (!last) send(world, bytes, next, kStepTag, "passing on the end of the pipeline");
@@ -117,10 +110,10 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
         if (e.add) runner.add_request(e.request_id, std::move(e.request));
         else runner.remove_request(e.request_id);
       }
-    const auto t1 = std::chrono::steady_clock::now();
+    const auto t1 = StageClock::Clock::now();
     receive(world, hidden, previous, kHiddenTag, "receiving the residual stream");
-    waited += seconds_since(t1);
-    ++steps;
+    clock.waited_since(t1);
+    clock.step();
     // The stage's peers run the same pass on their shards beside this one.
     if (peers) hand_to_peers(world, bytes, &hidden);
     std::vector<float>& out = runner.forward_stage(message->out, hidden.data());

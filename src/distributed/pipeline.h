@@ -16,6 +16,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -28,6 +29,29 @@
 #include "model/model.h"
 
 namespace inferd::distributed {
+
+// Where a stage's time went, logged when the pipeline ends: the share of it
+// the stage waited for its input (rank 0: for the last stage's samples). A
+// stage that waits a large share is lighter than the one it waits on (the
+// balance of pipeline_layers, or rank 0's own engine work). The clock starts
+// at the first step's arrival; waits before it are not the pipeline's.
+class StageClock {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // The first call starts the clock at `t`.
+  void start(Clock::time_point t) {
+    if (!started_) started_ = t;
+  }
+  bool started() const { return started_.has_value(); }
+  void waited_since(Clock::time_point t0) { waited_ += std::chrono::duration<double>(Clock::now() - t0).count(); }
+  void step() { ++steps_; }
+  void log(int rank) const;
+
+ private:
+  std::optional<Clock::time_point> started_;
+  int64_t steps_ = 0;
+  double waited_ = 0;
+};
 
 // Rank 0's side (engine/pipeline_link.h).
 class MpiPipelineLink final : public PipelineLink {
@@ -53,10 +77,7 @@ class MpiPipelineLink final : public PipelineLink {
   std::unordered_set<std::string> registered_;
   std::vector<uint8_t> bytes_;  // reused
   bool shut_down_ = false;
-  // Time waited for samples, from the first receive on (logged at shutdown).
-  int64_t steps_ = 0;
-  double waited_ = 0;
-  std::chrono::steady_clock::time_point started_;
+  StageClock clock_;  // waits for the samples, from the first receive on
 };
 
 // The block count every stage agrees on (the least offered): the collective
