@@ -18,10 +18,17 @@ struct Block {
   __m512 scale, min;
 };
 
+inline __m512 load16(const FastWeightsView& w, const uint8_t* at) {
+  return w.half_scales ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)))
+                       : _mm512_loadu_ps(reinterpret_cast<const float*>(at));
+}
+
+// A block's codes, and its 16 scales and mins (fast_layout.h).
 inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
   const uint8_t* blk = w.block_at(g, b);
-  const auto* sm = reinterpret_cast<const float*>(blk + w.quant_bytes());
-  return {blk, _mm512_loadu_ps(sm), _mm512_loadu_ps(sm + kFastRows)};
+  const __m512 scale = load16(w, blk + w.quant_bytes());
+  return {blk, scale,
+          w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor)) : load16(w, blk + w.min_offset())};
 }
 
 // The block's B/4 vectors of codes (fast_layout.h), nibbles unpacked.
