@@ -220,9 +220,8 @@ size_t block_bytes_of(FastFormat f) {
   return static_cast<size_t>(f.block) * kFastRows / (f.nibbles ? 2 : 1) + kFastRows * per_row;
 }
 
-// Row r's scale and min in a block (fast_layout.h).
-float scale_at(const FastWeightsView& v, const uint8_t* blk, int r) {
-  const uint8_t* at = blk + v.quant_bytes() + r * v.scale_bytes();
+// A scale or min as the layout keeps it (f16 or float).
+float read_scale(const FastWeightsView& v, const uint8_t* at) {
   if (v.half_scales) {
     uint16_t h;
     std::memcpy(&h, at, 2);
@@ -233,17 +232,14 @@ float scale_at(const FastWeightsView& v, const uint8_t* blk, int r) {
   return f;
 }
 
+// Row r's scale and min in a block (fast_layout.h).
+float scale_at(const FastWeightsView& v, const uint8_t* blk, int r) {
+  return read_scale(v, blk + v.quant_bytes() + r * v.scale_bytes());
+}
+
 float min_at(const FastWeightsView& v, const uint8_t* blk, int r) {
   if (v.min_factor != 0.0f) return scale_at(v, blk, r) * v.min_factor;
-  const uint8_t* at = blk + v.min_offset() + r * v.scale_bytes();
-  if (v.half_scales) {
-    uint16_t h;
-    std::memcpy(&h, at, 2);
-    return f16_to_f32(h);
-  }
-  float f;
-  std::memcpy(&f, at, 4);
-  return f;
+  return read_scale(v, blk + v.min_offset() + r * v.scale_bytes());
 }
 
 // Stores a scale or min as the layout keeps it (f16 only for values that are f16s).
