@@ -111,6 +111,30 @@ TEST_P(FastGemmLevel, QuantizesActivationsAsTheReference) {
     fields.assign(64 * 4, 0.0f);
     t.fast_quantize(x.data(), 64, q.data(), fields.data(), fields.data() + 64, fields.data() + 128);
   };
+  // Blocks whose product x / d rounds (in float) to exactly a half: the
+  // reference rounds the product, then to the nearest even integer; a level
+  // that fused the product into the rounding's add would round the unrounded
+  // product up or down instead.
+  int halves = 0;
+  for (int b = 8; b < 64; ++b) {
+    float* blk = x.data() + 32 * b;
+    blk[0] = 3.0f;  // the block's largest, kept: the other values below are smaller
+    float amax = 0.0f;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(blk[k]));
+    const float d = amax / 127.0f, id = 1.0f / d;
+    for (int k = 1; k < 32; ++k) {
+      const float target = (static_cast<float>(k) + 0.5f) * d;
+      for (float c = std::nextafter(target, 0.0f); c < std::nextafter(std::nextafter(target, 1e9f), 1e9f);
+           c = std::nextafter(c, 1e9f)) {
+        if (std::fabs(c) < amax && c * id == static_cast<float>(k) + 0.5f &&
+            static_cast<double>(c) * id != static_cast<double>(k) + 0.5) {
+          blk[k] = c, ++halves;
+          break;
+        }
+      }
+    }
+  }
+  ASSERT_GT(halves, 20);
   std::vector<int8_t> q, q_ref;
   std::vector<float> f, f_ref;
   quantize_with(table, q, f);

@@ -264,8 +264,13 @@ void fast_quantize_avx2_impl(const float* x, int64_t n_blocks, int8_t* q, float*
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const __m256 vid = _mm256_set1_ps(id);
     __m256i qi[4];
-    for (int k = 0; k < 4; ++k)
-      qi[k] = _mm256_cvtps_epi32(_mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v[k], vid), round), round));
+    for (int k = 0; k < 4; ++k) {
+      __m256 p = _mm256_mul_ps(v[k], vid);
+      // Opaque, so the compiler does not fuse the product into the add (one
+      // rounding where the reference has two: other bits near halves).
+      asm("" : "+x"(p));
+      qi[k] = _mm256_cvtps_epi32(_mm256_sub_ps(_mm256_add_ps(p, round), round));
+    }
     // int32 -> int8 (no saturation happens: |q| <= 127), back in column order.
     const __m256i p16 = _mm256_packs_epi32(qi[0], qi[1]), p16b = _mm256_packs_epi32(qi[2], qi[3]);
     const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));

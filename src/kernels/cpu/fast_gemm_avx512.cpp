@@ -222,8 +222,12 @@ void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out
     const float d = amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const __m512 vid = _mm512_set1_ps(id);
-    const __m512i qlo = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(lo, vid), round), round));
-    const __m512i qhi = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(hi, vid), round), round));
+    __m512 plo = _mm512_mul_ps(lo, vid), phi = _mm512_mul_ps(hi, vid);
+    // Opaque, so the compiler does not fuse the products into the adds (one
+    // rounding where the reference has two: other bits near halves).
+    asm("" : "+v"(plo), "+v"(phi));
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(plo, round), round));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(phi, round), round));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qhi));
     const int s0 = _mm512_reduce_add_epi32(qlo), s1 = _mm512_reduce_add_epi32(qhi);
