@@ -5,7 +5,7 @@ moves a single run by 10-20%, so only interleaved runs compared pair by pair
 tell a few per cent apart.
 
   bench/ab_generate.py OLD_BINARY NEW_BINARY [--reps 8] [--prompt-tokens 0 | --context 0]
-                       [--kv-cache-dtype q8_0]
+                       [--kv-cache-dtype q8_0] [--numerics fast]
 
 Decode (default): tokens/s over 128 decode steps after the prompt "Hello".
 With --prompt-tokens N: prompt tokens/s of an N-token prompt (1 token out).
@@ -24,10 +24,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_llama_bench import MODEL_DIR, prompt_of  # noqa: E402
 
 
-def rate(binary, model, prompt, n_gen, threads, prompt_speed, ctx=2048, kv_cache_dtype=""):
+def rate(binary, model, prompt, n_gen, threads, prompt_speed, ctx=2048, kv_cache_dtype="", numerics=""):
     out = subprocess.run([binary, "generate", "-m", model, "-p", prompt, "-n", str(n_gen), "--temp", "0",
                           "--ignore-eos", "--json", "-t", str(threads), "-c", str(ctx)]
-                         + (["--kv-cache-dtype", kv_cache_dtype] if kv_cache_dtype else []),
+                         + (["--kv-cache-dtype", kv_cache_dtype] if kv_cache_dtype else [])
+                         + (["--numerics", numerics] if numerics else []),
                          check=True, capture_output=True, text=True).stdout
     t = json.loads(out)["timings"]
     if prompt_speed:
@@ -45,6 +46,7 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=0)
     ap.add_argument("--context", type=int, default=0)
     ap.add_argument("--kv-cache-dtype", default="", help="e.g. q8_0 (default: the engine's, f16)")
+    ap.add_argument("--numerics", default="", help="exact or fast (default: the engine's)")
     args = ap.parse_args()
     if args.prompt_tokens:
         prompt, n_gen = prompt_of(args.new, args.model, args.prompt_tokens, args.threads), 1
@@ -56,11 +58,14 @@ def main():
     for _ in range(args.reps):
         for name in ("old", "new"):
             runs[name].append(rate(getattr(args, name), args.model, prompt, n_gen, args.threads,
-                                   args.prompt_tokens > 0, max(2048, args.context + 256), args.kv_cache_dtype))
+                                   args.prompt_tokens > 0, max(2048, args.context + 256), args.kv_cache_dtype,
+                                   args.numerics))
     what = (f"prompt of {args.prompt_tokens} tokens" if args.prompt_tokens else
             f"decode, 128 steps after {args.context} tokens" if args.context else "decode, 128 steps")
     if args.kv_cache_dtype:
         what += f", {args.kv_cache_dtype} KV cache"
+    if args.numerics:
+        what += f", {args.numerics} numerics"
     print(f"{what}, {args.reps} alternating pairs, tok/s")
     for name in ("old", "new"):
         print(f"  {name}: median {statistics.median(runs[name]):.1f}  "

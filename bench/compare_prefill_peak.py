@@ -4,7 +4,8 @@ llama-bench, same models, same thread count, in one run; and the fast tier's KL 
 beside a q8_0 KV cache's (what decides which tier is the default: docs/design.md, "Numerics tiers").
 
   peak      build/int8_peak: vpdpbusd (AVX-512 VNNI) and, where present, tdpbssd (AMX) on all threads, measured
-            before the first and after the last prompt run; one multiply-add counts two operations
+            before the first and after the last prompt run; one multiply-add counts two operations; on a CPU
+            without VNNI, AVX2's vpmaddubsw (the multiplier's rate: see int8_peak.cpp)
   pp512     a 512-token prompt from an empty cache: `inferd generate --numerics T --json` (its prompt timing),
             and llama-bench -p 512 -n 0; the engines alternate, one run each per repetition (median)
   share     the projections' operations (2 x tokens x the elements of every weight matrix but the token
@@ -13,7 +14,9 @@ beside a q8_0 KV cache's (what decides which tier is the default: docs/design.md
   KL        `inferd perplexity --kl-divergence` on the committed corpus: --numerics fast against exact with an
             f16 cache, and --kv-cache-dtype q8_0 (exact) against the same
 
-Usage: bench/compare_prefill_peak.py [--models A.gguf,B.gguf] [--threads 2] [--reps 3] [--chunks 8]
+  --old B   another inferd binary (say main's build) whose fast tier runs beside, alternating, as "old fast"
+
+Usage: bench/compare_prefill_peak.py [--models A.gguf,B.gguf] [--threads 2] [--reps 3] [--chunks 8] [--old B]
 Prints Markdown for docs/benchmarks.md. On a shared VM the load moves everything: compare only figures from
 the same run.
 """
@@ -62,12 +65,13 @@ def main():
     ap.add_argument("--chunks", type=int, default=8, help="perplexity windows of 512 tokens for the KL figures")
     ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
     ap.add_argument("--peak-tool", default=str(ROOT / "build" / "int8_peak"))
+    ap.add_argument("--old", default="", help="an older inferd binary whose fast tier runs beside (A/B)")
     args = ap.parse_args()
     models = [Path(m) for m in args.models.split(",")]
     have_llama = LLAMA_BENCH.exists()
 
-    def inferd_pp(model, prompt, numerics):
-        out = subprocess.run([args.inferd, "generate", "-m", str(model), "-p", prompt, "-n", "1", "--temp", "0",
+    def inferd_pp(model, prompt, numerics, binary=None):
+        out = subprocess.run([binary or args.inferd, "generate", "-m", str(model), "-p", prompt, "-n", "1", "--temp", "0",
                               "--ignore-eos", "--json", "-t", str(args.threads), "-c", "2048", "--numerics", numerics],
                              check=True, capture_output=True, text=True).stdout
         r = json.loads(out)["timings"]
@@ -89,11 +93,13 @@ def main():
     for model in models:
         prompt = prompt_of(args.inferd, model, 512, args.threads)
         n_prompt = len(inferd_json(args.inferd, model, prompt, 0, args.threads)["prompt_ids"])
-        runs = {"exact": [], "fast": [], "llama.cpp": []}
+        runs = {"exact": [], "old fast": [], "fast": [], "llama.cpp": []}
         for _ in range(args.reps):
             if have_llama:
                 runs["llama.cpp"].append(llama_pp(model))
             runs["exact"].append(inferd_pp(model, prompt, "exact"))
+            if args.old:
+                runs["old fast"].append(inferd_pp(model, prompt, "fast", args.old))
             runs["fast"].append(inferd_pp(model, prompt, "fast"))
         rows.append((model, n_prompt, {k: statistics.median(v) for k, v in runs.items() if v},
                      projection_elements(model)))
@@ -110,7 +116,7 @@ def main():
           + " | / llama.cpp |")
     print("|---|---|---|---|" + "---|" * len(units) + "---|")
     for model, n_prompt, pp, elements in rows:
-        for engine in ("llama.cpp", "exact", "fast"):
+        for engine in ("llama.cpp", "exact", "old fast", "fast"):
             if engine not in pp:
                 continue
             gops = 2 * elements * pp[engine] / 1e9

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/argmax.h"
+#include "kernels/cpu/fast_gemm.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/kquant_pack.h"
 #include "kernels/cpu/matmul.h"
@@ -174,6 +175,15 @@ int main(int argc, char** argv) {
       {"packed gptoss expert Q4_0 ", DType::Q4_0, 2880, 2880, 4},
       {"packed gptoss expert MXFP4", DType::MXFP4, 2880, 2880, 64},
       {"packed gptoss expert Q4_0 ", DType::Q4_0, 2880, 2880, 64},
+      // The fast numerics tier (fast_gemm.h): a prompt's products, activations quantized once (their
+      // quantization timed apart, as "quant"), GOPS = GFLOP/s of the integer products.
+      {"fast smol ffn_up   Q4_1", DType::Q4_1, 1536, 576, 512},
+      {"fast smol ffn_down Q4_1", DType::Q4_1, 576, 1536, 512},
+      {"fast qwen ffn_up   Q5_0", DType::Q5_0, 4864, 896, 512},
+      {"fast qwen ffn_down Q4_K", DType::Q4_K, 896, 4864, 512},
+      {"fast qwen ffn_down Q6_K", DType::Q6_K, 896, 4864, 512},
+      {"fast qwen attn_v   Q8_0", DType::Q8_0, 128, 896, 512},
+      {"fast smol ffn_up   Q4_1", DType::Q4_1, 1536, 576, 1},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -192,6 +202,13 @@ int main(int argc, char** argv) {
     std::printf("%s %6lldx%-5lld tokens=%-3lld", c.name, static_cast<long long>(c.rows),
                 static_cast<long long>(c.cols), static_cast<long long>(c.n_tokens));
     const bool packed = std::strncmp(c.name, "packed", 6) == 0;
+    const bool fast = std::strncmp(c.name, "fast", 4) == 0;
+    FastMatrix fw;
+    FastActivations fa;
+    if (fast) {
+      fw = FastMatrix::pack(c.type, w.data(), c.rows, c.cols);
+      fa.resize(c.n_tokens, c.cols);
+    }
     const bool repacked = std::strncmp(c.name, "repacked", 8) == 0;
     const bool ggml_rows = std::strncmp(c.name, "ggml", 4) == 0;  // GGML rows in GGML's orders (matmul.h)
     RepackedQ4K rw;
@@ -210,13 +227,35 @@ int main(int argc, char** argv) {
       quantize_packed_rows(x.data(), 0, c.n_tokens, pa);
     }
     for (int l = 0; l <= static_cast<int>(best_simd_level()); ++l) {
+      if (fast && l == 0 && c.n_tokens > 1) continue;  // the scalar reference: minutes a prompt
       const KernelTable table = build_kernel_table(static_cast<SimdLevel>(l));
       Workspace ws;
       int iters = 0;
+      double quant_per = 0;
+      if (fast) {
+        // The level's activation quantizer alone (into buffers of its own), then the product alone.
+        const int64_t nb = c.cols / kFastActBlock;
+        std::vector<int8_t> q(static_cast<size_t>(c.cols * c.n_tokens));
+        std::vector<float> d(static_cast<size_t>(nb * c.n_tokens)), ds32(d.size()), ds16(2 * d.size());
+        int qiters = 0;
+        const double q0 = clock_s();
+        double qt = q0;
+        while (qt - q0 < seconds / 4 || qiters < 3) {
+          for (int64_t tok = 0; tok < c.n_tokens; ++tok)
+            table.fast_quantize(x.data() + tok * c.cols, nb, q.data() + tok * c.cols, d.data() + tok * nb,
+                                ds32.data() + tok * nb, ds16.data() + 2 * tok * nb);
+          ++qiters;
+          qt = clock_s();
+        }
+        quant_per = (qt - q0) / qiters;
+        for (int64_t tok = 0; tok < c.n_tokens; ++tok) fa.quantize_blocks(x.data() + tok * c.cols, tok, 0, nb);
+      }
       const double t0 = clock_s();
       double t = t0;
       while (t - t0 < seconds || iters < 3) {
-        if (packed) {
+        if (fast) {
+          fast_matmul_groups_with(table, fw, fa, 0, c.n_tokens, 0, fw.groups(), y.data(), c.rows);
+        } else if (packed) {
           packed_matmul_groups_with(table, pw, pa, 0, pw.groups(), y.data(), c.rows);
         } else if (repacked || ggml_rows) {
           if (iters == 0) {
@@ -236,7 +275,10 @@ int main(int argc, char** argv) {
         t = clock_s();
       }
       const double per = (t - t0) / iters;
-      if (c.n_tokens == 1 && !packed) {
+      if (fast) {
+        std::printf("  %s %7.1f us %6.1f GOPS (quant %5.1f us)", table.level, per * 1e6,
+                    2.0 * c.rows * c.cols * c.n_tokens / per / 1e9, quant_per * 1e6);
+      } else if (c.n_tokens == 1 && !packed) {
         std::printf("  %s %7.1f us %6.1f GB/s", table.level, per * 1e6, w.size() / per / 1e9);
       } else {
         std::printf("  %s %7.1f us %6.1f GFLOP/s", table.level, per * 1e6,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/fast_gemm.h"
+#include "kernels/cpu/quants_blocks.h"
 #include "kernels_test_util.h"
 
 namespace inferd::kernels {
@@ -110,6 +111,30 @@ TEST_P(FastGemmLevel, QuantizesActivationsAsTheReference) {
     fields.assign(64 * 4, 0.0f);
     t.fast_quantize(x.data(), 64, q.data(), fields.data(), fields.data() + 64, fields.data() + 128);
   };
+  // Blocks whose product x / d rounds (in float) to exactly a half: the
+  // reference rounds the product, then to the nearest even integer; a level
+  // that fused the product into the rounding's add would round the unrounded
+  // product up or down instead.
+  int halves = 0;
+  for (int b = 8; b < 64; ++b) {
+    float* blk = x.data() + 32 * b;
+    blk[0] = 3.0f;  // the block's largest, kept: the other values below are smaller
+    float amax = 0.0f;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(blk[k]));
+    const float d = amax / 127.0f, id = 1.0f / d;
+    for (int k = 1; k < 32; ++k) {
+      const float target = (static_cast<float>(k) + 0.5f) * d;
+      for (float c = std::nextafter(target, 0.0f); c < std::nextafter(std::nextafter(target, 1e9f), 1e9f);
+           c = std::nextafter(c, 1e9f)) {
+        if (std::fabs(c) < amax && c * id == static_cast<float>(k) + 0.5f &&
+            static_cast<double>(c) * id != static_cast<double>(k) + 0.5) {
+          blk[k] = c, ++halves;
+          break;
+        }
+      }
+    }
+  }
+  ASSERT_GT(halves, 20);
   std::vector<int8_t> q, q_ref;
   std::vector<float> f, f_ref;
   quantize_with(table, q, f);
@@ -126,7 +151,8 @@ TEST_P(FastGemmLevel, MatchesTheFloatProductWithinTheActivationError) {
   const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
   std::mt19937 rng(11);
   for (DType t : fast_types()) {
-    for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 15, 16, 17, 33, 100, 512}) {
+    // Every remainder of the levels' token tiles (3, 5, 8, 16) and chunks (16, 32, 40).
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 16, 17, 33, 39, 40, 41, 83, 100, 512}) {
       const int64_t rows = n_tokens == 512 ? 21 : 37;
       const Problem p = make_problem(rng, t, rows, 512, n_tokens);
       const std::vector<float> w = dequantized(p);
@@ -192,6 +218,63 @@ TEST_P(FastGemmLevel, ATokensRowDoesNotDependOnTheBatch) {
         }
       }
     }
+  }
+}
+
+// Sets every code of a GGML row of type t to its largest value (the format's
+// scales kept): what makes a kernel's partial integer sums largest.
+void max_codes(DType t, uint8_t* row, int64_t cols) {
+  const auto each = [&](auto* blocks, int64_t per, auto&& set) {
+    for (int64_t i = 0; i < cols / per; ++i) set(blocks[i]);
+  };
+  switch (t) {
+    case DType::Q4_0: each(reinterpret_cast<BlockQ4_0*>(row), kQK, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs); }); return;
+    case DType::Q4_1: each(reinterpret_cast<BlockQ4_1*>(row), kQK, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs); }); return;
+    case DType::Q5_0:
+      each(reinterpret_cast<BlockQ5_0*>(row), kQK, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs), std::memset(b.qh, 0xFF, sizeof b.qh); });
+      return;
+    case DType::Q5_1:
+      each(reinterpret_cast<BlockQ5_1*>(row), kQK, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs), std::memset(b.qh, 0xFF, sizeof b.qh); });
+      return;
+    case DType::Q8_0: each(reinterpret_cast<BlockQ8_0*>(row), kQK, [](auto& b) { std::memset(b.qs, 0x7F, sizeof b.qs); }); return;
+    case DType::MXFP4: each(reinterpret_cast<BlockMXFP4*>(row), kQK, [](auto& b) { std::memset(b.qs, 0x77, sizeof b.qs); }); return;
+    case DType::Q2_K: each(reinterpret_cast<BlockQ2_K*>(row), kQK_K, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs); }); return;
+    case DType::Q3_K:
+      each(reinterpret_cast<BlockQ3_K*>(row), kQK_K, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs), std::memset(b.hmask, 0xFF, sizeof b.hmask); });
+      return;
+    case DType::Q4_K: each(reinterpret_cast<BlockQ4_K*>(row), kQK_K, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs); }); return;
+    case DType::Q5_K:
+      each(reinterpret_cast<BlockQ5_K*>(row), kQK_K, [](auto& b) { std::memset(b.qs, 0xFF, sizeof b.qs), std::memset(b.qh, 0xFF, sizeof b.qh); });
+      return;
+    case DType::Q6_K:
+      each(reinterpret_cast<BlockQ6_K*>(row), kQK_K, [](auto& b) { std::memset(b.ql, 0xFF, sizeof b.ql), std::memset(b.qh, 0xFF, sizeof b.qh); });
+      return;
+    default: FAIL() << dtype_name(t);
+  }
+}
+
+// Every code at its largest against activations all at +127 or all at -127
+// (and half and half): the partial sums a level keeps in int16 are at their
+// largest there, so a run one vector too long would saturate. Every level's
+// bits must stay the scalar reference's, whose sums are int32.
+TEST_P(FastGemmLevel, LargestCodesAndActivationsDoNotSaturate) {
+  const KernelTable table = build_kernel_table(GetParam());
+  const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
+  std::mt19937 rng(17);
+  for (DType t : fast_types()) {
+    Problem p = make_problem(rng, t, 19, 512, 9);
+    const size_t rb = row_bytes(t, p.cols);
+    for (int64_t r = 0; r < p.rows; ++r) max_codes(t, p.w.data() + r * rb, p.cols);
+    for (int64_t i = 0; i < p.n_tokens; ++i)
+      for (int64_t k = 0; k < p.cols; ++k)
+        p.x[static_cast<size_t>(i * p.cols + k)] = i % 3 == 0 ? 1.5f : i % 3 == 1 ? -1.5f : (k < 256 ? 2.0f : -2.0f);
+    const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols);
+    const FastActivations a = quantize(p);
+    ASSERT_EQ(a.value(0, 0), 1.5f);
+    const std::vector<float> y = run(table, m, a, 0, p.n_tokens), y_ref = run(scalar, m, a, 0, p.n_tokens);
+    for (size_t i = 0; i < y.size(); ++i)
+      ASSERT_EQ(testing::bits_of(y[i]), testing::bits_of(y_ref[i])) << dtype_name(t) << " output " << i << ": " << y[i]
+                                                                     << " != " << y_ref[i];
   }
 }
 

@@ -17,14 +17,24 @@ namespace {
 struct FastFormat {
   int block = 0;  // 0: the tier has no integer form of the type
   bool nibbles = false;
+  int code_max = 255;
+  bool half_scales = false;  // decode_row's scales and mins are f16 values (the file's)
+  float min_factor = 0.0f;   // decode_row's min is scale * min_factor, one float product
 };
 
 FastFormat format_of(DType t) {
   switch (t) {
-    case DType::Q4_0: case DType::Q4_1: case DType::Q4_K: return {32, true};
-    case DType::Q5_0: case DType::Q5_1: case DType::Q8_0: case DType::Q5_K: case DType::MXFP4: return {32, false};
-    case DType::Q2_K: case DType::Q3_K: return {16, true};
-    case DType::Q6_K: return {16, false};
+    case DType::Q4_0: return {32, true, 15, true, -8.0f};
+    case DType::Q4_1: return {32, true, 15, true};
+    case DType::Q4_K: return {32, true, 15};
+    case DType::Q5_0: return {32, false, 31, true, -16.0f};
+    case DType::Q5_1: return {32, false, 31, true};
+    case DType::Q5_K: return {32, false, 31};
+    case DType::Q8_0: return {32, false, 255, true, -128.0f};
+    case DType::MXFP4: return {32, false, 24, false, -12.0f};  // E2M1's doubled values, -12..12, plus 12
+    case DType::Q2_K: return {16, true, 3};
+    case DType::Q3_K: return {16, true, 7, false, -4.0f};
+    case DType::Q6_K: return {16, false, 63, false, -32.0f};
     default: return {};
   }
 }
@@ -206,7 +216,41 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
 }
 
 size_t block_bytes_of(FastFormat f) {
-  return static_cast<size_t>(f.block) * kFastRows / (f.nibbles ? 2 : 1) + 2 * kFastRows * sizeof(float);
+  const size_t per_row = (f.half_scales ? 2 : 4) * (f.min_factor != 0.0f ? 1 : 2);  // a scale, and a min if stored
+  return static_cast<size_t>(f.block) * kFastRows / (f.nibbles ? 2 : 1) + kFastRows * per_row;
+}
+
+// A scale or min as the layout keeps it (f16 or float).
+float read_scale(const FastWeightsView& v, const uint8_t* at) {
+  if (v.half_scales) {
+    uint16_t h;
+    std::memcpy(&h, at, 2);
+    return f16_to_f32(h);
+  }
+  float f;
+  std::memcpy(&f, at, 4);
+  return f;
+}
+
+// Row r's scale and min in a block (fast_layout.h).
+float scale_at(const FastWeightsView& v, const uint8_t* blk, int r) {
+  return read_scale(v, blk + v.quant_bytes() + r * v.scale_bytes());
+}
+
+float min_at(const FastWeightsView& v, const uint8_t* blk, int r) {
+  if (v.min_factor != 0.0f) return scale_at(v, blk, r) * v.min_factor;
+  return read_scale(v, blk + v.min_offset() + r * v.scale_bytes());
+}
+
+// Stores a scale or min as the layout keeps it (f16 only for values that are f16s).
+void store_scale(const FastWeightsView& v, uint8_t* at, float x) {
+  if (v.half_scales) {
+    const uint16_t h = f32_to_f16(x);
+    assert(f16_to_f32(h) == x || x != x);
+    std::memcpy(at, &h, 2);
+  } else {
+    std::memcpy(at, &x, 4);
+  }
 }
 
 // Row r's code at column c of a block's quants (the layout of fast_layout.h).
@@ -236,7 +280,8 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
   assert(f.block > 0 && cols % kQK == 0);
   FastMatrix m;
   FastWeightsView& v = m.view_;
-  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles;
+  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.code_max = f.code_max;
+  v.half_scales = f.half_scales, v.min_factor = f.min_factor;
   v.block_bytes = block_bytes_of(f);
   v.group_bytes = v.block_bytes * static_cast<size_t>(cols / f.block);
   const size_t total = packed_bytes(t, rows, cols);
@@ -262,9 +307,12 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
         const uint8_t code = u[static_cast<size_t>(b * f.block + c)];
         blk[at] |= high ? static_cast<uint8_t>(code << 4) : code;  // the arena and owned_ are zeroed
       }
-      float* sm = reinterpret_cast<float*>(blk + v.quant_bytes());
-      sm[rr] = scale[static_cast<size_t>(b)];
-      sm[kFastRows + rr] = min[static_cast<size_t>(b)];
+      store_scale(v, blk + v.quant_bytes() + rr * v.scale_bytes(), scale[static_cast<size_t>(b)]);
+      if (v.min_factor == 0.0f) {
+        store_scale(v, blk + v.min_offset() + rr * v.scale_bytes(), min[static_cast<size_t>(b)]);
+      } else {
+        assert(scale[static_cast<size_t>(b)] * v.min_factor == min[static_cast<size_t>(b)]);
+      }
     }
     report_rows_repacked(done, r, rows);
   }
@@ -278,8 +326,7 @@ float FastMatrix::weight(int64_t r, int64_t k) const {
   bool high;
   const size_t at = code_byte(v.block, v.nibbles, rr, static_cast<int>(k % v.block), &high);
   const int code = v.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
-  const float* sm = reinterpret_cast<const float*>(blk + v.quant_bytes());
-  return std::fma(sm[rr], static_cast<float>(code), sm[kFastRows + rr]);
+  return std::fma(scale_at(v, blk, rr), static_cast<float>(code), min_at(v, blk, rr));
 }
 
 void FastActivations::resize(int64_t n_tokens, int64_t cols) {
@@ -361,11 +408,10 @@ void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t
             const int code = w.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
             isum += code * q[b * w.block + c];
           }
-          const float* sm = reinterpret_cast<const float*>(blk + w.quant_bytes());
           const int64_t ab = b * w.block / 32;  // the activation block holding weight block b
           const float dsum = w.block == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
-          acc = std::fma(static_cast<float>(isum), sm[r] * a.d[t * nb32 + ab], acc);
-          acc = std::fma(sm[kFastRows + r], dsum, acc);
+          acc = std::fma(static_cast<float>(isum), scale_at(w, blk, r) * a.d[t * nb32 + ab], acc);
+          acc = std::fma(min_at(w, blk, r), dsum, acc);
         }
         y[i * y_stride + g * kFastRows + r] = acc;
       }
@@ -378,6 +424,7 @@ void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t
 void fill_fast_kernels(KernelTable& t, SimdLevel level) {
   t.fast_groups = fast_groups_scalar;
   t.fast_quantize = fast_quantize_scalar;
+  if (level >= SimdLevel::kAvx2) t.fast_quantize = fast_quantize_avx2();
   if (level >= SimdLevel::kAvx512) t.fast_quantize = fast_quantize_avx512();
   if (level >= SimdLevel::kAvx2) t.fast_groups = fast_groups_avx2();
   if (level >= SimdLevel::kAvx512) t.fast_groups = fast_groups_avx512();

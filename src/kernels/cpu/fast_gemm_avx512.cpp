@@ -18,10 +18,17 @@ struct Block {
   __m512 scale, min;
 };
 
+inline __m512 load16(const FastWeightsView& w, const uint8_t* at) {
+  return w.half_scales ? _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at)))
+                       : _mm512_loadu_ps(reinterpret_cast<const float*>(at));
+}
+
+// A block's codes, and its 16 scales and mins (fast_layout.h).
 inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
   const uint8_t* blk = w.block_at(g, b);
-  const auto* sm = reinterpret_cast<const float*>(blk + w.quant_bytes());
-  return {blk, _mm512_loadu_ps(sm), _mm512_loadu_ps(sm + kFastRows)};
+  const __m512 scale = load16(w, blk + w.quant_bytes());
+  return {blk, scale,
+          w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor)) : load16(w, blk + w.min_offset())};
 }
 
 // The block's B/4 vectors of codes (fast_layout.h), nibbles unpacked.
@@ -215,8 +222,12 @@ void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out
     const float d = amax / 127.0f;
     const float id = d > 0.0f ? 1.0f / d : 0.0f;
     const __m512 vid = _mm512_set1_ps(id);
-    const __m512i qlo = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(lo, vid), round), round));
-    const __m512i qhi = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(hi, vid), round), round));
+    __m512 plo = _mm512_mul_ps(lo, vid), phi = _mm512_mul_ps(hi, vid);
+    // Opaque, so the compiler does not fuse the products into the adds (one
+    // rounding where the reference has two: other bits near halves).
+    asm("" : "+v"(plo), "+v"(phi));
+    const __m512i qlo = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(plo, round), round));
+    const __m512i qhi = _mm512_cvtps_epi32(_mm512_sub_ps(_mm512_add_ps(phi, round), round));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qlo));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qhi));
     const int s0 = _mm512_reduce_add_epi32(qlo), s1 = _mm512_reduce_add_epi32(qhi);

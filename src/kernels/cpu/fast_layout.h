@@ -9,7 +9,13 @@
 //     dpbusd for 16 rows at once, and a B tile of AMX's tdpbsud as it is;
 //     for 4-bit codes (u < 16, `nibbles`) B/8 vectors whose low nibbles are
 //     vector i and high nibbles vector i + B/8 of that layout;
-//   float scale[16], then float min[16].
+//   the 16 rows' scales, then their mins: float[16] each, or f16[16] where
+//     every scale and min is an f16 of the file (`half_scales`: Q4_0, Q4_1,
+//     Q5_0, Q5_1, Q8_0, so their blocks take the file's bytes); no mins where
+//     every min is the scale times a constant of the format (`min_factor`:
+//     Q4_0's -8, Q5_0's -16, Q8_0's -128, MXFP4's -12, Q3_K's -4, Q6_K's
+//     -32): the kernels multiply it in, the float product the repacking would
+//     have stored, so the bits are the same.
 // Rows past the matrix's end (the last group) are zero: scale 0, min 0.
 //
 // Activations: per row, int8 quants q[cols] (per 32 columns a scale d,
@@ -29,12 +35,18 @@ struct FastWeightsView {
   int64_t rows = 0, cols = 0;
   int block = 32;        // B: 16 or 32 columns per scale
   bool nibbles = false;  // 4-bit codes, two per byte
-  size_t block_bytes = 0;  // one block of one group: quants, then the 16 scales and 16 mins
+  int code_max = 255;    // the largest code the format gives (what bounds a kernel's int16 partial sums)
+  bool half_scales = false;  // scales and mins as f16
+  float min_factor = 0.0f;   // min = scale * min_factor, no mins stored (0: mins stored)
+  size_t block_bytes = 0;  // one block of one group: quants, then the 16 scales and (stored) 16 mins
   size_t group_bytes = 0;
   int64_t blocks() const { return cols / block; }
   int64_t groups() const { return (rows + kFastRows - 1) / kFastRows; }
   size_t quant_bytes() const { return static_cast<size_t>(block) * kFastRows / (nibbles ? 2 : 1); }
   const uint8_t* block_at(int64_t g, int64_t b) const { return data + g * group_bytes + b * block_bytes; }
+  // A block's 16 scales (at quant_bytes()), then its mins (at min_offset()), if stored.
+  size_t scale_bytes() const { return half_scales ? 2 : 4; }
+  size_t min_offset() const { return quant_bytes() + kFastRows * scale_bytes(); }
 };
 
 struct FastActsView {

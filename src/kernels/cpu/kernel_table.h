@@ -197,6 +197,7 @@ void fill_scalar_kquant_kernels(KernelTable& t);            // kquant_pack.cpp
 // The fast tier's kernel of a level (fast_gemm.cpp), and each level's own.
 void fill_fast_kernels(KernelTable& t, SimdLevel level);
 FastGroupsFn fast_groups_avx2();                            // fast_gemm_avx2.cpp
+FastQuantizeFn fast_quantize_avx2();                        // fast_gemm_avx2.cpp
 FastQuantizeFn fast_quantize_avx512();                      // fast_gemm_avx512.cpp
 FastGroupsFn fast_groups_avx512();                          // fast_gemm_avx512.cpp (VNNI)
 FastGroupsFn fast_groups_amx();                             // fast_gemm_avx512.cpp (AMX tiles)
