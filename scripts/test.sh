@@ -2,8 +2,21 @@
 # Runs every test: the release build's unit and reference tests, then the
 # input-parsing modules again under AddressSanitizer + UndefinedBehaviorSanitizer.
 # Expects scripts/setup.sh to have run (the README's test command does both).
+#   scripts/test.sh                  # what CI runs (within its time on 2 cores)
+#   scripts/test.sh --large-models   # and the forward passes of Gemma 3 270M and
+#                                    # Qwen2.5-Coder-0.5B/-1.5B (about 25 minutes more)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The full-size models beside the default one take minutes a test on 2 cores;
+# their tests skip, saying so, unless asked for (tests/unit/engine_test_util.h,
+# tests/e2e/conftest.py). Their tokenizers are tested either way.
+export INFERD_TEST_LARGE_MODELS=0
+for arg in "$@"; do
+  case "$arg" in
+    --large-models) INFERD_TEST_LARGE_MODELS=1 ;;
+    *) echo "usage: scripts/test.sh [--large-models]" >&2; exit 2 ;;
+  esac
+done
 [[ -x "$HOME/.cargo/bin/cargo" ]] && export PATH="$HOME/.cargo/bin:$PATH"
 JOBS="$(nproc)"
 source scripts/build_env.sh

@@ -26,6 +26,19 @@ MODEL_DIR = pathlib.Path(os.environ.get("INFERD_MODEL_DIR", pathlib.Path.home() 
 DEFAULT_MODEL = MODEL_DIR / "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "smollm2"
 MAX_MODEL_LEN = 2048
+# The full-size models beside the default one (Gemma 3 270M, Qwen2.5-Coder-0.5B and -1.5B: files over
+# 200 MiB) serve for minutes a test on a 2-core machine: CI (scripts/test.sh sets
+# INFERD_TEST_LARGE_MODELS=0 unless given --large-models) leaves their tests out.
+LARGE_MODEL_BYTES = 200 * 2**20
+
+
+def require_model(path: pathlib.Path) -> None:
+    """Skips the calling test when the model file is missing, or large and left out (above)."""
+    if not path.exists():
+        pytest.skip(f"{path} is missing (scripts/fetch_models.sh --all)")
+    if os.environ.get("INFERD_TEST_LARGE_MODELS") == "0" and path.stat().st_size > LARGE_MODEL_BYTES:
+        pytest.skip(f"{path.name} is a large model: INFERD_TEST_LARGE_MODELS=0 leaves it out "
+                    "(scripts/test.sh --large-models runs it)")
 
 
 def port_of(srv) -> int:

@@ -26,7 +26,7 @@ import threading
 import pytest
 import requests
 
-from conftest import MODEL_DIR, MODEL_NAME, start, stop
+from conftest import MODEL_DIR, MODEL_NAME, start, stop, require_model
 
 QWEN_15B = MODEL_DIR / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 CODEX_VERSION = "0.169.0"
@@ -125,8 +125,7 @@ def sse_items(answer: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def qwen15(tmp_path_factory):
-    if not QWEN_15B.exists():
-        pytest.skip(f"{QWEN_15B} is missing (scripts/fetch_models.sh --all)")
+    require_model(QWEN_15B)
     # Codex's prompt (short instructions, its tool schemas, the skills and
     # environment messages) is about 4,000 tokens; each turn adds a little.
     srv = start(tmp_path_factory.mktemp("codex"), model=QWEN_15B,

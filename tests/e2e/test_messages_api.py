@@ -17,7 +17,7 @@ import pytest
 import requests
 from openai import OpenAI
 
-from conftest import MODEL_DIR, read_until, start, stop
+from conftest import MODEL_DIR, read_until, start, stop, require_model
 
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 KEY = "messages-test-key"
@@ -292,8 +292,7 @@ def test_thinking_blocks(thinker):
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
-    if not QWEN.exists():
-        pytest.skip(f"{QWEN} is missing (scripts/fetch_models.sh --all)")
+    require_model(QWEN)
     srv = start(tmp_path_factory.mktemp("messages_qwen"), model=QWEN)
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]

@@ -14,7 +14,7 @@ import pytest
 import requests
 from openai import OpenAI
 
-from conftest import MODEL_DIR, start, stop
+from conftest import MODEL_DIR, require_model, start, stop
 
 QUESTION = "What is the capital of France? Answer in one word."
 
@@ -40,6 +40,7 @@ FAMILIES = {
 @pytest.fixture(scope="module", params=sorted(FAMILIES))
 def family_server(request, tmp_path_factory):
     file, rendered, word = FAMILIES[request.param]
+    require_model(MODEL_DIR / file)
     srv = start(tmp_path_factory.mktemp(request.param), model=MODEL_DIR / file)
     yield srv, rendered, word
     assert stop(srv) == 0, srv.log()[-4000:]

@@ -19,7 +19,7 @@ import pytest
 import requests
 from openai import OpenAI
 
-from conftest import MODEL_DIR, MODEL_NAME, REPO, start, stop, weather_tool
+from conftest import MODEL_DIR, MODEL_NAME, REPO, start, stop, weather_tool, require_model
 
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
@@ -55,8 +55,7 @@ TOOL_FEW_SHOT = [
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
-    if not QWEN.exists():
-        pytest.skip(f"{QWEN} is missing (scripts/fetch_models.sh --all)")
+    require_model(QWEN)
     srv = start(tmp_path_factory.mktemp("qwen_reasoning"), ["--reasoning-parser", "qwen3"], model=QWEN)
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]

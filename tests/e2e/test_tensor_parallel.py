@@ -24,7 +24,7 @@ import urllib.request
 import openai
 import pytest
 
-from conftest import DEFAULT_MODEL, MODEL_DIR, MODEL_NAME, REPO, Server, stop
+from conftest import DEFAULT_MODEL, MODEL_DIR, MODEL_NAME, REPO, Server, stop, require_model
 import mpi_ranks
 from mpi_ranks import generate, stop_ranks
 
@@ -83,8 +83,7 @@ def assert_same_continuations(label: str, expected: list[dict], got: list[dict])
 
 @pytest.mark.parametrize("model", [QWEN, TINY / "tiny-qwen3.gguf"], ids=["qwen2.5-coder-0.5b", "tiny-qwen3"])
 def test_two_ranks_are_one_process_bit_for_bit(tmp_path, model):
-    if not model.exists():
-        pytest.skip(f"{model} is missing: scripts/fetch_models.sh fetches it")
+    require_model(model)
     one = serve(tmp_path, model, 1)
     try:
         expected = alone(one, PROMPTS)
@@ -127,8 +126,7 @@ def test_generate_with_two_ranks_matches_one_process():
 
 def test_kv_heads_not_divisible_are_refused():
     """SmolLM2-135M has 3 KV heads: 2 ranks cannot hold whole heads each."""
-    if not DEFAULT_MODEL.exists():
-        pytest.skip(f"{DEFAULT_MODEL} is missing")
+    require_model(DEFAULT_MODEL)
     r = generate(DEFAULT_MODEL, 2, "-p", "hi", "--tensor-parallel-size", "2")
     assert r.returncode != 0
     assert "must divide the model's 3 KV heads" in r.stderr, r.stdout + r.stderr
@@ -146,8 +144,7 @@ def test_bad_sizes_are_refused():
 def test_a_rank_that_dies_ends_the_server(tmp_path):
     """Rank 1 killed mid-stream: its collectives' partner is gone, so rank 0's pass would wait for good; rank 0 fails
     the stream with an error, answers /health 503 naming rank 1, then the job exits non-zero with the message."""
-    if not QWEN.exists():
-        pytest.skip(f"{QWEN} is missing: scripts/fetch_models.sh fetches it")
+    require_model(QWEN)
     seen = mpi_ranks.kill_a_rank_mid_stream(serve(tmp_path, QWEN, 2))
     print(f"exit {seen['exit_code']} after {seen['seconds_to_exit']:.2f} s; /health: {seen['health'][-1]}")
     mpi_ranks.assert_lost_rank_reported(seen)

@@ -22,7 +22,7 @@ import subprocess
 
 import pytest
 
-from conftest import BINARY, DEFAULT_MODEL, MODEL_DIR, REPO, Server, stop
+from conftest import BINARY, DEFAULT_MODEL, MODEL_DIR, REPO, Server, stop, require_model
 import mpi_ranks
 from mpi_ranks import MPI_ENV, mpirun, stop_ranks
 from test_pipeline_parallel import request_specs, run_all
@@ -44,8 +44,7 @@ def serve(tmp, model, t: int, p: int) -> Server:
 @pytest.mark.parametrize("model,t,p", [(QWEN, 2, 2), (DEFAULT_MODEL, 3, 2)], ids=["qwen2.5-coder-0.5b-2x2",
                                                                                   "smollm2-135m-3x2"])
 def test_tensor_x_pipeline_serves_what_one_process_serves(tmp_path, model, t, p):
-    if not model.exists():
-        pytest.skip(f"{model} is missing: scripts/fetch_models.sh fetches it")
+    require_model(model)
     one = mpi_ranks.serve(tmp_path, model, 1, None)
     try:
         expected = run_all(one)
@@ -110,8 +109,7 @@ def test_bad_sizes_are_refused_naming_the_rule():
 
 def test_kv_heads_not_divisible_are_refused():
     """SmolLM2-135M has 3 KV heads: 2 shards a stage cannot hold whole heads each."""
-    if not DEFAULT_MODEL.exists():
-        pytest.skip(f"{DEFAULT_MODEL} is missing")
+    require_model(DEFAULT_MODEL)
     r = mpi_ranks.generate(DEFAULT_MODEL, 4, "-p", "hi", "-n", "1", *sizes(2, 2))
     assert r.returncode != 0
     assert "must divide the model's 3 KV heads" in r.stdout + r.stderr, r.stdout + r.stderr
@@ -120,8 +118,7 @@ def test_kv_heads_not_divisible_are_refused():
 def test_a_rank_that_dies_ends_the_server(tmp_path):
     """Rank 3 (the last stage's peer: rank 0 exchanges nothing with it directly) killed mid-stream: rank 0's
     watch of every rank's process fails the stream naming it, answers /health 503, and the job exits non-zero."""
-    if not QWEN.exists():
-        pytest.skip(f"{QWEN} is missing: scripts/fetch_models.sh fetches it")
+    require_model(QWEN)
     seen = mpi_ranks.kill_a_rank_mid_stream(serve(tmp_path, QWEN, 2, 2), rank=3)
     print(f"exit {seen['exit_code']} after {seen['seconds_to_exit']:.2f} s; /health: {seen['health'][-1]}")
     mpi_ranks.assert_lost_rank_reported(seen, rank=3)

@@ -16,7 +16,7 @@ import pytest
 import requests
 from openai import BadRequestError, OpenAI
 
-from conftest import MODEL_DIR, UNIT_ENUM, function_tool, start, stop, tool_schemas, weather_tool
+from conftest import MODEL_DIR, UNIT_ENUM, function_tool, start, stop, tool_schemas, weather_tool, require_model
 
 QWEN = MODEL_DIR / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
@@ -29,8 +29,7 @@ ASK_WEATHER = [{"role": "user", "content": "What is the weather like in Paris ri
 
 @pytest.fixture(scope="module")
 def qwen(tmp_path_factory):
-    if not QWEN.exists():
-        pytest.skip(f"{QWEN} is missing (scripts/fetch_models.sh --all)")
+    require_model(QWEN)
     srv = start(tmp_path_factory.mktemp("qwen_tools"), model=QWEN)
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]

@@ -36,6 +36,7 @@ class EngineBatching : public test::ModelTest, public ::testing::WithParamInterf
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(use_model(std::get<0>(GetParam()), std::get<2>(GetParam())));
+    if (IsSkipped()) return;
     use_kv_dtype(std::get<1>(GetParam()), std::get<3>(GetParam()));
     ModelTest::SetUp();
   }

@@ -45,6 +45,7 @@ TEST(BeamSearchReference, TheEnginesBeamsAreAPythonBeamSearchOverLlamaCppLogits)
   const std::string path = test::find_model_file(model_file);
   ASSERT_FALSE(path.empty()) << model_file << " not found in " << test::model_dir()
                              << ": run scripts/fetch_models.sh, or set INFERD_MODEL_DIR";
+  if (const std::string why = test::large_model_skip(path); !why.empty()) GTEST_SKIP() << why;
   const std::optional<kernels::GgmlFlavour> flavour =
       kernels::parse_ggml_flavour(data.at("ggml_flavour").get<std::string>());
   ASSERT_TRUE(flavour.has_value()) << data.at("ggml_flavour");

@@ -38,6 +38,7 @@ TEST_P(FastNumerics, GreedyContinuationsAgreeWithLlamaCpp) {
   const std::string model_file = meta["model_file"].get<std::string>();
   const std::string path = test::find_model_file(model_file);
   if (path.empty()) GTEST_SKIP() << model_file << " not found: run scripts/fetch_models.sh --all";
+  if (const std::string why = test::large_model_skip(path); !why.empty()) GTEST_SKIP() << why;
   LoadOptions lo;
   lo.prefault = false;
   // One thread: the bits do not depend on the count (EngineModelThreads), and

@@ -104,6 +104,7 @@ TEST_P(EngineKVQuant, GreedyContinuationsFollowTheF16Cache) {
   const std::string file = meta["model_file"].get<std::string>();
   const std::string path = test::find_model_file(file);
   if (path.empty()) GTEST_SKIP() << file << " not found (scripts/fetch_models.sh --all)";
+  if (const std::string why = test::large_model_skip(path); !why.empty()) GTEST_SKIP() << why;
   LoadOptions lo;
   lo.prefault = false;
   // One thread: the bits do not depend on the count (EngineModelThreads), and

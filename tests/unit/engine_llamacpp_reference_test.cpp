@@ -59,6 +59,7 @@ TEST_P(LlamaCppReference, LogitsAndGreedyContinuationsMatch) {
   ASSERT_FALSE(path.empty()) << "model file " << model_file << " (for " << dir << ") not found in "
                              << test::model_dir() << " nor in " << inferd::test::test_data_root()
                              << "/models: run scripts/fetch_models.sh --all, or set INFERD_MODEL_DIR";
+  if (const std::string why = test::large_model_skip(path); !why.empty()) GTEST_SKIP() << why;
   ASSERT_TRUE(meta.contains("ggml_flavour")) << dir << "/meta.json has no ggml_flavour";
   const std::string flavour_name = meta["ggml_flavour"].get<std::string>();
   const std::optional<kernels::GgmlFlavour> flavour = kernels::parse_ggml_flavour(flavour_name);

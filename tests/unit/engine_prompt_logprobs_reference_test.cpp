@@ -42,6 +42,7 @@ TEST_P(PromptLogprobsReference, EveryPositionMatchesLlamaCpp) {
   const std::string path = test::find_model_file(model_file);
   ASSERT_FALSE(path.empty()) << model_file << " not found in " << test::model_dir() << " nor in "
                              << inferd::test::test_data_root() << "/models: run scripts/fetch_models.sh --all";
+  if (const std::string why = test::large_model_skip(path); !why.empty()) GTEST_SKIP() << why;
   const std::optional<kernels::GgmlFlavour> flavour = kernels::parse_ggml_flavour(meta["ggml_flavour"].get<std::string>());
   ASSERT_TRUE(flavour.has_value());
   LoadOptions lo;

@@ -310,6 +310,7 @@ class EngineSpeculative : public SpeculativeTest, public ::testing::WithParamInt
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(use_model(GetParam()));
+    if (IsSkipped()) return;
     ModelTest::SetUp();
     spec_ = ngram(4);
     // The tiny Qwen3.5 models' random outputs seldom repeat their prompt: the
@@ -557,6 +558,7 @@ class EngineDraftModel : public SpeculativeTest, public ::testing::WithParamInte
  protected:
   void SetUp() override {
     ASSERT_NO_FATAL_FAILURE(use_model(GetParam().target));
+    if (IsSkipped()) return;
     ModelTest::SetUp();
     const std::string draft = test::find_model_file(GetParam().draft);
     ASSERT_FALSE(draft.empty()) << GetParam().draft << " not found";
@@ -624,6 +626,7 @@ class EngineDraftModelQwen : public SpeculativeTest {
         test::find_model_file("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf").empty())
       GTEST_SKIP() << "the Qwen2.5-Coder pair is not fetched (scripts/fetch_models.sh --all)";
     ASSERT_NO_FATAL_FAILURE(use_model("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"));
+    if (IsSkipped()) return;
     spec_ = draft_model(test::find_model_file("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"), 5);
     expect_accepted_ = true;
   }

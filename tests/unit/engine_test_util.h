@@ -49,6 +49,21 @@ inline std::string find_model_file(const std::string& file) {
   return "";
 }
 
+// The full-size models beside the default one (Gemma 3 270M, Qwen2.5-Coder-0.5B
+// and -1.5B: files over 200 MiB) take minutes a test on a 2-core machine, so
+// CI (scripts/test.sh, which sets INFERD_TEST_LARGE_MODELS=0 unless given
+// --large-models) leaves their forward passes out; run directly, a test binary
+// runs them. Returns why a test of the model at `path` skips, or "".
+inline std::string large_model_skip(const std::string& path) {
+  constexpr std::uintmax_t kLargeModelBytes = 200ull << 20;
+  const char* run = std::getenv("INFERD_TEST_LARGE_MODELS");
+  if (!run || std::string(run) != "0") return "";
+  std::error_code ec;
+  const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+  if (ec || bytes <= kLargeModelBytes) return "";
+  return path + " is a large model: INFERD_TEST_LARGE_MODELS=0 leaves it out (scripts/test.sh --large-models runs it)";
+}
+
 // tests/data/logits/: one directory of llama.cpp reference data per model
 // (tools/reference/logits_reference.py).
 inline std::string logits_root() { return inferd::test::test_data_root() + "/logits"; }
@@ -116,6 +131,9 @@ class ModelTest : public ::testing::Test {
     const std::string path = find_model_file(file);
     ASSERT_FALSE(path.empty()) << file << " not found in " << model_dir() << " nor in " << inferd::test::test_data_root()
                                << "/models: run scripts/fetch_models.sh --all";
+    // From SetUp, the skip keeps the body from running; a body that calls
+    // use_model itself checks IsSkipped().
+    if (const std::string why = large_model_skip(path); !why.empty()) GTEST_SKIP() << why;
     auto m = Model::load(path, load_options());
     ASSERT_TRUE(m.ok()) << m.error().message;
     delete model_;
