@@ -8,7 +8,6 @@
 #include <iterator>
 #include <numeric>
 #include <tuple>
-#include <unistd.h>
 #include <variant>
 
 #include "kernels/cpu/activation.h"
@@ -68,19 +67,28 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
   // head, peaks at that while loading. A tied output matrix's pages go back
   // too: token lookups read a few embedding rows a step, and the kernel maps
   // those pages again (from the page cache) as they are read.
+  //
+  // A read fault on a file mapping maps the whole aligned window of pages
+  // around it that the page cache holds (Linux's fault-around, 64 KiB unless
+  // an administrator changed it; madvise does not turn it off), so reading the
+  // next rows maps again pages just given back, and the first rows of a
+  // matrix map the tail of the one before: each release starts at the window
+  // of where the last one ended. A page given back that something still reads
+  // (a norm beside a matrix) is only mapped again on its next read.
+  constexpr uintptr_t kFaultAroundBytes = 64 * 1024;
   const gguf::File& file = model.file();
-  const long sys_page = ::sysconf(_SC_PAGESIZE);
-  const uintptr_t page = sys_page > 0 ? static_cast<uintptr_t>(sys_page) : 4096;
+  const auto window_of = [&file](const uint8_t* p) {
+    const auto start = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) & ~(kFaultAroundBytes - 1));
+    return std::max(file.image(), start);
+  };
   const auto make = [&](const WeightView& w) {
     const auto* base = static_cast<const uint8_t*>(w.data);
     const size_t row = row_bytes(w.dtype, w.cols);
-    const uint8_t* from = base;  // what is not given back yet starts here
+    const uint8_t* from = window_of(base);  // the next release starts here
     return Linear::make(w, arena, flavour_, numerics_, [&](int64_t rows_done) {
       const uint8_t* to = base + row * static_cast<size_t>(rows_done);
       file.release_pages(from, static_cast<uint64_t>(to - from));  // whole pages within only
-      // The page holding `to` was not given back: the next call starts there.
-      const auto page_of_to = reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(to) & ~(page - 1));
-      from = std::max(base, page_of_to);
+      from = window_of(to);
     });
   };
   // Other stages' layers keep empty entries: linears_ is indexed by layer.

@@ -68,8 +68,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
   }
   if (options.prefault) {
     const gguf::ProgressFn progress = options.progress ? options.progress : [](double) {};
+    // What the passes read, as a stage reads it: an untied embedding table is
+    // left to the lookups (a few rows a step) in one process too, so that it
+    // does not sit in memory whole for nothing.
     if (sharded) m->file_->prefault(progress, m->shard_ranges());
-    else if (whole) m->file_->prefault(progress);
     else m->file_->prefault(progress, [&m](const gguf::TensorInfo& t) { return m->stage_reads(t.name); });
   }
   // The executor is made last: it may copy the weights into its own layouts.
