@@ -20,7 +20,8 @@ Measured, per layout:
   collective  TP: the mean time of one collective (an all-gather) (the wait for the slowest rank included), rank 0's from
               the JSON and rank 1's from its log line at shutdown, in the decode runs.
   memory      each rank's peak resident set (VmHWM of /proc/<pid>/status, read every 50 ms while it
-              runs; the decode runs, whose KV cache is --kv-cache-memory), beside the one process's.
+              runs), beside the one process's. Every layout caches the same tokens: the one process
+              takes --kv-cache-memory, each of N ranks 1/N of it (its KV heads' or its layers' share).
 
 Targets (issue 40): TP=2 decode at least 85% of one process's; PP=2 16-stream throughput at least 85%;
 each rank's peak resident set at most 55% of the one process's.
@@ -132,18 +133,35 @@ def per_rank(text: str, peaks: dict[int, int]) -> list[int]:
     return [peaks.get(pids[r], 0) for r in sorted(pids)]
 
 
+def kv_cache_memory_of(sizes: list[str], whole: str) -> str:
+    """Each rank's --kv-cache-memory for the same tokens as one process's `whole`: a tensor-parallel rank
+    caches its share of the KV heads, a pipeline stage its layers', so N ranks each take 1/N of it (else
+    the ranks would cache N times the tokens, and a 16-stream run that preempts in one process would not
+    in two)."""
+    ranks = 1
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
+        if flag in sizes:
+            ranks *= int(sizes[sizes.index(flag) + 1])
+    m = re.fullmatch(r"(\d+)([KMG]?)", whole)
+    if not m:
+        raise SystemExit(f"--kv-cache-memory {whole!r}: give a count of bytes, K, M or G")
+    total = int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)]
+    return str(total // ranks)
+
+
 def bench(binary: Path, model: Path, layout: str, kind: str, args: argparse.Namespace, out: Path, rep: int) -> dict:
     launcher, threads, sizes = (LAYOUTS | NETNS_LAYOUTS)[layout]
+    kv = kv_cache_memory_of(sizes, args.kv_cache_memory)
     tag = f"{kind}-{layout.replace(' ', '_').replace('=', '')}-{rep}"
     json_path = out / f"{tag}.json"
     common = [str(binary), "bench", kind, "-m", str(model), "--threads", str(threads), "--seed", str(rep),
               "--output-json", str(json_path), *sizes]
     if kind == "latency":
         extra = ["--input-len", "32", "--output-len", str(args.output_len), "--num-iters", str(args.num_iters),
-                 "--num-iters-warmup", "1", "--kv-cache-memory", args.kv_cache_memory]
+                 "--num-iters-warmup", "1", "--kv-cache-memory", kv]
     else:
         extra = ["--num-prompts", str(args.streams), "--max-num-seqs", str(args.streams), "--input-len", "128",
-                 "--output-len", str(args.output_len), "--kv-cache-memory", args.kv_cache_memory]
+                 "--output-len", str(args.output_len), "--kv-cache-memory", kv]
     text, peaks = run(launcher + common + extra, out / f"{tag}.log")
     j = json.loads(json_path.read_text())
     result = {"rss_kib": per_rank(text, peaks)}
@@ -209,7 +227,7 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
     lines.append("| peak resident MiB per rank | " + " | ".join(rss(layout) for layout in layouts)
                  + f" | each <= {MEMORY_TARGET:.2f}x |")
     lines += ["", f"Model file {model.stat().st_size / 2**20:.0f} MiB; KV cache --kv-cache-memory "
-              f"{args.kv_cache_memory} per process in the decode runs (the memory row), the largest peak of "
+              f"{args.kv_cache_memory} in one process and 1/2 of it a rank (the same tokens cached), the largest peak of "
               "the repetitions.", "", "Per repetition:", "",
               "| layout | decode tokens/s | streams output tokens/s | collective us | peak MiB per rank |",
               "|---|---|---|---|---|"]
