@@ -20,8 +20,9 @@ Measured, per layout:
   collective  TP: the mean time of one collective (an all-gather) (the wait for the slowest rank included), rank 0's from
               the JSON and rank 1's from its log line at shutdown, in the decode runs.
   memory      each rank's peak resident set (VmHWM of /proc/<pid>/status, read every 50 ms while it
-              runs), beside the one process's. Every layout caches the same tokens: the one process
-              takes --kv-cache-memory, each of N ranks 1/N of it (its KV heads' or its layers' share).
+              runs), beside the one process's. Every layout caches the same tokens: each process
+              and rank keeps --kv-blocks blocks (--num-gpu-blocks-override), a rank of its KV heads
+              or of its layers, so a stage of more layers holds more bytes of cache.
 
 Targets (issue 40): TP=2 decode at least 85% of one process's; PP=2 16-stream throughput at least 85%;
 each rank's peak resident set at most 55% of the one process's.
@@ -52,6 +53,9 @@ DEFAULT_MODEL = CACHE / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 # OpenMPI refuses root without these, and 2 ranks on 2 cores need no binding and may oversubscribe.
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
+# 64 MiB of f16 cache in one process of Qwen2.5-Coder-0.5B (24 layers x 2 KV heads x 64 x (K + V) x 2 bytes
+# = 192 KiB a block of 16 tokens): room for 16 streams of 256 tokens without preemption.
+KV_BLOCKS = 341
 MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]
 NETNS_HOSTS = ROOT / "scripts" / "netns_hosts.sh"
 ACROSS_MACHINES = [str(NETNS_HOSTS), "mpirun", "-np", "2", "--bind-to", "none"]
@@ -133,35 +137,19 @@ def per_rank(text: str, peaks: dict[int, int]) -> list[int]:
     return [peaks.get(pids[r], 0) for r in sorted(pids)]
 
 
-def kv_cache_memory_of(sizes: list[str], whole: str) -> str:
-    """Each rank's --kv-cache-memory for the same tokens as one process's `whole`: a tensor-parallel rank
-    caches its share of the KV heads, a pipeline stage its layers', so N ranks each take 1/N of it (else
-    the ranks would cache N times the tokens, and a 16-stream run that preempts in one process would not
-    in two)."""
-    ranks = 1
-    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size"):
-        if flag in sizes:
-            ranks *= int(sizes[sizes.index(flag) + 1])
-    m = re.fullmatch(r"(\d+)([KMG]?)", whole)
-    if not m:
-        raise SystemExit(f"--kv-cache-memory {whole!r}: give a count of bytes, K, M or G")
-    total = int(m.group(1)) * {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}[m.group(2)]
-    return str(total // ranks)
-
-
 def bench(binary: Path, model: Path, layout: str, kind: str, args: argparse.Namespace, out: Path, rep: int) -> dict:
     launcher, threads, sizes = (LAYOUTS | NETNS_LAYOUTS)[layout]
-    kv = kv_cache_memory_of(sizes, args.kv_cache_memory)
+    kv = ["--num-gpu-blocks-override", str(args.kv_blocks)]
     tag = f"{kind}-{layout.replace(' ', '_').replace('=', '')}-{rep}"
     json_path = out / f"{tag}.json"
     common = [str(binary), "bench", kind, "-m", str(model), "--threads", str(threads), "--seed", str(rep),
               "--output-json", str(json_path), *sizes]
     if kind == "latency":
         extra = ["--input-len", "32", "--output-len", str(args.output_len), "--num-iters", str(args.num_iters),
-                 "--num-iters-warmup", "1", "--kv-cache-memory", kv]
+                 "--num-iters-warmup", "1", *kv]
     else:
         extra = ["--num-prompts", str(args.streams), "--max-num-seqs", str(args.streams), "--input-len", "128",
-                 "--output-len", str(args.output_len), "--kv-cache-memory", kv]
+                 "--output-len", str(args.output_len), *kv]
     text, peaks = run(launcher + common + extra, out / f"{tag}.log")
     j = json.loads(json_path.read_text())
     result = {"rss_kib": per_rank(text, peaks)}
@@ -226,9 +214,9 @@ def markdown(model: Path, results: dict, args: argparse.Namespace, load: tuple[s
 
     lines.append("| peak resident MiB per rank | " + " | ".join(rss(layout) for layout in layouts)
                  + f" | each <= {MEMORY_TARGET:.2f}x |")
-    lines += ["", f"Model file {model.stat().st_size / 2**20:.0f} MiB; KV cache --kv-cache-memory "
-              f"{args.kv_cache_memory} in one process and 1/2 of it a rank (the same tokens cached), the largest peak of "
-              "the repetitions.", "", "Per repetition:", "",
+    lines += ["", f"Model file {model.stat().st_size / 2**20:.0f} MiB; KV cache {args.kv_blocks} blocks of 16 "
+              "tokens in one process and on each rank (`--num-gpu-blocks-override`: the same tokens cached, a rank "
+              "of its own heads or layers); peaks are the largest of the repetitions.", "", "Per repetition:", "",
               "| layout | decode tokens/s | streams output tokens/s | collective us | peak MiB per rank |",
               "|---|---|---|---|---|"]
     for layout, r in results.items():
@@ -247,7 +235,9 @@ def main() -> int:
     ap.add_argument("--num-iters", type=int, default=5, help="timed iterations of each decode run")
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--streams", type=int, default=16)
-    ap.add_argument("--kv-cache-memory", default="64M")
+    ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS,
+                    help="KV blocks of 16 tokens in every process and rank (default: what 64 MiB buys one process of "
+                         "Qwen2.5-Coder-0.5B in f16)")
     ap.add_argument("--out", type=Path, default=None, help="where the runs' JSON and logs go (default: a temp dir)")
     ap.add_argument("--netns", action="store_true",
                     help="also TP=2 and PP=2 across two network namespaces (scripts/netns_hosts.sh; root)")

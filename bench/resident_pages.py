@@ -8,8 +8,8 @@ GGUF file's tensors have pages mapped (from /proc/<pid>/pagemap, so it needs roo
 weight's file pages should be gone; what stays is the embedding rows the lookups read, the small
 tensors read in place (norms, biases) and, around each read, the window Linux's fault-around maps.
 
-Usage: bench/resident_pages.py one|tensor|pipeline [--model PATH] [--kv-cache-memory 64M]
-(each of the two ranks takes half of --kv-cache-memory, as in compare_parallel.py: the same tokens).
+Usage: bench/resident_pages.py one|tensor|pipeline [--model PATH] [--kv-blocks 341]
+(every process and rank keeps --kv-blocks KV blocks, as in compare_parallel.py: the same tokens).
 Not a timing: it can run beside other work.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from compare_parallel import DEFAULT_MODEL, MPI_ENV, MPIRUN, ROOT, inferd_pids, kv_cache_memory_of  # noqa: E402
+from compare_parallel import DEFAULT_MODEL, MPI_ENV, MPIRUN, ROOT, inferd_pids, KV_BLOCKS  # noqa: E402
 
 PAGE = 4096
 
@@ -83,13 +83,13 @@ def main() -> int:
     ap.add_argument("layout", choices=["one", "tensor", "pipeline"])
     ap.add_argument("--model", type=Path, default=DEFAULT_MODEL)
     ap.add_argument("--binary", type=Path, default=ROOT / "build" / "inferd")
-    ap.add_argument("--kv-cache-memory", default="64M")
+    ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS)
     args = ap.parse_args()
     sizes = [] if args.layout == "one" else [f"--{args.layout}-parallel-size", "2"]
     cmd = ([] if args.layout == "one" else MPIRUN) + [
         str(args.binary), "bench", "latency", "-m", str(args.model), "--threads", "2" if args.layout == "one" else "1",
         *sizes, "--input-len", "32", "--output-len", "400", "--num-iters", "3", "--num-iters-warmup", "0",
-        "--kv-cache-memory", kv_cache_memory_of(sizes, args.kv_cache_memory)]
+        "--num-gpu-blocks-override", str(args.kv_blocks)]
     tensors = tensor_ranges(args.model)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=MPI_ENV)
     try:

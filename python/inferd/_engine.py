@@ -46,6 +46,8 @@ class EngineArgs:
     #: KV cache size: bytes, or text such as "512M" or "2G"; None: kv_cache_memory_fraction of free memory
     kv_cache_memory: Optional[Union[int, str]] = None
     kv_cache_memory_fraction: float = 0.25
+    #: this many KV-cache blocks instead of what the size buys (vLLM's num_gpu_blocks_override); None: none
+    num_gpu_blocks_override: Optional[int] = None
     block_size: int = 16  #: tokens per KV-cache block
     #: vLLM's speculative decoding config, e.g. {"method": "ngram", "num_speculative_tokens": 4}
     speculative_config: Optional[Union[Mapping[str, Any], str]] = None
@@ -108,6 +110,7 @@ def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     core.enable_prefix_caching = bool(args.enable_prefix_caching)
     core.kv_cache_memory = "" if args.kv_cache_memory is None else str(args.kv_cache_memory)
     core.kv_cache_memory_fraction = float(args.kv_cache_memory_fraction)
+    core.num_gpu_blocks_override = int(args.num_gpu_blocks_override or 0)
     core.block_size = args.block_size
     spec = args.speculative_config
     core.speculative_config = json.dumps(dict(spec)) if isinstance(spec, Mapping) else (spec or "")

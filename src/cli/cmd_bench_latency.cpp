@@ -32,6 +32,7 @@ struct BenchLatencyFlags {
   int64_t max_num_batched_tokens = 2048;
   int64_t max_model_len = 0;
   std::string kv_cache_memory = "256M";
+  int64_t num_gpu_blocks_override = 0;
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
   std::string numerics = "exact";  // resolve_numerics
   bool enable_prefix_caching = false;
@@ -77,6 +78,7 @@ Result<EngineConfig> latency_engine_config(const BenchLatencyFlags& f) {
   ec.kv_cache_dtype = *kv_dtype;
   ec.kv_cache_bytes = parse_bytes(f.kv_cache_memory);
   if (ec.kv_cache_bytes <= 0) return make_error("--kv-cache-memory: expected a size such as 256M or 1G");
+  ec.num_gpu_blocks_override = f.num_gpu_blocks_override;
   return ec;
 }
 
@@ -271,6 +273,9 @@ void register_bench_latency(CLI::App& bench, int& exit_code) {
   sub->add_option("--max-model-len", flags->max_model_len, "0 = the model's context length")
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--kv-cache-memory", flags->kv_cache_memory, "KV cache size, e.g. 256M")->capture_default_str();
+  sub->add_option("--num-gpu-blocks-override", flags->num_gpu_blocks_override,
+                  "This many KV-cache blocks on each rank, whatever --kv-cache-memory buys (0: none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   add_kv_cache_dtype_options(*sub, flags->kv_cache_dtype, flags->cache_type_k, flags->cache_type_v);
   add_numerics_option(*sub, flags->numerics);
   sub->add_flag("--warm-up,!--no-warm-up", flags->warm_up,

@@ -39,6 +39,9 @@ void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--kv-cache-memory-fraction", kv_cache_memory_fraction,
                  "Fraction of available memory for the KV cache when --kv-cache-memory is unset")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--num-gpu-blocks-override", num_gpu_blocks_override,
+                 "This many KV-cache blocks on each rank, whatever the size above buys (0: none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--block-size", block_size, "Tokens per KV-cache block")
       ->capture_default_str()->check(CLI::Range(1, 1024));
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,

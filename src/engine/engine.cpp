@@ -41,6 +41,7 @@ ModelRunnerConfig Engine::runner_config(const Model& model, const EngineConfig& 
   rc.block_size = config.block_size;
   rc.kv_cache_bytes = config.kv_cache_bytes;
   rc.kv_cache_memory_fraction = config.kv_cache_memory_fraction;
+  rc.n_blocks_override = config.num_gpu_blocks_override;
   rc.kv_cache_dtype = config.kv_cache_dtype;
   rc.kv_cache_skip_sliding_window = config.kv_cache_skip_sliding_window;
   rc.warm_up = config.warm_up;

@@ -71,6 +71,9 @@ struct EngineConfig {
   // memory; never more blocks than max_num_seqs requests of max_model_len need.
   int64_t kv_cache_bytes = 0;
   double kv_cache_memory_fraction = 0.25;
+  // > 0: this many KV blocks instead of what the budget buys (vLLM's
+  // num_gpu_blocks_override; ModelRunnerConfig::n_blocks_override).
+  int64_t num_gpu_blocks_override = 0;
   // The KV cache's element type: the budget above buys blocks of this dtype
   // (q8_0 about 1.9 times f16's tokens, q4_0 3.5 times). One the model's
   // executor cannot read is refused at create(), naming those it can.

@@ -56,6 +56,7 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
                     out_of_range("max_num_batched_tokens", max_num_batched_tokens, 1, INT64_MAX),
                     out_of_range("max_model_len", max_model_len, 0, INT64_MAX),
                     out_of_range("block_size", block_size, 1, 1024),
+                    out_of_range("num_gpu_blocks_override", num_gpu_blocks_override, 0, INT32_MAX),
                     out_of_range("max_logprobs", max_logprobs, 0, INT32_MAX),
                     out_of_range("long_prefill_token_threshold", long_prefill_token_threshold, 0, INT64_MAX)})
     if (!st) return st.error();
@@ -68,6 +69,7 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
   ec.enable_prefix_caching = enable_prefix_caching;
   ec.block_size = static_cast<int32_t>(block_size);
   ec.kv_cache_memory_fraction = kv_cache_memory_fraction;
+  ec.num_gpu_blocks_override = num_gpu_blocks_override;
   ec.max_logprobs = static_cast<int32_t>(max_logprobs);
   ec.long_prefill_token_threshold = long_prefill_token_threshold;
   auto dtype = resolve_kv_cache_dtype(kv_cache_dtype, cache_type_k, cache_type_v, naming);

@@ -18,6 +18,7 @@ struct EngineArgs {
   int64_t max_model_len = 0;         // 0: the model's context length
   std::string kv_cache_memory;       // bytes with an optional K/M/G suffix; empty: a fraction
   double kv_cache_memory_fraction = 0.25;
+  int64_t num_gpu_blocks_override = 0;  // > 0: this many KV blocks, whatever the size above buys
   int64_t block_size = 16;
   bool enable_prefix_caching = true;
   std::string speculative_config;    // vLLM's JSON; empty: no speculation

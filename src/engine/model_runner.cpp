@@ -33,6 +33,12 @@ Result<int32_t> kv_blocks_for_budget(const ModelConfig& model, const ModelRunner
 }
 
 Result<int32_t> kv_blocks_for_budget(const KVLayout& layout, const ModelRunnerConfig& config) {
+  if (config.n_blocks_override > 0) {
+    if (config.n_blocks_override < 2 || config.n_blocks_override > INT32_MAX)
+      return make_error("a KV cache of " + std::to_string(config.n_blocks_override) +
+                        " blocks was asked for; it takes at least 2 and at most " + std::to_string(INT32_MAX));
+    return static_cast<int32_t>(config.n_blocks_override);
+  }
   int64_t bytes = config.kv_cache_bytes;
   std::string source = std::to_string(bytes) + " bytes";
   if (bytes <= 0) {

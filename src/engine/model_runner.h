@@ -37,6 +37,10 @@ struct ModelRunnerConfig {
   double kv_cache_memory_fraction = 0.0;
   // > 0: at most this many blocks (more would never be used).
   int64_t max_blocks = 0;
+  // > 0: exactly this many blocks, whatever the budget says (vLLM's
+  // num_gpu_blocks_override): every layout of a model, one process or its
+  // ranks, then caches the same tokens, each rank in its own share of bytes.
+  int64_t n_blocks_override = 0;
   // Run a prefill-shaped and a decode-shaped pass at creation (as llama.cpp
   // does at load), so that the first request does not pay for first-touch
   // page faults, scratch growth and cold caches.

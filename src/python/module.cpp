@@ -161,6 +161,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("max_model_len", &EngineArgs::max_model_len)
       .def_readwrite("kv_cache_memory", &EngineArgs::kv_cache_memory)
       .def_readwrite("kv_cache_memory_fraction", &EngineArgs::kv_cache_memory_fraction)
+      .def_readwrite("num_gpu_blocks_override", &EngineArgs::num_gpu_blocks_override)
       .def_readwrite("block_size", &EngineArgs::block_size)
       .def_readwrite("enable_prefix_caching", &EngineArgs::enable_prefix_caching)
       .def_readwrite("speculative_config", &EngineArgs::speculative_config)

@@ -14,6 +14,7 @@ TEST(EngineArgs, BuildsTheConfig) {
   a.max_num_batched_tokens = 512;
   a.max_model_len = 1024;
   a.kv_cache_memory = "1.5M";
+  a.num_gpu_blocks_override = 300;
   a.block_size = 32;
   a.enable_prefix_caching = false;
   a.max_logprobs = 5;
@@ -24,6 +25,7 @@ TEST(EngineArgs, BuildsTheConfig) {
   EXPECT_EQ(c->max_num_batched_tokens, 512);
   EXPECT_EQ(c->max_model_len, 1024);
   EXPECT_EQ(c->kv_cache_bytes, 1024 * 1024 * 3 / 2);
+  EXPECT_EQ(c->num_gpu_blocks_override, 300);
   EXPECT_EQ(c->block_size, 32);
   EXPECT_FALSE(c->enable_prefix_caching);
   EXPECT_EQ(c->max_logprobs, 5);
@@ -100,7 +102,8 @@ TEST(EngineArgs, RefusesOutOfRangeValues) {
   for (auto set : {+[](EngineArgs& a) { a.max_num_seqs = 0; }, +[](EngineArgs& a) { a.max_num_seqs = int64_t{1} << 40; },
                    +[](EngineArgs& a) { a.block_size = 0; }, +[](EngineArgs& a) { a.max_num_batched_tokens = 0; },
                    +[](EngineArgs& a) { a.max_logprobs = -1; }, +[](EngineArgs& a) { a.max_model_len = -5; },
-                   +[](EngineArgs& a) { a.kv_cache_memory_fraction = 1.5; }}) {
+                   +[](EngineArgs& a) { a.kv_cache_memory_fraction = 1.5; },
+                   +[](EngineArgs& a) { a.num_gpu_blocks_override = -1; }}) {
     EngineArgs a;
     set(a);
     EXPECT_FALSE(a.config().ok());

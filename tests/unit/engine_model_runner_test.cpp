@@ -195,6 +195,29 @@ TEST(EngineModelRunner, KvBudgetBuysWholeBlocks) {
   EXPECT_LE(*frac, std::max(before, after) / 1000 / 2048 + 1);
 }
 
+TEST(EngineModelRunner, ABlockCountOverridesTheBudget) {
+  ModelConfig c;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 8;  // 2048 bytes a block of 16
+  ModelRunnerConfig rc;
+  rc.block_size = 16;
+  rc.kv_cache_bytes = 3 * 2048;  // buys 3
+  rc.max_blocks = 2;             // a cap the override is not held to either
+  rc.n_blocks_override = 40;
+  auto n = kv_blocks_for_budget(c, rc);
+  ASSERT_TRUE(n.ok()) << n.error().message;
+  EXPECT_EQ(*n, 40);
+  // Pipeline stages of different widths cache the same tokens.
+  KVLayout whole = KVLayout::plan(c, 16, DType::F16, false);
+  EXPECT_EQ(*kv_blocks_for_budget(whole.for_layers(0, 1), rc), 40);
+  rc.n_blocks_override = 1;
+  auto one = kv_blocks_for_budget(c, rc);
+  ASSERT_FALSE(one.ok());
+  EXPECT_NE(one.error().message.find("at least 2"), std::string::npos) << one.error().message;
+}
+
 class EngineModelRunnerModel : public test::ModelTest {};
 
 TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlone) {
