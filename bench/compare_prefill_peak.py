@@ -15,8 +15,10 @@ beside a q8_0 KV cache's (what decides which tier is the default: docs/design.md
             f16 cache, and --kv-cache-dtype q8_0 (exact) against the same
 
   --old B   another inferd binary (say main's build) whose fast tier runs beside, alternating, as "old fast"
+  --kl-only the KL table alone (no timings: it can run beside other work)
 
 Usage: bench/compare_prefill_peak.py [--models A.gguf,B.gguf] [--threads 2] [--reps 3] [--chunks 8] [--old B]
+                                     [--kl-only]
 Prints Markdown for docs/benchmarks.md. On a shared VM the load moves everything: compare only figures from
 the same run.
 """
@@ -56,6 +58,21 @@ def peaks(tool, threads):
     return found
 
 
+def print_kl(models, args, kl):
+    """The fast tier's KL divergence from exact beside a q8_0 KV cache's, per model (Markdown)."""
+    print(f"KL divergence per scored position ({args.chunks} windows of 512 tokens of {CORPUS.name}), "
+          "against exact numerics with an f16 KV cache:")
+    print()
+    print("| model | fast numerics, f16 KV: mean KL | 99% | same top | exact numerics, q8_0 KV: mean KL | 99% | "
+          "same top |")
+    print("|---|---|---|---|---|---|---|")
+    for model in models:
+        f = kl(model, ["--numerics", "fast"])
+        q = kl(model, ["--kv-cache-dtype", "q8_0"])
+        print(f"| {model.name} | {f['kl_divergence_mean']:.6f} | {f['kl_divergence_p99']:.6f} | {f['same_top']:.1%} | "
+              f"{q['kl_divergence_mean']:.6f} | {q['kl_divergence_p99']:.6f} | {q['same_top']:.1%} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--models", default=",".join(str(MODEL_DIR / m) for m in (
@@ -66,6 +83,7 @@ def main():
     ap.add_argument("--inferd", default=str(ROOT / "build" / "inferd"))
     ap.add_argument("--peak-tool", default=str(ROOT / "build" / "int8_peak"))
     ap.add_argument("--old", default="", help="an older inferd binary whose fast tier runs beside (A/B)")
+    ap.add_argument("--kl-only", action="store_true", help="print the KL divergence table only")
     args = ap.parse_args()
     models = [Path(m) for m in args.models.split(",")]
     have_llama = LLAMA_BENCH.exists()
@@ -88,6 +106,9 @@ def main():
                              + extra, check=True, capture_output=True, text=True).stdout
         return json.loads(out)
 
+    if args.kl_only:
+        print_kl(models, args, kl)
+        return
     peak_before = peaks(args.peak_tool, args.threads)
     rows = []
     for model in models:
@@ -125,17 +146,7 @@ def main():
             print(f"| {model.name} ({n_prompt} tokens) | {label} | {pp[engine]:.1f} | {gops:.1f} | "
                   + " | ".join(f"{gops / peak[u]:.1%}" for u in units) + f" | {ratio} |")
     print()
-    print(f"KL divergence per scored position ({args.chunks} windows of 512 tokens of {CORPUS.name}), "
-          "against exact numerics with an f16 KV cache:")
-    print()
-    print("| model | fast numerics, f16 KV: mean KL | 99% | same top | exact numerics, q8_0 KV: mean KL | 99% | "
-          "same top |")
-    print("|---|---|---|---|---|---|---|")
-    for model, _, _, _ in rows:
-        f = kl(model, ["--numerics", "fast"])
-        q = kl(model, ["--kv-cache-dtype", "q8_0"])
-        print(f"| {model.name} | {f['kl_divergence_mean']:.6f} | {f['kl_divergence_p99']:.6f} | {f['same_top']:.1%} | "
-              f"{q['kl_divergence_mean']:.6f} | {q['kl_divergence_p99']:.6f} | {q['same_top']:.1%} |")
+    print_kl([model for model, _, _, _ in rows], args, kl)
 
 
 if __name__ == "__main__":
