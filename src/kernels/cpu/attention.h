@@ -181,6 +181,11 @@ void attend_heads_tile_avx512(const AttentionTile& tile, int64_t n_heads, const 
 void attend_heads_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                        int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void softmax_avx2(float* w, int64_t n);
+// attend_heads_tile's kernel for GgmlFlavour::kAvx512 on AVX2: each token's
+// bits attend_heads_avx2's (kPrefill); head sizes without a grouped kernel go
+// token by token through it.
+void attend_heads_tile_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                            int64_t D, float scale, const float* sinks);
 
 // GgmlFlavour::kAvx2: the portable kernel compiled without and with FMA
 // instructions, and the AVX2 kernel (AVX2 + FMA + F16C) for query heads that
@@ -196,6 +201,11 @@ void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, 
 // last-bit differences of e^x): w[0, n) in place, n a multiple of 8.
 void softmax_ggml_avx2_scalar(float* w, int64_t n);
 void softmax_ggml_avx2(float* w, int64_t n);  // AVX2 + FMA
+// attend_heads_tile's kernel for GgmlFlavour::kAvx2 (AVX2 + FMA + F16C): each
+// token's bits attend_heads_ggml_avx2's (kPrefill); head sizes without a
+// grouped kernel go token by token through it.
+void attend_heads_tile_ggml_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                                 int64_t D, float scale, const float* sinks);
 }  // namespace detail
 
 }  // namespace inferd::kernels
