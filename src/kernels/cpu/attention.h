@@ -121,7 +121,7 @@ struct AttentionTile {
 };
 
 // Tokens an executor gives attend_heads_tile at a time (more are taken in
-// tiles of this many): the AVX-512 kernel reads each key and value once per
+// tiles of this many): the tiled kernels read each key and value once per
 // this many tokens instead of once per token.
 constexpr int64_t kAttentionTileTokens = 8;
 
@@ -130,10 +130,10 @@ constexpr int64_t kAttentionTileTokens = 8;
 // pos_begin[i], pos_end[i], scale, AttentionPass::kPrefill, ...)'s to the bit,
 // at every level and flavour and for any tile (the arithmetic of a token does
 // not depend on the others: docs/design.md, "Prefill attention in tiles").
-// F16 caches at AVX-512 (head sizes 64, 128, 192, 256) go through the tiled
-// kernel, which reads each 16-position chunk of keys and each block of values
-// once for the tile; the other levels, flavours, head sizes and dtypes run the
-// per-token kernel token by token.
+// F16 caches at AVX-512 (its flavour) and at AVX2 (both), head sizes of the
+// grouped kernels, go through tiled kernels, which read each chunk of keys and
+// each block of values once for the tile; the other levels, head sizes and
+// dtypes run the per-token kernel token by token.
 void attend_heads_tile(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                        float scale, GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
 
