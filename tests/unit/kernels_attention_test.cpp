@@ -725,8 +725,10 @@ TEST(KernelsAttention, PrefillTilesGiveEachTokensBits) {
           if (flavour == GgmlFlavour::kAvx2) {
             fns[0].second = [](const AttentionTile& t, int64_t nh, const PagedKV& c, int64_t ho, int64_t d, float sc,
                                const float* sk) { attend_heads_tile(t, nh, c, ho, d, sc, GgmlFlavour::kAvx2, sk); };
-          } else if (best_simd_level() >= SimdLevel::kAvx512) {
-            fns.emplace_back("avx512", detail::attend_heads_tile_avx512);
+            if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", detail::attend_heads_tile_ggml_avx2);
+          } else {
+            if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", detail::attend_heads_tile_avx2);
+            if (best_simd_level() >= SimdLevel::kAvx512) fns.emplace_back("avx512", detail::attend_heads_tile_avx512);
           }
           for (const auto& [name, fn] : fns) {
             std::vector<float> got(want.size(), 0.0f);
@@ -774,6 +776,92 @@ TEST(KernelsAttention, PrefillTilesGiveEachTokensBits) {
         }
         check(begin, end, rep % 2 ? sinks.data() : nullptr, rep == 0 && !long_range,
               "random ranges " + std::to_string(rep));
+      }
+    }
+  }
+}
+
+// The AVX2 tiled kernels (detail::attend_heads_tile_ggml_avx2, GGML's AVX2
+// build, and detail::attend_heads_tile_avx2, its AVX-512 build on AVX2; called
+// directly: tested whatever the dispatch picks) against their per-token
+// kernels (kPrefill) run for each token alone, bit for bit: head sizes they
+// tile and one they do not (96), groups of 1 to 8 query heads a key/value
+// head, tiles of 1 to 8 tokens (and 17: the kernels take 16 a call), causal
+// ranges whose ends cross 8- and 16-position chunks, 16-slot blocks and the
+// kernels' value blocks (32 to 128 positions), sliding windows (the
+// beginnings move across those too), sinks, shuffled blocks of several
+// layers, and unrelated ranges in any order.
+TEST(KernelsAttention, Avx2PrefillTilesGiveEachTokensBits) {
+  if (best_simd_level() < SimdLevel::kAvx2) GTEST_SKIP() << "the CPU has no AVX2";
+  std::mt19937 rng(43);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  constexpr int64_t kBlock = 16, kLayers = 2, kKVHeads = 2, kMaxTokens = 17, kPos = 700;
+  struct Kernels {
+    const char* name;
+    AttendHeadsFn per_token;
+    AttendTileFn tiled;
+    std::vector<int64_t> head_sizes;
+  };
+  for (const Kernels& k : {Kernels{"ggml_avx2", detail::attend_heads_ggml_avx2, detail::attend_heads_tile_ggml_avx2,
+                                   {64, 128, 256, 96}},
+                           Kernels{"avx512 on avx2", detail::attend_heads_avx2, detail::attend_heads_tile_avx2,
+                                   {64, 128, 192, 256, 96}}}) {
+    for (int64_t D : k.head_sizes) {
+      const RandomPagedCache cache(D, kPos, kBlock, kLayers, kKVHeads, rng);
+      const PagedKV& kv = cache.kv;
+      const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+      for (int64_t n_heads = 1; n_heads <= 8; ++n_heads) {
+        const int64_t stride = n_heads * D + 8;  // rows wider than their heads, as a batch's
+        std::vector<float> q(static_cast<size_t>(kMaxTokens * stride));
+        for (float& x : q) x = 2.0f * dist(rng);
+        std::vector<float> sinks(static_cast<size_t>(n_heads));
+        for (float& x : sinks) x = 3.0f * dist(rng);
+        auto check = [&](const std::vector<int64_t>& begin, const std::vector<int64_t>& end, const float* sink,
+                         const std::string& what) {
+          const auto T = static_cast<int64_t>(begin.size());
+          // NaN where nothing is written, so a row the kernel skips shows.
+          std::vector<float> want(static_cast<size_t>(T * stride), std::numeric_limits<float>::quiet_NaN());
+          std::vector<float> got(want);
+          for (int64_t i = 0; i < T; ++i)
+            k.per_token(q.data() + i * stride, n_heads, kv, D, D, begin[i], end[i], scale, AttentionPass::kPrefill,
+                        want.data() + i * stride, sink);
+          const AttentionTile tile{q.data(), stride, got.data(), stride, T, begin.data(), end.data()};
+          k.tiled(tile, n_heads, kv, D, D, scale, sink);
+          for (int64_t i = 0; i < T; ++i)
+            for (int64_t x = 0; x < n_heads * D; ++x)
+              ASSERT_EQ(bits_of(got[i * stride + x]), bits_of(want[i * stride + x]))
+                  << k.name << " " << what << " D " << D << " heads " << n_heads << " token " << i << " of " << T << " [" << begin[i]
+                  << ", " << end[i] << ") head " << x / D << " i " << x % D;
+        };
+        int variant = 0;
+        for (int64_t n_tokens : {1, 3, 8, 17}) {
+          for (int64_t first : {0, 6, 13, 250, 683}) {
+            for (int64_t window : {0, 5, 300}) {
+              const bool with_sinks = ++variant % 2 == 0;
+              std::vector<int64_t> begin, end;
+              for (int64_t i = 0; i < n_tokens; ++i) {
+                const int64_t pos = first + i;
+                begin.push_back(window > 0 && pos + 1 > window ? pos + 1 - window : 0);
+                end.push_back(pos + 1);
+              }
+              check(begin, end, with_sinks ? sinks.data() : nullptr,
+                    "tokens " + std::to_string(n_tokens) + " first " + std::to_string(first) + " window " +
+                        std::to_string(window) + (with_sinks ? " sinks" : ""));
+            }
+          }
+        }
+        std::uniform_int_distribution<int64_t> pos(0, kPos - 1);
+        for (int rep = 0; rep < 4; ++rep) {
+          std::vector<int64_t> begin, end;
+          for (int64_t i = 0; i < 3 + 2 * rep; ++i) {
+            int64_t a = pos(rng), b = pos(rng);
+            if (a > b) std::swap(a, b);
+            if (i % 3 == 0) a = b;  // one position
+            begin.push_back(a);
+            end.push_back(b + 1);
+          }
+          check(begin, end, rep % 2 ? sinks.data() : nullptr, "random ranges " + std::to_string(rep));
+        }
       }
     }
   }

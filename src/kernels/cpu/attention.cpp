@@ -76,14 +76,15 @@ void fill_attention_kernels(FloatKernels& ops, SimdLevel level) {
   // included), else the portable one.
   avx2_build = level >= SimdLevel::kAvx2 ? detail::attend_heads_ggml_avx2
                                          : each_head<detail::attend_one_head_ggml_avx2_scalar>;
-  // Prefill tiles: the tiled kernel at AVX-512, else the level's per-token
-  // kernel token by token.
+  // Prefill tiles: the tiled kernel of the level's per-token kernel (the
+  // same bits, each key and value read once a tile), else that kernel token
+  // by token.
   ops.attend_tile[static_cast<int>(GgmlFlavour::kAvx512)] =
       level >= SimdLevel::kAvx512 ? detail::attend_heads_tile_avx512
-      : level == SimdLevel::kAvx2 ? each_token<detail::attend_heads_avx2>
+      : level == SimdLevel::kAvx2 ? detail::attend_heads_tile_avx2
                                   : each_token<each_head<detail::attend_one_head_scalar>>;
   ops.attend_tile[static_cast<int>(GgmlFlavour::kAvx2)] =
-      level >= SimdLevel::kAvx2 ? each_token<detail::attend_heads_ggml_avx2>
+      level >= SimdLevel::kAvx2 ? detail::attend_heads_tile_ggml_avx2
                                 : each_token<each_head<detail::attend_one_head_ggml_avx2_scalar>>;
   // Latent heads (576 wide for DeepSeek): the AVX-512 build's order with
   // AVX-512 instructions, else the portable kernel (with FMA instructions

@@ -121,7 +121,7 @@ struct AttentionTile {
 };
 
 // Tokens an executor gives attend_heads_tile at a time (more are taken in
-// tiles of this many): the AVX-512 kernel reads each key and value once per
+// tiles of this many): the tiled kernels read each key and value once per
 // this many tokens instead of once per token.
 constexpr int64_t kAttentionTileTokens = 8;
 
@@ -130,10 +130,10 @@ constexpr int64_t kAttentionTileTokens = 8;
 // pos_begin[i], pos_end[i], scale, AttentionPass::kPrefill, ...)'s to the bit,
 // at every level and flavour and for any tile (the arithmetic of a token does
 // not depend on the others: docs/design.md, "Prefill attention in tiles").
-// F16 caches at AVX-512 (head sizes 64, 128, 192, 256) go through the tiled
-// kernel, which reads each 16-position chunk of keys and each block of values
-// once for the tile; the other levels, flavours, head sizes and dtypes run the
-// per-token kernel token by token.
+// F16 caches at AVX-512 (its flavour) and at AVX2 (both), head sizes of the
+// grouped kernels, go through tiled kernels, which read each chunk of keys and
+// each block of values once for the tile; the other levels, head sizes and
+// dtypes run the per-token kernel token by token.
 void attend_heads_tile(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                        float scale, GgmlFlavour flavour = GgmlFlavour::kAvx512, const float* sinks = nullptr);
 
@@ -181,6 +181,11 @@ void attend_heads_tile_avx512(const AttentionTile& tile, int64_t n_heads, const 
 void attend_heads_avx2(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
                        int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out, const float* sinks);
 void softmax_avx2(float* w, int64_t n);
+// attend_heads_tile's kernel for GgmlFlavour::kAvx512 on AVX2: each token's
+// bits attend_heads_avx2's (kPrefill); head sizes without a grouped kernel go
+// token by token through it.
+void attend_heads_tile_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                            int64_t D, float scale, const float* sinks);
 
 // GgmlFlavour::kAvx2: the portable kernel compiled without and with FMA
 // instructions, and the AVX2 kernel (AVX2 + FMA + F16C) for query heads that
@@ -196,6 +201,11 @@ void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, 
 // last-bit differences of e^x): w[0, n) in place, n a multiple of 8.
 void softmax_ggml_avx2_scalar(float* w, int64_t n);
 void softmax_ggml_avx2(float* w, int64_t n);  // AVX2 + FMA
+// attend_heads_tile's kernel for GgmlFlavour::kAvx2 (AVX2 + FMA + F16C): each
+// token's bits attend_heads_ggml_avx2's (kPrefill); head sizes without a
+// grouped kernel go token by token through it.
+void attend_heads_tile_ggml_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                                 int64_t D, float scale, const float* sinks);
 }  // namespace detail
 
 }  // namespace inferd::kernels

@@ -464,6 +464,209 @@ void attend_group(const float* q, int64_t n_heads, const PagedKV& kv, int64_t he
   }
 }
 
+// Prefill tiles (attend_heads_tile) of either flavour, K its build: several
+// query tokens of one sequence over one key/value head, each token's
+// arithmetic attend_heads<K, ...>'s (kPrefill) step for step, only the loops
+// between tokens reordered so that each 8-position half chunk of keys and each
+// block of value rows is read from memory once for the tile and by the other
+// tokens from L1 (attention_avx512.cpp's tile kernel's scheme):
+//   scores  half chunk by half chunk, chunk_scores per token on its keys with
+//           the positions outside the token's range null, then the same mask,
+//           the same running max in the same order (a half chunk wholly
+//           outside the range, L = 16 only, stored as -inf, no max). A row
+//           (token, head) depends on its query and the keys only, so tokens
+//           whose range holds the whole half are passed as heads of one call;
+//   softmax softmax<K, true> per token and head over its own chunks;
+//   values  lane s (p % L, tinyBLAS's lanes) of each token is the per-token
+//           kernel's chain of fused multiply-adds in position order from +0,
+//           cut into blocks of positions: the chain is stored and reloaded
+//           between blocks (exact) and starts from zero at the lane's first
+//           position in that token's range, so each token adds exactly its
+//           own positions, no zero-weight products of others';
+//   fold    K::fold per token, head and 8 columns; a lane the token's range
+//           never reaches is +0, as the per-token kernel's zeroed set.
+constexpr int64_t kTileMaxTokens = 16;  // tokens per call (the wrapper cuts larger tiles)
+constexpr int64_t kTileMaxHeads = 8;    // query heads per call (the wrapper cuts larger groups)
+// Bytes of value rows per block: 16 KiB stay in the 32 KiB L1 data cache
+// while every token of the tile walks them.
+constexpr int64_t kTileValueBytes = 16384;
+
+// One token's chains of lane positions p0, p0 + L, ... < p1 for NH heads and
+// CB * 8 columns from col: w + h * n head h's weights (indexed p - c0), acc +
+// h * head_acc head h's lane (read unless `first`: the lane's first positions
+// start from +0).
+template <int L, int NH, int CB>
+[[gnu::always_inline]] inline void tile_lane_walk(const uint16_t* const* vrow, int64_t c0, int64_t p0, int64_t p1,
+                                                  int64_t col, bool first, const float* w, int64_t n, float* acc,
+                                                  int64_t head_acc) {
+  __m256 a[NH][CB];
+  for (int h = 0; h < NH; ++h)
+    for (int c = 0; c < CB; ++c)
+      a[h][c] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + h * head_acc + col + 8 * c);
+  for (int64_t p = p0; p < p1; p += L) {
+    const uint16_t* v = vrow[p - c0] + col;
+    for (int c = 0; c < CB; ++c) {
+      const __m256 vf = v8::load_f16(v + 8 * c);
+      for (int h = 0; h < NH; ++h) a[h][c] = _mm256_fmadd_ps(vf, _mm256_broadcast_ss(&w[h * n + p - c0]), a[h][c]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int c = 0; c < CB; ++c) _mm256_storeu_ps(acc + h * head_acc + col + 8 * c, a[h][c]);
+}
+
+// Scores of rows [r, r1) (D = 8 * NV floats apart in q) over 8 keys, NH rows
+// a call, then the rest: s of each row to `store(row, s)`.
+template <class K, int NV, int NH = K::kMaxHeads, class Store>
+[[gnu::always_inline]] inline void tile_scores(const float* q, const uint16_t* const* keys, int64_t r, int64_t r1,
+                                               const Store& store) {
+  for (; r1 - r >= NH; r += NH) {
+    __m256 s[NH];
+    chunk_scores<K, NH, NV>(q + r * 8 * NV, keys, nullptr, true, s);
+    for (int h = 0; h < NH; ++h) store(r + h, s[h]);
+  }
+  if constexpr (NH > 1) {
+    if (r < r1) tile_scores<K, NV, NH - 1>(q, keys, r, r1, store);
+  }
+}
+
+// G <= kTileMaxHeads query heads of 8 * NV columns, tile.n_tokens <=
+// kTileMaxTokens tokens. Row r = i * G + h is token i's head h.
+template <class K, int NV>
+void attend_tile(const AttentionTile& tile, int64_t G, const PagedKV& kv, int64_t head_offset, float scale,
+                 const float* sinks) {
+  constexpr int64_t D = 8 * NV, L = K::kLanes;
+  const int64_t T = tile.n_tokens, R = T * G;
+  const int64_t* b = tile.pos_begin;
+  const int64_t* e = tile.pos_end;
+  int64_t B = b[0], E = e[0];  // the positions any token reads
+  for (int64_t i = 1; i < T; ++i) B = std::min(B, b[i]), E = std::max(E, e[i]);
+  thread_local std::vector<float> q_buf, weights, acc_buf, vmax_buf;
+  thread_local std::vector<const uint16_t*> krow, vrow;
+  float* q = line_aligned(q_buf, static_cast<size_t>(R * D));
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t d = 0; d < G * D; d += 8)
+      _mm256_store_ps(q + i * G * D + d, v8::round_f16(_mm256_loadu_ps(tile.q + i * tile.q_stride + d)));
+
+  // Key and value rows of [B, E), indexed p - c0 (null outside).
+  const int64_t c0 = B - B % L;
+  const int64_t n = (E - c0 + L - 1) / L * L;
+  krow.assign(static_cast<size_t>(n), nullptr);
+  vrow.assign(static_cast<size_t>(n), nullptr);
+  const int64_t block_elements = kv.block_bytes() / 2;
+  for (int64_t p = B, block = p / kv.block_size, offset = p % kv.block_size; p < E; ++p) {
+    const int64_t slot = int64_t{kv.block_table[block]} * block_elements + offset * kv.slot_stride;
+    krow[p - c0] = kv.k_f16() + slot + head_offset;
+    vrow[p - c0] = kv.v_f16() + slot + head_offset;
+    if (++offset == kv.block_size) offset = 0, ++block;
+  }
+
+  // Scores: row r's at weights[r * n + p - c0], over its token's chunks.
+  weights.resize(static_cast<size_t>(R * n));
+  const __m256 ninf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  float* vmax = line_aligned(vmax_buf, static_cast<size_t>(R * 8));  // row r's running max at vmax + 8 * r
+  for (int64_t r = 0; r < R; ++r) _mm256_store_ps(vmax + 8 * r, ninf);
+  const __m256 vscale = _mm256_set1_ps(scale);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int64_t ch = c0; ch < c0 + n; ch += 8) {
+    const uint16_t* const* keys = &krow[ch - c0];
+    for (int64_t i = 0; i < T;) {
+      if (ch < b[i] - b[i] % L || ch >= (e[i] + L - 1) / L * L) {  // outside token i's chunks
+        ++i;
+        continue;
+      }
+      if (e[i] <= ch || b[i] >= ch + 8) {  // L = 16: a half of its chunk wholly outside its range
+        for (int64_t r = i * G; r < (i + 1) * G; ++r) _mm256_storeu_ps(&weights[r * n + ch - c0], ninf);
+        ++i;
+        continue;
+      }
+      const int64_t lo = std::max(ch, b[i]) - ch, hi = std::min(ch + 8, e[i]) - ch;
+      const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(
+          _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(hi)), lane),
+          _mm256_cmpgt_epi32(lane, _mm256_set1_epi32(static_cast<int>(lo) - 1))));
+      auto store = [&](int64_t r, __m256 s) __attribute__((always_inline)) {
+        s = _mm256_blendv_ps(ninf, _mm256_mul_ps(s, vscale), valid);
+        _mm256_storeu_ps(&weights[r * n + ch - c0], s);
+        _mm256_store_ps(vmax + 8 * r, _mm256_max_ps(_mm256_load_ps(vmax + 8 * r), s));
+      };
+      if (lo == 0 && hi == 8) {  // token i and the next ones that hold the whole half, together
+        int64_t j = i + 1;
+        while (j < T && b[j] <= ch && e[j] >= ch + 8) ++j;
+        tile_scores<K, NV>(q, keys, i * G, j * G, store);
+        i = j;
+        continue;
+      }
+      const uint16_t* mine[8];  // token i's keys of the half, null outside its range
+      for (int64_t l = 0; l < 8; ++l) mine[l] = l >= lo && l < hi ? keys[l] : nullptr;
+      tile_scores<K, NV>(q, mine, i * G, (i + 1) * G, store);
+      ++i;
+    }
+  }
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t i = r / G, h = r % G;
+    const int64_t ci = b[i] - b[i] % L, ni = (e[i] - ci + L - 1) / L * L;
+    const __m256 vm = _mm256_load_ps(vmax + 8 * r);
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    softmax<K, true>(&weights[r * n + ci - c0], ni, _mm_cvtss_f32(m), sinks ? sinks + h : nullptr);
+  }
+
+  // Values: row r's lane s at acc + (r * L + s) * D.
+  float* acc = line_aligned(acc_buf, static_cast<size_t>(R * L * D));
+  constexpr int64_t VB = std::max(kTileValueBytes / (2 * D) / L * L, L);
+  constexpr int CB = 4;
+  static_assert(NV % CB == 0);
+  for (int64_t blk = B - B % VB; blk < E; blk += VB) {
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t r0 = std::max(blk, b[i]), r1 = std::min(blk + VB, e[i]);
+      if (r0 >= r1) continue;
+      const float* w = &weights[i * G * n];
+      for (int64_t s = 0; s < L; ++s) {
+        const int64_t p0 = r0 + ((s - r0 % L) + L) % L;  // the lane's first position in the block
+        if (p0 >= r1) continue;
+        const bool first = p0 - b[i] < L;  // the lane's first in token i's range
+        float* a = acc + (i * G * L + s) * D;
+        for (int64_t col = 0; col < D; col += 8 * CB) {
+          int64_t h = 0;
+          for (; G - h >= 2; h += 2)
+            tile_lane_walk<L, 2, CB>(vrow.data(), c0, p0, r1, col, first, w + h * n, n, a + h * L * D, L * D);
+          if (h < G) tile_lane_walk<L, 1, CB>(vrow.data(), c0, p0, r1, col, first, w + h * n, n, a + h * L * D, L * D);
+        }
+      }
+    }
+  }
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t P = e[i] - b[i];  // lanes reached: all from L positions on
+    for (int64_t h = 0; h < G; ++h) {
+      const float* a = acc + (i * G + h) * L * D;
+      for (int64_t col = 0; col < D; col += 8) {
+        auto S = [&](int s) __attribute__((always_inline)) {
+          return P >= L || ((s - b[i] % L) + L) % L < P ? _mm256_loadu_ps(a + s * D + col) : _mm256_setzero_ps();
+        };
+        _mm256_storeu_ps(tile.out + i * tile.out_stride + h * D + col, K::fold(S, true));
+      }
+    }
+  }
+}
+
+// kTileMaxTokens tokens and kTileMaxHeads heads at a time.
+template <class K, int NV>
+void attend_tiles(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, float scale,
+                  const float* sinks) {
+  constexpr int64_t D = 8 * NV;
+  for (int64_t i0 = 0; i0 < tile.n_tokens; i0 += kTileMaxTokens) {
+    for (int64_t h = 0; h < n_heads; h += kTileMaxHeads) {
+      AttentionTile part = tile;
+      part.q = tile.q + i0 * tile.q_stride + h * D;
+      part.out = tile.out + i0 * tile.out_stride + h * D;
+      part.n_tokens = std::min(kTileMaxTokens, tile.n_tokens - i0);
+      part.pos_begin = tile.pos_begin + i0;
+      part.pos_end = tile.pos_end + i0;
+      attend_tile<K, NV>(part, std::min(kTileMaxHeads, n_heads - h), kv, head_offset, scale, sinks ? sinks + h : nullptr);
+    }
+  }
+}
+
 }  // namespace
 
 // GgmlFlavour::kAvx512 on AVX2: head sizes of 64, 128, 192 and 256 (whole
@@ -502,5 +705,36 @@ void attend_heads_ggml_avx2(const float* q, int64_t n_heads, const PagedKV& kv, 
 }
 
 void softmax_ggml_avx2(float* w, int64_t n) { softmax_unrounded<v8::Build>(w, n); }
+
+// Head sizes of 64, 128, 192 and 256 get the tiled kernel (those attend_heads_avx2
+// has a grouped kernel for); others go token by token.
+void attend_heads_tile_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                            int64_t D, float scale, const float* sinks) {
+  switch (D) {
+    case 64: return attend_tiles<v16::Build, 8>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 128: return attend_tiles<v16::Build, 16>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 192: return attend_tiles<v16::Build, 24>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 256: return attend_tiles<v16::Build, 32>(tile, n_heads, kv, head_offset, scale, sinks);
+    default:
+      for (int64_t i = 0; i < tile.n_tokens; ++i)
+        attend_heads_avx2(tile.q + i * tile.q_stride, n_heads, kv, head_offset, D, tile.pos_begin[i],
+                          tile.pos_end[i], scale, AttentionPass::kPrefill, tile.out + i * tile.out_stride, sinks);
+  }
+}
+
+// Head sizes of 64, 128 and 256 get the tiled kernel (those attend_heads_ggml_avx2
+// has a grouped kernel for); others go token by token.
+void attend_heads_tile_ggml_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                                 int64_t D, float scale, const float* sinks) {
+  switch (D) {
+    case 64: return attend_tiles<v8::Build, 8>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 128: return attend_tiles<v8::Build, 16>(tile, n_heads, kv, head_offset, scale, sinks);
+    case 256: return attend_tiles<v8::Build, 32>(tile, n_heads, kv, head_offset, scale, sinks);
+    default:
+      for (int64_t i = 0; i < tile.n_tokens; ++i)
+        attend_heads_ggml_avx2(tile.q + i * tile.q_stride, n_heads, kv, head_offset, D, tile.pos_begin[i],
+                               tile.pos_end[i], scale, AttentionPass::kPrefill, tile.out + i * tile.out_stride, sinks);
+  }
+}
 
 }  // namespace inferd::kernels::detail
