@@ -19,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -632,6 +633,18 @@ struct RandomPagedCache {
   RandomPagedCache(const RandomPagedCache&) = delete;  // kv points into k, v and table
 };
 
+// A causal prompt's tile: token i at position first + i reads
+// [begin_i, first + i + 1), begin_i moved by a sliding window (0: none).
+std::pair<std::vector<int64_t>, std::vector<int64_t>> causal_ranges(int64_t n_tokens, int64_t first, int64_t window) {
+  std::vector<int64_t> begin, end;
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    const int64_t pos = first + i;
+    begin.push_back(window > 0 && pos + 1 > window ? pos + 1 - window : 0);
+    end.push_back(pos + 1);
+  }
+  return {begin, end};
+}
+
 // Every kernel of each flavour gives the portable kernel's bits.
 TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
   std::mt19937 rng(17);
@@ -749,12 +762,7 @@ TEST(KernelsAttention, PrefillTilesGiveEachTokensBits) {
           for (int64_t window : long_range ? std::vector<int64_t>{0, 4100} : std::vector<int64_t>{0, 37, 300}) {
             for (bool with_sinks : {false, true}) {
               if (with_sinks && window == 37) continue;
-              std::vector<int64_t> begin, end;
-              for (int64_t i = 0; i < n_tokens; ++i) {
-                const int64_t pos = first + i;
-                begin.push_back(window > 0 && pos + 1 > window ? pos + 1 - window : 0);
-                end.push_back(pos + 1);
-              }
+              const auto [begin, end] = causal_ranges(n_tokens, first, window);
               check(begin, end, with_sinks ? sinks.data() : nullptr,
                     !long_range && n_tokens == 5 && first == 509 && window != 37,
                     "tokens " + std::to_string(n_tokens) + " first " + std::to_string(first) + " window " +
@@ -838,12 +846,7 @@ TEST(KernelsAttention, Avx2PrefillTilesGiveEachTokensBits) {
           for (int64_t first : {0, 6, 13, 250, 683}) {
             for (int64_t window : {0, 5, 300}) {
               const bool with_sinks = ++variant % 2 == 0;
-              std::vector<int64_t> begin, end;
-              for (int64_t i = 0; i < n_tokens; ++i) {
-                const int64_t pos = first + i;
-                begin.push_back(window > 0 && pos + 1 > window ? pos + 1 - window : 0);
-                end.push_back(pos + 1);
-              }
+              const auto [begin, end] = causal_ranges(n_tokens, first, window);
               check(begin, end, with_sinks ? sinks.data() : nullptr,
                     "tokens " + std::to_string(n_tokens) + " first " + std::to_string(first) + " window " +
                         std::to_string(window) + (with_sinks ? " sinks" : ""));

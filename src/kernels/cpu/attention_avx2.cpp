@@ -298,6 +298,22 @@ void softmax(float* w, int64_t n, float max, const float* sink = nullptr) {
   }
 }
 
+// The key and value rows of positions [begin, end) of the head at
+// head_offset, at krow/vrow[p - c0] for n entries (null outside the range),
+// stepping through the block table without a division per position.
+void kv_rows(const PagedKV& kv, int64_t head_offset, int64_t begin, int64_t end, int64_t c0, int64_t n,
+             std::vector<const uint16_t*>& krow, std::vector<const uint16_t*>& vrow) {
+  krow.assign(static_cast<size_t>(n), nullptr);
+  vrow.assign(static_cast<size_t>(n), nullptr);
+  const int64_t block_elements = kv.block_bytes() / 2;
+  for (int64_t p = begin, block = p / kv.block_size, offset = p % kv.block_size; p < end; ++p) {
+    const int64_t slot = int64_t{kv.block_table[block]} * block_elements + offset * kv.slot_stride;
+    krow[p - c0] = kv.k_f16() + slot + head_offset;
+    vrow[p - c0] = kv.v_f16() + slot + head_offset;
+    if (++offset == kv.block_size) offset = 0, ++block;
+  }
+}
+
 template <class K>
 void softmax_unrounded(float* w, int64_t n) {
   float max = -std::numeric_limits<float>::infinity();
@@ -324,15 +340,7 @@ void attend_heads(const float* q_in, const PagedKV& kv, int64_t head_offset, int
   // softmax sums them; positions outside the range are masked.
   const int64_t c0 = pos_begin - pos_begin % L;
   const int64_t n = (pos_end - c0 + L - 1) / L * L;
-  krow.assign(static_cast<size_t>(n), nullptr);
-  vrow.assign(static_cast<size_t>(n), nullptr);
-  const int64_t block_elements = kv.block_bytes() / 2;
-  for (int64_t p = pos_begin, block = p / kv.block_size, offset = p % kv.block_size; p < pos_end; ++p) {
-    const int64_t slot = int64_t{kv.block_table[block]} * block_elements + offset * kv.slot_stride;
-    krow[p - c0] = kv.k_f16() + slot + head_offset;
-    vrow[p - c0] = kv.v_f16() + slot + head_offset;
-    if (++offset == kv.block_size) offset = 0, ++block;
-  }
+  kv_rows(kv, head_offset, pos_begin, pos_end, c0, n, krow, vrow);
 
   weights.resize(static_cast<size_t>(NH * n));
   // Decode past a few hundred positions reads its keys and values from
@@ -550,15 +558,7 @@ void attend_tile(const AttentionTile& tile, int64_t G, const PagedKV& kv, int64_
   // Key and value rows of [B, E), indexed p - c0 (null outside).
   const int64_t c0 = B - B % L;
   const int64_t n = (E - c0 + L - 1) / L * L;
-  krow.assign(static_cast<size_t>(n), nullptr);
-  vrow.assign(static_cast<size_t>(n), nullptr);
-  const int64_t block_elements = kv.block_bytes() / 2;
-  for (int64_t p = B, block = p / kv.block_size, offset = p % kv.block_size; p < E; ++p) {
-    const int64_t slot = int64_t{kv.block_table[block]} * block_elements + offset * kv.slot_stride;
-    krow[p - c0] = kv.k_f16() + slot + head_offset;
-    vrow[p - c0] = kv.v_f16() + slot + head_offset;
-    if (++offset == kv.block_size) offset = 0, ++block;
-  }
+  kv_rows(kv, head_offset, B, E, c0, n, krow, vrow);
 
   // Scores: row r's at weights[r * n + p - c0], over its token's chunks.
   weights.resize(static_cast<size_t>(R * n));
