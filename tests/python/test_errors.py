@@ -103,3 +103,14 @@ def test_parallel_sizes_of_one_run_in_this_process():
                      kv_cache_memory="16M", threads=1)
     out = llm.generate("Hello", SamplingParams(max_tokens=2, temperature=0), use_tqdm=False)
     assert len(out[0].outputs[0].token_ids) == 2
+
+
+def test_a_block_count_overrides_the_kv_cache_size():
+    # vLLM's num_gpu_blocks_override: 37 blocks whatever 16M buys (about 700 of SmolLM2's); one of them is
+    # the pool's null block.
+    llm = inferd.LLM(str(DEFAULT_MODEL), max_model_len=256, kv_cache_memory="16M", num_gpu_blocks_override=37,
+                     threads=1)
+    assert llm.stats()["kv_cache_blocks"] == 36
+    with pytest.raises(ValueError, match="num_gpu_blocks_override"):
+        inferd.LLM(str(DEFAULT_MODEL), max_model_len=256, kv_cache_memory="16M", num_gpu_blocks_override=-1,
+                   threads=1)
