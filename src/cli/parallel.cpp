@@ -26,6 +26,10 @@ void ParallelFlags::add_to(CLI::App& app) {
                  "model's layers (e.g. 17,7; vLLM's VLLM_PP_LAYER_PARTITION). Default: stages balanced by the "
                  "weight bytes each reads per step")
       ->delimiter(',');
+  app.add_flag("--pipeline-head-on-last-stage", pipeline_head_on_last_stage,
+               "With --pipeline-parallel-size P: keep the whole LM head on the last stage instead of sharing its "
+               "vocabulary rows with the first, for a slow link between the two (sharing sends half of each "
+               "sampled row's logits across it every step)");
   app.add_flag("--enable-expert-parallel", enable_expert_parallel,
                "With --tensor-parallel-size T: divide a mixture-of-experts model's experts among the T ranks");
 }
@@ -79,7 +83,11 @@ Result<ParallelRun> start_parallel_run(const ParallelFlags& flags) {
   run.processes = distributed::gather_rank_processes(*run.world);
   const int rank = run.world->rank();
   if (flags.pipeline_parallel_size > 1) {
-    run.stage = {layout.stage_of(rank), flags.pipeline_parallel_size, flags.pipeline_layer_partition};
+    // Stages of whole layers share the head between the first and the last
+    // unless told not to (a tensor-parallel last stage splits it among its
+    // ranks instead).
+    run.stage = {layout.stage_of(rank), flags.pipeline_parallel_size, flags.pipeline_layer_partition,
+                 /*share_head=*/flags.tensor_parallel_size == 1 && !flags.pipeline_head_on_last_stage};
     if (rank == 0) run.link = std::make_shared<distributed::MpiPipelineLink>(*run.world);
   }
   if (flags.tensor_parallel_size > 1) {  // within this rank's stage

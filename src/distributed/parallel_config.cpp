@@ -19,6 +19,9 @@ Status check_parallel_sizes(const ParallelConfig& c, int launched) {
   if (!c.pipeline_layer_partition.empty() && c.pipeline_layer_partition.size() != static_cast<size_t>(c.pipeline_parallel_size))
     return make_error("--pipeline-layer-partition gives " + std::to_string(c.pipeline_layer_partition.size()) +
                       " layer counts for --pipeline-parallel-size " + p + ": give one count for each stage");
+  if (c.pipeline_head_on_last_stage && c.pipeline_parallel_size == 1)
+    return make_error("--pipeline-head-on-last-stage places the LM head among pipeline stages: it needs "
+                      "--pipeline-parallel-size P > 1");
   const std::string n = std::to_string(c.world_size());
   if (launched == 1 && c.world_size() > 1) {
     const bool tp = c.tensor_parallel_size > 1, pp = c.pipeline_parallel_size > 1;

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "distributed/mpi_messages.h"
@@ -12,7 +13,21 @@ namespace inferd::distributed {
 
 namespace {
 
-enum Tag : int { kStepTag = 1, kHiddenTag = 2, kOutputTag = 3 };
+enum Tag : int { kStepTag = 1, kHiddenTag = 2, kOutputTag = 3, kHeadInputTag = 4, kHeadPartTag = 5 };
+
+// The sampled rows' logits from the first stage's head rows (the first
+// columns of each row) and the last stage's (the rest).
+void join_head_logits(const std::vector<float>& first, const std::vector<float>& last, int64_t last_rows,
+                      std::vector<float>& joined) {
+  const int64_t n = last_rows > 0 ? static_cast<int64_t>(last.size()) / last_rows : 0;
+  const int64_t first_rows = n > 0 ? static_cast<int64_t>(first.size()) / n : 0;
+  joined.resize(first.size() + last.size());
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = joined.data() + r * (first_rows + last_rows);
+    std::copy_n(first.data() + r * first_rows, first_rows, row);
+    std::copy_n(last.data() + r * last_rows, last_rows, row + first_rows);
+  }
+}
 
 }  // namespace
 
@@ -64,6 +79,17 @@ void MpiPipelineLink::receive_output(ModelRunnerOutput& output) {
   }
 }
 
+void MpiPipelineLink::receive_head_input(std::vector<float>& normed) {
+  const auto t0 = StageClock::Clock::now();
+  clock_.start(t0);
+  receive(world_, normed, world_.layout().last_leader(), kHeadInputTag, "receiving the last stage's final-norm rows");
+  clock_.waited_since(t0);
+}
+
+void MpiPipelineLink::send_head_part(const std::vector<float>& logits) {
+  send(world_, logits, world_.layout().last_leader(), kHeadPartTag, "sending the first stage's head logits");
+}
+
 void MpiPipelineLink::shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
@@ -85,12 +111,14 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
   const int stage = layout.stage_of(rank);
   const bool last = layout.last_stage(rank), peers = layout.tensor > 1;
   const int previous = layout.leader(stage - 1), next = last ? 0 : layout.leader(stage + 1);
-  spdlog::info("rank {} (pid {}): pipeline stage of layers [{}, {}){}, KV cache {} blocks ({} bytes)", rank,
+  const ShardRange head = model.head_rows();
+  spdlog::info("rank {} (pid {}): pipeline stage of layers [{}, {}){}{}, KV cache {} blocks ({} bytes)", rank,
                getpid(), model.layer_begin(), model.layer_end(), peers ? ", tensor-parallel leader" : "",
+               model.head_shared() ? fmt::format(", head rows [{}, {})", head.begin, head.end) : "",
                runner.n_blocks(), runner.kv_cache_bytes());
   std::vector<uint8_t> bytes;
-  std::vector<float> hidden;
-  StageClock clock;  // waits for steps and streams
+  std::vector<float> hidden, first_head, joined;
+  StageClock clock;  // waits for steps and streams (and a shared head's other half)
   for (;;) {
     const auto t0 = StageClock::Clock::now();
     receive(world, bytes, previous, kStepTag, "receiving a step");
@@ -124,7 +152,19 @@ Status run_pipeline_worker(const MpiWorld& world, Model& model, ModelRunnerConfi
       send(world, out, next, kHiddenTag, "sending the residual stream");
       continue;
     }
-    const ModelRunnerOutput& sampled = runner.sample(message->out, message->sampling_inputs(), out);
+    std::vector<float>* logits = &out;
+    if (model.head_shared()) {
+      // Rank 0 computes the head's first rows from these final-norm rows
+      // while this stage computes the rest.
+      send(world, out, 0, kHeadInputTag, "sending the final-norm rows to the first stage");
+      const std::vector<float>& own = runner.head_logits(out);
+      const auto t2 = StageClock::Clock::now();
+      receive(world, first_head, 0, kHeadPartTag, "receiving the first stage's head logits");
+      clock.waited_since(t2);
+      join_head_logits(first_head, own, model.head_rows().size(), joined);
+      logits = &joined;
+    }
+    const ModelRunnerOutput& sampled = runner.sample(message->out, message->sampling_inputs(), *logits);
     send(world, encode_output(sampled), 0, kOutputTag, "sending the samples to rank 0");
   }
 }

@@ -4,7 +4,10 @@
 // (tensor_parallel.h). The messages below go between the stages' leaders. Per step, rank 0 runs its layers and sends rank 1 the
 // step (step_codec.h) and its residual stream; each rank runs its layers on
 // the stream it receives and passes the step and its stream on; the last one
-// samples and sends rank 0 the tokens. Rank 0 owns the scheduler and the KV
+// samples and sends rank 0 the tokens. With a shared head
+// (PipelineStage::share_head) the last stage first sends rank 0 its final-norm
+// rows, both compute their half of the head at once, and rank 0 sends its
+// half back for the last stage to sample. Rank 0 owns the scheduler and the KV
 // block allocation: the other ranks' caches have the same blocks (agreed once
 // at start) and follow the block tables each step carries.
 //
@@ -70,6 +73,8 @@ class MpiPipelineLink final : public PipelineLink {
   void send_step(const SchedulerOutput& out, const StepSamplingInputs& inputs) override;
   void send_hidden(const std::vector<float>& hidden) override;
   void receive_output(ModelRunnerOutput& output) override;
+  void receive_head_input(std::vector<float>& normed) override;
+  void send_head_part(const std::vector<float>& logits) override;
 
  private:
   const MpiWorld& world_;

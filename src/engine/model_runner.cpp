@@ -116,6 +116,11 @@ void ModelRunner::warm_up() {
       hidden_in = warm_up_hidden_.data();
     }
     model_.forward_stage(batch_, cache_, hidden_in, logits_);
+    // A shared head's rows run apart from the pass (Model::head_logits).
+    if (model_.head_shared()) {
+      warm_up_hidden_.assign(static_cast<size_t>(model_.config().n_embd), 0.0f);
+      model_.head_logits(warm_up_hidden_.data(), 1, logits_);
+    }
   }
   warm_up_hidden_ = {};
   batch_.clear();
@@ -208,6 +213,21 @@ std::vector<float>& ModelRunner::forward_stage(const SchedulerOutput& out, const
   }
   model_.forward_stage(batch_, cache_, hidden_in, logits_);
   return logits_;
+}
+
+ModelRunnerOutput& ModelRunner::receive_samples() {
+  if (model_.head_shared()) {  // this stage's half of the head, for the last stage to sample
+    pipeline_->receive_head_input(head_input_);
+    pipeline_->send_head_part(head_logits(head_input_));
+  }
+  pipeline_->receive_output(output_);
+  return output_;
+}
+
+std::vector<float>& ModelRunner::head_logits(const std::vector<float>& normed) {
+  const auto n_rows = static_cast<int64_t>(normed.size()) / model_.config().n_embd;
+  model_.head_logits(normed.data(), n_rows, head_logits_);
+  return head_logits_;
 }
 
 ModelRunnerOutput& ModelRunner::sample(const SchedulerOutput& out, const StepSamplingInputs& inputs,

@@ -114,12 +114,13 @@ class ModelRunner {
     pipeline_->send_step(out, inputs);
     pipeline_->send_hidden(logits_);
   }
-  // ... and what the last stage sampled for the oldest batch handed on.
+  // ... and what the last stage sampled for the oldest batch handed on
+  // (with a shared head, after this stage's part of its logits went back).
   // Valid (and movable from) until the next receive_samples() or execute().
-  ModelRunnerOutput& receive_samples() {
-    pipeline_->receive_output(output_);
-    return output_;
-  }
+  ModelRunnerOutput& receive_samples();
+  // A stage sharing the LM head (Model::head_shared): the logits of its head
+  // rows for the last stage's final-norm rows. Valid until the next call.
+  std::vector<float>& head_logits(const std::vector<float>& normed);
   int32_t pipeline_stages() const { return pipeline_ ? pipeline_->num_stages() : 1; }
 
   // A pipeline stage's pass (Model::forward_stage) after the step's block
@@ -166,6 +167,9 @@ class ModelRunner {
   std::shared_ptr<PipelineLink> pipeline_;  // rank 0 of a pipeline, else null
   std::shared_ptr<TensorParallelLink> tensor_parallel_;  // rank 0 of a tensor-parallel model, else null
   std::vector<float> warm_up_hidden_;  // a later stage's warm-up input (zeros)
+  // A shared head's input (the last stage's final-norm rows) and this
+  // stage's logits of it (head_logits).
+  std::vector<float> head_input_, head_logits_;
 };
 
 }  // namespace inferd

@@ -34,6 +34,12 @@ class PipelineLink {
   // What the last stage sampled for the oldest step sent and not yet received
   // (steps come back in the order they were sent).
   virtual void receive_output(ModelRunnerOutput& output) = 0;
+  // A head shared by the first and last stages (PipelineStage::share_head),
+  // before receive_output of the same step: the last stage's final-norm rows
+  // (rows x n_embd), then this stage's part of their logits (rows x its head
+  // rows) back to it, which samples the joined rows.
+  virtual void receive_head_input(std::vector<float>& normed) = 0;
+  virtual void send_head_part(const std::vector<float>& logits) = 0;
 };
 
 }  // namespace inferd

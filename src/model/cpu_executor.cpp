@@ -30,11 +30,13 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       shard_(model.tensor_shard_plan()), n_logits_(model.n_logits()),
       experts_(comm_ && shard_.experts.count() > 0 ? shard_.experts.of(shard_.shard.index)
                                                     : ShardRange{0, config_.moe.n_expert}),
-      pooled_(config_.returns_pooled()) {
+      pooled_(config_.returns_pooled()),
+      head_here_(!pooled_ && model.head_rows().size() > 0),
+      head_in_pass_(head_here_ && !model.head_shared()) {
   // Repack the projections for the packed kernels (a copy of the weights;
   // the embedding table is still read from the file for token lookups).
   // A pooled model never runs its LM head: it is not repacked.
-  size_t packed_bytes = pooled_ || !last_stage() ? 0 : Linear::packed_bytes(weights_.output, numerics_);
+  size_t packed_bytes = head_here_ ? Linear::packed_bytes(weights_.output, numerics_) : 0;
   for (int64_t l = layer_begin_; l < layer_end_; ++l) {
     const LayerWeights& L = weights_.layers[l];
     for (const WeightView& w : L.proj)
@@ -137,7 +139,7 @@ CpuExecutor::CpuExecutor(const Model& model, std::shared_ptr<ThreadPool> pool)
       }
     }
   }
-  if (!pooled_ && last_stage()) output_ = make(weights_.output);
+  if (head_here_) output_ = make(weights_.output);
 }
 
 namespace {
@@ -256,7 +258,7 @@ void CpuExecutor::plan_prefetch(int n_threads) {
         }
       }
     }
-    if (!pooled_ && last_stage()) add(output_.thread_bytes(ti, n_threads));
+    if (head_in_pass_) add(output_.thread_bytes(ti, n_threads));
   }
 }
 
@@ -494,7 +496,7 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
     if (!L.down_exps.empty() || L[Projection::kDown].rows() == 0) continue;
     L[Projection::kDown].prepare(s_.in_down, T);
   }
-  if (!pooled_ && last_stage()) output_.prepare(s_.in_out, R);
+  if (head_in_pass_) output_.prepare(s_.in_out, R);
   if (c.moe.n_expert > 0) prepare_moe_scratch(T, n_threads);
   if (c.mla) prepare_mla_scratch(T);
   if (c.delta_net) prepare_delta_net_scratch(T);
@@ -550,7 +552,7 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
     s_.shard_logits.resize(static_cast<size_t>(n_rows * output_.rows()));
     logits.resize(comm_->root() ? static_cast<size_t>(n_rows * n_logits_) : 0);
   } else if (last_stage())
-    logits.resize(static_cast<size_t>(n_rows * (pooled_ ? config_.n_embd : output_.rows())));
+    logits.resize(static_cast<size_t>(n_rows * (head_in_pass_ ? output_.rows() : config_.n_embd)));
   else
     logits.resize(static_cast<size_t>(batch.size() * config_.n_embd));
   if (s_.prefetch.size() != static_cast<size_t>(pool.size())) plan_prefetch(pool.size());
@@ -580,6 +582,26 @@ void CpuExecutor::forward_stage(const ForwardBatch& batch, KVCache& cache, const
   const Pass* p = &pass;  // one pointer captured: std::function keeps it inline, no allocation
   pool.run([this, p](int ti, int nt) { forward_thread(*p, ti, nt); });
   if (gather_logits) comm_->gather_columns(s_.shard_logits.data(), n_rows, logits.data(), shard_.vocab);
+}
+
+void CpuExecutor::head_logits(const float* normed, int64_t n_rows, std::vector<float>& logits) {
+  assert(head_here_ && !head_in_pass_);
+  ThreadPool& pool = *pool_;
+  logits.resize(static_cast<size_t>(n_rows * output_.rows()));
+  if (n_rows == 0) return;
+  output_.prepare(s_.in_out, n_rows);
+  // Each row alone, as the pass's output rows are (forward_stage).
+  s_.output_places.assign(static_cast<size_t>(n_rows), kernels::TokenPlace{1, 0});
+  const StepTokens rows{n_rows, s_.output_places.data()};
+  float* out = logits.data();
+  pool.run([&](int ti, int nt) {
+    // The quantized rows are the pass's (the same rows, the same
+    // quantization): the head's products are the whole model's.
+    const auto [r0, r1] = ThreadPool::split(n_rows, ti, nt);
+    output_.quantize(normed, r0, r1, rows, s_.in_out);
+    pool.barrier();
+    output_.compute(s_.in_out, rows, out, ti, nt);
+  });
 }
 
 void CpuExecutor::gather_over_ranks(const float* part, int64_t rows, float* whole, const ShardSplit& split, int ti,
@@ -1000,6 +1022,11 @@ void CpuExecutor::forward_thread(const Pass& pass, int ti, int nt) {
                s_.logits_in.data(), {}, false, /*h_by_row=*/true);
     pool.barrier(idle);
     return pool_outputs(pass, ti, nt);
+  }
+  if (!head_in_pass_) {  // a shared head: the final norm's rows go to head_logits, here and on the first stage
+    norm_phase(ti, nt, pass.outputs, pass.output_tokens, x, s_.h.data(), pending_norm, nullptr,
+               weights_.output_norm.f32(), pass.logits, {}, false, /*h_by_row=*/!c.traits->last_layer_on_every_token);
+    return;
   }
   norm_phase(ti, nt, pass.outputs, pass.output_tokens, x, s_.h.data(), pending_norm, nullptr,
              weights_.output_norm.f32(), s_.logits_in.data(), {{&output_, &s_.in_out}}, false,

@@ -30,6 +30,7 @@ class CpuExecutor final : public Executor {
   }
   void forward_stage(const ForwardBatch& batch, KVCache& cache, const float* hidden_in,
                      std::vector<float>& out) override;
+  void head_logits(const float* normed, int64_t n_rows, std::vector<float>& logits) override;
   std::shared_ptr<ThreadPool> thread_pool() const override { return pool_; }
   // Its attention kernels read F16, BF16, F8_E4M3, Q8_0 and Q4_0 keys and
   // values, latent caches included (kernels/cpu/attention.h); all but F16 in
@@ -86,6 +87,9 @@ class CpuExecutor final : public Executor {
   // A decoder embedding model (ModelConfig::returns_pooled): every token's
   // final-normed hidden state, pooled per sequence, instead of the LM head.
   const bool pooled_;
+  // Whether it holds LM head rows (Model::head_rows), and whether its passes
+  // run them (else head_logits does: a pipeline's shared head).
+  const bool head_here_, head_in_pass_;
   void prepare_scratch(const ForwardBatch& batch, int n_threads);
   // A pooled model's last phase, after the final norm: this thread's share of
   // the output rows, each its sequence's pooled hidden states (model/pooling.h).

@@ -55,6 +55,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& path, const LoadOp
     if (options.max_output_rows > 0 && options.max_output_rows < m->weights_.output.rows)
       m->weights_.output.rows = options.max_output_rows;
     m->n_output_rows_ = m->weights_.output.rows;
+    // A pipeline's first and last stages share the head only as stages of
+    // whole layers: a tensor-parallel last stage splits it among its ranks.
+    m->head_shared_ = !whole && stage.share_head && options.tensor_shard.count == 1;
+    PipelineStage head_stage = stage;
+    head_stage.share_head = m->head_shared_;
+    m->head_rows_ = whole ? ShardRange{0, m->n_output_rows_} : pipeline_head_rows(m->n_output_rows_, head_stage);
+    m->head_shared_ = m->head_shared_ && m->head_rows_.size() > 0;  // a middle stage holds none
+    if (m->head_shared_) m->weights_.output = shard_rows(m->weights_.output, m->head_rows_);
   }
   const TensorShard shard = options.tensor_shard;
   const bool sharded = shard.count > 1;
@@ -94,20 +102,21 @@ int64_t block_of(std::string_view tensor) {
 // layer is left for each stage before it; the first stage takes the rest.
 // Returns the stages' first layers (begin[0] == 0), or nothing when the first
 // stage's rest exceeds the limit.
-std::optional<std::vector<int64_t>> stage_begins(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes,
-                                                 int count, uint64_t limit) {
+// `first_head` and `last_head`: the head's bytes on the first and last stage.
+std::optional<std::vector<int64_t>> stage_begins(const std::vector<uint64_t>& layer_bytes, uint64_t first_head,
+                                                 uint64_t last_head, int count, uint64_t limit) {
   const auto n = static_cast<int64_t>(layer_bytes.size());
   std::vector<int64_t> begin(count, 0);
   int64_t end = n;
   for (int s = count - 1; s > 0; --s) {
-    uint64_t bytes = s == count - 1 ? head_bytes : 0;
+    uint64_t bytes = s == count - 1 ? last_head : 0;
     int64_t b = end;
     while (b - 1 >= s && bytes + layer_bytes[b - 1] <= limit) bytes += layer_bytes[--b];
     if (b == end) return std::nullopt;  // not even one layer fits
     begin[s] = b;
     end = b;
   }
-  uint64_t first = count == 1 ? head_bytes : 0;
+  uint64_t first = first_head + (count == 1 ? last_head : 0);
   for (int64_t l = 0; l < end; ++l) first += layer_bytes[l];
   if (first > limit) return std::nullopt;
   return begin;
@@ -118,16 +127,27 @@ std::optional<std::vector<int64_t>> stage_begins(const std::vector<uint64_t>& la
 LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, const PipelineStage& stage) {
   // The least limit under which the stages fit, by bisection: feasibility
   // only grows with the limit, and the whole model always fits.
+  const bool shared = stage.share_head && stage.count > 1;
+  const uint64_t first_head = shared ? head_bytes / 2 : 0, last_head = head_bytes - first_head;
   uint64_t lo = 0, hi = head_bytes;
   for (uint64_t b : layer_bytes) hi += b;
   while (lo < hi) {
     const uint64_t mid = lo + (hi - lo) / 2;
-    if (stage_begins(layer_bytes, head_bytes, stage.count, mid)) hi = mid;
+    if (stage_begins(layer_bytes, first_head, last_head, stage.count, mid)) hi = mid;
     else lo = mid + 1;
   }
-  const std::vector<int64_t> begin = *stage_begins(layer_bytes, head_bytes, stage.count, hi);
+  const std::vector<int64_t> begin = *stage_begins(layer_bytes, first_head, last_head, stage.count, hi);
   const int64_t end = stage.index + 1 < stage.count ? begin[stage.index + 1] : static_cast<int64_t>(layer_bytes.size());
   return {begin[stage.index], end};
+}
+
+ShardRange pipeline_head_rows(int64_t n_rows, const PipelineStage& stage) {
+  const bool first = stage.index == 0, last = stage.index == stage.count - 1;
+  if (stage.count == 1) return {0, n_rows};
+  if (!stage.share_head) return last ? ShardRange{0, n_rows} : ShardRange{};
+  const ShardSplit halves = split_rows(n_rows, kShardRowGroup, 2);
+  if (first) return halves.of(0);
+  return last ? halves.of(1) : ShardRange{};
 }
 
 Result<LayerRange> partitioned_layers(const PipelineStage& stage, int64_t n_layer) {
@@ -204,8 +224,11 @@ bool Model::stage_reads(std::string_view tensor) const {
   // A tied head reads the embedding table, the last stage's output. The
   // first stage's lookups read a few of its rows a step: the rest of the
   // table is left unread, as a tensor-parallel rank leaves it (shard_ranges).
-  if (tensor == "token_embd.weight") return last_stage() && !file_->find_tensor("output.weight");
-  if (tensor.starts_with("output")) return last_stage();  // output_norm, output
+  // A shared head's rows are read as they are repacked, not prefaulted whole.
+  const bool whole_head = last_stage() && !head_shared_;
+  if (tensor == "token_embd.weight") return whole_head && !file_->find_tensor("output.weight");
+  if (tensor == "output.weight") return whole_head;
+  if (tensor.starts_with("output")) return last_stage();  // output_norm
   return true;  // what every layer reads (RoPE factors)
 }
 

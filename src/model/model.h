@@ -37,6 +37,12 @@ struct PipelineStage {
   // (--pipeline-layer-partition, vLLM's VLLM_PP_LAYER_PARTITION); empty:
   // pipeline_layers balances them. Checked against the model as it loads.
   std::vector<int64_t> layer_counts;
+  // The first and the last stage each compute half the LM head's vocabulary
+  // rows (pipeline_head_rows), the last stage's final-norm rows crossing back
+  // to the first: a large-vocabulary head then weighs on both ends, so the
+  // layers split evenly, as a prompt's pass (which runs the head on its last
+  // token only) needs. Without it the last stage computes the whole head.
+  bool share_head = false;
 };
 struct LayerRange {
   int64_t begin = 0, end = 0;
@@ -49,7 +55,15 @@ struct LayerRange {
 // the first stage, which also runs the scheduler and front end, is the
 // lightest. Every stage gets one layer at least. Needs 1 <= count <=
 // layer_bytes.size().
+// With share_head, half the head's bytes count on the first stage and half
+// on the last.
 LayerRange pipeline_layers(const std::vector<uint64_t>& layer_bytes, uint64_t head_bytes, const PipelineStage& stage);
+// The LM head's rows (of n_rows) that stage `stage` computes: all of them on
+// the last stage, none before it; with share_head the first stage's are the
+// first half, in whole groups of kShardRowGroup rows (so each half takes the
+// kernels the whole matrix takes for those rows, bit for bit), the last
+// stage's the rest.
+ShardRange pipeline_head_rows(int64_t n_rows, const PipelineStage& stage);
 // Stage `stage`'s layers by its layer_counts, or the error naming the rule
 // they break (one count a stage, each at least 1, adding up to n_layer).
 Result<LayerRange> partitioned_layers(const PipelineStage& stage, int64_t n_layer);
@@ -116,10 +130,19 @@ class Executor {
   // adds the same numbers in the same order as the whole pass.
   // Only decoder executors run stages (Model::load refuses a range otherwise);
   // over every layer it is forward().
+  // A last stage whose head is shared (PipelineStage::share_head) returns
+  // the final norm's rows of batch.logit_rows instead of logits (n_embd
+  // each), for head_logits() here and on the first stage.
   virtual void forward_stage(const ForwardBatch& batch, KVCache& cache, const float* hidden_in,
                              std::vector<float>& out) {
     (void)hidden_in;
     forward(batch, cache, out);
+  }
+  // The logits of this stage's head rows (Model::head_rows) for `n_rows`
+  // final-norm rows (n_embd each): n_rows x head_rows().size(), row-major.
+  // Only a stage that shares the head runs it.
+  virtual void head_logits(const float* normed, int64_t n_rows, std::vector<float>& logits) {
+    (void)normed, (void)n_rows, (void)logits;
   }
   // The host threads it runs on, for a second model to share (null: none).
   virtual std::shared_ptr<ThreadPool> thread_pool() const { return nullptr; }
@@ -176,6 +199,16 @@ class Model {
   int64_t layer_end() const { return layers_.end; }
   bool first_stage() const { return layers_.begin == 0; }
   bool last_stage() const { return layers_.end == config_.n_layer; }
+  // The LM head's vocabulary rows this process computes (pipeline_head_rows;
+  // a tensor-parallel rank's share counts as the whole here), and whether
+  // they are a pipeline's shared half (then head_logits computes them; a
+  // middle stage holds none and shares nothing).
+  ShardRange head_rows() const { return head_rows_; }
+  bool head_shared() const { return head_shared_; }
+  // Executor::head_logits.
+  void head_logits(const float* normed, int64_t n_rows, std::vector<float>& logits) {
+    executor_->head_logits(normed, n_rows, logits);
+  }
   // Whether this stage reads the tensor of that name (what it pages in).
   bool stage_reads(std::string_view tensor) const;
   // A tensor-parallel rank's partial sums' exchange (null: a whole model).
@@ -205,6 +238,8 @@ class Model {
   ModelWeights weights_;
   LayerRange layers_;  // pipeline_layers of LoadOptions::pipeline_stage
   int64_t n_output_rows_ = 0;  // the LM head's rows, all of them (a tensor-parallel rank holds a share)
+  ShardRange head_rows_;       // of n_output_rows_: this stage's (pipeline_head_rows)
+  bool head_shared_ = false;
   std::shared_ptr<TensorParallelComm> tensor_comm_;
   TensorShardPlan tensor_shard_plan_;
   int64_t tensor_shard_bytes_ = 0;

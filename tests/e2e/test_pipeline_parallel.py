@@ -22,7 +22,7 @@ import time
 import openai
 import pytest
 
-from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME, REPO, Server, stop
+from conftest import BINARY, DEFAULT_MODEL, MODEL_NAME, REPO, Server, require_model, stop
 import mpi_ranks
 from mpi_ranks import MPI_ENV, mpirun, stop_ranks, wait_for_pid
 
@@ -96,23 +96,31 @@ def run_all(srv: Server) -> list[dict]:
         return list(pool.map(lambda s: run_one(client, s), request_specs()))
 
 
-def test_pipeline_serves_what_one_process_serves(tmp_path):
-    """32 concurrent mixed requests on the default model: two stages give every output bit for bit."""
-    one = serve(tmp_path, 1)
+QWEN = DEFAULT_MODEL.parent / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+
+
+# Stages balanced by bytes, the first and last sharing the tied head (half its vocabulary rows each):
+# SmolLM2's 30 equal layers and Qwen2.5-Coder-0.5B's 24 split evenly.
+@pytest.mark.parametrize("model,rank1", [
+    (DEFAULT_MODEL, r"layers \[15, 30\), head rows \[24576, 49152\)"),
+    (QWEN, r"layers \[12, 24\), head rows \[75968, 151936\)"),
+], ids=["smollm2", "qwen2.5-coder-0.5b"])
+def test_pipeline_serves_what_one_process_serves(tmp_path, model, rank1):
+    """32 concurrent mixed requests: two stages give every output bit for bit."""
+    require_model(model)
+    one = serve(tmp_path, 1, model)
     try:
         expected = run_all(one)
     finally:
         assert stop(one) == 0, one.log()[-3000:]
-    two = serve(tmp_path, 2)
+    two = serve(tmp_path, 2, model)
     try:
         got = run_all(two)
         log = two.log()
     finally:
         code = stop_ranks(two)
     assert code == 0, two.log()[-3000:]
-    # Stages balanced by bytes: the last one also reads the tied 30 MB head, worth 14 of SmolLM2's
-    # 2.2 MB layers, so it takes 8 of the 30 (48 MB each side).
-    assert re.search(r"rank 1 \(pid \d+\): pipeline stage of layers \[22, 30\)", log), log[-3000:]
+    assert re.search(r"rank 1 \(pid \d+\): pipeline stage of " + rank1, log), log[-3000:]
     assert all(e["text"] for e in expected)
     for spec, e, g in zip(request_specs(), expected, got):
         assert g == e, spec

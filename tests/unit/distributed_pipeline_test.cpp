@@ -15,6 +15,7 @@
 #include "distributed/parallel_config.h"
 #include "distributed/step_codec.h"
 #include "engine/model_runner.h"
+#include "engine_test_util.h"
 #include "model/model.h"
 #include "test_data.h"
 
@@ -68,6 +69,13 @@ TEST(DistributedSizes, RefusesWhatCannotRunNamingTheRule) {
   EXPECT_NE(message({1, 2, true}, 2).find("--enable-expert-parallel"), std::string::npos);
   EXPECT_NE(message({2, 2, true}, 4).find("--enable-expert-parallel does not run with --pipeline-parallel-size 2"),
             std::string::npos);
+  // The head's place is a pipeline's choice.
+  ParallelConfig head_last{1, 2};
+  head_last.pipeline_head_on_last_stage = true;
+  EXPECT_TRUE(check_parallel_sizes(head_last, 2).ok());
+  head_last.pipeline_parallel_size = 1;
+  EXPECT_NE(message(head_last, 1).find("--pipeline-head-on-last-stage places the LM head among pipeline stages"),
+            std::string::npos);
 }
 
 TEST(DistributedSizes, StagesTakeContiguousLayersBalancedByTheirBytes) {
@@ -93,6 +101,27 @@ TEST(DistributedSizes, StagesTakeContiguousLayersBalancedByTheirBytes) {
   EXPECT_EQ(ranges({100, 10, 10, 10, 10, 10, 10, 10, 10, 10}, 0, 2), (Ranges{{0, 1}, {1, 10}}));
   // As many stages as layers: one each.
   EXPECT_EQ(ranges({5, 7}, 3, 2), (Ranges{{0, 1}, {1, 2}}));
+  // A head shared by the first and last stages counts half on each: Qwen2.5-Coder-0.5B's (145 MB beside
+  // 24 layers of about 10) splits the layers evenly instead of 19 and 5.
+  const std::vector<uint64_t> qwen(24, 10);
+  EXPECT_EQ(pipeline_layers(qwen, 145, {0, 2, {}, true}).end, 12);
+  EXPECT_EQ(pipeline_layers(qwen, 145, {1, 2, {}, false}).begin, 19);
+  // Three stages: the middle holds no head, so it takes the most layers (72 + 60, 130, 73 + 50 bytes).
+  Ranges three;
+  for (int s = 0; s < 3; ++s) {
+    const LayerRange l = pipeline_layers(qwen, 145, {s, 3, {}, true});
+    three.emplace_back(l.begin, l.end);
+  }
+  EXPECT_EQ(three, (Ranges{{0, 6}, {6, 19}, {19, 24}}));
+  // Which head rows each stage computes: halves in whole groups of 16 rows, none in the middle.
+  EXPECT_EQ(pipeline_head_rows(151936, {0, 3, {}, true}), (ShardRange{0, 75968}));
+  EXPECT_EQ(pipeline_head_rows(151936, {1, 3, {}, true}), (ShardRange{}));
+  EXPECT_EQ(pipeline_head_rows(151936, {2, 3, {}, true}), (ShardRange{75968, 151936}));
+  EXPECT_EQ(pipeline_head_rows(49155, {0, 2, {}, true}), (ShardRange{0, 24576}));  // 3072 groups, 3 rows over
+  EXPECT_EQ(pipeline_head_rows(49155, {1, 2, {}, true}), (ShardRange{24576, 49155}));
+  EXPECT_EQ(pipeline_head_rows(49152, {0, 2}), (ShardRange{}));
+  EXPECT_EQ(pipeline_head_rows(49152, {1, 2}), (ShardRange{0, 49152}));
+  EXPECT_EQ(pipeline_head_rows(49152, {0, 1, {}, true}), (ShardRange{0, 49152}));
 }
 
 TEST(DistributedSizes, AGivenLayerPartitionIsTakenAsItIsOrRefusedByItsRule) {
@@ -232,23 +261,39 @@ TEST(DistributedStepCodec, AStepAndItsOutputCrossUnchanged) {
 
 // Two stages chained in one process (the residual stream handed from one to
 // the next by hand, as MPI hands it) give the whole model's logits to the bit.
-void expect_stages_chain_to_the_whole(const std::string& file, bool one_kv_group) {
-  const std::string path = inferd::test::test_data_root() + "/models/" + file;
+// With share_head, the first stage computes the head's first rows from the
+// last stage's final-norm rows and the last stage the rest (as the MPI stages
+// do): joined, the whole model's logits to the bit.
+void expect_stages_chain_to_the_whole(const std::string& file, bool one_kv_group, bool share_head = false) {
+  const std::string path = inferd::test::find_model_file(file);
+  if (path.empty()) GTEST_SKIP() << file << " is not here (scripts/fetch_models.sh)";
   LoadOptions options;
   options.n_threads = 1;
   auto whole = Model::load(path, options);
   ASSERT_TRUE(whole.ok()) << whole.error().message;
   std::vector<std::unique_ptr<Model>> stages;
   for (int s = 0; s < 2; ++s) {
-    options.pipeline_stage = {s, 2};
+    options.pipeline_stage = {s, 2, {}, share_head};
     auto m = Model::load(path, options);
     ASSERT_TRUE(m.ok()) << m.error().message;
     stages.push_back(std::move(*m));
   }
   EXPECT_TRUE(stages[0]->first_stage() && !stages[0]->last_stage());
   EXPECT_TRUE(!stages[1]->first_stage() && stages[1]->last_stage());
+  const int64_t n_vocab = (*whole)->n_logits();
+  EXPECT_EQ(stages[0]->head_shared(), share_head);
+  EXPECT_EQ(stages[1]->head_shared(), share_head);
+  if (share_head) {  // halves in whole groups of rows, covering the vocabulary
+    EXPECT_EQ(stages[0]->head_rows(), (ShardRange{0, stages[1]->head_rows().begin}));
+    EXPECT_EQ(stages[1]->head_rows().end, n_vocab);
+    EXPECT_EQ(stages[0]->head_rows().end % kShardRowGroup, 0);
+    EXPECT_GT(stages[0]->head_rows().size(), 0);
+  } else {
+    EXPECT_EQ(stages[0]->head_rows().size(), 0);
+    EXPECT_EQ(stages[1]->head_rows(), (ShardRange{0, n_vocab}));
+  }
   ModelRunnerConfig rc;
-  rc.kv_cache_bytes = 4 << 20;
+  rc.kv_cache_bytes = 32 << 20;  // more than 16 blocks of every model's: max_blocks binds
   rc.max_blocks = 16;
   rc.warm_up = false;
   auto whole_runner = ModelRunner::create(**whole, rc);
@@ -264,7 +309,21 @@ void expect_stages_chain_to_the_whole(const std::string& file, bool one_kv_group
     const std::vector<float> expected = (*whole_runner)->compute_logits(*step);
     const std::vector<float> hidden = (*first)->forward_stage(*step, nullptr);
     EXPECT_EQ(hidden.size(), static_cast<size_t>(step->scheduled[0].num_new_tokens * (*whole)->config().n_embd));
-    const std::vector<float>& got = (*last)->forward_stage(*step, hidden.data());
+    std::vector<float> got = (*last)->forward_stage(*step, hidden.data());
+    if (share_head) {
+      const std::vector<float> normed = got;
+      const std::vector<float> first_part = (*first)->head_logits(normed);
+      const std::vector<float>& last_part = (*last)->head_logits(normed);
+      const int64_t n_rows = static_cast<int64_t>(normed.size()) / (*whole)->config().n_embd;
+      const int64_t split = stages[1]->head_rows().begin;
+      ASSERT_EQ(first_part.size(), static_cast<size_t>(n_rows * split));
+      ASSERT_EQ(last_part.size(), static_cast<size_t>(n_rows * (n_vocab - split)));
+      got.clear();
+      for (int64_t r = 0; r < n_rows; ++r) {
+        got.insert(got.end(), first_part.begin() + r * split, first_part.begin() + (r + 1) * split);
+        got.insert(got.end(), last_part.begin() + r * (n_vocab - split), last_part.begin() + (r + 1) * (n_vocab - split));
+      }
+    }
     ASSERT_EQ(got.size(), expected.size());
     EXPECT_EQ(0, std::memcmp(got.data(), expected.data(), got.size() * sizeof(float))) << file;
   }
@@ -275,6 +334,14 @@ TEST(DistributedStages, ChainedStagesGiveTheWholeModelsLogits) {
   // Windowed groups (a block's two places both used by each stage), sandwich norms.
   expect_stages_chain_to_the_whole("tiny-gemma3.gguf", false);
   expect_stages_chain_to_the_whole("tiny-qwen3moe.gguf", true);
+}
+
+TEST(DistributedStages, AHeadSharedByTheFirstAndLastStagesGivesTheWholeModelsLogits) {
+  expect_stages_chain_to_the_whole("tiny-llama3.gguf", true, true);
+  expect_stages_chain_to_the_whole("tiny-gemma3.gguf", false, true);
+  expect_stages_chain_to_the_whole("tiny-qwen3moe.gguf", true, true);
+  // The default model: its tied head of 49,152 rows in its own type.
+  expect_stages_chain_to_the_whole("SmolLM2-135M-Instruct.Q4_1.gguf", true, true);
 }
 
 // T ranks as threads of one process (model/tensor_parallel_comm.h): each call
@@ -334,7 +401,7 @@ TEST(DistributedStages, TensorParallelStagesGiveTheWholeModelsLogits) {
   auto whole = Model::load(path, options);
   ASSERT_TRUE(whole.ok()) << whole.error().message;
   ModelRunnerConfig rc;
-  rc.kv_cache_bytes = 4 << 20;
+  rc.kv_cache_bytes = 32 << 20;  // more than 16 blocks of every model's: max_blocks binds
   rc.max_blocks = 16;
   rc.warm_up = false;
   auto whole_runner = ModelRunner::create(**whole, rc);
