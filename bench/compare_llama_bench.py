@@ -15,6 +15,7 @@ machine, same thread count, in one run.
 
 Usage: bench/compare_llama_bench.py [--model PATH] [--threads N] [--reps 3]
          [--prompt-tokens 512,2048,8192] [--flash-attn 0,1] [--old OLD_INFERD] [--no-decode]
+         [--numerics exact|fast]
   --prompt-tokens: prompt lengths (llama-bench -p N; inferd a natural-text prompt of at most N tokens)
   --flash-attn:    llama-bench -fa settings, each its own column
   --old:           a second inferd build, alternating with --inferd in the prompt runs (new / old ratio)
@@ -44,9 +45,14 @@ def cpu_name():
     return platform.processor()
 
 
+# Flags every inferd run takes (--numerics: main() sets it).
+INFERD_FLAGS: list[str] = []
+
+
 def inferd_json(binary, model, prompt, n, threads, ctx=2048):
     out = subprocess.run([str(binary), "generate", "-m", str(model), "-p", prompt, "-n", str(n),
-                          "--temp", "0", "--ignore-eos", "--json", "-t", str(threads), "-c", str(ctx)],
+                          "--temp", "0", "--ignore-eos", "--json", "-t", str(threads), "-c", str(ctx),
+                          *INFERD_FLAGS],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -108,7 +114,10 @@ def main():
                     help="llama-bench -fa values, comma-separated (e.g. 0,1); empty: llama-bench's default")
     ap.add_argument("--no-decode", action="store_true", help="prompt processing only")
     ap.add_argument("--bandwidth-tool", default=str(ROOT / "build" / "memory_bandwidth"))
+    ap.add_argument("--numerics", choices=["exact", "fast"], help="inferd's numerics tier (default: its own default)")
     args = ap.parse_args()
+    if args.numerics:
+        INFERD_FLAGS[:] = ["--numerics", args.numerics]
     model_bytes = decode_bytes(args.model)
     lengths = [int(n) for n in args.prompt_tokens.split(",")]
     fa_values = [f for f in args.flash_attn.split(",") if f != ""] or [None]

@@ -28,6 +28,7 @@ Targets (issue 40): TP=2 decode at least 85% of one process's; PP=2 16-stream th
 each rank's peak resident set at most 55% of the one process's.
 
 Usage: bench/compare_parallel.py [--model PATH] [--reps 3] [--binary build/inferd] [--out DIR] [--netns]
+                                 [--max-num-batched-tokens N]
 Prints Markdown for docs/benchmarks.md (with the load average before and after); writes every run's
 JSON and log into --out. Run it on a quiet machine: with 2 cores, 2 ranks of one thread each leave
 nothing spare, and a rank that waits to be scheduled stalls its partner in every collective.
@@ -150,6 +151,8 @@ def bench(binary: Path, model: Path, layout: str, kind: str, args: argparse.Name
     else:
         extra = ["--num-prompts", str(args.streams), "--max-num-seqs", str(args.streams), "--input-len", "128",
                  "--output-len", str(args.output_len), *kv]
+        if args.max_num_batched_tokens:
+            extra += ["--max-num-batched-tokens", str(args.max_num_batched_tokens)]
     text, peaks = run(launcher + common + extra, out / f"{tag}.log")
     j = json.loads(json_path.read_text())
     result = {"rss_kib": per_rank(text, peaks)}
@@ -235,6 +238,9 @@ def main() -> int:
     ap.add_argument("--num-iters", type=int, default=5, help="timed iterations of each decode run")
     ap.add_argument("--output-len", type=int, default=128)
     ap.add_argument("--streams", type=int, default=16)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=0,
+                    help="the 16-stream runs' token budget a step (a pipeline's micro-batch), the same in every "
+                         "layout (default: the engine's, 2048)")
     ap.add_argument("--kv-blocks", type=int, default=KV_BLOCKS,
                     help="KV blocks of 16 tokens in every process and rank (default: what 64 MiB buys one process of "
                          "Qwen2.5-Coder-0.5B in f16)")
