@@ -5,12 +5,13 @@ moves a single run by 10-20%, so only interleaved runs compared pair by pair
 tell a few per cent apart.
 
   bench/ab_generate.py OLD_BINARY NEW_BINARY [--reps 8] [--prompt-tokens 0 | --context 0]
-                       [--kv-cache-dtype q8_0] [--numerics fast]
+                       [--kv-cache-dtype q8_0] [--numerics fast | --numerics exact,fast]
 
 Decode (default): tokens/s over 128 decode steps after the prompt "Hello".
 With --prompt-tokens N: prompt tokens/s of an N-token prompt (1 token out).
 With --context N: decode tokens/s over 128 steps after an N-token prompt (attention
 over N to N + 128 positions, where the decode attention kernels change path).
+With --numerics A,B: OLD runs tier A and NEW tier B (the same binary twice compares the tiers).
 Prints each run, the medians and the median of the per-pair ratios.
 """
 import argparse
@@ -46,7 +47,8 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=0)
     ap.add_argument("--context", type=int, default=0)
     ap.add_argument("--kv-cache-dtype", default="", help="e.g. q8_0 (default: the engine's, f16)")
-    ap.add_argument("--numerics", default="", help="exact or fast (default: the engine's)")
+    ap.add_argument("--numerics", default="",
+                    help="exact or fast (default: the engine's); OLD_TIER,NEW_TIER gives each side its own")
     args = ap.parse_args()
     if args.prompt_tokens:
         prompt, n_gen = prompt_of(args.new, args.model, args.prompt_tokens, args.threads), 1
@@ -54,18 +56,21 @@ def main():
         prompt, n_gen = prompt_of(args.new, args.model, args.context, args.threads), 129
     else:
         prompt, n_gen = "Hello", 129
+    tiers = args.numerics.split(",") if "," in args.numerics else [args.numerics] * 2
+    if len(tiers) != 2:
+        ap.error("--numerics takes one tier or two, OLD,NEW")
     runs = {"old": [], "new": []}
     for _ in range(args.reps):
-        for name in ("old", "new"):
+        for name, tier in zip(("old", "new"), tiers):
             runs[name].append(rate(getattr(args, name), args.model, prompt, n_gen, args.threads,
                                    args.prompt_tokens > 0, max(2048, args.context + 256), args.kv_cache_dtype,
-                                   args.numerics))
+                                   tier))
     what = (f"prompt of {args.prompt_tokens} tokens" if args.prompt_tokens else
             f"decode, 128 steps after {args.context} tokens" if args.context else "decode, 128 steps")
     if args.kv_cache_dtype:
         what += f", {args.kv_cache_dtype} KV cache"
     if args.numerics:
-        what += f", {args.numerics} numerics"
+        what += f", {' -> '.join(dict.fromkeys(tiers))} numerics"
     print(f"{what}, {args.reps} alternating pairs, tok/s")
     for name in ("old", "new"):
         print(f"  {name}: median {statistics.median(runs[name]):.1f}  "

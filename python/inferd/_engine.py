@@ -68,8 +68,9 @@ class EngineArgs:
     #: local layers, gpt-oss's windowed ones); a list of kinds is accepted too. None: none
     kv_cache_dtype_skip_layers: Optional[Union[str, List[str]]] = None
     #: the kernels' arithmetic: "exact" (bit-identical with llama.cpp's CPU build) or "fast" (activations quantized
-    #: once per row, integer sums per weight block; differs from exact by the activation quantization's error)
-    numerics: str = "exact"
+    #: once per row, integer sums per weight block; differs from exact by the activation quantization's error).
+    #: None: the engine's default (exact; kernels/cpu/numerics.h says why)
+    numerics: Optional[str] = None
     #: vLLM's names, for a model split across processes. The Python engine runs in the calling process, so only 1
     #: is accepted; a split model is served by ``mpirun -np N inferd serve`` (see ``check_parallel_sizes``)
     tensor_parallel_size: int = 1
@@ -122,7 +123,8 @@ def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     core.kv_cache_dtype = str(args.kv_cache_dtype)
     skip = args.kv_cache_dtype_skip_layers
     core.kv_cache_dtype_skip_layers = ",".join(skip) if isinstance(skip, (list, tuple)) else (skip or "")
-    core.numerics = str(args.numerics)
+    if args.numerics is not None:
+        core.numerics = str(args.numerics)
     return _core.Session(
         model=os.fspath(model) if model is not None else default_model(),
         args=core,

@@ -34,7 +34,7 @@ struct BenchLatencyFlags {
   std::string kv_cache_memory = "256M";
   int64_t num_gpu_blocks_override = 0;
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
-  std::string numerics = "exact";  // resolve_numerics
+  std::string numerics = kernels::numerics_name(kernels::kDefaultNumerics);  // resolve_numerics
   bool enable_prefix_caching = false;
   bool warm_up = true;
   float temperature = 0.0f;

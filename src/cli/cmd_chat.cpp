@@ -24,7 +24,7 @@ struct ChatFlags {
   SamplingFlags sampling;
   std::string speculative_config;  // vLLM's JSON; empty: off
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
-  std::string numerics = "exact";  // resolve_numerics
+  std::string numerics = kernels::numerics_name(kernels::kDefaultNumerics);  // resolve_numerics
 };
 
 // The chat template: --chat-template FILE, else the model's own.

@@ -30,7 +30,7 @@ struct GenerateFlags {
   float length_penalty = 1.0f;
   std::string early_stopping = "false";
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;  // resolve_kv_cache_dtype
-  std::string numerics = "exact";  // resolve_numerics
+  std::string numerics = kernels::numerics_name(kernels::kDefaultNumerics);  // resolve_numerics
   ParallelFlags parallel;
 };
 

@@ -22,7 +22,7 @@ struct InfoFlags {
   std::string model;
   bool json = false;
   bool show_template = false;
-  std::string numerics = "exact";
+  std::string numerics = kernels::numerics_name(kernels::kDefaultNumerics);
 };
 
 // What --numerics picks on this CPU, in words.

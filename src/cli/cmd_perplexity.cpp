@@ -24,7 +24,7 @@ struct PerplexityFlags {
   int64_t batch = 512;
   int64_t chunks = -1;
   std::string kv_cache_dtype = "auto", cache_type_k, cache_type_v;
-  std::string numerics = "exact";  // resolve_numerics
+  std::string numerics = kernels::numerics_name(kernels::kDefaultNumerics);  // resolve_numerics
   bool kl_divergence = false;
   bool json = false;
   int threads = default_threads();

@@ -83,7 +83,7 @@ struct EngineConfig {
   bool kv_cache_skip_sliding_window = false;
   // The kernels' arithmetic (kernels/cpu/numerics.h). Fixed when the model is
   // loaded: front ends pass it to LoadOptions, and a draft model follows it.
-  kernels::Numerics numerics = kernels::Numerics::kExact;
+  kernels::Numerics numerics = kernels::kDefaultNumerics;
   int32_t max_logprobs = 20;  // largest `logprobs` a request may ask for
   // Run a prefill-shaped and a decode-shaped pass at creation, so the first
   // request is as fast as the next (ModelRunnerConfig::warm_up).

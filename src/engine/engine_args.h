@@ -38,7 +38,7 @@ struct EngineArgs {
   std::string kv_cache_dtype_skip_layers;
   // The kernels' arithmetic: "exact" (llama.cpp's CPU bits) or "fast"
   // (kernels/cpu/numerics.h).
-  std::string numerics = "exact";
+  std::string numerics = kernels::numerics_name(kernels::kDefaultNumerics);
 
   // How an error names an argument: as a flag (--kv-cache-memory) or as a
   // keyword argument (kv_cache_memory).

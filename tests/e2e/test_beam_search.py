@@ -25,14 +25,14 @@ def client(srv) -> OpenAI:
 
 
 # The reference data follows the arithmetic of the GGML build that made it (its ggml_flavour); a
-# server started with --ggml-flavour of the same build computes the same logits on any CPU, so
-# every case must match, near-ties included.
+# server started with --numerics exact and --ggml-flavour of the same build computes the same logits
+# on any CPU, so every case must match, near-ties included.
 CASES = DATA["cases"]
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = start(tmp_path_factory.mktemp("beam_server"), ["--ggml-flavour", DATA["ggml_flavour"]])
+    srv = start(tmp_path_factory.mktemp("beam_server"), ["--numerics", "exact", "--ggml-flavour", DATA["ggml_flavour"]])
     yield srv
     assert stop(srv) == 0, srv.log()[-4000:]
 

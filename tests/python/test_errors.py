@@ -53,6 +53,8 @@ def test_bad_engine_arguments():
         inferd.LLM(str(DEFAULT_MODEL), kv_cache_memory="lots")
     with pytest.raises(ValueError, match="speculative_config"):
         inferd.LLM(str(DEFAULT_MODEL), speculative_config={"method": "eagle", "num_speculative_tokens": 2})
+    with pytest.raises(ValueError, match=r"numerics 'turbo' is not a numerics tier: use exact"):
+        inferd.LLM(str(DEFAULT_MODEL), numerics="turbo")
 
 
 def test_bad_kv_cache_dtypes_name_the_argument_and_what_is_supported():
