@@ -39,9 +39,9 @@ def serve(tmp_path_factory, model, *extra: str):
                  model=model)
 
 
-# The servers checked against llama.cpp's numbers run its arithmetic: the default (fast) tier moves
-# them by its activation rounding (here a cosine of 0.99985, rerank scores by 0.02). MiniLM, checked
-# against Hugging Face within a cosine of 0.9999, runs the default.
+# The servers checked against llama.cpp's numbers ask for its arithmetic by name, whatever the
+# default: the fast tier moves them by its activation rounding (a cosine of 0.99985, rerank scores
+# by 0.02). MiniLM, checked against Hugging Face within a cosine of 0.9999, runs the default.
 EXACT = ("--numerics", "exact")
 
 
