@@ -184,6 +184,12 @@ int main(int argc, char** argv) {
       {"fast qwen ffn_down Q6_K", DType::Q6_K, 896, 4864, 512},
       {"fast qwen attn_v   Q8_0", DType::Q8_0, 128, 896, 512},
       {"fast smol ffn_up   Q4_1", DType::Q4_1, 1536, 576, 1},
+      // Its decode: one token against matrices far past the caches, GB/s of the fast layout's bytes
+      // (beside "repacked big GEMV Q4_K decode" and "big GEMV Q6_K", the exact tier's).
+      {"fast big GEMV Q4_K", DType::Q4_K, 32768, 2048, 1},
+      {"fast big GEMV Q6_K", DType::Q6_K, 32768, 2048, 1},
+      {"fast L2 GEMV Q4_K", DType::Q4_K, 256, 2048, 1},
+      {"fast L2 GEMV Q6_K", DType::Q6_K, 256, 2048, 1},
   };
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0.0f, 1.0f);
@@ -275,7 +281,10 @@ int main(int argc, char** argv) {
         t = clock_s();
       }
       const double per = (t - t0) / iters;
-      if (fast) {
+      if (fast && c.n_tokens == 1) {
+        std::printf("  %s %7.1f us %6.1f GB/s", table.level, per * 1e6,
+                    FastMatrix::packed_bytes(c.type, c.rows, c.cols) / per / 1e9);
+      } else if (fast) {
         std::printf("  %s %7.1f us %6.1f GOPS (quant %5.1f us)", table.level, per * 1e6,
                     2.0 * c.rows * c.cols * c.n_tokens / per / 1e9, quant_per * 1e6);
       } else if (c.n_tokens == 1 && !packed) {

@@ -20,29 +20,39 @@ struct FastFormat {
   int code_max = 255;
   bool half_scales = false;  // decode_row's scales and mins are f16 values (the file's)
   float min_factor = 0.0f;   // decode_row's min is scale * min_factor, one float product
+  bool sub_scales = false;   // K-quants: the file's scale codes and super-block factors kept (fast_layout.h)
 };
 
 FastFormat format_of(DType t) {
   switch (t) {
     case DType::Q4_0: return {32, true, 15, true, -8.0f};
     case DType::Q4_1: return {32, true, 15, true};
-    case DType::Q4_K: return {32, true, 15};
+    case DType::Q4_K: return {32, true, 15, false, 0.0f, true};
     case DType::Q5_0: return {32, false, 31, true, -16.0f};
     case DType::Q5_1: return {32, false, 31, true};
-    case DType::Q5_K: return {32, false, 31};
+    case DType::Q5_K: return {32, false, 31, false, 0.0f, true};
     case DType::Q8_0: return {32, false, 255, true, -128.0f};
     case DType::MXFP4: return {32, false, 24, false, -12.0f};  // E2M1's doubled values, -12..12, plus 12
-    case DType::Q2_K: return {16, true, 3};
-    case DType::Q3_K: return {16, true, 7, false, -4.0f};
-    case DType::Q6_K: return {16, false, 63, false, -32.0f};
+    case DType::Q2_K: return {16, true, 3, false, 0.0f, true};
+    case DType::Q3_K: return {16, true, 7, false, -4.0f, true};
+    case DType::Q6_K: return {16, false, 63, false, -32.0f, true};
     default: return {};
   }
 }
 
+// A K-quant row's scales as the file codes them: per block an int8 scale
+// code and min code (negated), per super-block of 256 columns the f16 factors
+// d and dmin; scale = d * sc and min = dmin * m, as decode_row computes them.
+struct SubScales {
+  std::vector<int8_t> sc, m;
+  std::vector<uint16_t> d, dmin;
+};
+
 // One GGML row as codes: u[cols], and per block of B columns scale and min,
 // so that the row's value k is scale[k / B] * u[k] + min[k / B]: the format's
-// own dequantization with its offsets folded into min.
-void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* scale, float* min) {
+// own dequantization with its offsets folded into min. For a K-quant also the
+// codes those scales and mins come from (sub, sized by the caller).
+void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* scale, float* min, SubScales& sub) {
   switch (t) {
     case DType::Q4_0: {
       const auto* b = reinterpret_cast<const BlockQ4_0*>(src);
@@ -122,6 +132,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
           dh = b->d, dminh = b->dmin, sc = b->scales, qs = b->qs;
         }
         const float d = f16_to_f32(dh), dmin = f16_to_f32(dminh);
+        sub.d[i] = dh, sub.dmin[i] = dminh;
         for (int j = 0; j < 8; ++j) {  // sub-block j: 32 columns
           // The 6-bit scale and min of sub-block j, packed as GGML packs them.
           const int s = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
@@ -133,6 +144,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
             u[l] = static_cast<uint8_t>(v);
           }
           u += 32;
+          sub.sc[8 * i + j] = static_cast<int8_t>(s), sub.m[8 * i + j] = static_cast<int8_t>(-m);
           *scale++ = d * static_cast<float>(s);
           *min++ = -(dmin * static_cast<float>(m));
         }
@@ -143,6 +155,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
       const auto* b = reinterpret_cast<const BlockQ6_K*>(src);
       for (int64_t i = 0; i < cols / kQK_K; ++i) {
         const float d = f16_to_f32(b[i].d);
+        sub.d[i] = b[i].d;
         uint8_t* y = u + i * kQK_K;
         for (int n = 0; n < 2; ++n) {  // 128 columns from 64 low bytes and 32 high bytes
           const uint8_t* ql = b[i].ql + 64 * n;
@@ -156,6 +169,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
         }
         for (int j = 0; j < 16; ++j) {  // codes 0..63 stand for -32..31
           const float s = d * static_cast<float>(b[i].scales[j]);
+          sub.sc[16 * i + j] = b[i].scales[j];
           scale[16 * i + j] = s, min[16 * i + j] = -32.0f * s;
         }
       }
@@ -165,6 +179,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
       const auto* b = reinterpret_cast<const BlockQ2_K*>(src);
       for (int64_t i = 0; i < cols / kQK_K; ++i) {
         const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
+        sub.d[i] = b[i].d, sub.dmin[i] = b[i].dmin;
         int is = 0;
         for (int n = 0; n < 2; ++n) {  // 128 columns from 32 bytes, four 2-bit planes
           const uint8_t* q = b[i].qs + 32 * n;
@@ -172,6 +187,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
             for (int half = 0; half < 2; ++half, ++is) {
               const uint8_t sc = b[i].scales[is];
               for (int l = 0; l < 16; ++l) *u++ = static_cast<uint8_t>((q[l + 16 * half] >> shift) & 3);
+              sub.sc[16 * i + is] = static_cast<int8_t>(sc & 0xF), sub.m[16 * i + is] = static_cast<int8_t>(-(sc >> 4));
               scale[16 * i + is] = d * static_cast<float>(sc & 0xF);
               min[16 * i + is] = -(dmin * static_cast<float>(sc >> 4));
             }
@@ -184,6 +200,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
       const auto* b = reinterpret_cast<const BlockQ3_K*>(src);
       for (int64_t i = 0; i < cols / kQK_K; ++i) {
         const float d = f16_to_f32(b[i].d);
+        sub.d[i] = b[i].d;
         // Sixteen 6-bit scales: low 4 bits in bytes 0..7 (two per byte), high 2 in bytes 8..11.
         int8_t sc[16];
         for (int j = 0; j < 16; ++j) {
@@ -203,6 +220,7 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
                 *u++ = static_cast<uint8_t>(((q[k] >> shift) & 3) + ((b[i].hmask[k] & mask) ? 4 : 0));
               }
               const float s = d * static_cast<float>(sc[is]);
+              sub.sc[16 * i + is] = sc[is];
               scale[16 * i + is] = s, min[16 * i + is] = -4.0f * s;
             }
           }
@@ -216,8 +234,25 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
 }
 
 size_t block_bytes_of(FastFormat f) {
-  const size_t per_row = (f.half_scales ? 2 : 4) * (f.min_factor != 0.0f ? 1 : 2);  // a scale, and a min if stored
+  const size_t code = f.sub_scales ? 1 : f.half_scales ? 2 : 4;
+  const size_t per_row = code * (f.min_factor != 0.0f ? 1 : 2);  // a scale, and a min if stored
   return static_cast<size_t>(f.block) * kFastRows / (f.nibbles ? 2 : 1) + kFastRows * per_row;
+}
+
+// A super-block's f16 factors for a group's rows: d, and dmin if mins are stored.
+size_t super_bytes_of(FastFormat f) {
+  return f.sub_scales ? kFastRows * sizeof(uint16_t) * (f.min_factor != 0.0f ? 1 : 2) : 0;
+}
+
+size_t group_bytes_of(FastFormat f, int64_t cols) {
+  return block_bytes_of(f) * static_cast<size_t>(cols / f.block) +
+         (f.sub_scales ? super_bytes_of(f) * static_cast<size_t>(cols / kQK_K) : 0);
+}
+
+float half_at(const uint8_t* at) {
+  uint16_t h;
+  std::memcpy(&h, at, 2);
+  return f16_to_f32(h);
 }
 
 // A scale or min as the layout keeps it (f16 or float).
@@ -232,13 +267,23 @@ float read_scale(const FastWeightsView& v, const uint8_t* at) {
   return f;
 }
 
-// Row r's scale and min in a block (fast_layout.h).
-float scale_at(const FastWeightsView& v, const uint8_t* blk, int r) {
+// Row r's scale and min in block b of group g (fast_layout.h).
+float scale_at(const FastWeightsView& v, int64_t g, int64_t b, int r) {
+  const uint8_t* blk = v.block_at(g, b);
+  if (v.sub_scales) {
+    const auto code = static_cast<int8_t>(blk[v.quant_bytes() + r]);
+    return half_at(v.super_at(g, b) + 2 * r) * static_cast<float>(code);
+  }
   return read_scale(v, blk + v.quant_bytes() + r * v.scale_bytes());
 }
 
-float min_at(const FastWeightsView& v, const uint8_t* blk, int r) {
-  if (v.min_factor != 0.0f) return scale_at(v, blk, r) * v.min_factor;
+float min_at(const FastWeightsView& v, int64_t g, int64_t b, int r) {
+  if (v.min_factor != 0.0f) return scale_at(v, g, b, r) * v.min_factor;
+  const uint8_t* blk = v.block_at(g, b);
+  if (v.sub_scales) {
+    const auto code = static_cast<int8_t>(blk[v.min_offset() + r]);
+    return half_at(v.super_at(g, b) + 2 * (kFastRows + r)) * static_cast<float>(code);
+  }
   return read_scale(v, blk + v.min_offset() + r * v.scale_bytes());
 }
 
@@ -271,7 +316,7 @@ bool fast_gemm_applies(DType t) { return format_of(t).block > 0; }
 
 size_t FastMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
   const FastFormat f = format_of(t);
-  return block_bytes_of(f) * static_cast<size_t>(cols / f.block) * static_cast<size_t>((rows + kFastRows - 1) / kFastRows);
+  return group_bytes_of(f, cols) * static_cast<size_t>((rows + kFastRows - 1) / kFastRows);
 }
 
 FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena,
@@ -281,9 +326,13 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
   FastMatrix m;
   FastWeightsView& v = m.view_;
   v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.code_max = f.code_max;
-  v.half_scales = f.half_scales, v.min_factor = f.min_factor;
+  v.half_scales = f.half_scales, v.min_factor = f.min_factor, v.sub_scales = f.sub_scales;
+  v.super_shift = f.block == 32 ? 3 : 4;  // 256 columns: 8 blocks of 32, 16 of 16
   v.block_bytes = block_bytes_of(f);
-  v.group_bytes = v.block_bytes * static_cast<size_t>(cols / f.block);
+  v.super_offset = v.block_bytes * static_cast<size_t>(cols / f.block);
+  v.super_bytes = super_bytes_of(f);
+  v.group_bytes = group_bytes_of(f, cols);
+  assert(!f.sub_scales || cols % kQK_K == 0);
   const size_t total = packed_bytes(t, rows, cols);
   uint8_t* data = arena ? arena->take(total) : nullptr;
   if (data == nullptr) {
@@ -295,8 +344,13 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
   const int64_t nb = cols / f.block;
   std::vector<uint8_t> u(static_cast<size_t>(cols));
   std::vector<float> scale(static_cast<size_t>(nb)), min(static_cast<size_t>(nb));
+  SubScales sub;
+  if (f.sub_scales) {
+    sub.sc.resize(static_cast<size_t>(nb)), sub.m.resize(static_cast<size_t>(nb));
+    sub.d.resize(static_cast<size_t>(cols / kQK_K)), sub.dmin.resize(static_cast<size_t>(cols / kQK_K));
+  }
   for (int64_t r = 0; r < rows; ++r) {
-    decode_row(t, static_cast<const uint8_t*>(w) + r * src_row, cols, u.data(), scale.data(), min.data());
+    decode_row(t, static_cast<const uint8_t*>(w) + r * src_row, cols, u.data(), scale.data(), min.data(), sub);
     const int64_t g = r / kFastRows;
     const int rr = static_cast<int>(r % kFastRows);
     for (int64_t b = 0; b < nb; ++b) {
@@ -306,6 +360,22 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
         const size_t at = code_byte(f.block, f.nibbles, rr, c, &high);
         const uint8_t code = u[static_cast<size_t>(b * f.block + c)];
         blk[at] |= high ? static_cast<uint8_t>(code << 4) : code;  // the arena and owned_ are zeroed
+      }
+      if (f.sub_scales) {
+        // The codes and factors the scale and min came from: the kernels multiply them back.
+        const size_t bi = static_cast<size_t>(b), si = static_cast<size_t>(b >> v.super_shift);
+        blk[v.quant_bytes() + rr] = static_cast<uint8_t>(sub.sc[bi]);
+        uint8_t* super = data + g * v.group_bytes + v.super_offset + si * v.super_bytes;
+        std::memcpy(super + 2 * rr, &sub.d[si], 2);
+        assert(f16_to_f32(sub.d[si]) * static_cast<float>(sub.sc[bi]) == scale[bi]);
+        if (v.min_factor == 0.0f) {
+          blk[v.min_offset() + rr] = static_cast<uint8_t>(sub.m[bi]);
+          std::memcpy(super + 2 * (kFastRows + rr), &sub.dmin[si], 2);
+          assert(f16_to_f32(sub.dmin[si]) * static_cast<float>(sub.m[bi]) == min[bi]);
+        } else {
+          assert(scale[bi] * v.min_factor == min[bi]);
+        }
+        continue;
       }
       store_scale(v, blk + v.quant_bytes() + rr * v.scale_bytes(), scale[static_cast<size_t>(b)]);
       if (v.min_factor == 0.0f) {
@@ -326,7 +396,8 @@ float FastMatrix::weight(int64_t r, int64_t k) const {
   bool high;
   const size_t at = code_byte(v.block, v.nibbles, rr, static_cast<int>(k % v.block), &high);
   const int code = v.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
-  return std::fma(scale_at(v, blk, rr), static_cast<float>(code), min_at(v, blk, rr));
+  return std::fma(scale_at(v, r / kFastRows, k / v.block, rr), static_cast<float>(code),
+                  min_at(v, r / kFastRows, k / v.block, rr));
 }
 
 void FastActivations::resize(int64_t n_tokens, int64_t cols) {
@@ -410,8 +481,8 @@ void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t
           }
           const int64_t ab = b * w.block / 32;  // the activation block holding weight block b
           const float dsum = w.block == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
-          acc = std::fma(static_cast<float>(isum), scale_at(w, blk, r) * a.d[t * nb32 + ab], acc);
-          acc = std::fma(min_at(w, blk, r), dsum, acc);
+          acc = std::fma(static_cast<float>(isum), scale_at(w, g, b, r) * a.d[t * nb32 + ab], acc);
+          acc = std::fma(min_at(w, g, b, r), dsum, acc);
         }
         y[i * y_stride + g * kFastRows + r] = acc;
       }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/weight_prefetch_x86.h"
 
 namespace inferd::kernels {
 namespace {
@@ -43,8 +44,24 @@ inline __m256 load8(const FastWeightsView& w, const uint8_t* at) {
                        : _mm256_loadu_ps(reinterpret_cast<const float*>(at));
 }
 
-// Half h's 8 scales and mins of a block (fast_layout.h).
-inline void scales_of(const FastWeightsView& w, const uint8_t* blk, int h, __m256* scale, __m256* min) {
+// 8 int8 codes as floats.
+inline __m256 codes8(const uint8_t* at) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(at))));
+}
+
+inline __m256 halves8(const uint8_t* at) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))); }
+
+// Half h's 8 scales and mins of block b of group g (fast_layout.h).
+inline void scales_of(const FastWeightsView& w, int64_t g, int64_t b, int h, __m256* scale, __m256* min) {
+  const uint8_t* blk = w.block_at(g, b);
+  if (w.sub_scales) {
+    // The file's codes times their super-block's factors: the float products the repacking would have stored.
+    const uint8_t* super = w.super_at(g, b) + 16 * h;
+    *scale = _mm256_mul_ps(halves8(super), codes8(blk + w.quant_bytes() + 8 * h));
+    *min = w.min_factor != 0.0f ? _mm256_mul_ps(*scale, _mm256_set1_ps(w.min_factor))
+                                : _mm256_mul_ps(halves8(super + 2 * kFastRows), codes8(blk + w.min_offset() + 8 * h));
+    return;
+  }
   const size_t half = 8 * w.scale_bytes() * static_cast<size_t>(h);
   *scale = load8(w, blk + w.quant_bytes() + half);
   *min = w.min_factor != 0.0f ? _mm256_mul_ps(*scale, _mm256_set1_ps(w.min_factor)) : load8(w, blk + w.min_offset() + half);
@@ -54,10 +71,12 @@ inline void scales_of(const FastWeightsView& w, const uint8_t* blk, int h, __m25
 // that share every activation broadcast. kRun: code vectors whose maddubs
 // products sum in int16 (0: codes up to 255, split). The codes of block b are
 // at codes + b * code_stride, 64 bytes a vector as fast_layout.h lays them
-// (with kNibbles, packed two to a byte, and unpacked here).
+// (with kNibbles, packed two to a byte, and unpacked here). `stream`: this
+// tile is the first pass over the group's weights, which it prefetches ahead
+// (weight_prefetch_x86.h: decode reads them once, from memory).
 template <int B, bool kNibbles, int kRun, int NT>
 void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, const FastActsView& a, int64_t g,
-          int64_t t, float* y, size_t y_stride, int rows) {
+          int64_t t, float* y, size_t y_stride, int rows, bool stream) {
   constexpr int V = B / 4;  // code vectors per block
   static_assert(kRun == 0 || V % kRun == 0);
   const int64_t nb32 = a.cols / 32;
@@ -68,6 +87,7 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
   for (int64_t b = 0; b < w.blocks(); ++b) {
     const uint8_t* blk = codes + b * code_stride;
     const int8_t* qb = q0 + b * B;
+    if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1);
     __m256i isum[2][NT], s16[2][NT];
     const auto load = [&](int i, int h) __attribute__((always_inline)) {
       return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * i + 32 * h));
@@ -96,8 +116,15 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
         for (int j = 0; j < NT; ++j) {
           const __m256i x = broadcast4(qb + j * a.cols + 4 * c);
           const __m256i p0 = _mm256_maddubs_epi16(c0, x), p1 = _mm256_maddubs_epi16(c1, x);
-          s16[0][j] = first ? p0 : add16(s16[0][j], p0);
-          s16[1][j] = first ? p1 : add16(s16[1][j], p1);
+          if constexpr (NT == 1) {
+            // One token (decode) leaves registers to spare, and the compiler's
+            // own adds ran its tile faster (kernels_bench "fast L2 GEMV").
+            s16[0][j] = first ? p0 : _mm256_add_epi16(s16[0][j], p0);
+            s16[1][j] = first ? p1 : _mm256_add_epi16(s16[1][j], p1);
+          } else {
+            s16[0][j] = first ? p0 : add16(s16[0][j], p0);
+            s16[1][j] = first ? p1 : add16(s16[1][j], p1);
+          }
         }
       };
       for (int r = 0; r < V / kRun; ++r) {
@@ -124,10 +151,9 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
           }
       }
     }
-    const uint8_t* sm = w.block_at(g, b);
     __m256 scale[2], min[2];
-    scales_of(w, sm, 0, &scale[0], &min[0]);
-    scales_of(w, sm, 1, &scale[1], &min[1]);
+    scales_of(w, g, b, 0, &scale[0], &min[0]);
+    scales_of(w, g, b, 1, &scale[1], &min[1]);
     for (int j = 0; j < NT; ++j) {
       const int64_t tt = t + j;
       const __m256 d = _mm256_set1_ps(a.d[tt * nb32 + b * B / 32]);
@@ -182,15 +208,19 @@ void unpack_group(const FastWeightsView& w, int64_t g, uint8_t* out) {
 }
 
 // Tokens [t, t + n) of a chunk against group g, in tiles of NT, then the rest.
+// `stream`: the group's weights are read from where they lie (not unpacked
+// into L1 first), so the first tile prefetches them.
 template <int B, bool kNibbles, int kRun>
 void tokens(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, const FastActsView& a, int64_t g,
-            int64_t t, int64_t n, float* y, size_t y_stride, int rows) {
+            int64_t t, int64_t n, float* y, size_t y_stride, int rows, bool stream) {
   constexpr int NT = kTileTokens<B, kRun>;
   int64_t i = 0;
-  for (; i + NT <= n; i += NT) tile<B, kNibbles, kRun, NT>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows);
-  if (n - i == 1) tile<B, kNibbles, kRun, 1>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows);
+  for (; i + NT <= n; i += NT)
+    tile<B, kNibbles, kRun, NT>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows, stream && i == 0);
+  if (n - i == 1) tile<B, kNibbles, kRun, 1>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows, stream && i == 0);
   if constexpr (NT > 2)
-    if (n - i == 2) tile<B, kNibbles, kRun, 2>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows);
+    if (n - i == 2)
+      tile<B, kNibbles, kRun, 2>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows, stream && i == 0);
 }
 
 template <int B, bool kNibbles, int kRun>
@@ -209,9 +239,9 @@ void groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t
       if (kNibbles && nt >= kUnpackTokens) {
         const auto* codes = reinterpret_cast<const uint8_t*>(unpacked.data());
         unpack_group<B>(w, g, reinterpret_cast<uint8_t*>(unpacked.data()));
-        tokens<B, false, kRun>(w, codes, B * kFastRows, a, g, t0 + c0, cn, yg, y_stride, rows);
+        tokens<B, false, kRun>(w, codes, B * kFastRows, a, g, t0 + c0, cn, yg, y_stride, rows, false);
       } else {
-        tokens<B, kNibbles, kRun>(w, w.block_at(g, 0), w.block_bytes, a, g, t0 + c0, cn, yg, y_stride, rows);
+        tokens<B, kNibbles, kRun>(w, w.block_at(g, 0), w.block_bytes, a, g, t0 + c0, cn, yg, y_stride, rows, true);
       }
     }
   }

@@ -23,9 +23,23 @@ inline __m512 load16(const FastWeightsView& w, const uint8_t* at) {
                        : _mm512_loadu_ps(reinterpret_cast<const float*>(at));
 }
 
+inline __m512 codes16(const uint8_t* at) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(at))));
+}
+
+inline __m512 halves16(const uint8_t* at) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at))); }
+
 // A block's codes, and its 16 scales and mins (fast_layout.h).
 inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
   const uint8_t* blk = w.block_at(g, b);
+  if (w.sub_scales) {
+    // The file's codes times their super-block's factors: the float products the repacking would have stored.
+    const uint8_t* super = w.super_at(g, b);
+    const __m512 scale = _mm512_mul_ps(halves16(super), codes16(blk + w.quant_bytes()));
+    return {blk, scale,
+            w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor))
+                                 : _mm512_mul_ps(halves16(super + 2 * kFastRows), codes16(blk + w.min_offset()))};
+  }
   const __m512 scale = load16(w, blk + w.quant_bytes());
   return {blk, scale,
           w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor)) : load16(w, blk + w.min_offset())};

@@ -15,7 +15,15 @@
 //     every min is the scale times a constant of the format (`min_factor`:
 //     Q4_0's -8, Q5_0's -16, Q8_0's -128, MXFP4's -12, Q3_K's -4, Q6_K's
 //     -32): the kernels multiply it in, the float product the repacking would
-//     have stored, so the bits are the same.
+//     have stored, so the bits are the same;
+//   or, for the K-quants (`sub_scales`), the file's own small codes: an int8
+//     scale code per row (then an int8 min code, negated, if mins are stored),
+//     the scale being d * code with d the row's f16 factor of the super-block
+//     (256 columns) holding the block, and the min dmin * code. Those factors
+//     follow the group's blocks: per super-block f16 d[16], then dmin[16] if
+//     mins are stored. d * code is exact in float (11 + 8 bits), so the
+//     kernels' product is the float the repacking would have stored, and the
+//     weights keep the file's size: Q4_K 4.6 bits a value, not 6.
 // Rows past the matrix's end (the last group) are zero: scale 0, min 0.
 //
 // Activations: per row, int8 quants q[cols] (per 32 columns a scale d,
@@ -38,15 +46,23 @@ struct FastWeightsView {
   int code_max = 255;    // the largest code the format gives (what bounds a kernel's int16 partial sums)
   bool half_scales = false;  // scales and mins as f16
   float min_factor = 0.0f;   // min = scale * min_factor, no mins stored (0: mins stored)
+  bool sub_scales = false;   // int8 scale (and min) codes, times f16 factors per super-block
+  int super_shift = 0;       // with sub_scales: block b is in super-block b >> super_shift (256 columns)
+  size_t super_offset = 0;   // with sub_scales: where a group's factors start (after its blocks)
   size_t block_bytes = 0;  // one block of one group: quants, then the 16 scales and (stored) 16 mins
-  size_t group_bytes = 0;
+  size_t super_bytes = 0;  // with sub_scales: one super-block's f16 factors for the 16 rows
+  size_t group_bytes = 0;  // the blocks, then (sub_scales) the super-blocks' factors
   int64_t blocks() const { return cols / block; }
   int64_t groups() const { return (rows + kFastRows - 1) / kFastRows; }
   size_t quant_bytes() const { return static_cast<size_t>(block) * kFastRows / (nibbles ? 2 : 1); }
   const uint8_t* block_at(int64_t g, int64_t b) const { return data + g * group_bytes + b * block_bytes; }
   // A block's 16 scales (at quant_bytes()), then its mins (at min_offset()), if stored.
-  size_t scale_bytes() const { return half_scales ? 2 : 4; }
+  size_t scale_bytes() const { return sub_scales ? 1 : half_scales ? 2 : 4; }
   size_t min_offset() const { return quant_bytes() + kFastRows * scale_bytes(); }
+  // With sub_scales: the factors of the super-block holding block b, d[16] then dmin[16].
+  const uint8_t* super_at(int64_t g, int64_t b) const {
+    return data + g * group_bytes + super_offset + (b >> super_shift) * super_bytes;
+  }
 };
 
 struct FastActsView {
