@@ -243,7 +243,10 @@ void register_bench_throughput(CLI::App& bench, int& exit_code) {
   sub->add_option("--seed", flags->seed, "Seed for prompts, lengths and sampling")->capture_default_str();
   sub->add_option("--output-json", flags->output_json, "Write the results as JSON to this file");
   flags->parallel.add_to(*sub);
-  sub->callback([flags, &exit_code] { exit_code = run_bench_throughput(*flags); });
+  sub->callback([flags, sub, &exit_code] {
+    flags->parallel.default_step_budget(*sub, flags->engine.max_num_batched_tokens);
+    exit_code = run_bench_throughput(*flags);
+  });
 }
 
 }  // namespace inferd::cli

@@ -378,7 +378,10 @@ void register_serve(CLI::App& app, int& exit_code) {
   sub->add_flag("--no-webui", flags->no_webui, "Do not serve the web chat page at / (the API alone)");
   sub->add_flag("--log-prompts", flags->log_prompts, "Include prompt text in the per-request log line");
   sub->add_option("--max-log-len", flags->max_log_len, "Prompt characters logged at most")->capture_default_str();
-  sub->callback([flags, &exit_code] { exit_code = run_serve(*flags); });
+  sub->callback([flags, sub, &exit_code] {
+    flags->parallel.default_step_budget(*sub, flags->engine.max_num_batched_tokens);
+    exit_code = run_serve(*flags);
+  });
 }
 
 }  // namespace inferd::cli

@@ -30,7 +30,8 @@ std::string default_model_path() { return model_dir() + "/SmolLM2-135M-Instruct.
 void EngineFlags::add_to(CLI::App& app) {
   app.add_option("--max-num-seqs", max_num_seqs, "Requests running at once")
       ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  app.add_option("--max-num-batched-tokens", max_num_batched_tokens, "Token budget of one engine step")
+  app.add_option("--max-num-batched-tokens", max_num_batched_tokens,
+                 "Token budget of one engine step (with --pipeline-parallel-size above 1: 512 unless given)")
       ->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("--max-model-len", max_model_len, "Prompt + output tokens at most; 0 = the model's context length")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -34,6 +34,11 @@ void ParallelFlags::add_to(CLI::App& app) {
                "With --tensor-parallel-size T: divide a mixture-of-experts model's experts among the T ranks");
 }
 
+void ParallelFlags::default_step_budget(const CLI::App& app, int64_t& budget) const {
+  if (pipeline_parallel_size <= 1 || app.count("--max-num-batched-tokens") > 0) return;
+  budget = kPipelineStepTokens;
+}
+
 int launched_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
     if (const char* v = std::getenv(name); v && *v) return std::atoi(v);

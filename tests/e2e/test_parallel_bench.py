@@ -27,10 +27,10 @@ BENCH_ARGS = {
 }
 
 
-def bench(tmp_path, kind: str, size_flag: str) -> tuple[subprocess.CompletedProcess, dict]:
+def bench(tmp_path, kind: str, size_flag: str, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
     out = tmp_path / f"{kind}.json"
     args = mpirun(2) + [str(BINARY), "bench", kind, "-m", str(MODEL), "--threads", "1", *BENCH_ARGS[kind],
-                        size_flag, "2", "--output-json", str(out)]
+                        size_flag, "2", "--output-json", str(out), *extra]
     r = subprocess.run(args, capture_output=True, text=True, env=MPI_ENV, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     return r, json.loads(out.read_text())
@@ -57,3 +57,11 @@ def test_bench_throughput_on_two_ranks(tmp_path, size_flag):
     assert j["num_requests"] == 6 and j["total_output_tokens"] == 6 * 12, j
     assert j["output_tokens_per_second"] > 0
     assert (j["engine"]["collective_calls"] > 0) == ("tensor" in size_flag), j["engine"]
+    # A pipeline steps 512 tokens at a time unless told otherwise (cli/parallel.h says why); TP keeps 2048.
+    assert j["config"]["max_num_batched_tokens"] == (2048 if "tensor" in size_flag else 512), j["config"]
+
+
+def test_a_pipelines_step_budget_is_the_users_when_given(tmp_path):
+    _, j = bench(tmp_path, "throughput", "--pipeline-parallel-size", "--max-num-batched-tokens", "2048")
+    assert j["config"]["max_num_batched_tokens"] == 2048, j["config"]
+    assert j["num_requests"] == 6 and j["total_output_tokens"] == 6 * 12, j
