@@ -17,6 +17,7 @@ namespace {
 struct FastFormat {
   int block = 0;  // 0: the tier has no integer form of the type
   bool nibbles = false;
+  bool top2 = false;  // 6-bit codes: nibbles plus a 2-bit plane
   int code_max = 255;
   bool half_scales = false;  // decode_row's scales and mins are f16 values (the file's)
   float min_factor = 0.0f;   // decode_row's min is scale * min_factor, one float product
@@ -25,17 +26,17 @@ struct FastFormat {
 
 FastFormat format_of(DType t) {
   switch (t) {
-    case DType::Q4_0: return {32, true, 15, true, -8.0f};
-    case DType::Q4_1: return {32, true, 15, true};
-    case DType::Q4_K: return {32, true, 15, false, 0.0f, true};
-    case DType::Q5_0: return {32, false, 31, true, -16.0f};
-    case DType::Q5_1: return {32, false, 31, true};
-    case DType::Q5_K: return {32, false, 31, false, 0.0f, true};
-    case DType::Q8_0: return {32, false, 255, true, -128.0f};
-    case DType::MXFP4: return {32, false, 24, false, -12.0f};  // E2M1's doubled values, -12..12, plus 12
-    case DType::Q2_K: return {16, true, 3, false, 0.0f, true};
-    case DType::Q3_K: return {16, true, 7, false, -4.0f, true};
-    case DType::Q6_K: return {16, false, 63, false, -32.0f, true};
+    case DType::Q4_0: return {32, true, false, 15, true, -8.0f};
+    case DType::Q4_1: return {32, true, false, 15, true};
+    case DType::Q4_K: return {32, true, false, 15, false, 0.0f, true};
+    case DType::Q5_0: return {32, false, false, 31, true, -16.0f};
+    case DType::Q5_1: return {32, false, false, 31, true};
+    case DType::Q5_K: return {32, false, false, 31, false, 0.0f, true};
+    case DType::Q8_0: return {32, false, false, 255, true, -128.0f};
+    case DType::MXFP4: return {32, false, false, 24, false, -12.0f};  // E2M1's doubled values, -12..12, plus 12
+    case DType::Q2_K: return {16, true, false, 3, false, 0.0f, true};
+    case DType::Q3_K: return {16, true, false, 7, false, -4.0f, true};
+    case DType::Q6_K: return {16, true, true, 63, false, -32.0f, true};
     default: return {};
   }
 }
@@ -236,7 +237,9 @@ void decode_row(DType t, const uint8_t* src, int64_t cols, uint8_t* u, float* sc
 size_t block_bytes_of(FastFormat f) {
   const size_t code = f.sub_scales ? 1 : f.half_scales ? 2 : 4;
   const size_t per_row = code * (f.min_factor != 0.0f ? 1 : 2);  // a scale, and a min if stored
-  return static_cast<size_t>(f.block) * kFastRows / (f.nibbles ? 2 : 1) + kFastRows * per_row;
+  const size_t codes = static_cast<size_t>(f.block) * kFastRows;  // one byte each
+  const size_t quants = f.top2 ? codes / 2 + codes / 4 : f.nibbles ? codes / 2 : codes;
+  return quants + kFastRows * per_row;
 }
 
 // A super-block's f16 factors for a group's rows: d, and dmin if mins are stored.
@@ -298,16 +301,47 @@ void store_scale(const FastWeightsView& v, uint8_t* at, float x) {
   }
 }
 
-// Row r's code at column c of a block's quants (the layout of fast_layout.h).
-size_t code_byte(int block, bool nibbles, int r, int c, bool* high) {
+// Where row r's code at column c of a block's quants lies (fast_layout.h):
+// its byte, or its nibble (`high`: the upper one), and with top2 the byte and
+// shift of its top two bits.
+struct CodePlace {
+  size_t at = 0;
+  bool high = false;
+  size_t top_at = 0;
+  int top_shift = 0;
+};
+
+CodePlace code_place(const FastWeightsView& v, int r, int c) {
   const int vec = c / 4, lane = 4 * r + c % 4;
-  if (!nibbles) {
-    *high = false;
-    return static_cast<size_t>(vec) * 64 + lane;
+  CodePlace p;
+  if (!v.nibbles) {
+    p.at = static_cast<size_t>(vec) * 64 + lane;
+    return p;
   }
-  const int half = block / 8;  // vectors of nibbles
-  *high = vec >= half;
-  return static_cast<size_t>(vec % half) * 64 + lane;
+  const int half = v.block / 8;  // vectors of nibbles
+  p.high = vec >= half;
+  p.at = static_cast<size_t>(vec % half) * 64 + lane;
+  p.top_at = v.nibble_bytes() + static_cast<size_t>(vec / 4) * 64 + lane;
+  p.top_shift = 2 * (vec % 4);
+  return p;
+}
+
+int code_at(const FastWeightsView& v, const uint8_t* blk, int r, int c) {
+  const CodePlace p = code_place(v, r, c);
+  if (!v.nibbles) return blk[p.at];
+  const int low = p.high ? blk[p.at] >> 4 : blk[p.at] & 0xF;
+  return v.top2 ? low | (((blk[p.top_at] >> p.top_shift) & 3) << 4) : low;
+}
+
+// Writes a code into a zeroed block.
+void put_code(const FastWeightsView& v, uint8_t* blk, int r, int c, uint8_t code) {
+  const CodePlace p = code_place(v, r, c);
+  if (!v.nibbles) {
+    blk[p.at] = code;
+    return;
+  }
+  blk[p.at] |= p.high ? static_cast<uint8_t>((code & 0xF) << 4) : static_cast<uint8_t>(code & 0xF);
+  if (v.top2) blk[p.top_at] |= static_cast<uint8_t>((code >> 4) << p.top_shift);
 }
 
 }  // namespace
@@ -325,7 +359,7 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
   assert(f.block > 0 && cols % kQK == 0);
   FastMatrix m;
   FastWeightsView& v = m.view_;
-  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.code_max = f.code_max;
+  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.top2 = f.top2, v.code_max = f.code_max;
   v.half_scales = f.half_scales, v.min_factor = f.min_factor, v.sub_scales = f.sub_scales;
   v.super_shift = f.block == 32 ? 3 : 4;  // 256 columns: 8 blocks of 32, 16 of 16
   v.block_bytes = block_bytes_of(f);
@@ -355,12 +389,8 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
     const int rr = static_cast<int>(r % kFastRows);
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = data + g * v.group_bytes + b * v.block_bytes;
-      for (int c = 0; c < f.block; ++c) {
-        bool high;
-        const size_t at = code_byte(f.block, f.nibbles, rr, c, &high);
-        const uint8_t code = u[static_cast<size_t>(b * f.block + c)];
-        blk[at] |= high ? static_cast<uint8_t>(code << 4) : code;  // the arena and owned_ are zeroed
-      }
+      for (int c = 0; c < f.block; ++c)  // the arena and owned_ are zeroed
+        put_code(v, blk, rr, c, u[static_cast<size_t>(b * f.block + c)]);
       if (f.sub_scales) {
         // The codes and factors the scale and min came from: the kernels multiply them back.
         const size_t bi = static_cast<size_t>(b), si = static_cast<size_t>(b >> v.super_shift);
@@ -393,9 +423,7 @@ float FastMatrix::weight(int64_t r, int64_t k) const {
   const FastWeightsView& v = view_;
   const uint8_t* blk = v.block_at(r / kFastRows, k / v.block);
   const int rr = static_cast<int>(r % kFastRows);
-  bool high;
-  const size_t at = code_byte(v.block, v.nibbles, rr, static_cast<int>(k % v.block), &high);
-  const int code = v.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
+  const int code = code_at(v, blk, rr, static_cast<int>(k % v.block));
   return std::fma(scale_at(v, r / kFastRows, k / v.block, rr), static_cast<float>(code),
                   min_at(v, r / kFastRows, k / v.block, rr));
 }
@@ -473,12 +501,7 @@ void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t
         for (int64_t b = 0; b < w.blocks(); ++b) {
           const uint8_t* blk = w.block_at(g, b);
           int32_t isum = 0;
-          for (int c = 0; c < w.block; ++c) {
-            bool high;
-            const size_t at = code_byte(w.block, w.nibbles, r, c, &high);
-            const int code = w.nibbles ? (high ? blk[at] >> 4 : blk[at] & 0xF) : blk[at];
-            isum += code * q[b * w.block + c];
-          }
+          for (int c = 0; c < w.block; ++c) isum += code_at(w, blk, r, c) * q[b * w.block + c];
           const int64_t ab = b * w.block / 32;  // the activation block holding weight block b
           const float dsum = w.block == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
           acc = std::fma(static_cast<float>(isum), scale_at(w, g, b, r) * a.d[t * nb32 + ab], acc);

@@ -14,6 +14,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -31,6 +32,21 @@ inline __m256i add16(__m256i a, __m256i b) {
   __m256i r;
   asm("vpaddw %2, %1, %0" : "=x"(r) : "x"(a), "x"(b));
   return r;
+}
+
+// How a block's codes lie (fast_layout.h): bytes, nibbles, or nibbles and a
+// plane of their top two bits (6-bit codes).
+constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2;
+
+// Code vector c's top two bits from its plane vector, at bits 4 and 5 of
+// each byte (a 16-bit shift: what crosses between bytes lands outside 0x30).
+inline __m256i top2_of(__m256i plane, int c) {
+  const int k = c % 4;  // bits 2k, 2k + 1
+  const __m256i shifted = k == 0 ? _mm256_slli_epi16(plane, 4)
+                          : k == 1 ? _mm256_slli_epi16(plane, 2)
+                          : k == 2 ? plane
+                                   : _mm256_srli_epi16(plane, 2);
+  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x30));
 }
 
 inline __m256i broadcast4(const int8_t* p) {
@@ -71,10 +87,11 @@ inline void scales_of(const FastWeightsView& w, int64_t g, int64_t b, int h, __m
 // that share every activation broadcast. kRun: code vectors whose maddubs
 // products sum in int16 (0: codes up to 255, split). The codes of block b are
 // at codes + b * code_stride, 64 bytes a vector as fast_layout.h lays them
-// (with kNibbles, packed two to a byte, and unpacked here). `stream`: this
+// (with kNibbleCodes, packed two to a byte, and unpacked here; with
+// kSixBitCodes, their top bits or-ed in from the plane). `stream`: this
 // tile is the first pass over the group's weights, which it prefetches ahead
 // (weight_prefetch_x86.h: decode reads them once, from memory).
-template <int B, bool kNibbles, int kRun, int NT>
+template <int B, int kNibbles, int kRun, int NT>
 void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, const FastActsView& a, int64_t g,
           int64_t t, float* y, size_t y_stride, int rows, bool stream) {
   constexpr int V = B / 4;  // code vectors per block
@@ -128,15 +145,26 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
         }
       };
       for (int r = 0; r < V / kRun; ++r) {
-        if constexpr (kNibbles) {
+        if constexpr (kNibbles != kByteCodes) {
           // Load i gives columns 4i.. (low nibbles) and 4(i + V/2).. (high).
           const __m256i low_nibble = _mm256_set1_epi8(0x0F);
           for (int k = 0; k < kRun / 2; ++k) {
             const int i = r * kRun / 2 + k;
             const __m256i p0 = load(i, 0), p1 = load(i, 1);
-            step(_mm256_and_si256(p0, low_nibble), _mm256_and_si256(p1, low_nibble), i, k == 0);
-            step(_mm256_and_si256(_mm256_srli_epi16(p0, 4), low_nibble),
-                 _mm256_and_si256(_mm256_srli_epi16(p1, 4), low_nibble), i + V / 2, false);
+            __m256i lo0 = _mm256_and_si256(p0, low_nibble), lo1 = _mm256_and_si256(p1, low_nibble);
+            __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(p0, 4), low_nibble);
+            __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(p1, 4), low_nibble);
+            if constexpr (kNibbles == kSixBitCodes) {
+              const auto plane = [&](int c, int h) __attribute__((always_inline)) {
+                return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 * B + 64 * (c / 4) + 32 * h));
+              };
+              lo0 = _mm256_or_si256(lo0, top2_of(plane(i, 0), i));
+              lo1 = _mm256_or_si256(lo1, top2_of(plane(i, 1), i));
+              hi0 = _mm256_or_si256(hi0, top2_of(plane(i + V / 2, 0), i + V / 2));
+              hi1 = _mm256_or_si256(hi1, top2_of(plane(i + V / 2, 1), i + V / 2));
+            }
+            step(lo0, lo1, i, k == 0);
+            step(hi0, hi1, i + V / 2, false);
           }
         } else {
           for (int k = 0; k < kRun; ++k) {
@@ -190,9 +218,9 @@ constexpr int64_t kChunkTokens = 48;
 // chunk, not once per tile.
 constexpr int64_t kUnpackTokens = 6;
 
-// A group's 4-bit codes as bytes, in the layout of a byte format's (V vectors
-// of 64 bytes a block, no scales), into out.
-template <int B>
+// A group's 4-bit (or 6-bit) codes as bytes, in the layout of a byte
+// format's (V vectors of 64 bytes a block, no scales), into out.
+template <int B, int kNibbles>
 void unpack_group(const FastWeightsView& w, int64_t g, uint8_t* out) {
   const __m256i low_nibble = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < w.blocks(); ++b, out += B * kFastRows) {
@@ -200,9 +228,17 @@ void unpack_group(const FastWeightsView& w, int64_t g, uint8_t* out) {
     for (int i = 0; i < B / 8; ++i)
       for (int h = 0; h < 2; ++h) {
         const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * i + 32 * h));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * i + 32 * h), _mm256_and_si256(p, low_nibble));
-        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * (i + B / 8) + 32 * h),
-                           _mm256_and_si256(_mm256_srli_epi16(p, 4), low_nibble));
+        __m256i lo = _mm256_and_si256(p, low_nibble), hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low_nibble);
+        if constexpr (kNibbles == kSixBitCodes) {
+          const int c = i + B / 8;  // the high nibbles' code vector
+          const auto plane = [&](int v) {
+            return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 * B + 64 * (v / 4) + 32 * h));
+          };
+          lo = _mm256_or_si256(lo, top2_of(plane(i), i));
+          hi = _mm256_or_si256(hi, top2_of(plane(c), c));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * i + 32 * h), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * (i + B / 8) + 32 * h), hi);
       }
   }
 }
@@ -210,7 +246,7 @@ void unpack_group(const FastWeightsView& w, int64_t g, uint8_t* out) {
 // Tokens [t, t + n) of a chunk against group g, in tiles of NT, then the rest.
 // `stream`: the group's weights are read from where they lie (not unpacked
 // into L1 first), so the first tile prefetches them.
-template <int B, bool kNibbles, int kRun>
+template <int B, int kNibbles, int kRun>
 void tokens(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, const FastActsView& a, int64_t g,
             int64_t t, int64_t n, float* y, size_t y_stride, int rows, bool stream) {
   constexpr int NT = kTileTokens<B, kRun>;
@@ -223,7 +259,7 @@ void tokens(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, 
       tile<B, kNibbles, kRun, 2>(w, codes, code_stride, a, g, t + i, y + i * y_stride, y_stride, rows, stream && i == 0);
 }
 
-template <int B, bool kNibbles, int kRun>
+template <int B, int kNibbles, int kRun>
 void groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1, float* y,
             size_t y_stride) {
   thread_local std::vector<__m256i> unpacked;  // grown once, then reused: no allocation on the hot path
@@ -238,8 +274,8 @@ void groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t
       float* yg = y + c0 * y_stride + g * kFastRows;
       if (kNibbles && nt >= kUnpackTokens) {
         const auto* codes = reinterpret_cast<const uint8_t*>(unpacked.data());
-        unpack_group<B>(w, g, reinterpret_cast<uint8_t*>(unpacked.data()));
-        tokens<B, false, kRun>(w, codes, B * kFastRows, a, g, t0 + c0, cn, yg, y_stride, rows, false);
+        unpack_group<B, kNibbles>(w, g, reinterpret_cast<uint8_t*>(unpacked.data()));
+        tokens<B, kByteCodes, kRun>(w, codes, B * kFastRows, a, g, t0 + c0, cn, yg, y_stride, rows, false);
       } else {
         tokens<B, kNibbles, kRun>(w, w.block_at(g, 0), w.block_bytes, a, g, t0 + c0, cn, yg, y_stride, rows, true);
       }
@@ -263,17 +299,20 @@ void fast_groups_avx2_impl(const FastWeightsView& w, const FastActsView& a, int6
   // Q8_0's split.
   const int run = run_of(w);
   if (w.block == 32) {
-    if (w.nibbles && run == 8) return groups<32, true, 8>(w, a, t0, nt, g0, g1, y, y_stride);
-    if (!w.nibbles && run == 4) return groups<32, false, 4>(w, a, t0, nt, g0, g1, y, y_stride);
-    if (!w.nibbles && run == 0) return groups<32, false, 0>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.nibbles && !w.top2 && run == 8) return groups<32, kNibbleCodes, 8>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (!w.nibbles && run == 4) return groups<32, kByteCodes, 4>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (!w.nibbles && run == 0) return groups<32, kByteCodes, 0>(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
-    if (w.nibbles && run == 4) return groups<16, true, 4>(w, a, t0, nt, g0, g1, y, y_stride);
-    if (!w.nibbles && run == 2) return groups<16, false, 2>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.top2 && run == 2) return groups<16, kSixBitCodes, 2>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.nibbles && !w.top2 && run == 4) return groups<16, kNibbleCodes, 4>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (!w.nibbles && run == 2) return groups<16, kByteCodes, 2>(w, a, t0, nt, g0, g1, y, y_stride);
   }
-  // A format of other codes: one vector a run (exact for codes below 128).
-  if (run == 0) return groups<32, false, 0>(w, a, t0, nt, g0, g1, y, y_stride);
-  if (w.block == 32) return (w.nibbles ? groups<32, true, 1> : groups<32, false, 1>)(w, a, t0, nt, g0, g1, y, y_stride);
-  return (w.nibbles ? groups<16, true, 1> : groups<16, false, 1>)(w, a, t0, nt, g0, g1, y, y_stride);
+  // A format of other codes: one vector a run (exact for codes below 128),
+  // nibbles and 6-bit codes unpacked to bytes first.
+  if (run == 0) return groups<32, kByteCodes, 0>(w, a, t0, nt, g0, g1, y, y_stride);
+  assert(!w.nibbles && "every format with nibbles has its own case above");
+  if (w.block == 32) return groups<32, kByteCodes, 1>(w, a, t0, nt, g0, g1, y, y_stride);
+  return groups<16, kByteCodes, 1>(w, a, t0, nt, g0, g1, y, y_stride);
 }
 
 // The quantizer (FastQuantizeFn), a block per step: the scalar reference's

@@ -45,15 +45,33 @@ inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
           w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor)) : load16(w, blk + w.min_offset())};
 }
 
-// The block's B/4 vectors of codes (fast_layout.h), nibbles unpacked.
-template <int B, bool kNibbles>
+// How a block's codes lie (fast_layout.h): bytes, nibbles, or nibbles and a
+// plane of their top two bits (6-bit codes).
+constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2;
+
+// The block's B/4 vectors of codes (fast_layout.h), nibbles unpacked (and
+// 6-bit codes' top bits or-ed in at bits 4 and 5: a 16-bit shift, whatever
+// crosses between bytes lands outside 0x30).
+template <int B, int kNibbles>
 inline void load_codes(const uint8_t* quants, __m512i* v) {
-  if constexpr (kNibbles) {
+  if constexpr (kNibbles != kByteCodes) {
     const __m512i low = _mm512_set1_epi8(0x0F);
     for (int i = 0; i < B / 8; ++i) {
       const __m512i p = _mm512_loadu_si512(quants + 64 * i);
       v[i] = _mm512_and_si512(p, low);
       v[i + B / 8] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+    }
+    if constexpr (kNibbles == kSixBitCodes) {
+      const __m512i top = _mm512_set1_epi8(0x30);
+      for (int c = 0; c < B / 4; ++c) {
+        const __m512i plane = _mm512_loadu_si512(quants + 8 * B + 64 * (c / 4));
+        const int k = c % 4;
+        const __m512i shifted = k == 0 ? _mm512_slli_epi16(plane, 4)
+                                : k == 1 ? _mm512_slli_epi16(plane, 2)
+                                : k == 2 ? plane
+                                         : _mm512_srli_epi16(plane, 2);
+        v[c] = _mm512_or_si512(v[c], _mm512_and_si512(shifted, top));
+      }
     }
   } else {
     for (int i = 0; i < B / 4; ++i) v[i] = _mm512_loadu_si512(quants + 64 * i);
@@ -79,7 +97,7 @@ inline void store_rows(float* y, __m512 v, int rows) {
 }
 
 // NT tokens from t against group g, with VNNI.
-template <int B, bool kNibbles, int NT>
+template <int B, int kNibbles, int NT>
 void vnni_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int64_t t, float* y, size_t y_stride,
                  int rows) {
   __m512 acc[NT];
@@ -107,7 +125,7 @@ constexpr int kVnniTokens = 8;
 // them (32 rows of a 4096-column input: 128 KiB).
 constexpr int64_t kChunkTokens = 16;
 
-template <int B, bool kNibbles>
+template <int B, int kNibbles>
 void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                 float* y, size_t y_stride) {
   for (int64_t g = g0; g < g1; ++g) {
@@ -127,7 +145,7 @@ void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
   }
 }
 
-template <int B, bool kNibbles>
+template <int B, int kNibbles>
 void vnni_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                  float* y, size_t y_stride) {
   for (int64_t i = 0; i < nt; i += kChunkTokens)
@@ -137,9 +155,11 @@ void vnni_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, in
 void fast_groups_vnni(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                       float* y, size_t y_stride) {
   if (w.block == 32) {
-    (w.nibbles ? vnni_groups<32, true> : vnni_groups<32, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+    (w.nibbles ? vnni_groups<32, kNibbleCodes> : vnni_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
-    (w.nibbles ? vnni_groups<16, true> : vnni_groups<16, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+    (w.top2      ? vnni_groups<16, kSixBitCodes>
+     : w.nibbles ? vnni_groups<16, kNibbleCodes>
+                 : vnni_groups<16, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   }
 }
 
@@ -172,7 +192,7 @@ void configure_tiles(int nt, int block) {
   _tile_loadconfig(&cfg);
 }
 
-template <int B, bool kNibbles>
+template <int B, int kNibbles>
 void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int64_t t, int nt, float* y,
                 size_t y_stride, int rows) {
   alignas(64) int32_t sums[kAmxTokens][kFastRows];
@@ -184,7 +204,7 @@ void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int6
     const uint8_t* tile_b = blk.quants;
     if constexpr (kNibbles) {
       __m512i v[B / 4];
-      load_codes<B, true>(blk.quants, v);
+      load_codes<B, kNibbles>(blk.quants, v);
       for (int i = 0; i < B / 4; ++i) _mm512_store_si512(codes[i], v[i]);
       tile_b = codes[0];
     }
@@ -200,7 +220,7 @@ void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int6
   for (int j = 0; j < nt; ++j) store_rows(y + j * y_stride, acc[j], rows);
 }
 
-template <int B, bool kNibbles>
+template <int B, int kNibbles>
 void amx_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                 float* y, size_t y_stride) {
   int64_t i = 0;
@@ -220,9 +240,11 @@ void amx_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
 void fast_groups_amx_impl(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                           int64_t g1, float* y, size_t y_stride) {
   if (w.block == 32) {
-    (w.nibbles ? amx_groups<32, true> : amx_groups<32, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+    (w.nibbles ? amx_groups<32, kNibbleCodes> : amx_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
-    (w.nibbles ? amx_groups<16, true> : amx_groups<16, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+    (w.top2      ? amx_groups<16, kSixBitCodes>
+     : w.nibbles ? amx_groups<16, kNibbleCodes>
+                 : amx_groups<16, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   }
 }
 

@@ -8,7 +8,10 @@
 //     of the 16 rows (row r at bytes 4r..4r+3): the B operand of VNNI's
 //     dpbusd for 16 rows at once, and a B tile of AMX's tdpbsud as it is;
 //     for 4-bit codes (u < 16, `nibbles`) B/8 vectors whose low nibbles are
-//     vector i and high nibbles vector i + B/8 of that layout;
+//     vector i and high nibbles vector i + B/8 of that layout; for 6-bit
+//     codes (Q6_K, `top2`) those nibbles, then B/16 vectors of the codes' top
+//     two bits: byte L of vector j holds, in bits 2k and 2k + 1, those of byte
+//     L of code vector 4j + k (the file's own 6 bits a value, as 4 + 2);
 //   the 16 rows' scales, then their mins: float[16] each, or f16[16] where
 //     every scale and min is an f16 of the file (`half_scales`: Q4_0, Q4_1,
 //     Q5_0, Q5_1, Q8_0, so their blocks take the file's bytes); no mins where
@@ -42,7 +45,8 @@ struct FastWeightsView {
   const uint8_t* data = nullptr;
   int64_t rows = 0, cols = 0;
   int block = 32;        // B: 16 or 32 columns per scale
-  bool nibbles = false;  // 4-bit codes, two per byte
+  bool nibbles = false;  // 4-bit codes, two per byte (with top2: their low 4 bits)
+  bool top2 = false;     // 6-bit codes: the nibbles, then a plane of the top 2 bits
   int code_max = 255;    // the largest code the format gives (what bounds a kernel's int16 partial sums)
   bool half_scales = false;  // scales and mins as f16
   float min_factor = 0.0f;   // min = scale * min_factor, no mins stored (0: mins stored)
@@ -54,7 +58,10 @@ struct FastWeightsView {
   size_t group_bytes = 0;  // the blocks, then (sub_scales) the super-blocks' factors
   int64_t blocks() const { return cols / block; }
   int64_t groups() const { return (rows + kFastRows - 1) / kFastRows; }
-  size_t quant_bytes() const { return static_cast<size_t>(block) * kFastRows / (nibbles ? 2 : 1); }
+  size_t nibble_bytes() const { return static_cast<size_t>(block) * kFastRows / 2; }
+  size_t quant_bytes() const {
+    return top2 ? nibble_bytes() + nibble_bytes() / 2 : static_cast<size_t>(block) * kFastRows / (nibbles ? 2 : 1);
+  }
   const uint8_t* block_at(int64_t g, int64_t b) const { return data + g * group_bytes + b * block_bytes; }
   // A block's 16 scales (at quant_bytes()), then its mins (at min_offset()), if stored.
   size_t scale_bytes() const { return sub_scales ? 1 : half_scales ? 2 : 4; }

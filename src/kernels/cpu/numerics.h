@@ -20,11 +20,12 @@ enum class Numerics { kExact, kFast };
 // perplexity, EngineArgs and through it the Python API). The rule for
 // making fast the default holds (its KL divergence from exact is below a q8_0
 // KV cache's on every model; it is batch-invariant like exact) and it
-// prefills 1.7x faster on AVX2, but its layout keeps a float scale and min per
-// 32-value block, 1.2-1.3x a K-quant file's bytes, so memory-bound decode is
-// slower: Qwen2.5-Coder-1.5B Q4_K_M decodes at 0.67-0.80x exact's on a 2-core
-// Zen 3 (docs/benchmarks.md). Exact stays the default until fast decode
-// streams the file's bytes. The library's structs (LoadOptions, Linear) are
+// prefills 1.7x faster on AVX2, but one-token decode is still slower on the
+// larger K-quant models: Qwen2.5-Coder-1.5B Q4_K_M decodes at 0.92x exact's
+// on a 2-core Zen 3 (its layout now keeps the file's scale codes and 6-bit
+// codes; what is left is the float fold every 32 columns, docs/design.md
+// "Numerics tiers"). Exact
+// stays the default until fast decode matches it. The library's structs (LoadOptions, Linear) are
 // exact whatever this says: the reference tests, and anything else that
 // compares with llama.cpp, ask for nothing.
 inline constexpr Numerics kDefaultNumerics = Numerics::kExact;
