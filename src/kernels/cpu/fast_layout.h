@@ -58,9 +58,11 @@ struct FastWeightsView {
   size_t group_bytes = 0;  // the blocks, then (sub_scales) the super-blocks' factors
   int64_t blocks() const { return cols / block; }
   int64_t groups() const { return (rows + kFastRows - 1) / kFastRows; }
+  // (Shifts, not a division by a runtime value: the kernels find every block's scales from these.)
   size_t nibble_bytes() const { return static_cast<size_t>(block) * kFastRows / 2; }
   size_t quant_bytes() const {
-    return top2 ? nibble_bytes() + nibble_bytes() / 2 : static_cast<size_t>(block) * kFastRows / (nibbles ? 2 : 1);
+    const size_t codes = static_cast<size_t>(block) * kFastRows;  // a byte each
+    return top2 ? codes / 2 + codes / 4 : nibbles ? codes / 2 : codes;
   }
   const uint8_t* block_at(int64_t g, int64_t b) const { return data + g * group_bytes + b * block_bytes; }
   // A block's 16 scales (at quant_bytes()), then its mins (at min_offset()), if stored.
