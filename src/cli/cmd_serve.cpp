@@ -182,10 +182,7 @@ bool load(const ServeFlags& f, const ParallelRun& run, Loaded& out, server::Open
 
 int run_serve(const ServeFlags& f) {
   auto run = start_parallel_run(f.parallel);
-  if (!run) {
-    if (launched_rank() == 0) spdlog::error("{}", run.error().message);
-    return 2;
-  }
+  if (!run) return refuse_launch(run.error().message, [](const std::string& why) { spdlog::error("{}", why); });
   if (run->worker()) {
     const auto numerics = resolve_numerics(f.engine.numerics);
     const auto config = f.engine.config();

@@ -4,9 +4,11 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "cli/common.h"
 
@@ -43,6 +45,15 @@ int launched_rank() {
   for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"})
     if (const char* v = std::getenv(name); v && *v) return std::atoi(v);
   return 0;
+}
+
+int refuse_launch(const std::string& why, const std::function<void(const std::string&)>& report) {
+  if (launched_rank() == 0) {
+    report(why);
+    return 2;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(30));  // mpirun ends it once rank 0 has exited
+  return 2;
 }
 
 void ParallelRun::abort(int exit_code) const {
@@ -159,10 +170,9 @@ int run_command_on_ranks(const ParallelFlags& flags, const std::string& model_pa
                          const std::function<std::optional<EngineConfig>(const Model&)>& engine_config,
                          const std::function<int(const ParallelRun&)>& command) {
   auto run = start_parallel_run(flags);
-  if (!run) {
-    if (launched_rank() == 0) std::fprintf(stderr, "error: %s\n", run.error().message.c_str());
-    return 2;
-  }
+  if (!run)
+    return refuse_launch(run.error().message,
+                         [](const std::string& why) { std::fprintf(stderr, "error: %s\n", why.c_str()); });
   if (run->worker()) {
     if (!numerics) run->await_abort();
     return run_worker_rank(*run, model_path, threads, kernels::native_ggml_flavour(), *numerics, engine_config);

@@ -86,6 +86,10 @@ struct ParallelRun {
 Result<ParallelRun> start_parallel_run(const ParallelFlags& flags);
 // This process's rank as the launcher numbered it (0 when not launched by mpirun).
 int launched_rank();
+// The exit code of a launch start_parallel_run refused. Rank 0 reports why
+// (`report`); the other ranks wait for mpirun to end them, since one that
+// exited first could have mpirun end rank 0 before its message was out.
+int refuse_launch(const std::string& why, const std::function<void(const std::string&)>& report);
 
 // This process's part of the model (its pipeline stage or tensor shard), as
 // load_model_or_report loads it.
