@@ -15,7 +15,10 @@
 // (the first of --flavour's); us per token (best of 30 batches, the thread's
 // CPU time) and the ratio:
 //
-//   attention_bench --tile=8 [--heads=3,3,3] [--dim=64] [positions ...]
+//   attention_bench --tile=8 [--heads=3,3,3] [--dim=64] [--fast-tile=16] [positions ...]
+//
+// --fast-tile=F adds the fast tier's kernel (attention_fast.h) in tiles of F
+// tokens, alternating with the other two, and its time against the tiled one's.
 //
 // --cold measures long-context decode as a model step sees it: the keys and
 // values come from memory, not cache (each call reads another layer of a pool
@@ -50,6 +53,7 @@
 
 #include "core/aligned_bytes.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_fast.h"
 #include "kernels/cpu/flavour.h"
 #include "kernels/cpu/quants.h"
 
@@ -188,7 +192,7 @@ int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::ve
 // --tile: the last kTokens tokens of causal prompts of each length, token by
 // token and in tiles, for each key/value head's group of query heads.
 int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t> lengths, int64_t tile,
-              GgmlFlavour flavour) {
+              GgmlFlavour flavour, int64_t fast_tile) {
   constexpr int64_t kTokens = 64, kBlock = 16;
   if (lengths.empty()) lengths = {512, 2048, 8192};
   const int64_t kv_heads = static_cast<int64_t>(groups.size());
@@ -208,15 +212,17 @@ int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t
   const PagedKV kv{k.data(), v.data(), D, kBlock, table.data(), DType::F16,
                    static_cast<int64_t>(kBlock * kv_heads * D * sizeof(uint16_t))};
   const int64_t row = n_heads * D;
-  std::vector<float> q(kTokens * row), out(q.size()), out_tiled(q.size());
+  std::vector<float> q(kTokens * row), out(q.size()), out_tiled(q.size()), out_fast(q.size());
   for (float& x : q) x = dist(rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   std::printf("simd %s; prefill attention of %lld tokens ending at each length, flavour %s, head size %lld, query "
               "heads per key/value head:", simd_level(), static_cast<long long>(kTokens), ggml_flavour_name(flavour),
               static_cast<long long>(D));
   for (int64_t g : groups) std::printf(" %lld", static_cast<long long>(g));
-  std::printf("; tiles of %lld\n%10s %18s %18s %12s\n", static_cast<long long>(tile), "positions",
+  std::printf("; tiles of %lld\n%10s %18s %18s %12s", static_cast<long long>(tile), "positions",
               "per token us/tok", "tiled us/tok", "tiled/per");
+  if (fast_tile > 0) std::printf(" %14s %12s", "fast us/tok", "fast/tiled");
+  std::printf("\n");
   for (int64_t n : lengths) {
     std::vector<int64_t> begin(kTokens, 0), end(kTokens);
     for (int64_t i = 0; i < kTokens; ++i) end[i] = n - kTokens + i + 1;
@@ -234,6 +240,14 @@ int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t
           attend_heads_tile(t, groups[g], kv, g * kBlock * D, D, scale, flavour);
         }
     };
+    auto fast = [&] {
+      for (int64_t g = 0, h = 0; g < kv_heads; h += groups[g], ++g)
+        for (int64_t i0 = 0; i0 < kTokens; i0 += fast_tile) {
+          const AttentionTile t{q.data() + i0 * row + h * D, row, out_fast.data() + i0 * row + h * D, row,
+                                std::min(fast_tile, kTokens - i0), begin.data() + i0, end.data() + i0};
+          attend_heads_tile_fast(t, groups[g], kv, g * kBlock * D, D, scale, nullptr);
+        }
+    };
     // The thread's CPU time, not the wall clock's: on a shared host the
     // other processes' time slices would count otherwise.
     auto cpu_seconds = [] {
@@ -241,11 +255,11 @@ int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t
       clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
       return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
     };
-    double best[2] = {1e30, 1e30};
+    double best[3] = {1e30, 1e30, 1e30};
     for (int batch = 0; batch < 30; ++batch) {
-      for (int which = 0; which < 2; ++which) {
+      for (int which = 0; which < (fast_tile > 0 ? 3 : 2); ++which) {
         const double t0 = cpu_seconds();
-        which == 0 ? per_token() : tiled();
+        which == 0 ? per_token() : which == 1 ? tiled() : fast();
         best[which] = std::min(best[which], cpu_seconds() - t0);
       }
     }
@@ -253,8 +267,10 @@ int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t
       std::fprintf(stderr, "tiled results differ from per-token ones at %lld positions\n", static_cast<long long>(n));
       return 1;
     }
-    std::printf("%10lld %18.2f %18.2f %12.3f\n", static_cast<long long>(n), best[0] / kTokens * 1e6,
+    std::printf("%10lld %18.2f %18.2f %12.3f", static_cast<long long>(n), best[0] / kTokens * 1e6,
                 best[1] / kTokens * 1e6, best[1] / best[0]);
+    if (fast_tile > 0) std::printf(" %14.2f %12.3f", best[2] / kTokens * 1e6, best[2] / best[1]);
+    std::printf("\n");
     std::fflush(stdout);
   }
   return 0;
@@ -267,7 +283,7 @@ int main(int argc, char** argv) {
   std::vector<GgmlFlavour> flavours = {GgmlFlavour::kAvx512, GgmlFlavour::kAvx2};
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
-  int64_t D = 64, tile = 0;
+  int64_t D = 64, tile = 0, fast_tile = 0;
   bool cold = false, in_order = false, slot_by_slot = false, warm = false;
   int reps = 5;
   std::vector<Shape> shapes;
@@ -350,6 +366,12 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "bad %s\n", argv[i]);
         return 2;
       }
+    } else if (arg.starts_with("--fast-tile=")) {
+      fast_tile = std::atoll(argv[i] + 12);
+      if (fast_tile < 1) {
+        std::fprintf(stderr, "bad %s\n", argv[i]);
+        return 2;
+      }
     } else if (arg == "--prefill") {
       pass = AttentionPass::kPrefill;
     } else {
@@ -357,7 +379,7 @@ int main(int argc, char** argv) {
     }
   }
   if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot, warm);
-  if (tile > 0) return run_tiles(groups, D, lengths, tile, flavours[0]);
+  if (tile > 0) return run_tiles(groups, D, lengths, tile, flavours[0], fast_tile);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;
   int64_t n_heads = 0;

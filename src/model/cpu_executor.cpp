@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/activation.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_fast.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/packed_layout.h"
 #include "kernels/cpu/quants.h"
@@ -390,7 +391,12 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   // (kernels::attend_heads_tile). The items are split over the threads by
   // cost (the positions their tokens read, plus a token's fixed share), not
   // count: a causal prefill's last tokens read the most.
-  constexpr int64_t kTile = kernels::kAttentionTileTokens, kTokenCost = 64;
+  // The fast tier reads f16 caches through its own kernel (attention_fast.h:
+  // matrix products, larger tiles).
+  const bool fast = numerics_ == kernels::Numerics::kFast && kernels::fast_attention_reads(kv_spec.dtype, D);
+  constexpr int64_t kMaxTile = std::max(kernels::kAttentionTileTokens, kernels::kFastAttentionTileTokens);
+  const int64_t kTile = fast ? kernels::kFastAttentionTileTokens : kernels::kAttentionTileTokens;
+  constexpr int64_t kTokenCost = 64;
   int64_t total = 0, n_other = 0;  // the tiles' cost (one key/value head's), the other tokens
   for (const SequenceSlice& sl : batch.sequences) {
     if (!sl.prompt_pass()) {
@@ -411,7 +417,7 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
       for (int64_t g = 0; g < n_kv; ++g) {
         for (int64_t t0 = sl.first_token; t0 < sl.first_token + sl.n_tokens; t0 += kTile) {
           const int64_t n = std::min<int64_t>(kTile, sl.first_token + sl.n_tokens - t0);
-          int64_t pos_begin[kTile], pos_end[kTile], cost = 0;
+          int64_t pos_begin[kMaxTile], pos_end[kMaxTile], cost = 0;
           for (int64_t i = 0; i < n; ++i) {
             std::tie(pos_begin[i], pos_end[i]) = range_of(t0 + i);
             cost += pos_end[i] - pos_begin[i] + kTokenCost;
@@ -422,8 +428,12 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
           const int64_t h = g * group;
           const kernels::AttentionTile tile{s_.q.data() + t0 * c.q_dim() + h * D, c.q_dim(),
                                             s_.attn.data() + t0 * c.q_dim() + h * D, c.q_dim(), n, pos_begin, pos_end};
-          kernels::attend_heads_tile(tile, group, kv, g * kv_spec.block_size * kv_spec.head_size, D, phase.kq_scale,
-                                     flavour_, sinks ? sinks + h : nullptr);
+          const int64_t head_offset = g * kv_spec.block_size * kv_spec.head_size;
+          if (fast)
+            kernels::attend_heads_tile_fast(tile, group, kv, head_offset, D, phase.kq_scale, sinks ? sinks + h : nullptr);
+          else
+            kernels::attend_heads_tile(tile, group, kv, head_offset, D, phase.kq_scale, flavour_,
+                                       sinks ? sinks + h : nullptr);
           for (int64_t i = 0; i < n; ++i) finish(t0 + i, h, group);
         }
       }

@@ -33,6 +33,8 @@ namespace inferd::kernels {
 namespace {
 
 using testing::bits_of;
+using testing::causal_ranges;
+using testing::RandomPagedCache;
 
 struct Cache {
   int64_t D = 64, heads = 3, block_size = 16;
@@ -611,40 +613,6 @@ TEST(KernelsAttention, LatentHeadsReadTheirValuesFromTheKeys) {
 // contexts of many value tiles (kValueTile, 128 positions) with a partial
 // last one, ranges that start and end inside a block, a chunk and a tile;
 // groups of more query heads than the AVX-512 kernel holds in registers.
-// Random f16 keys and values of n_pos positions in blocks of `block` slots
-// of kv_heads heads of D, `layers` layers a block (the view reads the
-// second), the blocks in shuffled order: a cache laid out as the executor's.
-struct RandomPagedCache {
-  std::vector<uint16_t> k, v;
-  std::vector<int32_t> table;
-  PagedKV kv;
-  RandomPagedCache(int64_t D, int64_t n_pos, int64_t block, int64_t layers, int64_t kv_heads, std::mt19937& rng) {
-    std::normal_distribution<float> dist(0.0f, 1.0f);
-    const int64_t n_blocks = (n_pos + block - 1) / block, slot = kv_heads * D, layer_elements = block * slot;
-    k.resize(static_cast<size_t>(n_blocks * layers * layer_elements));
-    v.resize(k.size());
-    for (size_t i = 0; i < k.size(); ++i) k[i] = f32_to_f16(dist(rng)), v[i] = f32_to_f16(dist(rng));
-    table.resize(static_cast<size_t>(n_blocks));
-    for (int64_t b = 0; b < n_blocks; ++b) table[b] = static_cast<int32_t>(b);
-    std::shuffle(table.begin(), table.end(), rng);
-    kv = PagedKV{k.data() + layer_elements, v.data() + layer_elements, slot, block, table.data(), DType::F16,
-                 static_cast<int64_t>(layers * layer_elements * sizeof(uint16_t))};
-  }
-  RandomPagedCache(const RandomPagedCache&) = delete;  // kv points into k, v and table
-};
-
-// A causal prompt's tile: token i at position first + i reads
-// [begin_i, first + i + 1), begin_i moved by a sliding window (0: none).
-std::pair<std::vector<int64_t>, std::vector<int64_t>> causal_ranges(int64_t n_tokens, int64_t first, int64_t window) {
-  std::vector<int64_t> begin, end;
-  for (int64_t i = 0; i < n_tokens; ++i) {
-    const int64_t pos = first + i;
-    begin.push_back(window > 0 && pos + 1 > window ? pos + 1 - window : 0);
-    end.push_back(pos + 1);
-  }
-  return {begin, end};
-}
-
 // Every kernel of each flavour gives the portable kernel's bits.
 TEST(KernelsAttention, LongContextDecodeGivesTheSameBits) {
   std::mt19937 rng(17);

@@ -113,6 +113,7 @@ KernelTable build_kernel_table(SimdLevel level) {
   fill_bf16_kernels(t, level);
   fill_attention_kernels(t.ops, level);
   fill_attention_quant_kernels(t.ops, level);
+  fill_fast_attention_kernels(t.ops, level);
   fill_activation_kernels(t.ops, level);
   fill_rms_norm_kernels(t.ops, level);
   fill_rope_kernels(t.ops, level);

@@ -84,6 +84,7 @@ constexpr int kNumGgmlFlavours = 2;
 struct FloatKernels {
   AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
   AttendTileFn attend_tile[kNumGgmlFlavours] = {};  // F16 prefill tiles (attention.h: attend_heads_tile)
+  AttendTileFn attend_tile_fast = nullptr;  // the fast tier's F16 prefill tiles (attention_fast.h): one order
   AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 (attention_quant.h): one order, no flavour
   AttendLatentFn attend_latent[kNumGgmlFlavours] = {};  // F16 latent + RoPE key
   AttendLatentFn attend_latent_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 latent (attention_quant.h)
@@ -185,6 +186,7 @@ void fill_scalar_packed_kernels(KernelTable& t);            // packed_ref.cpp
 // The float kernels of a level, one filler per kernel family.
 void fill_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention.cpp
 void fill_attention_quant_kernels(FloatKernels& ops, SimdLevel level);  // attention_quant.cpp
+void fill_fast_attention_kernels(FloatKernels& ops, SimdLevel level);   // attention_fast.cpp
 void fill_activation_kernels(FloatKernels& ops, SimdLevel level);  // activation.cpp
 void fill_rms_norm_kernels(FloatKernels& ops, SimdLevel level);    // rms_norm.cpp
 void fill_rope_kernels(FloatKernels& ops, SimdLevel level);        // rope.cpp

@@ -1,0 +1,77 @@
+#include "kernels/cpu/attention_fast.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants.h"
+
+namespace inferd::kernels {
+
+namespace detail {
+
+// The reference: attention_fast.h's arithmetic row by row, element by element.
+void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv,
+                                   int64_t head_offset, int64_t D, float scale, const float* sinks) {
+  constexpr int64_t C = kFastAttentionChunk;
+  std::vector<float> o(static_cast<size_t>(D));
+  for (int64_t i = 0; i < tile.n_tokens; ++i) {
+    const int64_t b = tile.pos_begin[i], e = tile.pos_end[i];
+    for (int64_t h = 0; h < n_heads; ++h) {
+      const float* q = tile.q + i * tile.q_stride + h * D;
+      float m = sinks ? sinks[h] : -INFINITY;
+      float lanes[8] = {sinks ? 1.0f : 0.0f, 0, 0, 0, 0, 0, 0, 0};
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int64_t c0 = b / C * C; c0 < e; c0 += C) {
+        float s[C], p[C];
+        float max_s = -INFINITY;
+        for (int64_t j = 0; j < C; ++j) {
+          const int64_t pos = c0 + j;
+          if (pos < b || pos >= e) continue;
+          const uint16_t* k = kv.k_f16() + kv.f16_slot(pos) + head_offset;
+          float acc = 0.0f;
+          for (int64_t d = 0; d < D; ++d) acc = std::fma(q[d], f16_to_f32(k[d]), acc);
+          s[j] = acc * scale;
+          max_s = std::max(max_s, s[j]);
+        }
+        const float m_new = std::max(m, max_s);
+        const float alpha = m == -INFINITY ? 0.0f : expf_poly(m - m_new);
+        for (int64_t j = 0; j < C; ++j) {
+          const int64_t pos = c0 + j;
+          p[j] = pos < b || pos >= e ? 0.0f : expf_poly(std::max(s[j] - m_new, kFastAttentionExpFloor));
+        }
+        for (int l = 0; l < 8; ++l) lanes[l] = std::fma(lanes[l], alpha, (p[l] + p[l + 8]) + (p[l + 16] + p[l + 24]));
+        for (int64_t d = 0; d < D; ++d) o[d] *= alpha;
+        for (int64_t j = 0; j < C; ++j) {
+          const int64_t pos = c0 + j;
+          if (pos < b || pos >= e) continue;  // p_j = 0 adds nothing
+          const uint16_t* v = kv.v_f16() + kv.f16_slot(pos) + head_offset;
+          for (int64_t d = 0; d < D; ++d) o[d] = std::fma(p[j], f16_to_f32(v[d]), o[d]);
+        }
+        m = m_new;
+      }
+      const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+      const float inv = 1.0f / sum;
+      float* out = tile.out + i * tile.out_stride + h * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = o[d] * inv;
+    }
+  }
+}
+
+}  // namespace detail
+
+void fill_fast_attention_kernels(FloatKernels& ops, SimdLevel level) {
+  ops.attend_tile_fast =
+      level >= SimdLevel::kAvx2 ? detail::attend_heads_tile_fast_avx2 : detail::attend_heads_tile_fast_scalar;
+}
+
+void attend_heads_tile_fast(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                            int64_t D, float scale, const float* sinks) {
+  assert(fast_attention_reads(kv.dtype, D));
+  kernel_table().ops.attend_tile_fast(tile, n_heads, kv, head_offset, D, scale, sinks);
+}
+
+}  // namespace inferd::kernels

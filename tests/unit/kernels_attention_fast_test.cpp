@@ -1,0 +1,142 @@
+// The fast tier's prefill attention (attention_fast.h): every token of a tile
+// gets the bits of the scalar reference run for it alone (so a token's result
+// does not depend on the tile it came in: batch invariance), at every level
+// the machine runs; and the reference agrees with a softmax in double.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/attention_fast.h"
+#include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants.h"
+#include "kernels_test_util.h"
+
+namespace inferd::kernels {
+namespace {
+
+using testing::bits_of;
+using testing::causal_ranges;
+using testing::RandomPagedCache;
+
+using TileFn = void (*)(const AttentionTile&, int64_t, const PagedKV&, int64_t, int64_t, float, const float*);
+
+std::vector<std::pair<std::string, TileFn>> fast_kernels() {
+  std::vector<std::pair<std::string, TileFn>> fns = {{"dispatch", attend_heads_tile_fast}};
+  if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", detail::attend_heads_tile_fast_avx2);
+  return fns;
+}
+
+// Token i of a tile (q rows of n_heads * D) alone through the reference.
+std::vector<float> alone(const std::vector<float>& q, int64_t i, int64_t n_heads, const PagedKV& kv, int64_t D,
+                         int64_t head_offset, int64_t begin, int64_t end, float scale, const float* sinks) {
+  std::vector<float> out(static_cast<size_t>(n_heads * D));
+  const int64_t b[1] = {begin}, e[1] = {end};
+  const AttentionTile one{q.data() + i * n_heads * D, n_heads * D, out.data(), n_heads * D, 1, b, e};
+  detail::attend_heads_tile_fast_scalar(one, n_heads, kv, head_offset, D, scale, sinks);
+  return out;
+}
+
+// Tiles of 1 to 17 tokens (the executor gives 16), causal ranges from 0 and
+// from inside a chunk, across chunk and block boundaries, sliding windows
+// (the beginnings move too), sinks, sharp scores, groups of 1 to 9 query heads (more than a
+// register block's 6), head sizes of whole 16-element blocks and not (40), in
+// the KV cache's layout; and tiles of unrelated ranges with gaps between them.
+TEST(KernelsAttentionFast, EachTokenOfATileGetsItsOwnBits) {
+  std::mt19937 rng(41);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (int64_t D : {64, 40, 128, 256}) {
+    const int64_t n_pos = 700;
+    const RandomPagedCache cache(D, n_pos, 16, 3, 2, rng);
+    const PagedKV& kv = cache.kv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int64_t n_heads : {1, 3, 6, 7, 9}) {
+      std::vector<float> sinks(static_cast<size_t>(n_heads));
+      for (float& s : sinks) s = 3.0f * dist(rng);
+      struct Case {
+        int64_t T, first, window;
+        bool sink;
+        float q_scale = 2.0f;  // 40: scores that spread past kFastAttentionExpFloor
+      };
+      for (const Case& k : {Case{1, 0, 0, false}, Case{5, 0, 0, false}, Case{16, 25, 0, false},
+                            Case{17, 300, 0, true}, Case{16, 611, 100, false}, Case{9, 150, 37, true},
+                            Case{13, 683, 0, false}, Case{16, 200, 0, true, 40.0f}}) {
+        const auto [begin, end] = causal_ranges(k.T, k.first, k.window);
+        std::vector<float> q(static_cast<size_t>(k.T * n_heads * D));
+        for (float& x : q) x = k.q_scale * dist(rng);
+        const float* sk = k.sink ? sinks.data() : nullptr;
+        for (const auto& [name, fn] : fast_kernels()) {
+          std::vector<float> got(q.size());
+          const AttentionTile tile{q.data(), n_heads * D, got.data(), n_heads * D, k.T, begin.data(), end.data()};
+          fn(tile, n_heads, kv, D, D, scale, sk);
+          for (int64_t i = 0; i < k.T; ++i) {
+            const std::vector<float> want = alone(q, i, n_heads, kv, D, D, begin[i], end[i], scale, sk);
+            for (int64_t x = 0; x < n_heads * D; ++x)
+              ASSERT_EQ(bits_of(got[i * n_heads * D + x]), bits_of(want[x]))
+                  << name << " D " << D << " heads " << n_heads << " T " << k.T << " first " << k.first
+                  << " window " << k.window << " token " << i << " head " << x / D << " i " << x % D;
+          }
+        }
+      }
+      // Unrelated ranges, out of order, with positions no token reads between them.
+      const std::vector<int64_t> begin = {400, 0, 33, 650, 64}, end = {431, 17, 64, 700, 65};
+      std::vector<float> q(static_cast<size_t>(begin.size() * n_heads * D));
+      for (float& x : q) x = 2.0f * dist(rng);
+      for (const auto& [name, fn] : fast_kernels()) {
+        std::vector<float> got(q.size());
+        const AttentionTile tile{q.data(), n_heads * D, got.data(), n_heads * D, static_cast<int64_t>(begin.size()),
+                                 begin.data(), end.data()};
+        fn(tile, n_heads, kv, D, D, scale, nullptr);
+        for (size_t i = 0; i < begin.size(); ++i) {
+          const std::vector<float> want = alone(q, i, n_heads, kv, D, D, begin[i], end[i], scale, nullptr);
+          for (int64_t x = 0; x < n_heads * D; ++x)
+            ASSERT_EQ(bits_of(got[i * n_heads * D + x]), bits_of(want[x])) << name << " unrelated token " << i;
+        }
+      }
+    }
+  }
+}
+
+// The reference against softmax(scale q.k) v in double over the same f16 keys
+// and values (sinks joining the sum): within float rounding.
+TEST(KernelsAttentionFast, AgreesWithASoftmaxInDouble) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t D = 64, n_pos = 900, n_heads = 2;
+  const RandomPagedCache cache(D, n_pos, 16, 2, 1, rng);  // the view reads the second layer
+  const PagedKV& kv = cache.kv;
+  const float scale = 0.125f;
+  const float sinks[2] = {1.5f, -2.0f};
+  for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 1}, {0, 900}, {123, 517}, {896, 900}}) {
+    for (const float* sk : {static_cast<const float*>(nullptr), static_cast<const float*>(sinks)}) {
+      std::vector<float> q(static_cast<size_t>(n_heads * D));
+      for (float& x : q) x = 3.0f * dist(rng);
+      const std::vector<float> got = alone(q, 0, n_heads, kv, D, 0, b, e, scale, sk);
+      for (int64_t h = 0; h < n_heads; ++h) {
+        std::vector<double> s;
+        for (int64_t p = b; p < e; ++p) {
+          const uint16_t* k = kv.k_f16() + kv.f16_slot(p);
+          double d = 0;
+          for (int64_t i = 0; i < D; ++i) d += double{q[h * D + i]} * f16_to_f32(k[i]);
+          s.push_back(d * scale);
+        }
+        double mx = *std::max_element(s.begin(), s.end());
+        if (sk) mx = std::max(mx, double{sk[h]});
+        double sum = sk ? std::exp(sk[h] - mx) : 0.0;
+        for (double& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < D; ++i) {
+          double want = 0;
+          for (int64_t p = b; p < e; ++p) want += s[p - b] / sum * f16_to_f32((kv.v_f16() + kv.f16_slot(p))[i]);
+          EXPECT_NEAR(got[h * D + i], want, 1e-5 + 1e-4 * std::fabs(want)) << "[" << b << ", " << e << ") head " << h;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace inferd::kernels
