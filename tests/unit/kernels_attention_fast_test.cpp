@@ -101,6 +101,34 @@ TEST(KernelsAttentionFast, EachTokenOfATileGetsItsOwnBits) {
   }
 }
 
+// A value no finite weight can tame (an infinite f16, as an overflowed cache
+// entry would hold) reaches the tokens that read its position and no other
+// token of the tile: each token's bits stay its own.
+TEST(KernelsAttentionFast, AValueReachesOnlyTheTokensThatReadIt) {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const int64_t D = 64, n_pos = 300, n_heads = 3;
+  RandomPagedCache cache(D, n_pos, 16, 2, 1, rng);
+  const PagedKV& kv = cache.kv;
+  const int64_t bad = 250;  // read by the tile's last tokens only
+  cache.v[static_cast<size_t>(kv.v_f16() - cache.v.data() + kv.f16_slot(bad) + 5)] = 0x7c00;  // +inf
+  const auto [begin, end] = causal_ranges(16, 240, 0);
+  std::vector<float> q(static_cast<size_t>(16 * n_heads * D));
+  for (float& x : q) x = dist(rng);
+  for (const auto& [name, fn] : fast_kernels()) {
+    std::vector<float> got(q.size());
+    const AttentionTile tile{q.data(), n_heads * D, got.data(), n_heads * D, 16, begin.data(), end.data()};
+    fn(tile, n_heads, kv, 0, D, 0.125f, nullptr);
+    for (int64_t i = 0; i < 16; ++i) {
+      const std::vector<float> want = alone(q, i, n_heads, kv, D, 0, begin[i], end[i], 0.125f, nullptr);
+      for (int64_t x = 0; x < n_heads * D; ++x) {
+        ASSERT_EQ(bits_of(got[i * n_heads * D + x]), bits_of(want[x])) << name << " token " << i << " i " << x;
+        if (end[i] <= bad) ASSERT_TRUE(std::isfinite(got[i * n_heads * D + x])) << name << " token " << i;
+      }
+    }
+  }
+}
+
 // The reference against softmax(scale q.k) v in double over the same f16 keys
 // and values (sinks joining the sum): within float rounding.
 TEST(KernelsAttentionFast, AgreesWithASoftmaxInDouble) {

@@ -47,7 +47,7 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
         for (int64_t d = 0; d < D; ++d) o[d] *= alpha;
         for (int64_t j = 0; j < C; ++j) {
           const int64_t pos = c0 + j;
-          if (pos < b || pos >= e) continue;  // p_j = 0 adds nothing
+          if (pos < b || pos >= e) continue;
           const uint16_t* v = kv.v_f16() + kv.f16_slot(pos) + head_offset;
           for (int64_t d = 0; d < D; ++d) o[d] = std::fma(p[j], f16_to_f32(v[d]), o[d]);
         }

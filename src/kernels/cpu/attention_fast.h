@@ -19,7 +19,7 @@
 //     m' = max(m, max_j s_j);  alpha = m == -inf ? 0 : expf_poly(m - m')
 //     p_j = j in [b, e) ? expf_poly(max(s_j - m', kFastAttentionExpFloor)) : 0
 //     lanes[l] = fma(lanes[l], alpha, (p_l + p_{l+8}) + (p_{l+16} + p_{l+24}))
-//     o[d] = o[d] * alpha, then o[d] = fma(p_j, v_j[d], o[d]) for j = 0..31
+//     o[d] = o[d] * alpha, then o[d] = fma(p_j, v_j[d], o[d]) for the chunk's j in [b, e), in order
 //     m = m'
 //   sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
 //   out[d] = o[d] * (1 / sum)

@@ -88,17 +88,19 @@ template <int R>
 }
 
 // o[r][d0, d0 + 16) = o * alpha[r], then the fma chain over the chunk's keys
-// of p[r][j] * vs[j][d]: R rows by 16 head elements.
+// j in [j0, j1) of p[r][j] * vs[j][d]: R rows by 16 head elements. Only the
+// rows' own positions: a value a row does not read never meets it (a zero
+// weight times an infinite value would be NaN).
 template <int R>
 [[gnu::always_inline]] inline void values_block(const float* const* p, const float* alpha, const float* vs, int64_t D,
-                                                int64_t d0, float* const* o) {
+                                                int64_t d0, float* const* o, int64_t j0, int64_t j1) {
   __m256 acc[R][2];
   for (int r = 0; r < R; ++r) {
     const __m256 a = _mm256_set1_ps(alpha[r]);
     acc[r][0] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0), a);
     acc[r][1] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0 + 8), a);
   }
-  for (int64_t j = 0; j < C; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const __m256 v0 = _mm256_loadu_ps(vs + j * D + d0), v1 = _mm256_loadu_ps(vs + j * D + d0 + 8);
     for (int r = 0; r < R; ++r) {
       const __m256 w = _mm256_broadcast_ss(p[r] + j);
@@ -115,10 +117,10 @@ template <int R>
 // The same for 8 head elements (a head size that is no multiple of 16).
 template <int R>
 [[gnu::always_inline]] inline void values_block8(const float* const* p, const float* alpha, const float* vs, int64_t D,
-                                                 int64_t d0, float* const* o) {
+                                                 int64_t d0, float* const* o, int64_t j0, int64_t j1) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0), _mm256_set1_ps(alpha[r]));
-  for (int64_t j = 0; j < C; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const __m256 v = _mm256_loadu_ps(vs + j * D + d0);
     for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + j), v, acc[r]);
   }
@@ -263,11 +265,33 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
       }
     }
 
-    each_row_block(n, [&]<int B>(int64_t r0) {
-      int64_t d0 = 0;
-      for (; d0 + 16 <= D; d0 += 16) values_block<B>(s_rows_c.data() + r0, alpha.data() + r0, vs, D, d0, o_rows.data() + r0);
-      if (d0 < D) values_block8<B>(s_rows_c.data() + r0, alpha.data() + r0, vs, D, d0, o_rows.data() + r0);
-    });
+    // The weighted values: rows of tokens that read the whole chunk in blocks
+    // of kRows; a token that reads part of it (a causal tile's last chunk, a
+    // window's first) has its heads take just its own positions.
+    auto values = [&](int64_t n_rows, const float* const* p_rows, const float* alphas, float* const* out_rows,
+                      int64_t j0, int64_t j1) {
+      each_row_block(n_rows, [&]<int B>(int64_t r0) {
+        int64_t d0 = 0;
+        for (; d0 + 16 <= D; d0 += 16) values_block<B>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
+        if (d0 < D) values_block8<B>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
+      });
+    };
+    int64_t n_whole = 0;  // rows of whole-chunk tokens, moved to the front
+    a = 0;
+    for (int64_t i : active) {
+      const int64_t j0 = std::max(tile.pos_begin[i], c0) - c0, j1 = std::min(tile.pos_end[i], c0 + C) - c0;
+      if (j0 == 0 && j1 == C) {
+        for (int64_t h = 0; h < n_heads; ++h, ++a, ++n_whole) {
+          s_rows_c[n_whole] = s_rows_c[a];
+          alpha[n_whole] = alpha[a];
+          o_rows[n_whole] = o_rows[a];
+        }
+      } else {
+        values(n_heads, s_rows_c.data() + a, alpha.data() + a, o_rows.data() + a, j0, j1);
+        a += n_heads;
+      }
+    }
+    values(n_whole, s_rows_c.data(), alpha.data(), o_rows.data(), 0, C);
   }
 
   for (int64_t i = 0; i < T; ++i)
