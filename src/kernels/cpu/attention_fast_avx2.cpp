@@ -249,7 +249,10 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         }
         const float m_new = std::max(m[r], lane_max(mx));
         // expf_poly's bits on eight lanes, without libm's ldexp call.
-        alpha[a] = m[r] == -INFINITY ? 0.0f : _mm256_cvtss_f32(expf_poly_x8(_mm256_set1_ps(m[r] - m_new)));
+        // (e^0 is 1 exactly: no call while the maximum holds, most chunks of a long range.)
+        alpha[a] = m[r] == -INFINITY ? 0.0f
+                   : m[r] == m_new   ? 1.0f
+                                     : _mm256_cvtss_f32(expf_poly_x8(_mm256_set1_ps(m[r] - m_new)));
         const __m256 mv = _mm256_set1_ps(m_new), floor = _mm256_set1_ps(kFastAttentionExpFloor);
         __m256 p[4];
         for (int v = 0; v < 4; ++v) {
