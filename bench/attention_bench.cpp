@@ -232,21 +232,24 @@ int run_tiles(const std::vector<int64_t>& groups, int64_t D, std::vector<int64_t
           attend_heads(q.data() + i * row + h * D, groups[g], kv, g * kBlock * D, D, begin[i], end[i], scale,
                        AttentionPass::kPrefill, out.data() + i * row + h * D, flavour);
     };
-    auto tiled = [&] {
+    // Each key/value head's tokens in tiles of `size` through `kernel(tile, group, head offset)`.
+    auto in_tiles = [&](int64_t size, std::vector<float>& result, auto&& kernel) {
       for (int64_t g = 0, h = 0; g < kv_heads; h += groups[g], ++g)
-        for (int64_t i0 = 0; i0 < kTokens; i0 += tile) {
-          const AttentionTile t{q.data() + i0 * row + h * D, row, out_tiled.data() + i0 * row + h * D, row,
-                                std::min(tile, kTokens - i0), begin.data() + i0, end.data() + i0};
-          attend_heads_tile(t, groups[g], kv, g * kBlock * D, D, scale, flavour);
+        for (int64_t i0 = 0; i0 < kTokens; i0 += size) {
+          const AttentionTile t{q.data() + i0 * row + h * D, row, result.data() + i0 * row + h * D, row,
+                                std::min(size, kTokens - i0), begin.data() + i0, end.data() + i0};
+          kernel(t, groups[g], g * kBlock * D);
         }
     };
+    auto tiled = [&] {
+      in_tiles(tile, out_tiled, [&](const AttentionTile& t, int64_t group, int64_t head_offset) {
+        attend_heads_tile(t, group, kv, head_offset, D, scale, flavour);
+      });
+    };
     auto fast = [&] {
-      for (int64_t g = 0, h = 0; g < kv_heads; h += groups[g], ++g)
-        for (int64_t i0 = 0; i0 < kTokens; i0 += fast_tile) {
-          const AttentionTile t{q.data() + i0 * row + h * D, row, out_fast.data() + i0 * row + h * D, row,
-                                std::min(fast_tile, kTokens - i0), begin.data() + i0, end.data() + i0};
-          attend_heads_tile_fast(t, groups[g], kv, g * kBlock * D, D, scale, nullptr);
-        }
+      in_tiles(fast_tile, out_fast, [&](const AttentionTile& t, int64_t group, int64_t head_offset) {
+        attend_heads_tile_fast(t, group, kv, head_offset, D, scale, nullptr);
+      });
     };
     // The thread's CPU time, not the wall clock's: on a shared host the
     // other processes' time slices would count otherwise.

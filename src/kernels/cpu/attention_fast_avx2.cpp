@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/attention_fast.h"
 #include "kernels/cpu/expf_poly.h"
+#include "kernels/cpu/lanes_avx2.h"
 
 namespace inferd::kernels::detail {
 
@@ -87,44 +88,27 @@ template <int R>
   }
 }
 
-// o[r][d0, d0 + 16) = o * alpha[r], then the fma chain over the chunk's keys
-// j in [j0, j1) of p[r][j] * vs[j][d]: R rows by 16 head elements. Only the
+// o[r][d0, d0 + 8 NV) = o * alpha[r], then the fma chain over the chunk's
+// keys j in [j0, j1) of p[r][j] * vs[j][d]: R rows by 8 NV head elements (NV
+// 2, or 1 for the last 8 of a head size that is no multiple of 16). Only the
 // rows' own positions: a value a row does not read never meets it (a zero
 // weight times an infinite value would be NaN).
-template <int R>
+template <int R, int NV>
 [[gnu::always_inline]] inline void values_block(const float* const* p, const float* alpha, const float* vs, int64_t D,
                                                 int64_t d0, float* const* o, int64_t j0, int64_t j1) {
-  __m256 acc[R][2];
-  for (int r = 0; r < R; ++r) {
-    const __m256 a = _mm256_set1_ps(alpha[r]);
-    acc[r][0] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0), a);
-    acc[r][1] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0 + 8), a);
-  }
+  __m256 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0 + 8 * v), _mm256_set1_ps(alpha[r]));
   for (int64_t j = j0; j < j1; ++j) {
-    const __m256 v0 = _mm256_loadu_ps(vs + j * D + d0), v1 = _mm256_loadu_ps(vs + j * D + d0 + 8);
+    __m256 x[NV];
+    for (int v = 0; v < NV; ++v) x[v] = _mm256_loadu_ps(vs + j * D + d0 + 8 * v);
     for (int r = 0; r < R; ++r) {
       const __m256 w = _mm256_broadcast_ss(p[r] + j);
-      acc[r][0] = _mm256_fmadd_ps(w, v0, acc[r][0]);
-      acc[r][1] = _mm256_fmadd_ps(w, v1, acc[r][1]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm256_fmadd_ps(w, x[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    _mm256_storeu_ps(o[r] + d0, acc[r][0]);
-    _mm256_storeu_ps(o[r] + d0 + 8, acc[r][1]);
-  }
-}
-
-// The same for 8 head elements (a head size that is no multiple of 16).
-template <int R>
-[[gnu::always_inline]] inline void values_block8(const float* const* p, const float* alpha, const float* vs, int64_t D,
-                                                 int64_t d0, float* const* o, int64_t j0, int64_t j1) {
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_mul_ps(_mm256_loadu_ps(o[r] + d0), _mm256_set1_ps(alpha[r]));
-  for (int64_t j = j0; j < j1; ++j) {
-    const __m256 v = _mm256_loadu_ps(vs + j * D + d0);
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p[r] + j), v, acc[r]);
-  }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(o[r] + d0, acc[r]);
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) _mm256_storeu_ps(o[r] + d0 + 8 * v, acc[r][v]);
 }
 
 // Runs f.template operator()<R>(first) over `n` rows in blocks of kRows, the
@@ -141,19 +125,6 @@ inline void each_row_block(int64_t n, F&& f) {
     case 1: f.template operator()<1>(r); break;
     default: break;
   }
-}
-
-// The sum of a vector's lanes in attention_fast.h's order.
-inline float lane_sum(__m256 x) {
-  __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  t = _mm_add_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_add_ss(t, _mm_movehdup_ps(t)));
-}
-
-inline float lane_max(__m256 x) {
-  __m128 t = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  t = _mm_max_ps(t, _mm_movehl_ps(t, t));
-  return _mm_cvtss_f32(_mm_max_ss(t, _mm_movehdup_ps(t)));
 }
 
 }  // namespace
@@ -247,7 +218,7 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
           x[v] = _mm256_mul_ps(_mm256_loadu_ps(s + 8 * v), _mm256_set1_ps(scale));
           mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x[v], valid[v]));
         }
-        const float m_new = std::max(m[r], lane_max(mx));
+        const float m_new = std::max(m[r], hmax8(mx));
         // expf_poly's bits on eight lanes, without libm's ldexp call.
         // (e^0 is 1 exactly: no call while the maximum holds, most chunks of a long range.)
         alpha[a] = m[r] == -INFINITY ? 0.0f
@@ -275,8 +246,8 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
                       int64_t j0, int64_t j1) {
       each_row_block(n_rows, [&]<int B>(int64_t r0) {
         int64_t d0 = 0;
-        for (; d0 + 16 <= D; d0 += 16) values_block<B>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
-        if (d0 < D) values_block8<B>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
+        for (; d0 + 16 <= D; d0 += 16) values_block<B, 2>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
+        if (d0 < D) values_block<B, 1>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
       });
     };
     int64_t n_whole = 0;  // rows of whole-chunk tokens, moved to the front
@@ -300,7 +271,7 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
   for (int64_t i = 0; i < T; ++i)
     for (int64_t h = 0; h < n_heads; ++h) {
       const int64_t r = i * n_heads + h;
-      const __m256 inv = _mm256_set1_ps(1.0f / lane_sum(_mm256_loadu_ps(lanes_all + r * 8)));
+      const __m256 inv = _mm256_set1_ps(1.0f / hsum8(_mm256_loadu_ps(lanes_all + r * 8)));
       float* out = tile.out + i * tile.out_stride + h * D;
       for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(o_all + r * D + d), inv));
     }

@@ -10,21 +10,10 @@
 #include "kernels/cpu/attention_quant_impl.h"
 #include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/lanes_avx2.h"
 
 namespace inferd::kernels::detail {
 namespace {
-
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-inline float hmax8(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
 
 // Lanes [0, n) of eight set (n < 8).
 inline __m256i tail_mask8(int64_t n) {
