@@ -36,6 +36,8 @@
 //   --slot-by-slot: a slot's heads together, the cache's layout before)
 //   (--warm: the same, each call reading the same layer of one sequence, so
 //   keys and values that fit stay in cache: the kernel's compute bound)
+//   (--fast-decode: also the fast tier's decode, attend_heads_fast_parts over
+//   the whole range in one call and the join, f16 only, as flavour "fast")
 //   (default shapes: 256:4,4:4 (Qwen3.5-4B, one thread of two), 64:3,2:3
 //   (SmolLM2-135M's 9 over 3), 64:7:2 (Qwen2.5-0.5B's 14 over 2, one
 //   thread); positions 4096 16384)
@@ -100,7 +102,7 @@ std::optional<Shape> parse_shape(const char* text) {
 // sequences as make the pool 512 MiB or more; each call reads another layer
 // of another sequence. Returns the best GB/s over `reps` rounds of them all.
 double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n, int reps, bool in_order,
-                 bool slot_by_slot, bool warm, std::mt19937& rng) {
+                 bool slot_by_slot, bool warm, bool fast, std::mt19937& rng) {
   constexpr int64_t kBlock = 16, kLayers = 8;  // Qwen3.5-4B's full-attention layers
   const int64_t D = shape.D, slot = shape.slot_heads * D;
   const size_t slot_bytes = row_bytes(dtype, slot), layer_bytes = kBlock * slot_bytes;
@@ -139,6 +141,10 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
   std::vector<float> q(n_heads * D), out(n_heads * D);
   for (float& x : q) x = dist(rng);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // The fast tier's decode: every part of the range in one call, then the join.
+  const int64_t n_parts = fast_decode_parts(0, n), max_group = *std::max_element(shape.groups.begin(), shape.groups.end());
+  std::vector<float> part_m(fast ? n_parts * max_group : 0), part_lanes(8 * part_m.size()), part_o(part_m.size() * D);
+  const FastAttentionState parts{part_m.data(), part_lanes.data(), part_o.data()};
   const double bytes_read =
       2.0 * static_cast<double>(n) * static_cast<double>(row_bytes(dtype, D)) * static_cast<double>(shape.groups.size());
   double best = 1e30;
@@ -150,9 +156,15 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
                        tables.data() + seq * n_blocks, dtype, static_cast<int64_t>(block_stride)};
       const int64_t head_stride = slot_by_slot ? D : kBlock * D;
       const auto t0 = std::chrono::steady_clock::now();
-      for (int64_t g = 0, h = 0; g < static_cast<int64_t>(shape.groups.size()); h += shape.groups[g], ++g)
+      for (int64_t g = 0, h = 0; g < static_cast<int64_t>(shape.groups.size()); h += shape.groups[g], ++g) {
+        if (fast) {
+          attend_heads_fast_parts(q.data() + h * D, shape.groups[g], kv, g * head_stride, D, 0, n, scale, parts);
+          join_fast_attention_states(parts, n_parts, shape.groups[g], D, nullptr, out.data() + h * D);
+          continue;
+        }
         attend_heads(q.data() + h * D, shape.groups[g], kv, g * head_stride, D, 0, n, scale, AttentionPass::kDecode,
                      out.data() + h * D, flavour);
+      }
       best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
   }
@@ -160,7 +172,7 @@ double cold_gbps(const Shape& shape, DType dtype, GgmlFlavour flavour, int64_t n
 }
 
 int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::vector<GgmlFlavour>& flavours,
-             std::vector<int64_t> lengths, int reps, bool in_order, bool slot_by_slot, bool warm) {
+             std::vector<int64_t> lengths, int reps, bool in_order, bool slot_by_slot, bool warm, bool fast_decode) {
   if (shapes.empty()) shapes = {{256, {4, 4}, 4}, {64, {3, 2}, 3}, {64, {7}, 2}};
   if (dtypes.empty()) dtypes = {DType::F16, DType::Q8_0, DType::Q4_0};
   if (lengths.empty()) lengths = {4096, 16384};
@@ -182,7 +194,12 @@ int run_cold(std::vector<Shape> shapes, std::vector<DType> dtypes, const std::ve
         for (int64_t n : lengths)
           std::printf("%-14s %-6s %-7s %9lld %9.1f\n", name, inferd::dtype_name(dtype),
                       dtype == DType::F16 ? ggml_flavour_name(f) : "-", static_cast<long long>(n),
-                      cold_gbps(shape, dtype, f, n, reps, in_order, slot_by_slot, warm, rng));
+                      cold_gbps(shape, dtype, f, n, reps, in_order, slot_by_slot, warm, false, rng));
+      if (fast_decode && fast_attention_reads(dtype, shape.D))
+        for (int64_t n : lengths)
+          std::printf("%-14s %-6s %-7s %9lld %9.1f\n", name, inferd::dtype_name(dtype), "fast",
+                      static_cast<long long>(n),
+                      cold_gbps(shape, dtype, flavours[0], n, reps, in_order, slot_by_slot, warm, true, rng));
       std::fflush(stdout);
     }
   }
@@ -287,7 +304,7 @@ int main(int argc, char** argv) {
   AttentionPass pass = AttentionPass::kDecode;
   std::vector<int64_t> groups = {3, 2};  // query heads per key/value head
   int64_t D = 64, tile = 0, fast_tile = 0;
-  bool cold = false, in_order = false, slot_by_slot = false, warm = false;
+  bool cold = false, in_order = false, slot_by_slot = false, warm = false, fast_decode = false;
   int reps = 5;
   std::vector<Shape> shapes;
   std::vector<DType> dtypes;
@@ -295,6 +312,10 @@ int main(int argc, char** argv) {
     const std::string_view arg = argv[i];
     if (arg == "--in-order") {
       in_order = true;
+      continue;
+    }
+    if (arg == "--fast-decode") {
+      fast_decode = true;
       continue;
     }
     if (arg == "--slot-by-slot") {
@@ -381,7 +402,7 @@ int main(int argc, char** argv) {
       lengths.push_back(std::atoll(argv[i]));
     }
   }
-  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot, warm);
+  if (cold) return run_cold(shapes, dtypes, flavours, lengths, reps, in_order, slot_by_slot, warm, fast_decode);
   if (tile > 0) return run_tiles(groups, D, lengths, tile, flavours[0], fast_tile);
   if (lengths.empty()) lengths = {16, 64, 128, 512, 1024, 2048};
   const int64_t kv_heads = static_cast<int64_t>(groups.size()), kv_dim = kv_heads * D, block = 16;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -25,9 +26,14 @@ using testing::RandomPagedCache;
 
 using TileFn = void (*)(const AttentionTile&, int64_t, const PagedKV&, int64_t, int64_t, float, const float*);
 
+void tile_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+               float scale, const float* sinks) {
+  detail::attend_heads_tile_fast_avx2(tile, n_heads, kv, head_offset, D, scale, sinks, nullptr);
+}
+
 std::vector<std::pair<std::string, TileFn>> fast_kernels() {
   std::vector<std::pair<std::string, TileFn>> fns = {{"dispatch", attend_heads_tile_fast}};
-  if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", detail::attend_heads_tile_fast_avx2);
+  if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", tile_avx2);
   return fns;
 }
 
@@ -37,7 +43,7 @@ std::vector<float> alone(const std::vector<float>& q, int64_t i, int64_t n_heads
   std::vector<float> out(static_cast<size_t>(n_heads * D));
   const int64_t b[1] = {begin}, e[1] = {end};
   const AttentionTile one{q.data() + i * n_heads * D, n_heads * D, out.data(), n_heads * D, 1, b, e};
-  detail::attend_heads_tile_fast_scalar(one, n_heads, kv, head_offset, D, scale, sinks);
+  detail::attend_heads_tile_fast_scalar(one, n_heads, kv, head_offset, D, scale, sinks, nullptr);
   return out;
 }
 
@@ -160,6 +166,98 @@ TEST(KernelsAttentionFast, AgreesWithASoftmaxInDouble) {
           double want = 0;
           for (int64_t p = b; p < e; ++p) want += s[p - b] / sum * f16_to_f32((kv.v_f16() + kv.f16_slot(p))[i]);
           EXPECT_NEAR(got[h * D + i], want, 1e-5 + 1e-4 * std::fabs(want)) << "[" << b << ", " << e << ") head " << h;
+        }
+      }
+    }
+  }
+}
+
+// Decode split over the context: the parts' states, whether one call takes
+// the whole range or threads take runs of parts apart, and their join are the
+// same bits at every level; one part without sinks is the tile kernel's
+// result; and the joined result agrees with a softmax in double.
+TEST(KernelsAttentionFast, DecodePartsJoinToEachTokensResult) {
+  std::mt19937 rng(53);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  using PartsFn = void (*)(const AttentionTile&, int64_t, const PagedKV&, int64_t, int64_t, float, const float*,
+                           const FastAttentionState*);
+  using JoinFn = void (*)(const FastAttentionState&, int64_t, int64_t, int64_t, const float*, float*);
+  std::vector<std::tuple<std::string, PartsFn, JoinFn>> levels = {
+      {"scalar", detail::attend_heads_tile_fast_scalar, detail::join_fast_attention_states_scalar}};
+  if (best_simd_level() >= SimdLevel::kAvx2)
+    levels.emplace_back("avx2", detail::attend_heads_tile_fast_avx2, detail::join_fast_attention_states_avx2);
+  const int64_t S = kFastDecodeSplit;
+  for (int64_t D : {64, 40, 128}) {
+    const int64_t n_pos = 700;
+    const RandomPagedCache cache(D, n_pos, 16, 2, 2, rng);
+    const PagedKV& kv = cache.kv;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    for (int64_t n_heads : {1, 3, 7}) {
+      std::vector<float> sinks(static_cast<size_t>(n_heads));
+      for (float& x : sinks) x = 3.0f * dist(rng);
+      for (auto [b, e] : {std::pair<int64_t, int64_t>{0, 1}, {0, S}, {0, S + 1}, {S - 1, S + 1}, {37, 700},
+                          {0, 700}, {600, 601}, {3 * S, 5 * S}}) {
+        const int64_t n_parts = fast_decode_parts(b, e);
+        ASSERT_EQ(n_parts, (e - 1) / S - b / S + 1);
+        std::vector<float> q(static_cast<size_t>(n_heads * D));
+        for (float& x : q) x = 2.0f * dist(rng);
+        const size_t rows = static_cast<size_t>(n_parts * n_heads);
+        std::vector<float> want_m, want_lanes, want_o;
+        for (const float* sk : {static_cast<const float*>(nullptr), static_cast<const float*>(sinks.data())}) {
+          std::vector<float> want_out;
+          for (const auto& [name, parts_fn, join_fn] : levels) {
+            // The whole range in one call, then in runs of parts as threads would take them.
+            std::vector<float> m(rows), lanes(8 * rows), o(rows * D);
+            const AttentionTile tile{q.data(), n_heads * D, nullptr, 0, 1, &b, &e};
+            const FastAttentionState whole{m.data(), lanes.data(), o.data()};
+            parts_fn(tile, n_heads, kv, D, D, scale, nullptr, &whole);
+            std::vector<float> m2(rows), lanes2(8 * rows), o2(rows * D);
+            for (int64_t k0 = 0; k0 < n_parts; k0 += 2) {  // runs of two parts
+              const int64_t rb = std::max(b, (b / S + k0) * S), re = std::min(e, (b / S + k0 + 2) * S);
+              const AttentionTile run{q.data(), n_heads * D, nullptr, 0, 1, &rb, &re};
+              const size_t r0 = static_cast<size_t>(k0 * n_heads);
+              const FastAttentionState these{m2.data() + r0, lanes2.data() + 8 * r0, o2.data() + r0 * D};
+              parts_fn(run, n_heads, kv, D, D, scale, nullptr, &these);
+            }
+            for (size_t r = 0; r < rows; ++r) ASSERT_EQ(bits_of(m[r]), bits_of(m2[r])) << name << " row " << r;
+            for (size_t i = 0; i < lanes.size(); ++i) ASSERT_EQ(bits_of(lanes[i]), bits_of(lanes2[i])) << name;
+            for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(bits_of(o[i]), bits_of(o2[i])) << name << " o " << i;
+            if (want_m.empty()) want_m = m, want_lanes = lanes, want_o = o;
+            for (size_t i = 0; i < o.size(); ++i) ASSERT_EQ(bits_of(o[i]), bits_of(want_o[i])) << name << " o " << i;
+            for (size_t i = 0; i < lanes.size(); ++i) ASSERT_EQ(bits_of(lanes[i]), bits_of(want_lanes[i])) << name;
+            for (size_t r = 0; r < rows; ++r) ASSERT_EQ(bits_of(m[r]), bits_of(want_m[r])) << name;
+
+            std::vector<float> out(static_cast<size_t>(n_heads * D));
+            join_fn(FastAttentionState{m.data(), lanes.data(), o.data()}, n_parts, n_heads, D, sk, out.data());
+            if (want_out.empty()) want_out = out;
+            for (size_t i = 0; i < out.size(); ++i)
+              ASSERT_EQ(bits_of(out[i]), bits_of(want_out[i])) << name << " [" << b << ", " << e << ") i " << i;
+            if (n_parts == 1 && !sk) {
+              const std::vector<float> whole = alone(q, 0, n_heads, kv, D, D, b, e, scale, nullptr);
+              for (size_t i = 0; i < out.size(); ++i)
+                ASSERT_EQ(bits_of(out[i]), bits_of(whole[i])) << name << " one part [" << b << ", " << e << ")";
+            }
+          }
+          // Against softmax(scale q.k) v in double, sinks joining the sum.
+          for (int64_t h = 0; h < n_heads; ++h) {
+            std::vector<double> s;
+            for (int64_t p = b; p < e; ++p) {
+              const uint16_t* k = kv.k_f16() + kv.f16_slot(p) + D;
+              double d = 0;
+              for (int64_t i = 0; i < D; ++i) d += double{q[h * D + i]} * f16_to_f32(k[i]);
+              s.push_back(d * scale);
+            }
+            double mx = *std::max_element(s.begin(), s.end());
+            if (sk) mx = std::max(mx, double{sk[h]});
+            double sum = sk ? std::exp(sk[h] - mx) : 0.0;
+            for (double& x : s) sum += (x = std::exp(x - mx));
+            for (int64_t i = 0; i < D; ++i) {
+              double want = 0;
+              for (int64_t p = b; p < e; ++p) want += s[p - b] / sum * f16_to_f32((kv.v_f16() + kv.f16_slot(p) + D)[i]);
+              ASSERT_NEAR(want_out[h * D + i], want, 1e-5 + 1e-4 * std::fabs(want))
+                  << "D " << D << " heads " << n_heads << " [" << b << ", " << e << ") head " << h;
+            }
+          }
         }
       }
     }

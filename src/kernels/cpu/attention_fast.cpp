@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/attention_fast_impl.h"
 #include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants.h"
@@ -15,7 +16,9 @@ namespace detail {
 
 // The reference: attention_fast.h's arithmetic row by row, element by element.
 void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv,
-                                   int64_t head_offset, int64_t D, float scale, const float* sinks) {
+                                   int64_t head_offset, int64_t D, float scale, const float* sinks,
+                                   const FastAttentionState* parts) {
+  assert(!(parts && (sinks || tile.n_tokens != 1)) && "parts: one token, no sinks (they join with the parts)");
   constexpr int64_t C = kFastAttentionChunk;
   std::vector<float> o(static_cast<size_t>(D));
   for (int64_t i = 0; i < tile.n_tokens; ++i) {
@@ -25,7 +28,19 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
       float m = sinks ? sinks[h] : -INFINITY;
       float lanes[8] = {sinks ? 1.0f : 0.0f, 0, 0, 0, 0, 0, 0, 0};
       std::fill(o.begin(), o.end(), 0.0f);
+      int64_t part = 0;
+      // Part `part`'s state (head h's row) out, and the next part's from the start.
+      auto flush = [&] {
+        const int64_t r = part++ * n_heads + h;
+        parts->m[r] = m;
+        std::copy(lanes, lanes + 8, parts->lanes + 8 * r);
+        std::copy(o.begin(), o.end(), parts->o + r * D);
+        m = -INFINITY;
+        std::fill(lanes, lanes + 8, 0.0f);
+        std::fill(o.begin(), o.end(), 0.0f);
+      };
       for (int64_t c0 = b / C * C; c0 < e; c0 += C) {
+        if (parts && c0 > b / C * C && c0 % kFastDecodeSplit == 0) flush();
         float s[C], p[C];
         float max_s = -INFINITY;
         for (int64_t j = 0; j < C; ++j) {
@@ -53,25 +68,61 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
         }
         m = m_new;
       }
-      const float sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-      const float inv = 1.0f / sum;
+      if (parts) {
+        flush();
+        continue;
+      }
+      const float inv = 1.0f / lane_sum(lanes);
       float* out = tile.out + i * tile.out_stride + h * D;
       for (int64_t d = 0; d < D; ++d) out[d] = o[d] * inv;
     }
   }
 }
 
+void join_fast_attention_states_scalar(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                       const float* sinks, float* out) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int64_t p = 0; p < n_parts; ++p) M = std::max(M, parts.m[p * n_heads + h]);
+    float sum = 0.0f;
+    float* o = out + h * D;
+    std::fill(o, o + D, 0.0f);
+    for (int64_t p = 0; p < n_parts; ++p) {
+      const int64_t r = p * n_heads + h;
+      const float w = part_weight(parts.m[r], M);
+      sum = std::fma(lane_sum(parts.lanes + 8 * r), w, sum);
+      for (int64_t d = 0; d < D; ++d) o[d] = std::fma(w, parts.o[r * D + d], o[d]);
+    }
+    if (sinks) sum += expf_poly(sinks[h] - M);
+    const float inv = 1.0f / sum;
+    for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+  }
+}
+
 }  // namespace detail
 
 void fill_fast_attention_kernels(FloatKernels& ops, SimdLevel level) {
-  ops.attend_tile_fast =
-      level >= SimdLevel::kAvx2 ? detail::attend_heads_tile_fast_avx2 : detail::attend_heads_tile_fast_scalar;
+  const bool avx2 = level >= SimdLevel::kAvx2;
+  ops.attend_tile_fast = avx2 ? detail::attend_heads_tile_fast_avx2 : detail::attend_heads_tile_fast_scalar;
+  ops.join_fast_states = avx2 ? detail::join_fast_attention_states_avx2 : detail::join_fast_attention_states_scalar;
 }
 
 void attend_heads_tile_fast(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
                             int64_t D, float scale, const float* sinks) {
   assert(fast_attention_reads(kv.dtype, D));
-  kernel_table().ops.attend_tile_fast(tile, n_heads, kv, head_offset, D, scale, sinks);
+  kernel_table().ops.attend_tile_fast(tile, n_heads, kv, head_offset, D, scale, sinks, nullptr);
+}
+
+void attend_heads_fast_parts(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                             int64_t pos_begin, int64_t pos_end, float scale, const FastAttentionState& parts) {
+  assert(fast_attention_reads(kv.dtype, D));
+  const AttentionTile tile{q, n_heads * D, nullptr, 0, 1, &pos_begin, &pos_end};
+  kernel_table().ops.attend_tile_fast(tile, n_heads, kv, head_offset, D, scale, nullptr, &parts);
+}
+
+void join_fast_attention_states(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                const float* sinks, float* out) {
+  kernel_table().ops.join_fast_states(parts, n_parts, n_heads, D, sinks, out);
 }
 
 }  // namespace inferd::kernels

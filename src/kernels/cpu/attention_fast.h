@@ -53,12 +53,62 @@ constexpr bool fast_attention_reads(DType dtype, int64_t D) { return dtype == DT
 void attend_heads_tile_fast(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
                             int64_t D, float scale, const float* sinks);
 
+// Decode split over the context (flash-decoding). A one-token step's range is
+// cut at multiples of kFastDecodeSplit absolute positions into parts that
+// threads take apart; each part's softmax state (the steps above, from
+// m = -inf and zero lanes, up to but not including the final sum and division)
+// is kept, and the parts are joined in order:
+//   M = max(sinks ? sinks[h] : -inf, m_0, ..., m_last)
+//   sum = 0; o[D] = 0
+//   for each part p, in order: w = m_p == M ? 1 : m_p == -inf ? 0 : expf_poly(m_p - M)
+//     sum = fma(lane_sum_p, w, sum)  (lane_sum_p: its eight lanes summed as above)
+//     o[d] = fma(w, o_p[d], o[d])
+//   sum = sinks ? sum + expf_poly(sinks[h] - M) : sum
+//   out[d] = o[d] * (1 / sum)
+// The parts depend on the range alone, so a token's result does not depend on
+// the batch or on the threads; one part and no sinks give attend_heads_tile_fast's bits.
+constexpr int64_t kFastDecodeSplit = 2 * kFastAttentionChunk;
+static_assert(kFastDecodeSplit % kFastAttentionChunk == 0, "parts of whole chunks");
+
+// How many parts the range [pos_begin, pos_end) has: k from pos_begin / S to
+// (pos_end - 1) / S, part k being [max(pos_begin, S k), min(pos_end, S k + S)), S = kFastDecodeSplit.
+constexpr int64_t fast_decode_parts(int64_t pos_begin, int64_t pos_end) {
+  return pos_end <= pos_begin ? 0 : (pos_end - 1) / kFastDecodeSplit - pos_begin / kFastDecodeSplit + 1;
+}
+
+// Softmax states of rows: row r's maximum at m[r], its eight lane sums at
+// lanes[8 r] and its unnormalized output at o[D r].
+struct FastAttentionState {
+  float* m = nullptr;
+  float* lanes = nullptr;
+  float* o = nullptr;
+};
+
+// One query's n_heads heads (q: their D-vectors one after another) over the
+// positions [pos_begin, pos_end): the states of its parts, in order, part k's
+// heads at rows k n_heads .. k n_heads + n_heads - 1 of `parts`. A thread
+// gives the sub-range of the parts it takes; the parts are the whole range's.
+void attend_heads_fast_parts(const float* q, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                             int64_t pos_begin, int64_t pos_end, float scale, const FastAttentionState& parts);
+
+// The n_heads heads' results from their n_parts parts' states (laid out as
+// attend_heads_fast_parts writes them), joined as above into out.
+void join_fast_attention_states(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                const float* sinks, float* out);
+
 namespace detail {
 // The reference, row by row; and the AVX2 + FMA + F16C kernel (the same bits).
+// With `parts` (a tile of one token, no sinks): its parts' states instead
+// of its result, as attend_heads_fast_parts writes them.
 void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv,
-                                   int64_t head_offset, int64_t D, float scale, const float* sinks);
+                                   int64_t head_offset, int64_t D, float scale, const float* sinks,
+                                   const FastAttentionState* parts);
 void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
-                                 int64_t D, float scale, const float* sinks);
+                                 int64_t D, float scale, const float* sinks, const FastAttentionState* parts);
+void join_fast_attention_states_scalar(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                       const float* sinks, float* out);
+void join_fast_attention_states_avx2(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                     const float* sinks, float* out);
 }  // namespace detail
 
 }  // namespace inferd::kernels

@@ -8,10 +8,12 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/attention_fast.h"
+#include "kernels/cpu/attention_fast_impl.h"
 #include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/lanes_avx2.h"
 
@@ -130,7 +132,8 @@ inline void each_row_block(int64_t n, F&& f) {
 }  // namespace
 
 void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
-                                 int64_t D, float scale, const float* sinks) {
+                                 int64_t D, float scale, const float* sinks, const FastAttentionState* parts) {
+  assert(!(parts && (sinks || tile.n_tokens != 1)) && "parts: one token, no sinks (they join with the parts)");
   const int64_t T = tile.n_tokens, R = T * n_heads;
   if (T == 0) return;
   int64_t lo = tile.pos_begin[0], hi = tile.pos_end[0];
@@ -159,13 +162,26 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
       std::fill(lanes, lanes + 8, 0.0f);
       lanes[0] = sinks ? 1.0f : 0.0f;
     }
+  // With parts (one token, no sinks): the rows' states out as part `part`'s,
+  // and the next part's from the start.
+  int64_t part = 0;
+  auto flush = [&] {
+    std::copy(m.begin(), m.begin() + R, parts->m + part * R);
+    std::copy(lanes_all, lanes_all + 8 * R, parts->lanes + 8 * part * R);
+    std::copy(o_all, o_all + R * D, parts->o + part * R * D);
+    ++part;
+    std::fill(m.begin(), m.begin() + R, -INFINITY);
+    std::fill(lanes_all, lanes_all + 8 * R, 0.0f);
+    std::fill(o_all, o_all + R * D, 0.0f);
+  };
 
   int64_t slots[C];
   const uint16_t* key[C];
   const uint16_t* value[C];
-  std::vector<int64_t> active;  // tokens whose range meets the chunk
+  thread_local std::vector<int64_t> active;  // tokens whose range meets the chunk
   active.reserve(T);
   for (int64_t c0 = lo / C * C; c0 < hi; c0 += C) {
+    if (parts && c0 > lo / C * C && c0 % kFastDecodeSplit == 0) flush();
     active.clear();
     for (int64_t i = 0; i < T; ++i)
       if (tile.pos_begin[i] < c0 + C && tile.pos_end[i] > c0) active.push_back(i);
@@ -268,6 +284,10 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
     values(n_whole, s_rows_c.data(), alpha.data(), o_rows.data(), 0, C);
   }
 
+  if (parts) {
+    flush();
+    return;
+  }
   for (int64_t i = 0; i < T; ++i)
     for (int64_t h = 0; h < n_heads; ++h) {
       const int64_t r = i * n_heads + h;
@@ -275,6 +295,29 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
       float* out = tile.out + i * tile.out_stride + h * D;
       for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(o_all + r * D + d), inv));
     }
+}
+
+void join_fast_attention_states_avx2(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                     const float* sinks, float* out) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int64_t p = 0; p < n_parts; ++p) M = std::max(M, parts.m[p * n_heads + h]);
+    float sum = 0.0f;
+    float* o = out + h * D;
+    std::fill(o, o + D, 0.0f);
+    for (int64_t p = 0; p < n_parts; ++p) {
+      const int64_t r = p * n_heads + h;
+      const float w = part_weight(parts.m[r], M);
+      sum = std::fma(lane_sum(parts.lanes + 8 * r), w, sum);
+      const __m256 wv = _mm256_set1_ps(w);
+      const float* op = parts.o + r * D;
+      for (int64_t d = 0; d < D; d += 8)
+        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(op + d), _mm256_loadu_ps(o + d)));
+    }
+    if (sinks) sum += expf_poly(sinks[h] - M);
+    const __m256 inv = _mm256_set1_ps(1.0f / sum);
+    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
+  }
 }
 
 }  // namespace inferd::kernels::detail

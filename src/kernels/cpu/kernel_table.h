@@ -60,6 +60,11 @@ using AttendHeadsFn = void (*)(const float* q, int64_t n_heads, const PagedKV& k
 struct AttentionTile;
 using AttendTileFn = void (*)(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
                               int64_t D, float scale, const float* sinks);
+struct FastAttentionState;
+using AttendTileFastFn = void (*)(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                                  int64_t D, float scale, const float* sinks, const FastAttentionState* state);
+using JoinFastStatesFn = void (*)(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
+                                  const float* sinks, float* out);
 // Latent attention (attention.h: attend_latent_heads), flavour by flavour.
 using AttendLatentFn = void (*)(const float* q, int64_t n_heads, const PagedKV& kv, int64_t Dk, int64_t Dv,
                                 int64_t pos_begin, int64_t pos_end, float scale, AttentionPass pass, float* out);
@@ -84,7 +89,8 @@ constexpr int kNumGgmlFlavours = 2;
 struct FloatKernels {
   AttendHeadsFn attend_heads[kNumGgmlFlavours] = {};  // F16 keys and values
   AttendTileFn attend_tile[kNumGgmlFlavours] = {};  // F16 prefill tiles (attention.h: attend_heads_tile)
-  AttendTileFn attend_tile_fast = nullptr;  // the fast tier's F16 prefill tiles (attention_fast.h): one order
+  AttendTileFastFn attend_tile_fast = nullptr;  // the fast tier's F16 tiles and decode parts (attention_fast.h): one order
+  JoinFastStatesFn join_fast_states = nullptr;  // the fast tier's decode parts joined (attention_fast.h)
   AttendHeadsFn attend_heads_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 (attention_quant.h): one order, no flavour
   AttendLatentFn attend_latent[kNumGgmlFlavours] = {};  // F16 latent + RoPE key
   AttendLatentFn attend_latent_quant = nullptr;  // Q8_0, Q4_0, BF16, F8_E4M3 latent (attention_quant.h)
