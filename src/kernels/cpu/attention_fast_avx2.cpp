@@ -52,11 +52,24 @@ inline void transpose8(__m256& a, __m256& b, __m256& c, __m256& d, __m256& e, __
   h = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
+// Every cache line of a head's row (D f16 values) on its way to L1.
+inline void prefetch_row(const uint16_t* row, int64_t D) {
+  for (int64_t b = 0; b < 2 * D; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row) + b, _MM_HINT_T0);
+}
+
 // The chunk's keys as kt[d * C + j] and values as vs[j * D + d], f32; zeros
-// where `key[j]` is null (a position no row of the tile reads).
-void load_chunk(const uint16_t* const* key, const uint16_t* const* value, int64_t D, float* kt, float* vs) {
+// where `key[j]` is null (a position no row of the tile reads). With `ahead`
+// (the next chunk's keys, then its values; null where not read), their rows
+// are prefetched as this chunk's are read: a decode step's keys and values
+// come from memory, and a chunk's hundred prefetches at once would stall on
+// the core's few outstanding misses.
+void load_chunk(const uint16_t* const* key, const uint16_t* const* value, int64_t D, float* kt, float* vs,
+                const uint16_t* const* ahead) {
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t j0 = 0; j0 < C; j0 += 8) {
+    if (ahead)
+      for (int64_t j = j0; j < j0 + 8; ++j)
+        if (ahead[j]) prefetch_row(ahead[j], D), prefetch_row(ahead[C + j], D);
     for (int64_t d0 = 0; d0 < D; d0 += 8) {
       __m256 r[8];
       for (int i = 0; i < 8; ++i) r[i] = key[j0 + i] ? load_f16(key[j0 + i] + d0) : zero;
@@ -178,6 +191,7 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
   int64_t slots[C];
   const uint16_t* key[C];
   const uint16_t* value[C];
+  const uint16_t* ahead[2 * C];  // the next chunk's keys, then its values (decode)
   thread_local std::vector<int64_t> active;  // tokens whose range meets the chunk
   active.reserve(T);
   for (int64_t c0 = lo / C * C; c0 < hi; c0 += C) {
@@ -197,7 +211,18 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
       key[j] = read[j] ? kv.k_f16() + slots[j] + head_offset : nullptr;
       value[j] = read[j] ? kv.v_f16() + slots[j] + head_offset : nullptr;
     }
-    load_chunk(key, value, D, kt, vs);
+    // A decode step (parts) streams its range once, from memory: the next chunk's rows are prefetched.
+    const bool prefetch = parts && c0 + C < hi;
+    if (prefetch) {
+      const int64_t next_end = std::min(c0 + 2 * C, hi);
+      kv.f16_slots(c0 + C, next_end, slots);
+      for (int64_t j = 0; j < C; ++j) {
+        const bool next = c0 + C + j < next_end;
+        ahead[j] = next ? kv.k_f16() + slots[j] + head_offset : nullptr;
+        ahead[C + j] = next ? kv.v_f16() + slots[j] + head_offset : nullptr;
+      }
+    }
+    load_chunk(key, value, D, kt, vs, prefetch ? ahead : nullptr);
 
     // The active rows, token by token (a token's heads together).
     int64_t n = 0;
