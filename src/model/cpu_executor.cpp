@@ -440,6 +440,65 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
     }
   }
   if (n_other == 0) return;
+  if (fast) {
+    // The fast tier's decode split over the context (attention_fast.h,
+    // flash-decoding): one work item per (token, key/value head, part of
+    // kFastDecodeSplit positions), dealt out by cost like the prompt tiles, so
+    // that both cores share one long request. A thread runs its items of one
+    // (token, key/value head) in one call; the thread that completes a
+    // token's head group joins its parts (their order is fixed, not who joins).
+    constexpr int64_t kPartCost = 16;  // a part's fixed share: its state out and its join
+    int64_t decode_total = 0;
+    for (const SequenceSlice& sl : batch.sequences) {
+      if (sl.prompt_pass()) continue;
+      for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t) {
+        const auto [first, end] = range_of(t);
+        decode_total += n_kv * (end - first + kPartCost * kernels::fast_decode_parts(first, end));
+      }
+    }
+    const int64_t share_begin = decode_total * ti / nt, share_end = decode_total * (ti + 1) / nt;
+    int64_t at = 0, row = 0, o = 0;  // cost and state rows before this item, other tokens before this one
+    for (const SequenceSlice& sl : batch.sequences) {
+      if (sl.prompt_pass()) continue;
+      const kernels::PagedKV kv = view_of(sl);
+      for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t, ++o) {
+        const auto [first, end] = range_of(t);
+        const int64_t n_parts = kernels::fast_decode_parts(first, end), k_first = first / kernels::kFastDecodeSplit;
+        for (int64_t g = 0; g < n_kv; ++g, row += n_parts * group) {
+          if (at >= share_end) return;
+          int64_t run_begin = -1, run_end = -1;  // this thread's parts of (t, g)
+          for (int64_t k = 0; k < n_parts; ++k) {
+            const int64_t part_begin = std::max(first, (k_first + k) * kernels::kFastDecodeSplit);
+            const int64_t part_end = std::min(end, (k_first + k + 1) * kernels::kFastDecodeSplit);
+            if (at >= share_begin && at < share_end) {
+              if (run_begin < 0) run_begin = k;
+              run_end = k + 1;
+            }
+            at += part_end - part_begin + kPartCost;
+          }
+          if (run_begin < 0) continue;
+          const int64_t h = g * group, r0 = row + run_begin * group;
+          const kernels::FastAttentionState parts{s_.part_m.data() + row, s_.part_lanes.data() + 8 * row,
+                                                  s_.part_o.data() + row * D};
+          kernels::attend_heads_fast_parts(
+              s_.q.data() + t * c.q_dim() + h * D, group, kv, h / group * kv_spec.block_size * kv_spec.head_size, D,
+              std::max(first, (k_first + run_begin) * kernels::kFastDecodeSplit),
+              std::min(end, (k_first + run_end) * kernels::kFastDecodeSplit), phase.kq_scale,
+              kernels::FastAttentionState{s_.part_m.data() + r0, s_.part_lanes.data() + 8 * r0,
+                                          s_.part_o.data() + r0 * D});
+          std::atomic<int32_t>& done = s_.parts_done[o * n_kv + g];
+          const int64_t run = run_end - run_begin;
+          if (run < n_parts && done.fetch_add(static_cast<int32_t>(run), std::memory_order_acq_rel) + run < n_parts)
+            continue;  // another thread's parts are still to come: it joins
+          done.store(0, std::memory_order_relaxed);
+          kernels::join_fast_attention_states(parts, n_parts, group, D, sinks ? sinks + h : nullptr,
+                                              s_.attn.data() + t * c.q_dim() + h * D);
+          finish(t, h, group);
+        }
+      }
+    }
+    return;
+  }
   // The other tokens (decode steps, and slices computed each as a one-token
   // decode), in a decode's order: one work item per (token, head); items are
   // dealt out in contiguous runs, and the heads of a run that share a
@@ -484,6 +543,19 @@ void CpuExecutor::prepare_scratch(const ForwardBatch& batch, int n_threads) {
   s_.k.resize(T * c.kv_dim());
   s_.v.resize(T * c.kv_dim());
   s_.attn.resize(T * c.attn_out_dim());
+  if (numerics_ == kernels::Numerics::kFast) {  // the decode parts' states (attention), for ranges from 0 (no window)
+    int64_t part_rows = 0, n_decode = 0;
+    for (const SequenceSlice& sl : batch.sequences) {
+      if (sl.prompt_pass()) continue;
+      for (int64_t t = sl.first_token; t < sl.first_token + sl.n_tokens; ++t, ++n_decode)
+        part_rows += c.n_head * kernels::fast_decode_parts(0, batch.positions[t] + 1);
+    }
+    s_.part_m.resize(part_rows);
+    s_.part_lanes.resize(8 * part_rows);
+    s_.part_o.resize(part_rows * c.head_dim);
+    const auto counters = static_cast<size_t>(n_decode * std::max<int64_t>(c.n_head_kv, 1));
+    if (s_.parts_done.size() < counters) s_.parts_done = std::vector<std::atomic<int32_t>>(counters);
+  }
   if (comm_) {  // the whole model's widths (config_ is this rank's shard)
     s_.attn_gathered.resize(T * shard_.attn.whole());
     s_.hidden_gathered.resize(T * std::max(shard_.ffn.whole(), shard_.shared.whole()));

@@ -7,6 +7,7 @@
 // phase, never in the kernels' inner loops.
 #pragma once
 #include <array>
+#include <atomic>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -234,6 +235,12 @@ class CpuExecutor final : public Executor {
     // With an attention output gate: the query projection's rows (each head's
     // query, then its gate), and the gates' sigmoids by head as attn holds them.
     std::vector<float> q_gated, attn_gate;
+    // The fast tier's decode split over the context (kernels::attend_heads_fast_parts):
+    // the parts' softmax states (rows of a query head each: maximum, 8 lane
+    // sums, D outputs), and per (decode token, key/value head) how many of its
+    // parts are done; the thread that completes them joins them (and sets it back to 0).
+    std::vector<float> part_m, part_lanes, part_o;
+    std::vector<std::atomic<int32_t>> parts_done;
     // Per RoPE table (ModelConfig::ropes), per token, rope_dim/2 each.
     std::vector<std::vector<float>> rope_cos, rope_sin;
     // The norms' outputs, shared by the threads; in steps of at most
