@@ -263,6 +263,16 @@ TEST_F(EngineModelRunnerModel, SequencesBatchedTogetherGiveTheLogitsOfEachRunAlo
   EXPECT_EQ(std::memcmp(alone->data(), next.data(), V * sizeof(float)), 0);
 }
 
+// n ordinary tokens spread over the vocabulary (no control or end-of-generation ones).
+std::vector<int32_t> spread_tokens(const Tokenizer& tok, int64_t n) {
+  std::vector<int32_t> out;
+  for (int64_t t = 1; static_cast<int64_t>(out.size()) < n; ++t) {
+    const auto id = static_cast<int32_t>(t * 7919 % tok.n_vocab());
+    if (!tok.is_control(id) && !tok.is_eog(id)) out.push_back(id);
+  }
+  return out;
+}
+
 // The threads of a forward pass split every phase differently at each thread
 // count (Q/K/V heads, weight rows, attention's (token, head) items, experts'
 // units, recurrent heads): the logits must be the same bits at any count, for
@@ -285,12 +295,7 @@ TEST(EngineModelThreads, EveryThreadCountGivesTheSameLogits) {
       o.n_threads = n_threads;
       auto model = Model::load(path, o);
       ASSERT_TRUE(model.ok()) << model.error().message;
-      const Tokenizer& tok = (*model)->tokenizer();
-      std::vector<int32_t> prompt;
-      for (int64_t t = 1; static_cast<int64_t>(prompt.size()) < 20; ++t) {
-        const auto id = static_cast<int32_t>(t * 7919 % tok.n_vocab());
-        if (!tok.is_control(id) && !tok.is_eog(id)) prompt.push_back(id);
-      }
+      const std::vector<int32_t> prompt = spread_tokens((*model)->tokenizer(), 20);
       size_t i = 0;
       for (int64_t n : {1, 3, 20}) {
         SequenceGenerator gen(**model, n + 1);
@@ -326,12 +331,7 @@ TEST(EngineModelThreads, FastDecodeSplitOverTheContextGivesTheSameLogitsAtEveryT
       o.numerics = kernels::Numerics::kFast;
       auto model = Model::load(path, o);
       ASSERT_TRUE(model.ok()) << model.error().message;
-      const Tokenizer& tok = (*model)->tokenizer();
-      std::vector<int32_t> tokens;
-      for (int64_t t = 1; static_cast<int64_t>(tokens.size()) < 300; ++t) {
-        const auto id = static_cast<int32_t>(t * 7919 % tok.n_vocab());
-        if (!tok.is_control(id) && !tok.is_eog(id)) tokens.push_back(id);
-      }
+      const std::vector<int32_t> tokens = spread_tokens((*model)->tokenizer(), 300);
       SequenceGenerator gen(**model, 320);
       std::vector<float> logits;
       gen.feed(tokens, 0, 250, 249, 250, logits);  // the prompt

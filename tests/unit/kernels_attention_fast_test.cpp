@@ -47,6 +47,27 @@ std::vector<float> alone(const std::vector<float>& q, int64_t i, int64_t n_heads
   return out;
 }
 
+// softmax(scale q.k) v in double over positions [b, e) of the head at
+// head_offset, a sink (if given) joining the sum: the textbook formula.
+std::vector<double> softmax_in_double(const float* q, const PagedKV& kv, int64_t head_offset, int64_t D, int64_t b,
+                                      int64_t e, float scale, const float* sink) {
+  std::vector<double> s;
+  for (int64_t p = b; p < e; ++p) {
+    const uint16_t* k = kv.k_f16() + kv.f16_slot(p) + head_offset;
+    double d = 0;
+    for (int64_t i = 0; i < D; ++i) d += double{q[i]} * f16_to_f32(k[i]);
+    s.push_back(d * scale);
+  }
+  double mx = *std::max_element(s.begin(), s.end());
+  if (sink) mx = std::max(mx, double{*sink});
+  double sum = sink ? std::exp(*sink - mx) : 0.0;
+  for (double& x : s) sum += (x = std::exp(x - mx));
+  std::vector<double> out(static_cast<size_t>(D));
+  for (int64_t i = 0; i < D; ++i)
+    for (int64_t p = b; p < e; ++p) out[i] += s[p - b] / sum * f16_to_f32((kv.v_f16() + kv.f16_slot(p) + head_offset)[i]);
+  return out;
+}
+
 // Tiles of 1 to 17 tokens (the executor gives 16), causal ranges from 0 and
 // from inside a chunk, across chunk and block boundaries, sliding windows
 // (the beginnings move too), sinks, sharp scores, groups of 1 to 9 query heads (more than a
@@ -151,22 +172,9 @@ TEST(KernelsAttentionFast, AgreesWithASoftmaxInDouble) {
       for (float& x : q) x = 3.0f * dist(rng);
       const std::vector<float> got = alone(q, 0, n_heads, kv, D, 0, b, e, scale, sk);
       for (int64_t h = 0; h < n_heads; ++h) {
-        std::vector<double> s;
-        for (int64_t p = b; p < e; ++p) {
-          const uint16_t* k = kv.k_f16() + kv.f16_slot(p);
-          double d = 0;
-          for (int64_t i = 0; i < D; ++i) d += double{q[h * D + i]} * f16_to_f32(k[i]);
-          s.push_back(d * scale);
-        }
-        double mx = *std::max_element(s.begin(), s.end());
-        if (sk) mx = std::max(mx, double{sk[h]});
-        double sum = sk ? std::exp(sk[h] - mx) : 0.0;
-        for (double& x : s) sum += (x = std::exp(x - mx));
-        for (int64_t i = 0; i < D; ++i) {
-          double want = 0;
-          for (int64_t p = b; p < e; ++p) want += s[p - b] / sum * f16_to_f32((kv.v_f16() + kv.f16_slot(p))[i]);
-          EXPECT_NEAR(got[h * D + i], want, 1e-5 + 1e-4 * std::fabs(want)) << "[" << b << ", " << e << ") head " << h;
-        }
+        const std::vector<double> want = softmax_in_double(q.data() + h * D, kv, 0, D, b, e, scale, sk ? sk + h : nullptr);
+        for (int64_t i = 0; i < D; ++i)
+          EXPECT_NEAR(got[h * D + i], want[i], 1e-5 + 1e-4 * std::fabs(want[i])) << "[" << b << ", " << e << ") head " << h;
       }
     }
   }
@@ -240,23 +248,11 @@ TEST(KernelsAttentionFast, DecodePartsJoinToEachTokensResult) {
           }
           // Against softmax(scale q.k) v in double, sinks joining the sum.
           for (int64_t h = 0; h < n_heads; ++h) {
-            std::vector<double> s;
-            for (int64_t p = b; p < e; ++p) {
-              const uint16_t* k = kv.k_f16() + kv.f16_slot(p) + D;
-              double d = 0;
-              for (int64_t i = 0; i < D; ++i) d += double{q[h * D + i]} * f16_to_f32(k[i]);
-              s.push_back(d * scale);
-            }
-            double mx = *std::max_element(s.begin(), s.end());
-            if (sk) mx = std::max(mx, double{sk[h]});
-            double sum = sk ? std::exp(sk[h] - mx) : 0.0;
-            for (double& x : s) sum += (x = std::exp(x - mx));
-            for (int64_t i = 0; i < D; ++i) {
-              double want = 0;
-              for (int64_t p = b; p < e; ++p) want += s[p - b] / sum * f16_to_f32((kv.v_f16() + kv.f16_slot(p) + D)[i]);
-              ASSERT_NEAR(want_out[h * D + i], want, 1e-5 + 1e-4 * std::fabs(want))
+            const std::vector<double> want =
+                softmax_in_double(q.data() + h * D, kv, D, D, b, e, scale, sk ? sk + h : nullptr);
+            for (int64_t i = 0; i < D; ++i)
+              ASSERT_NEAR(want_out[h * D + i], want[i], 1e-5 + 1e-4 * std::fabs(want[i]))
                   << "D " << D << " heads " << n_heads << " [" << b << ", " << e << ") head " << h;
-            }
           }
         }
       }

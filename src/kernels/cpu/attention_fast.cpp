@@ -81,22 +81,14 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
 
 void join_fast_attention_states_scalar(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
                                        const float* sinks, float* out) {
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float M = sinks ? sinks[h] : -INFINITY;
-    for (int64_t p = 0; p < n_parts; ++p) M = std::max(M, parts.m[p * n_heads + h]);
-    float sum = 0.0f;
-    float* o = out + h * D;
-    std::fill(o, o + D, 0.0f);
-    for (int64_t p = 0; p < n_parts; ++p) {
-      const int64_t r = p * n_heads + h;
-      const float w = part_weight(parts.m[r], M);
-      sum = std::fma(lane_sum(parts.lanes + 8 * r), w, sum);
-      for (int64_t d = 0; d < D; ++d) o[d] = std::fma(w, parts.o[r * D + d], o[d]);
-    }
-    if (sinks) sum += expf_poly(sinks[h] - M);
-    const float inv = 1.0f / sum;
-    for (int64_t d = 0; d < D; ++d) o[d] *= inv;
-  }
+  join_states(
+      parts, n_parts, n_heads, D, sinks, out,
+      [D](float w, const float* part_o, float* o) {
+        for (int64_t d = 0; d < D; ++d) o[d] = std::fma(w, part_o[d], o[d]);
+      },
+      [D](float inv, float* o) {
+        for (int64_t d = 0; d < D; ++d) o[d] *= inv;
+      });
 }
 
 }  // namespace detail

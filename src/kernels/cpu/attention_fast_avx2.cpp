@@ -324,25 +324,17 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
 
 void join_fast_attention_states_avx2(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
                                      const float* sinks, float* out) {
-  for (int64_t h = 0; h < n_heads; ++h) {
-    float M = sinks ? sinks[h] : -INFINITY;
-    for (int64_t p = 0; p < n_parts; ++p) M = std::max(M, parts.m[p * n_heads + h]);
-    float sum = 0.0f;
-    float* o = out + h * D;
-    std::fill(o, o + D, 0.0f);
-    for (int64_t p = 0; p < n_parts; ++p) {
-      const int64_t r = p * n_heads + h;
-      const float w = part_weight(parts.m[r], M);
-      sum = std::fma(lane_sum(parts.lanes + 8 * r), w, sum);
-      const __m256 wv = _mm256_set1_ps(w);
-      const float* op = parts.o + r * D;
-      for (int64_t d = 0; d < D; d += 8)
-        _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(op + d), _mm256_loadu_ps(o + d)));
-    }
-    if (sinks) sum += expf_poly(sinks[h] - M);
-    const __m256 inv = _mm256_set1_ps(1.0f / sum);
-    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), inv));
-  }
+  join_states(
+      parts, n_parts, n_heads, D, sinks, out,
+      [D](float w, const float* part_o, float* o) {
+        const __m256 wv = _mm256_set1_ps(w);
+        for (int64_t d = 0; d < D; d += 8)
+          _mm256_storeu_ps(o + d, _mm256_fmadd_ps(wv, _mm256_loadu_ps(part_o + d), _mm256_loadu_ps(o + d)));
+      },
+      [D](float inv, float* o) {
+        const __m256 iv = _mm256_set1_ps(inv);
+        for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), iv));
+      });
 }
 
 }  // namespace inferd::kernels::detail
