@@ -391,8 +391,8 @@ void CpuExecutor::attention(const Pass& pass, int64_t layer, const AttentionPhas
   // (kernels::attend_heads_tile). The items are split over the threads by
   // cost (the positions their tokens read, plus a token's fixed share), not
   // count: a causal prefill's last tokens read the most.
-  // The fast tier reads f16 caches through its own kernel (attention_fast.h:
-  // matrix products, larger tiles).
+  // The fast tier reads f16 caches through its own kernels (attention_fast.h:
+  // matrix products, larger tiles; decode split over the context, below).
   const bool fast = numerics_ == kernels::Numerics::kFast && kernels::fast_attention_reads(kv_spec.dtype, D);
   constexpr int64_t kMaxTile = std::max(kernels::kAttentionTileTokens, kernels::kFastAttentionTileTokens);
   const int64_t kTile = fast ? kernels::kFastAttentionTileTokens : kernels::kAttentionTileTokens;

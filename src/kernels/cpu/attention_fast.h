@@ -1,6 +1,7 @@
-// The fast numerics tier's prefill attention (kernels::Numerics::kFast): a
-// tile of a sequence's prompt tokens over a paged f16 KV cache, as register-
-// blocked matrix products (docs/design.md, "Fast prefill attention").
+// The fast numerics tier's attention (kernels::Numerics::kFast): a tile of a
+// sequence's prompt tokens over a paged f16 KV cache, as register-blocked
+// matrix products, and a decode token's range in parts the threads share
+// (below; docs/design.md, "Fast prefill attention").
 //
 // The exact tier's tiled kernels (attention.h) keep GGML's arithmetic: the
 // query and the softmax weights rounded to f16, an exact softmax over the
