@@ -26,8 +26,12 @@ namespace {
 
 // Top-2 gaps of llama.cpp's logits below this may flip under the fast tier's
 // error (measured: its last-position logits move by up to a few tenths on the
-// tiny random-weight models, whose logits are flat).
-constexpr float kFastNearTie = 0.5f;
+// tiny random-weight models, whose logits are flat; on the tiny mixtures of
+// experts by whole units where a router's own near tie picks another expert:
+// the prompt attention's 16-bit codes moved tiny-glm4moe's german_sentence by
+// 4.3 and flipped a first token at a gap of 0.85, tiny-gpt-oss's cpp_code at
+// 0.63).
+constexpr float kFastNearTie = 1.0f;
 
 class FastNumerics : public ::testing::TestWithParam<std::string> {};
 

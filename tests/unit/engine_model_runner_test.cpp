@@ -348,16 +348,21 @@ TEST(EngineModelThreads, FastDecodeSplitOverTheContextGivesTheSameLogitsAtEveryT
             << file << ": decode at position " << pos << " on " << n_threads << " threads";
         if (n_threads == 1) {
           // The same position in a prompt pass (the tile kernel, one softmax
-          // over the whole range): the parts' join reorders its sums only.
+          // over the whole range, its products on 16-bit codes where a decode
+          // step's are f32): within the codes' error, far from a join that
+          // drops a part. Measured largest |d| of the logits: 0.13 tiny-qwen3,
+          // 0.78 tiny-gemma3, 1.06 tiny-gpt-oss, 0.52 SmolLM2; with the last
+          // part dropped: 1.0-1.6, NaN, 3.3-19, 3.5-4.4.
           SequenceGenerator whole(**model, 320);
           std::vector<float> prompt_logits;
           whole.feed(tokens, 0, pos + 1, pos, pos + 1, prompt_logits);
           float max_abs = 0;
-          for (size_t v = 0; v < logits.size(); ++v) max_abs = std::max(max_abs, std::fabs(logits[v] - prompt_logits[v]));
-          // Measured: at most 0.17 on the tiny models (0.6 on SmolLM2, whose
-          // int8 activations flip a rounding now and then); a join that drops
-          // the last part moves them by 1.0 to 20.
-          if (file.starts_with("tiny-")) EXPECT_LT(max_abs, 0.5f) << file << ": decode against a prompt pass at " << pos;
+          for (size_t v = 0; v < logits.size(); ++v) {
+            ASSERT_TRUE(std::isfinite(logits[v])) << file << ": decode at " << pos;
+            max_abs = std::max(max_abs, std::fabs(logits[v] - prompt_logits[v]));
+          }
+          const float bound = file == "tiny-qwen3.gguf" ? 0.5f : 2.0f;
+          EXPECT_LT(max_abs, bound) << file << ": decode against a prompt pass at " << pos;
         }
         ++i;
       }

@@ -14,17 +14,31 @@ namespace inferd::kernels {
 
 namespace detail {
 
-// The reference: attention_fast.h's arithmetic row by row, element by element.
+// The reference: attention_fast.h's arithmetic row by row, element by element
+// (a prompt tile's integer products; a decode step's parts, the f32 ones).
 void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv,
                                    int64_t head_offset, int64_t D, float scale, const float* sinks,
                                    const FastAttentionState* parts) {
   assert(!(parts && (sinks || tile.n_tokens != 1)) && "parts: one token, no sinks (they join with the parts)");
   constexpr int64_t C = kFastAttentionChunk;
-  std::vector<float> o(static_cast<size_t>(D));
+  const bool ints = parts == nullptr;
+  const int32_t KQ = fast_attention_key_max(D);
+  std::vector<float> o(static_cast<size_t>(D)), x(static_cast<size_t>(D));
+  std::vector<int32_t> qc(static_cast<size_t>(D)), kc(static_cast<size_t>(D));
+  std::vector<int64_t> acc(static_cast<size_t>(D));
+  // A row of n f32 values coded up to cmax: its codes and step.
+  auto code_row = [](const float* v, int64_t n, int32_t cmax, int32_t* codes) {
+    float amax = 0.0f;
+    for (int64_t d = 0; d < n; ++d) amax = std::max(amax, std::fabs(v[d]));
+    const float step = code_step(amax, cmax), id = code_inverse(step);
+    for (int64_t d = 0; d < n; ++d) codes[d] = code_of(v[d], id, -cmax, cmax);
+    return step;
+  };
   for (int64_t i = 0; i < tile.n_tokens; ++i) {
     const int64_t b = tile.pos_begin[i], e = tile.pos_end[i];
     for (int64_t h = 0; h < n_heads; ++h) {
       const float* q = tile.q + i * tile.q_stride + h * D;
+      const float qf = ints ? code_row(q, D, KQ, qc.data()) * scale : 0.0f;
       float m = sinks ? sinks[h] : -INFINITY;
       float lanes[8] = {sinks ? 1.0f : 0.0f, 0, 0, 0, 0, 0, 0, 0};
       std::fill(o.begin(), o.end(), 0.0f);
@@ -39,6 +53,11 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
         std::fill(lanes, lanes + 8, 0.0f);
         std::fill(o.begin(), o.end(), 0.0f);
       };
+      // Position pos's key (which = k) or value as f32 in x.
+      auto row = [&](const uint16_t* base, int64_t pos) {
+        const uint16_t* r = base + kv.f16_slot(pos) + head_offset;
+        for (int64_t d = 0; d < D; ++d) x[d] = f16_to_f32(r[d]);
+      };
       for (int64_t c0 = b / C * C; c0 < e; c0 += C) {
         if (parts && c0 > b / C * C && c0 % kFastDecodeSplit == 0) flush();
         float s[C], p[C];
@@ -46,10 +65,17 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
         for (int64_t j = 0; j < C; ++j) {
           const int64_t pos = c0 + j;
           if (pos < b || pos >= e) continue;
-          const uint16_t* k = kv.k_f16() + kv.f16_slot(pos) + head_offset;
-          float acc = 0.0f;
-          for (int64_t d = 0; d < D; ++d) acc = std::fma(q[d], f16_to_f32(k[d]), acc);
-          s[j] = acc * scale;
+          row(kv.k_f16(), pos);
+          if (ints) {
+            const float ks = code_row(x.data(), D, KQ, kc.data());
+            int64_t dot = 0;
+            for (int64_t d = 0; d < D; ++d) dot += int64_t{qc[d]} * kc[d];
+            s[j] = static_cast<float>(static_cast<int32_t>(dot)) * (ks * qf);
+          } else {
+            float a = 0.0f;
+            for (int64_t d = 0; d < D; ++d) a = std::fma(q[d], x[d], a);
+            s[j] = a * scale;
+          }
           max_s = std::max(max_s, s[j]);
         }
         const float m_new = std::max(m, max_s);
@@ -59,12 +85,38 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
           p[j] = pos < b || pos >= e ? 0.0f : expf_poly(std::max(s[j] - m_new, kFastAttentionExpFloor));
         }
         for (int l = 0; l < 8; ++l) lanes[l] = std::fma(lanes[l], alpha, (p[l] + p[l + 8]) + (p[l + 16] + p[l + 24]));
-        for (int64_t d = 0; d < D; ++d) o[d] *= alpha;
-        for (int64_t j = 0; j < C; ++j) {
-          const int64_t pos = c0 + j;
-          if (pos < b || pos >= e) continue;
-          const uint16_t* v = kv.v_f16() + kv.f16_slot(pos) + head_offset;
-          for (int64_t d = 0; d < D; ++d) o[d] = std::fma(p[j], f16_to_f32(v[d]), o[d]);
+        if (ints) {
+          // The weights times their values' steps, coded over the chunk; the
+          // integer sums of the codes' products, then one fma each.
+          float w[C];
+          int32_t pc[C];
+          std::fill(acc.begin(), acc.end(), 0);
+          for (int64_t j = 0; j < C; ++j) w[j] = 0.0f;
+          std::vector<std::vector<int32_t>> vc(C);
+          for (int64_t j = 0; j < C; ++j) {
+            const int64_t pos = c0 + j;
+            if (pos < b || pos >= e) continue;
+            row(kv.v_f16(), pos);
+            vc[j].resize(static_cast<size_t>(D));
+            w[j] = p[j] * code_row(x.data(), D, kFastAttentionValueMax, vc[j].data());
+          }
+          float wmax = 0.0f;
+          for (int64_t j = 0; j < C; ++j) wmax = std::max(wmax, w[j]);
+          const float ps = code_step(wmax, kFastAttentionWeightMax), pid = code_inverse(ps);
+          for (int64_t j = 0; j < C; ++j) pc[j] = code_of(w[j], pid, 0, kFastAttentionWeightMax);
+          for (int64_t j = 0; j < C; ++j)
+            if (!vc[j].empty())
+              for (int64_t d = 0; d < D; ++d) acc[d] += int64_t{pc[j]} * vc[j][d];
+          for (int64_t d = 0; d < D; ++d)
+            o[d] = std::fma(static_cast<float>(static_cast<int32_t>(acc[d])), ps, o[d] * alpha);
+        } else {
+          for (int64_t d = 0; d < D; ++d) o[d] *= alpha;
+          for (int64_t j = 0; j < C; ++j) {
+            const int64_t pos = c0 + j;
+            if (pos < b || pos >= e) continue;
+            row(kv.v_f16(), pos);
+            for (int64_t d = 0; d < D; ++d) o[d] = std::fma(p[j], x[d], o[d]);
+          }
         }
         m = m_new;
       }

@@ -6,24 +6,41 @@
 // The exact tier's tiled kernels (attention.h) keep GGML's arithmetic: the
 // query and the softmax weights rounded to f16, an exact softmax over the
 // whole range, each dot product in GGML's lane order. Here nothing is owed to
-// GGML, so the arithmetic is chosen for matrix products: the keys of a chunk
-// of kFastAttentionChunk positions are turned to f32 and transposed once for
-// the tile, every (query row, key) score is one fused multiply-add chain over
-// the head's elements, and the softmax is online over the chunks (a running
-// maximum, the earlier sums and outputs rescaled when it grows).
+// GGML, so the arithmetic is chosen for matrix products: a prompt tile's two
+// products run on 16-bit integers (AVX2's madd does twice the multiply-adds
+// of an f32 fma a cycle, and integer sums are exact in any order), the
+// softmax in f32, online over chunks of 32 positions (a running maximum, the
+// earlier sums and outputs rescaled when it grows).
 //
-// Per query row (token t, head h; positions [b, e) of the tile's ranges), in
-// this order, each step one IEEE operation (fused where written fma):
+// Integer codes (every level the same bits): code(x, id, lo, hi) =
+// clamp(rne(x * id), lo, hi), rne as cvtps2dq (round to nearest even; NaN and
+// out of range give INT32_MIN, then clamped); for a vector with largest |x|
+// amax and codes up to cmax: step = amax / cmax, id = step != 0 ? 1 / step : 0.
+//   query row (token t, head h): codes qc[d] up to KQ = fast_attention_key_max(D)
+//     (D KQ^2 < 2^31: a score's integer sum cannot overflow), qf = step * scale
+//   key j: codes kc_j[d] up to KQ, its step ks_j; value j: codes vc_j[d] up to
+//     kFastAttentionValueMax, its step vs_j (the keys and values of a chunk
+//     coded once for the tile; a position no row of the tile reads is zeros)
+//
+// Per query row (positions [b, e) of the tile's ranges), in this order, each
+// step one IEEE operation (fused where written fma):
 //   m = sinks ? sinks[h] : -inf;  lanes[8] = {sinks ? 1 : 0, 0, ...};  o[D] = 0
 //   for each chunk c (positions [32c, 32c + 32)) that meets [b, e), in order:
-//     s_j = fma-chain_d(q[d] * k_j[d]) * scale for the chunk's j in [b, e)
+//     s_j = float(sum_d qc[d] kc_j[d]) * (ks_j * qf) for the chunk's j in [b, e)
 //     m' = max(m, max_j s_j);  alpha = m == -inf ? 0 : expf_poly(m - m')
 //     p_j = j in [b, e) ? expf_poly(max(s_j - m', kFastAttentionExpFloor)) : 0
 //     lanes[l] = fma(lanes[l], alpha, (p_l + p_{l+8}) + (p_{l+16} + p_{l+24}))
-//     o[d] = o[d] * alpha, then o[d] = fma(p_j, v_j[d], o[d]) for the chunk's j in [b, e), in order
+//     w_j = j in [b, e) ? p_j * vs_j : 0; the w_j coded up to kFastAttentionWeightMax
+//       (pc_j; step ps over the chunk's 32)
+//     o[d] = fma(float(sum_j pc_j vc_j[d]), ps, o[d] * alpha)   (32 * 4095 * 16383 < 2^31)
 //     m = m'
 //   sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
 //   out[d] = o[d] * (1 / sum)
+// A decode step's parts (below) read their keys and values once, from memory,
+// where coding them would cost more than the products save: there the score
+// is the f32 chain s_j = fma-chain_d(q[d] * k_j[d]) * scale and the output
+// o[d] = o[d] * alpha, then o[d] = fma(p_j, v_j[d], o[d]) for the chunk's j
+// in [b, e), in order, with the same softmax steps.
 // Chunks are aligned to absolute positions, so a token's result depends on its
 // own query and range only, not on the tile it came in: batch invariant
 // (a prompt's tokens give the same bits whether it is chunked or not, alone or
@@ -41,9 +58,27 @@ constexpr int64_t kFastAttentionChunk = 32;
 // float) adds nothing next to the chunk's largest weight, 1, and keeps the
 // vector e^x on its quick path (no subnormal results).
 constexpr float kFastAttentionExpFloor = -87.0f;
-// Tokens an executor gives attend_heads_tile_fast at a time: each chunk of
-// keys is turned to f32 once for this many tokens' query heads.
-constexpr int64_t kFastAttentionTileTokens = 16;
+// Tokens an executor gives attend_heads_tile_fast at a time: each chunk's
+// keys and values are coded once for this many tokens' query heads (64: the
+// coding's share falls to where the products bound the kernel; 16 kept it
+// about as fast as f32 products, docs/benchmarks.md).
+constexpr int64_t kFastAttentionTileTokens = 64;
+// The largest value and softmax weight codes: a chunk's 32 products of the two
+// sum below 2^31 in int32.
+constexpr int32_t kFastAttentionValueMax = 4095;
+constexpr int32_t kFastAttentionWeightMax = 16383;
+static_assert(int64_t{32} * kFastAttentionValueMax * kFastAttentionWeightMax < (int64_t{1} << 31));
+// The largest query and key code for a head of D elements: D of their
+// products sum below 2^31 (4095 at D = 128, 5792 at 64, 2896 at 256).
+constexpr int32_t fast_attention_key_max(int64_t D) {
+  int64_t lo = 1, hi = 32767;  // the largest m with D m^2 < 2^31
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (D * mid * mid < (int64_t{1} << 31)) lo = mid; else hi = mid - 1;
+  }
+  return static_cast<int32_t>(lo);
+}
+static_assert(fast_attention_key_max(128) == 4095 && fast_attention_key_max(64) == 5792);
 
 // Whether attend_heads_tile_fast reads this cache and head size: f16 keys and
 // values, heads of whole 8-element vectors.
@@ -67,7 +102,8 @@ void attend_heads_tile_fast(const AttentionTile& tile, int64_t n_heads, const Pa
 //   sum = sinks ? sum + expf_poly(sinks[h] - M) : sum
 //   out[d] = o[d] * (1 / sum)
 // The parts depend on the range alone, so a token's result does not depend on
-// the batch or on the threads; one part and no sinks give attend_heads_tile_fast's bits.
+// the batch or on the threads. Each part runs the f32 products above (a
+// decode step's), so its states are not a prompt tile's.
 constexpr int64_t kFastDecodeSplit = 2 * kFastAttentionChunk;
 static_assert(kFastDecodeSplit % kFastAttentionChunk == 0, "parts of whole chunks");
 

@@ -1,11 +1,15 @@
 // The fast tier's prefill attention with AVX2, FMA and F16C: attention_fast.h's
-// arithmetic, to the bit, as register-blocked products. Per chunk of 32
-// positions, for the whole tile: the keys turned to f32 and transposed (a row
-// per head element, 32 keys wide), the values turned to f32; then scores for
-// six query rows by sixteen keys at a time (12 accumulators, each key vector
-// loaded once for six broadcast query elements), the online softmax row by
-// row, and the weighted values for six rows by sixteen head elements.
+// arithmetic, to the bit, as register-blocked products. A prompt tile, per
+// chunk of 32 positions: the keys and values coded as 16-bit integers straight
+// from the cache's f16 rows, in pairs for madd (two head elements of a key
+// side by side, two keys' values of a head element side by side); then scores
+// for five query rows by sixteen keys at a time (each key vector loaded once
+// for five broadcast query pairs), the online softmax row by row with its
+// weights coded, and the weighted values for four rows by sixteen head
+// elements. A decode step's parts keep f32 products: the keys turned to f32
+// and transposed, the values to f32, six rows by sixteen at a time.
 #include <immintrin.h>
+
 
 #include <algorithm>
 #include <cassert>
@@ -80,6 +84,179 @@ void load_chunk(const uint16_t* const* key, const uint16_t* const* value, int64_
   for (int64_t j = 0; j < C; ++j)
     for (int64_t d = 0; d < D; d += 8)
       _mm256_storeu_ps(vs + j * D + d, value[j] ? load_f16(value[j] + d) : zero);
+}
+
+
+// The int32 word at p (two int16 codes) in every lane, by a load-port broadcast.
+inline __m256i broadcast_pair(const int16_t* p) {
+  return _mm256_castps_si256(_mm256_broadcast_ss(reinterpret_cast<const float*>(p)));
+}
+
+// int32 lanes a and b as the int16 pairs (a_i, b_i) (both within int16).
+inline __m256i pair16(__m256i a, __m256i b) {
+  return _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(b, 16));
+}
+
+// code_of on eight lanes: cvtps2dq (round to nearest even; NaN and out of
+// range give INT32_MIN), clamped to [lo, hi].
+inline __m256i codes8(__m256 x, __m256 id, __m256i lo, __m256i hi) {
+  return _mm256_min_epi32(_mm256_max_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(x, id)), lo), hi);
+}
+
+// The largest |x| of a row of n f16 values (n a multiple of 8), as a float:
+// an f16's magnitude orders as its bits without the sign do.
+inline float f16_amax(const uint16_t* row, int64_t n) {
+  const __m128i magnitude = _mm_set1_epi16(0x7FFF);
+  __m128i m = _mm_setzero_si128();
+  for (int64_t d = 0; d < n; d += 8)
+    m = _mm_max_epu16(m, _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + d)), magnitude));
+  m = _mm_max_epu16(m, _mm_srli_si128(m, 8));
+  m = _mm_max_epu16(m, _mm_srli_si128(m, 4));
+  m = _mm_max_epu16(m, _mm_srli_si128(m, 2));
+  return _mm_cvtss_f32(_mm_cvtph_ps(m));
+}
+
+// The chunk's keys and values coded straight from the cache's f16 rows
+// (zeros where `key[j]` is null): key j's step at ks[j] and its codes as
+// pairs of head elements, kc[(d / 2) * 2C + 2j + d % 2] (8 keys by 8 pairs
+// turned with one 8 x 8 transpose of their 32-bit pairs); value j's step at
+// vs_step[j] and its codes as pairs of keys, vc[(j / 2) * 2D + 2d + j % 2].
+void load_chunk_codes(const uint16_t* const* key, const uint16_t* const* value, int64_t D, int32_t KQ, int16_t* kc,
+                      float* ks, int16_t* vc, float* vs_step) {
+  const __m256i klo = _mm256_set1_epi32(-KQ), khi = _mm256_set1_epi32(KQ);
+  const __m256 zero = _mm256_setzero_ps();
+  for (int64_t j0 = 0; j0 < C; j0 += 8) {
+    __m256 id[8];
+    for (int i = 0; i < 8; ++i) {
+      const float step = key[j0 + i] ? code_step(f16_amax(key[j0 + i], D), KQ) : 0.0f;
+      ks[j0 + i] = step;
+      id[i] = _mm256_set1_ps(code_inverse(step));
+    }
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      // Row i: key j0 + i's elements d0..d0 + 15 as 8 pairs of codes.
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) {
+        if (!key[j0 + i]) {
+          r[i] = zero;
+          continue;
+        }
+        const __m256i a = codes8(load_f16(key[j0 + i] + d0), id[i], klo, khi);
+        const __m256i b = d0 + 8 < D ? codes8(load_f16(key[j0 + i] + d0 + 8), id[i], klo, khi) : _mm256_setzero_si256();
+        // int32 lanes to int16, in order: elements d0..d0 + 15, two to a 32-bit pair.
+        r[i] = _mm256_castsi256_ps(_mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8));
+      }
+      transpose8(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+      for (int p = 0; p < 8 && d0 + 2 * p < D; ++p)
+        _mm256_storeu_ps(reinterpret_cast<float*>(kc + (d0 + 2 * p) * C + 2 * j0), r[p]);
+    }
+  }
+  const __m256i vlo = _mm256_set1_epi32(-kFastAttentionValueMax), vhi = _mm256_set1_epi32(kFastAttentionValueMax);
+  for (int64_t j = 0; j < C; j += 2) {
+    __m256 id[2];
+    for (int k = 0; k < 2; ++k) {
+      const float step = value[j + k] ? code_step(f16_amax(value[j + k], D), kFastAttentionValueMax) : 0.0f;
+      vs_step[j + k] = step;
+      id[k] = _mm256_set1_ps(code_inverse(step));
+    }
+    for (int64_t d = 0; d < D; d += 8) {
+      const __m256i a = value[j] ? codes8(load_f16(value[j] + d), id[0], vlo, vhi) : _mm256_setzero_si256();
+      const __m256i b = value[j + 1] ? codes8(load_f16(value[j + 1] + d), id[1], vlo, vhi) : _mm256_setzero_si256();
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(vc + j * D + 2 * d), pair16(a, b));
+    }
+  }
+}
+
+// A query row's codes (D of them, up to KQ) and its step, as code_of gives them.
+float code_query(const float* q, int64_t D, int32_t KQ, int16_t* qc) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 amax = _mm256_setzero_ps();
+  for (int64_t d = 0; d < D; d += 8) amax = _mm256_max_ps(amax, _mm256_and_ps(_mm256_loadu_ps(q + d), abs_mask));
+  const float step = code_step(hmax8(amax), KQ);
+  const __m256 id = _mm256_set1_ps(code_inverse(step));
+  const __m256i lo = _mm256_set1_epi32(-KQ), hi = _mm256_set1_epi32(KQ);
+  for (int64_t d = 0; d < D; d += 8) {
+    const __m256i c = codes8(_mm256_loadu_ps(q + d), id, lo, hi);
+    // int32 lanes to int16, in order.
+    const __m128i packed = _mm_packs_epi32(_mm256_castsi256_si128(c), _mm256_extracti128_si256(c, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qc + d), packed);
+  }
+  return step;
+}
+
+// Integer products run in blocks of kIntRows rows, each accumulator a named
+// variable: with arrays of integer vectors GCC kept a copy of every
+// accumulator on the stack, stored at each step. A block narrower than
+// kIntRows repeats its last row (the repeat's sums are not stored).
+constexpr int kIntRows = 5;
+constexpr int kIntValueRows = 4;  // (five spilled one accumulator, a store-to-load chain every step)
+
+// The rows of a block: r < n their own, the rest the last.
+template <int kBlock>
+inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** out) {
+  for (int r = 0; r < kBlock; ++r) out[r] = rows[std::min<int64_t>(r, n - 1)];
+}
+
+// s[r][j0, j0 + 16) = float(sum_d qc[r][d] kc_j[d]) * (ks_j * qf[r]) for the
+// block's n rows, 16 keys: one pair of key vectors (two head elements each) a
+// step for five broadcast query pairs.
+[[gnu::noinline]] void scores_block_int(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc,
+                             const float* ks, int64_t D, int64_t j0, float* const* s) {
+  const int16_t* qc[kIntRows];
+  block_rows<kIntRows>(qc_rows, n, qc);
+  __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
+          a40 = a00, a41 = a00;
+  for (int64_t d = 0; d < D; d += 2) {
+    const __m256i k0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kc + d * C + 2 * j0));
+    const __m256i k1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kc + d * C + 2 * j0 + 16));
+#define INFERD_SCORE_ROW(r)                                       \
+  {                                                               \
+    const __m256i x = broadcast_pair(qc[r] + d);                  \
+    a##r##0 = _mm256_add_epi32(a##r##0, _mm256_madd_epi16(x, k0)); \
+    a##r##1 = _mm256_add_epi32(a##r##1, _mm256_madd_epi16(x, k1)); \
+  }
+    INFERD_SCORE_ROW(0) INFERD_SCORE_ROW(1) INFERD_SCORE_ROW(2) INFERD_SCORE_ROW(3) INFERD_SCORE_ROW(4)
+#undef INFERD_SCORE_ROW
+  }
+  const __m256i acc[kIntRows][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}, {a40, a41}};
+  const __m256 ks0 = _mm256_loadu_ps(ks + j0), ks1 = _mm256_loadu_ps(ks + j0 + 8);
+  for (int64_t r = 0; r < n; ++r) {
+    const __m256 f = _mm256_set1_ps(qf[r]);
+    _mm256_storeu_ps(s[r] + j0, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][0]), _mm256_mul_ps(ks0, f)));
+    _mm256_storeu_ps(s[r] + j0 + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(acc[r][1]), _mm256_mul_ps(ks1, f)));
+  }
+}
+
+// o[r][d] = fma(float(sum_j pc[r][j] vc_j[d]), ps[r], o * alpha[r]) over the
+// chunk's 32 keys for the block's n rows, 16 head elements at a time: a pair
+// of keys a step (a row's weight codes are 0 where it reads no value).
+[[gnu::noinline]] void values_block_int(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n,
+                                       const int16_t* vc, int64_t D, float* const* o) {
+  const int16_t* pc[kIntValueRows];
+  block_rows<kIntValueRows>(pc_rows, n, pc);
+  for (int64_t d0 = 0; d0 < D; d0 += 16) {
+    const bool two = d0 + 16 <= D;  // else the last 8 of a head size that is no multiple of 16
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+    for (int64_t j = 0; j < C; j += 2) {
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vc + j * D + 2 * d0));
+      const __m256i x1 = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vc + j * D + 2 * d0 + 16))
+                             : _mm256_setzero_si256();
+#define INFERD_VALUE_ROW(r)                                        \
+  {                                                                \
+    const __m256i w = broadcast_pair(pc[r] + j);                   \
+    a##r##0 = _mm256_add_epi32(a##r##0, _mm256_madd_epi16(w, x0)); \
+    a##r##1 = _mm256_add_epi32(a##r##1, _mm256_madd_epi16(w, x1)); \
+  }
+      INFERD_VALUE_ROW(0) INFERD_VALUE_ROW(1) INFERD_VALUE_ROW(2) INFERD_VALUE_ROW(3)
+#undef INFERD_VALUE_ROW
+    }
+    const __m256i acc[kIntValueRows][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+    for (int64_t r = 0; r < n; ++r)
+      for (int v = 0; v < (two ? 2 : 1); ++v) {
+        float* at = o[r] + d0 + 8 * v;
+        const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(at), _mm256_set1_ps(alpha[r]));
+        _mm256_storeu_ps(at, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[r][v]), _mm256_set1_ps(ps[r]), scaled));
+      }
+  }
 }
 
 // s[r][0, 16) = the fma chains over d of q[r][d] * kt[d][j0 + j]: R rows by
@@ -166,6 +343,30 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
   thread_local std::vector<const float*> q_rows, s_rows_c;
   thread_local std::vector<float*> s_rows, o_rows;
   m.resize(R), alpha.resize(R), q_rows.resize(R), s_rows.resize(R), s_rows_c.resize(R), o_rows.resize(R);
+  // A prompt tile's integer products (attention_fast.h): the query rows'
+  // codes and factors, the chunk's key and value codes and steps, and each
+  // active row's weight codes and step.
+  const bool ints = parts == nullptr;
+  const int32_t KQ = fast_attention_key_max(D);
+  thread_local std::vector<int16_t> codes;
+  thread_local std::vector<float> q_factor, chunk_steps, weight_step;
+  thread_local std::vector<const int16_t*> qc_rows, pc_rows;
+  thread_local std::vector<float> qf_rows;
+  int16_t *qc_all = nullptr, *kc = nullptr, *vc = nullptr, *pc_all = nullptr;
+  if (ints) {
+    const size_t n_codes = static_cast<size_t>(R * D + 2 * C * D + R * C);
+    if (codes.size() < n_codes) codes.resize(n_codes);
+    qc_all = codes.data(), kc = qc_all + R * D, vc = kc + C * D, pc_all = vc + C * D;
+    q_factor.resize(R), chunk_steps.resize(2 * C), weight_step.resize(R);
+    qc_rows.resize(R), pc_rows.resize(R), qf_rows.resize(R);
+    for (int64_t i = 0; i < T; ++i)
+      for (int64_t h = 0; h < n_heads; ++h) {
+        const int64_t r = i * n_heads + h;
+        q_factor[r] = code_query(tile.q + i * tile.q_stride + h * D, D, KQ, qc_all + r * D) * scale;
+      }
+  }
+  float* ks = chunk_steps.data();
+  float* vs_step = ks + C;
   std::fill(o_all, o_all + R * D, 0.0f);
   for (int64_t i = 0; i < T; ++i)
     for (int64_t h = 0; h < n_heads; ++h) {
@@ -222,7 +423,10 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         ahead[C + j] = next ? kv.v_f16() + slots[j] + head_offset : nullptr;
       }
     }
-    load_chunk(key, value, D, kt, vs, prefetch ? ahead : nullptr);
+    if (ints)
+      load_chunk_codes(key, value, D, KQ, kc, ks, vc, vs_step);
+    else
+      load_chunk(key, value, D, kt, vs, prefetch ? ahead : nullptr);
 
     // The active rows, token by token (a token's heads together).
     int64_t n = 0;
@@ -233,14 +437,30 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         s_rows[n] = s_all + r * C;
         s_rows_c[n] = s_rows[n];
         o_rows[n] = o_all + r * D;
+        if (ints) {
+          qc_rows[n] = qc_all + r * D;
+          qf_rows[n] = q_factor[r];
+          pc_rows[n] = pc_all + n * C;
+        }
       }
-    each_row_block(n, [&]<int B>(int64_t r0) {
-      scores_block<B>(q_rows.data() + r0, kt, D, 0, s_rows.data() + r0);
-      scores_block<B>(q_rows.data() + r0, kt, D, 16, s_rows.data() + r0);
-    });
+    if (ints) {
+      for (int64_t r0 = 0; r0 < n; r0 += kIntRows) {
+        const int64_t b = std::min<int64_t>(kIntRows, n - r0);
+        scores_block_int(qc_rows.data() + r0, qf_rows.data() + r0, b, kc, ks, D, 0, s_rows.data() + r0);
+        scores_block_int(qc_rows.data() + r0, qf_rows.data() + r0, b, kc, ks, D, 16, s_rows.data() + r0);
+      }
+    } else {
+      each_row_block(n, [&]<int B>(int64_t r0) {
+        scores_block<B>(q_rows.data() + r0, kt, D, 0, s_rows.data() + r0);
+        scores_block<B>(q_rows.data() + r0, kt, D, 16, s_rows.data() + r0);
+      });
+    }
 
     // The online softmax, row by row.
     const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 value_step[4] = {};
+    if (ints)
+      for (int v = 0; v < 4; ++v) value_step[v] = _mm256_loadu_ps(vs_step + 8 * v);
     int64_t a = 0;
     for (int64_t i : active) {
       // Lane j of vector v is valid when c0 + 8v + j is in [b, e): j in [b - c0 - 8v, e - c0 - 8v).
@@ -256,7 +476,7 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         __m256 x[4];
         __m256 mx = _mm256_set1_ps(-INFINITY);
         for (int v = 0; v < 4; ++v) {
-          x[v] = _mm256_mul_ps(_mm256_loadu_ps(s + 8 * v), _mm256_set1_ps(scale));
+          x[v] = ints ? _mm256_loadu_ps(s + 8 * v) : _mm256_mul_ps(_mm256_loadu_ps(s + 8 * v), _mm256_set1_ps(scale));
           mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x[v], valid[v]));
         }
         const float m_new = std::max(m[r], hmax8(mx));
@@ -277,6 +497,21 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         const __m256 sum4 = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
         _mm256_storeu_ps(lanes, _mm256_fmadd_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(alpha[a]), sum4));
         m[r] = m_new;
+        if (ints) {
+          // The weights times their values' steps (0 where not read), coded over the chunk.
+          __m256 w[4];
+          for (int v = 0; v < 4; ++v) w[v] = _mm256_and_ps(_mm256_mul_ps(p[v], value_step[v]), valid[v]);
+          const float step =
+              code_step(hmax8(_mm256_max_ps(_mm256_max_ps(w[0], w[1]), _mm256_max_ps(w[2], w[3]))), kFastAttentionWeightMax);
+          weight_step[a] = step;
+          const __m256 id = _mm256_set1_ps(code_inverse(step));
+          const __m256i lo = _mm256_setzero_si256(), hi = _mm256_set1_epi32(kFastAttentionWeightMax);
+          int16_t* pc = pc_all + a * C;
+          for (int v = 0; v < 4; v += 2) {
+            const __m256i c = _mm256_packs_epi32(codes8(w[v], id, lo, hi), codes8(w[v + 1], id, lo, hi));
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc + 8 * v), _mm256_permute4x64_epi64(c, 0xD8));
+          }
+        }
       }
     }
 
@@ -291,6 +526,14 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         if (d0 < D) values_block<B, 1>(p_rows + r0, alphas + r0, vs, D, d0, out_rows + r0, j0, j1);
       });
     };
+    if (ints) {
+      // Every active row over the whole chunk: a weight code is 0 where its row reads no value.
+      for (int64_t r0 = 0; r0 < n; r0 += kIntValueRows) {
+        const int64_t b = std::min<int64_t>(kIntValueRows, n - r0);
+        values_block_int(pc_rows.data() + r0, weight_step.data() + r0, alpha.data() + r0, b, vc, D, o_rows.data() + r0);
+      }
+      continue;
+    }
     int64_t n_whole = 0;  // rows of whole-chunk tokens, moved to the front
     a = 0;
     for (int64_t i : active) {

@@ -3,6 +3,7 @@
 // linkage: each file is compiled with its own instruction set.
 #pragma once
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -15,6 +16,17 @@ namespace {
 // The eight lanes' sum, in attention_fast.h's order.
 inline float lane_sum(const float* lanes) {
   return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+}
+
+// attention_fast.h's integer codes: a vector's step from its largest |x|, the
+// step's inverse, and one code (rne as cvtps2dq: NaN or out of range give
+// INT32_MIN before the clamp).
+inline float code_step(float amax, int32_t cmax) { return amax / static_cast<float>(cmax); }
+inline float code_inverse(float step) { return step != 0.0f ? 1.0f / step : 0.0f; }
+inline int32_t code_of(float x, float id, int32_t lo, int32_t hi) {
+  const float y = x * id;
+  const int32_t r = y >= -2147483648.0f && y < 2147483648.0f ? static_cast<int32_t>(std::nearbyint(y)) : INT32_MIN;
+  return std::clamp(r, lo, hi);
 }
 
 // A part's weight in the join: e^(m - M), 1 exactly where its maximum is the whole one.
