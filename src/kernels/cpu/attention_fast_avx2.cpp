@@ -116,6 +116,13 @@ inline float f16_amax(const uint16_t* row, int64_t n) {
   return _mm_cvtss_f32(_mm_cvtph_ps(m));
 }
 
+// An f16 row's step for codes up to cmax (0 for a row not read) at *step,
+// and its inverse in every lane.
+inline __m256 row_step(const uint16_t* row, int64_t D, int32_t cmax, float* step) {
+  *step = row ? code_step(f16_amax(row, D), cmax) : 0.0f;
+  return _mm256_set1_ps(code_inverse(*step));
+}
+
 // The chunk's keys and values coded straight from the cache's f16 rows
 // (zeros where `key[j]` is null): key j's step at ks[j] and its codes as
 // pairs of head elements, kc[(d / 2) * 2C + 2j + d % 2] (8 keys by 8 pairs
@@ -127,11 +134,7 @@ void load_chunk_codes(const uint16_t* const* key, const uint16_t* const* value, 
   const __m256 zero = _mm256_setzero_ps();
   for (int64_t j0 = 0; j0 < C; j0 += 8) {
     __m256 id[8];
-    for (int i = 0; i < 8; ++i) {
-      const float step = key[j0 + i] ? code_step(f16_amax(key[j0 + i], D), KQ) : 0.0f;
-      ks[j0 + i] = step;
-      id[i] = _mm256_set1_ps(code_inverse(step));
-    }
+    for (int i = 0; i < 8; ++i) id[i] = row_step(key[j0 + i], D, KQ, ks + j0 + i);
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
       // Row i: key j0 + i's elements d0..d0 + 15 as 8 pairs of codes.
       __m256 r[8];
@@ -153,11 +156,7 @@ void load_chunk_codes(const uint16_t* const* key, const uint16_t* const* value, 
   const __m256i vlo = _mm256_set1_epi32(-kFastAttentionValueMax), vhi = _mm256_set1_epi32(kFastAttentionValueMax);
   for (int64_t j = 0; j < C; j += 2) {
     __m256 id[2];
-    for (int k = 0; k < 2; ++k) {
-      const float step = value[j + k] ? code_step(f16_amax(value[j + k], D), kFastAttentionValueMax) : 0.0f;
-      vs_step[j + k] = step;
-      id[k] = _mm256_set1_ps(code_inverse(step));
-    }
+    for (int k = 0; k < 2; ++k) id[k] = row_step(value[j + k], D, kFastAttentionValueMax, vs_step + j + k);
     for (int64_t d = 0; d < D; d += 8) {
       const __m256i a = value[j] ? codes8(load_f16(value[j] + d), id[0], vlo, vhi) : _mm256_setzero_si256();
       const __m256i b = value[j + 1] ? codes8(load_f16(value[j + 1] + d), id[1], vlo, vhi) : _mm256_setzero_si256();
