@@ -25,6 +25,7 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
   const int32_t KQ = fast_attention_key_max(D);
   std::vector<float> o(static_cast<size_t>(D)), x(static_cast<size_t>(D));
   std::vector<int32_t> qc(static_cast<size_t>(D)), kc(static_cast<size_t>(D));
+  std::vector<int32_t> vc(static_cast<size_t>(kFastAttentionChunk * D));  // a chunk's value codes, row j at j D
   std::vector<int64_t> acc(static_cast<size_t>(D));
   // A row of n f32 values coded up to cmax: its codes and step.
   auto code_row = [](const float* v, int64_t n, int32_t cmax, int32_t* codes) {
@@ -88,25 +89,22 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
         if (ints) {
           // The weights times their values' steps, coded over the chunk; the
           // integer sums of the codes' products, then one fma each.
-          float w[C];
+          float w[C] = {};
           int32_t pc[C];
           std::fill(acc.begin(), acc.end(), 0);
-          for (int64_t j = 0; j < C; ++j) w[j] = 0.0f;
-          std::vector<std::vector<int32_t>> vc(C);
+          std::fill(vc.begin(), vc.end(), 0);  // positions the row does not read: zero codes
           for (int64_t j = 0; j < C; ++j) {
             const int64_t pos = c0 + j;
             if (pos < b || pos >= e) continue;
             row(kv.v_f16(), pos);
-            vc[j].resize(static_cast<size_t>(D));
-            w[j] = p[j] * code_row(x.data(), D, kFastAttentionValueMax, vc[j].data());
+            w[j] = p[j] * code_row(x.data(), D, kFastAttentionValueMax, vc.data() + j * D);
           }
           float wmax = 0.0f;
           for (int64_t j = 0; j < C; ++j) wmax = std::max(wmax, w[j]);
           const float ps = code_step(wmax, kFastAttentionWeightMax), pid = code_inverse(ps);
           for (int64_t j = 0; j < C; ++j) pc[j] = code_of(w[j], pid, 0, kFastAttentionWeightMax);
           for (int64_t j = 0; j < C; ++j)
-            if (!vc[j].empty())
-              for (int64_t d = 0; d < D; ++d) acc[d] += int64_t{pc[j]} * vc[j][d];
+            for (int64_t d = 0; d < D; ++d) acc[d] += int64_t{pc[j]} * vc[j * D + d];
           for (int64_t d = 0; d < D; ++d)
             o[d] = std::fma(static_cast<float>(static_cast<int32_t>(acc[d])), ps, o[d] * alpha);
         } else {
