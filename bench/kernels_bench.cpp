@@ -213,7 +213,6 @@ int main(int argc, char** argv) {
     FastActivations fa;
     if (fast) {
       fw = FastMatrix::pack(c.type, w.data(), c.rows, c.cols);
-      fa.resize(c.n_tokens, c.cols);
     }
     const bool repacked = std::strncmp(c.name, "repacked", 8) == 0;
     const bool ggml_rows = std::strncmp(c.name, "ggml", 4) == 0;  // GGML rows in GGML's orders (matmul.h)
@@ -239,22 +238,21 @@ int main(int argc, char** argv) {
       int iters = 0;
       double quant_per = 0;
       if (fast) {
-        // The level's activation quantizer alone (into buffers of its own), then the product alone.
-        const int64_t nb = c.cols / kFastActBlock;
-        std::vector<int8_t> q(static_cast<size_t>(c.cols * c.n_tokens));
-        std::vector<float> d(static_cast<size_t>(nb * c.n_tokens)), ds32(d.size()), ds16(2 * d.size());
+        // The weights packed for the activation form this level takes (fast_acts_for), the
+        // activations quantized alone (this host's quantizer), then the product alone.
+        const FastActs form = fast_acts_for(table, c.type);
+        if (fw.acts() != form) fw = FastMatrix::pack(c.type, w.data(), c.rows, c.cols, nullptr, {}, form);
+        fa.resize(c.n_tokens, c.cols, form);
+        const int64_t nb = c.cols / fa.block();
         int qiters = 0;
         const double q0 = clock_s();
         double qt = q0;
         while (qt - q0 < seconds / 4 || qiters < 3) {
-          for (int64_t tok = 0; tok < c.n_tokens; ++tok)
-            table.fast_quantize(x.data() + tok * c.cols, nb, q.data() + tok * c.cols, d.data() + tok * nb,
-                                ds32.data() + tok * nb, ds16.data() + 2 * tok * nb);
+          for (int64_t tok = 0; tok < c.n_tokens; ++tok) fa.quantize_blocks(x.data() + tok * c.cols, tok, 0, nb);
           ++qiters;
           qt = clock_s();
         }
         quant_per = (qt - q0) / qiters;
-        for (int64_t tok = 0; tok < c.n_tokens; ++tok) fa.quantize_blocks(x.data() + tok * c.cols, tok, 0, nb);
       }
       const double t0 = clock_s();
       double t = t0;

@@ -28,7 +28,8 @@ Linear Linear::make(const WeightView& w, kernels::PackedArena* arena, kernels::G
   Linear l;
   l.view_ = w;
   if (runs_fast(w, numerics)) {
-    l.fast_ = kernels::FastMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena, done);
+    l.fast_ = kernels::FastMatrix::pack(w.dtype, w.data, w.rows, w.cols, arena, done,
+                                        kernels::fast_acts_for(kernels::kernel_table(), w.dtype));
     return l;
   }
   if (runs_bf16(w, numerics)) {
@@ -78,6 +79,7 @@ size_t Linear::packed_bytes(const WeightView& w, kernels::Numerics numerics) {
 bool Linear::same_input(const Linear& other) const {
   if (cols() != other.cols() || packed() != other.packed() || fast() != other.fast() || bf16() != other.bf16())
     return false;
+  if (fast()) return fast_.acts() == other.fast_.acts();
   if (packed() || fast() || bf16()) return true;
   // GGML quantizes some of a repacked Q4_K's input with a Q8_K quantizer of its own.
   const bool repack = kernels::ggml_repacked(view_.dtype, rows());
@@ -87,7 +89,7 @@ bool Linear::same_input(const Linear& other) const {
 
 void Linear::prepare(LinearInput& in, int64_t n_tokens) const {
   if (fast()) {
-    in.fast.resize(n_tokens, cols());
+    in.fast.resize(n_tokens, cols(), fast_.acts());
     return;
   }
   if (bf16()) {
@@ -114,7 +116,7 @@ const kernels::TokenPlace* Linear::places_of(const StepTokens& tokens) const {
 
 void Linear::quantize(const float* x, int64_t t0, int64_t t1, const StepTokens& tokens, LinearInput& in) const {
   if (fast()) {
-    for (int64_t t = t0; t < t1; ++t) in.fast.quantize_blocks(x + t * cols(), t, 0, cols() / kernels::kFastActBlock);
+    for (int64_t t = t0; t < t1; ++t) in.fast.quantize_blocks(x + t * cols(), t, 0, cols() / in.fast.block());
     return;
   }
   if (bf16()) {

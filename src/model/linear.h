@@ -86,7 +86,7 @@ class Linear {
   // Columns per block of the quantized input. Blocks are quantized one by one,
   // so threads can share one token's row.
   int64_t quantize_block() const {
-    if (fast()) return kernels::kFastActBlock;
+    if (fast()) return kernels::FastActivations::block_of(fast_.acts());
     if (bf16()) return kernels::kBf16ActBlock;
     return packed() ? kernels::kPackedActBlock : kernels::matmul_act_block(view_.dtype);
   }

@@ -37,10 +37,20 @@ std::vector<float> dequantized(const Problem& p) {
   return w;
 }
 
-FastActivations quantize(const Problem& p) {
+// The activation forms the kernels take for weights of type t: 32-column
+// blocks, and for the K-quants also Q8_K super-blocks.
+std::vector<FastActs> forms_of(DType t) {
+  const bool k_quant = t == DType::Q2_K || t == DType::Q3_K || t == DType::Q4_K || t == DType::Q5_K || t == DType::Q6_K;
+  if (k_quant) return {FastActs::kBlocks32, FastActs::kSuperBlocks};
+  return {FastActs::kBlocks32};
+}
+
+const char* form_name(FastActs f) { return f == FastActs::kSuperBlocks ? "Q8_K super-blocks" : "32-column blocks"; }
+
+FastActivations quantize(const Problem& p, FastActs form = FastActs::kBlocks32) {
   FastActivations a;
-  a.resize(p.n_tokens, p.cols);
-  for (int64_t t = 0; t < p.n_tokens; ++t) a.quantize_blocks(p.x.data() + t * p.cols, t, 0, p.cols / kFastActBlock);
+  a.resize(p.n_tokens, p.cols, form);
+  for (int64_t t = 0; t < p.n_tokens; ++t) a.quantize_blocks(p.x.data() + t * p.cols, t, 0, p.cols / a.block());
   return a;
 }
 
@@ -73,6 +83,22 @@ TEST(FastGemm, CodesAreTheFormatsValues) {
       }
     EXPECT_EQ(bad, 0) << dtype_name(t);
   }
+}
+
+// The super-block form is GGML's Q8_K, bit for bit (the exact tier's activations for K-quants).
+TEST(FastGemm, QuantizesSuperBlocksAsGgmlsQ8K) {
+  std::mt19937 rng(19);
+  const std::vector<float> x = testing::random_floats(rng, 1024, 2.0f);
+  FastActivations a;
+  a.resize(2, 512, FastActs::kSuperBlocks);
+  a.quantize_blocks(x.data(), 0, 0, 2);
+  a.quantize_blocks(x.data() + 512, 1, 0, 1);  // block by block, as threads share a row
+  a.quantize_blocks(x.data() + 512, 1, 1, 2);
+  std::vector<BlockQ8_K> want(4);
+  ref::quantize_row(DType::Q8_K, x.data(), want.data(), 1024);
+  const FastActsView v = a.view();
+  for (int t = 0; t < 2; ++t)
+    EXPECT_EQ(std::memcmp(v.super + t * v.super_row_bytes, want.data() + 2 * t, 2 * sizeof(BlockQ8_K)), 0) << t;
 }
 
 TEST(FastGemm, QuantizesActivationsPer32Columns) {
@@ -151,13 +177,15 @@ TEST_P(FastGemmLevel, MatchesTheFloatProductWithinTheActivationError) {
   const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
   std::mt19937 rng(11);
   for (DType t : fast_types()) {
-    // Every remainder of the levels' token tiles (3, 5, 8, 16) and chunks (16, 32, 40).
-    for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 16, 17, 33, 39, 40, 41, 83, 100, 512}) {
+   for (FastActs form : forms_of(t)) {
+    // Every remainder of the levels' token tiles (2, 3, 5, 8, 16) and chunks (16, 32, 40, 48).
+    for (int64_t n_tokens : {1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 15, 16, 17, 33, 39, 40, 41, 49, 83, 100, 512}) {
       const int64_t rows = n_tokens == 512 ? 21 : 37;
       const Problem p = make_problem(rng, t, rows, 512, n_tokens);
       const std::vector<float> w = dequantized(p);
-      const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols);
-      const FastActivations a = quantize(p);
+      const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols, nullptr, {}, form);
+      const FastActivations a = quantize(p, form);
+      const int64_t ab = a.block();
       const std::vector<float> y = run(table, m, a, 0, n_tokens);
       const std::vector<float> y_ref = run(scalar, m, a, 0, n_tokens);
       int bad = 0;
@@ -170,7 +198,7 @@ TEST_P(FastGemmLevel, MatchesTheFloatProductWithinTheActivationError) {
             exact += wk * xk;
             quantized += wk * xq;
             double amax = 0;
-            for (int64_t j = k / 32 * 32; j < k / 32 * 32 + 32; ++j)
+            for (int64_t j = k / ab * ab; j < k / ab * ab + ab; ++j)
               amax = std::max(amax, std::fabs(double(p.x[static_cast<size_t>(i * p.cols + j)])));
             quant_err += std::fabs(wk) * amax / 127.0 / 2.0;
             magnitude += (std::fabs(wk) + std::fabs(double(m.weight(r, k) - wk)) + 1e-3) * std::fabs(xq);
@@ -183,14 +211,16 @@ TEST_P(FastGemmLevel, MatchesTheFloatProductWithinTheActivationError) {
           const bool ok = std::fabs(got - quantized) <= float_err && std::fabs(got - exact) <= quant_err + float_err &&
                           testing::bits_of(got) == testing::bits_of(y_ref[static_cast<size_t>(i * rows + r)]);
           if (!ok && bad++ < 3)
-            ADD_FAILURE() << dtype_name(t) << " tokens " << n_tokens << " token " << i << " row " << r << ": got "
+            ADD_FAILURE() << dtype_name(t) << " (" << form_name(form) << ") tokens " << n_tokens << " token " << i << " row " << r << ": got "
                           << got << ", float product " << exact << " (bound " << quant_err + float_err
                           << "), with the quantized activations " << quantized << " (bound " << float_err
                           << "), scalar " << y_ref[static_cast<size_t>(i * rows + r)];
         }
       }
-      EXPECT_EQ(bad, 0) << dtype_name(t) << " at " << level_name(GetParam()) << ", " << n_tokens << " tokens";
+      EXPECT_EQ(bad, 0) << dtype_name(t) << " (" << form_name(form) << ") at " << level_name(GetParam()) << ", "
+                        << n_tokens << " tokens";
     }
+   }
   }
 }
 
@@ -200,10 +230,11 @@ TEST_P(FastGemmLevel, MatchesTheFloatProductWithinTheActivationError) {
 TEST_P(FastGemmLevel, ATokensRowDoesNotDependOnTheBatch) {
   const KernelTable table = build_kernel_table(GetParam());
   std::mt19937 rng(5);
-  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::Q8_0}) {
+  for (DType t : {DType::Q4_1, DType::Q4_K, DType::Q6_K, DType::Q8_0, DType::Q5_K})
+   for (FastActs form : forms_of(t)) {
     const Problem p = make_problem(rng, t, 40, 256, 64);
-    const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols);
-    const FastActivations a = quantize(p);
+    const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols, nullptr, {}, form);
+    const FastActivations a = quantize(p, form);
     for (int64_t token : {0, 5, 17, 63}) {
       const std::vector<float> alone = run(table, m, a, token, 1);
       for (int64_t first : {int64_t{0}, token / 2, token}) {
@@ -213,7 +244,7 @@ TEST_P(FastGemmLevel, ATokensRowDoesNotDependOnTheBatch) {
           for (int64_t r = 0; r < p.rows; ++r)
             ASSERT_EQ(testing::bits_of(alone[static_cast<size_t>(r)]),
                       testing::bits_of(batch[static_cast<size_t>((token - first) * p.rows + r)]))
-                << dtype_name(t) << " token " << token << " in a batch of " << n << " from " << first << ", row "
+                << dtype_name(t) << " (" << form_name(form) << ") token " << token << " in a batch of " << n << " from " << first << ", row "
                 << r;
         }
       }
@@ -261,20 +292,21 @@ TEST_P(FastGemmLevel, LargestCodesAndActivationsDoNotSaturate) {
   const KernelTable table = build_kernel_table(GetParam());
   const KernelTable scalar = build_kernel_table(SimdLevel::kScalar);
   std::mt19937 rng(17);
-  for (DType t : fast_types()) {
+  for (DType t : fast_types())
+   for (FastActs form : forms_of(t)) {
     Problem p = make_problem(rng, t, 19, 512, 9);
     const size_t rb = row_bytes(t, p.cols);
     for (int64_t r = 0; r < p.rows; ++r) max_codes(t, p.w.data() + r * rb, p.cols);
     for (int64_t i = 0; i < p.n_tokens; ++i)
       for (int64_t k = 0; k < p.cols; ++k)
         p.x[static_cast<size_t>(i * p.cols + k)] = i % 3 == 0 ? 1.5f : i % 3 == 1 ? -1.5f : (k < 256 ? 2.0f : -2.0f);
-    const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols);
-    const FastActivations a = quantize(p);
-    ASSERT_EQ(a.value(0, 0), 1.5f);
+    const FastMatrix m = FastMatrix::pack(t, p.w.data(), p.rows, p.cols, nullptr, {}, form);
+    const FastActivations a = quantize(p, form);
+    ASSERT_NEAR(a.value(0, 0), 1.5f, 1e-6f);
     const std::vector<float> y = run(table, m, a, 0, p.n_tokens), y_ref = run(scalar, m, a, 0, p.n_tokens);
     for (size_t i = 0; i < y.size(); ++i)
-      ASSERT_EQ(testing::bits_of(y[i]), testing::bits_of(y_ref[i])) << dtype_name(t) << " output " << i << ": " << y[i]
-                                                                     << " != " << y_ref[i];
+      ASSERT_EQ(testing::bits_of(y[i]), testing::bits_of(y_ref[i]))
+          << dtype_name(t) << " (" << form_name(form) << ") output " << i << ": " << y[i] << " != " << y_ref[i];
   }
 }
 

@@ -348,19 +348,25 @@ void put_code(const FastWeightsView& v, uint8_t* blk, int r, int c, uint8_t code
 
 bool fast_gemm_applies(DType t) { return format_of(t).block > 0; }
 
+FastActs fast_acts_for(const KernelTable& table, DType t) {
+  return table.fast_super_kquants && format_of(t).sub_scales ? FastActs::kSuperBlocks : FastActs::kBlocks32;
+}
+
 size_t FastMatrix::packed_bytes(DType t, int64_t rows, int64_t cols) {
   const FastFormat f = format_of(t);
   return group_bytes_of(f, cols) * static_cast<size_t>((rows + kFastRows - 1) / kFastRows);
 }
 
 FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, PackedArena* arena,
-                            const RowsRepacked& done) {
+                            const RowsRepacked& done, FastActs acts) {
   const FastFormat f = format_of(t);
   assert(f.block > 0 && cols % kQK == 0);
+  assert(acts == FastActs::kBlocks32 || f.sub_scales);
   FastMatrix m;
   FastWeightsView& v = m.view_;
   v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.top2 = f.top2, v.code_max = f.code_max;
   v.half_scales = f.half_scales, v.min_factor = f.min_factor, v.sub_scales = f.sub_scales;
+  v.super_acts = f.sub_scales && acts == FastActs::kSuperBlocks;
   v.super_shift = f.block == 32 ? 3 : 4;  // 256 columns: 8 blocks of 32, 16 of 16
   v.block_bytes = block_bytes_of(f);
   v.super_offset = v.block_bytes * static_cast<size_t>(cols / f.block);
@@ -428,9 +434,17 @@ float FastMatrix::weight(int64_t r, int64_t k) const {
                   min_at(v, r / kFastRows, k / v.block, rr));
 }
 
-void FastActivations::resize(int64_t n_tokens, int64_t cols) {
+void FastActivations::resize(int64_t n_tokens, int64_t cols, FastActs form) {
+  n_tokens_ = n_tokens, cols_ = cols, form_ = form;
+  if (form == FastActs::kSuperBlocks) {
+    assert(cols % kFastSuperBlock == 0);
+    super_row_bytes_ = sizeof(BlockQ8_K) * static_cast<size_t>(cols / kFastSuperBlock);
+    const size_t n = super_row_bytes_ * static_cast<size_t>(n_tokens);
+    // 64 bytes of slack, as below.
+    if (super_.size() < n + 64) super_.resize(n + 64);
+    return;
+  }
   assert(cols % kFastActBlock == 0);
-  n_tokens_ = n_tokens, cols_ = cols;
   const size_t n = static_cast<size_t>(n_tokens) * static_cast<size_t>(cols);
   // 64 bytes of slack: a kernel may load a whole 16-token tile's last row in one go.
   if (q_.size() < n + 64) q_.resize(n + 64);
@@ -439,10 +453,22 @@ void FastActivations::resize(int64_t n_tokens, int64_t cols) {
 }
 
 FastActsView FastActivations::view() const {
-  return {q_.data(), d_.data(), dsum32_.data(), dsum16_.data(), cols_};
+  if (form_ == FastActs::kSuperBlocks) {
+    FastActsView v;
+    v.super = super_.data(), v.super_row_bytes = super_row_bytes_, v.cols = cols_;
+    return v;
+  }
+  return {q_.data(), d_.data(), dsum32_.data(), dsum16_.data(), nullptr, 0, cols_};
 }
 
 void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0, int64_t b1) {
+  if (form_ == FastActs::kSuperBlocks) {
+    // GGML's Q8_K quantizer (quants.h: its bits at every level), as the exact tier quantizes for K-quants.
+    quantize_row(DType::Q8_K, x_row + b0 * kFastSuperBlock,
+                 super_.data() + static_cast<size_t>(t) * super_row_bytes_ + static_cast<size_t>(b0) * sizeof(BlockQ8_K),
+                 (b1 - b0) * kFastSuperBlock);
+    return;
+  }
   const int64_t nb = cols_ / kFastActBlock;
   const size_t at = static_cast<size_t>(t * nb + b0);
   kernel_table().fast_quantize(x_row + b0 * kFastActBlock, b1 - b0, q_.data() + t * cols_ + b0 * kFastActBlock,
@@ -450,6 +476,12 @@ void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0,
 }
 
 void FastActivations::copy_row(const FastActivations& from, int64_t from_t, int64_t t) {
+  assert(from.form_ == form_);
+  if (form_ == FastActs::kSuperBlocks) {
+    std::memcpy(super_.data() + static_cast<size_t>(t) * super_row_bytes_,
+                from.super_.data() + static_cast<size_t>(from_t) * super_row_bytes_, super_row_bytes_);
+    return;
+  }
   const int64_t nb = cols_ / kFastActBlock;
   std::memcpy(q_.data() + t * cols_, from.q_.data() + from_t * cols_, static_cast<size_t>(cols_));
   std::memcpy(d_.data() + t * nb, from.d_.data() + from_t * nb, sizeof(float) * nb);
@@ -458,6 +490,11 @@ void FastActivations::copy_row(const FastActivations& from, int64_t from_t, int6
 }
 
 float FastActivations::value(int64_t t, int64_t k) const {
+  if (form_ == FastActs::kSuperBlocks) {
+    const auto* y = reinterpret_cast<const BlockQ8_K*>(super_.data() + static_cast<size_t>(t) * super_row_bytes_) +
+                    k / kFastSuperBlock;
+    return static_cast<float>(y->qs[k % kFastSuperBlock]) * y->d;
+  }
   return static_cast<float>(q_[static_cast<size_t>(t * cols_ + k)]) *
          d_[static_cast<size_t>(t * (cols_ / kFastActBlock) + k / kFastActBlock)];
 }
@@ -487,9 +524,49 @@ void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_
   }
 }
 
+// The reference of the super-block form (fast_layout.h, super_acts).
+void fast_groups_super_scalar(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
+                              int64_t g1, float* y, size_t y_stride) {
+  const int per_super = kFastSuperBlock / w.block;
+  const bool mins = w.min_factor == 0.0f;
+  const auto mf = static_cast<int32_t>(w.min_factor);  // -32 or -4: an integer
+  for (int64_t g = g0; g < g1; ++g) {
+    const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
+    for (int64_t i = 0; i < nt; ++i) {
+      const auto* act = reinterpret_cast<const BlockQ8_K*>(a.super + static_cast<size_t>(t0 + i) * a.super_row_bytes);
+      for (int r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (int64_t s = 0; s < w.blocks() / per_super; ++s) {
+          const BlockQ8_K& q = act[s];
+          int32_t isum = 0, msum = 0;
+          for (int j = 0; j < per_super; ++j) {
+            const int64_t b = s * per_super + j;
+            const uint8_t* blk = w.block_at(g, b);
+            int32_t dot = 0;
+            for (int c = 0; c < w.block; ++c) dot += code_at(w, blk, r, c) * q.qs[j * w.block + c];
+            const int32_t bsum = w.block == 16 ? q.bsums[j] : q.bsums[2 * j] + q.bsums[2 * j + 1];
+            const int32_t sc = static_cast<int8_t>(blk[w.quant_bytes() + r]);
+            isum += sc * dot;
+            if (mins) {
+              msum += static_cast<int8_t>(blk[w.min_offset() + r]) * bsum;
+            } else {
+              isum += mf * sc * bsum;
+            }
+          }
+          const uint8_t* super = w.super_at(g, s * per_super);
+          acc = std::fma(static_cast<float>(isum), half_at(super + 2 * r) * q.d, acc);
+          if (mins) acc = std::fma(static_cast<float>(msum), half_at(super + 2 * (kFastRows + r)) * q.d, acc);
+        }
+        y[i * y_stride + g * kFastRows + r] = acc;
+      }
+    }
+  }
+}
+
 // The reference: the arithmetic every level reproduces (fast_layout.h).
 void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                         int64_t g1, float* y, size_t y_stride) {
+  if (w.super_acts) return fast_groups_super_scalar(w, a, t0, nt, g0, g1, y, y_stride);
   const int64_t nb32 = a.cols / 32;
   for (int64_t g = g0; g < g1; ++g) {
     const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
@@ -523,6 +600,12 @@ void fill_fast_kernels(KernelTable& t, SimdLevel level) {
   if (level >= SimdLevel::kAvx2) t.fast_groups = fast_groups_avx2();
   if (level >= SimdLevel::kAvx512) t.fast_groups = fast_groups_avx512();
   if (level >= SimdLevel::kAmx) t.fast_groups = fast_groups_amx();
+  // The super-block form has a kernel of its own at the AVX2 level only (the
+  // AVX-512 levels hand it to AVX2's): there it sums K-quants in far fewer
+  // float steps. AVX-512 VNNI and AMX keep 32-column blocks for K-quants:
+  // their fused integer products make the per-block float steps weigh less,
+  // and no host here runs them to measure a super-block kernel of their own.
+  t.fast_super_kquants = level <= SimdLevel::kAvx2;
 }
 
 void fast_matmul_groups_with(const KernelTable& table, const FastMatrix& w, const FastActivations& a, int64_t first,

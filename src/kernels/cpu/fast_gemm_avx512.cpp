@@ -154,6 +154,8 @@ void vnni_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, in
 
 void fast_groups_vnni(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                       float* y, size_t y_stride) {
+  // The super-block form's kernel is AVX2's (fast_gemm.cpp, fill_fast_kernels).
+  if (w.super_acts) return fast_groups_avx2()(w, a, t0, nt, g0, g1, y, y_stride);
   if (w.block == 32) {
     (w.nibbles ? vnni_groups<32, kNibbleCodes> : vnni_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
@@ -239,6 +241,7 @@ void amx_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
 
 void fast_groups_amx_impl(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                           int64_t g1, float* y, size_t y_stride) {
+  if (w.super_acts) return fast_groups_avx2()(w, a, t0, nt, g0, g1, y, y_stride);
   if (w.block == 32) {
     (w.nibbles ? amx_groups<32, kNibbleCodes> : amx_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {

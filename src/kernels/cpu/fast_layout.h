@@ -29,9 +29,16 @@
 //     weights keep the file's size: Q4_K 4.6 bits a value, not 6.
 // Rows past the matrix's end (the last group) are zero: scale 0, min 0.
 //
-// Activations: per row, int8 quants q[cols] (per 32 columns a scale d,
-// d = amax/127, q = round(x/d)), d[cols/32], and the block sums times d
-// that fold the weights' min: dsum32[cols/32] and dsum16[cols/16].
+// Activations, in one of two forms (FastActs):
+//   per 32 columns (kBlocks32): per row, int8 quants q[cols] (per 32 columns
+//     a scale d, d = amax/127, q = round(x/d)), d[cols/32], and the block sums
+//     times d that fold the weights' min: dsum32[cols/32] and dsum16[cols/16];
+//   per super-block of 256 columns (kSuperBlocks, K-quant weights only): per
+//     row, GGML's Q8_K blocks (one scale d, 256 quants, int16 sums of each 16),
+//     the exact tier's own activations for K-quants. The product then sums a
+//     whole super-block in integers, the file's scale codes multiplied into
+//     the sub-blocks' integer sums (and the min codes into the quants' sums),
+//     and ends it with one or two float steps, not two per block.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -40,6 +47,9 @@ namespace inferd::kernels {
 
 constexpr int kFastRows = 16;
 constexpr int kFastActBlock = 32;
+constexpr int kFastSuperBlock = 256;
+
+enum class FastActs { kBlocks32, kSuperBlocks };
 
 struct FastWeightsView {
   const uint8_t* data = nullptr;
@@ -51,6 +61,8 @@ struct FastWeightsView {
   bool half_scales = false;  // scales and mins as f16
   float min_factor = 0.0f;   // min = scale * min_factor, no mins stored (0: mins stored)
   bool sub_scales = false;   // int8 scale (and min) codes, times f16 factors per super-block
+  // With sub_scales: the activations are Q8_K super-blocks (FastActs::kSuperBlocks).
+  bool super_acts = false;
   int super_shift = 0;       // with sub_scales: block b is in super-block b >> super_shift (256 columns)
   size_t super_offset = 0;   // with sub_scales: where a group's factors start (after its blocks)
   size_t block_bytes = 0;  // one block of one group: quants, then the 16 scales and (stored) 16 mins
@@ -79,6 +91,9 @@ struct FastActsView {
   const float* d = nullptr;      // row t at d + t * (cols / 32)
   const float* dsum32 = nullptr; // row t at dsum32 + t * (cols / 32)
   const float* dsum16 = nullptr; // row t at dsum16 + t * (cols / 16)
+  // kSuperBlocks: row t's Q8_K blocks (quants.h's BlockQ8_K) at super + t * super_row_bytes.
+  const uint8_t* super = nullptr;
+  size_t super_row_bytes = 0;
   int64_t cols = 0;
 };
 
@@ -88,6 +103,13 @@ struct FastActsView {
 // order, isum = sum of u * q (exact in int32), then
 //   acc = fma(float(isum), scale * d, acc); acc = fma(min, dsum, acc)
 // from acc = 0: the same bits at every level, for every nt and tile.
+// With super_acts, super-block by super-block in column order, in int32
+// (exact: fast_gemm.cpp bounds it) over its blocks b
+//   isum = sum of sc_b * (sum of u * q) [+ mf sc_b * bsum_b, mins as a factor]
+//   msum = sum of m_b * bsum_b (stored min codes, negated)
+// with bsum_b the quants' sum over block b, then
+//   acc = fma(float(isum), dw * d, acc) [; acc = fma(float(msum), dminw * d, acc)]
+// with dw and dminw the row's f16 factors and d the Q8_K block's scale.
 // n_blocks 32-float blocks of x into the activation fields above: q (32 a
 // block), d, dsum32 (one a block) and dsum16 (two). d = amax / 127,
 // q = x * (1 / d) rounded to nearest even; every level gives the same bits.

@@ -160,6 +160,10 @@ struct KernelTable {
   // The fast numerics tier's product (fast_gemm.h): the same bits at every level.
   FastGroupsFn fast_groups = nullptr;
   FastQuantizeFn fast_quantize = nullptr;
+  // Whether this level's fast_groups sums K-quants over Q8_K super-blocks
+  // (FastActs::kSuperBlocks); every level's takes both forms, other levels'
+  // kernels for that form being the AVX2 one.
+  bool fast_super_kquants = false;
   // The fast tier's product for F16/BF16 weights (bf16_gemm.h).
   Bf16GroupsFn bf16_groups = nullptr;
   Bf16ConvertFn bf16_convert = nullptr;
