@@ -1,9 +1,9 @@
 // The fast numerics tier's matrix product (kernels/cpu/fast_gemm.h) against a
 // float reference: the weights as the project's GGML-exact dequantizer gives
 // them, times the activations, summed in double. The fast tier quantizes the
-// activations to int8 per 32 columns, so its only error beyond float rounding
-// is that quantization's: |x - q d| <= d / 2 per element, whence the bound
-// sum_k |w_k| d_k / 2. Every SIMD level must give the scalar reference's
+// activations to int8 per 32 columns (or, for K-quants, per 256 as Q8_K), so
+// its only error beyond float rounding is that quantization's: |x - q d| <=
+// d / 2 per element, whence the bound sum_k |w_k| d_k / 2. Every SIMD level must give the scalar reference's
 // bits, and a token's row the same bits alone or in any batch.
 #include <gtest/gtest.h>
 

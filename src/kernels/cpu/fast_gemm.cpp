@@ -524,7 +524,11 @@ void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_
   }
 }
 
-// The reference of the super-block form (fast_layout.h, super_acts).
+// The reference of the super-block form (fast_layout.h, super_acts). Its
+// int32 sums cannot overflow: per block |sum u q| <= code_max x 127 x B and
+// |bsum| <= 127 x B, so with Q6_K's (the largest: codes < 64, |sc| <= 128,
+// mf = -32, 16 blocks) |isum| <= 16 x 128 x (63 x 127 x 16 + 32 x 127 x 16),
+// under 2^29; Q5_K's 8 x 63 x 31 x 127 x 32 is under 2^26.
 void fast_groups_super_scalar(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                               int64_t g1, float* y, size_t y_stride) {
   const int per_super = kFastSuperBlock / w.block;

@@ -1,6 +1,7 @@
 // The fast numerics tier's matrix products (kernels/cpu/numerics.h): weights
 // repacked at load into integer codes per block (fast_layout.h), activations
-// quantized once per row to int8 per 32 columns, integer sums per weight block
+// quantized once per row to int8 per 32 columns (or, for K-quants where the
+// level has the kernel, as Q8_K per 256), integer sums per weight block
 // on AMX tiles, AVX-512 VNNI or AVX2, folded into one float accumulator per
 // (row, token) in column order. Every level and every batch shape gives the
 // same bits per (row, token): batch invariance by construction.
