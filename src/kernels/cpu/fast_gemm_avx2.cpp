@@ -120,7 +120,7 @@ inline __m256i code_pairs(const uint8_t* lo8, const uint8_t* hi8) {
 // Offset pairs: a super-block's blocks in pairs (2p, 2p + 1), kOffsetPairs of
 // them, each as int16 pairs of the blocks' offset codes for the 8 rows of
 // half h (the stored min codes, or the scale codes where the min is mf times
-// the scale). A madd by the pair's quant sums (offset_sums) and the sum over
+// the scale). A madd by the pair's quant sums (OffsetSums) and the sum over
 // p give each row's sum over blocks of code times the block's sum of quants.
 template <int B>
 constexpr int kOffsetPairs = kFastSuperBlock / B / 2;
@@ -156,7 +156,7 @@ struct OffsetSums {
 
 // A prepared super-block (kSuperPrepared): per block the codes as bytes
 // (B/4 vectors of 64), then its scale codes as pairs (a vector a half); after
-// the blocks, the 8 offset pair vectors of each half.
+// the blocks, the kOffsetPairs offset pair vectors of each half.
 template <int B>
 struct SuperPrepared {
   static constexpr size_t kBlockStride = B * kFastRows + 64;
