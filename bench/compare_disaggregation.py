@@ -127,7 +127,10 @@ def start_1p1d(args, tmp: Path) -> tuple[list[Process], str]:
 
 
 def client(args, url: str, out: Path, num: int, input_len: int, output_len: int, seed: int,
-           concurrency: int | None = None, rate: float | None = None) -> subprocess.Popen:
+           concurrency: int | None = None, rate: float | None = None, test_run: bool = True) -> subprocess.Popen:
+    # test_run: bench serve first sends the first prompt once, untimed, until the server answers. Off for a
+    # server already up: a server that keeps a slot's tokens (llama-server) would answer the timed copy of
+    # that prompt from them.
     cmd = [args.binary, "bench", "serve", "--base-url", url, "--num-prompts", str(num),
            "--random-input-len", str(input_len), "--random-output-len", str(output_len),
            "--metric-percentiles", "50,99,99.9", "--seed", str(seed), "--output-json", str(out),
@@ -138,6 +141,8 @@ def client(args, url: str, out: Path, num: int, input_len: int, output_len: int,
         cmd += ["--max-concurrency", str(concurrency)]
     if rate:
         cmd += ["--request-rate", str(rate)]
+    if not test_run:
+        cmd += ["--ready-check-timeout-sec", "0"]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 

@@ -159,11 +159,14 @@ class Bench:
                     self.warm_up(srv, f"{slug(engine)}-{tag}")
                     s_json, l_json = (self.out / f"itl-{slug(engine)}-r{rep}-{w}.json" for w in ("streams", "long"))
                     before = load()
+                    # No test request first (the server is up and warm): llama-server would answer the
+                    # timed long prompt from the test's tokens in its slot.
                     streams = cd.client(client_args, srv.base_url, s_json, a.streams * a.stream_requests,
-                                        a.stream_input, a.stream_output, seed=2 * rep, concurrency=a.streams)
+                                        a.stream_input, a.stream_output, seed=2 * rep, concurrency=a.streams,
+                                        test_run=False)
                     time.sleep(2.0)  # the streams are decoding when the first long prompt arrives
                     longs = cd.client(client_args, srv.base_url, l_json, a.long_prompts, a.long_input,
-                                      a.long_output, seed=2 * rep + 1, concurrency=1)
+                                      a.long_output, seed=2 * rep + 1, concurrency=1, test_run=False)
                     for c in (longs, streams):
                         _, err = c.communicate()
                         if c.returncode != 0:
