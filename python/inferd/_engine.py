@@ -53,6 +53,9 @@ class EngineArgs:
     speculative_config: Optional[Union[Mapping[str, Any], str]] = None
     max_logprobs: int = 20  #: the largest ``SamplingParams.logprobs`` allowed
     long_prefill_token_threshold: int = 0  #: > 0: the most tokens of one prompt per step
+    #: projection multiply-adds one attention multiply-add costs: chunks deep
+    #: in a long prompt shorten to keep steps level (0: sized by tokens alone)
+    chunk_attention_cost: float = 2.0
     threads: Optional[int] = None  #: the forward pass's threads; None: one per hardware thread
     chat_template: Optional[str] = None  #: a template file overriding the model's
     #: seeds the requests that have no seed of their own, so that a script repeats its samples
@@ -117,6 +120,7 @@ def open_session(model: Optional[str], args: EngineArgs) -> "_core.Session":
     core.speculative_config = json.dumps(dict(spec)) if isinstance(spec, Mapping) else (spec or "")
     core.max_logprobs = args.max_logprobs
     core.long_prefill_token_threshold = args.long_prefill_token_threshold
+    core.chunk_attention_cost = args.chunk_attention_cost
     core.kv_offload_size = "" if args.kv_offload_size is None else str(args.kv_offload_size)
     core.kv_store_path = os.fspath(args.kv_store_path) if args.kv_store_path else ""
     core.kv_store_size = str(args.kv_store_size)

@@ -45,6 +45,11 @@ void EngineFlags::add_to(CLI::App& app) {
       ->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--block-size", block_size, "Tokens per KV-cache block")
       ->capture_default_str()->check(CLI::Range(1, 1024));
+  app.add_option("--chunk-attention-cost", chunk_attention_cost,
+                 "Projection multiply-adds one attention multiply-add costs: prompt chunks deep in a long prompt "
+                 "shorten so that a step's work, and the latency of streams decoding beside it, stays level "
+                 "(0: chunks sized by tokens alone)")
+      ->capture_default_str()->check(CLI::Range(0.0, 1e6));
   app.add_flag("--enable-prefix-caching,!--no-enable-prefix-caching", enable_prefix_caching,
                "Reuse the KV cache of shared prompt prefixes (default on)");
   add_speculative_option(app, speculative_config);

@@ -57,6 +57,11 @@ struct EngineConfig {
   int64_t max_num_batched_tokens = 2048;  // token budget of one step
   int32_t max_num_seqs = 128;             // requests running at once
   int64_t long_prefill_token_threshold = 0;  // > 0: cap on one request's tokens per step
+  // How many projection multiply-adds one attention multiply-add costs on
+  // this executor (measured on the CPU executor: docs/benchmarks.md); with
+  // the model's TokenCost it sets SchedulerConfig::context_positions_per_token,
+  // which shortens chunks deep in a long prompt. 0: chunks sized by tokens alone.
+  double chunk_attention_cost = 2.0;
   int64_t max_model_len = 0;  // prompt + max_tokens at most; 0: the model's context length
   bool enable_prefix_caching = true;
   // A model with recurrent layers: prefix caching keeps snapshots of the

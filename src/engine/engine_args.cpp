@@ -62,6 +62,8 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
     if (!st) return st.error();
   if (!(kv_cache_memory_fraction >= 0.0 && kv_cache_memory_fraction <= 1.0))
     return make_error(arg_name("kv_cache_memory_fraction", naming) + " must be in [0, 1]");
+  if (!(chunk_attention_cost >= 0.0 && chunk_attention_cost <= 1e6))
+    return make_error(arg_name("chunk_attention_cost", naming) + " must be in [0, 1e6] (0: chunks sized by tokens alone)");
   EngineConfig ec;
   ec.max_num_seqs = static_cast<int32_t>(max_num_seqs);
   ec.max_num_batched_tokens = max_num_batched_tokens;
@@ -72,6 +74,7 @@ Result<EngineConfig> EngineArgs::config(Naming naming) const {
   ec.num_gpu_blocks_override = num_gpu_blocks_override;
   ec.max_logprobs = static_cast<int32_t>(max_logprobs);
   ec.long_prefill_token_threshold = long_prefill_token_threshold;
+  ec.chunk_attention_cost = chunk_attention_cost;
   auto dtype = resolve_kv_cache_dtype(kv_cache_dtype, cache_type_k, cache_type_v, naming);
   if (!dtype) return dtype.error();
   ec.kv_cache_dtype = *dtype;

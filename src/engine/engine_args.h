@@ -24,6 +24,7 @@ struct EngineArgs {
   std::string speculative_config;    // vLLM's JSON; empty: no speculation
   int64_t max_logprobs = 20;
   int64_t long_prefill_token_threshold = 0;  // > 0: cap on one request's tokens per step
+  double chunk_attention_cost = 2.0;  // EngineConfig::chunk_attention_cost; 0: chunks sized by tokens alone
   std::string kv_offload_size;       // host-memory tier for evicted prefix blocks; empty: none
   std::string kv_store_path;         // disk tier's directory; empty: none
   std::string kv_store_size = "10G";  // the disk tier's bound

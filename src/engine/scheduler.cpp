@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_set>
@@ -25,6 +26,7 @@ Status SchedulerConfig::validate() const {
   if (long_prefill_token_threshold < 0) return make_error("long_prefill_token_threshold must be >= 0");
   if (max_model_len < 0) return make_error("max_model_len must be >= 0");
   if (batches_in_flight < 1) return make_error("batches_in_flight must be at least 1");
+  if (!(context_positions_per_token >= 0.0)) return make_error("context_positions_per_token must be >= 0");
   if (kv.n_blocks < 2) return make_error("the KV cache needs at least 2 blocks (one is reserved)");
   if (kv.block_size < 1) return make_error("the KV block size must be at least 1");
   return {};
@@ -106,6 +108,24 @@ Status Scheduler::add_request(Request r) {
   return {};
 }
 
+double SchedulerConfig::chunk_work(int64_t n, int64_t context) const {
+  const double t = static_cast<double>(n);
+  return t + (t * static_cast<double>(context) + t * (t + 1.0) / 2.0) / context_positions_per_token;
+}
+
+int64_t SchedulerConfig::chunk_tokens_within(double work, int64_t context) const {
+  if (work < chunk_work(1, context)) return 0;
+  // chunk_work(n) = a n^2 + b n: the positive root, then a step either way
+  // for the rounding of the square root.
+  const double a = 0.5 / context_positions_per_token;
+  const double b = 1.0 + (static_cast<double>(context) + 0.5) / context_positions_per_token;
+  auto n = static_cast<int64_t>((std::sqrt(b * b + 4.0 * a * work) - b) / (2.0 * a));
+  n = std::max<int64_t>(n, 1);
+  while (n > 1 && chunk_work(n, context) > work) --n;
+  while (chunk_work(n + 1, context) <= work) ++n;
+  return n;
+}
+
 int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, int64_t budget) const {
   int64_t n = r.num_tokens() - num_computed;
   if (r.pooled) return n <= budget ? n : 0;  // the whole input in one step, or wait for a step with room
@@ -113,6 +133,12 @@ int64_t Scheduler::tokens_to_schedule(const Request& r, int64_t num_computed, in
   // A prompt scored position by position returns a vocabulary-sized row per
   // token: a few at a time keep that memory bounded however long the prompt.
   if (r.needs_prompt_logits && num_computed < r.num_prompt_tokens()) n = std::min(n, kMaxPromptLogitRowsPerStep);
+  // A chunk (more than a decode's one token) takes its share of the step's
+  // chunk work; the step's first chunk gets at least one token.
+  if (n > 1 && config_.context_positions_per_token > 0.0) {
+    n = std::min(n, config_.chunk_tokens_within(chunk_work_left_, num_computed));
+    if (n < 1 && !step_has_chunk_) n = 1;
+  }
   return std::min(n, budget);
 }
 
@@ -151,6 +177,14 @@ void Scheduler::add_scheduled(SchedulerOutput& out, const Request& r, int64_t n,
   s.sample = r.num_computed_tokens + (n - n_drafts) == r.num_tokens();
   s.prompt_logits = r.needs_prompt_logits && r.num_computed_tokens < r.num_prompt_tokens() - 1;
   s.num_cached_tokens = num_cached;
+  // A chunk's work (see tokens_to_schedule): more than one token, or fewer
+  // than the request has left (a decode's token is neither). A request
+  // preempted later in the step does not give it back: the step computes less.
+  const int64_t chunk = n - n_drafts;
+  if ((chunk > 1 || r.num_computed_tokens + chunk < r.num_tokens()) && config_.context_positions_per_token > 0.0) {
+    chunk_work_left_ -= config_.chunk_work(chunk, r.num_computed_tokens);
+    step_has_chunk_ = true;
+  }
   out.total_num_scheduled_tokens += n;
   out.scheduled.push_back(std::move(s));
 }
@@ -414,6 +448,9 @@ SchedulerOutput Scheduler::schedule() {
   out.finished_request_ids = std::move(finished_since_schedule_);
   finished_since_schedule_.clear();
   auto budget = [&] { return config_.max_num_batched_tokens - out.total_num_scheduled_tokens; };
+  if (config_.context_positions_per_token > 0.0)
+    chunk_work_left_ = config_.chunk_work(config_.max_request_step_tokens(), 0);
+  step_has_chunk_ = false;
   // Copies on write, with the request each is for (one preempted later in
   // the step drops its own).
   std::vector<std::pair<std::string, kv::BlockCopy>> copies;
@@ -433,6 +470,10 @@ SchedulerOutput Scheduler::schedule() {
       continue;
     }
     int64_t n = tokens_to_schedule(r, r.num_computed_tokens, budget());
+    if (n <= 0) {  // a chunk with no chunk work left this step
+      ++i;
+      continue;
+    }
     // A decode verifies its drafts in the same step, as far as the budget
     // and the per-request cap allow. (Beside recurrent layers, a decode after
     // rejected drafts first recomputes the accepted ones: all of its tokens
@@ -800,6 +841,11 @@ Status Scheduler::check_output(const SchedulerOutput& out) const {
         return fail(name + "'s block table does not cover its tokens");
     if (kv_.has_state_slots() && s.state_slot != kv_.state_slot(s.request_id).value_or(-2))
       return fail(name + " is scheduled without the state slot it holds");
+    if (const int64_t chunk = s.num_new_tokens - s.num_draft_tokens;
+        chunk > 1 && config_.context_positions_per_token > 0.0 &&
+        config_.chunk_work(chunk, s.num_computed_tokens) >
+            config_.chunk_work(config_.max_request_step_tokens(), 0) * (1.0 + 1e-9))
+      return fail(name + "'s chunk costs more than a chunk of max_request_step_tokens at position 0");
     total += s.num_new_tokens;
   }
   if (total != out.total_num_scheduled_tokens) return fail("total_num_scheduled_tokens is wrong");

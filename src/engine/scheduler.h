@@ -71,6 +71,14 @@ struct SchedulerConfig {
   // requests, and gives each batch at most 1/batches_in_flight of them so
   // that the batches stay even. 1: every schedule() is followed by its update().
   int32_t batches_in_flight = 1;
+  // > 0: context positions whose attention costs as much as one token's
+  // projections (TokenCost::context_positions_per_token). Prompt chunks deep
+  // in a long prompt are then shortened so that the prompt chunks of one step
+  // cost no more than one chunk of max_request_step_tokens() at the start of
+  // a prompt: a step's time, and so the inter-token latency of the requests
+  // decoding beside a long prompt, stays level instead of growing with the
+  // prompt's length. 0: chunks are sized by tokens alone.
+  double context_positions_per_token = 0.0;
   kv::KVCacheConfig kv;
 
   Status validate() const;  // error naming the first bad field
@@ -79,6 +87,12 @@ struct SchedulerConfig {
     return long_prefill_token_threshold > 0 ? std::min(long_prefill_token_threshold, max_num_batched_tokens)
                                             : max_num_batched_tokens;
   }
+  // The work of computing n tokens after `context` positions, in units of one
+  // token's projections: n + attention over context + n(n+1)/2 positions,
+  // divided by context_positions_per_token (which must be > 0).
+  double chunk_work(int64_t n, int64_t context) const;
+  // The most tokens after `context` positions whose chunk_work is at most `work`.
+  int64_t chunk_tokens_within(double work, int64_t context) const;
 };
 
 // What update() did to one request that sampled this step.
@@ -291,6 +305,11 @@ class Scheduler {
   std::unordered_set<uint64_t> leases_;      // held leases (Request::kv_lease_id)
   std::vector<std::string> finished_since_schedule_;
   SchedulerStats stats_;
+  // This step's prompt-chunk work left (context_positions_per_token > 0),
+  // and whether a chunk has been scheduled in it (the first always gets a
+  // token, so prompts progress however deep they are).
+  double chunk_work_left_ = 0.0;
+  bool step_has_chunk_ = false;
 };
 
 }  // namespace inferd

@@ -167,6 +167,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("speculative_config", &EngineArgs::speculative_config)
       .def_readwrite("max_logprobs", &EngineArgs::max_logprobs)
       .def_readwrite("long_prefill_token_threshold", &EngineArgs::long_prefill_token_threshold)
+      .def_readwrite("chunk_attention_cost", &EngineArgs::chunk_attention_cost)
       .def_readwrite("kv_offload_size", &EngineArgs::kv_offload_size)
       .def_readwrite("kv_store_path", &EngineArgs::kv_store_path)
       .def_readwrite("kv_store_size", &EngineArgs::kv_store_size)

@@ -218,6 +218,26 @@ void expect_step_ok(const Scheduler& s, const SchedulerOutput& out) {
     }
   }
   EXPECT_EQ(total, out.total_num_scheduled_tokens);
+  // Attention-aware chunks: the step's chunks together cost no more than one
+  // chunk of max_request_step_tokens at position 0, unless the step's only
+  // chunk is one token (a prompt deeper than that always progresses). The
+  // beams of a group are admitted on the same work left, so not for them.
+  if (c.context_positions_per_token > 0.0) {
+    double work = 0.0;
+    int64_t chunks = 0, last_chunk = 0;
+    bool beams = false;
+    for (const ScheduledRequest& sr : out.scheduled) {
+      const Request* r = s.find(sr.request_id);
+      beams = beams || !r->beam_group.empty();
+      const int64_t chunk = sr.num_new_tokens - sr.num_draft_tokens;
+      if (chunk <= 1 && sr.num_computed_tokens + chunk == r->num_tokens()) continue;  // a decode's token
+      work += c.chunk_work(chunk, sr.num_computed_tokens);
+      ++chunks, last_chunk = chunk;
+    }
+    const double limit = c.chunk_work(c.max_request_step_tokens(), 0);
+    if (!beams && !(chunks == 1 && last_chunk == 1))
+      EXPECT_LE(work, limit * (1.0 + 1e-9)) << "step " << out.step;
+  }
   Status st = s.check_output(out);
   EXPECT_TRUE(st.ok()) << st.error().message;
 }
@@ -433,6 +453,94 @@ TEST(EngineScheduler, LongPrefillThresholdCapsChunks) {
   EXPECT_EQ(out.scheduled[0].num_new_tokens, 20);
   EXPECT_EQ(out.scheduled[1].num_new_tokens, 20);
   run_until_idle(s, runner, rec);
+  expect_idle_and_clean(s);
+}
+
+TEST(EngineScheduler, ChunkTokensWithinIsTheLargestChunkWhoseWorkFits) {
+  SchedulerConfig c = config(512, 8, 200, 16);
+  for (double cpt : {1.0, 37.5, 4161.0}) {
+    c.context_positions_per_token = cpt;
+    for (int64_t context : {0, 1, 100, 5000, 100000})
+      for (double work : {0.5, 1.0, 2.0, 77.0, 513.3, 3000.0, 1e6}) {
+        const int64_t n = c.chunk_tokens_within(work, context);
+        SCOPED_TRACE(std::to_string(cpt) + " " + std::to_string(context) + " " + std::to_string(work));
+        EXPECT_GE(n, 0);
+        if (n > 0) EXPECT_LE(c.chunk_work(n, context), work);
+        EXPECT_GT(c.chunk_work(n + 1, context), work);
+      }
+  }
+  // A token alone: itself plus attention to the context and to itself.
+  c.context_positions_per_token = 10.0;
+  EXPECT_DOUBLE_EQ(c.chunk_work(1, 99), 1.0 + 100.0 / 10.0);
+  EXPECT_DOUBLE_EQ(c.chunk_work(4, 0), 4.0 + 10.0 / 10.0);
+  c.context_positions_per_token = -1.0;
+  EXPECT_FALSE(c.validate().ok());
+}
+
+// Chunks deep in a long prompt shorten so that every step's chunk work stays
+// that of a full chunk at position 0, the decodes beside it keep their token
+// each step, and the prompt still ends with the reference's outputs.
+TEST(EngineScheduler, AttentionAwareChunksShortenWithDepthAndKeepDecodesGoing) {
+  SchedulerConfig c = config(64, 8, 400, 16);
+  c.context_positions_per_token = 32.0;
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("decode", prompt(8, 3), 60)).ok());
+  step(s, runner, rec);  // its prompt
+  ASSERT_TRUE(s.add_request(make_request("long", prompt(1000, 4), 2)).ok());
+  std::vector<int64_t> chunks;
+  while (s.find("long") && s.find("long")->num_computed_tokens < 1000) {
+    step(s, runner, rec);
+    const SchedulerOutput& out = rec.steps.back();
+    const ScheduledRequest* d = find_in(out, "decode");
+    if (s.find("decode")) ASSERT_NE(d, nullptr) << "step " << out.step << " left the decode out";
+    const ScheduledRequest* l = find_in(out, "long");
+    ASSERT_NE(l, nullptr);
+    chunks.push_back(l->num_new_tokens);
+    EXPECT_LE(c.chunk_work(l->num_new_tokens, l->num_computed_tokens), c.chunk_work(64, 0) + 1e-9);
+  }
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks.front(), 63);  // the budget left beside the decode, at position 0
+  for (size_t i = 1; i + 1 < chunks.size(); ++i) EXPECT_LE(chunks[i], chunks[i - 1]);
+  EXPECT_LT(chunks[chunks.size() - 2], 20);  // near 1000 positions deep: work(n) ~ n (1 + 1000/32)
+  run_until_idle(s, runner, rec);
+  for (const auto& [id, output] : rec.outputs) {
+    SCOPED_TRACE(id);
+    EXPECT_EQ(output, reference_output(make_request(id, id == "long" ? prompt(1000, 4) : prompt(8, 3),
+                                                    id == "long" ? 2 : 60)));
+  }
+  expect_idle_and_clean(s);
+}
+
+// A prompt so deep that one token costs more than the step's chunk work
+// still gets a token each step (the step's first chunk); a second prompt
+// waits for a step with work left.
+TEST(EngineScheduler, AttentionAwareChunksAlwaysProgressTheFirstChunk) {
+  SchedulerConfig c = config(8, 8, 400, 16);
+  c.context_positions_per_token = 1.0;  // work(8, 0) = 8 + 36 = 44: one token past 43 positions costs more
+  Scheduler s(c);
+  FakeRunner runner(s);
+  Recorder rec;
+  ASSERT_TRUE(s.add_request(make_request("deep", prompt(200, 5), 1)).ok());
+  ASSERT_TRUE(s.add_request(make_request("next", prompt(50, 6), 1)).ok());
+  int64_t steps_with_both = 0;
+  while (s.find("deep") && s.find("deep")->num_computed_tokens < 200) {
+    step(s, runner, rec);
+    const SchedulerOutput& out = rec.steps.back();
+    const ScheduledRequest* d = find_in(out, "deep");
+    ASSERT_NE(d, nullptr) << "step " << out.step;
+    EXPECT_GE(d->num_new_tokens, 1);
+    if (d->num_computed_tokens > 60) {
+      EXPECT_EQ(d->num_new_tokens, 1);
+      // (The prompt's last token is scheduled as a decode's: no chunk work.)
+      if (d->num_computed_tokens + 1 < 200) steps_with_both += find_in(out, "next") != nullptr ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(steps_with_both, 0);  // no work left beside a one-token chunk that overran it
+  run_until_idle(s, runner, rec);
+  EXPECT_EQ(rec.outputs["deep"], reference_output(make_request("deep", prompt(200, 5), 1)));
+  EXPECT_EQ(rec.outputs["next"], reference_output(make_request("next", prompt(50, 6), 1)));
   expect_idle_and_clean(s);
 }
 
@@ -929,6 +1037,8 @@ void randomized_operations(bool with_drafts, bool hybrid = false) {
     SchedulerConfig c = config(uniform(8, 96), uniform(2, 8), 1 + uniform(100, 160) / bs, bs,
                                seed != 3);
     if (seed == 2 || seed == 6) c.long_prefill_token_threshold = 24;
+    // Attention-aware chunks on some seeds (no draw: the others' streams stay as they were).
+    if (seed % 3 == 1) c.context_positions_per_token = 6.0 * seed;
     // Seeds 5-8: a full-attention group beside windowed ones (Gemma 3's shape).
     if (seed >= 5) {
       const int64_t w = uniform(3, 40);
@@ -1542,6 +1652,7 @@ TEST(EngineSchedulerBeams, RandomizedGroupsPlainRequestsAndAbortsGiveTheDirectSe
     const int32_t bs = uniform(1, 2) * 2;
     SchedulerConfig c = config(uniform(4, 12), uniform(4, 8), 1 + uniform(50, 90) / bs, bs, seed % 3 != 0);
     if (seed % 2 == 0) c.long_prefill_token_threshold = 3;
+    if (seed % 3 == 1) c.context_positions_per_token = 2.0 * seed;  // attention-aware chunks
     if (seed >= 6) {
       const int64_t w = uniform(3, 12);
       c.kv.group_windows = {0, w};
