@@ -5,7 +5,9 @@ inter-token latency of streams that are decoding when they arrive.
 
 Engines (--engines): llama.cpp (llama-server with flash attention on, `-fa on`,
 its defaults otherwise), inferd exact and inferd fast (`inferd serve --numerics
-exact|fast`, prefix caching off). Same model, threads and context per request.
+exact|fast`, prefix caching off), and inferd fast with prompt chunks sized by
+tokens alone (fast-by-tokens: `--chunk-attention-cost 0`, the rule before chunks
+shortened with depth). Same model, threads and context per request.
 Clients are `inferd bench serve` (random token ids, streamed, ignore_eos).
 
   ttft     one --prompt-len-token prompt at a time (default 16,384, on
@@ -23,7 +25,8 @@ Clients are `inferd bench serve` (random token ids, streamed, ignore_eos).
            2 s after the streams start (default Qwen2.5-Coder-0.5B: SmolLM2's
            trained context is 8,192 tokens, too short for 16k prompts). Every
            step that holds a prompt chunk holds the streams' next tokens too, so
-           their p99 ITL is about one chunk's step: --chunk sets both servers'
+           their p99 ITL is about one chunk's step (inferd's chunks shorten with
+           depth to keep that step level; fast-by-tokens does not): --chunk sets both servers'
            prompt tokens per step (inferd --max-num-batched-tokens; llama-server
            -b, and -ub up to 512); 0 keeps their defaults (2048 both; -ub 512).
            Reported: the streams' ITL p50/p99/p99.9/max beside the long
@@ -48,6 +51,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -61,7 +65,10 @@ import compare_disaggregation as cd  # noqa: E402  (client: two bench serve clie
 import compare_serving as cs  # noqa: E402  (Server, Comparison's server commands and client, cpu_name)
 
 ROOT, CACHE, MODEL_DIR = cs.ROOT, cs.CACHE, cs.MODEL_DIR
-ENGINES = {"llama": cs.LLAMA, "exact": "inferd exact", "fast": "inferd fast"}
+# fast-by-tokens: the fast tier with prompt chunks sized by tokens alone (--chunk-attention-cost 0), the
+# scheduler's rule before chunks shortened with depth.
+ENGINES = {"llama": cs.LLAMA, "exact": "inferd exact", "fast": "inferd fast",
+           "fast-by-tokens": "inferd fast, chunks by tokens"}
 PARTS = ("ttft", "itl", "profile")
 
 
@@ -99,9 +106,11 @@ class Bench:
             if chunk:
                 srv.args += ["-b", str(chunk), "-ub", str(min(chunk, 512))]
         else:
-            tier = engine.split()[-1]
-            srv = self.cmp.inferd_server(slots, ctx, f"{tier}-{tag}", prefix_caching=False)
+            tier = engine.split()[1].rstrip(",")
+            srv = self.cmp.inferd_server(slots, ctx, f"{slug(engine)[len('inferd-'):]}-{tag}", prefix_caching=False)
             srv.args += ["--numerics", tier]
+            if engine == ENGINES["fast-by-tokens"]:
+                srv.args += ["--chunk-attention-cost", "0"]
             if chunk:
                 srv.args += ["--max-num-batched-tokens", str(chunk)]
         return srv
@@ -212,7 +221,7 @@ class Bench:
 
 
 def slug(engine: str) -> str:
-    return engine.replace("inferd ", "inferd-").replace(".", "")
+    return re.sub(r"[^A-Za-z0-9]+", "-", engine.replace(".", ""))
 
 
 def stamp() -> str:
@@ -297,7 +306,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=PARTS, default="ttft")
-    ap.add_argument("--engines", default="llama,exact,fast", help="comma-separated: llama, exact, fast")
+    ap.add_argument("--engines", default="llama,exact,fast", help="comma-separated: llama, exact, fast, fast-by-tokens")
     ap.add_argument("--model", default="", help="default: Qwen2.5-Coder-1.5B for ttft and profile, 0.5B for itl")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2, help="repetitions (ttft) or rounds (itl)")

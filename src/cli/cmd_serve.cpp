@@ -146,6 +146,9 @@ bool load(const ServeFlags& f, const ParallelRun& run, Loaded& out, server::Open
   spdlog::info("KV cache capacity {} tokens: {} keys and values{}, {} bytes a token", stats.kv_capacity_tokens,
                kv::kv_cache_dtype_name(stats.kv_cache_dtype),
                stats.kv_cache_skip_sliding_window ? " (sliding-window layers f16)" : "", stats.kv_bytes_per_token);
+  // Logged here, not by the engine: `generate --json` writes its result to stdout.
+  if (const double c = out.engine->scheduler_config().context_positions_per_token; c > 0.0)
+    spdlog::info("prompt chunks shorten with depth: {:.0f} positions of context cost one token's projections", c);
   if (stats.kv_state_slots > 0)
     spdlog::info("recurrent state: {} slots of {} bytes (f32) for up to {} running sequences (--max-num-seqs), "
                  "{} for the prefix cache's snapshots, {} for speculation's checkpoints: {:.2f} MiB with the spare "

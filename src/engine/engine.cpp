@@ -119,9 +119,6 @@ Result<std::unique_ptr<Engine>> Engine::create(Model& model, const EngineConfig&
   sc.max_num_seqs = config.max_num_seqs;
   sc.long_prefill_token_threshold = config.long_prefill_token_threshold;
   sc.context_positions_per_token = token_cost(model).context_positions_per_token(config.chunk_attention_cost);
-  if (sc.context_positions_per_token > 0.0)
-    spdlog::info("prompt chunks shorten with depth: {:.0f} positions of context cost one token's projections",
-                 sc.context_positions_per_token);
   sc.max_model_len = max_model_len;
   sc.kv = {.n_blocks = (*runner)->n_blocks(),
            .block_size = config.block_size,
