@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -69,16 +70,25 @@ def test_bad_kv_cache_dtypes_name_the_argument_and_what_is_supported():
 
 def test_ctrl_c_aborts_the_batch_and_frees_its_blocks(llm):
     prompts = [f"Count from {i} to a million:" for i in range(8)]
-    params = SamplingParams(temperature=0, max_tokens=1500, ignore_eos=True)
-    # Early in the batch: on a fast host 8 x 1500 tokens take little more than a second.
+    # More tokens than the KV cache holds at once (8 x ~2,000 against ~11,600), so the batch runs for a while.
+    params = SamplingParams(temperature=0, max_tokens=MAX_MODEL_LEN - 32, ignore_eos=True)
     before = wait_idle(llm)
-    timer = threading.Timer(0.25, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
+
+    # Ctrl-C once the batch is decoding, not at a fixed time: a fast host once finished the whole batch
+    # before a timer fired, and a loaded one may not have added the requests yet.
+    def interrupt_once_decoding():
+        deadline = time.time() + 60
+        while time.time() < deadline and llm.stats()["generation_tokens"] == before["generation_tokens"]:
+            time.sleep(0.005)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_once_decoding)
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
             llm.generate(prompts, params, use_tqdm=False)
     finally:
-        timer.cancel()
+        interrupter.join()
     stats = wait_idle(llm)
     # Every request the call had added is aborted. On a loaded host Ctrl-C can
     # come before all eight are in (each add waits for the engine's step):
