@@ -82,6 +82,9 @@ def test_ctrl_c_aborts_the_batch_and_frees_its_blocks(llm):
             time.sleep(0.005)
         os.kill(os.getpid(), signal.SIGINT)
 
+    # Python raises KeyboardInterrupt only if SIGINT had its default handler at start-up: a process started in
+    # the background by a shell without job control (nohup ... &) inherits SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     interrupter = threading.Thread(target=interrupt_once_decoding)
     interrupter.start()
     try:
@@ -89,6 +92,7 @@ def test_ctrl_c_aborts_the_batch_and_frees_its_blocks(llm):
             llm.generate(prompts, params, use_tqdm=False)
     finally:
         interrupter.join()
+        signal.signal(signal.SIGINT, previous)
     stats = wait_idle(llm)
     # Every request the call had added is aborted. On a loaded host Ctrl-C can
     # come before all eight are in (each add waits for the engine's step):
