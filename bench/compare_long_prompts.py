@@ -69,6 +69,9 @@ ROOT, CACHE, MODEL_DIR = cs.ROOT, cs.CACHE, cs.MODEL_DIR
 # scheduler's rule before chunks shortened with depth.
 ENGINES = {"llama": cs.LLAMA, "exact": "inferd exact", "fast": "inferd fast",
            "fast-by-tokens": "inferd fast, chunks by tokens"}
+# Each inferd engine's flags beside Comparison's server command line.
+INFERD_FLAGS = {ENGINES["exact"]: ["--numerics", "exact"], ENGINES["fast"]: ["--numerics", "fast"],
+                ENGINES["fast-by-tokens"]: ["--numerics", "fast", "--chunk-attention-cost", "0"]}
 PARTS = ("ttft", "itl", "profile")
 
 
@@ -106,11 +109,9 @@ class Bench:
             if chunk:
                 srv.args += ["-b", str(chunk), "-ub", str(min(chunk, 512))]
         else:
-            tier = engine.split()[1].rstrip(",")
-            srv = self.cmp.inferd_server(slots, ctx, f"{slug(engine)[len('inferd-'):]}-{tag}", prefix_caching=False)
-            srv.args += ["--numerics", tier]
-            if engine == ENGINES["fast-by-tokens"]:
-                srv.args += ["--chunk-attention-cost", "0"]
+            srv = self.cmp.inferd_server(slots, ctx, f"{slug(engine).removeprefix('inferd-')}-{tag}",
+                                         prefix_caching=False)
+            srv.args += INFERD_FLAGS[engine]
             if chunk:
                 srv.args += ["--max-num-batched-tokens", str(chunk)]
         return srv
