@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/kernel_table.h"
 
@@ -96,25 +97,63 @@ inline void store_rows(float* y, __m512 v, int rows) {
   }
 }
 
-// NT tokens from t against group g, with VNNI.
+// acc + the dot products of u8's 4-byte groups with the 4 int8 at s8, in
+// every lane: dpbusd with its embedded broadcast from memory (the intrinsic
+// with _mm512_set1_epi32 becomes a load to a general register and a
+// broadcast from it, a second uop per product).
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i u8, const int8_t* s8) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int32_t*>(s8)));
+  return acc;
+}
+
+// A tile of NT tokens' activations as the VNNI kernel reads them, block by
+// block: per code vector i the NT tokens' 4 bytes of it, then the NT tokens'
+// d, then their dsum (dsum32, or dsum16 for 16-column blocks). Every operand
+// of a block is then an offset from one pointer: with each token's rows
+// apart, the tokens' pointers outnumber the general registers.
+template <int B, int NT>
+constexpr size_t kTileActsBlockBytes = static_cast<size_t>(B + 8) * NT;
+
+template <int B, int NT>
+void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
+  const int64_t nb32 = a.cols / 32, blocks = a.cols / B;
+  for (int64_t b = 0; b < blocks; ++b, out += kTileActsBlockBytes<B, NT>) {
+    for (int j = 0; j < NT; ++j) {
+      const int8_t* q = a.q + (t + j) * a.cols + b * B;
+      for (int i = 0; i < B / 4; ++i) std::memcpy(out + 4 * (i * NT + j), q + 4 * i, 4);
+      const float d = a.d[(t + j) * nb32 + b * B / 32];
+      const float dsum = B == 32 ? a.dsum32[(t + j) * nb32 + b] : a.dsum16[(t + j) * 2 * nb32 + b];
+      std::memcpy(out + B * NT + 4 * j, &d, 4);
+      std::memcpy(out + B * NT + 4 * (NT + j), &dsum, 4);
+    }
+  }
+}
+
+// NT tokens (their tile of activations, pack_tile_acts) against group g, with
+// VNNI. The tokens' sums of a block are NT chains of dpbusd, interleaved code
+// vector by code vector: one token's chain alone would wait on dpbusd's
+// latency at every step. (Integer sums: any order gives the same int32.) A
+// token's 4 activation bytes are dpbusd's embedded broadcast from memory.
 template <int B, int kNibbles, int NT>
-void vnni_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int64_t t, float* y, size_t y_stride,
-                 int rows) {
+inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w, const uint8_t* acts, int64_t g,
+                                                       float* y, size_t y_stride, int rows) {
   __m512 acc[NT];
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < w.blocks(); ++b) {
+  for (int64_t b = 0; b < w.blocks(); ++b, acts += kTileActsBlockBytes<B, NT>) {
     const Block blk = block_of(w, g, b);
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
+    __m512i isum[NT];
+    for (int j = 0; j < NT; ++j) isum[j] = _mm512_setzero_si512();
+    const int8_t* qb = reinterpret_cast<const int8_t*>(acts);
+    for (int i = 0; i < B / 4; ++i) {
+      for (int j = 0; j < NT; ++j) isum[j] = dpbusd_broadcast(isum[j], codes[i], qb + 4 * (i * NT + j));
+    }
+    const float* d = reinterpret_cast<const float*>(acts + B * NT);
+    // The float steps of fast_layout.h, in its order.
     for (int j = 0; j < NT; ++j) {
-      const int8_t* q = a.q + (t + j) * a.cols + b * B;
-      __m512i isum = _mm512_setzero_si512();
-      for (int i = 0; i < B / 4; ++i) {
-        int32_t four;
-        std::memcpy(&four, q + 4 * i, 4);
-        isum = _mm512_dpbusd_epi32(isum, codes[i], _mm512_set1_epi32(four));
-      }
-      acc[j] = fold<B>(acc[j], isum, blk, a, t + j, b);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(blk.scale, _mm512_set1_ps(d[j])), acc[j]);
+      acc[j] = _mm512_fmadd_ps(blk.min, _mm512_set1_ps(d[NT + j]), acc[j]);
     }
   }
   for (int j = 0; j < NT; ++j) store_rows(y + j * y_stride, acc[j], rows);
@@ -125,18 +164,40 @@ constexpr int kVnniTokens = 8;
 // them (32 rows of a 4096-column input: 128 KiB).
 constexpr int64_t kChunkTokens = 16;
 
+// Tokens [t0, t0 + nt) (nt <= kChunkTokens) against groups [g0, g1): the
+// tiles' activations packed first, then group by group every tile, so that
+// a group's weights are read from memory once per chunk.
 template <int B, int kNibbles>
 void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                 float* y, size_t y_stride) {
+  const size_t blocks = static_cast<size_t>(a.cols / B);
+  const size_t tile_bytes = kTileActsBlockBytes<B, kVnniTokens> * blocks;
+  const int64_t full = nt / kVnniTokens;
+  const int tail = static_cast<int>(nt % kVnniTokens);
+  thread_local std::vector<uint8_t> packed;
+  packed.resize(tile_bytes * static_cast<size_t>(full + (tail > 0)));
+  for (int64_t k = 0; k < full; ++k)
+    pack_tile_acts<B, kVnniTokens>(a, t0 + k * kVnniTokens, packed.data() + k * tile_bytes);
+  uint8_t* tail_acts = packed.data() + full * tile_bytes;
+  const int64_t t_tail = t0 + full * kVnniTokens;
+  switch (tail) {
+#define INFERD_FAST_TAIL(n) \
+  case n: pack_tile_acts<B, n>(a, t_tail, tail_acts); break;
+    INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
+    INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
+#undef INFERD_FAST_TAIL
+    default: break;
+  }
   for (int64_t g = g0; g < g1; ++g) {
     const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
     float* yg = y + g * kFastRows;
-    int64_t i = 0;
-    for (; i + kVnniTokens <= nt; i += kVnniTokens)
-      vnni_tokens<B, kNibbles, kVnniTokens>(w, a, g, t0 + i, yg + i * y_stride, y_stride, rows);
-    switch (nt - i) {
+    for (int64_t k = 0; k < full; ++k)
+      vnni_tokens<B, kNibbles, kVnniTokens>(w, packed.data() + k * tile_bytes, g, yg + k * kVnniTokens * y_stride,
+                                            y_stride, rows);
+    float* y_tail = yg + full * kVnniTokens * y_stride;
+    switch (tail) {
 #define INFERD_FAST_TAIL(n) \
-  case n: vnni_tokens<B, kNibbles, n>(w, a, g, t0 + i, yg + i * y_stride, y_stride, rows); break;
+  case n: vnni_tokens<B, kNibbles, n>(w, tail_acts, g, y_tail, y_stride, rows); break;
       INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
       INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
 #undef INFERD_FAST_TAIL
