@@ -31,9 +31,15 @@ void tile_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, in
   detail::attend_heads_tile_fast_avx2(tile, n_heads, kv, head_offset, D, scale, sinks, nullptr);
 }
 
+void tile_avx512(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D,
+                 float scale, const float* sinks) {
+  detail::attend_heads_tile_fast_avx512(tile, n_heads, kv, head_offset, D, scale, sinks, nullptr);
+}
+
 std::vector<std::pair<std::string, TileFn>> fast_kernels() {
   std::vector<std::pair<std::string, TileFn>> fns = {{"dispatch", attend_heads_tile_fast}};
   if (best_simd_level() >= SimdLevel::kAvx2) fns.emplace_back("avx2", tile_avx2);
+  if (best_simd_level() >= SimdLevel::kAvx512) fns.emplace_back("avx512", tile_avx512);
   return fns;
 }
 
@@ -238,6 +244,8 @@ TEST(KernelsAttentionFast, DecodePartsJoinToEachTokensResult) {
       {"scalar", detail::attend_heads_tile_fast_scalar, detail::join_fast_attention_states_scalar}};
   if (best_simd_level() >= SimdLevel::kAvx2)
     levels.emplace_back("avx2", detail::attend_heads_tile_fast_avx2, detail::join_fast_attention_states_avx2);
+  if (best_simd_level() >= SimdLevel::kAvx512)
+    levels.emplace_back("avx512", detail::attend_heads_tile_fast_avx512, detail::join_fast_attention_states_avx2);
   const int64_t S = kFastDecodeSplit;
   for (int64_t D : {64, 40, 128}) {
     const int64_t n_pos = 700;

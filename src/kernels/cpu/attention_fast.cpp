@@ -145,7 +145,9 @@ void join_fast_attention_states_scalar(const FastAttentionState& parts, int64_t 
 
 void fill_fast_attention_kernels(FloatKernels& ops, SimdLevel level) {
   const bool avx2 = level >= SimdLevel::kAvx2;
-  ops.attend_tile_fast = avx2 ? detail::attend_heads_tile_fast_avx2 : detail::attend_heads_tile_fast_scalar;
+  ops.attend_tile_fast = level >= SimdLevel::kAvx512 ? detail::attend_heads_tile_fast_avx512
+                         : avx2                        ? detail::attend_heads_tile_fast_avx2
+                                                       : detail::attend_heads_tile_fast_scalar;
   ops.join_fast_states = avx2 ? detail::join_fast_attention_states_avx2 : detail::join_fast_attention_states_scalar;
 }
 

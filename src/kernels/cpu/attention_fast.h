@@ -142,6 +142,28 @@ void attend_heads_tile_fast_scalar(const AttentionTile& tile, int64_t n_heads, c
                                    const FastAttentionState* parts);
 void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
                                  int64_t D, float scale, const float* sinks, const FastAttentionState* parts);
+// A prompt tile's integer products over one chunk (kFastAttentionChunk keys),
+// for n query rows at once (n <= the level's rows): the scores
+//   s[r][j] = float(sum_d qc[r][d] kc_j[d]) * (ks[j] * qf[r])
+// and the weighted values
+//   o[r][d] = fma(float(sum_j pc[r][j] vc_j[d]), ps[r], o[r][d] * alpha[r])
+// with the codes laid out as attention_fast_avx2.cpp's load_chunk_codes makes
+// them. Integer sums, then element-wise float steps: every vector width
+// gives the same bits, so a level may swap in wider products.
+struct FastAttentionIntProducts {
+  void (*scores)(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc, const float* ks,
+                 int64_t D, float* const* s);
+  int score_rows;
+  void (*values)(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n, const int16_t* vc,
+                 int64_t D, float* const* o);
+  int value_rows;
+};
+// The AVX2 kernel with a level's integer products (AVX-512's: VNNI's vpdpwssd on 16 lanes).
+void attend_heads_tile_fast_with(const FastAttentionIntProducts& products, const AttentionTile& tile,
+                                 int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, float scale,
+                                 const float* sinks, const FastAttentionState* parts);
+void attend_heads_tile_fast_avx512(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
+                                   int64_t D, float scale, const float* sinks, const FastAttentionState* parts);
 void join_fast_attention_states_scalar(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,
                                        const float* sinks, float* out);
 void join_fast_attention_states_avx2(const FastAttentionState& parts, int64_t n_parts, int64_t n_heads, int64_t D,

@@ -198,8 +198,8 @@ inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** ou
 // s[r][j0, j0 + 16) = float(sum_d qc[r][d] kc_j[d]) * (ks_j * qf[r]) for the
 // block's n rows, 16 keys: one pair of key vectors (two head elements each) a
 // step for five broadcast query pairs.
-[[gnu::noinline]] void scores_block_int(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc,
-                             const float* ks, int64_t D, int64_t j0, float* const* s) {
+void scores_block_int(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc, const float* ks,
+                      int64_t D, int64_t j0, float* const* s) {
   const int16_t* qc[kIntRows];
   block_rows<kIntRows>(qc_rows, n, qc);
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
@@ -228,8 +228,8 @@ inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** ou
 // o[r][d] = fma(float(sum_j pc[r][j] vc_j[d]), ps[r], o * alpha[r]) over the
 // chunk's 32 keys for the block's n rows, 16 head elements at a time: a pair
 // of keys a step (a row's weight codes are 0 where it reads no value).
-[[gnu::noinline]] void values_block_int(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n,
-                                       const int16_t* vc, int64_t D, float* const* o) {
+void values_block_int(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n,
+                      const int16_t* vc, int64_t D, float* const* o) {
   const int16_t* pc[kIntValueRows];
   block_rows<kIntValueRows>(pc_rows, n, pc);
   for (int64_t d0 = 0; d0 < D; d0 += 16) {
@@ -257,6 +257,15 @@ inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** ou
       }
   }
 }
+
+// The chunk's scores: its two halves of 16 keys.
+void scores_chunk_int(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc, const float* ks,
+                      int64_t D, float* const* s) {
+  scores_block_int(qc_rows, qf, n, kc, ks, D, 0, s);
+  scores_block_int(qc_rows, qf, n, kc, ks, D, 16, s);
+}
+
+constexpr FastAttentionIntProducts kAvx2Products{scores_chunk_int, kIntRows, values_block_int, kIntValueRows};
 
 // s[r][0, 16) = the fma chains over d of q[r][d] * kt[d][j0 + j]: R rows by
 // 16 keys, one key vector pair a step for R broadcast query elements.
@@ -322,6 +331,12 @@ inline void each_row_block(int64_t n, F&& f) {
 
 void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, const PagedKV& kv, int64_t head_offset,
                                  int64_t D, float scale, const float* sinks, const FastAttentionState* parts) {
+  attend_heads_tile_fast_with(kAvx2Products, tile, n_heads, kv, head_offset, D, scale, sinks, parts);
+}
+
+void attend_heads_tile_fast_with(const FastAttentionIntProducts& products, const AttentionTile& tile,
+                                 int64_t n_heads, const PagedKV& kv, int64_t head_offset, int64_t D, float scale,
+                                 const float* sinks, const FastAttentionState* parts) {
   assert(!(parts && (sinks || tile.n_tokens != 1)) && "parts: one token, no sinks (they join with the parts)");
   const int64_t T = tile.n_tokens, R = T * n_heads;
   if (T == 0) return;
@@ -443,10 +458,9 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
         }
       }
     if (ints) {
-      for (int64_t r0 = 0; r0 < n; r0 += kIntRows) {
-        const int64_t b = std::min<int64_t>(kIntRows, n - r0);
-        scores_block_int(qc_rows.data() + r0, qf_rows.data() + r0, b, kc, ks, D, 0, s_rows.data() + r0);
-        scores_block_int(qc_rows.data() + r0, qf_rows.data() + r0, b, kc, ks, D, 16, s_rows.data() + r0);
+      for (int64_t r0 = 0; r0 < n; r0 += products.score_rows) {
+        const int64_t b = std::min<int64_t>(products.score_rows, n - r0);
+        products.scores(qc_rows.data() + r0, qf_rows.data() + r0, b, kc, ks, D, s_rows.data() + r0);
       }
     } else {
       each_row_block(n, [&]<int B>(int64_t r0) {
@@ -527,9 +541,10 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
     };
     if (ints) {
       // Every active row over the whole chunk: a weight code is 0 where its row reads no value.
-      for (int64_t r0 = 0; r0 < n; r0 += kIntValueRows) {
-        const int64_t b = std::min<int64_t>(kIntValueRows, n - r0);
-        values_block_int(pc_rows.data() + r0, weight_step.data() + r0, alpha.data() + r0, b, vc, D, o_rows.data() + r0);
+      for (int64_t r0 = 0; r0 < n; r0 += products.value_rows) {
+        const int64_t b = std::min<int64_t>(products.value_rows, n - r0);
+        products.values(pc_rows.data() + r0, weight_step.data() + r0, alpha.data() + r0, b, vc, D,
+                        o_rows.data() + r0);
       }
       continue;
     }

@@ -137,25 +137,33 @@ void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
 template <int B, int kNibbles, int NT>
 inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w, const uint8_t* acts, int64_t g,
                                                        float* y, size_t y_stride, int rows) {
+  // (Every loop over tokens or vectors unrolled before GCC places the
+  // arrays: else it keeps them in memory, stored at every step.)
   __m512 acc[NT];
+#pragma GCC unroll 8
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < w.blocks(); ++b, acts += kTileActsBlockBytes<B, NT>) {
     const Block blk = block_of(w, g, b);
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
     __m512i isum[NT];
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) isum[j] = _mm512_setzero_si512();
     const int8_t* qb = reinterpret_cast<const int8_t*>(acts);
+#pragma GCC unroll 8
     for (int i = 0; i < B / 4; ++i) {
+#pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) isum[j] = dpbusd_broadcast(isum[j], codes[i], qb + 4 * (i * NT + j));
     }
     const float* d = reinterpret_cast<const float*>(acts + B * NT);
     // The float steps of fast_layout.h, in its order.
+#pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(blk.scale, _mm512_set1_ps(d[j])), acc[j]);
       acc[j] = _mm512_fmadd_ps(blk.min, _mm512_set1_ps(d[NT + j]), acc[j]);
     }
   }
+#pragma GCC unroll 8
   for (int j = 0; j < NT; ++j) store_rows(y + j * y_stride, acc[j], rows);
 }
 
