@@ -604,12 +604,11 @@ void fill_fast_kernels(KernelTable& t, SimdLevel level) {
   if (level >= SimdLevel::kAvx2) t.fast_groups = fast_groups_avx2();
   if (level >= SimdLevel::kAvx512) t.fast_groups = fast_groups_avx512();
   if (level >= SimdLevel::kAmx) t.fast_groups = fast_groups_amx();
-  // The super-block form has a kernel of its own at the AVX2 level only (the
-  // AVX-512 levels hand it to AVX2's): there it sums K-quants in far fewer
-  // float steps. AVX-512 VNNI and AMX keep 32-column blocks for K-quants:
-  // their fused integer products make the per-block float steps weigh less,
-  // and no host here runs them to measure a super-block kernel of their own.
-  t.fast_super_kquants = level <= SimdLevel::kAvx2;
+  // The super-block form has kernels of its own at the AVX2 and AVX-512
+  // VNNI levels: they sum K-quants in far fewer float steps. AMX keeps
+  // 32-column blocks for K-quants (a tile's product per block; no host here
+  // runs AMX to measure a super-block kernel of its own).
+  t.fast_super_kquants = level <= SimdLevel::kAvx512;
 }
 
 void fast_matmul_groups_with(const KernelTable& table, const FastMatrix& w, const FastActivations& a, int64_t first,

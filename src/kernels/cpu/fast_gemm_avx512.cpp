@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/quants_blocks.h"
 
 namespace inferd::kernels {
 namespace {
@@ -129,6 +130,13 @@ void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
   }
 }
 
+// acc + the products of x's int16 pairs with the pair at p, summed in int32
+// lanes: vpdpwssd with its embedded broadcast from memory.
+inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // NT tokens (their tile of activations, pack_tile_acts) against group g, with
 // VNNI. The tokens' sums of a block are NT chains of dpbusd, interleaved code
 // vector by code vector: one token's chain alone would wait on dpbusd's
@@ -167,30 +175,197 @@ inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w,
   for (int j = 0; j < NT; ++j) store_rows(y + j * y_stride, acc[j], rows);
 }
 
+// ---- The super-block form (fast_layout.h, super_acts: K-quants) ----------
+// A super-block's 256 columns in integers: per block the tokens' dpbusd sums
+// times the block's scale codes (vpmulld), the offsets' sums against the Q8_K
+// block sums in int16 pairs (vpdpwssd), and the float steps once per super-
+// block instead of per block. The sums are the scalar reference's int32, so
+// the bits are its own (and AVX2's).
+
+// Blocks of a super-block, in pairs for the offsets (B = 32: 4 pairs, 16: 8).
+template <int B>
+constexpr int kOffsetPairs = kFastSuperBlock / B / 2;
+
+// A tile's Q8_K activations per super-block: its 64 code vectors' 4 bytes of
+// each of the NT tokens (vector c, token j at 4 (c NT + j)), the tokens' d,
+// then per pair of blocks p the tokens' two block sums as an int16 pair.
+template <int B, int NT>
+constexpr size_t kSuperTileBytes = static_cast<size_t>(kFastSuperBlock + 4 + 4 * kOffsetPairs<B>) * NT;
+
+template <int B, int NT>
+void pack_super_tile(const FastActsView& a, int64_t t, uint8_t* out) {
+  const int64_t supers = a.cols / kFastSuperBlock;
+  for (int64_t sb = 0; sb < supers; ++sb, out += kSuperTileBytes<B, NT>) {
+    for (int j = 0; j < NT; ++j) {
+      const auto& y = *reinterpret_cast<const BlockQ8_K*>(a.super + (t + j) * a.super_row_bytes +
+                                                          sb * static_cast<int64_t>(sizeof(BlockQ8_K)));
+      for (int c = 0; c < kFastSuperBlock / 4; ++c) std::memcpy(out + 4 * (c * NT + j), y.qs + 4 * c, 4);
+      std::memcpy(out + kFastSuperBlock * NT + 4 * j, &y.d, 4);
+      for (int p = 0; p < kOffsetPairs<B>; ++p) {
+        // Blocks of 32: the sums of Q8_K's 16-column sums by twos (|sum| <= 32 * 127).
+        const int16_t pair[2] = {
+            static_cast<int16_t>(B == 32 ? y.bsums[4 * p] + y.bsums[4 * p + 1] : y.bsums[2 * p]),
+            static_cast<int16_t>(B == 32 ? y.bsums[4 * p + 2] + y.bsums[4 * p + 3] : y.bsums[2 * p + 1])};
+        std::memcpy(out + (kFastSuperBlock + 4) * NT + 4 * (p * NT + j), pair, 4);
+      }
+    }
+  }
+}
+
+// Code vectors i (and, for 4- and 6-bit codes, i + B/8: the same load's high
+// nibbles) of a block, unpacked as load_codes does.
+template <int B, int kNibbles>
+inline void code_vectors(const uint8_t* quants, int i, __m512i* lo, __m512i* hi) {
+  if constexpr (kNibbles == kByteCodes) {
+    *lo = _mm512_loadu_si512(quants + 64 * i);
+  } else {
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    const __m512i p = _mm512_loadu_si512(quants + 64 * i);
+    *lo = _mm512_and_si512(p, low);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
+    if constexpr (kNibbles == kSixBitCodes) {
+      const __m512i top = _mm512_set1_epi8(0x30);
+      const auto top2 = [&](int c) __attribute__((always_inline)) {
+        const __m512i plane = _mm512_loadu_si512(quants + 8 * B + 64 * (c / 4));
+        const int k = c % 4;
+        const __m512i shifted = k == 0 ? _mm512_slli_epi16(plane, 4)
+                                : k == 1 ? _mm512_slli_epi16(plane, 2)
+                                : k == 2 ? plane
+                                         : _mm512_srli_epi16(plane, 2);
+        return _mm512_and_si512(shifted, top);
+      };
+      *lo = _mm512_or_si512(*lo, top2(i));
+      *hi = _mm512_or_si512(*hi, top2(i + B / 8));
+    }
+  }
+}
+
+// A pair of blocks' offset codes (the stored min codes, or the scale codes
+// where the min is mf times the scale) as int16 pairs, one 32-bit lane a row.
+inline __m512i offset_pairs16(const uint8_t* lo16, const uint8_t* hi16) {
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(lo16));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi16));
+  return _mm512_cvtepi8_epi16(_mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi)));
+}
+
+// NT tokens (their tile, pack_super_tile) against group g in the super-block form.
+template <int B, int kNibbles, int NT>
+inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsView& w, const uint8_t* acts, int64_t g,
+                                                             float* y, size_t y_stride, int rows) {
+  constexpr int V = B / 4, kPerSuper = kFastSuperBlock / B;
+  const bool mins = w.min_factor == 0.0f;
+  const size_t offset_at = mins ? w.min_offset() : w.quant_bytes();
+  __m512 acc[NT];
+#pragma GCC unroll 8
+  for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < w.blocks() / kPerSuper; ++sb, acts += kSuperTileBytes<B, NT>) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(acts);
+    const uint8_t* first = w.block_at(g, sb * kPerSuper);
+    __m512i isum[NT];
+    for (int jb = 0; jb < kPerSuper; ++jb) {
+      const uint8_t* blk = first + jb * w.block_bytes;
+      __m512i part[NT];
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j) part[j] = _mm512_setzero_si512();
+      const int8_t* qb = q + 4 * jb * V * NT;
+#pragma GCC unroll 8
+      for (int i = 0; i < (kNibbles == kByteCodes ? V : V / 2); ++i) {
+        __m512i lo, hi;
+        code_vectors<B, kNibbles>(blk, i, &lo, &hi);
+#pragma GCC unroll 8
+        for (int j = 0; j < NT; ++j) part[j] = dpbusd_broadcast(part[j], lo, qb + 4 * (i * NT + j));
+        if constexpr (kNibbles != kByteCodes) {
+#pragma GCC unroll 8
+          for (int j = 0; j < NT; ++j) part[j] = dpbusd_broadcast(part[j], hi, qb + 4 * ((i + V / 2) * NT + j));
+        }
+      }
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + w.quant_bytes())));
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j) {
+        const __m512i scaled = _mm512_mullo_epi32(part[j], sc);
+        isum[j] = jb == 0 ? scaled : _mm512_add_epi32(isum[j], scaled);
+      }
+    }
+    // The offsets' codes times the quants' sums.
+    const uint8_t* sums = acts + (kFastSuperBlock + 4) * NT;
+    __m512i msum[NT];
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) msum[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int p = 0; p < kOffsetPairs<B>; ++p) {
+      const __m512i o =
+          offset_pairs16(first + 2 * p * w.block_bytes + offset_at, first + (2 * p + 1) * w.block_bytes + offset_at);
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j)
+        msum[j] = dpwssd_broadcast(msum[j], o, reinterpret_cast<const int16_t*>(sums + 4 * (p * NT + j)));
+    }
+    const float* d = reinterpret_cast<const float*>(acts + kFastSuperBlock * NT);
+    const uint8_t* factors = w.super_at(g, sb * kPerSuper);
+    const __m512 dw = halves16(factors);
+    if (mins) {
+      const __m512 dminw = halves16(factors + 2 * kFastRows);
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j) {
+        const __m512 dj = _mm512_set1_ps(d[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, dj), acc[j]);
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(msum[j]), _mm512_mul_ps(dminw, dj), acc[j]);
+      }
+    } else {
+      const __m512i mf = _mm512_set1_epi32(static_cast<int32_t>(w.min_factor));
+#pragma GCC unroll 8
+      for (int j = 0; j < NT; ++j) {
+        const __m512i whole = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(msum[j], mf));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole), _mm512_mul_ps(dw, _mm512_set1_ps(d[j])), acc[j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < NT; ++j) store_rows(y + j * y_stride, acc[j], rows);
+}
+
 constexpr int kVnniTokens = 8;
 // Tokens whose activation rows stay in cache while every group passes over
 // them (32 rows of a 4096-column input: 128 KiB).
 constexpr int64_t kChunkTokens = 16;
 
+// A tile's activations and its kernel, in the per-32 form or the super-block form.
+template <int B, int kNibbles, bool kSuper>
+struct VnniForm {
+  template <int NT>
+  static constexpr size_t tile_bytes(int64_t cols) {
+    return kSuper ? kSuperTileBytes<B, NT> * static_cast<size_t>(cols / kFastSuperBlock)
+                  : kTileActsBlockBytes<B, NT> * static_cast<size_t>(cols / B);
+  }
+  template <int NT>
+  static void pack(const FastActsView& a, int64_t t, uint8_t* out) {
+    if constexpr (kSuper) pack_super_tile<B, NT>(a, t, out);
+    else pack_tile_acts<B, NT>(a, t, out);
+  }
+  template <int NT>
+  static void run(const FastWeightsView& w, const uint8_t* acts, int64_t g, float* y, size_t y_stride, int rows) {
+    if constexpr (kSuper) vnni_super_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows);
+    else vnni_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows);
+  }
+};
+
 // Tokens [t0, t0 + nt) (nt <= kChunkTokens) against groups [g0, g1): the
 // tiles' activations packed first, then group by group every tile, so that
 // a group's weights are read from memory once per chunk.
-template <int B, int kNibbles>
+template <class Form>
 void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                 float* y, size_t y_stride) {
-  const size_t blocks = static_cast<size_t>(a.cols / B);
-  const size_t tile_bytes = kTileActsBlockBytes<B, kVnniTokens> * blocks;
+  const size_t tile_bytes = Form::template tile_bytes<kVnniTokens>(a.cols);
   const int64_t full = nt / kVnniTokens;
   const int tail = static_cast<int>(nt % kVnniTokens);
   thread_local std::vector<uint8_t> packed;
   packed.resize(tile_bytes * static_cast<size_t>(full + (tail > 0)));
   for (int64_t k = 0; k < full; ++k)
-    pack_tile_acts<B, kVnniTokens>(a, t0 + k * kVnniTokens, packed.data() + k * tile_bytes);
+    Form::template pack<kVnniTokens>(a, t0 + k * kVnniTokens, packed.data() + k * tile_bytes);
   uint8_t* tail_acts = packed.data() + full * tile_bytes;
   const int64_t t_tail = t0 + full * kVnniTokens;
   switch (tail) {
 #define INFERD_FAST_TAIL(n) \
-  case n: pack_tile_acts<B, n>(a, t_tail, tail_acts); break;
+  case n: Form::template pack<n>(a, t_tail, tail_acts); break;
     INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
     INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
 #undef INFERD_FAST_TAIL
@@ -200,12 +375,12 @@ void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
     const int rows = static_cast<int>(std::min<int64_t>(kFastRows, w.rows - g * kFastRows));
     float* yg = y + g * kFastRows;
     for (int64_t k = 0; k < full; ++k)
-      vnni_tokens<B, kNibbles, kVnniTokens>(w, packed.data() + k * tile_bytes, g, yg + k * kVnniTokens * y_stride,
-                                            y_stride, rows);
+      Form::template run<kVnniTokens>(w, packed.data() + k * tile_bytes, g, yg + k * kVnniTokens * y_stride, y_stride,
+                                      rows);
     float* y_tail = yg + full * kVnniTokens * y_stride;
     switch (tail) {
 #define INFERD_FAST_TAIL(n) \
-  case n: vnni_tokens<B, kNibbles, n>(w, tail_acts, g, y_tail, y_stride, rows); break;
+  case n: Form::template run<n>(w, tail_acts, g, y_tail, y_stride, rows); break;
       INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
       INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
 #undef INFERD_FAST_TAIL
@@ -214,17 +389,27 @@ void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
   }
 }
 
-template <int B, int kNibbles>
+template <int B, int kNibbles, bool kSuper = false>
 void vnni_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                  float* y, size_t y_stride) {
   for (int64_t i = 0; i < nt; i += kChunkTokens)
-    vnni_chunk<B, kNibbles>(w, a, t0 + i, std::min(kChunkTokens, nt - i), g0, g1, y + i * y_stride, y_stride);
+    vnni_chunk<VnniForm<B, kNibbles, kSuper>>(w, a, t0 + i, std::min(kChunkTokens, nt - i), g0, g1, y + i * y_stride,
+                                              y_stride);
 }
 
 void fast_groups_vnni(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                       float* y, size_t y_stride) {
-  // The super-block form's kernel is AVX2's (fast_gemm.cpp, fill_fast_kernels).
-  if (w.super_acts) return fast_groups_avx2()(w, a, t0, nt, g0, g1, y, y_stride);
+  if (w.super_acts) {
+    if (w.block == 32) {
+      (w.nibbles ? vnni_groups<32, kNibbleCodes, true> : vnni_groups<32, kByteCodes, true>)(w, a, t0, nt, g0, g1, y,
+                                                                                             y_stride);
+    } else {
+      (w.top2      ? vnni_groups<16, kSixBitCodes, true>
+       : w.nibbles ? vnni_groups<16, kNibbleCodes, true>
+                   : vnni_groups<16, kByteCodes, true>)(w, a, t0, nt, g0, g1, y, y_stride);
+    }
+    return;
+  }
   if (w.block == 32) {
     (w.nibbles ? vnni_groups<32, kNibbleCodes> : vnni_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
@@ -310,7 +495,7 @@ void amx_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
 
 void fast_groups_amx_impl(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                           int64_t g1, float* y, size_t y_stride) {
-  if (w.super_acts) return fast_groups_avx2()(w, a, t0, nt, g0, g1, y, y_stride);
+  if (w.super_acts) return fast_groups_vnni(w, a, t0, nt, g0, g1, y, y_stride);
   if (w.block == 32) {
     (w.nibbles ? amx_groups<32, kNibbleCodes> : amx_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
