@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/kernel_table.h"
 #include "kernels/cpu/quants_blocks.h"
+#include "kernels/cpu/weight_prefetch_x86.h"
 
 namespace inferd::kernels {
 namespace {
@@ -144,13 +145,14 @@ inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
 // token's 4 activation bytes are dpbusd's embedded broadcast from memory.
 template <int B, int kNibbles, int NT>
 inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w, const uint8_t* acts, int64_t g,
-                                                       float* y, size_t y_stride, int rows) {
+                                                       float* y, size_t y_stride, int rows, bool stream) {
   // (Every loop over tokens or vectors unrolled before GCC places the
   // arrays: else it keeps them in memory, stored at every step.)
   __m512 acc[NT];
 #pragma GCC unroll 8
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < w.blocks(); ++b, acts += kTileActsBlockBytes<B, NT>) {
+    if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1);
     const Block blk = block_of(w, g, b);
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
@@ -251,7 +253,7 @@ inline __m512i offset_pairs16(const uint8_t* lo16, const uint8_t* hi16) {
 // NT tokens (their tile, pack_super_tile) against group g in the super-block form.
 template <int B, int kNibbles, int NT>
 inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsView& w, const uint8_t* acts, int64_t g,
-                                                             float* y, size_t y_stride, int rows) {
+                                                             float* y, size_t y_stride, int rows, bool stream) {
   constexpr int V = B / 4, kPerSuper = kFastSuperBlock / B;
   const bool mins = w.min_factor == 0.0f;
   const size_t offset_at = mins ? w.min_offset() : w.quant_bytes();
@@ -264,6 +266,7 @@ inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsVi
     __m512i isum[NT];
     for (int jb = 0; jb < kPerSuper; ++jb) {
       const uint8_t* blk = first + jb * w.block_bytes;
+      if (stream) prefetch_weights_ahead(blk, w.block_bytes, NT == 1);
       __m512i part[NT];
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) part[j] = _mm512_setzero_si512();
@@ -341,10 +344,13 @@ struct VnniForm {
     if constexpr (kSuper) pack_super_tile<B, NT>(a, t, out);
     else pack_tile_acts<B, NT>(a, t, out);
   }
+  // `stream`: the first pass over the group's weights, which prefetches them
+  // ahead (weight_prefetch_x86.h: decode reads them once, from memory).
   template <int NT>
-  static void run(const FastWeightsView& w, const uint8_t* acts, int64_t g, float* y, size_t y_stride, int rows) {
-    if constexpr (kSuper) vnni_super_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows);
-    else vnni_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows);
+  static void run(const FastWeightsView& w, const uint8_t* acts, int64_t g, float* y, size_t y_stride, int rows,
+                  bool stream) {
+    if constexpr (kSuper) vnni_super_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows, stream);
+    else vnni_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows, stream);
   }
 };
 
@@ -376,11 +382,11 @@ void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
     float* yg = y + g * kFastRows;
     for (int64_t k = 0; k < full; ++k)
       Form::template run<kVnniTokens>(w, packed.data() + k * tile_bytes, g, yg + k * kVnniTokens * y_stride, y_stride,
-                                      rows);
+                                      rows, k == 0);
     float* y_tail = yg + full * kVnniTokens * y_stride;
     switch (tail) {
 #define INFERD_FAST_TAIL(n) \
-  case n: Form::template run<n>(w, tail_acts, g, y_tail, y_stride, rows); break;
+  case n: Form::template run<n>(w, tail_acts, g, y_tail, y_stride, rows, full == 0); break;
       INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
       INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
 #undef INFERD_FAST_TAIL
