@@ -138,6 +138,20 @@ inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
   return acc;
 }
 
+// Independent dpbusd chains per token: a tile of few tokens (decode) would
+// otherwise wait on dpbusd's latency at every step of its one chain.
+template <int NT>
+constexpr int kChains = NT >= 4 ? 1 : NT >= 2 ? 2 : 4;
+
+// The chains' sums into chain 0 (integers: the same sums in any order).
+template <int NT>
+inline void sum_chains(__m512i* chains) {
+#pragma GCC unroll 4
+  for (int c = 1; c < kChains<NT>; ++c)
+#pragma GCC unroll 8
+    for (int j = 0; j < NT; ++j) chains[j] = _mm512_add_epi32(chains[j], chains[c * NT + j]);
+}
+
 // NT tokens (their tile of activations, pack_tile_acts) against group g, with
 // VNNI. The tokens' sums of a block are NT chains of dpbusd, interleaved code
 // vector by code vector: one token's chain alone would wait on dpbusd's
@@ -156,15 +170,17 @@ inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w,
     const Block blk = block_of(w, g, b);
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
-    __m512i isum[NT];
-#pragma GCC unroll 8
-    for (int j = 0; j < NT; ++j) isum[j] = _mm512_setzero_si512();
+    __m512i isum[kChains<NT> * NT];  // chain c of token j at c NT + j
+#pragma GCC unroll 16
+    for (int k = 0; k < kChains<NT> * NT; ++k) isum[k] = _mm512_setzero_si512();
     const int8_t* qb = reinterpret_cast<const int8_t*>(acts);
 #pragma GCC unroll 8
     for (int i = 0; i < B / 4; ++i) {
+      const int c = i % kChains<NT>;
 #pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) isum[j] = dpbusd_broadcast(isum[j], codes[i], qb + 4 * (i * NT + j));
+      for (int j = 0; j < NT; ++j) isum[c * NT + j] = dpbusd_broadcast(isum[c * NT + j], codes[i], qb + 4 * (i * NT + j));
     }
+    sum_chains<NT>(isum);
     const float* d = reinterpret_cast<const float*>(acts + B * NT);
     // The float steps of fast_layout.h, in its order.
 #pragma GCC unroll 8
@@ -267,21 +283,26 @@ inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsVi
     for (int jb = 0; jb < kPerSuper; ++jb) {
       const uint8_t* blk = first + jb * w.block_bytes;
       if (stream) prefetch_weights_ahead(blk, w.block_bytes, NT == 1);
-      __m512i part[NT];
-#pragma GCC unroll 8
-      for (int j = 0; j < NT; ++j) part[j] = _mm512_setzero_si512();
+      constexpr int kC = kChains<NT>;
+      __m512i part[kC * NT];  // chain c of token j at c NT + j
+#pragma GCC unroll 16
+      for (int k = 0; k < kC * NT; ++k) part[k] = _mm512_setzero_si512();
       const int8_t* qb = q + 4 * jb * V * NT;
 #pragma GCC unroll 8
       for (int i = 0; i < (kNibbles == kByteCodes ? V : V / 2); ++i) {
         __m512i lo, hi;
         code_vectors<B, kNibbles>(blk, i, &lo, &hi);
+        const int c_lo = (kNibbles == kByteCodes ? i : 2 * i) % kC, c_hi = (2 * i + 1) % kC;
 #pragma GCC unroll 8
-        for (int j = 0; j < NT; ++j) part[j] = dpbusd_broadcast(part[j], lo, qb + 4 * (i * NT + j));
+        for (int j = 0; j < NT; ++j)
+          part[c_lo * NT + j] = dpbusd_broadcast(part[c_lo * NT + j], lo, qb + 4 * (i * NT + j));
         if constexpr (kNibbles != kByteCodes) {
 #pragma GCC unroll 8
-          for (int j = 0; j < NT; ++j) part[j] = dpbusd_broadcast(part[j], hi, qb + 4 * ((i + V / 2) * NT + j));
+          for (int j = 0; j < NT; ++j)
+            part[c_hi * NT + j] = dpbusd_broadcast(part[c_hi * NT + j], hi, qb + 4 * ((i + V / 2) * NT + j));
         }
       }
+      sum_chains<NT>(part);
       const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + w.quant_bytes())));
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
