@@ -116,13 +116,42 @@ inline __m512i dpbusd_broadcast(__m512i acc, __m512i u8, const int8_t* s8) {
 template <int B, int NT>
 constexpr size_t kTileActsBlockBytes = static_cast<size_t>(B + 8) * NT;
 
+// Eight rows' 32 bytes (8 words of 4) turned: out's 32 bytes i are word i
+// of each row, row by row (an 8 x 8 transpose of 32-bit words).
+inline void transpose_words8(const int8_t* const* rows, uint8_t* out) {
+  __m256i r[8];
+  for (int j = 0; j < 8; ++j) r[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j]));
+  __m256i t[8], u[8];
+  for (int k = 0; k < 8; k += 2) {
+    t[k] = _mm256_unpacklo_epi32(r[k], r[k + 1]);
+    t[k + 1] = _mm256_unpackhi_epi32(r[k], r[k + 1]);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    u[k] = _mm256_unpacklo_epi64(t[k], t[k + 2]);
+    u[k + 1] = _mm256_unpackhi_epi64(t[k], t[k + 2]);
+    u[k + 2] = _mm256_unpacklo_epi64(t[k + 1], t[k + 3]);
+    u[k + 3] = _mm256_unpackhi_epi64(t[k + 1], t[k + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * i), _mm256_permute2x128_si256(u[i], u[i + 4], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 32 * (i + 4)),
+                        _mm256_permute2x128_si256(u[i], u[i + 4], 0x31));
+  }
+}
+
 template <int B, int NT>
 void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
   const int64_t nb32 = a.cols / 32, blocks = a.cols / B;
   for (int64_t b = 0; b < blocks; ++b, out += kTileActsBlockBytes<B, NT>) {
+    if constexpr (B == 32 && NT == 8) {
+      const int8_t* rows[8];
+      for (int j = 0; j < 8; ++j) rows[j] = a.q + (t + j) * a.cols + b * B;
+      transpose_words8(rows, out);
+    }
     for (int j = 0; j < NT; ++j) {
       const int8_t* q = a.q + (t + j) * a.cols + b * B;
-      for (int i = 0; i < B / 4; ++i) std::memcpy(out + 4 * (i * NT + j), q + 4 * i, 4);
+      if constexpr (!(B == 32 && NT == 8))
+        for (int i = 0; i < B / 4; ++i) std::memcpy(out + 4 * (i * NT + j), q + 4 * i, 4);
       const float d = a.d[(t + j) * nb32 + b * B / 32];
       const float dsum = B == 32 ? a.dsum32[(t + j) * nb32 + b] : a.dsum16[(t + j) * 2 * nb32 + b];
       std::memcpy(out + B * NT + 4 * j, &d, 4);
@@ -214,10 +243,20 @@ template <int B, int NT>
 void pack_super_tile(const FastActsView& a, int64_t t, uint8_t* out) {
   const int64_t supers = a.cols / kFastSuperBlock;
   for (int64_t sb = 0; sb < supers; ++sb, out += kSuperTileBytes<B, NT>) {
+    if constexpr (NT == 8) {  // the quants by 8 code vectors (32 columns) at a time
+      for (int k = 0; k < kFastSuperBlock / 32; ++k) {
+        const int8_t* rows[8];
+        for (int j = 0; j < 8; ++j)
+          rows[j] = reinterpret_cast<const BlockQ8_K*>(a.super + (t + j) * a.super_row_bytes +
+                                                       sb * static_cast<int64_t>(sizeof(BlockQ8_K)))->qs + 32 * k;
+        transpose_words8(rows, out + 32 * NT * k);
+      }
+    }
     for (int j = 0; j < NT; ++j) {
       const auto& y = *reinterpret_cast<const BlockQ8_K*>(a.super + (t + j) * a.super_row_bytes +
                                                           sb * static_cast<int64_t>(sizeof(BlockQ8_K)));
-      for (int c = 0; c < kFastSuperBlock / 4; ++c) std::memcpy(out + 4 * (c * NT + j), y.qs + 4 * c, 4);
+      if constexpr (NT != 8)
+        for (int c = 0; c < kFastSuperBlock / 4; ++c) std::memcpy(out + 4 * (c * NT + j), y.qs + 4 * c, 4);
       std::memcpy(out + kFastSuperBlock * NT + 4 * j, &y.d, 4);
       for (int p = 0; p < kOffsetPairs<B>; ++p) {
         // Blocks of 32: the sums of Q8_K's 16-column sums by twos (|sum| <= 32 * 127).
