@@ -52,32 +52,42 @@ inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
 // plane of their top two bits (6-bit codes).
 constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2;
 
-// The block's B/4 vectors of codes (fast_layout.h), nibbles unpacked (and
-// 6-bit codes' top bits or-ed in at bits 4 and 5: a 16-bit shift, whatever
-// crosses between bytes lands outside 0x30).
+// Code vector i of a block (fast_layout.h), and for 4- and 6-bit codes
+// vector i + B/8 (the same load's high nibbles), unpacked: 6-bit codes' top
+// bits or-ed in at bits 4 and 5 (a 16-bit shift: whatever crosses between
+// bytes lands outside 0x30).
 template <int B, int kNibbles>
-inline void load_codes(const uint8_t* quants, __m512i* v) {
-  if constexpr (kNibbles != kByteCodes) {
+inline void code_vectors(const uint8_t* quants, int i, __m512i* lo, __m512i* hi) {
+  if constexpr (kNibbles == kByteCodes) {
+    *lo = _mm512_loadu_si512(quants + 64 * i);
+  } else {
     const __m512i low = _mm512_set1_epi8(0x0F);
-    for (int i = 0; i < B / 8; ++i) {
-      const __m512i p = _mm512_loadu_si512(quants + 64 * i);
-      v[i] = _mm512_and_si512(p, low);
-      v[i + B / 8] = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
-    }
+    const __m512i p = _mm512_loadu_si512(quants + 64 * i);
+    *lo = _mm512_and_si512(p, low);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
     if constexpr (kNibbles == kSixBitCodes) {
-      const __m512i top = _mm512_set1_epi8(0x30);
-      for (int c = 0; c < B / 4; ++c) {
+      const auto top2 = [&](int c) __attribute__((always_inline)) {
         const __m512i plane = _mm512_loadu_si512(quants + 8 * B + 64 * (c / 4));
         const int k = c % 4;
         const __m512i shifted = k == 0 ? _mm512_slli_epi16(plane, 4)
                                 : k == 1 ? _mm512_slli_epi16(plane, 2)
                                 : k == 2 ? plane
                                          : _mm512_srli_epi16(plane, 2);
-        v[c] = _mm512_or_si512(v[c], _mm512_and_si512(shifted, top));
-      }
+        return _mm512_and_si512(shifted, _mm512_set1_epi8(0x30));
+      };
+      *lo = _mm512_or_si512(*lo, top2(i));
+      *hi = _mm512_or_si512(*hi, top2(i + B / 8));
     }
+  }
+}
+
+// The block's B/4 vectors of codes.
+template <int B, int kNibbles>
+inline void load_codes(const uint8_t* quants, __m512i* v) {
+  if constexpr (kNibbles != kByteCodes) {
+    for (int i = 0; i < B / 8; ++i) code_vectors<B, kNibbles>(quants, i, &v[i], &v[i + B / 8]);
   } else {
-    for (int i = 0; i < B / 4; ++i) v[i] = _mm512_loadu_si512(quants + 64 * i);
+    for (int i = 0; i < B / 4; ++i) code_vectors<B, kNibbles>(quants, i, &v[i], nullptr);
   }
 }
 
@@ -265,34 +275,6 @@ void pack_super_tile(const FastActsView& a, int64_t t, uint8_t* out) {
             static_cast<int16_t>(B == 32 ? y.bsums[4 * p + 2] + y.bsums[4 * p + 3] : y.bsums[2 * p + 1])};
         std::memcpy(out + (kFastSuperBlock + 4) * NT + 4 * (p * NT + j), pair, 4);
       }
-    }
-  }
-}
-
-// Code vectors i (and, for 4- and 6-bit codes, i + B/8: the same load's high
-// nibbles) of a block, unpacked as load_codes does.
-template <int B, int kNibbles>
-inline void code_vectors(const uint8_t* quants, int i, __m512i* lo, __m512i* hi) {
-  if constexpr (kNibbles == kByteCodes) {
-    *lo = _mm512_loadu_si512(quants + 64 * i);
-  } else {
-    const __m512i low = _mm512_set1_epi8(0x0F);
-    const __m512i p = _mm512_loadu_si512(quants + 64 * i);
-    *lo = _mm512_and_si512(p, low);
-    *hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
-    if constexpr (kNibbles == kSixBitCodes) {
-      const __m512i top = _mm512_set1_epi8(0x30);
-      const auto top2 = [&](int c) __attribute__((always_inline)) {
-        const __m512i plane = _mm512_loadu_si512(quants + 8 * B + 64 * (c / 4));
-        const int k = c % 4;
-        const __m512i shifted = k == 0 ? _mm512_slli_epi16(plane, 4)
-                                : k == 1 ? _mm512_slli_epi16(plane, 2)
-                                : k == 2 ? plane
-                                         : _mm512_srli_epi16(plane, 2);
-        return _mm512_and_si512(shifted, top);
-      };
-      *lo = _mm512_or_si512(*lo, top2(i));
-      *hi = _mm512_or_si512(*hi, top2(i + B / 8));
     }
   }
 }
