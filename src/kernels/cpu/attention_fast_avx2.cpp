@@ -189,17 +189,11 @@ float code_query(const float* q, int64_t D, int32_t KQ, int16_t* qc) {
 constexpr int kIntRows = 5;
 constexpr int kIntValueRows = 4;  // (five spilled one accumulator, a store-to-load chain every step)
 
-// The rows of a block: r < n their own, the rest the last.
-template <int kBlock>
-inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** out) {
-  for (int r = 0; r < kBlock; ++r) out[r] = rows[std::min<int64_t>(r, n - 1)];
-}
-
 // s[r][j0, j0 + 16) = float(sum_d qc[r][d] kc_j[d]) * (ks_j * qf[r]) for the
 // block's n rows, 16 keys: one pair of key vectors (two head elements each) a
 // step for five broadcast query pairs.
-void scores_block_int(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc, const float* ks,
-                      int64_t D, int64_t j0, float* const* s) {
+[[gnu::noinline]] void scores_block_int(const int16_t* const* qc_rows, const float* qf, int64_t n,
+                                       const int16_t* kc, const float* ks, int64_t D, int64_t j0, float* const* s) {
   const int16_t* qc[kIntRows];
   block_rows<kIntRows>(qc_rows, n, qc);
   __m256i a00 = _mm256_setzero_si256(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00,
@@ -228,8 +222,8 @@ void scores_block_int(const int16_t* const* qc_rows, const float* qf, int64_t n,
 // o[r][d] = fma(float(sum_j pc[r][j] vc_j[d]), ps[r], o * alpha[r]) over the
 // chunk's 32 keys for the block's n rows, 16 head elements at a time: a pair
 // of keys a step (a row's weight codes are 0 where it reads no value).
-void values_block_int(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n,
-                      const int16_t* vc, int64_t D, float* const* o) {
+[[gnu::noinline]] void values_block_int(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n,
+                                       const int16_t* vc, int64_t D, float* const* o) {
   const int16_t* pc[kIntValueRows];
   block_rows<kIntValueRows>(pc_rows, n, pc);
   for (int64_t d0 = 0; d0 < D; d0 += 16) {

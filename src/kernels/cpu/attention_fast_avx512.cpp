@@ -11,6 +11,8 @@
 #include <cstdint>
 
 #include "kernels/cpu/attention_fast.h"
+#include "kernels/cpu/attention_fast_impl.h"
+#include "kernels/cpu/lanes_avx512.h"
 
 namespace inferd::kernels::detail {
 namespace {
@@ -19,21 +21,6 @@ constexpr int64_t C = kFastAttentionChunk;
 static_assert(C == 32, "the scores hold a chunk's keys in two vectors of 16");
 constexpr int kScoreRows = 8;  // query rows a block holds: 16 accumulators
 constexpr int kValueRows = 8;  // rows of weights a block holds, by 32 head elements: 16 accumulators
-
-// acc + the products of x's int16 pairs with the pair at p, summed in int32
-// lanes: vpdpwssd with its embedded broadcast from memory (the intrinsic with
-// _mm512_set1_epi32 becomes a load to a general register and a broadcast).
-inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
-  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*reinterpret_cast<const int32_t*>(p)));
-  return acc;
-}
-
-// The rows of a block: r < n their own, the rest the last (whose repeated
-// sums are not stored).
-template <int kBlock>
-inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** out) {
-  for (int r = 0; r < kBlock; ++r) out[r] = rows[std::min<int64_t>(r, n - 1)];
-}
 
 // s[r][0, 32) for the block's n rows: per pair of head elements, the chunk's
 // 32 keys in two vectors and a broadcast query pair a row.
@@ -81,8 +68,7 @@ void values_chunk_vnni(const int16_t* const* pc_rows, const float* ps, const flo
   block_rows<kValueRows>(pc_rows, n, pc);
   for (int64_t d0 = 0; d0 < D; d0 += 32) {
     const int64_t left = D - d0;
-    const __mmask16 m0 = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-    const __mmask16 m1 = left >= 32 ? __mmask16(0xFFFF) : left > 16 ? __mmask16((1u << (left - 16)) - 1) : 0;
+    const __mmask16 m0 = first_lanes(left), m1 = first_lanes(left - 16);
     __m512i acc0[kValueRows], acc1[kValueRows];
 #pragma GCC unroll 8
     for (int r = 0; r < kValueRows; ++r) acc0[r] = acc1[r] = _mm512_setzero_si512();

@@ -18,6 +18,13 @@ inline float lane_sum(const float* lanes) {
   return ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6])) + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
 }
 
+// The rows of a block of an integer product, kBlock of them: r < n their
+// own, the rest the last (whose repeated sums are not stored).
+template <int kBlock>
+inline void block_rows(const int16_t* const* rows, int64_t n, const int16_t** out) {
+  for (int r = 0; r < kBlock; ++r) out[r] = rows[std::min<int64_t>(r, n - 1)];
+}
+
 // attention_fast.h's integer codes: a vector's step from its largest |x|, the
 // step's inverse, and one code (rne as cvtps2dq: NaN or out of range give
 // INT32_MIN before the clamp).

@@ -10,6 +10,22 @@ namespace inferd::kernels::detail {
 // Internal linkage: each including file carries its own copy.
 namespace {
 
+// acc + the dot products of u8's 4-byte groups with the 4 int8 at s8, in
+// every lane: dpbusd with its embedded broadcast from memory (the intrinsic
+// with _mm512_set1_epi32 of a loaded word becomes a load to a general
+// register and a broadcast from it, a second uop per product).
+inline __m512i dpbusd_broadcast(__m512i acc, __m512i u8, const int8_t* s8) {
+  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int32_t*>(s8)));
+  return acc;
+}
+
+// acc + the products of x's int16 pairs with the pair at p, summed in int32
+// lanes: vpdpwssd with its embedded broadcast from memory.
+inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*reinterpret_cast<const int32_t*>(p)));
+  return acc;
+}
+
 // The first n lanes of sixteen (none for n <= 0, all for n >= 16).
 inline __mmask16 first_lanes(int64_t n) {
   return static_cast<__mmask16>(n >= 16 ? 0xFFFF : n <= 0 ? 0 : (1u << n) - 1);
