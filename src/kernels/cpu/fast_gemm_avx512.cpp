@@ -32,20 +32,28 @@ inline __m512 codes16(const uint8_t* at) {
 
 inline __m512 halves16(const uint8_t* at) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(at))); }
 
+// Where a block's scales and mins lie (fast_layout.h), found once per group
+// pass, not per block: in a kernel this large GCC calls the view's accessors
+// instead of inlining them.
+struct BlockOffsets {
+  size_t scales, mins;
+  explicit BlockOffsets(const FastWeightsView& w) : scales(w.quant_bytes()), mins(w.min_offset()) {}
+};
+
 // A block's codes, and its 16 scales and mins (fast_layout.h).
-inline Block block_of(const FastWeightsView& w, int64_t g, int64_t b) {
+inline Block block_of(const FastWeightsView& w, const BlockOffsets& at, int64_t g, int64_t b) {
   const uint8_t* blk = w.block_at(g, b);
   if (w.sub_scales) {
     // The file's codes times their super-block's factors: the float products the repacking would have stored.
     const uint8_t* super = w.super_at(g, b);
-    const __m512 scale = _mm512_mul_ps(halves16(super), codes16(blk + w.quant_bytes()));
+    const __m512 scale = _mm512_mul_ps(halves16(super), codes16(blk + at.scales));
     return {blk, scale,
             w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor))
-                                 : _mm512_mul_ps(halves16(super + 2 * kFastRows), codes16(blk + w.min_offset()))};
+                                 : _mm512_mul_ps(halves16(super + 2 * kFastRows), codes16(blk + at.mins))};
   }
-  const __m512 scale = load16(w, blk + w.quant_bytes());
+  const __m512 scale = load16(w, blk + at.scales);
   return {blk, scale,
-          w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor)) : load16(w, blk + w.min_offset())};
+          w.min_factor != 0.0f ? _mm512_mul_ps(scale, _mm512_set1_ps(w.min_factor)) : load16(w, blk + at.mins)};
 }
 
 // How a block's codes lie (fast_layout.h): bytes, nibbles, or nibbles and a
@@ -177,6 +185,15 @@ inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
   return acc;
 }
 
+// A zeroed vector by the xor idiom, which the renamer breaks without an
+// execution port (GCC would copy a kept zero register: a vector uop on the
+// ports the products use).
+inline __m512i zero_idiom() {
+  __m512i z;
+  asm("vpxord %0, %0, %0" : "=v"(z));
+  return z;
+}
+
 // Independent dpbusd chains per token: a tile of few tokens (decode) would
 // otherwise wait on dpbusd's latency at every step of its one chain.
 template <int NT>
@@ -201,17 +218,18 @@ inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w,
                                                        float* y, size_t y_stride, int rows, bool stream) {
   // (Every loop over tokens or vectors unrolled before GCC places the
   // arrays: else it keeps them in memory, stored at every step.)
+  const BlockOffsets at(w);
   __m512 acc[NT];
 #pragma GCC unroll 8
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < w.blocks(); ++b, acts += kTileActsBlockBytes<B, NT>) {
     if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1);
-    const Block blk = block_of(w, g, b);
+    const Block blk = block_of(w, at, g, b);
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
     __m512i isum[kChains<NT> * NT];  // chain c of token j at c NT + j
 #pragma GCC unroll 16
-    for (int k = 0; k < kChains<NT> * NT; ++k) isum[k] = _mm512_setzero_si512();
+    for (int k = 0; k < kChains<NT> * NT; ++k) isum[k] = zero_idiom();
     const int8_t* qb = reinterpret_cast<const int8_t*>(acts);
 #pragma GCC unroll 8
     for (int i = 0; i < B / 4; ++i) {
@@ -293,7 +311,8 @@ inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsVi
                                                              float* y, size_t y_stride, int rows, bool stream) {
   constexpr int V = B / 4, kPerSuper = kFastSuperBlock / B;
   const bool mins = w.min_factor == 0.0f;
-  const size_t offset_at = mins ? w.min_offset() : w.quant_bytes();
+  const BlockOffsets at(w);
+  const size_t offset_at = mins ? at.mins : at.scales;
   __m512 acc[NT];
 #pragma GCC unroll 8
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
@@ -307,7 +326,7 @@ inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsVi
       constexpr int kC = kChains<NT>;
       __m512i part[kC * NT];  // chain c of token j at c NT + j
 #pragma GCC unroll 16
-      for (int k = 0; k < kC * NT; ++k) part[k] = _mm512_setzero_si512();
+      for (int k = 0; k < kC * NT; ++k) part[k] = zero_idiom();
       const int8_t* qb = q + 4 * jb * V * NT;
 #pragma GCC unroll 8
       for (int i = 0; i < (kNibbles == kByteCodes ? V : V / 2); ++i) {
@@ -324,7 +343,7 @@ inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsVi
         }
       }
       sum_chains<NT>(part);
-      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + w.quant_bytes())));
+      const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + at.scales)));
 #pragma GCC unroll 8
       for (int j = 0; j < NT; ++j) {
         const __m512i scaled = _mm512_mullo_epi32(part[j], sc);
@@ -503,8 +522,9 @@ void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int6
   alignas(64) uint8_t codes[B / 4][64];
   __m512 acc[kAmxTokens];
   for (int j = 0; j < kAmxTokens; ++j) acc[j] = _mm512_setzero_ps();
+  const BlockOffsets at(w);
   for (int64_t b = 0; b < w.blocks(); ++b) {
-    const Block blk = block_of(w, g, b);
+    const Block blk = block_of(w, at, g, b);
     const uint8_t* tile_b = blk.quants;
     if constexpr (kNibbles) {
       __m512i v[B / 4];
