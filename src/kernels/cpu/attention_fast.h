@@ -150,6 +150,25 @@ void attend_heads_tile_fast_avx2(const AttentionTile& tile, int64_t n_heads, con
 // with the codes laid out as attention_fast_avx2.cpp's load_chunk_codes makes
 // them. Integer sums, then element-wise float steps: every vector width
 // gives the same bits, so a level may swap in wider products.
+// The online softmax over one chunk between them, row by row (the steps
+// above, from the scores in s_rows to the weights' codes in pc), is
+// element-wise too but for a row's maximum and lane sums, which a level keeps
+// in the 8-lane order: FastSoftmaxChunk holds its operands.
+struct FastSoftmaxChunk {
+  const int64_t* active = nullptr;  // the tile's tokens whose range meets the chunk, n_active of them
+  int64_t n_active = 0, n_heads = 0, c0 = 0;
+  const int64_t *pos_begin = nullptr, *pos_end = nullptr;  // the tile's ranges, by token
+  // By active row a (token active[a / n_heads], head a % n_heads): its scores
+  // (weights out), rescale factor, weight codes (C a row) and their step.
+  float* const* s_rows = nullptr;
+  float* alpha = nullptr;
+  int16_t* pc = nullptr;
+  float* weight_step = nullptr;
+  // By tile row r (token i, head h: i n_heads + h): maximum, and 8 lane sums.
+  float* m = nullptr;
+  float* lanes = nullptr;
+  const float* value_steps = nullptr;  // the chunk's C value steps
+};
 struct FastAttentionIntProducts {
   void (*scores)(const int16_t* const* qc_rows, const float* qf, int64_t n, const int16_t* kc, const float* ks,
                  int64_t D, float* const* s);
@@ -157,6 +176,7 @@ struct FastAttentionIntProducts {
   void (*values)(const int16_t* const* pc_rows, const float* ps, const float* alpha, int64_t n, const int16_t* vc,
                  int64_t D, float* const* o);
   int value_rows;
+  void (*softmax)(const FastSoftmaxChunk& chunk);
 };
 // The AVX2 kernel with a level's integer products (AVX-512's: VNNI's vpdpwssd on 16 lanes).
 void attend_heads_tile_fast_with(const FastAttentionIntProducts& products, const AttentionTile& tile,

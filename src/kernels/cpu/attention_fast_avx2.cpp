@@ -259,7 +259,76 @@ void scores_chunk_int(const int16_t* const* qc_rows, const float* qf, int64_t n,
   scores_block_int(qc_rows, qf, n, kc, ks, D, 16, s);
 }
 
-constexpr FastAttentionIntProducts kAvx2Products{scores_chunk_int, kIntRows, values_block_int, kIntValueRows};
+// attention_fast.h's online softmax over one chunk (FastSoftmaxChunk), row
+// by row in four vectors of 8 positions: kInts, a prompt tile's (scores with
+// their scale, weights coded after); else a decode part's, whose f32 scores
+// are scaled here.
+template <bool kInts>
+void softmax_chunk(const FastSoftmaxChunk& c, float scale) {
+  const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 value_step[4] = {};
+  if constexpr (kInts)
+    for (int v = 0; v < 4; ++v) value_step[v] = _mm256_loadu_ps(c.value_steps + 8 * v);
+  int64_t a = 0;
+  for (int64_t k = 0; k < c.n_active; ++k) {
+    const int64_t i = c.active[k];
+    // Lane j of vector v is valid when c0 + 8v + j is in [b, e): j in [b - c0 - 8v, e - c0 - 8v).
+    __m256 valid[4];
+    for (int v = 0; v < 4; ++v) {
+      const __m256 jv = _mm256_add_ps(iota, _mm256_set1_ps(static_cast<float>(c.c0 + 8 * v)));
+      valid[v] = _mm256_and_ps(_mm256_cmp_ps(jv, _mm256_set1_ps(static_cast<float>(c.pos_begin[i])), _CMP_GE_OQ),
+                               _mm256_cmp_ps(jv, _mm256_set1_ps(static_cast<float>(c.pos_end[i])), _CMP_LT_OQ));
+    }
+    for (int64_t h = 0; h < c.n_heads; ++h, ++a) {
+      const int64_t r = i * c.n_heads + h;
+      float* s = c.s_rows[a];
+      __m256 x[4];
+      __m256 mx = _mm256_set1_ps(-INFINITY);
+      for (int v = 0; v < 4; ++v) {
+        x[v] = kInts ? _mm256_loadu_ps(s + 8 * v) : _mm256_mul_ps(_mm256_loadu_ps(s + 8 * v), _mm256_set1_ps(scale));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x[v], valid[v]));
+      }
+      const float m_new = std::max(c.m[r], hmax8(mx));
+      // expf_poly's bits on eight lanes, without libm's ldexp call.
+      // (e^0 is 1 exactly: no call while the maximum holds, most chunks of a long range.)
+      c.alpha[a] = c.m[r] == -INFINITY ? 0.0f
+                   : c.m[r] == m_new   ? 1.0f
+                                       : _mm256_cvtss_f32(expf_poly_x8(_mm256_set1_ps(c.m[r] - m_new)));
+      const __m256 mv = _mm256_set1_ps(m_new), floor = _mm256_set1_ps(kFastAttentionExpFloor);
+      __m256 p[4];
+      for (int v = 0; v < 4; ++v) {
+        // Not below kFastAttentionExpFloor (e^x's quick path); 0 where invalid.
+        const __m256 arg = _mm256_and_ps(_mm256_max_ps(_mm256_sub_ps(x[v], mv), floor), valid[v]);
+        p[v] = _mm256_and_ps(expf_poly_x8(arg), valid[v]);
+        _mm256_storeu_ps(s + 8 * v, p[v]);
+      }
+      float* lanes = c.lanes + r * 8;
+      const __m256 sum4 = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
+      _mm256_storeu_ps(lanes, _mm256_fmadd_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(c.alpha[a]), sum4));
+      c.m[r] = m_new;
+      if constexpr (kInts) {
+        // The weights times their values' steps (0 where not read), coded over the chunk.
+        __m256 w[4];
+        for (int v = 0; v < 4; ++v) w[v] = _mm256_and_ps(_mm256_mul_ps(p[v], value_step[v]), valid[v]);
+        const float step =
+            code_step(hmax8(_mm256_max_ps(_mm256_max_ps(w[0], w[1]), _mm256_max_ps(w[2], w[3]))), kFastAttentionWeightMax);
+        c.weight_step[a] = step;
+        const __m256 id = _mm256_set1_ps(code_inverse(step));
+        const __m256i lo = _mm256_setzero_si256(), hi = _mm256_set1_epi32(kFastAttentionWeightMax);
+        int16_t* pc = c.pc + a * C;
+        for (int v = 0; v < 4; v += 2) {
+          const __m256i codes = _mm256_packs_epi32(codes8(w[v], id, lo, hi), codes8(w[v + 1], id, lo, hi));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc + 8 * v), _mm256_permute4x64_epi64(codes, 0xD8));
+        }
+      }
+    }
+  }
+}
+
+void softmax_chunk_int(const FastSoftmaxChunk& c) { softmax_chunk<true>(c, 0.0f); }
+
+constexpr FastAttentionIntProducts kAvx2Products{scores_chunk_int, kIntRows, values_block_int, kIntValueRows,
+                                                 softmax_chunk_int};
 
 // s[r][0, 16) = the fma chains over d of q[r][d] * kt[d][j0 + j]: R rows by
 // 16 keys, one key vector pair a step for R broadcast query elements.
@@ -464,63 +533,15 @@ void attend_heads_tile_fast_with(const FastAttentionIntProducts& products, const
     }
 
     // The online softmax, row by row.
-    const __m256 iota = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256 value_step[4] = {};
+    FastSoftmaxChunk chunk;
+    chunk.active = active.data(), chunk.n_active = static_cast<int64_t>(active.size());
+    chunk.n_heads = n_heads, chunk.c0 = c0, chunk.pos_begin = tile.pos_begin, chunk.pos_end = tile.pos_end;
+    chunk.s_rows = s_rows.data(), chunk.alpha = alpha.data(), chunk.pc = pc_all, chunk.weight_step = weight_step.data();
+    chunk.m = m.data(), chunk.lanes = lanes_all, chunk.value_steps = vs_step;
     if (ints)
-      for (int v = 0; v < 4; ++v) value_step[v] = _mm256_loadu_ps(vs_step + 8 * v);
-    int64_t a = 0;
-    for (int64_t i : active) {
-      // Lane j of vector v is valid when c0 + 8v + j is in [b, e): j in [b - c0 - 8v, e - c0 - 8v).
-      __m256 valid[4];
-      for (int v = 0; v < 4; ++v) {
-        const __m256 jv = _mm256_add_ps(iota, _mm256_set1_ps(static_cast<float>(c0 + 8 * v)));
-        valid[v] = _mm256_and_ps(_mm256_cmp_ps(jv, _mm256_set1_ps(static_cast<float>(tile.pos_begin[i])), _CMP_GE_OQ),
-                                 _mm256_cmp_ps(jv, _mm256_set1_ps(static_cast<float>(tile.pos_end[i])), _CMP_LT_OQ));
-      }
-      for (int64_t h = 0; h < n_heads; ++h, ++a) {
-        const int64_t r = i * n_heads + h;
-        float* s = s_rows[a];
-        __m256 x[4];
-        __m256 mx = _mm256_set1_ps(-INFINITY);
-        for (int v = 0; v < 4; ++v) {
-          x[v] = ints ? _mm256_loadu_ps(s + 8 * v) : _mm256_mul_ps(_mm256_loadu_ps(s + 8 * v), _mm256_set1_ps(scale));
-          mx = _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), x[v], valid[v]));
-        }
-        const float m_new = std::max(m[r], hmax8(mx));
-        // expf_poly's bits on eight lanes, without libm's ldexp call.
-        // (e^0 is 1 exactly: no call while the maximum holds, most chunks of a long range.)
-        alpha[a] = m[r] == -INFINITY ? 0.0f
-                   : m[r] == m_new   ? 1.0f
-                                     : _mm256_cvtss_f32(expf_poly_x8(_mm256_set1_ps(m[r] - m_new)));
-        const __m256 mv = _mm256_set1_ps(m_new), floor = _mm256_set1_ps(kFastAttentionExpFloor);
-        __m256 p[4];
-        for (int v = 0; v < 4; ++v) {
-          // Not below kFastAttentionExpFloor (e^x's quick path); 0 where invalid.
-          const __m256 arg = _mm256_and_ps(_mm256_max_ps(_mm256_sub_ps(x[v], mv), floor), valid[v]);
-          p[v] = _mm256_and_ps(expf_poly_x8(arg), valid[v]);
-          _mm256_storeu_ps(s + 8 * v, p[v]);
-        }
-        float* lanes = lanes_all + r * 8;
-        const __m256 sum4 = _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
-        _mm256_storeu_ps(lanes, _mm256_fmadd_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(alpha[a]), sum4));
-        m[r] = m_new;
-        if (ints) {
-          // The weights times their values' steps (0 where not read), coded over the chunk.
-          __m256 w[4];
-          for (int v = 0; v < 4; ++v) w[v] = _mm256_and_ps(_mm256_mul_ps(p[v], value_step[v]), valid[v]);
-          const float step =
-              code_step(hmax8(_mm256_max_ps(_mm256_max_ps(w[0], w[1]), _mm256_max_ps(w[2], w[3]))), kFastAttentionWeightMax);
-          weight_step[a] = step;
-          const __m256 id = _mm256_set1_ps(code_inverse(step));
-          const __m256i lo = _mm256_setzero_si256(), hi = _mm256_set1_epi32(kFastAttentionWeightMax);
-          int16_t* pc = pc_all + a * C;
-          for (int v = 0; v < 4; v += 2) {
-            const __m256i c = _mm256_packs_epi32(codes8(w[v], id, lo, hi), codes8(w[v + 1], id, lo, hi));
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc + 8 * v), _mm256_permute4x64_epi64(c, 0xD8));
-          }
-        }
-      }
-    }
+      products.softmax(chunk);
+    else
+      softmax_chunk<false>(chunk, scale);
 
     // The weighted values: rows of tokens that read the whole chunk in blocks
     // of kRows; a token that reads part of it (a causal tile's last chunk, a
@@ -543,7 +564,7 @@ void attend_heads_tile_fast_with(const FastAttentionIntProducts& products, const
       continue;
     }
     int64_t n_whole = 0;  // rows of whole-chunk tokens, moved to the front
-    a = 0;
+    int64_t a = 0;
     for (int64_t i : active) {
       const int64_t j0 = std::max(tile.pos_begin[i], c0) - c0, j1 = std::min(tile.pos_end[i], c0 + C) - c0;
       if (j0 == 0 && j1 == C) {

@@ -2,16 +2,18 @@
 // (attention_fast_avx2.cpp) with its two integer products on 16 lanes with
 // VNNI's vpdpwssd, which multiplies int16 pairs and adds them to int32 in one
 // instruction, the query's or the weights' pair an embedded broadcast from
-// memory. The products are integer sums followed by element-wise float steps,
-// so the bits are the AVX2 kernel's; the online softmax between them stays
-// AVX2's, whose lane sums and maxima are in its 8-lane order.
+// memory; and the online softmax between them on 16 lanes. The products are
+// integer sums followed by element-wise float steps, and the softmax keeps
+// its lane sums in the 8-lane order, so the bits are the AVX2 kernel's.
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/cpu/attention_fast.h"
 #include "kernels/cpu/attention_fast_impl.h"
+#include "kernels/cpu/expf_poly.h"
 #include "kernels/cpu/lanes_avx512.h"
 
 namespace inferd::kernels::detail {
@@ -102,7 +104,62 @@ void values_chunk_vnni(const int16_t* const* pc_rows, const float* ps, const flo
   }
 }
 
-constexpr FastAttentionIntProducts kVnniProducts{scores_chunk_vnni, kScoreRows, values_chunk_vnni, kValueRows};
+// attention_fast.h's online softmax over one chunk (FastSoftmaxChunk) for a
+// prompt tile, row by row in two vectors of 16 positions: the AVX2 kernel's
+// steps, element-wise the same operations; a row's lane sums are still
+// formed in the 8-lane order ((p_l + p_l+8) + (p_l+16 + p_l+24)) and its
+// maxima are exact in any order, so the bits are AVX2's.
+void softmax_chunk_vnni(const FastSoftmaxChunk& c) {
+  const __m512 vs0 = _mm512_loadu_ps(c.value_steps), vs1 = _mm512_loadu_ps(c.value_steps + 16);
+  const __m512 floor = _mm512_set1_ps(kFastAttentionExpFloor), minus_inf = _mm512_set1_ps(-INFINITY);
+  const __m512i hi = _mm512_set1_epi32(kFastAttentionWeightMax);
+  int64_t a = 0;
+  for (int64_t k = 0; k < c.n_active; ++k) {
+    const int64_t i = c.active[k];
+    // Position c0 + j is valid when j is in [b - c0, e - c0).
+    const int64_t j0 = std::clamp<int64_t>(c.pos_begin[i] - c.c0, 0, C), j1 = std::clamp<int64_t>(c.pos_end[i] - c.c0, 0, C);
+    const uint32_t bits = (j1 >= 32 ? ~0u : (1u << j1) - 1) & ~(j0 >= 32 ? ~0u : (1u << j0) - 1);
+    const __mmask16 valid0 = static_cast<__mmask16>(bits), valid1 = static_cast<__mmask16>(bits >> 16);
+    for (int64_t h = 0; h < c.n_heads; ++h, ++a) {
+      const int64_t r = i * c.n_heads + h;
+      float* s = c.s_rows[a];
+      const __m512 x0 = _mm512_loadu_ps(s), x1 = _mm512_loadu_ps(s + 16);
+      const float mx = _mm512_reduce_max_ps(
+          _mm512_max_ps(_mm512_mask_blend_ps(valid0, minus_inf, x0), _mm512_mask_blend_ps(valid1, minus_inf, x1)));
+      const float m_old = c.m[r], m_new = std::max(m_old, mx);
+      c.alpha[a] = m_old == -INFINITY ? 0.0f
+                   : m_old == m_new   ? 1.0f
+                                      : _mm512_cvtss_f32(expf_poly16(_mm512_set1_ps(m_old - m_new)));
+      const __m512 mv = _mm512_set1_ps(m_new);
+      // Not below kFastAttentionExpFloor (e^x's quick path); 0 where invalid.
+      const __m512 p0 = _mm512_maskz_mov_ps(valid0, expf_poly16(_mm512_maskz_max_ps(valid0, _mm512_sub_ps(x0, mv), floor)));
+      const __m512 p1 = _mm512_maskz_mov_ps(valid1, expf_poly16(_mm512_maskz_max_ps(valid1, _mm512_sub_ps(x1, mv), floor)));
+      _mm512_storeu_ps(s, p0);
+      _mm512_storeu_ps(s + 16, p1);
+      float* lanes = c.lanes + r * 8;
+      const __m256 sum4 =
+          _mm256_add_ps(_mm256_add_ps(_mm512_castps512_ps256(p0), _mm512_extractf32x8_ps(p0, 1)),
+                        _mm256_add_ps(_mm512_castps512_ps256(p1), _mm512_extractf32x8_ps(p1, 1)));
+      _mm256_storeu_ps(lanes, _mm256_fmadd_ps(_mm256_loadu_ps(lanes), _mm256_set1_ps(c.alpha[a]), sum4));
+      c.m[r] = m_new;
+      // The weights times their values' steps (0 where not read), coded over the chunk.
+      const __m512 w0 = _mm512_maskz_mul_ps(valid0, p0, vs0), w1 = _mm512_maskz_mul_ps(valid1, p1, vs1);
+      const float step = code_step(_mm512_reduce_max_ps(_mm512_max_ps(w0, w1)), kFastAttentionWeightMax);
+      c.weight_step[a] = step;
+      const __m512 id = _mm512_set1_ps(code_inverse(step));
+      const auto codes = [&](__m512 w) {
+        return _mm512_cvtsepi32_epi16(_mm512_min_epi32(
+            _mm512_max_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w, id)), _mm512_setzero_si512()), hi));
+      };
+      int16_t* pc = c.pc + a * C;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc), codes(w0));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(pc + 16), codes(w1));
+    }
+  }
+}
+
+constexpr FastAttentionIntProducts kVnniProducts{scores_chunk_vnni, kScoreRows, values_chunk_vnni, kValueRows,
+                                                 softmax_chunk_vnni};
 
 }  // namespace
 

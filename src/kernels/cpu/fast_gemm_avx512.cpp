@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "kernels/cpu/kernel_table.h"
+#include "kernels/cpu/lanes_avx512.h"
 #include "kernels/cpu/quants_blocks.h"
 #include "kernels/cpu/weight_prefetch_x86.h"
 
 namespace inferd::kernels {
 namespace {
+
+using detail::dpbusd_broadcast;
+using detail::dpwssd_broadcast;
 
 struct Block {
   const uint8_t* quants;
@@ -117,15 +121,6 @@ inline void store_rows(float* y, __m512 v, int rows) {
   }
 }
 
-// acc + the dot products of u8's 4-byte groups with the 4 int8 at s8, in
-// every lane: dpbusd with its embedded broadcast from memory (the intrinsic
-// with _mm512_set1_epi32 becomes a load to a general register and a
-// broadcast from it, a second uop per product).
-inline __m512i dpbusd_broadcast(__m512i acc, __m512i u8, const int8_t* s8) {
-  asm("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(u8), "m"(*reinterpret_cast<const int32_t*>(s8)));
-  return acc;
-}
-
 // A tile of NT tokens' activations as the VNNI kernel reads them, block by
 // block: per code vector i the NT tokens' 4 bytes of it, then the NT tokens'
 // d, then their dsum (dsum32, or dsum16 for 16-column blocks). Every operand
@@ -176,13 +171,6 @@ void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
       std::memcpy(out + B * NT + 4 * (NT + j), &dsum, 4);
     }
   }
-}
-
-// acc + the products of x's int16 pairs with the pair at p, summed in int32
-// lanes: vpdpwssd with its embedded broadcast from memory.
-inline __m512i dpwssd_broadcast(__m512i acc, __m512i x, const int16_t* p) {
-  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*reinterpret_cast<const int32_t*>(p)));
-  return acc;
 }
 
 // A zeroed vector by the xor idiom, which the renamer breaks without an
