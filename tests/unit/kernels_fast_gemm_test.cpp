@@ -132,10 +132,13 @@ TEST_P(FastGemmLevel, QuantizesActivationsAsTheReference) {
   std::vector<float> x = testing::random_floats(rng, 32 * 64, 3.0f);
   for (int k = 0; k < 32; ++k) x[32 * 5 + k] = 0.0f;             // an all-zero block
   x[32 * 7 + 3] = 127.5f * (x[32 * 7] = 1.0f) / 127.0f;          // a tie at half a step
+  // (64 blocks, and 37: a level may take blocks by sixteens, then the rest one by one.)
   const auto quantize_with = [&](const KernelTable& t, std::vector<int8_t>& q, std::vector<float>& fields) {
-    q.assign(x.size(), 0);
-    fields.assign(64 * 4, 0.0f);
+    q.assign(2 * x.size(), 0);
+    fields.assign(2 * 64 * 4, 0.0f);
     t.fast_quantize(x.data(), 64, q.data(), fields.data(), fields.data() + 64, fields.data() + 128);
+    t.fast_quantize(x.data(), 37, q.data() + x.size(), fields.data() + 256, fields.data() + 256 + 64,
+                    fields.data() + 256 + 128);
   };
   // Blocks whose product x / d rounds (in float) to exactly a half: the
   // reference rounds the product, then to the nearest even integer; a level

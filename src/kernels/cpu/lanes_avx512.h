@@ -44,28 +44,51 @@ inline __mmask16 first_lanes(int64_t n) {
 //   result = tree_last(c_0, c_1)
 constexpr int kTreeOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
 
-inline __m512 tree_pairs(__m512 p, __m512 q) {  // x[i] + x[i + 8], two vectors per result
-  return _mm512_add_ps(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
+// The tree's combining step: a float sum by default; any operation that is
+// the same in either order (the lanes' maxima, integer sums) walks it too.
+struct AddLanes {
+  __m512 operator()(__m512 a, __m512 b) const { return _mm512_add_ps(a, b); }
+};
+struct MaxLanes {
+  __m512 operator()(__m512 a, __m512 b) const { return _mm512_max_ps(a, b); }
+};
+struct AddIntLanes {  // int32 lanes in float vectors
+  __m512 operator()(__m512 a, __m512 b) const {
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+  }
+};
+
+template <typename Op = AddLanes>
+inline __m512 tree_pairs(__m512 p, __m512 q, Op op = {}) {  // x[i] + x[i + 8], two vectors per result
+  return op(_mm512_shuffle_f32x4(p, q, 0x44), _mm512_shuffle_f32x4(p, q, 0xEE));
 }
-inline __m512 tree_quads(__m512 a0, __m512 a1) {  // a[i] + a[i + 4], four vectors per result
-  return _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xDD));
+template <typename Op = AddLanes>
+inline __m512 tree_quads(__m512 a0, __m512 a1, Op op = {}) {  // a[i] + a[i + 4], four vectors per result
+  return op(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xDD));
 }
-inline __m512 tree_halves(__m512 b0, __m512 b1) {  // b[0] + b[2], b[1] + b[3]
-  return _mm512_add_ps(_mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)));
+template <typename Op = AddLanes>
+inline __m512 tree_halves(__m512 b0, __m512 b1, Op op = {}) {  // b[0] + b[2], b[1] + b[3]
+  return op(_mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 2, 3, 2)));
 }
-inline __m512 tree_last(__m512 c0, __m512 c1) {
-  return _mm512_add_ps(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
+template <typename Op = AddLanes>
+inline __m512 tree_last(__m512 c0, __m512 c1, Op op = {}) {
+  return op(_mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(c0, c1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Lane r of the result is the sum of x[r]'s sixteen lanes (the tree above
-// over all sixteen at once): every vector's lanes are added in the same
-// pattern whichever r it sits at (a + b is b + a to the bit).
-inline __m512 sum_lanes_of_16(const float (*x)[16]) {
+// Lane r of the result is x[r]'s sixteen lanes combined by op (the tree
+// above over all sixteen at once): every vector's lanes are combined in the
+// same pattern whichever r it sits at (a + b is b + a to the bit).
+template <typename Op = AddLanes, typename Load>
+inline __m512 lanes_of_16(Load&& x, Op op = {}) {
   __m512 a[8], b[4], c[2];
-  for (int k = 0; k < 8; ++k) a[k] = tree_pairs(_mm512_load_ps(x[kTreeOrder[2 * k]]), _mm512_load_ps(x[kTreeOrder[2 * k + 1]]));
-  for (int k = 0; k < 4; ++k) b[k] = tree_quads(a[2 * k], a[2 * k + 1]);
-  for (int k = 0; k < 2; ++k) c[k] = tree_halves(b[2 * k], b[2 * k + 1]);
-  return tree_last(c[0], c[1]);
+  for (int k = 0; k < 8; ++k) a[k] = tree_pairs(x(kTreeOrder[2 * k]), x(kTreeOrder[2 * k + 1]), op);
+  for (int k = 0; k < 4; ++k) b[k] = tree_quads(a[2 * k], a[2 * k + 1], op);
+  for (int k = 0; k < 2; ++k) c[k] = tree_halves(b[2 * k], b[2 * k + 1], op);
+  return tree_last(c[0], c[1], op);
+}
+
+inline __m512 sum_lanes_of_16(const float (*x)[16]) {
+  return lanes_of_16([x](int r) { return _mm512_load_ps(x[r]); });
 }
 
 }  // namespace
