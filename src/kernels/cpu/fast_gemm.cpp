@@ -17,7 +17,7 @@ namespace {
 struct FastFormat {
   int block = 0;  // 0: the tier has no integer form of the type
   bool nibbles = false;
-  bool top2 = false;  // 6-bit codes: nibbles plus a 2-bit plane
+  int top_bits = 0;  // 5- or 6-bit codes: nibbles plus a plane of the top 1 or 2 bits
   int code_max = 255;
   bool half_scales = false;  // decode_row's scales and mins are f16 values (the file's)
   float min_factor = 0.0f;   // decode_row's min is scale * min_factor, one float product
@@ -26,17 +26,17 @@ struct FastFormat {
 
 FastFormat format_of(DType t) {
   switch (t) {
-    case DType::Q4_0: return {32, true, false, 15, true, -8.0f};
-    case DType::Q4_1: return {32, true, false, 15, true};
-    case DType::Q4_K: return {32, true, false, 15, false, 0.0f, true};
-    case DType::Q5_0: return {32, false, false, 31, true, -16.0f};
-    case DType::Q5_1: return {32, false, false, 31, true};
-    case DType::Q5_K: return {32, false, false, 31, false, 0.0f, true};
-    case DType::Q8_0: return {32, false, false, 255, true, -128.0f};
-    case DType::MXFP4: return {32, false, false, 24, false, -12.0f};  // E2M1's doubled values, -12..12, plus 12
-    case DType::Q2_K: return {16, true, false, 3, false, 0.0f, true};
-    case DType::Q3_K: return {16, true, false, 7, false, -4.0f, true};
-    case DType::Q6_K: return {16, true, true, 63, false, -32.0f, true};
+    case DType::Q4_0: return {32, true, 0, 15, true, -8.0f};
+    case DType::Q4_1: return {32, true, 0, 15, true};
+    case DType::Q4_K: return {32, true, 0, 15, false, 0.0f, true};
+    case DType::Q5_0: return {32, true, 1, 31, true, -16.0f};
+    case DType::Q5_1: return {32, true, 1, 31, true};
+    case DType::Q5_K: return {32, true, 1, 31, false, 0.0f, true};
+    case DType::Q8_0: return {32, false, 0, 255, true, -128.0f};
+    case DType::MXFP4: return {32, false, 0, 24, false, -12.0f};  // E2M1's doubled values, -12..12, plus 12
+    case DType::Q2_K: return {16, true, 0, 3, false, 0.0f, true};
+    case DType::Q3_K: return {16, true, 0, 7, false, -4.0f, true};
+    case DType::Q6_K: return {16, true, 2, 63, false, -32.0f, true};
     default: return {};
   }
 }
@@ -238,7 +238,7 @@ size_t block_bytes_of(FastFormat f) {
   const size_t code = f.sub_scales ? 1 : f.half_scales ? 2 : 4;
   const size_t per_row = code * (f.min_factor != 0.0f ? 1 : 2);  // a scale, and a min if stored
   const size_t codes = static_cast<size_t>(f.block) * kFastRows;  // one byte each
-  const size_t quants = f.top2 ? codes / 2 + codes / 4 : f.nibbles ? codes / 2 : codes;
+  const size_t quants = f.nibbles ? codes / 2 + codes * static_cast<size_t>(f.top_bits) / 8 : codes;
   return quants + kFastRows * per_row;
 }
 
@@ -302,8 +302,8 @@ void store_scale(const FastWeightsView& v, uint8_t* at, float x) {
 }
 
 // Where row r's code at column c of a block's quants lies (fast_layout.h):
-// its byte, or its nibble (`high`: the upper one), and with top2 the byte and
-// shift of its top two bits.
+// its byte, or its nibble (`high`: the upper one), and with top_bits the
+// byte and shift of its top bits.
 struct CodePlace {
   size_t at = 0;
   bool high = false;
@@ -321,8 +321,11 @@ CodePlace code_place(const FastWeightsView& v, int r, int c) {
   const int half = v.block / 8;  // vectors of nibbles
   p.high = vec >= half;
   p.at = static_cast<size_t>(vec % half) * 64 + lane;
-  p.top_at = v.nibble_bytes() + static_cast<size_t>(vec / 4) * 64 + lane;
-  p.top_shift = 2 * (vec % 4);
+  if (v.top_bits > 0) {
+    const int per_plane = 8 / v.top_bits;  // code vectors whose top bits share a plane vector
+    p.top_at = v.nibble_bytes() + static_cast<size_t>(vec / per_plane) * 64 + lane;
+    p.top_shift = v.top_bits * (vec % per_plane);
+  }
   return p;
 }
 
@@ -330,7 +333,7 @@ int code_at(const FastWeightsView& v, const uint8_t* blk, int r, int c) {
   const CodePlace p = code_place(v, r, c);
   if (!v.nibbles) return blk[p.at];
   const int low = p.high ? blk[p.at] >> 4 : blk[p.at] & 0xF;
-  return v.top2 ? low | (((blk[p.top_at] >> p.top_shift) & 3) << 4) : low;
+  return v.top_bits > 0 ? low | (((blk[p.top_at] >> p.top_shift) & ((1 << v.top_bits) - 1)) << 4) : low;
 }
 
 // Writes a code into a zeroed block.
@@ -341,7 +344,7 @@ void put_code(const FastWeightsView& v, uint8_t* blk, int r, int c, uint8_t code
     return;
   }
   blk[p.at] |= p.high ? static_cast<uint8_t>((code & 0xF) << 4) : static_cast<uint8_t>(code & 0xF);
-  if (v.top2) blk[p.top_at] |= static_cast<uint8_t>((code >> 4) << p.top_shift);
+  if (v.top_bits > 0) blk[p.top_at] |= static_cast<uint8_t>((code >> 4) << p.top_shift);
 }
 
 }  // namespace
@@ -364,7 +367,7 @@ FastMatrix FastMatrix::pack(DType t, const void* w, int64_t rows, int64_t cols, 
   assert(acts == FastActs::kBlocks32 || f.sub_scales);
   FastMatrix m;
   FastWeightsView& v = m.view_;
-  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.top2 = f.top2, v.code_max = f.code_max;
+  v.rows = rows, v.cols = cols, v.block = f.block, v.nibbles = f.nibbles, v.top_bits = f.top_bits, v.code_max = f.code_max;
   v.half_scales = f.half_scales, v.min_factor = f.min_factor, v.sub_scales = f.sub_scales;
   v.super_acts = f.sub_scales && acts == FastActs::kSuperBlocks;
   v.super_shift = f.block == 32 ? 3 : 4;  // 256 columns: 8 blocks of 32, 16 of 16

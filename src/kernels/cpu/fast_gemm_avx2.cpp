@@ -37,18 +37,21 @@ inline __m256i add16(__m256i a, __m256i b) {
 }
 
 // How a block's codes lie (fast_layout.h): bytes, nibbles, or nibbles and a
-// plane of their top two bits (6-bit codes).
-constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2;
+// plane of their top two bits (6-bit codes) or top bit (5-bit codes).
+constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2, kFiveBitCodes = 3;
+template <int kNibbles>
+constexpr int kTopBits = kNibbles == kSixBitCodes ? 2 : kNibbles == kFiveBitCodes ? 1 : 0;
+// Code vectors whose top bits share a plane vector.
+template <int kNibbles>
+constexpr int kPerPlane = kTopBits<kNibbles> > 0 ? 8 / kTopBits<kNibbles> : 1;
 
-// Code vector c's top two bits from its plane vector, at bits 4 and 5 of
-// each byte (a 16-bit shift: what crosses between bytes lands outside 0x30).
-inline __m256i top2_of(__m256i plane, int c) {
-  const int k = c % 4;  // bits 2k, 2k + 1
-  const __m256i shifted = k == 0 ? _mm256_slli_epi16(plane, 4)
-                          : k == 1 ? _mm256_slli_epi16(plane, 2)
-                          : k == 2 ? plane
-                                   : _mm256_srli_epi16(plane, 2);
-  return _mm256_and_si256(shifted, _mm256_set1_epi8(0x30));
+// Code vector c's top bits from its plane vector, at bit 4 (and 5) of each
+// byte (a 16-bit shift: what crosses between bytes lands outside the mask).
+template <int kNibbles>
+inline __m256i top_bits_of(__m256i plane, int c) {
+  const int at = kTopBits<kNibbles> * (c % kPerPlane<kNibbles>);  // the bits' place in the byte
+  const __m256i shifted = at < 4 ? _mm256_slli_epi16(plane, 4 - at) : at > 4 ? _mm256_srli_epi16(plane, at - 4) : plane;
+  return _mm256_and_si256(shifted, _mm256_set1_epi8(kTopBits<kNibbles> == 2 ? 0x30 : 0x10));
 }
 
 inline __m256i broadcast4(const int8_t* p) {
@@ -169,7 +172,7 @@ struct SuperPrepared {
 // products sum in int16 (0: codes up to 255, split). The codes of block b are
 // at codes + b * code_stride (kSuperPrepared: SuperPrepared's places), 64
 // bytes a vector as fast_layout.h lays them (with kNibbleCodes, packed two to
-// a byte, and unpacked here; with kSixBitCodes, their top bits or-ed in from
+// a byte, and unpacked here; with 5- or 6-bit codes, their top bits or-ed in from
 // the plane). `stream`: this tile is the first pass over the group's weights,
 // which it prefetches ahead (weight_prefetch_x86.h: decode reads them once,
 // from memory).
@@ -258,14 +261,15 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
             __m256i lo0 = _mm256_and_si256(p0, low_nibble), lo1 = _mm256_and_si256(p1, low_nibble);
             __m256i hi0 = _mm256_and_si256(_mm256_srli_epi16(p0, 4), low_nibble);
             __m256i hi1 = _mm256_and_si256(_mm256_srli_epi16(p1, 4), low_nibble);
-            if constexpr (kNibbles == kSixBitCodes) {
+            if constexpr (kTopBits<kNibbles> > 0) {
               const auto plane = [&](int c, int h) __attribute__((always_inline)) {
-                return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 * B + 64 * (c / 4) + 32 * h));
+                return _mm256_loadu_si256(
+                    reinterpret_cast<const __m256i*>(blk + 8 * B + 64 * (c / kPerPlane<kNibbles>) + 32 * h));
               };
-              lo0 = _mm256_or_si256(lo0, top2_of(plane(i, 0), i));
-              lo1 = _mm256_or_si256(lo1, top2_of(plane(i, 1), i));
-              hi0 = _mm256_or_si256(hi0, top2_of(plane(i + V / 2, 0), i + V / 2));
-              hi1 = _mm256_or_si256(hi1, top2_of(plane(i + V / 2, 1), i + V / 2));
+              lo0 = _mm256_or_si256(lo0, top_bits_of<kNibbles>(plane(i, 0), i));
+              lo1 = _mm256_or_si256(lo1, top_bits_of<kNibbles>(plane(i, 1), i));
+              hi0 = _mm256_or_si256(hi0, top_bits_of<kNibbles>(plane(i + V / 2, 0), i + V / 2));
+              hi1 = _mm256_or_si256(hi1, top_bits_of<kNibbles>(plane(i + V / 2, 1), i + V / 2));
             }
             step(lo0, lo1, i, k == 0);
             step(hi0, hi1, i + V / 2, false);
@@ -377,7 +381,7 @@ constexpr int64_t kChunkTokens = 48;
 // chunk, not once per tile (and a super-block form's group prepared).
 constexpr int64_t kUnpackTokens = 6;
 
-// Block b's codes as bytes (4-bit or 6-bit codes unpacked), in the layout of a
+// Block b's codes as bytes (4-, 5- or 6-bit codes unpacked), in the layout of a
 // byte format's (V vectors of 64 bytes, no scales), into out.
 template <int B, int kNibbles>
 void unpack_block(const FastWeightsView& w, const uint8_t* blk, uint8_t* out) {
@@ -390,13 +394,14 @@ void unpack_block(const FastWeightsView& w, const uint8_t* blk, uint8_t* out) {
     for (int h = 0; h < 2; ++h) {
       const __m256i p = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 64 * i + 32 * h));
       __m256i lo = _mm256_and_si256(p, low_nibble), hi = _mm256_and_si256(_mm256_srli_epi16(p, 4), low_nibble);
-      if constexpr (kNibbles == kSixBitCodes) {
+      if constexpr (kTopBits<kNibbles> > 0) {
         const int c = i + B / 8;  // the high nibbles' code vector
         const auto plane = [&](int v) {
-          return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 8 * B + 64 * (v / 4) + 32 * h));
+          return _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(blk + 8 * B + 64 * (v / kPerPlane<kNibbles>) + 32 * h));
         };
-        lo = _mm256_or_si256(lo, top2_of(plane(i), i));
-        hi = _mm256_or_si256(hi, top2_of(plane(c), c));
+        lo = _mm256_or_si256(lo, top_bits_of<kNibbles>(plane(i), i));
+        hi = _mm256_or_si256(hi, top_bits_of<kNibbles>(plane(c), c));
       }
       _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * i + 32 * h), lo);
       _mm256_store_si256(reinterpret_cast<__m256i*>(out + 64 * (i + B / 8) + 32 * h), hi);
@@ -404,7 +409,7 @@ void unpack_block(const FastWeightsView& w, const uint8_t* blk, uint8_t* out) {
   (void)w;
 }
 
-// A group's 4-bit (or 6-bit) codes as bytes, block after block, into out.
+// A group's 4-bit (or 5- or 6-bit) codes as bytes, block after block, into out.
 template <int B, int kNibbles>
 void unpack_group(const FastWeightsView& w, int64_t g, uint8_t* out) {
   for (int64_t b = 0; b < w.blocks(); ++b, out += B * kFastRows) unpack_block<B, kNibbles>(w, w.block_at(g, b), out);
@@ -511,16 +516,17 @@ void fast_groups_avx2_impl(const FastWeightsView& w, const FastActsView& a, int6
   // Q8_0's split.
   const int run = run_of(w);
   if (w.block == 32) {
-    if (w.nibbles && !w.top2 && run == 8) return groups<32, kNibbleCodes, 8>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.nibbles && w.top_bits == 0 && run == 8) return groups<32, kNibbleCodes, 8>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.top_bits == 1 && run == 4) return groups<32, kFiveBitCodes, 4>(w, a, t0, nt, g0, g1, y, y_stride);
     if (!w.nibbles && run == 4) return groups<32, kByteCodes, 4>(w, a, t0, nt, g0, g1, y, y_stride);
     if (!w.nibbles && run == 0) return groups<32, kByteCodes, 0>(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
-    if (w.top2 && run == 2) return groups<16, kSixBitCodes, 2>(w, a, t0, nt, g0, g1, y, y_stride);
-    if (w.nibbles && !w.top2 && run == 4) return groups<16, kNibbleCodes, 4>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.top_bits == 2 && run == 2) return groups<16, kSixBitCodes, 2>(w, a, t0, nt, g0, g1, y, y_stride);
+    if (w.nibbles && w.top_bits == 0 && run == 4) return groups<16, kNibbleCodes, 4>(w, a, t0, nt, g0, g1, y, y_stride);
     if (!w.nibbles && run == 2) return groups<16, kByteCodes, 2>(w, a, t0, nt, g0, g1, y, y_stride);
   }
   // A format of other codes: one vector a run (exact for codes below 128),
-  // nibbles and 6-bit codes unpacked to bytes first.
+  // nibbles and 5- or 6-bit codes unpacked to bytes first.
   if (run == 0) return groups<32, kByteCodes, 0>(w, a, t0, nt, g0, g1, y, y_stride);
   assert(!w.nibbles && "every format with nibbles has its own case above");
   if (w.block == 32) return groups<32, kByteCodes, 1>(w, a, t0, nt, g0, g1, y, y_stride);

@@ -61,13 +61,15 @@ inline Block block_of(const FastWeightsView& w, const BlockOffsets& at, int64_t 
 }
 
 // How a block's codes lie (fast_layout.h): bytes, nibbles, or nibbles and a
-// plane of their top two bits (6-bit codes).
-constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2;
+// plane of their top two bits (6-bit codes) or top bit (5-bit codes).
+constexpr int kByteCodes = 0, kNibbleCodes = 1, kSixBitCodes = 2, kFiveBitCodes = 3;
+template <int kNibbles>
+constexpr int kTopBits = kNibbles == kSixBitCodes ? 2 : kNibbles == kFiveBitCodes ? 1 : 0;
 
-// Code vector i of a block (fast_layout.h), and for 4- and 6-bit codes
-// vector i + B/8 (the same load's high nibbles), unpacked: 6-bit codes' top
-// bits or-ed in at bits 4 and 5 (a 16-bit shift: whatever crosses between
-// bytes lands outside 0x30).
+// Code vector i of a block (fast_layout.h), and for 4-, 5- and 6-bit codes
+// vector i + B/8 (the same load's high nibbles), unpacked: 5- and 6-bit
+// codes' top bits or-ed in at bit 4 (and 5) (a 16-bit shift: whatever
+// crosses between bytes lands outside the mask).
 template <int B, int kNibbles>
 inline void code_vectors(const uint8_t* quants, int i, __m512i* lo, __m512i* hi) {
   if constexpr (kNibbles == kByteCodes) {
@@ -77,18 +79,19 @@ inline void code_vectors(const uint8_t* quants, int i, __m512i* lo, __m512i* hi)
     const __m512i p = _mm512_loadu_si512(quants + 64 * i);
     *lo = _mm512_and_si512(p, low);
     *hi = _mm512_and_si512(_mm512_srli_epi16(p, 4), low);
-    if constexpr (kNibbles == kSixBitCodes) {
-      const auto top2 = [&](int c) __attribute__((always_inline)) {
-        const __m512i plane = _mm512_loadu_si512(quants + 8 * B + 64 * (c / 4));
-        const int k = c % 4;
-        const __m512i shifted = k == 0 ? _mm512_slli_epi16(plane, 4)
-                                : k == 1 ? _mm512_slli_epi16(plane, 2)
-                                : k == 2 ? plane
-                                         : _mm512_srli_epi16(plane, 2);
-        return _mm512_and_si512(shifted, _mm512_set1_epi8(0x30));
+    if constexpr (kTopBits<kNibbles> > 0) {
+      constexpr int kPerPlane = 8 / kTopBits<kNibbles>;  // code vectors whose top bits share a plane vector
+      // codes | (plane's bits of vector c, moved to bit 4, & mask): one ternary-logic op.
+      const auto with_top = [&](__m512i codes, int c) __attribute__((always_inline)) {
+        const __m512i plane = _mm512_loadu_si512(quants + 8 * B + 64 * (c / kPerPlane));
+        const int at = kTopBits<kNibbles> * (c % kPerPlane);
+        const __m512i shifted =
+            at < 4 ? _mm512_slli_epi16(plane, 4 - at) : at > 4 ? _mm512_srli_epi16(plane, at - 4) : plane;
+        return _mm512_ternarylogic_epi32(codes, shifted, _mm512_set1_epi8(kTopBits<kNibbles> == 2 ? 0x30 : 0x10),
+                                         0xF8);
       };
-      *lo = _mm512_or_si512(*lo, top2(i));
-      *hi = _mm512_or_si512(*hi, top2(i + B / 8));
+      *lo = with_top(*lo, i);
+      *hi = with_top(*hi, i + B / 8);
     }
   }
 }
@@ -456,19 +459,22 @@ void fast_groups_vnni(const FastWeightsView& w, const FastActsView& a, int64_t t
                       float* y, size_t y_stride) {
   if (w.super_acts) {
     if (w.block == 32) {
-      (w.nibbles ? vnni_groups<32, kNibbleCodes, true> : vnni_groups<32, kByteCodes, true>)(w, a, t0, nt, g0, g1, y,
-                                                                                             y_stride);
+      (w.top_bits == 1 ? vnni_groups<32, kFiveBitCodes, true>
+       : w.nibbles     ? vnni_groups<32, kNibbleCodes, true>
+                       : vnni_groups<32, kByteCodes, true>)(w, a, t0, nt, g0, g1, y, y_stride);
     } else {
-      (w.top2      ? vnni_groups<16, kSixBitCodes, true>
+      (w.top_bits == 2 ? vnni_groups<16, kSixBitCodes, true>
        : w.nibbles ? vnni_groups<16, kNibbleCodes, true>
                    : vnni_groups<16, kByteCodes, true>)(w, a, t0, nt, g0, g1, y, y_stride);
     }
     return;
   }
   if (w.block == 32) {
-    (w.nibbles ? vnni_groups<32, kNibbleCodes> : vnni_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
+    (w.top_bits == 1 ? vnni_groups<32, kFiveBitCodes>
+     : w.nibbles     ? vnni_groups<32, kNibbleCodes>
+                     : vnni_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
-    (w.top2      ? vnni_groups<16, kSixBitCodes>
+    (w.top_bits == 2 ? vnni_groups<16, kSixBitCodes>
      : w.nibbles ? vnni_groups<16, kNibbleCodes>
                  : vnni_groups<16, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   }
@@ -553,9 +559,11 @@ void fast_groups_amx_impl(const FastWeightsView& w, const FastActsView& a, int64
                           int64_t g1, float* y, size_t y_stride) {
   if (w.super_acts) return fast_groups_vnni(w, a, t0, nt, g0, g1, y, y_stride);
   if (w.block == 32) {
-    (w.nibbles ? amx_groups<32, kNibbleCodes> : amx_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
+    (w.top_bits == 1 ? amx_groups<32, kFiveBitCodes>
+     : w.nibbles     ? amx_groups<32, kNibbleCodes>
+                     : amx_groups<32, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   } else {
-    (w.top2      ? amx_groups<16, kSixBitCodes>
+    (w.top_bits == 2 ? amx_groups<16, kSixBitCodes>
      : w.nibbles ? amx_groups<16, kNibbleCodes>
                  : amx_groups<16, kByteCodes>)(w, a, t0, nt, g0, g1, y, y_stride);
   }

@@ -8,10 +8,12 @@
 //     of the 16 rows (row r at bytes 4r..4r+3): the B operand of VNNI's
 //     dpbusd for 16 rows at once, and a B tile of AMX's tdpbsud as it is;
 //     for 4-bit codes (u < 16, `nibbles`) B/8 vectors whose low nibbles are
-//     vector i and high nibbles vector i + B/8 of that layout; for 6-bit
-//     codes (Q6_K, `top2`) those nibbles, then B/16 vectors of the codes' top
-//     two bits: byte L of vector j holds, in bits 2k and 2k + 1, those of byte
-//     L of code vector 4j + k (the file's own 6 bits a value, as 4 + 2);
+//     vector i and high nibbles vector i + B/8 of that layout; for 5- and
+//     6-bit codes (Q5_0, Q5_1, Q5_K: `top_bits` 1; Q6_K: 2) those nibbles,
+//     then B * top_bits / 32 vectors of the codes' top bits: byte L of vector
+//     j holds, in bits n k .. n k + n - 1 (n = top_bits), those of byte L of
+//     code vector (8 / n) j + k (the file's own 5 or 6 bits a value, as 4 + 1
+//     or 4 + 2);
 //   the 16 rows' scales, then their mins: float[16] each, or f16[16] where
 //     every scale and min is an f16 of the file (`half_scales`: Q4_0, Q4_1,
 //     Q5_0, Q5_1, Q8_0, so their blocks take the file's bytes); no mins where
@@ -55,8 +57,8 @@ struct FastWeightsView {
   const uint8_t* data = nullptr;
   int64_t rows = 0, cols = 0;
   int block = 32;        // B: 16 or 32 columns per scale
-  bool nibbles = false;  // 4-bit codes, two per byte (with top2: their low 4 bits)
-  bool top2 = false;     // 6-bit codes: the nibbles, then a plane of the top 2 bits
+  bool nibbles = false;  // 4-bit codes, two per byte (with top_bits: their low 4 bits)
+  int top_bits = 0;      // 5- or 6-bit codes: the nibbles, then a plane of the top 1 or 2 bits
   int code_max = 255;    // the largest code the format gives (what bounds a kernel's int16 partial sums)
   bool half_scales = false;  // scales and mins as f16
   float min_factor = 0.0f;   // min = scale * min_factor, no mins stored (0: mins stored)
@@ -74,7 +76,7 @@ struct FastWeightsView {
   size_t nibble_bytes() const { return static_cast<size_t>(block) * kFastRows / 2; }
   size_t quant_bytes() const {
     const size_t codes = static_cast<size_t>(block) * kFastRows;  // a byte each
-    return top2 ? codes / 2 + codes / 4 : nibbles ? codes / 2 : codes;
+    return nibbles ? codes / 2 + codes * static_cast<size_t>(top_bits) / 8 : codes;
   }
   const uint8_t* block_at(int64_t g, int64_t b) const { return data + g * group_bytes + b * block_bytes; }
   // A block's 16 scales (at quant_bytes()), then its mins (at min_offset()), if stored.
