@@ -57,18 +57,36 @@ bool amx_usable() {
 #if defined(__x86_64__)
 // Declared in weight_prefetch_x86.h; measured per kind of host (docs/benchmarks.md,
 // "Prefetch leads by CPU vendor" and "Weight prefetch leads on a Zen 4 host"):
-// Intel and the AVX-512 AMD cores (Zen 4 and later) want the near L1 lead plus
-// the far L2 one, the AVX2-only AMD cores the one 4 KiB lead into L1.
-// INFERD_WEIGHT_PREFETCH=L1,L2 (bytes; L2 0 for none) overrides it, for a host
-// whose memory behaves otherwise.
-WeightPrefetchLead weight_prefetch_lead_for_this_cpu() {
+// Intel wants the near L1 lead plus the far L2 one, AMD the one 4 KiB lead
+// into L1; the fast tier's kernels want Intel's pair on AMD's AVX-512 cores
+// too (Zen 4 and later). INFERD_WEIGHT_PREFETCH=L1,L2 (bytes; L2 0 for none)
+// sets both, for a host whose memory behaves otherwise.
+namespace {
+bool lead_from_env(WeightPrefetchLead* lead) {
   if (const char* env = std::getenv("INFERD_WEIGHT_PREFETCH"); env != nullptr && *env != '\0') {
     unsigned long l1 = 0, l2 = 0;
     char tail = 0;
-    if (std::sscanf(env, "%lu,%lu%c", &l1, &l2, &tail) == 2 && l1 > 0 && l1 <= (1ul << 20) && l2 <= (1ul << 20))
-      return {l1, l2};
+    if (std::sscanf(env, "%lu,%lu%c", &l1, &l2, &tail) == 2 && l1 > 0 && l1 <= (1ul << 20) && l2 <= (1ul << 20)) {
+      *lead = {l1, l2};
+      return true;
+    }
     std::fprintf(stderr, "inferd: ignoring INFERD_WEIGHT_PREFETCH (expected L1,L2 bytes ahead, e.g. 2048,16384)\n");
   }
+  return false;
+}
+}  // namespace
+
+WeightPrefetchLead weight_prefetch_lead_for_this_cpu() {
+  WeightPrefetchLead lead;
+  if (lead_from_env(&lead)) return lead;
+  __builtin_cpu_init();
+  if (__builtin_cpu_is("intel")) return {2048, 16384};
+  return {4096, 0};
+}
+
+WeightPrefetchLead fast_weight_prefetch_lead_for_this_cpu() {
+  WeightPrefetchLead lead;
+  if (lead_from_env(&lead)) return lead;
   __builtin_cpu_init();
   if (__builtin_cpu_is("intel") || cpu_has_avx512()) return {2048, 16384};
   return {4096, 0};

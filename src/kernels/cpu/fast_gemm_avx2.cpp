@@ -200,7 +200,7 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
                              : codes + b * code_stride;
     const int8_t* qb = reinterpret_cast<const int8_t*>(
         kSuper ? act0 + sb * sizeof(BlockQ8_K) + offsetof(BlockQ8_K, qs) + jb * B : act0 + b * B);
-    if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1);
+    if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1, kFastWeightPrefetchLead);
     // kSuper: the block's scale codes as int16 pairs, each half's.
     __m256i scale_pairs[2];
     if constexpr (kActs == TileActs::kSuperStream) scale_pairs_of(blk + w.quant_bytes(), &scale_pairs[0], &scale_pairs[1]);

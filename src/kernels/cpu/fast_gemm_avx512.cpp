@@ -214,7 +214,7 @@ inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w,
 #pragma GCC unroll 8
   for (int j = 0; j < NT; ++j) acc[j] = _mm512_setzero_ps();
   for (int64_t b = 0; b < w.blocks(); ++b, acts += kTileActsBlockBytes<B, NT>) {
-    if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1);
+    if (stream) prefetch_weights_ahead(w.block_at(g, b), w.block_bytes, NT == 1, kFastWeightPrefetchLead);
     const Block blk = block_of(w, at, g, b);
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
@@ -313,7 +313,7 @@ inline __attribute__((always_inline)) void vnni_super_tokens(const FastWeightsVi
     __m512i isum[NT];
     for (int jb = 0; jb < kPerSuper; ++jb) {
       const uint8_t* blk = first + jb * w.block_bytes;
-      if (stream) prefetch_weights_ahead(blk, w.block_bytes, NT == 1);
+      if (stream) prefetch_weights_ahead(blk, w.block_bytes, NT == 1, kFastWeightPrefetchLead);
       constexpr int kC = kChains<NT>;
       __m512i part[kC * NT];  // chain c of token j at c NT + j
 #pragma GCC unroll 16
