@@ -133,12 +133,14 @@ TEST_P(FastGemmLevel, QuantizesActivationsAsTheReference) {
   for (int k = 0; k < 32; ++k) x[32 * 5 + k] = 0.0f;             // an all-zero block
   x[32 * 7 + 3] = 127.5f * (x[32 * 7] = 1.0f) / 127.0f;          // a tie at half a step
   // (64 blocks, and 37: a level may take blocks by sixteens, then the rest one by one.)
-  const auto quantize_with = [&](const KernelTable& t, std::vector<int8_t>& q, std::vector<float>& fields) {
+  const auto quantize_with = [&](const KernelTable& t, std::vector<int8_t>& q, std::vector<float>& fields,
+                                 std::vector<int32_t>& sums) {
     q.assign(2 * x.size(), 0);
     fields.assign(2 * 64 * 4, 0.0f);
-    t.fast_quantize(x.data(), 64, q.data(), fields.data(), fields.data() + 64, fields.data() + 128);
+    sums.assign(2 * 64 * 2, -1);
+    t.fast_quantize(x.data(), 64, q.data(), fields.data(), fields.data() + 64, fields.data() + 128, sums.data());
     t.fast_quantize(x.data(), 37, q.data() + x.size(), fields.data() + 256, fields.data() + 256 + 64,
-                    fields.data() + 256 + 128);
+                    fields.data() + 256 + 128, sums.data() + 128);
   };
   // Blocks whose product x / d rounds (in float) to exactly a half: the
   // reference rounds the product, then to the nearest even integer; a level
@@ -166,10 +168,19 @@ TEST_P(FastGemmLevel, QuantizesActivationsAsTheReference) {
   ASSERT_GT(halves, 20);
   std::vector<int8_t> q, q_ref;
   std::vector<float> f, f_ref;
-  quantize_with(table, q, f);
-  quantize_with(scalar, q_ref, f_ref);
+  std::vector<int32_t> sums, sums_ref;
+  quantize_with(table, q, f, sums);
+  quantize_with(scalar, q_ref, f_ref, sums_ref);
   EXPECT_EQ(q, q_ref);
   for (size_t i = 0; i < f.size(); ++i) ASSERT_EQ(testing::bits_of(f[i]), testing::bits_of(f_ref[i])) << i;
+  EXPECT_EQ(sums, sums_ref);
+  // The integer sums are the quants' own, per 16 columns.
+  for (int b = 0; b < 64; ++b)
+    for (int h = 0; h < 2; ++h) {
+      int32_t sum = 0;
+      for (int k = 0; k < 16; ++k) sum += q_ref[static_cast<size_t>(32 * b + 16 * h + k)];
+      ASSERT_EQ(sums_ref[static_cast<size_t>(2 * b + h)], sum) << b;
+    }
 }
 
 // Within the activation quantization's error of the float product, and the

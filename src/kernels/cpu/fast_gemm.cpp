@@ -452,7 +452,7 @@ void FastActivations::resize(int64_t n_tokens, int64_t cols, FastActs form) {
   // 64 bytes of slack: a kernel may load a whole 16-token tile's last row in one go.
   if (q_.size() < n + 64) q_.resize(n + 64);
   if (d_.size() < n / 32) d_.resize(n / 32), dsum32_.resize(n / 32);
-  if (dsum16_.size() < n / 16) dsum16_.resize(n / 16);
+  if (dsum16_.size() < n / 16) dsum16_.resize(n / 16), bsum16_.resize(n / 16);
 }
 
 FastActsView FastActivations::view() const {
@@ -461,7 +461,10 @@ FastActsView FastActivations::view() const {
     v.super = super_.data(), v.super_row_bytes = super_row_bytes_, v.cols = cols_;
     return v;
   }
-  return {q_.data(), d_.data(), dsum32_.data(), dsum16_.data(), nullptr, 0, cols_};
+  FastActsView v;
+  v.q = q_.data(), v.d = d_.data(), v.dsum32 = dsum32_.data(), v.dsum16 = dsum16_.data(), v.bsum16 = bsum16_.data();
+  v.cols = cols_;
+  return v;
 }
 
 void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0, int64_t b1) {
@@ -475,7 +478,7 @@ void FastActivations::quantize_blocks(const float* x_row, int64_t t, int64_t b0,
   const int64_t nb = cols_ / kFastActBlock;
   const size_t at = static_cast<size_t>(t * nb + b0);
   kernel_table().fast_quantize(x_row + b0 * kFastActBlock, b1 - b0, q_.data() + t * cols_ + b0 * kFastActBlock,
-                               d_.data() + at, dsum32_.data() + at, dsum16_.data() + 2 * at);
+                               d_.data() + at, dsum32_.data() + at, dsum16_.data() + 2 * at, bsum16_.data() + 2 * at);
 }
 
 void FastActivations::copy_row(const FastActivations& from, int64_t from_t, int64_t t) {
@@ -490,6 +493,7 @@ void FastActivations::copy_row(const FastActivations& from, int64_t from_t, int6
   std::memcpy(d_.data() + t * nb, from.d_.data() + from_t * nb, sizeof(float) * nb);
   std::memcpy(dsum32_.data() + t * nb, from.dsum32_.data() + from_t * nb, sizeof(float) * nb);
   std::memcpy(dsum16_.data() + 2 * t * nb, from.dsum16_.data() + 2 * from_t * nb, sizeof(float) * 2 * nb);
+  std::memcpy(bsum16_.data() + 2 * t * nb, from.bsum16_.data() + 2 * from_t * nb, sizeof(int32_t) * 2 * nb);
 }
 
 float FastActivations::value(int64_t t, int64_t k) const {
@@ -505,7 +509,8 @@ float FastActivations::value(int64_t t, int64_t k) const {
 namespace {
 
 // The reference quantizer (fast_layout.h, FastQuantizeFn).
-void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16,
+                          int32_t* bsum16) {
   for (int64_t b = 0; b < n_blocks; ++b, x += kFastActBlock, q += kFastActBlock) {
     float amax = 0.0f;
     for (int k = 0; k < kFastActBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
@@ -524,6 +529,7 @@ void fast_quantize_scalar(const float* x, int64_t n_blocks, int8_t* q, float* d_
     dsum32[b] = d * static_cast<float>(sum[0] + sum[1]);
     dsum16[2 * b] = d * static_cast<float>(sum[0]);
     dsum16[2 * b + 1] = d * static_cast<float>(sum[1]);
+    bsum16[2 * b] = sum[0], bsum16[2 * b + 1] = sum[1];
   }
 }
 
@@ -587,9 +593,15 @@ void fast_groups_scalar(const FastWeightsView& w, const FastActsView& a, int64_t
           int32_t isum = 0;
           for (int c = 0; c < w.block; ++c) isum += code_at(w, blk, r, c) * q[b * w.block + c];
           const int64_t ab = b * w.block / 32;  // the activation block holding weight block b
-          const float dsum = w.block == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
+          if (w.min_factor != 0.0f) {  // the min folded in integers
+            const int32_t* bsum = a.bsum16 + t * 2 * nb32 + b * w.block / 16;
+            isum += static_cast<int32_t>(w.min_factor) * (w.block == 32 ? bsum[0] + bsum[1] : bsum[0]);
+          }
           acc = std::fma(static_cast<float>(isum), scale_at(w, g, b, r) * a.d[t * nb32 + ab], acc);
-          acc = std::fma(min_at(w, g, b, r), dsum, acc);
+          if (w.min_factor == 0.0f) {
+            const float dsum = w.block == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
+            acc = std::fma(min_at(w, g, b, r), dsum, acc);
+          }
         }
         y[i * y_stride + g * kFastRows + r] = acc;
       }

@@ -76,6 +76,7 @@ class FastActivations {
   std::vector<uint8_t> super_;  // kSuperBlocks: Q8_K blocks, super_row_bytes_ a row
   std::vector<int8_t> q_;
   std::vector<float> d_, dsum32_, dsum16_;
+  std::vector<int32_t> bsum16_;
 };
 
 // y[i * ldy + r] = W row r . activation row first + i, for i < n_tokens and

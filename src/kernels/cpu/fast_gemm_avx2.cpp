@@ -296,6 +296,15 @@ void tile(const FastWeightsView& w, const uint8_t* codes, size_t code_stride, co
       for (int j = 0; j < NT; ++j) {
         const int64_t tt = t + j;
         const __m256 d = _mm256_set1_ps(a.d[tt * nb32 + b * B / 32]);
+        if (w.min_factor != 0.0f) {  // the min folded into the integer sum (fast_layout.h)
+          const int32_t* bsum = a.bsum16 + tt * 2 * nb32 + b * B / 16;
+          const __m256i folded =
+              _mm256_set1_epi32(static_cast<int32_t>(w.min_factor) * (B == 32 ? bsum[0] + bsum[1] : bsum[0]));
+          for (int h = 0; h < 2; ++h)
+            acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(isum[h][j], folded)),
+                                        _mm256_mul_ps(scale[h], d), acc[h][j]);
+          continue;
+        }
         const __m256 dsum = _mm256_set1_ps(B == 32 ? a.dsum32[tt * nb32 + b] : a.dsum16[tt * 2 * nb32 + b]);
         for (int h = 0; h < 2; ++h) {
           acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[h][j]), _mm256_mul_ps(scale[h], d), acc[h][j]);
@@ -535,7 +544,8 @@ void fast_groups_avx2_impl(const FastWeightsView& w, const FastActsView& a, int6
 
 // The quantizer (FastQuantizeFn), a block per step: the scalar reference's
 // float steps (the maximum of |x| and integer sums are exact in any order).
-void fast_quantize_avx2_impl(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+void fast_quantize_avx2_impl(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16,
+                             int32_t* bsum16) {
   const __m256 round = _mm256_set1_ps(12582912.0f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t b = 0; b < n_blocks; ++b, x += 32, q += 32) {
@@ -574,6 +584,7 @@ void fast_quantize_avx2_impl(const float* x, int64_t n_blocks, int8_t* q, float*
     dsum32[b] = d * static_cast<float>(s0 + s1);
     dsum16[2 * b] = d * static_cast<float>(s0);
     dsum16[2 * b + 1] = d * static_cast<float>(s1);
+    bsum16[2 * b] = s0, bsum16[2 * b + 1] = s1;
   }
 }
 

@@ -106,13 +106,24 @@ inline void load_codes(const uint8_t* quants, __m512i* v) {
   }
 }
 
-// The float steps of block b for token t, from its 16 rows' int32 sums.
+// The quants' integer sum over block b (B columns) of token t.
 template <int B>
-inline __m512 fold(__m512 acc, __m512i isum, const Block& blk, const FastActsView& a, int64_t t, int64_t b) {
+inline int32_t block_sum(const FastActsView& a, int64_t t, int64_t b) {
+  const int32_t* bsum = a.bsum16 + t * (a.cols / 16) + b * B / 16;
+  return B == 32 ? bsum[0] + bsum[1] : bsum[0];
+}
+
+// The float steps of block b for token t, from its 16 rows' int32 sums; mf:
+// the format's min factor (0 where mins are stored), folded into the sums.
+template <int B>
+inline __m512 fold(__m512 acc, __m512i isum, const Block& blk, const FastActsView& a, int64_t t, int64_t b,
+                   int32_t mf) {
   const int64_t nb32 = a.cols / 32;
   const float d = a.d[t * nb32 + b * B / 32];
-  const float dsum = B == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
+  if (mf != 0) isum = _mm512_add_epi32(isum, _mm512_set1_epi32(mf * block_sum<B>(a, t, b)));
   acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(blk.scale, _mm512_set1_ps(d)), acc);
+  if (mf != 0) return acc;
+  const float dsum = B == 32 ? a.dsum32[t * nb32 + b] : a.dsum16[t * 2 * nb32 + b];
   return _mm512_fmadd_ps(blk.min, _mm512_set1_ps(dsum), acc);
 }
 
@@ -126,7 +137,9 @@ inline void store_rows(float* y, __m512 v, int rows) {
 
 // A tile of NT tokens' activations as the VNNI kernel reads them, block by
 // block: per code vector i the NT tokens' 4 bytes of it, then the NT tokens'
-// d, then their dsum (dsum32, or dsum16 for 16-column blocks). Every operand
+// d, then their dsum (dsum32, or dsum16 for 16-column blocks) or, for a
+// format whose min is the scale times mf, the int32 mf times the block's sum
+// of quants, which starts the token's integer sum. Every operand
 // of a block is then an offset from one pointer: with each token's rows
 // apart, the tokens' pointers outnumber the general registers.
 template <int B, int NT>
@@ -156,7 +169,7 @@ inline void transpose_words8(const int8_t* const* rows, uint8_t* out) {
 }
 
 template <int B, int NT>
-void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
+void pack_tile_acts(const FastActsView& a, int64_t t, int32_t mf, uint8_t* out) {
   const int64_t nb32 = a.cols / 32, blocks = a.cols / B;
   for (int64_t b = 0; b < blocks; ++b, out += kTileActsBlockBytes<B, NT>) {
     if constexpr (B == 32 && NT == 8) {
@@ -169,9 +182,14 @@ void pack_tile_acts(const FastActsView& a, int64_t t, uint8_t* out) {
       if constexpr (!(B == 32 && NT == 8))
         for (int i = 0; i < B / 4; ++i) std::memcpy(out + 4 * (i * NT + j), q + 4 * i, 4);
       const float d = a.d[(t + j) * nb32 + b * B / 32];
-      const float dsum = B == 32 ? a.dsum32[(t + j) * nb32 + b] : a.dsum16[(t + j) * 2 * nb32 + b];
       std::memcpy(out + B * NT + 4 * j, &d, 4);
-      std::memcpy(out + B * NT + 4 * (NT + j), &dsum, 4);
+      if (mf != 0) {
+        const int32_t folded = mf * block_sum<B>(a, t + j, b);
+        std::memcpy(out + B * NT + 4 * (NT + j), &folded, 4);
+      } else {
+        const float dsum = B == 32 ? a.dsum32[(t + j) * nb32 + b] : a.dsum16[(t + j) * 2 * nb32 + b];
+        std::memcpy(out + B * NT + 4 * (NT + j), &dsum, 4);
+      }
     }
   }
 }
@@ -204,7 +222,10 @@ inline void sum_chains(__m512i* chains) {
 // vector by code vector: one token's chain alone would wait on dpbusd's
 // latency at every step. (Integer sums: any order gives the same int32.) A
 // token's 4 activation bytes are dpbusd's embedded broadcast from memory.
-template <int B, int kNibbles, int NT>
+// kFolded: the format's min is the scale times an integer, and each token's
+// first chain starts from mf times its block sum (the tile's int32): one
+// float step a block, where a stored min takes two.
+template <int B, int kNibbles, int NT, bool kFolded>
 inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w, const uint8_t* acts, int64_t g,
                                                        float* y, size_t y_stride, int rows, bool stream) {
   // (Every loop over tokens or vectors unrolled before GCC places the
@@ -219,8 +240,9 @@ inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w,
     __m512i codes[B / 4];
     load_codes<B, kNibbles>(blk.quants, codes);
     __m512i isum[kChains<NT> * NT];  // chain c of token j at c NT + j
+    const int32_t* folded = reinterpret_cast<const int32_t*>(acts + B * NT + 4 * NT);
 #pragma GCC unroll 16
-    for (int k = 0; k < kChains<NT> * NT; ++k) isum[k] = zero_idiom();
+    for (int k = 0; k < kChains<NT> * NT; ++k) isum[k] = kFolded && k < NT ? _mm512_set1_epi32(folded[k]) : zero_idiom();
     const int8_t* qb = reinterpret_cast<const int8_t*>(acts);
 #pragma GCC unroll 8
     for (int i = 0; i < B / 4; ++i) {
@@ -234,7 +256,7 @@ inline __attribute__((always_inline)) void vnni_tokens(const FastWeightsView& w,
 #pragma GCC unroll 8
     for (int j = 0; j < NT; ++j) {
       acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(blk.scale, _mm512_set1_ps(d[j])), acc[j]);
-      acc[j] = _mm512_fmadd_ps(blk.min, _mm512_set1_ps(d[NT + j]), acc[j]);
+      if constexpr (!kFolded) acc[j] = _mm512_fmadd_ps(blk.min, _mm512_set1_ps(d[NT + j]), acc[j]);
     }
   }
 #pragma GCC unroll 8
@@ -383,8 +405,9 @@ constexpr int kVnniTokens = 8;
 // them (32 rows of a 4096-column input: 128 KiB).
 constexpr int64_t kChunkTokens = 16;
 
-// A tile's activations and its kernel, in the per-32 form or the super-block form.
-template <int B, int kNibbles, bool kSuper>
+// A tile's activations and its kernel, in the per-32 form (kFolded: the
+// format's min folded into the integer sums) or the super-block form.
+template <int B, int kNibbles, bool kSuper, bool kFolded = false>
 struct VnniForm {
   template <int NT>
   static constexpr size_t tile_bytes(int64_t cols) {
@@ -392,9 +415,9 @@ struct VnniForm {
                   : kTileActsBlockBytes<B, NT> * static_cast<size_t>(cols / B);
   }
   template <int NT>
-  static void pack(const FastActsView& a, int64_t t, uint8_t* out) {
+  static void pack(const FastWeightsView& w, const FastActsView& a, int64_t t, uint8_t* out) {
     if constexpr (kSuper) pack_super_tile<B, NT>(a, t, out);
-    else pack_tile_acts<B, NT>(a, t, out);
+    else pack_tile_acts<B, NT>(a, t, kFolded ? static_cast<int32_t>(w.min_factor) : 0, out);
   }
   // `stream`: the first pass over the group's weights, which prefetches them
   // ahead (weight_prefetch_x86.h: decode reads them once, from memory).
@@ -402,7 +425,7 @@ struct VnniForm {
   static void run(const FastWeightsView& w, const uint8_t* acts, int64_t g, float* y, size_t y_stride, int rows,
                   bool stream) {
     if constexpr (kSuper) vnni_super_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows, stream);
-    else vnni_tokens<B, kNibbles, NT>(w, acts, g, y, y_stride, rows, stream);
+    else vnni_tokens<B, kNibbles, NT, kFolded>(w, acts, g, y, y_stride, rows, stream);
   }
 };
 
@@ -418,12 +441,12 @@ void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
   thread_local std::vector<uint8_t> packed;
   packed.resize(tile_bytes * static_cast<size_t>(full + (tail > 0)));
   for (int64_t k = 0; k < full; ++k)
-    Form::template pack<kVnniTokens>(a, t0 + k * kVnniTokens, packed.data() + k * tile_bytes);
+    Form::template pack<kVnniTokens>(w, a, t0 + k * kVnniTokens, packed.data() + k * tile_bytes);
   uint8_t* tail_acts = packed.data() + full * tile_bytes;
   const int64_t t_tail = t0 + full * kVnniTokens;
   switch (tail) {
 #define INFERD_FAST_TAIL(n) \
-  case n: Form::template pack<n>(a, t_tail, tail_acts); break;
+  case n: Form::template pack<n>(w, a, t_tail, tail_acts); break;
     INFERD_FAST_TAIL(1) INFERD_FAST_TAIL(2) INFERD_FAST_TAIL(3) INFERD_FAST_TAIL(4)
     INFERD_FAST_TAIL(5) INFERD_FAST_TAIL(6) INFERD_FAST_TAIL(7)
 #undef INFERD_FAST_TAIL
@@ -447,12 +470,24 @@ void vnni_chunk(const FastWeightsView& w, const FastActsView& a, int64_t t0, int
   }
 }
 
+template <int B, int kNibbles, bool kSuper, bool kFolded>
+void vnni_form_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
+                      float* y, size_t y_stride) {
+  for (int64_t i = 0; i < nt; i += kChunkTokens)
+    vnni_chunk<VnniForm<B, kNibbles, kSuper, kFolded>>(w, a, t0 + i, std::min(kChunkTokens, nt - i), g0, g1,
+                                                       y + i * y_stride, y_stride);
+}
+
+// The per-32 form's kernels fold a min given as a factor (min_factor) into the integer sums.
 template <int B, int kNibbles, bool kSuper = false>
 void vnni_groups(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
                  float* y, size_t y_stride) {
-  for (int64_t i = 0; i < nt; i += kChunkTokens)
-    vnni_chunk<VnniForm<B, kNibbles, kSuper>>(w, a, t0 + i, std::min(kChunkTokens, nt - i), g0, g1, y + i * y_stride,
-                                              y_stride);
+  if constexpr (kSuper) {
+    vnni_form_groups<B, kNibbles, true, false>(w, a, t0, nt, g0, g1, y, y_stride);
+  } else {
+    (w.min_factor != 0.0f ? vnni_form_groups<B, kNibbles, false, true>
+                          : vnni_form_groups<B, kNibbles, false, false>)(w, a, t0, nt, g0, g1, y, y_stride);
+  }
 }
 
 void fast_groups_vnni(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0, int64_t g1,
@@ -517,6 +552,7 @@ void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int6
   __m512 acc[kAmxTokens];
   for (int j = 0; j < kAmxTokens; ++j) acc[j] = _mm512_setzero_ps();
   const BlockOffsets at(w);
+  const auto mf = static_cast<int32_t>(w.min_factor);  // folded into the sums where not 0 (fast_layout.h)
   for (int64_t b = 0; b < w.blocks(); ++b) {
     const Block blk = block_of(w, at, g, b);
     const uint8_t* tile_b = blk.quants;
@@ -533,7 +569,7 @@ void amx_tokens(const FastWeightsView& w, const FastActsView& a, int64_t g, int6
     _tile_dpbsud(0, 1, 2);
     _tile_stored(0, sums, 64);
     memory_barrier();
-    for (int j = 0; j < nt; ++j) acc[j] = fold<B>(acc[j], _mm512_load_si512(sums[j]), blk, a, t + j, b);
+    for (int j = 0; j < nt; ++j) acc[j] = fold<B>(acc[j], _mm512_load_si512(sums[j]), blk, a, t + j, b, mf);
   }
   for (int j = 0; j < nt; ++j) store_rows(y + j * y_stride, acc[j], rows);
 }
@@ -588,7 +624,8 @@ inline void quantize_block(const float* x, __m512 id, int8_t* q, __m512i* lo, __
 // reference, sixteen blocks at a time, their maxima and code sums one block a
 // lane (lanes_of_16's trees: a maximum, and an integer sum, are exact in any
 // order), so d, 1 / d and the sums' products run once per 16 blocks.
-void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16) {
+void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out, float* dsum32, float* dsum16,
+                       int32_t* bsum16) {
   using detail::lanes_of_16;
   int64_t b = 0;
   for (; b + 16 <= n_blocks; b += 16, x += 16 * 32, q += 16 * 32) {
@@ -616,6 +653,8 @@ void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out
     const __m512i second = _mm512_add_epi32(first, _mm512_set1_epi32(8));
     _mm512_storeu_ps(dsum16 + 2 * b, _mm512_permutex2var_ps(half0, first, half1));
     _mm512_storeu_ps(dsum16 + 2 * b + 16, _mm512_permutex2var_ps(half0, second, half1));
+    _mm512_storeu_si512(bsum16 + 2 * b, _mm512_permutex2var_epi32(s0, first, s1));
+    _mm512_storeu_si512(bsum16 + 2 * b + 16, _mm512_permutex2var_epi32(s0, second, s1));
   }
   for (; b < n_blocks; ++b, x += 32, q += 32) {
     const float amax = _mm512_reduce_max_ps(
@@ -629,6 +668,7 @@ void fast_quantize_vec(const float* x, int64_t n_blocks, int8_t* q, float* d_out
     dsum32[b] = d * static_cast<float>(s0 + s1);
     dsum16[2 * b] = d * static_cast<float>(s0);
     dsum16[2 * b + 1] = d * static_cast<float>(s1);
+    bsum16[2 * b] = s0, bsum16[2 * b + 1] = s1;
   }
 }
 

@@ -33,8 +33,11 @@
 //
 // Activations, in one of two forms (FastActs):
 //   per 32 columns (kBlocks32): per row, int8 quants q[cols] (per 32 columns
-//     a scale d, d = amax/127, q = round(x/d)), d[cols/32], and the block sums
-//     times d that fold the weights' min: dsum32[cols/32] and dsum16[cols/16];
+//     a scale d, d = amax/127, q = round(x/d)), d[cols/32], the block sums
+//     times d that fold a stored min: dsum32[cols/32] and dsum16[cols/16],
+//     and the quants' integer sums per 16 columns, bsum16[cols/16], that fold
+//     a min the format gives as the scale times an integer (min_factor) into
+//     the block's integer sum;
 //   per super-block of 256 columns (kSuperBlocks, K-quant weights only): per
 //     row, GGML's Q8_K blocks (one scale d, 256 quants, int16 sums of each 16),
 //     the exact tier's own activations for K-quants. The product then sums a
@@ -97,14 +100,20 @@ struct FastActsView {
   const uint8_t* super = nullptr;
   size_t super_row_bytes = 0;
   int64_t cols = 0;
+  const int32_t* bsum16 = nullptr;  // row t at bsum16 + t * (cols / 16): sums of q over each 16 columns
 };
 
 // Rows [16 g0, 16 g1) of W times activation rows [t0, t0 + nt):
 // y[i * y_stride + r] for the i-th token and row r (rows past W's end not
 // written). Per (row, token), every level computes, block by block in column
-// order, isum = sum of u * q (exact in int32), then
+// order, isum = sum of u * q (exact in int32), then, where mins are stored,
 //   acc = fma(float(isum), scale * d, acc); acc = fma(min, dsum, acc)
-// from acc = 0: the same bits at every level, for every nt and tile.
+// and where the min is scale * mf (min_factor, an integer), with bsum the
+// block's sum of q (bsum16's, or the two of a 32-column block added),
+//   acc = fma(float(isum + mf * bsum), scale * d, acc)
+// (the min folded in integers: one float step a block, not two), from
+// acc = 0: the same bits at every level, for every nt and tile. (|isum| stays
+// under 2^21: Q8_0's 32 x 255 x 127 plus 128 x 32 x 127.)
 // With super_acts, super-block by super-block in column order, in int32
 // (exact: fast_gemm.cpp bounds it) over its blocks b
 //   isum = sum of sc_b * (sum of u * q) [+ mf sc_b * bsum_b, mins as a factor]
@@ -113,9 +122,10 @@ struct FastActsView {
 //   acc = fma(float(isum), dw * d, acc) [; acc = fma(float(msum), dminw * d, acc)]
 // with dw and dminw the row's f16 factors and d the Q8_K block's scale.
 // n_blocks 32-float blocks of x into the activation fields above: q (32 a
-// block), d, dsum32 (one a block) and dsum16 (two). d = amax / 127,
+// block), d, dsum32 (one a block), dsum16 and bsum16 (two). d = amax / 127,
 // q = x * (1 / d) rounded to nearest even; every level gives the same bits.
-using FastQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* q, float* d, float* dsum32, float* dsum16);
+using FastQuantizeFn = void (*)(const float* x, int64_t n_blocks, int8_t* q, float* d, float* dsum32, float* dsum16,
+                                int32_t* bsum16);
 
 using FastGroupsFn = void (*)(const FastWeightsView& w, const FastActsView& a, int64_t t0, int64_t nt, int64_t g0,
                               int64_t g1, float* y, size_t y_stride);
